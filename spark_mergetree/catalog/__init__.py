@@ -1,0 +1,1 @@
+"""The Atomic catalog: databases and tables by name over UUID directories, laid out as ClickHouse does."""

@@ -1,0 +1,1 @@
+"""SQL text to expression trees: CREATE statements, WHERE predicates, partition and sort keys."""

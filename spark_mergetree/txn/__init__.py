@@ -1,0 +1,1 @@
+"""Transactions: timestamps, snapshots, per-table commit logs, local and ZooKeeper coordinators."""
