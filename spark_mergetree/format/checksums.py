@@ -1,0 +1,273 @@
+"""``checksums.txt``: the size and hash of every file of a part, read (versions 2, 3, 4) and written (4).
+
+Version 4 is the header line ``checksums format version: 4\\n`` followed by compressed blocks whose
+decompressed bytes are the version 3 body (binary). Version 2 is text. See format_spec/checksums.md.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spark_mergetree.errors import CorruptPartError, FormatError, UnsupportedError
+from spark_mergetree.format.cityhash import ZERO_HASH, FileHasher, cityhash128_with_seed
+from spark_mergetree.format.compression import Codec, ZSTD, compress_block, decompress_all, iter_blocks, decompress_block
+
+__all__ = [
+    "CHECKSUMS_FILE",
+    "CHECKSUMS_CODEC",
+    "FileChecksum",
+    "Checksums",
+    "compute_file_checksum",
+    "combine_stream_hashes",
+    "is_compressed_file",
+]
+
+CHECKSUMS_FILE = "checksums.txt"
+# ClickHouse compresses checksums.txt with ZSTD at level 3 whatever the table's codec is.
+CHECKSUMS_CODEC: Codec = ZSTD(3)
+_HEADER_PREFIX = b"checksums format version: "
+_hash_halves = struct.Struct("<QQ")
+
+
+@dataclass(frozen=True)
+class FileChecksum:
+    """One file's entry; the uncompressed fields are only meaningful when ``is_compressed``."""
+
+    file_size: int
+    file_hash: bytes
+    is_compressed: bool = False
+    uncompressed_size: int = 0
+    uncompressed_hash: bytes = bytes(16)
+
+
+def _write_varuint(out: bytearray, value: int) -> None:
+    if value < 0:
+        raise FormatError(f"cannot write negative value {value} as a varuint")
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+class _Cursor:
+    """Reads the binary checksums body, naming the file and offset on malformed input."""
+
+    def __init__(self, data: bytes, path: str) -> None:
+        self.data = data
+        self.position = 0
+        self.path = path
+
+    def _need(self, count: int, what: str) -> None:
+        if self.position + count > len(self.data):
+            raise CorruptPartError(
+                f"{self.path}: checksums body ends inside {what} at decompressed offset {self.position}"
+            )
+
+    def varuint(self, what: str) -> int:
+        value = 0
+        for shift in range(0, 70, 7):
+            self._need(1, what)
+            byte = self.data[self.position]
+            self.position += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+        raise CorruptPartError(f"{self.path}: varuint too long in {what} at decompressed offset {self.position}")
+
+    def take(self, count: int, what: str) -> bytes:
+        self._need(count, what)
+        chunk = self.data[self.position : self.position + count]
+        self.position += count
+        return chunk
+
+
+@dataclass
+class Checksums:
+    """The parsed ``checksums.txt`` of a part: file name → entry."""
+
+    files: dict[str, FileChecksum] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, data: bytes | bytearray | memoryview, path: str | os.PathLike[str] = CHECKSUMS_FILE) -> "Checksums":
+        """Parse any version ClickHouse may leave: 4 (current), 3 (binary), 2 (text)."""
+        raw = bytes(data)
+        where = str(path)
+        newline = raw.find(b"\n")
+        if not raw.startswith(_HEADER_PREFIX) or newline < 0:
+            raise FormatError(f"{where}: does not start with {_HEADER_PREFIX.decode()!r}<version>\\n")
+        version_text = raw[len(_HEADER_PREFIX) : newline]
+        if not version_text.isdigit():
+            raise FormatError(f"{where}: bad checksums format version {version_text!r}")
+        version = int(version_text)
+        body_start = newline + 1
+        if version == 4:
+            body = decompress_all(memoryview(raw)[body_start:], f"{where} (blocks start at byte {body_start})")
+            return cls._parse_binary(body, where)
+        if version == 3:
+            return cls._parse_binary(raw[body_start:], where)
+        if version == 2:
+            return cls._parse_text(raw[body_start:], where)
+        raise UnsupportedError(f"{where}: checksums format version {version} is not supported (2, 3 and 4 are)")
+
+    @classmethod
+    def _parse_binary(cls, body: bytes, where: str) -> "Checksums":
+        cursor = _Cursor(body, where)
+        count = cursor.varuint("the file count")
+        files: dict[str, FileChecksum] = {}
+        for _ in range(count):
+            name_length = cursor.varuint("a file name length")
+            name = cursor.take(name_length, "a file name").decode("utf-8", errors="strict")
+            file_size = cursor.varuint(f"the size of {name}")
+            file_hash = cursor.take(16, f"the hash of {name}")
+            flag = cursor.take(1, f"the compressed flag of {name}")[0]
+            if flag > 1:
+                raise CorruptPartError(f"{where}: compressed flag of {name} is {flag}, expected 0 or 1")
+            if flag:
+                uncompressed_size = cursor.varuint(f"the uncompressed size of {name}")
+                uncompressed_hash = cursor.take(16, f"the uncompressed hash of {name}")
+                files[name] = FileChecksum(file_size, file_hash, True, uncompressed_size, uncompressed_hash)
+            else:
+                files[name] = FileChecksum(file_size, file_hash)
+        if cursor.position != len(body):
+            raise CorruptPartError(
+                f"{where}: {len(body) - cursor.position} unexpected bytes after {count} entries "
+                f"at decompressed offset {cursor.position}"
+            )
+        return cls(files)
+
+    @classmethod
+    def _parse_text(cls, body: bytes, where: str) -> "Checksums":
+        try:
+            text = body.decode("utf-8")
+            lines = text.split("\n")
+            head = lines[0]
+            if not head.endswith(" files:"):
+                raise ValueError(f"expected '<N> files:', got {head!r}")
+            count = int(head[: -len(" files:")])
+            files: dict[str, FileChecksum] = {}
+            line_number = 1
+
+            def field_value(label: str) -> str:
+                nonlocal line_number
+                line = lines[line_number]
+                prefix = f"\t{label}: "
+                if not line.startswith(prefix):
+                    raise ValueError(f"line {line_number + 2}: expected {prefix!r}, got {line!r}")
+                line_number += 1
+                return line[len(prefix) :]
+
+            def hash_value(label: str) -> bytes:
+                low, high = field_value(label).split(" ")
+                return _hash_halves.pack(int(low), int(high))
+
+            for _ in range(count):
+                name = lines[line_number]
+                line_number += 1
+                file_size = int(field_value("size"))
+                file_hash = hash_value("hash")
+                compressed = int(field_value("compressed"))
+                if compressed:
+                    size = int(field_value("uncompressed size"))
+                    files[name] = FileChecksum(file_size, file_hash, True, size, hash_value("uncompressed hash"))
+                else:
+                    files[name] = FileChecksum(file_size, file_hash)
+        except (ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise CorruptPartError(f"{where}: malformed checksums version 2 text: {exc}") from exc
+        return cls(files)
+
+    def body_bytes(self) -> bytes:
+        """The version 3 binary body (what version 4 compresses)."""
+        out = bytearray()
+        _write_varuint(out, len(self.files))
+        for name in sorted(self.files):
+            entry = self.files[name]
+            encoded = name.encode("utf-8")
+            _write_varuint(out, len(encoded))
+            out += encoded
+            _write_varuint(out, entry.file_size)
+            out += entry.file_hash
+            out.append(1 if entry.is_compressed else 0)
+            if entry.is_compressed:
+                _write_varuint(out, entry.uncompressed_size)
+                out += entry.uncompressed_hash
+        return bytes(out)
+
+    def to_bytes(self) -> bytes:
+        """The version 4 file, byte for byte as ClickHouse writes it."""
+        return _HEADER_PREFIX + b"4\n" + compress_block(CHECKSUMS_CODEC, self.body_bytes())
+
+    def verify_files(self, part_dir: str | os.PathLike[str], check_hashes: bool = True) -> None:
+        """Check every listed file of ``part_dir`` against its entry (size always, hashes if asked)."""
+        # A Wide column named "data" also has data.bin; Compact parts are told apart by their marks file.
+        is_compact = any(name.startswith("data.") and "mrk" in name for name in self.files)
+        for name, expected in sorted(self.files.items()):
+            file_path = Path(part_dir) / name
+            try:
+                size = file_path.stat().st_size
+            except FileNotFoundError:
+                raise CorruptPartError(f"{file_path}: listed in checksums.txt but missing") from None
+            if size != expected.file_size:
+                raise CorruptPartError(
+                    f"{file_path}: size {size} differs from {expected.file_size} in checksums.txt"
+                )
+            if check_hashes:
+                actual = compute_file_checksum(file_path, expected.is_compressed, compact_data=is_compact and name == "data.bin")
+                if actual != expected:
+                    raise CorruptPartError(f"{file_path}: hash differs from checksums.txt")
+
+
+_COMPRESSED_SUFFIXES = (".bin", ".cmrk", ".cmrk2", ".cmrk3", ".cmrk4", ".cidx")
+
+
+def is_compressed_file(name: str) -> bool:
+    """Whether ClickHouse records the uncompressed size and hash of this file in checksums.txt.
+
+    Every file made of compressed blocks is: column streams (``.bin``), compressed marks
+    (``.cmrk*``), the compressed primary index (``primary.cidx``) and skip index data
+    (``skp_idx_*.idx``). ``primary.idx``, ``.mrk*``, ``minmax_*.idx`` and text files are plain.
+    """
+    return name.endswith(_COMPRESSED_SUFFIXES) or (name.startswith("skp_idx_") and name.endswith(".idx"))
+
+
+def combine_stream_hashes(stream_hashes: list[bytes]) -> bytes:
+    """The uncompressed hash of a file fed by several compressed streams (Compact ``data.bin``).
+
+    ClickHouse folds each stream's uncompressed hash into a running seeded hash starting at zero;
+    a Compact part with one codec has one stream, so its entry is ``seeded(hash, seed=0)``.
+    """
+    combined = ZERO_HASH
+    for stream_hash in stream_hashes:
+        combined = cityhash128_with_seed(stream_hash, combined)
+    return combined
+
+
+def compute_file_checksum(
+    source: str | os.PathLike[str] | bytes | bytearray | memoryview,
+    is_compressed: bool,
+    compact_data: bool = False,
+) -> FileChecksum:
+    """The checksums.txt entry of a file (a path or its bytes); compressed blocks are verified on the way.
+
+    ``compact_data``: the file is a Compact part's ``data.bin`` written with one codec, whose
+    uncompressed hash goes through :func:`combine_stream_hashes`.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        where = str(source)
+        data: bytes | bytearray | memoryview = Path(source).read_bytes()
+    else:
+        where = "<bytes>"
+        data = source
+    hasher = FileHasher()
+    hasher.update(data)
+    if not is_compressed:
+        return FileChecksum(hasher.size, hasher.digest())
+    uncompressed = FileHasher()
+    for block in iter_blocks(data, where):
+        uncompressed.update(decompress_block(block, where))
+    uncompressed_hash = uncompressed.digest()
+    if compact_data:
+        uncompressed_hash = combine_stream_hashes([uncompressed_hash])
+    return FileChecksum(hasher.size, hasher.digest(), True, uncompressed.size, uncompressed_hash)

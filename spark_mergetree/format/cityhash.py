@@ -1,0 +1,129 @@
+"""CityHash128 v1.0.2 as ClickHouse uses it: block checksums, the seeded variant and file hashes.
+
+ClickHouse stores a 128-bit CityHash as two little-endian UInt64, the low half first. The
+``clickhouse-cityhash`` package computes the unseeded hash correctly but ignores the seed of its
+seeded variant, so the seeded hash is derived from the unseeded one: in CityHash v1.0.2, for any
+input of at least 16 bytes, ``CityHash128(s)`` equals ``CityHash128WithSeed(s[16:], (Fetch64(s) ^ k3,
+Fetch64(s + 8)))``. Prefixing the data with the seed (first half xor k3) therefore yields the seeded
+hash of the data.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from clickhouse_cityhash.cityhash import CityHash128 as _city_hash_128_int
+
+from spark_mergetree.errors import InvalidOptionError
+
+__all__ = [
+    "HASHING_BLOCK_SIZE",
+    "ZERO_HASH",
+    "cityhash128",
+    "cityhash128_with_seed",
+    "FileHasher",
+    "file_hash",
+]
+
+# ClickHouse's HashingWriteBuffer hashes files in blocks of this size (DBMS_DEFAULT_HASHING_BLOCK_SIZE).
+HASHING_BLOCK_SIZE = 2048
+ZERO_HASH = bytes(16)
+
+_K3 = 0xC949D7C7509E6557
+_MASK64 = (1 << 64) - 1
+_pack_halves = struct.Struct("<QQ").pack
+_unpack_halves = struct.Struct("<QQ").unpack
+
+
+def _int_to_bytes(value: int) -> bytes:
+    # The package returns first << 64 | second; first is the low half ClickHouse writes first.
+    return _pack_halves(value >> 64, value & _MASK64)
+
+
+def cityhash128(data: bytes | bytearray | memoryview) -> bytes:
+    """CityHash128 v1.0.2 of ``data`` as the 16 bytes ClickHouse stores (low UInt64 LE, high UInt64 LE)."""
+    return _int_to_bytes(_city_hash_128_int(data))
+
+
+def _seed_prefix(seed: bytes | bytearray | memoryview) -> bytes:
+    if len(seed) != 16:
+        raise InvalidOptionError(f"seed must be 16 bytes (low UInt64 LE, high UInt64 LE), got {len(seed)} bytes")
+    low, high = _unpack_halves(seed)
+    return _pack_halves(low ^ _K3, high)
+
+
+def cityhash128_with_seed(data: bytes | bytearray | memoryview, seed: bytes | bytearray | memoryview) -> bytes:
+    """CityHash128WithSeed v1.0.2 of ``data``; ``seed`` and the result are 16 bytes in ClickHouse's layout."""
+    return _int_to_bytes(_city_hash_128_int(_seed_prefix(seed) + bytes(data)))
+
+
+class FileHasher:
+    """Incremental hash of a file as checksums.txt records it (ClickHouse's HashingWriteBuffer).
+
+    The stream is cut into 2048-byte blocks; each full block is hashed with the previous block's
+    hash as seed, starting from seed zero. A trailing partial block is hashed the same way when the
+    digest is taken, without becoming the new state; an empty stream hashes to 16 zero bytes.
+    """
+
+    __slots__ = ("_state", "_block", "_pending", "size")
+
+    def __init__(self) -> None:
+        self._state: bytes = ZERO_HASH
+        # One reusable buffer: seed prefix in bytes 0..16, block data after it.
+        self._block = bytearray(16 + HASHING_BLOCK_SIZE)
+        self._pending = 0  # bytes of an incomplete block held in self._block[16:]
+        self.size = 0
+
+    def _hash_block_at(self, view: memoryview) -> None:
+        # view = 16 free bytes for the seed followed by exactly one block.
+        view[:16] = _seed_prefix(self._state)
+        self._state = _int_to_bytes(_city_hash_128_int(view))
+
+    def update(self, chunk: bytes | bytearray | memoryview) -> None:
+        data = memoryview(chunk).cast("B")
+        length = len(data)
+        if not length:
+            return
+        self.size += length
+        block = self._block
+        position = 0
+        if self._pending:
+            take = min(HASHING_BLOCK_SIZE - self._pending, length)
+            block[16 + self._pending : 16 + self._pending + take] = data[:take]
+            self._pending += take
+            position = take
+            if self._pending < HASHING_BLOCK_SIZE:
+                return
+            self._hash_block_at(memoryview(block))
+            self._pending = 0
+        full_end = position + (length - position) // HASHING_BLOCK_SIZE * HASHING_BLOCK_SIZE
+        if full_end > position:
+            state = self._state
+            # Hash whole blocks straight from the input: only the 16-byte seed is copied per block.
+            buffer = memoryview(block)
+            for start in range(position, full_end, HASHING_BLOCK_SIZE):
+                low, high = _unpack_halves(state)
+                buffer[:16] = _pack_halves(low ^ _K3, high)
+                buffer[16:] = data[start : start + HASHING_BLOCK_SIZE]
+                value = _city_hash_128_int(buffer)
+                state = _pack_halves(value >> 64, value & _MASK64)
+            self._state = state
+        rest = length - full_end
+        if rest:
+            block[16 : 16 + rest] = data[full_end:]
+            self._pending = rest
+
+    def digest(self) -> bytes:
+        """The 16-byte hash of everything written so far (the hasher stays usable)."""
+        if not self._pending:
+            return self._state
+        return _int_to_bytes(
+            _city_hash_128_int(_seed_prefix(self._state) + bytes(self._block[16 : 16 + self._pending]))
+        )
+
+
+def file_hash(data: bytes | bytearray | memoryview) -> bytes:
+    """The checksums.txt hash of a whole byte string."""
+    hasher = FileHasher()
+    hasher.update(data)
+    return hasher.digest()

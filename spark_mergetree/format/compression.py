@@ -1,0 +1,386 @@
+"""Compressed blocks of MergeTree files: codecs, the block header and checksum, writing and reading.
+
+A block is ``checksum(16) | method(1) | compressed_size(UInt32 LE) | decompressed_size(UInt32 LE) |
+payload``. ``compressed_size`` counts the 9 header bytes after the checksum plus the payload; the
+checksum is CityHash128 of those 9 bytes and the payload. See format_spec/blocks.md.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import lz4.block
+import numpy as np
+import zstandard
+
+from spark_mergetree.errors import CorruptPartError, InvalidOptionError
+from spark_mergetree.format.cityhash import FileHasher, cityhash128
+
+__all__ = [
+    "METHOD_NONE",
+    "METHOD_LZ4",
+    "METHOD_ZSTD",
+    "CHECKSUM_SIZE",
+    "HEADER_SIZE",
+    "BLOCK_OVERHEAD",
+    "DEFAULT_MIN_COMPRESS_BLOCK_SIZE",
+    "DEFAULT_MAX_COMPRESS_BLOCK_SIZE",
+    "Codec",
+    "NONE",
+    "LZ4",
+    "ZSTD",
+    "parse_codec",
+    "compress_block",
+    "BlockInfo",
+    "iter_blocks",
+    "read_blocks",
+    "decompress_block",
+    "decompress_all",
+    "decompress_range",
+    "CompressedStreamWriter",
+]
+
+METHOD_NONE = 0x02
+METHOD_LZ4 = 0x82
+METHOD_ZSTD = 0x90
+
+CHECKSUM_SIZE = 16
+HEADER_SIZE = 9  # method byte + compressed size + decompressed size
+BLOCK_OVERHEAD = CHECKSUM_SIZE + HEADER_SIZE
+DEFAULT_MIN_COMPRESS_BLOCK_SIZE = 65536
+DEFAULT_MAX_COMPRESS_BLOCK_SIZE = 1048576
+DEFAULT_ZSTD_LEVEL = 1
+# ClickHouse rejects blocks claiming more than 1 GiB; a corrupted size field must not make us allocate more.
+MAX_BLOCK_SIZE = 1 << 30
+
+_header = struct.Struct("<BII")
+_METHOD_NAMES = {METHOD_NONE: "NONE", METHOD_LZ4: "LZ4", METHOD_ZSTD: "ZSTD"}
+VALID_CODECS = "NONE, LZ4, ZSTD, ZSTD(level) with level 1..22, optionally wrapped as CODEC(...)"
+
+
+@dataclass(frozen=True)
+class Codec:
+    """One compression codec with its parameters; ``level`` is only meaningful for ZSTD."""
+
+    name: str
+    method: int
+    level: int | None = None
+
+    @property
+    def text(self) -> str:
+        """ClickHouse's spelling, as in default_compression_codec.txt (e.g. ``CODEC(ZSTD(3))``)."""
+        inner = self.name if self.level is None else f"{self.name}({self.level})"
+        return f"CODEC({inner})"
+
+    def compress(self, data: bytes | bytearray | memoryview) -> bytes:
+        """The block payload for ``data`` (no header)."""
+        if self.method == METHOD_LZ4:
+            return lz4.block.compress(data, mode="default", store_size=False)
+        if self.method == METHOD_ZSTD:
+            return _zstd_compressor(self.level or DEFAULT_ZSTD_LEVEL).compress(data)
+        return bytes(data)
+
+
+NONE = Codec("NONE", METHOD_NONE)
+LZ4 = Codec("LZ4", METHOD_LZ4)
+
+
+def ZSTD(level: int = DEFAULT_ZSTD_LEVEL) -> Codec:  # noqa: N802 - mirrors ClickHouse's codec name
+    """The ZSTD codec at ``level`` (ClickHouse's default level is 1)."""
+    if not 1 <= level <= 22:
+        raise InvalidOptionError(f"ZSTD level must be between 1 and 22, got {level}; valid codecs: {VALID_CODECS}")
+    return Codec("ZSTD", METHOD_ZSTD, level)
+
+
+_zstd_compressors: dict[int, zstandard.ZstdCompressor] = {}
+
+
+def _zstd_compressor(level: int) -> zstandard.ZstdCompressor:
+    compressor = _zstd_compressors.get(level)
+    if compressor is None:
+        compressor = _zstd_compressors[level] = zstandard.ZstdCompressor(level=level)
+    return compressor
+
+
+_CODEC_TEXT = re.compile(r"^\s*(?:CODEC\s*\(\s*(?P<inner>.*?)\s*\)|(?P<bare>.*?))\s*$", re.IGNORECASE | re.DOTALL)
+_CODEC_CALL = re.compile(r"^(?P<name>[A-Za-z0-9]+)\s*(?:\(\s*(?P<arg>[^()]*?)\s*\))?$")
+
+
+def parse_codec(text: str) -> Codec:
+    """Parse ``NONE``, ``LZ4``, ``ZSTD``, ``ZSTD(3)`` or any of them wrapped in ``CODEC(...)``."""
+    if not isinstance(text, str):
+        raise InvalidOptionError(f"compression codec must be a string, got {text!r}; valid codecs: {VALID_CODECS}")
+    outer = _CODEC_TEXT.match(text)
+    inner = (outer.group("inner") if outer.group("inner") is not None else outer.group("bare")) if outer else ""
+    call = _CODEC_CALL.match(inner)
+    if call is None:
+        raise InvalidOptionError(f"unknown compression codec {text!r}; valid codecs: {VALID_CODECS}")
+    name, argument = call.group("name").upper(), call.group("arg")
+    if name == "ZSTD":
+        if argument is None or argument == "":
+            return ZSTD()
+        if not re.fullmatch(r"[0-9]+", argument):
+            raise InvalidOptionError(f"bad ZSTD level in codec {text!r}; valid codecs: {VALID_CODECS}")
+        return ZSTD(int(argument))
+    if name in ("LZ4", "NONE") and argument is None:
+        return LZ4 if name == "LZ4" else NONE
+    raise InvalidOptionError(f"unknown compression codec {text!r}; valid codecs: {VALID_CODECS}")
+
+
+def compress_block(codec: Codec, data: bytes | bytearray | memoryview) -> bytes:
+    """One complete block (checksum, header, payload) holding ``data``."""
+    if len(data) > MAX_BLOCK_SIZE:
+        raise InvalidOptionError(f"a compressed block holds at most {MAX_BLOCK_SIZE} bytes, got {len(data)}")
+    payload = codec.compress(data)
+    body = _header.pack(codec.method, HEADER_SIZE + len(payload), len(data)) + payload
+    return cityhash128(body) + body
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    """A verified block inside a file: where it is and what it holds."""
+
+    offset: int  # of the checksum, in the compressed file
+    method: int
+    compressed_size: int  # header (9 bytes) + payload, as stored
+    decompressed_size: int
+    payload: memoryview
+
+    @property
+    def end(self) -> int:
+        """Offset of the next block."""
+        return self.offset + CHECKSUM_SIZE + self.compressed_size
+
+
+def _read_block_at(view: memoryview, offset: int, path: str) -> BlockInfo:
+    total = len(view)
+    if offset + BLOCK_OVERHEAD > total:
+        raise CorruptPartError(
+            f"{path}: truncated compressed block at byte offset {offset}: "
+            f"{total - offset} bytes left, a block header needs {BLOCK_OVERHEAD}"
+        )
+    method, compressed_size, decompressed_size = _header.unpack_from(view, offset + CHECKSUM_SIZE)
+    if compressed_size < HEADER_SIZE or compressed_size > MAX_BLOCK_SIZE + HEADER_SIZE + (MAX_BLOCK_SIZE >> 4):
+        raise CorruptPartError(
+            f"{path}: compressed block at byte offset {offset} has impossible compressed size {compressed_size}"
+        )
+    end = offset + CHECKSUM_SIZE + compressed_size
+    if end > total:
+        raise CorruptPartError(
+            f"{path}: truncated compressed block at byte offset {offset}: "
+            f"it claims {compressed_size} bytes after the checksum but the file ends at {total}"
+        )
+    body = view[offset + CHECKSUM_SIZE : end]
+    if cityhash128(body) != view[offset : offset + CHECKSUM_SIZE]:
+        raise CorruptPartError(f"{path}: checksum mismatch in compressed block at byte offset {offset}")
+    if method not in _METHOD_NAMES:
+        raise CorruptPartError(f"{path}: unknown compression method 0x{method:02x} in block at byte offset {offset}")
+    if decompressed_size > MAX_BLOCK_SIZE:
+        raise CorruptPartError(
+            f"{path}: block at byte offset {offset} claims {decompressed_size} decompressed bytes (too many)"
+        )
+    if method == METHOD_NONE and decompressed_size != compressed_size - HEADER_SIZE:
+        raise CorruptPartError(
+            f"{path}: uncompressed block at byte offset {offset} stores {compressed_size - HEADER_SIZE} bytes "
+            f"but claims {decompressed_size}"
+        )
+    return BlockInfo(offset, method, compressed_size, decompressed_size, body[HEADER_SIZE:])
+
+
+def iter_blocks(buf: bytes | bytearray | memoryview, path: str, start: int = 0, stop: int | None = None) -> Iterator[BlockInfo]:
+    """Verified blocks of a compressed file from byte ``start`` up to ``stop`` (default: end of file)."""
+    view = memoryview(buf).cast("B")
+    end = len(view) if stop is None else stop
+    offset = start
+    while offset < end:
+        block = _read_block_at(view, offset, str(path))
+        yield block
+        offset = block.end
+
+
+def read_blocks(buf: bytes | bytearray | memoryview, path: str) -> list[BlockInfo]:
+    """Every block of a compressed file, verified."""
+    return list(iter_blocks(buf, path))
+
+
+_zstd_decompressor = zstandard.ZstdDecompressor()
+
+
+def decompress_block(block: BlockInfo, path: str) -> bytes | memoryview:
+    """The decompressed bytes of a verified block (a view of the file for NONE blocks)."""
+    try:
+        if block.method == METHOD_LZ4:
+            data = lz4.block.decompress(block.payload, uncompressed_size=block.decompressed_size)
+        elif block.method == METHOD_ZSTD:
+            data = _zstd_decompressor.decompress(block.payload, max_output_size=block.decompressed_size)
+        else:
+            return block.payload
+    except (lz4.block.LZ4BlockError, zstandard.ZstdError) as exc:
+        raise CorruptPartError(
+            f"{path}: cannot decompress {_METHOD_NAMES[block.method]} block at byte offset {block.offset}: {exc}"
+        ) from exc
+    if len(data) != block.decompressed_size:
+        raise CorruptPartError(
+            f"{path}: block at byte offset {block.offset} decompressed to {len(data)} bytes, "
+            f"header says {block.decompressed_size}"
+        )
+    return data
+
+
+def decompress_all(buf: bytes | bytearray | memoryview, path: str) -> bytes:
+    """The whole decompressed stream of a compressed file, every block verified."""
+    return b"".join(decompress_block(block, path) for block in iter_blocks(buf, path))
+
+
+def decompress_range(
+    buf: bytes | bytearray | memoryview,
+    path: str,
+    start_mark: tuple[int, int] = (0, 0),
+    end_mark: tuple[int, int] | None = None,
+) -> bytes:
+    """Decompressed bytes from ``start_mark`` up to (not including) ``end_mark``; ``None`` means to the end.
+
+    A mark is (offset of a block in the file, offset inside that block's decompressed bytes).
+    """
+    view = memoryview(buf).cast("B")
+    start_block, start_inner = (int(start_mark[0]), int(start_mark[1]))
+    if end_mark is None:
+        end_block, end_inner = len(view), 0
+    else:
+        end_block, end_inner = (int(end_mark[0]), int(end_mark[1]))
+    if (end_block, end_inner) < (start_block, start_inner):
+        raise CorruptPartError(f"{path}: mark range ends at {end_mark} before it starts at {start_mark}")
+    if end_block > len(view) or (end_block == len(view) and end_inner):
+        raise CorruptPartError(f"{path}: mark {end_mark} points past the end of the file ({len(view)} bytes)")
+    pieces: list[bytes | memoryview] = []
+    offset = start_block
+    # Blocks wholly before the end block, then the part of the end block before end_inner.
+    while offset < end_block or (offset == end_block and end_inner):
+        block = _read_block_at(view, offset, str(path))
+        if block.end > end_block and offset != end_block:
+            raise CorruptPartError(f"{path}: mark {end_mark} does not point at a block boundary (block at {offset})")
+        data = decompress_block(block, path)
+        lo = start_inner if offset == start_block else 0
+        hi = end_inner if offset == end_block else len(data)
+        if lo > len(data) or hi > len(data):
+            raise CorruptPartError(
+                f"{path}: mark offset {max(lo, hi)} is beyond the {len(data)} bytes of the block at byte offset {offset}"
+            )
+        pieces.append(data if lo == 0 and hi == len(data) else memoryview(data)[lo:hi])
+        if offset == end_block:
+            break
+        offset = block.end
+    if len(pieces) == 1 and isinstance(pieces[0], bytes):
+        return pieces[0]
+    return b"".join(pieces)
+
+
+class CompressedStreamWriter:
+    """Builds one compressed file from granule byte chunks, recording a mark per granule.
+
+    Cutting rule (as ClickHouse's Wide writer): before a granule starts, the buffered bytes are
+    flushed as a block if there are at least ``min_compress_block_size`` of them. The buffer holds at
+    most ``max_compress_block_size`` bytes: a granule that does not fit fills the buffer, which becomes
+    a block of exactly that size, and continues in the next block.
+    """
+
+    def __init__(
+        self,
+        codec: Codec = LZ4,
+        min_compress_block_size: int = DEFAULT_MIN_COMPRESS_BLOCK_SIZE,
+        max_compress_block_size: int = DEFAULT_MAX_COMPRESS_BLOCK_SIZE,
+    ) -> None:
+        if not 0 < max_compress_block_size <= MAX_BLOCK_SIZE:
+            raise InvalidOptionError(
+                f"max_compress_block_size must be between 1 and {MAX_BLOCK_SIZE}, got {max_compress_block_size}"
+            )
+        if min_compress_block_size < 0:
+            raise InvalidOptionError(f"min_compress_block_size must be >= 0, got {min_compress_block_size}")
+        self.codec = codec
+        self.min_compress_block_size = min_compress_block_size
+        self.max_compress_block_size = max_compress_block_size
+        self._blocks: list[bytes] = []
+        self._compressed_size = 0
+        self._buffer = bytearray()
+        self._marks: list[tuple[int, int]] = []
+        self._final_mark: tuple[int, int] | None = None
+        self._hasher = FileHasher()
+        self._value: bytes | None = None
+
+    def _flush(self) -> None:
+        if self._buffer:
+            block = compress_block(self.codec, self._buffer)
+            self._blocks.append(block)
+            self._compressed_size += len(block)
+            self._buffer = bytearray()
+
+    def _current_mark(self) -> tuple[int, int]:
+        if len(self._buffer) >= self.min_compress_block_size:
+            self._flush()
+        return (self._compressed_size, len(self._buffer))
+
+    def write_granule(self, chunk: bytes | bytearray | memoryview) -> tuple[int, int]:
+        """Start a granule (records and returns its mark) and append its bytes."""
+        if self._final_mark is not None:
+            raise InvalidOptionError("write_granule() after finish()")
+        mark = self._current_mark()
+        self._marks.append(mark)
+        self.write(chunk)
+        return mark
+
+    def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        """Append bytes to the current granule."""
+        data = memoryview(chunk).cast("B")
+        self._hasher.update(data)
+        position = 0
+        while position < len(data):
+            # Flush only when more bytes must go in: a full buffer waits, like ClickHouse's WriteBuffer.
+            if len(self._buffer) == self.max_compress_block_size:
+                self._flush()
+            take = min(self.max_compress_block_size - len(self._buffer), len(data) - position)
+            self._buffer += data[position : position + take]
+            position += take
+
+    def finish(self) -> tuple[int, int]:
+        """Flush everything; returns the final mark (where a next granule would start, before the flush)."""
+        if self._final_mark is None:
+            self._final_mark = self._current_mark()
+            self._flush()
+        return self._final_mark
+
+    @property
+    def final_mark(self) -> tuple[int, int]:
+        if self._final_mark is None:
+            raise InvalidOptionError("final_mark is known only after finish()")
+        return self._final_mark
+
+    def getvalue(self) -> bytes:
+        """The compressed file (call after finish())."""
+        if self._final_mark is None:
+            raise InvalidOptionError("getvalue() before finish()")
+        if self._value is None:
+            self._value = b"".join(self._blocks)
+            self._blocks = [self._value]
+        return self._value
+
+    @property
+    def marks(self) -> np.ndarray:
+        """(n_granules, 2) uint64: block offset in the file, offset inside the decompressed block."""
+        return np.array(self._marks, dtype=np.uint64).reshape(-1, 2)
+
+    @property
+    def uncompressed_size(self) -> int:
+        return self._hasher.size
+
+    @property
+    def uncompressed_hash(self) -> bytes:
+        """checksums.txt hash of the uncompressed stream."""
+        return self._hasher.digest()
+
+    @property
+    def compressed_size(self) -> int:
+        """Bytes of blocks flushed so far (the whole file after finish())."""
+        return self._compressed_size

@@ -1,0 +1,73 @@
+"""Test helper: create ClickHouse tables with chdb in a temporary directory and find their parts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from chdb import session as chdb_session
+
+_TABLE_NAME = re.compile(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?([`\"\w.]+)", re.IGNORECASE)
+
+
+_open_session: chdb_session.Session | None = None
+
+
+def close_session() -> None:
+    """Close the session the last make_chdb_table call opened (a no-op if none is open)."""
+    global _open_session
+    if _open_session is not None:
+        try:
+            _open_session.close()
+        finally:
+            _open_session = None
+
+
+def make_chdb_table(
+    tmp_path: Path | str,
+    create_sql: str,
+    inserts: Iterable[str] = (),
+) -> tuple[chdb_session.Session, Path]:
+    """Run CREATE TABLE and the INSERT statements in a fresh chdb session under ``tmp_path``.
+
+    Returns the session and the table's data directory (``<tmp_path>/chdb/store/xxx/<uuid>/``).
+    Call again with the same ``tmp_path`` and another CREATE to get more tables in the same session
+    (the previous session is closed and reopened on the same path, so earlier tables stay). Only one
+    session is open at a time: creating a table elsewhere closes the previous session.
+    """
+    global _open_session
+    root = Path(tmp_path) / "chdb"
+    root.mkdir(parents=True, exist_ok=True)
+    # chdb runs one embedded server per process: a session on another path needs the old one closed.
+    if _open_session is not None:
+        close_session()
+    sess = chdb_session.Session(str(root))
+    _open_session = sess
+    sess.query(create_sql)
+    for statement in inserts:
+        sess.query(statement)
+    match = _TABLE_NAME.search(create_sql)
+    if match is None:
+        raise ValueError(f"cannot find the table name in {create_sql!r}")
+    qualified = match.group(1).replace("`", "").replace('"', "")
+    database, _, table = qualified.rpartition(".")
+    database_sql = f"'{database}'" if database else "currentDatabase()"
+    paths = sess.query(
+        f"SELECT arrayJoin(data_paths) FROM system.tables WHERE database = {database_sql} AND name = '{table}'",
+        "TabSeparatedRaw",
+    ).bytes().decode().split()
+    if len(paths) != 1:
+        raise ValueError(f"table {qualified!r} has data paths {paths!r}, expected exactly one")
+    return sess, Path(paths[0])
+
+
+def part_dirs(table_data_dir: Path | str) -> list[Path]:
+    """Active-looking part directories of a table directory (skips detached/ and tmp_* dirs), sorted by name."""
+    root = Path(table_data_dir)
+    return sorted(
+        entry
+        for entry in root.iterdir()
+        if entry.is_dir() and entry.name != "detached" and not entry.name.startswith(("tmp", "delete_tmp"))
+        and (entry / "checksums.txt").exists()
+    )
