@@ -1,0 +1,257 @@
+"""ClickHouse functions usable in keys and predicates: result types and vectorized evaluation.
+
+Covers what partition and sort keys are built from in practice (date bucketing, integer division,
+modulo) plus the type-string helpers the rest of the package needs. Values are evaluated over
+whole Arrow arrays with numpy/pyarrow; dates follow ClickHouse: Date is a day number, DateTime
+and DateTime64 are instants rendered in the column's time zone (UTC when the type names none).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.errors import ExpressionError, UnsupportedError
+
+_WRAPPER = re.compile(r"^\s*(Nullable|LowCardinality)\s*\((.*)\)\s*$", re.S)
+_TYPE_HEAD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*$", re.S)
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+
+INTEGER_BITS = {
+    "UInt8": 8, "UInt16": 16, "UInt32": 32, "UInt64": 64, "UInt128": 128, "UInt256": 256,
+    "Int8": 8, "Int16": 16, "Int32": 32, "Int64": 64, "Int128": 128, "Int256": 256,
+}
+DATE_LIKE = ("Date", "Date32", "DateTime", "DateTime64")
+_SECONDS_PER_DAY = 86400
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    """A ClickHouse type string taken apart just enough for expressions."""
+
+    text: str
+    base: str  # innermost type name without Nullable/LowCardinality, e.g. 'DateTime64'
+    args: str  # text between the outer parentheses of the base type ('' when none)
+    nullable: bool
+    low_cardinality: bool
+
+    @property
+    def inner_text(self) -> str:
+        return f"{self.base}({self.args})" if self.args else self.base
+
+    @property
+    def is_integer(self) -> bool:
+        return self.base in INTEGER_BITS
+
+    @property
+    def is_signed_integer(self) -> bool:
+        return self.base.startswith("Int") and self.base in INTEGER_BITS
+
+    @property
+    def timezone(self) -> str | None:
+        """Time zone named by DateTime('tz') / DateTime64(p, 'tz'), else None (meaning UTC)."""
+        if self.base not in ("DateTime", "DateTime64"):
+            return None
+        match = _QUOTED.search(self.args)
+        return match.group(1) if match else None
+
+    @property
+    def datetime64_precision(self) -> int:
+        if self.base != "DateTime64":
+            return 0
+        first = self.args.split(",")[0].strip()
+        return int(first) if first else 3
+
+    def enum_values(self) -> dict[str, int]:
+        """Name → number of an Enum8/Enum16 type."""
+        if self.base not in ("Enum8", "Enum16", "Enum"):
+            raise ExpressionError(f"type {self.text} is not an Enum")
+        pairs = re.findall(r"'((?:[^'\\]|\\.)*)'\s*=\s*(-?\d+)", self.args)
+        return {name.replace("\\'", "'").replace("\\\\", "\\"): int(num) for name, num in pairs}
+
+
+def type_info(type_text: str) -> TypeInfo:
+    text = type_text.strip()
+    nullable = low_cardinality = False
+    inner = text
+    while True:
+        match = _WRAPPER.match(inner)
+        if not match:
+            break
+        if match.group(1) == "Nullable":
+            nullable = True
+        else:
+            low_cardinality = True
+        inner = match.group(2)
+    head = _TYPE_HEAD.match(inner)
+    if not head:
+        raise ExpressionError(f"cannot read type {type_text!r}")
+    return TypeInfo(text, head.group(1), (head.group(2) or "").strip(), nullable, low_cardinality)
+
+
+def literal_type(value: int) -> str:
+    """The type ClickHouse gives an integer literal: the narrowest that holds it."""
+    if value >= 0:
+        for bits in (8, 16, 32, 64, 128, 256):
+            if value < 1 << bits:
+                return f"UInt{bits}"
+    else:
+        for bits in (8, 16, 32, 64, 128, 256):
+            if value >= -(1 << (bits - 1)):
+                return f"Int{bits}"
+    raise ExpressionError(f"integer literal {value} does not fit any ClickHouse integer type")
+
+
+def _wrap_nullable(result: str, arg: TypeInfo) -> str:
+    return f"Nullable({result})" if arg.nullable else result
+
+
+# Functions that keep the order of their (first) argument: a range [lo, hi] maps to [f(lo), f(hi)].
+MONOTONIC_FUNCTIONS = frozenset({"toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfMonth", "toMonday", "intDiv"})
+SUPPORTED_FUNCTIONS = MONOTONIC_FUNCTIONS | {"modulo", "moduloLegacy"}
+
+
+def result_type(name: str, arg_type: str, constant: int | None = None, *, in_partition_key: bool = False) -> str:
+    """ClickHouse's result type of `name(arg, [constant])` for an argument of type `arg_type`.
+
+    In a PARTITION BY key ClickHouse evaluates `modulo` (and `%`) as `moduloLegacy`, whose result has
+    the width of the divisor's literal type; `in_partition_key` selects that behaviour.
+    """
+    arg = type_info(arg_type)
+    if name in ("toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfMonth", "toMonday"):
+        if arg.base not in DATE_LIKE:
+            raise UnsupportedError(f"{name}() of a {arg_type} value is not supported (needs Date, Date32, DateTime or DateTime64)")
+        return _wrap_nullable("UInt32" if name.startswith("toYYYY") else "Date", arg)
+    if name in ("intDiv", "modulo", "moduloLegacy"):
+        if not arg.is_integer:
+            raise UnsupportedError(f"{name}() of a {arg_type} value is not supported (needs an integer type)")
+        if constant is None or constant == 0:
+            raise ExpressionError(f"{name}() needs a non-zero integer constant as its second argument")
+        divisor = literal_type(constant)
+        signed = arg.is_signed_integer or divisor.startswith("Int")
+        if name == "intDiv":
+            bits = INTEGER_BITS[arg.base]
+        elif name == "moduloLegacy" or in_partition_key:
+            bits = INTEGER_BITS[divisor]
+        else:
+            bits = INTEGER_BITS[divisor] * (2 if arg.is_signed_integer and not divisor.startswith("Int") else 1)
+            bits = min(bits, 256)
+        return _wrap_nullable(f"{'Int' if signed else 'UInt'}{bits}", arg)
+    raise UnsupportedError(f"function {name}() is not supported in keys (supported: {', '.join(sorted(SUPPORTED_FUNCTIONS))})")
+
+
+def _values_and_mask(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    mask = np.asarray(array.is_null()) if array.null_count else None
+    return array, mask
+
+
+def day_numbers(array: pa.Array, type_text: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Days since 1970-01-01 of each value, in the type's time zone; plus the null mask."""
+    array, mask = _values_and_mask(array)
+    info = type_info(type_text)
+    if pa.types.is_date32(array.type) or pa.types.is_date64(array.type):
+        days = np.asarray(array.cast(pa.date32()).cast(pa.int32()).fill_null(0), dtype=np.int64)
+    elif pa.types.is_timestamp(array.type):
+        zone = info.timezone or "UTC"
+        zoned = array.cast(pa.timestamp(array.type.unit, zone))
+        local = pc.local_timestamp(zoned).cast(pa.int64()).fill_null(0)
+        ticks_per_day = _SECONDS_PER_DAY * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[array.type.unit]
+        days = np.floor_divide(np.asarray(local), ticks_per_day)
+    elif pa.types.is_integer(array.type) and info.base in ("Date", "Date32"):
+        days = np.asarray(array.cast(pa.int64()).fill_null(0))
+    else:
+        raise ExpressionError(f"cannot take dates of a {array.type} array for a column of type {type_text}")
+    return days, mask
+
+
+def _date_array(days: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    return pa.array(days.astype(np.int32), pa.int32(), mask=mask).cast(pa.date32())
+
+
+def _uint32_array(values: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    return pa.array(values.astype(np.uint32), pa.uint32(), mask=mask)
+
+
+def _calendar(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    as_days = days.astype("datetime64[D]")
+    months = as_days.astype("datetime64[M]")
+    month_index = months.astype(np.int64)
+    year = month_index // 12 + 1970
+    month = month_index % 12 + 1
+    day = (as_days - months.astype("datetime64[D]")).astype(np.int64) + 1
+    return year, month, day
+
+
+def _integer_numpy(array: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    array, mask = _values_and_mask(array)
+    if not pa.types.is_integer(array.type):
+        raise ExpressionError(f"expected an integer array, got {array.type}")
+    return np.asarray(array.fill_null(0)), mask
+
+
+def _arrow_integer(type_text: str) -> pa.DataType:
+    info = type_info(type_text)
+    bits = INTEGER_BITS[info.base]
+    if bits > 64:
+        raise UnsupportedError(f"{type_text} results are not supported in keys")
+    return getattr(pa, f"{'int' if info.is_signed_integer else 'uint'}{bits}")()
+
+
+def apply_function(
+    name: str, array: pa.Array, arg_type: str, constant: int | None = None, *, in_partition_key: bool = False
+) -> pa.Array:
+    """Evaluate `name(array[, constant])` over a whole array; NULL in gives NULL out."""
+    out_type = result_type(name, arg_type, constant, in_partition_key=in_partition_key)
+    if name in ("toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfMonth", "toMonday"):
+        days, mask = day_numbers(array, arg_type)
+        if name == "toDate":
+            return _date_array(days, mask)
+        if name == "toMonday":
+            # 1970-01-01 was a Thursday, so (days + 3) % 7 counts days since the last Monday.
+            return _date_array(days - (days + 3) % 7, mask)
+        year, month, day = _calendar(days)
+        if name == "toStartOfMonth":
+            return _date_array(days - day + 1, mask)
+        if name == "toYYYYMM":
+            return _uint32_array(year * 100 + month, mask)
+        return _uint32_array(year * 10000 + month * 100 + day, mask)
+    values, mask = _integer_numpy(array)
+    assert constant is not None
+    wide = values.astype(np.int64) if values.dtype != np.uint64 else values
+    if values.dtype == np.uint64 and constant < 0:
+        raise UnsupportedError(f"{name}() of a UInt64 value by a negative constant is not supported")
+    divisor = np.array(constant, dtype=wide.dtype)
+    if name == "intDiv":
+        # ClickHouse rounds integer division toward zero, as C does.
+        quotient = np.abs(wide) // np.abs(divisor) if wide.dtype != np.uint64 else wide // divisor
+        if wide.dtype != np.uint64:
+            quotient = quotient * (np.sign(wide) * np.sign(divisor))
+        result = quotient
+    else:
+        # The remainder takes the sign of the dividend (C semantics), hence fmod rather than %.
+        result = np.fmod(wide, divisor)
+    arrow_type = _arrow_integer(out_type)
+    return pa.array(result.astype(arrow_type.to_pandas_dtype()), arrow_type, mask=mask)
+
+
+def apply_to_bounds(name: str, values: Sequence[object], arg_type: str, constant: int | None) -> list[object]:
+    """Evaluate a function over a few Python values (used on index bounds)."""
+    info = type_info(arg_type)
+    arrow_type = {
+        "Date": pa.date32(), "Date32": pa.date32(),
+        "DateTime": pa.timestamp("s", info.timezone or "UTC"),
+        "DateTime64": pa.timestamp("us", info.timezone or "UTC"),
+    }.get(info.base)
+    if arrow_type is None and info.is_integer:
+        arrow_type = _arrow_integer(info.inner_text)
+    array = pa.array(list(values), arrow_type) if arrow_type is not None else pa.array(list(values))
+    return apply_function(name, array, arg_type, constant).to_pylist()
