@@ -1,0 +1,214 @@
+"""File-system primitives the catalog commits with: renameat2 (NOREPLACE / EXCHANGE), durable writes,
+ClickHouse's file-name escaping, and advisory locks (flock) for DDL guards and reader leases.
+
+Every catalog state change ends in exactly one of these atomic steps: a rename, a link-free
+create with O_EXCL, or an unlink. Everything before it is invisible; everything after it is repair.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+from spark_mergetree.errors import StorageError, TableExistsError, TableNotFoundError, UnsupportedError
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+# renameat2 syscall numbers, used when the C library predates its wrapper (glibc < 2.28).
+_RENAMEAT2_SYSCALL = {"x86_64": 316, "aarch64": 276, "i686": 353, "armv7l": 382}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2_fn = getattr(_libc, "renameat2", None)
+
+
+def _renameat2(old: Path, new: Path, flags: int) -> None:
+    """Call renameat2(2); raise OSError with the kernel's errno on failure."""
+    if not sys.platform.startswith("linux"):
+        raise UnsupportedError(
+            f"renameat2 is Linux-only (platform {sys.platform!r}); atomic RENAME/EXCHANGE of "
+            f"{old} -> {new} cannot be done safely here"
+        )
+    old_b, new_b = os.fsencode(old), os.fsencode(new)
+    if _renameat2_fn is not None:
+        result = _renameat2_fn(_AT_FDCWD, old_b, _AT_FDCWD, new_b, ctypes.c_uint(flags))
+    else:
+        number = _RENAMEAT2_SYSCALL.get(os.uname().machine)
+        if number is None:
+            raise UnsupportedError(f"renameat2 is not available on machine {os.uname().machine!r}")
+        result = _libc.syscall(number, _AT_FDCWD, old_b, _AT_FDCWD, new_b, ctypes.c_uint(flags))
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), os.fsdecode(old_b), None, os.fsdecode(new_b))
+
+
+def rename_noreplace(old: Path, new: Path, what: str) -> None:
+    """Rename ``old`` to ``new`` atomically, failing if ``new`` exists (the CREATE/RENAME commit point).
+
+    ``what`` names the object for error messages. Filesystems without RENAME_NOREPLACE are refused:
+    a check-then-rename fallback would let two creators both win.
+    """
+    try:
+        _renameat2(old, new, RENAME_NOREPLACE)
+    except OSError as exc:
+        if exc.errno == errno.EEXIST:
+            raise TableExistsError(f"{what} already exists ({new} is present)") from None
+        if exc.errno == errno.ENOENT:
+            raise TableNotFoundError(f"{what}: {old} does not exist") from None
+        if exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise UnsupportedError(
+                f"the filesystem holding {old} does not support renameat2(RENAME_NOREPLACE); "
+                f"the catalog needs it for atomic {what}"
+            ) from None
+        raise StorageError(f"cannot rename {old} -> {new} for {what}: {exc.strerror}") from exc
+
+
+def rename_exchange(first: Path, second: Path, what: str) -> None:
+    """Swap two paths in one syscall (renameat2 RENAME_EXCHANGE); both must exist.
+
+    There is deliberately no fallback: three plain renames would expose a moment where one
+    name is missing, and a crash there would lose a table name.
+    """
+    try:
+        _renameat2(first, second, RENAME_EXCHANGE)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            missing = first if not os.path.lexists(first) else second
+            raise TableNotFoundError(f"{what}: {missing} does not exist") from None
+        if exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise UnsupportedError(
+                f"the filesystem holding {first} does not support renameat2(RENAME_EXCHANGE); "
+                f"{what} is refused rather than done non-atomically"
+            ) from None
+        raise StorageError(f"cannot exchange {first} <-> {second} for {what}: {exc.strerror}") from exc
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (creates, renames, unlinks) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` with O_EXCL, write and fsync it (raises FileExistsError if it exists)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_symlink(link: Path, target: str) -> None:
+    """Point ``link`` at ``target`` atomically (symlink under a temporary name, then rename over)."""
+    if os.path.islink(link) and os.readlink(link) == target:
+        return
+    temporary = link.with_name(f".{link.name}.symlink_tmp.{os.getpid()}")
+    try:
+        os.unlink(temporary)
+    except FileNotFoundError:
+        pass
+    os.symlink(target, temporary)
+    os.replace(temporary, link)
+
+
+def remove_quietly(path: Path) -> bool:
+    """Unlink a file or symlink; return False if it was already gone."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+_SAFE_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def escape_for_file_name(name: str) -> str:
+    """ClickHouse's escaping of database/table names in paths: bytes other than [A-Za-z0-9_] → %XX."""
+    return "".join(chr(b) if b in _SAFE_BYTES else f"%{b:02X}" for b in name.encode("utf-8"))
+
+
+def unescape_for_file_name(escaped: str) -> str:
+    """Inverse of escape_for_file_name (also accepts lower-case hex, as ClickHouse does)."""
+    out = bytearray()
+    i = 0
+    raw = escaped.encode("utf-8")
+    while i < len(raw):
+        hex_digits = raw[i + 1:i + 3]
+        if raw[i] == 0x25 and len(hex_digits) == 2 and all(c in b"0123456789abcdefABCDEF" for c in hex_digits):
+            out.append(int(hex_digits, 16))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return out.decode("utf-8")
+
+
+class FileLock:
+    """An flock(2) lock on a file, shared or exclusive; released on close or process death.
+
+    flock locks belong to the open file description, so two FileLocks on the same file in one
+    process conflict exactly as they would across processes — what lets one process both read a
+    table and run the collector without fooling itself.
+    """
+
+    def __init__(self, path: Path, *, exclusive: bool, blocking: bool, create: bool = True) -> None:
+        self.path = path
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self._fd: int | None = os.open(path, flags, 0o644)
+        operation = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        if not blocking:
+            operation |= fcntl.LOCK_NB
+        try:
+            fcntl.flock(self._fd, operation)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise
+
+    @classmethod
+    def try_acquire(cls, path: Path, *, exclusive: bool, create: bool = True) -> FileLock | None:
+        """The lock if it is free right now, else None (never waits)."""
+        try:
+            return cls(path, exclusive=exclusive, blocking=False, create=create)
+        except BlockingIOError:
+            return None
+
+    def still_linked(self) -> bool:
+        """True if the locked file is still the one at ``path`` (not unlinked or renamed away)."""
+        if self._fd is None:
+            return False
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self._fd)
+        return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()

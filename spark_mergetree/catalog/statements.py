@@ -1,0 +1,161 @@
+"""The text of catalog metadata files: `ATTACH DATABASE _ UUID ...` and `ATTACH TABLE _ UUID ...`.
+
+Atomic databases never write a name into a metadata file (the `_` placeholder): the file name is
+the only place a name lives, which is what makes RENAME a single file rename. The UUID in the
+text is what ties the name to its `store/<first 3>/<uuid>/` directory.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid as uuid_module
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spark_mergetree.errors import FormatError, InvalidOptionError
+
+ColumnList = Sequence[tuple[str, str]]
+
+_UUID_PATTERN = r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
+_ATTACH_TABLE = re.compile(r"\A\s*ATTACH\s+TABLE\s+(?:_|`_`)\s+UUID\s+'" + _UUID_PATTERN + "'", re.IGNORECASE)
+_ATTACH_DATABASE = re.compile(
+    r"\A\s*ATTACH\s+DATABASE\s+(?:_|`_`)(?:\s+UUID\s+'" + _UUID_PATTERN + r"')?", re.IGNORECASE
+)
+_DATABASE_ENGINE = re.compile(r"\bENGINE\s*=\s*(\w+)", re.IGNORECASE)
+
+
+def database_statement(database_uuid: str) -> str:
+    """What ClickHouse writes into `metadata/<db>.sql` for an Atomic database."""
+    return f"ATTACH DATABASE _ UUID '{database_uuid}'\nENGINE = Atomic\n"
+
+
+def parse_database_statement(text: str, source: str) -> tuple[str | None, str]:
+    """(uuid or None, engine name) of a database metadata file; ``source`` names it in errors."""
+    match = _ATTACH_DATABASE.match(text)
+    if match is None:
+        raise FormatError(f"{source}: not an ATTACH DATABASE statement: {text[:80]!r}")
+    engine = _DATABASE_ENGINE.search(text, match.end())
+    return (match.group(1).lower() if match.group(1) else None), (engine.group(1) if engine else "")
+
+
+def table_uuid_of(text: str, source: str) -> str:
+    """The UUID of an `ATTACH TABLE _ UUID '...'` statement; ``source`` names the file in errors."""
+    match = _ATTACH_TABLE.match(text)
+    if match is None:
+        raise FormatError(
+            f"{source}: not an Atomic table metadata file (expected \"ATTACH TABLE _ UUID '...'\"), "
+            f"starts with {text[:80]!r}"
+        )
+    return match.group(1).lower()
+
+
+def new_uuid() -> str:
+    return str(uuid_module.uuid4())
+
+
+def _quote_identifier(name: str) -> str:
+    escaped = name.replace("\\", "\\\\").replace("`", "\\`")
+    return f"`{escaped}`"
+
+
+def _key_expression(key: str | Sequence[str] | None, what: str) -> str | None:
+    if key is None:
+        return None
+    if isinstance(key, str):
+        text = key.strip()
+        if not text:
+            raise InvalidOptionError(f"{what} is an empty string; use tuple() for no key")
+        return text
+    parts = [str(item).strip() for item in key]
+    if any(not part for part in parts):
+        raise InvalidOptionError(f"{what} {list(key)!r} contains an empty expression")
+    if not parts:
+        return "tuple()"
+    return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+
+
+def _setting_value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise InvalidOptionError(f"setting {name!r} has value {value!r} of type {type(value).__name__}; "
+                             f"expected int, float, bool or str")
+
+
+def table_statement(
+    table_uuid: str,
+    definition: Any,
+    order_by: str | Sequence[str] | None,
+    partition_by: str | Sequence[str] | None = None,
+    primary_key: str | Sequence[str] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> str:
+    """The ATTACH TABLE text for a new MergeTree table, as ClickHouse would write it.
+
+    ``definition`` is a column list ``[(name, ClickHouse type), ...]`` or a parsed table
+    definition from the expressions layer (then the keys come from it and the key arguments
+    must be None).
+    """
+    if not isinstance(definition, (list, tuple)):
+        return _statement_from_definition(table_uuid, definition, order_by, partition_by, primary_key, settings)
+    if not definition:
+        raise InvalidOptionError("schema is empty: a table needs at least one column")
+    for item in definition:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise InvalidOptionError(f"schema entry {item!r} is not a (column name, ClickHouse type) pair")
+    names = [name for name, _ in definition]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InvalidOptionError(f"schema has duplicate columns {duplicates}")
+    order_text = _key_expression(order_by, "order_by")
+    if order_text is None:
+        raise InvalidOptionError("order_by is required for MergeTree (use [] or 'tuple()' for no sorting key)")
+    merged_settings: dict[str, Any] = {"index_granularity": 8192}
+    merged_settings.update(settings or {})
+    lines = [f"ATTACH TABLE _ UUID '{table_uuid}'", "("]
+    lines.append(",\n".join(f"    {_quote_identifier(name)} {type_name}" for name, type_name in definition))
+    lines += [")", "ENGINE = MergeTree"]
+    partition_text = _key_expression(partition_by, "partition_by")
+    if partition_text is not None:
+        lines.append(f"PARTITION BY {partition_text}")
+    primary_text = _key_expression(primary_key, "primary_key")
+    if primary_text is not None:
+        lines.append(f"PRIMARY KEY {primary_text}")
+    lines.append(f"ORDER BY {order_text}")
+    lines.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(k, v)}" for k, v in merged_settings.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _statement_from_definition(
+    table_uuid: str, definition: Any, order_by: Any, partition_by: Any, primary_key: Any, settings: Any
+) -> str:
+    """Render a parsed TableDefinition through the expressions layer, with our UUID in it."""
+    if any(arg is not None for arg in (order_by, partition_by, primary_key, settings)):
+        raise InvalidOptionError(
+            "a TableDefinition already carries its keys and settings: pass order_by, partition_by, "
+            "primary_key and settings only with a column list"
+        )
+    try:
+        from spark_mergetree.expressions.ddl import format_attach
+    except ImportError as exc:
+        raise InvalidOptionError(
+            f"schema of type {type(definition).__name__} needs spark_mergetree.expressions.ddl ({exc})"
+        ) from exc
+    import dataclasses
+
+    if dataclasses.is_dataclass(definition) and any(f.name == "uuid" for f in dataclasses.fields(definition)):
+        definition = dataclasses.replace(definition, uuid=table_uuid)
+    text = format_attach(definition)
+    if not text.endswith("\n"):
+        text += "\n"
+    # Whatever name/UUID the definition carried, an Atomic metadata file holds `_` and our UUID.
+    return re.sub(
+        r"\A\s*(?:ATTACH|CREATE)\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?\S+(?:\s+UUID\s+'[^']*')?",
+        f"ATTACH TABLE _ UUID '{table_uuid}'",
+        text,
+        count=1,
+        flags=re.IGNORECASE,
+    )
