@@ -113,8 +113,9 @@ def table_statement(
     order_text = _key_expression(order_by, "order_by")
     if order_text is None:
         raise InvalidOptionError("order_by is required for MergeTree (use [] or 'tuple()' for no sorting key)")
-    merged_settings: dict[str, Any] = {"index_granularity": 8192}
-    merged_settings.update(settings or {})
+    # ClickHouse keeps the user's order and appends the default granularity when it is absent.
+    merged_settings: dict[str, Any] = dict(settings or {})
+    merged_settings.setdefault("index_granularity", 8192)
     lines = [f"ATTACH TABLE _ UUID '{table_uuid}'", "("]
     lines.append(",\n".join(f"    {_quote_identifier(name)} {type_name}" for name, type_name in definition))
     lines += [")", "ENGINE = MergeTree"]
