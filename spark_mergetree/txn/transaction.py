@@ -1,0 +1,188 @@
+"""Transaction: one snapshot across tables, and an all-or-nothing commit of part changes.
+
+Commit protocol: write a pending entry into the log of every touched table (fsynced), commit at
+the coordinator (the one commit point), then fill the csn into the entries. A crash before the
+coordinator decision leaves pending entries of a dead transaction (rolled back by recovery); a
+crash after it leaves pending entries of a committed one (readers already see them; recovery
+finalizes them).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Iterable
+
+from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
+from spark_mergetree.txn.coordinator import CommitOutcomeUnknownError, Coordinator, TxnInfo, default_coordinator
+from spark_mergetree.txn.table_log import TableLog, remove_directory
+
+
+class _TableChanges:
+    def __init__(self, log: TableLog) -> None:
+        self.log = log
+        self.added: list[str] = []
+        self.removed: list[str] = []
+        self.base: set[str] | None = None  # parts at the snapshot, cached: reads are repeatable
+
+
+class Transaction:
+    """A transaction of one coordinator. Use as a context manager: commit on success,
+    rollback on exception."""
+
+    def __init__(self, coordinator: Coordinator | None = None) -> None:
+        self.coordinator = coordinator if coordinator is not None else default_coordinator()
+        self.info: TxnInfo = self.coordinator.begin()
+        self._tables: dict[Path, _TableChanges] = {}
+        self.state = "running"
+        self.csn: int | None = None
+
+    @property
+    def tid(self) -> int:
+        return self.info.tid
+
+    @property
+    def snapshot(self) -> int:
+        return self.info.snapshot
+
+    def __repr__(self) -> str:
+        return f"Transaction(tid={self.tid}, snapshot={self.snapshot}, state={self.state}, {self.coordinator.url})"
+
+    def _require_running(self) -> None:
+        if self.state != "running":
+            raise TransactionError(f"transaction {self.tid} is already {self.state}")
+
+    def _table(self, table_dir: str | os.PathLike) -> _TableChanges:
+        key = Path(table_dir).resolve()
+        changes = self._tables.get(key)
+        if changes is None:
+            changes = _TableChanges(TableLog(key))
+            identity = changes.log.identity()
+            if identity is not None and identity["coordinator"] != self.coordinator.url:
+                raise TransactionError(
+                    f"table {key} is coordinated by {identity['coordinator']}, but transaction "
+                    f"{self.tid} runs on {self.coordinator.url}: a transaction cannot span tables of "
+                    "different coordinators")
+            self._tables[key] = changes
+        return changes
+
+    def _base(self, changes: _TableChanges) -> set[str]:
+        if changes.base is None:
+            changes.base = changes.log.snapshot(self.snapshot, self.coordinator)
+        return changes.base
+
+    def visible_parts(self, table_dir: str | os.PathLike) -> set[str]:
+        """Parts of the table at this transaction's snapshot, with its own changes applied."""
+        self._require_running()
+        changes = self._table(table_dir)
+        visible = set(self._base(changes))
+        visible.update(changes.added)
+        visible.difference_update(changes.removed)
+        return visible
+
+    def add_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
+        """Add part directories already written (fsynced, renamed to their final names)."""
+        self._require_running()
+        changes = self._table(table_dir)
+        for name in names:
+            if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+                raise InvalidOptionError(f"bad part name {name!r} for table {changes.log.table_dir}")
+            if not (changes.log.table_dir / name).is_dir():
+                raise InvalidOptionError(f"part directory {changes.log.table_dir / name} does not exist")
+            if name in changes.added or name in self._base(changes):
+                raise InvalidOptionError(f"part {name!r} is already in table {changes.log.table_dir}")
+            changes.added.append(name)
+
+    def remove_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
+        """Remove visible parts; takes their removal locks now (SerializationError if another
+        transaction removes one of them)."""
+        self._require_running()
+        changes = self._table(table_dir)
+        for name in names:
+            if name in changes.added:
+                # Added and removed by us: record both, so the directory is cleaned up like any
+                # removed part and never becomes visible.
+                changes.removed.append(name)
+                continue
+            if name not in self._base(changes) or name in changes.removed:
+                raise InvalidOptionError(
+                    f"part {name!r} is not visible in table {changes.log.table_dir} at snapshot {self.snapshot}")
+            table_id = changes.log.bind(self.coordinator.url)
+            self.coordinator.lock_removal(self.tid, table_id, name)
+            changes.removed.append(name)
+
+    def commit(self) -> int | None:
+        """Make every change visible at once; return the csn (None for a read-only transaction).
+
+        On SerializationError or any failure before the coordinator decided, nothing becomes
+        visible: pending entries and added directories are removed.
+        """
+        self._require_running()
+        touched = {path: changes for path, changes in self._tables.items() if changes.added or changes.removed}
+        if not touched:
+            self.coordinator.abort(self.tid)
+            self.state = "committed"
+            return None
+        written: list[TableLog] = []
+        removals: list[tuple[str, str]] = []
+        try:
+            for changes in touched.values():
+                table_id = changes.log.bind(self.coordinator.url)
+                changes.log.write_pending(self.tid, self.coordinator.url, changes.added, changes.removed)
+                written.append(changes.log)
+                removals.extend((table_id, name) for name in changes.removed if name not in changes.added)
+            csn = self.coordinator.commit(self.tid, removals, tables=[str(path) for path in touched])
+        except CommitOutcomeUnknownError:
+            # Pending entries stay: readers and recovery resolve them once the coordinator answers.
+            self.state = "unknown"
+            raise
+        except BaseException:
+            self._rollback_tables(written, touched.values())
+            raise
+        self.state = "committed"
+        self.csn = csn
+        commit_time = time.time()
+        for log in written:
+            log.finalize(self.tid, csn, commit_time)
+        for log in written:
+            try:
+                log.maybe_checkpoint()
+            except OSError:
+                pass  # a later commit or cleanup checkpoints
+        return csn
+
+    def _rollback_tables(self, written: list[TableLog], touched: Iterable[_TableChanges]) -> None:
+        try:
+            self.coordinator.abort(self.tid)
+        except TransactionError:
+            pass  # already aborted (conflict) or lost with its session
+        self.state = "aborted"
+        for log in written:
+            log.discard(self.tid, delete_added_parts=True)
+        for changes in touched:
+            for name in changes.added:
+                remove_directory(changes.log.table_dir / name)
+
+    def rollback(self) -> None:
+        """Abort: nothing becomes visible; directories this transaction added are deleted."""
+        if self.state != "running":
+            return
+        self._rollback_tables([], self._tables.values())
+
+    def __enter__(self) -> "Transaction":
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, traceback: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+
+def begin(coordinator: Coordinator | None = None) -> Transaction:
+    """Start a transaction on `coordinator` (default: `default_coordinator()`)."""
+    return Transaction(coordinator)
+
+
+__all__ = ["Transaction", "begin", "SerializationError"]
