@@ -164,8 +164,9 @@ class FileLock:
 
     def __init__(self, path: Path, *, exclusive: bool, blocking: bool, create: bool = True) -> None:
         self.path = path
+        self._fd: int | None = None
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        self._fd: int | None = os.open(path, flags, 0o644)
+        self._fd = os.open(path, flags, 0o644)
         operation = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         if not blocking:
             operation |= fcntl.LOCK_NB
