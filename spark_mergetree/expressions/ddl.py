@@ -1,0 +1,546 @@
+"""CREATE TABLE / ATTACH TABLE statements of MergeTree tables: parsing and formatting.
+
+Metadata files hold a table's ATTACH statement, which ClickHouse reads back when it starts, so
+`format_attach` writes the layout ClickHouse writes itself (4-space indented column list, one clause
+per line, `SETTINGS index_granularity = 8192` always present). Parsing runs on sqlglot's ClickHouse
+tokenizer and keeps every type, default and key expression as the text the statement had (with
+whitespace normalised), so nothing is lost or rewritten between reading and writing a definition.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sqlglot.dialects.clickhouse import ClickHouse
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import Token, TokenType
+
+from spark_mergetree.errors import ExpressionError, UnsupportedError
+from spark_mergetree.expressions.predicate import columns_of, parse_expression
+
+SUPPORTED_ENGINES = ("MergeTree",)
+DEFAULT_INDEX_GRANULARITY = "8192"
+
+_DEFAULT_KINDS = ("DEFAULT", "MATERIALIZED", "ALIAS", "EPHEMERAL")
+_COLUMN_CLAUSES = frozenset({*_DEFAULT_KINDS, "COMMENT", "CODEC", "TTL", "STATISTICS", "SETTINGS", "NULL", "NOT", "PRIMARY"})
+_TABLE_ELEMENT_WORDS = ("INDEX", "PROJECTION", "CONSTRAINT")
+_PLAIN_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BARE_SETTING = re.compile(r"^(-?\d+(\.\d+)?([eE][-+]?\d+)?|true|false)$")
+
+
+@dataclass(frozen=True)
+class ColumnDefinition:
+    """One column of a CREATE statement; expressions are kept as SQL text."""
+
+    name: str
+    type: str
+    default_kind: str | None = None  # DEFAULT, MATERIALIZED, ALIAS or EPHEMERAL
+    default_expression: str | None = None
+    comment: str | None = None  # the comment's value, unquoted
+    codec: str | None = None  # what is inside CODEC(...), e.g. 'Delta(1), ZSTD(1)'
+    ttl: str | None = None
+    extra: str | None = None  # STATISTICS(...) / SETTINGS(...) clauses, verbatim
+
+    @property
+    def is_stored(self) -> bool:
+        """Whether parts hold this column (ALIAS and EPHEMERAL columns are never written)."""
+        return self.default_kind not in ("ALIAS", "EPHEMERAL")
+
+
+@dataclass(frozen=True)
+class TableDefinition:
+    """A MergeTree table as a CREATE/ATTACH statement describes it."""
+
+    database: str | None
+    name: str
+    uuid: str | None
+    columns: tuple[ColumnDefinition, ...]
+    engine: str = "MergeTree"
+    order_by: tuple[str, ...] = ()
+    primary_key: tuple[str, ...] = ()  # equals order_by unless PRIMARY KEY was given
+    partition_by: str | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)  # string values unquoted
+    sample_by: str | None = None
+    ttl: str | None = None
+    comment: str | None = None
+    indexes: tuple[str, ...] = ()  # INDEX / PROJECTION / CONSTRAINT elements, verbatim
+    explicit_primary_key: bool = False  # whether the statement had a PRIMARY KEY clause
+    # The key clauses as written ('(id)' stays '(id)'); used when they still spell order_by/primary_key.
+    order_by_text: str | None = field(default=None, compare=False)
+    primary_key_text: str | None = field(default=None, compare=False)
+
+    @property
+    def schema(self) -> dict[str, str]:
+        """Column name → ClickHouse type string, for every column."""
+        return {column.name: column.type for column in self.columns}
+
+    @property
+    def stored_schema(self) -> dict[str, str]:
+        """Column name → type for the columns parts hold, in table order."""
+        return {column.name: column.type for column in self.columns if column.is_stored}
+
+    @property
+    def index_granularity(self) -> int:
+        return int(self.settings.get("index_granularity", DEFAULT_INDEX_GRANULARITY))
+
+    def column(self, name: str) -> ColumnDefinition:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise ExpressionError(f"table {self.name!r} has no column {name!r}; columns: {', '.join(self.schema)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------
+
+
+_LEADING_ATTACH = re.compile(r"^(\s*)ATTACH\b", re.I)
+
+
+def _tokenize(text: str) -> list[Token]:
+    # sqlglot reads ATTACH as an opaque command; CREATE has the same length, so offsets stay valid.
+    text = _LEADING_ATTACH.sub(lambda match: match.group(1) + "CREATE", text, count=1)
+    try:
+        return list(ClickHouse().tokenize(text))
+    except SqlglotError as error:
+        raise ExpressionError(f"cannot read statement: {error}") from None
+
+
+def _word(token: Token) -> str | None:
+    """The keyword-ish spelling of a token, or None for quoted identifiers and strings."""
+    if token.token_type in (TokenType.STRING, TokenType.IDENTIFIER):
+        return None
+    # sqlglot folds some phrases ('ORDER BY', 'PRIMARY KEY') into one token.
+    return " ".join(token.text.upper().split())
+
+
+def _first_word(token: Token) -> str | None:
+    word = _word(token)
+    return word.split(" ", 1)[0] if word else None
+
+
+def _phrase_length(tokens: list[Token], index: int, words: tuple[str, ...]) -> int:
+    """How many tokens from `index` spell `words` (0 when they do not)."""
+    wanted = list(words)
+    used = 0
+    while wanted and index + used < len(tokens):
+        word = _word(tokens[index + used])
+        if word is None:
+            return 0
+        parts = word.split(" ")
+        if parts != wanted[: len(parts)]:
+            return 0
+        wanted = wanted[len(parts):]
+        used += 1
+    return used if not wanted else 0
+
+
+def _identifier(token: Token, what: str) -> str:
+    if token.token_type == TokenType.STRING or not (_PLAIN_IDENTIFIER.match(token.text) or token.token_type == TokenType.IDENTIFIER):
+        raise ExpressionError(f"expected {what}, got {token.text!r} at offset {token.start}")
+    return token.text
+
+
+def _matching_paren(tokens: list[Token], open_index: int) -> int:
+    depth = 0
+    for index in range(open_index, len(tokens)):
+        kind = tokens[index].token_type
+        if kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+            if depth == 0:
+                return index
+    raise ExpressionError(f"unbalanced parenthesis opened at offset {tokens[open_index].start}")
+
+
+def _split_top_level(tokens: list[Token], begin: int, end: int) -> list[tuple[int, int]]:
+    """Split tokens[begin:end] at commas outside parentheses."""
+    pieces, depth, start = [], 0, begin
+    for index in range(begin, end):
+        kind = tokens[index].token_type
+        if kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif kind == TokenType.COMMA and depth == 0:
+            pieces.append((start, index))
+            start = index + 1
+    if start < end:
+        pieces.append((start, end))
+    return pieces
+
+
+def _span_text(text: str, tokens: list[Token], begin: int, end: int) -> str:
+    """Source text of tokens[begin:end] with whitespace normalised the way ClickHouse prints lists."""
+    out: list[str] = []
+    for index in range(begin, end):
+        token = tokens[index]
+        piece = text[token.start : token.end + 1]
+        if index > begin:
+            previous = tokens[index - 1]
+            gap = text[previous.end + 1 : token.start]
+            space = bool(gap.strip() == "" and gap) or previous.token_type == TokenType.COMMA
+            space = space or TokenType.EQ in (previous.token_type, token.token_type)
+            if previous.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET) or token.token_type in (
+                TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.COMMA,
+            ):
+                space = False
+            if gap.strip():  # a comment sat between the tokens
+                space = True
+            if space:
+                out.append(" ")
+        out.append(piece)
+    return "".join(out)
+
+
+def _key_elements(text: str, tokens: list[Token], begin: int, end: int) -> tuple[str, ...]:
+    """ORDER BY / PRIMARY KEY element texts: `(a, b)` and `tuple(a, b)` list their elements."""
+    if begin >= end:
+        return ()
+    first = tokens[begin]
+    if first.token_type == TokenType.L_PAREN and _matching_paren(tokens, begin) == end - 1:
+        inner = (begin + 1, end - 1)
+    elif (_word(first) == "TUPLE" and end - begin >= 3 and tokens[begin + 1].token_type == TokenType.L_PAREN
+          and _matching_paren(tokens, begin + 1) == end - 1):
+        inner = (begin + 2, end - 1)
+    else:
+        return (_span_text(text, tokens, begin, end),)
+    return tuple(_span_text(text, tokens, a, b) for a, b in _split_top_level(tokens, *inner))
+
+
+def _parse_column(text: str, tokens: list[Token], begin: int, end: int) -> ColumnDefinition:
+    name = _identifier(tokens[begin], "a column name")
+    index = begin + 1
+    depth = 0
+    type_end = index
+    while type_end < end:
+        kind = tokens[type_end].token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and _first_word(tokens[type_end]) in _COLUMN_CLAUSES:
+            break
+        type_end += 1
+    if type_end == index:
+        raise UnsupportedError(f"column {name!r} has no type (offset {tokens[begin].start}); give every column a type")
+    type_text = _span_text(text, tokens, index, type_end)
+    # Clauses: each runs from its keyword to the next clause keyword at depth 0.
+    starts: list[int] = []
+    depth = 0
+    for position in range(type_end, end):
+        kind = tokens[position].token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and _first_word(tokens[position]) in _COLUMN_CLAUSES:
+            if _word(tokens[position]) == "NULL" and position > type_end and _word(tokens[position - 1]) == "NOT":
+                continue
+            starts.append(position)
+    values: dict[str, object] = {}
+    extra: list[str] = []
+    for number, start in enumerate(starts):
+        stop = starts[number + 1] if number + 1 < len(starts) else end
+        keyword = _first_word(tokens[start])
+        body = _span_text(text, tokens, start + 1, stop)
+        if keyword in _DEFAULT_KINDS:
+            values["default_kind"] = keyword
+            values["default_expression"] = body or None
+        elif keyword == "COMMENT":
+            if stop - start != 2 or tokens[start + 1].token_type != TokenType.STRING:
+                raise ExpressionError(f"column {name!r}: COMMENT needs one string (offset {tokens[start].start})")
+            values["comment"] = tokens[start + 1].text
+        elif keyword == "CODEC":
+            if tokens[start + 1].token_type != TokenType.L_PAREN or _matching_paren(tokens, start + 1) != stop - 1:
+                raise ExpressionError(f"column {name!r}: CODEC needs a parenthesised list (offset {tokens[start].start})")
+            values["codec"] = _span_text(text, tokens, start + 2, stop - 1)
+        elif keyword == "TTL":
+            values["ttl"] = body
+        elif keyword == "NULL":
+            type_text = f"Nullable({type_text})"
+        elif keyword == "NOT":
+            pass  # NOT NULL is what a non-Nullable type means anyway
+        else:
+            extra.append(_span_text(text, tokens, start, stop))
+    return ColumnDefinition(name, type_text, extra=" ".join(extra) or None, **values)  # type: ignore[arg-type]
+
+
+_TABLE_CLAUSES = {
+    ("ENGINE",): "engine",
+    ("PARTITION", "BY"): "partition_by",
+    ("PRIMARY", "KEY"): "primary_key",
+    ("ORDER", "BY"): "order_by",
+    ("SAMPLE", "BY"): "sample_by",
+    ("TTL",): "ttl",
+    ("SETTINGS",): "settings",
+    ("COMMENT",): "comment",
+    ("AS",): "as",
+}
+
+
+def parse_create(text: str) -> TableDefinition:
+    """Read a `CREATE TABLE` or `ATTACH TABLE` statement of a MergeTree table."""
+    tokens = _tokenize(text)
+    while tokens and tokens[-1].token_type == TokenType.SEMICOLON:
+        tokens.pop()
+    position = 0
+
+    def expect_word(*words: str) -> str:
+        nonlocal position
+        if position >= len(tokens) or _word(tokens[position]) not in words:
+            got = tokens[position].text if position < len(tokens) else "end of statement"
+            raise ExpressionError(f"expected {' or '.join(words)}, got {got!r} in statement {text[:80]!r}")
+        position += 1
+        return _word(tokens[position - 1]) or ""
+
+    def peek_word(offset: int = 0) -> str | None:
+        index = position + offset
+        return _word(tokens[index]) if index < len(tokens) else None
+
+    if not tokens:
+        raise ExpressionError("empty statement")
+    expect_word("CREATE")
+    if peek_word() == "OR" and peek_word(1) == "REPLACE":
+        position += 2
+    if peek_word() in ("VIEW", "MATERIALIZED", "DICTIONARY", "DATABASE", "TEMPORARY", "LIVE", "WINDOW", "FUNCTION"):
+        raise UnsupportedError(f"only CREATE TABLE statements are supported, got {peek_word()} in {text[:80]!r}")
+    expect_word("TABLE")
+    if peek_word() == "IF" and peek_word(1) == "NOT" and peek_word(2) == "EXISTS":
+        position += 3
+    if position >= len(tokens):
+        raise ExpressionError("statement ends before the table name")
+    database: str | None = None
+    name = _identifier(tokens[position], "a table name")
+    position += 1
+    if position < len(tokens) and tokens[position].token_type == TokenType.DOT:
+        database, name = name, _identifier(tokens[position + 1], "a table name")
+        position += 2
+    table_uuid: str | None = None
+    if peek_word() == "UUID":
+        position += 1
+        if position >= len(tokens) or tokens[position].token_type != TokenType.STRING:
+            raise ExpressionError("UUID must be followed by a quoted UUID")
+        table_uuid = tokens[position].text
+        position += 1
+    if peek_word() == "ON" and peek_word(1) == "CLUSTER":
+        raise UnsupportedError("ON CLUSTER is not supported")
+    if position >= len(tokens) or tokens[position].token_type != TokenType.L_PAREN:
+        raise UnsupportedError(f"table {name!r}: the statement needs an explicit column list (CREATE ... AS is not supported)")
+    close = _matching_paren(tokens, position)
+    columns: list[ColumnDefinition] = []
+    indexes: list[str] = []
+    for begin, end in _split_top_level(tokens, position + 1, close):
+        word = _first_word(tokens[begin])
+        if word in _TABLE_ELEMENT_WORDS or word == "PRIMARY":
+            if word == "PRIMARY":
+                raise UnsupportedError(f"table {name!r}: PRIMARY KEY inside the column list is not supported; put it after ENGINE")
+            indexes.append(_span_text(text, tokens, begin, end))
+        else:
+            columns.append(_parse_column(text, tokens, begin, end))
+    if not columns:
+        raise ExpressionError(f"table {name!r} has no columns")
+    seen: set[str] = set()
+    for column in columns:
+        if column.name in seen:
+            raise ExpressionError(f"table {name!r}: column {column.name!r} is defined twice")
+        seen.add(column.name)
+
+    clause_starts: list[tuple[int, int, str]] = []  # (keyword start, body start, clause)
+    index, depth = close + 1, 0
+    while index < len(tokens):
+        kind = tokens[index].token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0:
+            for words, clause in _TABLE_CLAUSES.items():
+                length = _phrase_length(tokens, index, words)
+                if length:
+                    clause_starts.append((index, index + length, clause))
+                    index += length - 1
+                    break
+        index += 1
+    if clause_starts and clause_starts[0][0] != close + 1:
+        stray = tokens[close + 1]
+        raise ExpressionError(f"table {name!r}: unexpected {stray.text!r} at offset {stray.start}")
+    bodies: dict[str, tuple[int, int]] = {}
+    for number, (keyword_start, body_start, clause) in enumerate(clause_starts):
+        stop = clause_starts[number + 1][0] if number + 1 < len(clause_starts) else len(tokens)
+        if clause in bodies:
+            raise ExpressionError(f"table {name!r}: {clause.replace('_', ' ').upper()} given twice")
+        bodies[clause] = (body_start, stop)
+    if "as" in bodies:
+        raise UnsupportedError(f"table {name!r}: CREATE TABLE ... AS is not supported")
+    if "engine" not in bodies:
+        raise ExpressionError(f"table {name!r}: the statement has no ENGINE clause")
+
+    engine_begin, engine_end = bodies["engine"]
+    if engine_begin < engine_end and tokens[engine_begin].token_type == TokenType.EQ:
+        engine_begin += 1
+    if engine_begin >= engine_end:
+        raise ExpressionError(f"table {name!r}: ENGINE names no engine")
+    engine = tokens[engine_begin].text
+    engine_args = engine_end - engine_begin > 1
+    if engine not in SUPPORTED_ENGINES:
+        raise UnsupportedError(f"table {name!r}: engine {engine} is not supported (supported: {', '.join(SUPPORTED_ENGINES)})")
+    if engine_args and not (engine_end - engine_begin == 3 and tokens[engine_begin + 1].token_type == TokenType.L_PAREN):
+        raise UnsupportedError(f"table {name!r}: {engine} with engine arguments (the old syntax) is not supported")
+
+    def body_text(clause: str) -> str | None:
+        if clause not in bodies:
+            return None
+        begin, end = bodies[clause]
+        return _span_text(text, tokens, begin, end) or None
+
+    order_by = _key_elements(text, tokens, *bodies["order_by"]) if "order_by" in bodies else ()
+    explicit_primary_key = "primary_key" in bodies
+    primary_key = _key_elements(text, tokens, *bodies["primary_key"]) if explicit_primary_key else order_by
+    if "order_by" not in bodies and not explicit_primary_key:
+        raise ExpressionError(f"table {name!r}: a MergeTree table needs ORDER BY (use ORDER BY tuple() for none)")
+    if not order_by and explicit_primary_key:
+        order_by = primary_key
+    if tuple(order_by[: len(primary_key)]) != tuple(primary_key):
+        raise ExpressionError(f"table {name!r}: PRIMARY KEY {primary_key} must be a prefix of ORDER BY {order_by}")
+
+    settings: dict[str, str] = {}
+    if "settings" in bodies:
+        for begin, end in _split_top_level(tokens, *bodies["settings"]):
+            if end - begin < 3 or tokens[begin + 1].token_type != TokenType.EQ:
+                raise ExpressionError(f"table {name!r}: bad setting {_span_text(text, tokens, begin, end)!r}; expected name = value")
+            key = tokens[begin].text
+            value_token = tokens[begin + 2]
+            settings[key] = value_token.text if end - begin == 3 and value_token.token_type == TokenType.STRING else _span_text(
+                text, tokens, begin + 2, end)
+    comment = None
+    if "comment" in bodies:
+        begin, end = bodies["comment"]
+        if end - begin != 1 or tokens[begin].token_type != TokenType.STRING:
+            raise ExpressionError(f"table {name!r}: COMMENT needs one string")
+        comment = tokens[begin].text
+
+    partition_by = body_text("partition_by")
+    if partition_by is not None and re.fullmatch(r"tuple\(\s*\)", partition_by):
+        partition_by = None
+    definition = TableDefinition(
+        database=database, name=name, uuid=table_uuid, columns=tuple(columns), engine=engine,
+        order_by=tuple(order_by), primary_key=tuple(primary_key), partition_by=partition_by, settings=settings,
+        sample_by=body_text("sample_by"), ttl=body_text("ttl"), comment=comment, indexes=tuple(indexes),
+        explicit_primary_key=explicit_primary_key,
+        order_by_text=body_text("order_by"), primary_key_text=body_text("primary_key"),
+    )
+    _check_key_columns(definition)
+    return definition
+
+
+def _check_key_columns(definition: TableDefinition) -> None:
+    known = definition.schema
+    for what, expressions in (("ORDER BY", definition.order_by), ("PARTITION BY", (definition.partition_by,))):
+        for expression in expressions:
+            if expression is None:
+                continue
+            for column in sorted(columns_of(parse_expression(expression))):
+                if column not in known:
+                    raise ExpressionError(
+                        f"table {definition.name!r}: {what} {expression!r} uses unknown column {column!r}; "
+                        f"columns: {', '.join(known)}"
+                    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------------------
+
+
+def quote_identifier(name: str) -> str:
+    """A name as ClickHouse prints it in DDL: bare when plain, else in backquotes."""
+    if _PLAIN_IDENTIFIER.match(name):
+        return name
+    return _backquote(name)
+
+
+def _backquote(name: str) -> str:
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def quote_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _key_text(elements: tuple[str, ...], as_written: str | None = None) -> str:
+    if as_written is not None:
+        tokens = _tokenize(as_written)
+        if _key_elements(as_written, tokens, 0, len(tokens)) == tuple(elements):
+            return as_written
+    if not elements:
+        return "tuple()"
+    if len(elements) == 1:
+        return elements[0]
+    return "(" + ", ".join(elements) + ")"
+
+
+def _column_text(column: ColumnDefinition) -> str:
+    parts = [_backquote(column.name), column.type]
+    if column.default_kind:
+        parts.append(column.default_kind)
+        if column.default_expression:
+            parts.append(column.default_expression)
+    if column.comment is not None:
+        parts.append("COMMENT " + quote_string(column.comment))
+    if column.codec:
+        parts.append(f"CODEC({column.codec})")
+    if column.extra:
+        parts.append(column.extra)
+    if column.ttl:
+        parts.append("TTL " + column.ttl)
+    return " ".join(parts)
+
+
+def _setting_text(key: str, value: str) -> str:
+    return f"{key} = {value if _BARE_SETTING.match(value) else quote_string(value)}"
+
+
+def _body(defn: TableDefinition) -> str:
+    if defn.engine not in SUPPORTED_ENGINES:
+        raise UnsupportedError(f"engine {defn.engine} is not supported (supported: {', '.join(SUPPORTED_ENGINES)})")
+    elements = [_column_text(column) for column in defn.columns] + list(defn.indexes)
+    lines = ["("]
+    lines += ["    " + element + ("," if number + 1 < len(elements) else "") for number, element in enumerate(elements)]
+    lines += [")", f"ENGINE = {defn.engine}"]
+    if defn.partition_by:
+        lines.append(f"PARTITION BY {defn.partition_by}")
+    if defn.explicit_primary_key or tuple(defn.primary_key) != tuple(defn.order_by):
+        lines.append(f"PRIMARY KEY {_key_text(defn.primary_key, defn.primary_key_text)}")
+    lines.append(f"ORDER BY {_key_text(defn.order_by, defn.order_by_text)}")
+    if defn.sample_by:
+        lines.append(f"SAMPLE BY {defn.sample_by}")
+    if defn.ttl:
+        lines.append(f"TTL {defn.ttl}")
+    settings = dict(defn.settings)
+    settings.setdefault("index_granularity", DEFAULT_INDEX_GRANULARITY)
+    lines.append("SETTINGS " + ", ".join(_setting_text(key, value) for key, value in settings.items()))
+    if defn.comment is not None:
+        lines.append("COMMENT " + quote_string(defn.comment))
+    return "\n".join(lines)
+
+
+def format_attach(defn: TableDefinition) -> str:
+    """The ATTACH statement ClickHouse keeps in a table's metadata file (`ATTACH TABLE _ UUID '…'` in Atomic databases)."""
+    head = f"ATTACH TABLE _ UUID {quote_string(defn.uuid)}" if defn.uuid else f"ATTACH TABLE {quote_identifier(defn.name)}"
+    return head + "\n" + _body(defn) + "\n"
+
+
+def format_create(defn: TableDefinition, *, with_uuid: bool = False, if_not_exists: bool = False) -> str:
+    """A CREATE TABLE statement, as SHOW CREATE TABLE prints it (optionally with the UUID)."""
+    name = quote_identifier(defn.name)
+    if defn.database:
+        name = f"{quote_identifier(defn.database)}.{name}"
+    head = "CREATE TABLE " + ("IF NOT EXISTS " if if_not_exists else "") + name
+    if with_uuid and defn.uuid:
+        head += f" UUID {quote_string(defn.uuid)}"
+    return head + "\n" + _body(defn)
