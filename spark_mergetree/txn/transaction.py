@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Iterable
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
-from spark_mergetree.txn.coordinator import CommitOutcomeUnknownError, Coordinator, TxnInfo, default_coordinator
+from spark_mergetree.txn.coordinator import (
+    CommitOutcomeUnknownError,
+    Coordinator,
+    TxnInfo,
+    TxnState,
+    default_coordinator,
+)
 from spark_mergetree.txn.table_log import TableLog, remove_directory
 
 
@@ -132,14 +138,31 @@ class Transaction:
                 changes.log.write_pending(self.tid, self.coordinator.url, changes.added, changes.removed)
                 written.append(changes.log)
                 removals.extend((table_id, name) for name in changes.removed if name not in changes.added)
+        except BaseException:
+            self._rollback_tables(written, touched.values())
+            raise
+        try:
             csn = self.coordinator.commit(self.tid, removals, tables=[str(path) for path in touched])
         except CommitOutcomeUnknownError:
             # Pending entries stay: readers and recovery resolve them once the coordinator answers.
             self.state = "unknown"
             raise
-        except BaseException:
+        except SerializationError:
             self._rollback_tables(written, touched.values())
             raise
+        except BaseException as error:
+            # Anything else: only roll back once the coordinator says the commit did not happen.
+            try:
+                state, committed_csn = self.coordinator.status(self.tid)
+            except Exception:
+                self.state = "unknown"
+                raise CommitOutcomeUnknownError(
+                    f"commit of transaction {self.tid} failed ({error!r}) and its outcome is "
+                    "unknown; pending entries are left for recovery") from error
+            if state is not TxnState.COMMITTED or committed_csn is None:
+                self._rollback_tables(written, touched.values())
+                raise
+            csn = committed_csn
         self.state = "committed"
         self.csn = csn
         commit_time = time.time()

@@ -338,7 +338,7 @@ class ZooKeeperCoordinator(Coordinator):
         self._forget(tid)
         self._known_csn[tid] = csn
         try:
-            self._retrying("record csn", lambda: self.client.set_data_async(
+            self._retrying("record csn", lambda: self.client.set_async(
                 self._path("txn", f"{tid:010d}"), _json({"state": "committed", "csn": csn})))
         except (TransactionError, KazooException):
             pass  # readers fall back to the decision node
@@ -376,7 +376,7 @@ class ZooKeeperCoordinator(Coordinator):
                 csn = _sequence(name)
                 self._known_csn[tid] = csn
                 try:
-                    self._retrying("record csn", lambda: self.client.set_data_async(
+                    self._retrying("record csn", lambda: self.client.set_async(
                         self._path("txn", f"{tid:010d}"), _json({"state": "committed", "csn": csn})))
                 except (TransactionError, KazooException):
                     pass
@@ -453,7 +453,7 @@ class ZooKeeperCoordinator(Coordinator):
                     self._retrying(f"create {path}", lambda: self.client.create_async(path, str(1 + count).encode()))
                     return 1
                 first = int(found[0])
-                self._retrying(f"set {path}", lambda: self.client.set_data_async(
+                self._retrying(f"set {path}", lambda: self.client.set_async(
                     path, str(first + count).encode(), version=found[1].version))
                 return first
             except (NodeExistsError, BadVersionError):
