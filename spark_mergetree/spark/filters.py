@@ -1,0 +1,109 @@
+"""Spark's pushed filters → the predicate tree of spark_mergetree.expressions, for pruning only.
+
+Every pushed filter is also handed back to Spark as unhandled, so Spark filters rows itself; the
+tree built here only has to select a *superset* of the matching rows. That makes dropping a filter
+we cannot translate always safe (the conjunction just gets weaker), and it is why a NOT over
+something untranslatable is dropped as a whole rather than half-translated.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Iterable
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+)
+
+from spark_mergetree.expressions import predicate as p
+
+_COMPARISONS = {
+    EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=",
+}
+
+
+def _literal_ok(value: object, column_type: pa.DataType) -> bool:
+    """Whether a pushed constant means the same thing to the engine as to Spark.
+
+    A timestamp without a time zone is ambiguous between Spark's session zone and the column's zone;
+    pruning on a wrong reading would drop matching rows, so such filters are not used for pruning.
+    Floats compared against integer columns are left to Spark as well (rounding).
+    """
+    if value is None:
+        return False
+    if isinstance(value, dt.datetime):
+        return value.tzinfo is not None
+    if isinstance(value, float) and (pa.types.is_integer(column_type) or pa.types.is_decimal(column_type)):
+        return False
+    if isinstance(value, decimal.Decimal) and pa.types.is_integer(column_type):
+        return value == value.to_integral_value()
+    return isinstance(value, (bool, int, float, str, decimal.Decimal, dt.date))
+
+
+def _convert(f: Filter, schema: pa.Schema) -> p.Expr | None:
+    if isinstance(f, Not):
+        inner = _convert(f.child, schema)
+        return None if inner is None else p.Not(inner)
+    attribute = getattr(f, "attribute", ())
+    if len(attribute) != 1 or schema.get_field_index(attribute[0]) < 0:
+        return None  # nested struct fields and unknown names are left to Spark
+    name = attribute[0]
+    column_type = schema.field(name).type
+    column = p.Column(name)
+    if isinstance(f, IsNull):
+        return p.IsNull(column)
+    if isinstance(f, IsNotNull):
+        return p.IsNotNull(column)
+    if type(f) in _COMPARISONS:
+        if not _literal_ok(f.value, column_type):
+            return None
+        return p.Compare(_COMPARISONS[type(f)], column, p.Literal(_plain(f.value)))
+    if isinstance(f, EqualNullSafe):
+        if f.value is None:
+            return p.IsNull(column)
+        if not _literal_ok(f.value, column_type):
+            return None
+        return p.Compare("=", column, p.Literal(_plain(f.value)))
+    if isinstance(f, In):
+        values = list(f.value)
+        non_null = [v for v in values if v is not None]
+        if not non_null or not all(_literal_ok(v, column_type) for v in non_null):
+            return None
+        return p.In(column, tuple(p.Literal(_plain(v)) for v in non_null))
+    if pa.types.is_string(column_type) and isinstance(getattr(f, "value", None), str):
+        if isinstance(f, StringStartsWith):
+            return p.StartsWith(column, f.value)
+        if isinstance(f, StringEndsWith):
+            return p.EndsWith(column, f.value)
+        if isinstance(f, StringContains):
+            return p.Contains(column, f.value)
+    return None
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, decimal.Decimal) and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
+def to_predicate(filters: Iterable[Filter], schema: pa.Schema) -> p.Expr | None:
+    """AND of every translatable filter, or None when nothing can be used for pruning."""
+    terms = [term for term in (_convert(f, schema) for f in filters) if term is not None]
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else p.And(tuple(terms))

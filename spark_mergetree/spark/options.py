@@ -1,0 +1,192 @@
+"""Options of format("mergetree"): parsing and validation of read and write options on the driver.
+
+Spark hands options over with lower-cased keys and string values. Everything is checked here, before
+any task runs, so a typo fails the job at once with an InvalidOptionError naming the option and the
+values it accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from spark_mergetree.errors import InvalidOptionError
+
+# Rows one input partition should cover; granule ranges are grouped up to this size.
+DEFAULT_TARGET_ROWS = 1 << 20
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+# Options that only name the table; shared by reads and writes.
+_LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator"}
+
+READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot"}
+
+# Options that shape a table when the first write creates it.
+CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity", "codec"}
+WRITE_OPTIONS = _LOCATION_OPTIONS | CREATE_OPTIONS | {"partition_overwrite_mode", "merge_schema"}
+# Any other MergeTree setting of a new table is given as `setting.<name>`.
+SETTING_PREFIX = "setting."
+
+_CODECS = ("NONE", "LZ4", "LZ4HC", "ZSTD")
+
+
+def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidOptionError(f"option {key!r} must be true or false, got {raw!r}")
+
+
+def parse_int(options: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidOptionError(f"option {key!r} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise InvalidOptionError(f"option {key!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_columns(raw: str | None) -> list[str] | None:
+    if raw is None:
+        return None
+    names = [name.strip().strip("`") for name in raw.split(",")]
+    if not all(names):
+        raise InvalidOptionError(f"option 'columns' must be a comma-separated list of column names, got {raw!r}")
+    return names
+
+
+def _reject_unknown(options: Mapping[str, str], known: set[str], what: str, allow_settings: bool = False) -> None:
+    unknown = sorted(
+        key for key in options
+        if key not in known and not (allow_settings and key.startswith(SETTING_PREFIX))
+    )
+    if unknown:
+        extra = f", or {SETTING_PREFIX}<merge tree setting>" if allow_settings else ""
+        raise InvalidOptionError(
+            f"unknown {what} option(s) {unknown} for format('mergetree'); valid: {sorted(known)}{extra}"
+        )
+
+
+def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
+    path = options.get("path")
+    if not path:
+        raise InvalidOptionError(
+            "format('mergetree') needs a table: load(<directory>) / save(<directory>), or option 'catalog' "
+            "with load('<database>.<table>')"
+        )
+    return path, options.get("catalog") or None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    path: str
+    catalog: str | None = None
+    create_statement: str | None = None
+    coordinator: str | None = None
+    columns: list[str] | None = None
+    where: str | None = None
+    target_rows: int = DEFAULT_TARGET_ROWS
+    pushdown: bool = True
+    snapshot: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        options = {key.lower(): value for key, value in options.items()}
+        _reject_unknown(options, READ_OPTIONS, "read")
+        path, catalog = _location(options)
+        where = options.get("where")
+        if where is not None and not where.strip():
+            raise InvalidOptionError("option 'where' is empty; leave it out to read every row")
+        return cls(
+            path=path,
+            catalog=catalog,
+            create_statement=options.get("create_statement") or None,
+            coordinator=options.get("coordinator") or None,
+            columns=parse_columns(options.get("columns")),
+            where=where,
+            target_rows=parse_int(options, "target_rows", DEFAULT_TARGET_ROWS, minimum=1),
+            pushdown=parse_bool(options, "pushdown", True),
+            snapshot=parse_int(options, "snapshot", None),
+        )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    path: str
+    catalog: str | None = None
+    create_statement: str | None = None
+    coordinator: str | None = None
+    order_by: str | None = None
+    partition_by: str | None = None
+    primary_key: str | None = None
+    settings: dict[str, str] = field(default_factory=dict)
+    dynamic_partition_overwrite: bool = False
+    merge_schema: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], overwrite: bool) -> WriteOptions:
+        options = {key.lower(): value for key, value in options.items()}
+        _reject_unknown(options, WRITE_OPTIONS, "write", allow_settings=True)
+        path, catalog = _location(options)
+        mode = str(options.get("partition_overwrite_mode", "static")).strip().lower()
+        if mode not in ("static", "dynamic"):
+            raise InvalidOptionError(
+                f"option 'partition_overwrite_mode' must be 'static' or 'dynamic', got {options['partition_overwrite_mode']!r}"
+            )
+        if mode == "dynamic" and not overwrite:
+            raise InvalidOptionError(
+                "option 'partition_overwrite_mode'='dynamic' needs mode('overwrite'); with mode('append') "
+                "nothing is replaced"
+            )
+        settings: dict[str, str] = {}
+        granularity = parse_int(options, "index_granularity", None, minimum=1)
+        if granularity is not None:
+            settings["index_granularity"] = str(granularity)
+        codec = options.get("codec")
+        if codec is not None:
+            settings["codec"] = _check_codec(codec)
+        for key, value in options.items():
+            if key.startswith(SETTING_PREFIX):
+                name = key[len(SETTING_PREFIX):]
+                if not name.isidentifier():
+                    raise InvalidOptionError(f"option {key!r} does not name a MergeTree setting")
+                settings[name] = value
+        for key in ("order_by", "partition_by", "primary_key"):
+            if key in options and not str(options[key]).strip():
+                raise InvalidOptionError(f"option {key!r} is empty")
+        return cls(
+            path=path,
+            catalog=catalog,
+            create_statement=options.get("create_statement") or None,
+            coordinator=options.get("coordinator") or None,
+            order_by=options.get("order_by"),
+            partition_by=options.get("partition_by"),
+            primary_key=options.get("primary_key"),
+            settings=settings,
+            dynamic_partition_overwrite=mode == "dynamic",
+            merge_schema=parse_bool(options, "merge_schema", False),
+        )
+
+
+def _check_codec(raw: str) -> str:
+    text = raw.strip()
+    name, _, rest = text.partition("(")
+    if name.strip().upper() not in _CODECS:
+        raise InvalidOptionError(f"option 'codec' must be one of {list(_CODECS)} (e.g. 'ZSTD(3)'), got {raw!r}")
+    if rest:
+        level = rest.rstrip(")").strip()
+        if not rest.endswith(")") or not level.lstrip("-").isdigit():
+            raise InvalidOptionError(f"option 'codec' has a bad level: {raw!r} (expected e.g. 'ZSTD(3)')")
+        return f"{name.strip().upper()}({int(level)})"
+    return name.strip().upper()

@@ -1,0 +1,337 @@
+"""The Python DataSource `mergetree`: schema, reader (partitions, pruning, Arrow batches) and writer.
+
+Reading: the driver plans granule ranges grouped into input partitions of about `target_rows` rows
+(so one big part still feeds every core); executors read their ranges as Arrow and cast them to
+Spark's Arrow schema in one step. Pushed filters prune partitions and granules but are all handed
+back to Spark, which filters the rows itself.
+
+PySpark 4.3 keeps the planned partitions of a pushed-down scan on the loaded DataFrame and reuses
+them for later queries on it that push nothing (`df.filter("id > 3").count(); df.count()` would
+count 3 rows twice). Python is not even called for the second query, so the guard lives in the
+tasks: a pruned plan is claimed by the first SQL execution that reads it (an atomic file in the
+table's `_mergetree/spark_scans/`), and a task of any other execution reads the unpruned share of
+granules that every partition also carries. Plans without pushed filters are safe to reuse as is.
+
+Writing: tasks cast Spark's batches to the table schema and stage tmp parts (the engine sorts and
+splits by partition); the driver's commit() makes all of a job's parts visible in one step, once
+per task partition id, and removes everything else the job staged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    Filter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, TableNotFoundError
+from spark_mergetree.spark import adapter
+from spark_mergetree.spark.adapter import TableRef, TxnContext
+from spark_mergetree.spark.filters import to_predicate
+from spark_mergetree.spark.options import ReadOptions, WriteOptions
+from spark_mergetree.spark.types import (
+    check_readable_columns,
+    check_writable,
+    clickhouse_columns,
+    conform_batch,
+    key_columns,
+    spark_arrow_schema,
+    spark_schema,
+    to_table_arrow,
+)
+
+SOURCE_NAME = "mergetree"
+CLAIM_DIR = Path("_mergetree") / "spark_scans"
+_CLAIM_MAX_AGE_SECONDS = 24 * 3600
+# Rows a write task buffers before staging parts; bounds task memory while keeping parts large.
+_STAGE_ROWS = 4 << 20
+
+
+def _parse_where(text: str | None) -> Any:
+    if text is None:
+        return None
+    from spark_mergetree.expressions.predicate import parse_predicate
+
+    return parse_predicate(text)
+
+
+def _and(left: Any, right: Any) -> Any:
+    if left is None:
+        return right
+    if right is None:
+        return left
+    from spark_mergetree.expressions.predicate import And
+
+    return And((left, right))
+
+
+class MergeTreeDataSource(DataSource):
+    """`spark.read.format("mergetree")` / `df.write.format("mergetree")` (see docs/spark.md)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _read_options(self) -> ReadOptions:
+        return ReadOptions.parse(self.options)
+
+    def schema(self) -> StructType:
+        opts = self._read_options()
+        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        arrow = adapter.table_schema(ref)
+        if opts.columns is not None:
+            missing = [name for name in opts.columns if arrow.get_field_index(name) < 0]
+            if missing:
+                raise InvalidOptionError(f"option 'columns' names {missing}, not in {ref.describe()}; "
+                                         f"columns: {arrow.names}")
+            arrow = pa.schema([arrow.field(name) for name in opts.columns])
+        return spark_schema(arrow)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = self._read_options()
+        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        table_arrow = adapter.table_schema(ref)
+        check_readable_columns(table_arrow, schema)
+        if opts.columns is not None:
+            outside = [f.name for f in schema.fields if f.name not in opts.columns]
+            if outside:
+                raise InvalidOptionError(f"the read schema names {outside}, which option 'columns' leaves out")
+        where = _parse_where(opts.where)
+        if where is not None:
+            _bind_check(where, ref)
+        return MergeTreeReader(ref, opts, schema, table_arrow, where)
+
+    def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
+        opts = WriteOptions.parse(self.options, overwrite)
+        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        if not adapter.table_exists(ref):
+            non_nullable = key_columns(opts.order_by, opts.partition_by, opts.primary_key) & set(schema.fieldNames())
+            columns = clickhouse_columns(schema, non_nullable)
+            ref = adapter.create_table(ref, columns, opts.order_by, opts.partition_by, opts.primary_key,
+                                       opts.settings, opts.catalog)
+        table_arrow = adapter.table_schema(ref)
+        new_columns = check_writable(table_arrow, schema, opts.merge_schema)
+        if new_columns:
+            subset = StructType([schema[name] for name in new_columns])
+            adapter.add_columns(ref, clickhouse_columns(subset, set()))
+            table_arrow = adapter.table_schema(ref)
+        if overwrite:
+            mode = "overwrite_partitions" if opts.dynamic_partition_overwrite else "overwrite"
+        else:
+            mode = "append"
+        return MergeTreeWriter(ref, table_arrow, mode, uuid.uuid4().hex)
+
+
+def _bind_check(where: Any, ref: TableRef) -> None:
+    """Fail on the driver when the `where` option names unknown columns or mismatched constants."""
+    from spark_mergetree.expressions.predicate import bind
+
+    table = adapter.open_table(ref)
+    definition = getattr(table, "definition", None)
+    columns = getattr(definition, "columns", None)
+    if columns is None:
+        return
+    types = dict(columns) if not isinstance(columns, dict) else columns
+    try:
+        bind(where, {name: str(t) for name, t in types.items()})
+    except Exception as error:  # noqa: BLE001 - re-raised as an option error naming the option
+        raise InvalidOptionError(f"option 'where': {error}") from error
+
+
+# ------------------------------------------------------------------------------------------ read
+
+
+class MergeTreePartition(InputPartition):
+    """One input partition: a share of the unpruned plan, and the pruned tasks it reads instead.
+
+    `pruned_tasks` is None when no filter was pushed; then `full_tasks` is all there is.
+    """
+
+    def __init__(self, index: int, full_tasks: list[Any], pruned_tasks: list[Any] | None = None,
+                 plan_id: str = "", snapshot: Any = None, stats: dict[str, Any] | None = None) -> None:
+        super().__init__(index)
+        self.index = index
+        self.full_tasks = full_tasks
+        self.pruned_tasks = pruned_tasks
+        self.plan_id = plan_id
+        self.snapshot = snapshot
+        self.stats = stats or {}
+
+
+class MergeTreeReader(DataSourceReader):
+    def __init__(self, ref: TableRef, opts: ReadOptions, schema: StructType, table_arrow: pa.Schema,
+                 where: Any) -> None:
+        self.ref = ref
+        self.opts = opts
+        self.columns = schema.fieldNames()
+        self.target = spark_arrow_schema(schema)
+        self.table_arrow = table_arrow
+        self.where = where
+        self.pushed: Any = None
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        filters = list(filters)
+        if self.opts.pushdown:
+            self.pushed = to_predicate(filters, self.table_arrow)
+        # Every filter goes back to Spark: pruning here only narrows what is read (see module doc).
+        return iter(filters)
+
+    def partitions(self) -> list[InputPartition]:
+        full = adapter.plan(self.ref, self.columns, self.where, self.opts.target_rows, self.opts.snapshot)
+        stats = {"granules_total": full.granules_total, "granules_selected": full.granules_selected,
+                 "pushed": repr(self.pushed) if self.pushed is not None else None}
+        shares: list[list[Any]] = [[task] for task in full.tasks] or [[]]
+        if self.pushed is None:
+            return [MergeTreePartition(i, share, None, "", full.snapshot, stats) for i, share in enumerate(shares)]
+        pruned = adapter.plan(self.ref, self.columns, _and(self.where, self.pushed), self.opts.target_rows,
+                              full.snapshot)
+        stats["granules_selected"] = pruned.granules_selected
+        plan_id = uuid.uuid4().hex
+        _sweep_claims(self.ref)
+        pruned_shares: list[list[Any]] = [[] for _ in shares]
+        for position, task in enumerate(pruned.tasks):
+            pruned_shares[position % len(shares)].append(task)
+        return [MergeTreePartition(i, share, pruned_shares[i], plan_id, full.snapshot, stats)
+                for i, share in enumerate(shares)]
+
+    def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        tasks = partition.full_tasks
+        if partition.pruned_tasks is not None and _claim(self.ref, partition.plan_id):
+            tasks = partition.pruned_tasks
+        for task in tasks:
+            for batch in adapter.read(self.ref, task, self.columns, self.where):
+                if batch.num_rows:
+                    yield conform_batch(batch, self.target)
+
+
+def _claim_dir(ref: TableRef) -> Path:
+    return Path(ref.path) / CLAIM_DIR
+
+
+def _execution_id() -> str | None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else context.getLocalProperty("spark.sql.execution.id")
+
+
+def _claim(ref: TableRef, plan_id: str) -> bool:
+    """True when the running SQL execution owns the pruned plan (the first one to read it does).
+
+    The claim file is written whole under a temporary name and hard-linked into place, so a
+    reader never sees it half-written. Anything unusual (no execution id, read-only storage)
+    answers False: reading unpruned is always correct.
+    """
+    execution = _execution_id()
+    if execution is None:
+        return False
+    directory = _claim_dir(ref)
+    final = directory / plan_id
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        temporary = directory / f".{plan_id}.{uuid.uuid4().hex}"
+        temporary.write_text(execution)
+        try:
+            os.link(temporary, final)
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink(missing_ok=True)
+        return final.read_text() == execution
+    except OSError:
+        return False
+
+
+def _sweep_claims(ref: TableRef) -> None:
+    directory = _claim_dir(ref)
+    if not directory.is_dir():
+        return
+    horizon = time.time() - _CLAIM_MAX_AGE_SECONDS
+    for entry in directory.iterdir():
+        try:
+            if entry.stat().st_mtime < horizon:
+                entry.unlink()
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------------------- write
+
+
+@dataclass
+class MergeTreeCommitMessage(WriterCommitMessage):
+    partition_id: int
+    attempt: int
+    staged: list[Any]
+    txn: TxnContext | None
+
+
+class MergeTreeWriter(DataSourceArrowWriter):
+    def __init__(self, ref: TableRef, table_arrow: pa.Schema, mode: str, tag: str) -> None:
+        self.ref = ref
+        self.table_arrow = table_arrow
+        self.mode = mode
+        self.tag = tag  # names every tmp part of this job, so abort() and commit() can find leftovers
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MergeTreeCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        txn = adapter.current_txn_from_task()
+        staged: list[Any] = []
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for batch in iterator:
+            if not batch.num_rows:
+                continue
+            pending.append(to_table_arrow(batch, self.table_arrow))
+            pending_rows += batch.num_rows
+            if pending_rows >= _STAGE_ROWS:
+                staged += adapter.stage(self.ref, pa.Table.from_batches(pending, self.table_arrow), self.tag)
+                pending, pending_rows = [], 0
+        if pending:
+            staged += adapter.stage(self.ref, pa.Table.from_batches(pending, self.table_arrow), self.tag)
+        return MergeTreeCommitMessage(context.partitionId(), context.attemptNumber(), staged, txn)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        chosen: dict[int, MergeTreeCommitMessage] = {}
+        for message in messages:
+            if isinstance(message, MergeTreeCommitMessage) and message.partition_id not in chosen:
+                chosen[message.partition_id] = message
+        contexts = {message.txn for message in chosen.values()}
+        if len(contexts) > 1:
+            raise SchemaMismatchError(f"tasks of one write disagree on the transaction: {contexts}")
+        txn = next(iter(contexts), None)
+        staged = [part for message in chosen.values() for part in message.staged]
+        try:
+            adapter.commit(self.ref, staged, self.mode, txn)
+        except BaseException:
+            adapter.discard(self.ref, self.tag)
+            raise
+        # Parts of failed or duplicate attempts were staged under the same tag: drop them.
+        adapter.discard(self.ref, self.tag, keep=staged)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        adapter.discard(self.ref, self.tag)
+
+
+def register(spark: Any) -> None:
+    """Register format("mergetree") on a session (not needed when the package is pip-installed)."""
+    spark.dataSource.register(MergeTreeDataSource)
+
+
+__all__ = ["MergeTreeDataSource", "register", "TableNotFoundError"]

@@ -1,0 +1,242 @@
+"""Type mapping between a table's Arrow schema (format/types.py) and Spark SQL types, both ways.
+
+Reads: ClickHouse type → Arrow (format.types.to_arrow) → Spark type (here). Batches handed to Spark
+must equal Spark's own Arrow rendering of the schema exactly, so `spark_arrow_schema` asks PySpark
+for that rendering and `conform_batch` casts the engine's batch to it in one vectorized step.
+Writes: Spark's Arrow batches are cast to the table's Arrow schema; a new table's ClickHouse types
+come from format.types.from_arrow on Spark's Arrow rendering of the DataFrame schema.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+
+# Spark's widest decimal; wider exact integers (Int128, UInt256, Decimal(>38)) are read as text.
+_SPARK_MAX_PRECISION = 38
+
+
+def spark_type(arrow_type: pa.DataType, column: str) -> DataType:
+    """The Spark type a column read into `arrow_type` is presented as (lossless where Spark allows)."""
+    t = arrow_type
+    simple = {
+        pa.bool_(): BooleanType(), pa.int8(): ByteType(), pa.int16(): ShortType(), pa.int32(): IntegerType(),
+        pa.int64(): LongType(), pa.float32(): FloatType(), pa.float64(): DoubleType(),
+        # Unsigned integers widen to the next signed type; UInt64 needs 20 decimal digits.
+        pa.uint8(): ShortType(), pa.uint16(): IntegerType(), pa.uint32(): LongType(),
+        pa.uint64(): DecimalType(20, 0),
+        pa.string(): StringType(), pa.large_string(): StringType(), pa.date32(): DateType(),
+        pa.binary(): BinaryType(), pa.large_binary(): BinaryType(),
+    }
+    if t in simple:
+        return simple[t]
+    if pa.types.is_fixed_size_binary(t):
+        return BinaryType()
+    if pa.types.is_timestamp(t):
+        return TimestampType()
+    if pa.types.is_decimal(t):
+        if t.precision <= _SPARK_MAX_PRECISION:
+            return DecimalType(t.precision, t.scale)
+        return StringType()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return ArrayType(spark_type(t.value_type, column), containsNull=t.value_field.nullable)
+    if pa.types.is_map(t):
+        return MapType(spark_type(t.key_type, column), spark_type(t.item_type, column),
+                       valueContainsNull=t.item_field.nullable)
+    if pa.types.is_struct(t):
+        return StructType([
+            StructField(t.field(i).name, spark_type(t.field(i).type, column), t.field(i).nullable)
+            for i in range(t.num_fields)
+        ])
+    if pa.types.is_dictionary(t):
+        return spark_type(t.value_type, column)
+    raise UnsupportedError(f"column {column!r}: no Spark type for Arrow type {t}")
+
+
+def spark_schema(arrow_schema: pa.Schema) -> StructType:
+    return StructType([StructField(f.name, spark_type(f.type, f.name), f.nullable) for f in arrow_schema])
+
+
+def spark_arrow_schema(schema: StructType) -> pa.Schema:
+    """Exactly the Arrow schema PySpark checks the first batch of a read against."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _needs_text(source: pa.DataType, target: pa.DataType) -> bool:
+    return pa.types.is_decimal(source) and pa.types.is_string(target)
+
+
+def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """Select, order and cast the columns of `batch` to `target` in one vectorized step per column."""
+    arrays = []
+    for target_field in target:
+        column = batch.column(batch.schema.get_field_index(target_field.name))
+        if column.type != target_field.type:
+            if _needs_text(column.type, target_field.type):
+                column = pc.cast(column, pa.string())
+            else:
+                column = column.cast(target_field.type, safe=True)
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def check_readable_columns(table_schema: pa.Schema, requested: StructType) -> None:
+    """A user schema (`.schema(...)`) must name existing columns with the types the table maps to."""
+    for field in requested.fields:
+        index = table_schema.get_field_index(field.name)
+        if index < 0:
+            raise SchemaMismatchError(
+                f"column {field.name!r} of the requested schema is not in the table; "
+                f"table columns: {table_schema.names}"
+            )
+        expected = spark_type(table_schema.field(index).type, field.name)
+        if expected != field.dataType:
+            raise SchemaMismatchError(
+                f"column {field.name!r}: requested Spark type {field.dataType.simpleString()}, but the table "
+                f"column reads as {expected.simpleString()}"
+            )
+
+
+_IDENTIFIER = re.compile(r"`([^`]+)`|\b([A-Za-z_][A-Za-z0-9_]*)\b")
+
+
+def key_columns(*expressions: str | None) -> set[str]:
+    """Identifiers mentioned in key expressions (function names included; callers intersect with columns)."""
+    names: set[str] = set()
+    for text in expressions:
+        for quoted, bare in _IDENTIFIER.findall(text or ""):
+            names.add(quoted or bare)
+    return names
+
+
+def clickhouse_columns(schema: StructType, non_nullable: set[str]) -> list[tuple[str, str]]:
+    """(name, ClickHouse type) for a new table made from a DataFrame schema.
+
+    Key columns (`non_nullable`) are stored without Nullable, as ClickHouse requires of sort and
+    partition keys; a NULL written into one fails the write with the column named.
+    """
+    from spark_mergetree.format.types import from_arrow
+
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    columns = []
+    for spark_field, arrow_field in zip(schema.fields, arrow):
+        try:
+            ch_type = from_arrow(arrow_field.type, arrow_field.nullable and spark_field.name not in non_nullable)
+        except (SchemaMismatchError, UnsupportedError) as error:
+            raise SchemaMismatchError(
+                f"column {spark_field.name!r} of Spark type {spark_field.dataType.simpleString()} cannot be "
+                f"stored in a MergeTree table: {error}"
+            ) from None
+        columns.append((spark_field.name, ch_type.to_clickhouse()))
+    return columns
+
+
+def check_writable(table_schema: pa.Schema, incoming: StructType, merge_schema: bool) -> list[str]:
+    """Compare a DataFrame schema with the table's; returns the names of new columns (merge_schema).
+
+    Column order may differ; every DataFrame column must exist with a type Spark can cast into the
+    table's type, and columns the DataFrame lacks must be nullable (they are written as NULL).
+    """
+    table_names = set(table_schema.names)
+    incoming_names = [f.name for f in incoming.fields]
+    extra = [name for name in incoming_names if name not in table_names]
+    missing = [name for name in table_schema.names if name not in set(incoming_names)]
+    missing_required = [name for name in missing if not table_schema.field(name).nullable]
+    if (extra and not merge_schema) or missing_required:
+        parts = []
+        if extra:
+            parts.append(f"columns {extra} are not in the table (option merge_schema=true adds them)")
+        if missing_required:
+            parts.append(f"non-nullable table columns {missing_required} are missing from the DataFrame")
+        raise SchemaMismatchError(
+            "DataFrame schema does not match the table: " + "; ".join(parts)
+            + f". Table columns: {[f'{f.name} {spark_type(f.type, f.name).simpleString()}' for f in table_schema]}"
+        )
+    for spark_field in incoming.fields:
+        if spark_field.name not in table_names:
+            continue
+        table_field = table_schema.field(spark_field.name)
+        expected = spark_type(table_field.type, table_field.name)
+        if not _castable(spark_field.dataType, expected):
+            raise SchemaMismatchError(
+                f"column {spark_field.name!r}: DataFrame type {spark_field.dataType.simpleString()} does not "
+                f"match the table's {expected.simpleString()}"
+            )
+    return extra
+
+
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+
+
+def _castable(source: DataType, target: DataType) -> bool:
+    """Only widening, value-preserving conversions are accepted implicitly."""
+    if source == target:
+        return True
+    if isinstance(source, _INTEGRAL) and isinstance(target, _INTEGRAL):
+        return _INTEGRAL.index(type(source)) <= _INTEGRAL.index(type(target))
+    if isinstance(source, _INTEGRAL) and isinstance(target, DecimalType):
+        return True  # range-checked at write time
+    if isinstance(source, FloatType) and isinstance(target, DoubleType):
+        return True
+    if isinstance(source, ArrayType) and isinstance(target, ArrayType):
+        return _castable(source.elementType, target.elementType)
+    if isinstance(source, MapType) and isinstance(target, MapType):
+        return _castable(source.keyType, target.keyType) and _castable(source.valueType, target.valueType)
+    if isinstance(source, StructType) and isinstance(target, StructType):
+        return len(source.fields) == len(target.fields) and all(
+            _castable(s.dataType, t.dataType) for s, t in zip(source.fields, target.fields)
+        )
+    return False
+
+
+def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordBatch:
+    """Cast one of Spark's write batches to the table's Arrow schema (NULL for columns it lacks).
+
+    The cast is `safe`: a value the table type cannot hold (negative into UInt, overflow) raises
+    a SchemaMismatchError naming the column instead of wrapping around.
+    """
+    arrays = []
+    for table_field in table_schema:
+        index = batch.schema.get_field_index(table_field.name)
+        if index < 0:
+            arrays.append(pa.nulls(batch.num_rows, table_field.type))
+            continue
+        column = batch.column(index)
+        if column.type != table_field.type:
+            try:
+                column = column.cast(table_field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+                raise SchemaMismatchError(
+                    f"column {table_field.name!r}: cannot store {column.type} values as {table_field.type}: {error}"
+                ) from None
+        if not table_field.nullable and column.null_count:
+            raise SchemaMismatchError(
+                f"column {table_field.name!r} is not Nullable in the table but the data has "
+                f"{column.null_count} NULL value(s)"
+            )
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, schema=table_schema)
