@@ -1,0 +1,481 @@
+"""ClickHouse data types: type text (as in columns.txt) ↔ immutable `DataType` trees ↔ Arrow types.
+
+The Arrow mapping is the one every reader and writer of this package uses; format_spec/types.md
+documents it. Types are parsed by a small tokenizer + recursive-descent parser, and printed back in
+the canonical spelling ClickHouse writes into columns.txt.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from spark_mergetree.errors import FormatError, SchemaMismatchError, UnsupportedError
+
+__all__ = [
+    "DataType", "Primitive", "FixedString", "DateTime", "DateTime64", "Decimal", "Enum",
+    "Nullable", "Array", "Map", "Tuple", "LowCardinality",
+    "parse_type", "to_arrow", "from_arrow", "PRIMITIVE_NAMES",
+]
+
+
+class DataType:
+    """Base of every ClickHouse type node."""
+
+    def to_clickhouse(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.to_clickhouse()
+
+
+# Byte width on disk of fixed-width primitives (String is variable: None).
+PRIMITIVE_WIDTHS: dict[str, int | None] = {
+    "UInt8": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8, "UInt128": 16, "UInt256": 32,
+    "Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8, "Int128": 16, "Int256": 32,
+    "Float32": 4, "Float64": 8, "Bool": 1, "Date": 2, "Date32": 4, "UUID": 16,
+    "String": None,
+}
+PRIMITIVE_NAMES = frozenset(PRIMITIVE_WIDTHS)
+
+# Spellings ClickHouse accepts that name the same type (case-insensitive aliases are looked up lower-cased).
+_ALIASES = {
+    "boolean": "Bool", "bool": "Bool", "text": "String", "varchar": "String", "char": "String",
+    "blob": "String", "tinyint": "Int8", "smallint": "Int16", "int": "Int32", "integer": "Int32",
+    "bigint": "Int64", "float": "Float32", "double": "Float64", "real": "Float32",
+}
+
+
+@dataclass(frozen=True)
+class Primitive(DataType):
+    """A parameterless type: integers, floats, Bool, String, Date, Date32, UUID."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in PRIMITIVE_WIDTHS:
+            raise UnsupportedError(f"unsupported ClickHouse type {self.name!r}")
+
+    @property
+    def width(self) -> int | None:
+        return PRIMITIVE_WIDTHS[self.name]
+
+    def to_clickhouse(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class FixedString(DataType):
+    length: int
+
+    def to_clickhouse(self) -> str:
+        return f"FixedString({self.length})"
+
+
+@dataclass(frozen=True)
+class DateTime(DataType):
+    """Seconds since the epoch as UInt32; the time zone only changes how values are displayed."""
+
+    timezone: str | None = None
+
+    def to_clickhouse(self) -> str:
+        return "DateTime" if self.timezone is None else f"DateTime({_quote(self.timezone)})"
+
+
+@dataclass(frozen=True)
+class DateTime64(DataType):
+    """Int64 ticks of 10^-precision seconds since the epoch."""
+
+    precision: int
+    timezone: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.precision <= 9:
+            raise FormatError(f"DateTime64 precision must be 0..9, got {self.precision}")
+
+    def to_clickhouse(self) -> str:
+        if self.timezone is None:
+            return f"DateTime64({self.precision})"
+        return f"DateTime64({self.precision}, {_quote(self.timezone)})"
+
+
+@dataclass(frozen=True)
+class Decimal(DataType):
+    precision: int
+    scale: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.precision <= 76 or not 0 <= self.scale <= self.precision:
+            raise FormatError(f"bad Decimal({self.precision}, {self.scale}): need 1 <= P <= 76 and 0 <= S <= P")
+
+    @property
+    def width(self) -> int:
+        p = self.precision
+        return 4 if p <= 9 else 8 if p <= 18 else 16 if p <= 38 else 32
+
+    def to_clickhouse(self) -> str:
+        return f"Decimal({self.precision}, {self.scale})"
+
+
+@dataclass(frozen=True)
+class Enum(DataType):
+    """Enum8 / Enum16: names stored as Int8 / Int16 values. `values` is sorted by value."""
+
+    bits: int
+    values: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if self.bits not in (8, 16):
+            raise FormatError(f"Enum must be Enum8 or Enum16, got Enum{self.bits}")
+        low, high = (-128, 127) if self.bits == 8 else (-32768, 32767)
+        for name, value in self.values:
+            if not low <= value <= high:
+                raise FormatError(f"Enum{self.bits} value {value} for {name!r} is out of range {low}..{high}")
+        if len({n for n, _ in self.values}) != len(self.values) or len({v for _, v in self.values}) != len(self.values):
+            raise FormatError(f"Enum{self.bits} has duplicate names or values: {self.values!r}")
+        object.__setattr__(self, "values", tuple(sorted(self.values, key=lambda nv: nv[1])))
+
+    def to_clickhouse(self) -> str:
+        body = ", ".join(f"{_quote(name)} = {value}" for name, value in self.values)
+        return f"Enum{self.bits}({body})"
+
+
+@dataclass(frozen=True)
+class Nullable(DataType):
+    inner: DataType
+
+    def __post_init__(self) -> None:
+        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality)):
+            raise FormatError(f"Nullable cannot wrap {self.inner.to_clickhouse()}")
+
+    def to_clickhouse(self) -> str:
+        return f"Nullable({self.inner.to_clickhouse()})"
+
+
+@dataclass(frozen=True)
+class Array(DataType):
+    inner: DataType
+
+    def to_clickhouse(self) -> str:
+        return f"Array({self.inner.to_clickhouse()})"
+
+
+@dataclass(frozen=True)
+class Map(DataType):
+    key: DataType
+    value: DataType
+
+    def to_clickhouse(self) -> str:
+        return f"Map({self.key.to_clickhouse()}, {self.value.to_clickhouse()})"
+
+
+@dataclass(frozen=True)
+class Tuple(DataType):
+    """Tuple(...); `names` is None for an unnamed tuple (its elements are then called 1, 2, ...)."""
+
+    elements: tuple[DataType, ...]
+    names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.elements:
+            raise FormatError("Tuple needs at least one element")
+        if self.names is not None and len(self.names) != len(self.elements):
+            raise FormatError(f"Tuple has {len(self.elements)} elements but {len(self.names)} names")
+
+    @property
+    def element_names(self) -> tuple[str, ...]:
+        return self.names if self.names is not None else tuple(str(i + 1) for i in range(len(self.elements)))
+
+    def to_clickhouse(self) -> str:
+        if self.names is None:
+            return "Tuple(" + ", ".join(e.to_clickhouse() for e in self.elements) + ")"
+        return "Tuple(" + ", ".join(f"{_quote_name(n)} {e.to_clickhouse()}" for n, e in zip(self.names, self.elements)) + ")"
+
+
+@dataclass(frozen=True)
+class LowCardinality(DataType):
+    inner: DataType
+
+    def __post_init__(self) -> None:
+        base = self.inner.inner if isinstance(self.inner, Nullable) else self.inner
+        ok = isinstance(base, (FixedString, DateTime)) or (isinstance(base, Primitive) and base.name != "Bool")
+        if not ok:
+            raise FormatError(f"LowCardinality cannot wrap {self.inner.to_clickhouse()}")
+
+    def to_clickhouse(self) -> str:
+        return f"LowCardinality({self.inner.to_clickhouse()})"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _quote_name(name: str) -> str:
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return name
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+# --------------------------------------------------------------------------------------------- parser
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<str>'(?:[^'\\]|\\.)*')|(?P<bq>`(?:[^`\\]|\\.)*`)|(?P<num>-?\d+)"
+    r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[(),=]))"
+)
+
+
+def _unescape(body: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "0": "\0"}.get(m.group(1), m.group(1)), body)
+
+
+class _Parser:
+    """Recursive descent over tokens: type := ident [ '(' args ')' ]."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, str, int]] = []
+        pos = 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            match = _TOKEN.match(text, pos)
+            if match is None or match.end() == pos:
+                raise FormatError(f"cannot parse type {text!r}: unexpected character at offset {pos}")
+            kind = match.lastgroup
+            value = match.group(kind)
+            if kind == "str":
+                value = _unescape(value[1:-1])
+            elif kind == "bq":
+                value, kind = _unescape(value[1:-1]), "ident"
+            self.tokens.append((kind, value, match.start(kind)))
+            pos = match.end()
+        self.i = 0
+
+    def _peek(self) -> tuple[str, str, int] | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def _fail(self, what: str) -> FormatError:
+        tok = self._peek()
+        where = f"offset {tok[2]}" if tok else "end of text"
+        return FormatError(f"cannot parse type {self.text!r}: expected {what} at {where}")
+
+    def _take(self, kind: str, value: str | None = None) -> str:
+        tok = self._peek()
+        if tok is None or tok[0] != kind or (value is not None and tok[1] != value):
+            raise self._fail(value or kind)
+        self.i += 1
+        return tok[1]
+
+    def _accept(self, value: str) -> bool:
+        tok = self._peek()
+        if tok is not None and tok[0] == "punct" and tok[1] == value:
+            self.i += 1
+            return True
+        return False
+
+    def parse(self) -> DataType:
+        result = self.type()
+        if self._peek() is not None:
+            raise self._fail("end of type")
+        return result
+
+    def _int(self) -> int:
+        return int(self._take("num"))
+
+    def type(self) -> DataType:
+        name = self._take("ident")
+        canonical = _ALIASES.get(name.lower(), name)
+        if canonical in PRIMITIVE_WIDTHS and not self._peek_is("("):
+            return Primitive(canonical)
+        if name == "FixedString":
+            self._take("punct", "(")
+            n = self._int()
+            self._take("punct", ")")
+            if n <= 0:
+                raise FormatError(f"FixedString length must be positive in {self.text!r}")
+            return FixedString(n)
+        if name == "DateTime":
+            tz = None
+            if self._accept("("):
+                tz = self._take("str")
+                self._take("punct", ")")
+            return DateTime(tz)
+        if name == "DateTime64":
+            self._take("punct", "(")
+            precision = self._int()
+            tz = self._take("str") if self._accept(",") else None
+            self._take("punct", ")")
+            return DateTime64(precision, tz)
+        if name == "Decimal":
+            self._take("punct", "(")
+            precision = self._int()
+            scale = self._int() if self._accept(",") else 0
+            self._take("punct", ")")
+            return Decimal(precision, scale)
+        if name in ("Decimal32", "Decimal64", "Decimal128", "Decimal256"):
+            self._take("punct", "(")
+            scale = self._int()
+            self._take("punct", ")")
+            return Decimal({"Decimal32": 9, "Decimal64": 18, "Decimal128": 38, "Decimal256": 76}[name], scale)
+        if name in ("Enum8", "Enum16"):
+            self._take("punct", "(")
+            values = []
+            while True:
+                label = self._take("str")
+                self._take("punct", "=")
+                values.append((label, self._int()))
+                if not self._accept(","):
+                    break
+            self._take("punct", ")")
+            return Enum(int(name[4:]), tuple(values))
+        if name in ("Nullable", "Array", "LowCardinality"):
+            self._take("punct", "(")
+            inner = self.type()
+            self._take("punct", ")")
+            return {"Nullable": Nullable, "Array": Array, "LowCardinality": LowCardinality}[name](inner)
+        if name == "Map":
+            self._take("punct", "(")
+            key = self.type()
+            self._take("punct", ",")
+            value = self.type()
+            self._take("punct", ")")
+            return Map(key, value)
+        if name == "Tuple":
+            self._take("punct", "(")
+            names: list[str] = []
+            elements: list[DataType] = []
+            while True:
+                # A named element is `name Type`: two tokens in a row before a type's own arguments.
+                tok, nxt = self._peek(), self.tokens[self.i + 1] if self.i + 1 < len(self.tokens) else None
+                if tok is not None and tok[0] == "ident" and nxt is not None and nxt[0] == "ident":
+                    names.append(self._take("ident"))
+                elements.append(self.type())
+                if not self._accept(","):
+                    break
+            self._take("punct", ")")
+            if names and len(names) != len(elements):
+                raise FormatError(f"cannot parse type {self.text!r}: Tuple mixes named and unnamed elements")
+            return Tuple(tuple(elements), tuple(names) if names else None)
+        raise UnsupportedError(f"unsupported ClickHouse type {name!r} in {self.text!r}")
+
+    def _peek_is(self, value: str) -> bool:
+        tok = self._peek()
+        return tok is not None and tok[0] == "punct" and tok[1] == value
+
+
+def parse_type(text: str) -> DataType:
+    """Parse ClickHouse type text (`Array(Nullable(String))`, `DateTime64(3, 'UTC')`, ...)."""
+    if not isinstance(text, str) or not text.strip():
+        raise FormatError(f"empty or non-text ClickHouse type: {text!r}")
+    return _Parser(text).parse()
+
+
+# ---------------------------------------------------------------------------------------------- Arrow
+
+_INT_ARROW = {
+    "UInt8": pa.uint8(), "UInt16": pa.uint16(), "UInt32": pa.uint32(), "UInt64": pa.uint64(),
+    "Int8": pa.int8(), "Int16": pa.int16(), "Int32": pa.int32(), "Int64": pa.int64(),
+    "Float32": pa.float32(), "Float64": pa.float64(), "Bool": pa.bool_(), "String": pa.string(),
+    "Date": pa.date32(), "Date32": pa.date32(), "UUID": pa.string(),
+    # 128/256-bit integers have no Arrow integer type: exact decimals with scale 0 hold every value.
+    "Int128": pa.decimal256(39, 0), "UInt128": pa.decimal256(39, 0),
+    "Int256": pa.decimal256(76, 0), "UInt256": pa.decimal256(76, 0),
+}
+
+DEFAULT_TIMEZONE = "UTC"
+
+
+def datetime64_arrow_unit(precision: int) -> tuple[str, int]:
+    """The Arrow timestamp unit for DateTime64(precision) and the factor Arrow values = ticks × factor."""
+    for unit, digits in (("s", 0), ("ms", 3), ("us", 6), ("ns", 9)):
+        if precision <= digits:
+            return unit, 10 ** (digits - precision)
+    raise FormatError(f"DateTime64 precision must be 0..9, got {precision}")
+
+
+def to_arrow(dt: DataType) -> pa.DataType:
+    """The Arrow type a column of `dt` is read into (nullability lives on the field, not the type)."""
+    if isinstance(dt, Primitive):
+        return _INT_ARROW[dt.name]
+    if isinstance(dt, FixedString):
+        return pa.binary(dt.length)
+    if isinstance(dt, DateTime):
+        return pa.timestamp("s", tz=dt.timezone or DEFAULT_TIMEZONE)
+    if isinstance(dt, DateTime64):
+        return pa.timestamp(datetime64_arrow_unit(dt.precision)[0], tz=dt.timezone or DEFAULT_TIMEZONE)
+    if isinstance(dt, Decimal):
+        return pa.decimal128(dt.precision, dt.scale) if dt.precision <= 38 else pa.decimal256(dt.precision, dt.scale)
+    if isinstance(dt, Enum):
+        return pa.string()
+    if isinstance(dt, (Nullable, LowCardinality)):
+        return to_arrow(dt.inner)
+    if isinstance(dt, Array):
+        return pa.list_(pa.field("item", to_arrow(dt.inner), nullable=is_nullable(dt.inner)))
+    if isinstance(dt, Map):
+        return pa.map_(pa.field("key", to_arrow(dt.key), nullable=False),
+                       pa.field("value", to_arrow(dt.value), nullable=is_nullable(dt.value)))
+    if isinstance(dt, Tuple):
+        return pa.struct([pa.field(n, to_arrow(e), nullable=is_nullable(e)) for n, e in zip(dt.element_names, dt.elements)])
+    raise UnsupportedError(f"no Arrow mapping for {dt.to_clickhouse()}")
+
+
+def is_nullable(dt: DataType) -> bool:
+    """True when values of `dt` can be NULL (Nullable, or LowCardinality(Nullable(...)))."""
+    return isinstance(dt, Nullable) or (isinstance(dt, LowCardinality) and isinstance(dt.inner, Nullable))
+
+
+def to_arrow_field(name: str, dt: DataType) -> pa.Field:
+    return pa.field(name, to_arrow(dt), nullable=is_nullable(dt))
+
+
+def from_arrow(arrow_type: pa.DataType, nullable: bool = False, *, nullable_scalars: bool = True) -> DataType:
+    """The ClickHouse type to store an Arrow type in.
+
+    `nullable` is the Arrow field's nullability; it yields Nullable(T) only for types ClickHouse lets be
+    Nullable (not Array/Map/Tuple), and only when `nullable_scalars` is true — callers pass False for
+    key columns, which ClickHouse does not allow to be Nullable. Nested fields follow their own
+    nullability (with the same flag).
+    """
+    def wrap(dt: DataType) -> DataType:
+        return Nullable(dt) if nullable and nullable_scalars else dt
+
+    t = arrow_type
+    if pa.types.is_dictionary(t):
+        inner = from_arrow(t.value_type, nullable, nullable_scalars=nullable_scalars)
+        try:
+            return LowCardinality(inner)
+        except FormatError:
+            return inner
+    for name, arrow in (("Bool", pa.bool_()), ("Int8", pa.int8()), ("Int16", pa.int16()), ("Int32", pa.int32()),
+                        ("Int64", pa.int64()), ("UInt8", pa.uint8()), ("UInt16", pa.uint16()),
+                        ("UInt32", pa.uint32()), ("UInt64", pa.uint64()), ("Float32", pa.float32()),
+                        ("Float64", pa.float64())):
+        if t == arrow:
+            return wrap(Primitive(name))
+    if pa.types.is_float16(t):
+        return wrap(Primitive("Float32"))
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        return wrap(Primitive("String"))
+    if pa.types.is_fixed_size_binary(t):
+        return wrap(FixedString(t.byte_width))
+    if pa.types.is_date32(t) or pa.types.is_date64(t):
+        return wrap(Primitive("Date32"))
+    if pa.types.is_timestamp(t):
+        precision = {"s": 0, "ms": 3, "us": 6, "ns": 9}[t.unit]
+        return wrap(DateTime64(precision, t.tz or DEFAULT_TIMEZONE))
+    if pa.types.is_decimal(t):
+        return wrap(Decimal(t.precision, t.scale))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        f = t.value_field
+        return Array(from_arrow(f.type, f.nullable, nullable_scalars=nullable_scalars))
+    if pa.types.is_map(t):
+        return Map(from_arrow(t.key_field.type, False, nullable_scalars=nullable_scalars),
+                   from_arrow(t.item_field.type, t.item_field.nullable, nullable_scalars=nullable_scalars))
+    if pa.types.is_struct(t):
+        fields = [t.field(i) for i in range(t.num_fields)]
+        return Tuple(tuple(from_arrow(f.type, f.nullable, nullable_scalars=nullable_scalars) for f in fields),
+                     tuple(f.name for f in fields))
+    raise SchemaMismatchError(f"no ClickHouse type for Arrow type {t}")
