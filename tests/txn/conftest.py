@@ -1,0 +1,81 @@
+"""Fixtures for transaction tests: one real ZooKeeper server per session, coordinators of both
+backends, and dummy part directories (a directory with a marker file holding a value)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from spark_mergetree.txn import Coordinator
+from spark_mergetree.txn.local import LocalCoordinator
+from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
+from tests.zookeeper_server import ZooKeeperServer
+
+MARKER = "marker.txt"
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["local", "zookeeper"])
+def coordinator_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty coordinator of each backend (its URL)."""
+    if request.param == "local":
+        return LocalCoordinator.url_for(tmp_path / "coordinator")
+    server: ZooKeeperServer = request.getfixturevalue("zookeeper")
+    return ZooKeeperCoordinator.url_for(server.hosts, f"/test_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def make_coordinator(coordinator_url: str) -> Iterator[Callable[[], Coordinator]]:
+    """Independent coordinator instances on the same backend state (as other processes would have)."""
+    made: list[Coordinator] = []
+
+    def make() -> Coordinator:
+        if coordinator_url.startswith("file:"):
+            instance: Coordinator = LocalCoordinator(coordinator_url[len("file://"):])
+        else:
+            hosts, _, root = coordinator_url[len("zk://"):].partition("/")
+            instance = ZooKeeperCoordinator(hosts, "/" + root)
+        made.append(instance)
+        return instance
+
+    yield make
+    for instance in made:
+        instance.close()
+
+
+@pytest.fixture
+def coordinator(make_coordinator: Callable[[], Coordinator]) -> Coordinator:
+    return make_coordinator()
+
+
+def write_part(table_dir: str | os.PathLike, name: str, value: int = 0) -> str:
+    """A dummy part directory, written the way parts are: tmp_ name, fsync, rename."""
+    table = Path(table_dir)
+    table.mkdir(parents=True, exist_ok=True)
+    temporary = table / f"tmp_{name}_{uuid.uuid4().hex[:6]}"
+    temporary.mkdir()
+    with open(temporary / MARKER, "w") as handle:
+        handle.write(str(value))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.rename(temporary, table / name)
+    return name
+
+
+def part_value(table_dir: str | os.PathLike, name: str) -> int:
+    return int((Path(table_dir) / name / MARKER).read_text())
+
+
+def part_directories(table_dir: str | os.PathLike) -> set[str]:
+    return {entry.name for entry in Path(table_dir).iterdir()
+            if entry.is_dir() and entry.name != "_mergetree"}
