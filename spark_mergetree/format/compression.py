@@ -7,6 +7,8 @@ checksum is CityHash128 of those 9 bytes and the payload. See format_spec/blocks
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import re
 import struct
 from collections.abc import Iterator
@@ -78,10 +80,43 @@ class Codec:
     def compress(self, data: bytes | bytearray | memoryview) -> bytes:
         """The block payload for ``data`` (no header)."""
         if self.method == METHOD_LZ4:
-            return lz4.block.compress(data, mode="default", store_size=False)
+            return _lz4_compress(data)
         if self.method == METHOD_ZSTD:
             return _zstd_compressor(self.level or DEFAULT_ZSTD_LEVEL).compress(data)
         return bytes(data)
+
+
+def _load_system_lz4() -> ctypes.CDLL | None:
+    # The lz4 package's compressor emits different (equally valid) LZ4 sequences than the liblz4
+    # build ClickHouse links; the system liblz4 reproduces ClickHouse's blocks byte for byte, which
+    # keeps compressed sizes and therefore mark offsets identical to ClickHouse's.
+    name = ctypes.util.find_library("lz4")
+    if name is None:
+        return None
+    try:
+        library = ctypes.CDLL(name)
+        library.LZ4_compress_default.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+        library.LZ4_compress_default.restype = ctypes.c_int
+        library.LZ4_compressBound.argtypes = [ctypes.c_int]
+        library.LZ4_compressBound.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return library
+
+
+_system_lz4 = _load_system_lz4()
+
+
+def _lz4_compress(data: bytes | bytearray | memoryview) -> bytes:
+    if _system_lz4 is None:
+        return lz4.block.compress(data, mode="default", store_size=False)
+    source = data if isinstance(data, bytes) else bytes(data)
+    capacity = _system_lz4.LZ4_compressBound(len(source))
+    target = ctypes.create_string_buffer(capacity)
+    written = _system_lz4.LZ4_compress_default(source, target, len(source), capacity)
+    if written <= 0:
+        raise InvalidOptionError(f"LZ4 cannot compress a block of {len(source)} bytes")
+    return ctypes.string_at(target, written)
 
 
 NONE = Codec("NONE", METHOD_NONE)

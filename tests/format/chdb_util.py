@@ -1,4 +1,5 @@
-"""Test helper: create ClickHouse tables with chdb in a temporary directory and find their parts."""
+"""Test helpers: ClickHouse tables made by chdb in a temporary directory, their part directories,
+and the worked examples of format_spec/ (fenced blocks that tests compare with real files)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from chdb import session as chdb_session
+
+SPEC_DIR = Path(__file__).resolve().parents[2] / "format_spec"
 
 _TABLE_NAME = re.compile(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?([`\"\w.]+)", re.IGNORECASE)
 
@@ -71,3 +74,26 @@ def part_dirs(table_data_dir: Path | str) -> list[Path]:
         if entry.is_dir() and entry.name != "detached" and not entry.name.startswith(("tmp", "delete_tmp"))
         and (entry / "checksums.txt").exists()
     )
+
+
+def spec_block(spec_file: str, info: str) -> str:
+    """The text of the fenced block opened by ```<info> in format_spec/<spec_file>."""
+    text = (SPEC_DIR / spec_file).read_text()
+    match = re.search(r"^```" + re.escape(info) + r"\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    if match is None:
+        raise ValueError(f"format_spec/{spec_file} has no ```{info} block")
+    return match.group(1)
+
+
+def spec_hex(spec_file: str, label: str) -> bytes:
+    """The bytes of a ```hex <label> example block in format_spec/<spec_file>."""
+    return bytes.fromhex(spec_block(spec_file, f"hex {label}").replace("\n", " "))
+
+
+def active_part_dirs(session: chdb_session.Session, table: str) -> list[Path]:
+    """Directories of the active parts of ``table`` (outdated parts left by merges excluded)."""
+    paths = session.query(
+        f"SELECT path FROM system.parts WHERE table = '{table}' AND active ORDER BY name",
+        "TabSeparatedRaw",
+    ).bytes().decode().split()
+    return [Path(path) for path in paths]
