@@ -116,6 +116,7 @@ class _OpenPart:
     disks: list[Disk]  # the map's disks (plain layouts: the disks holding a copy)
     stripe_map: StripeMap | None  # None: a plain directory written without a map (e.g. by ClickHouse)
     map_bytes: bytes | None = None
+    map_problems: list[tuple[str, str]] = field(default_factory=list)  # (disk, what is wrong)
 
 
 def compressed_block_starts(data: FileBytes) -> np.ndarray | None:
@@ -233,12 +234,12 @@ class PartStore:
                 map_bytes = data
                 break
             except FileNotFoundError:
-                damaged.append(f"disk {disk.name}: {path.name} missing")
+                damaged.append((disk.name, f"{path.name} missing"))
             except StorageError as e:
-                damaged.append(str(e))
+                damaged.append((disk.name, str(e)))
         if stripe_map is None and volume.striped:
             raise StorageError(f"part {part!r}: no readable stripe map on any disk of volume {volume.name!r}: "
-                               + "; ".join(damaged))
+                               + "; ".join(f"disk {d}: {what}" for d, what in damaged))
         if stripe_map is not None:
             try:
                 disks = [volume.disk(name) for name in stripe_map.disks]
@@ -247,7 +248,8 @@ class PartStore:
                                    f"{volume.name!r}: {e}") from e
         else:
             disks = holders
-        opened = _OpenPart(part, volume, disks, stripe_map, map_bytes)
+        opened = _OpenPart(part, volume, disks, stripe_map, map_bytes,
+                           [(d, what) for d, what in damaged if "missing" not in what or stripe_map is not None])
         with self._lock:
             self._open_parts[part] = opened
         return opened
@@ -892,6 +894,9 @@ class PartStore:
                 report.problems.append(ScrubProblem(part, "?", "map", detail=str(e)))
                 continue
             if opened.stripe_map is None:
+                # A plain directory without a map (a ClickHouse part) or whose only map copy is damaged.
+                report.problems.extend(ScrubProblem(part, disk, "map", detail=what)
+                                       for disk, what in opened.map_problems)
                 report.unverified_parts.append(part)
                 continue
             for problem in self._scrub_part(opened, report):

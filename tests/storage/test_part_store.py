@@ -92,7 +92,11 @@ def test_units_follow_boundaries(setup: Setup) -> None:
 def test_plain_copies_are_clickhouse_directories(setup: Setup) -> None:
     written = write_two_parts(setup)
     if setup.layout in ("raid0", "raid5"):
-        pytest.skip("striped layouts hold units, not plain files (export_plain covers them)")
+        # Striped disks hold units, the replicated small files and the map, never a column whole.
+        for disk in setup.disks:
+            names = set(disk_files(setup.store.table_dir(disk) / PART))
+            assert "units.bin" in names and "stripe_map.json" in names and "c0.bin" not in names
+        return
     for disk_name in setup.store.part_location(PART).disks:
         disk = next(d for d in setup.disks if d.name == disk_name)
         assert disk_files(setup.store.table_dir(disk) / PART) == written[PART]
@@ -242,16 +246,18 @@ def test_replicated_metadata_survives_in_raid0(tmp_path: Path) -> None:
 
 
 def test_damaged_map_copy_is_skipped(setup: Setup) -> None:
-    if len(setup.disks) < 2 or setup.layout == "jbod":
-        pytest.skip("needs a second copy of the map")
     written = write_two_parts(setup)
     store = setup.store
-    map_path = store._map_path(setup.policy.volumes[0], setup.disks[0], PART)
+    holder = next(d for d in setup.disks if d.name == store.part_location(PART).disks[0])
+    map_path = store._map_path(setup.policy.volumes[0], holder, PART)
     map_path.write_bytes(map_path.read_bytes()[:-3] + b"xyz")
     fresh = setup.policy.part_store(store.table_path)
     assert fresh.read_file(PART, "c2.bin") == written[PART]["c2.bin"]
     report = fresh.scrub()
-    assert any(p.kind == "map" and p.disk == "disk0" and p.part == PART for p in report.problems)
+    assert any(p.kind == "map" and p.disk == holder.name and p.part == PART for p in report.problems)
+    if setup.layout in ("single", "jbod"):
+        # The only map copy is gone: bytes still come back (unverified) and scrub says so.
+        assert report.unverified_parts == [PART]
 
 
 # ---------------------------------------------------------------- rebuild and scrub
