@@ -426,6 +426,10 @@ def serialize_column(
 
 def _list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """(per-row lengths, flattened child) of a list/map array; NULL lists count as empty."""
+    if pa.types.is_map(arr.type):
+        # Map kernels are sparse in Arrow: view it as a list of key/value structs.
+        mask = arr.is_null() if arr.null_count else None
+        arr = pa.ListArray.from_arrays(arr.offsets, arr.values, mask=mask)
     lengths = pc.list_value_length(arr)
     lengths = np.asarray(lengths.fill_null(0) if lengths.null_count else lengths).astype(np.int64)
     return lengths, arr.flatten()
