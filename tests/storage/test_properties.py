@@ -1,0 +1,97 @@
+"""Property tests: random files, cut points, unit sizes and disk counts round-trip through every layout,
+and raid5 survives the loss of any one disk."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spark_mergetree.storage import DegradedReadWarning, cut_points, xor_parity
+
+from tests.storage.conftest import make_store
+
+MIN_DISKS = {"single": 1, "jbod": 1, "raid0": 2, "raid1": 2, "raid5": 3}
+
+
+@st.composite
+def parts(draw: st.DrawFn) -> tuple[dict[str, bytes], dict[str, np.ndarray]]:
+    files: dict[str, bytes] = {}
+    boundaries: dict[str, np.ndarray] = {}
+    for c in range(draw(st.integers(1, 3))):
+        size = draw(st.integers(0, 30_000))
+        seed = draw(st.integers(0, 2**32 - 1))
+        files[f"c{c}.bin"] = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+        if draw(st.booleans()) or size == 0:
+            cuts = draw(st.lists(st.integers(0, size), max_size=40))
+            boundaries[f"c{c}.bin"] = np.asarray(sorted(cuts), dtype=np.int64)
+    files["count.txt"] = draw(st.binary(max_size=20))
+    return files, boundaries
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(part=parts(), layout=st.sampled_from(sorted(MIN_DISKS)), extra_disks=st.integers(0, 3),
+       unit_bytes=st.integers(1024, 12_000), ranges=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), max_size=4))
+def test_round_trip_any_layout(part, layout, extra_disks, unit_bytes, ranges) -> None:
+    files, boundaries = part
+    n_disks = 1 if layout == "single" else MIN_DISKS[layout] + extra_disks
+    with tempfile.TemporaryDirectory() as root:
+        setup = make_store(Path(root), layout, n_disks, unit_bytes)
+        try:
+            setup.store.write_part("all_1_1_0", files, boundaries)
+            assert setup.store.list_parts() == ["all_1_1_0"]
+            for name, data in files.items():
+                assert setup.store.read_file("all_1_1_0", name) == data
+                for x, y in ranges:
+                    a, b = sorted((int(x * len(data)), int(y * len(data))))
+                    assert setup.store.read_range("all_1_1_0", name, a, b) == data[a:b]
+            assert setup.store.scrub().ok
+        finally:
+            setup.store.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(part=parts(), n_disks=st.integers(3, 5), lost=st.integers(0, 4), unit_bytes=st.integers(1024, 8192))
+def test_raid5_survives_any_single_disk(part, n_disks, lost, unit_bytes) -> None:
+    files, boundaries = part
+    with tempfile.TemporaryDirectory() as root:
+        setup = make_store(Path(root), "raid5", n_disks, unit_bytes)
+        try:
+            setup.store.write_part("all_1_1_0", files, boundaries)
+            shutil.rmtree(setup.disks[lost % n_disks].path)
+            fresh = setup.policy.part_store(setup.store.table_path)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DegradedReadWarning)
+                for name, data in files.items():
+                    assert fresh.read_file("all_1_1_0", name) == data
+            fresh.close()
+        finally:
+            setup.store.close()
+
+
+@given(size=st.integers(0, 50_000), cuts=st.lists(st.integers(0, 50_000), max_size=60),
+       unit_bytes=st.integers(1, 20_000))
+def test_cut_points_are_boundaries_and_bounded(size, cuts, unit_bytes) -> None:
+    bounds = np.asarray(sorted(c for c in cuts if c <= size), dtype=np.int64)
+    points = cut_points(size, bounds, unit_bytes, "x.bin")
+    assert points[0] == 0 and points[-1] == size and np.all(np.diff(points) > 0)
+    allowed = set(bounds.tolist()) | {0, size}
+    assert set(points.tolist()) <= allowed
+    # a unit outgrows unit_bytes only when no boundary lies inside it
+    for a, b in zip(points[:-1], points[1:]):
+        if b - a > unit_bytes:
+            assert not any(a < c < b for c in allowed)
+
+
+@given(units=st.lists(st.binary(max_size=300), min_size=1, max_size=6))
+def test_parity_rebuilds_any_unit(units) -> None:
+    length = max(len(u) for u in units)
+    parity = xor_parity(units, length)
+    for lost in range(len(units)):
+        others = [u for i, u in enumerate(units) if i != lost]
+        assert xor_parity([parity, *others], length)[: len(units[lost])].tobytes() == units[lost]
