@@ -1,0 +1,406 @@
+"""Data skipping: which granules and which partitions a predicate may need.
+
+Each key expression gets per-granule bounds [lo, hi] (from the sparse primary index, from minmax
+indexes, or from a partition's exact key values). A predicate is then evaluated over all granules at
+once, every node yielding two masks: "may be true somewhere in the granule" and "may be false
+somewhere". NOT swaps them, AND/OR combine them, NULL comparisons are neither (SQL semantics), and
+anything the bounds cannot decide is both. A granule is read iff "may be true" holds, so pruning never
+drops a matching row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.errors import ExpressionError, UnsupportedError
+from spark_mergetree.expressions.functions import MONOTONIC_FUNCTIONS, apply_function
+from spark_mergetree.expressions.partition_key import PartitionKey
+from spark_mergetree.expressions.predicate import (
+    And,
+    Column,
+    Compare,
+    Expr,
+    Func,
+    In,
+    IsNotNull,
+    IsNull,
+    Like,
+    Literal,
+    Not,
+    Or,
+    StartsWith,
+    coerce_literal,
+    parse_expression,
+)
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ExpressionError, UnsupportedError,
+                 OverflowError, ValueError, TypeError)
+
+
+@dataclass(frozen=True)
+class KeyBounds:
+    """Bounds of one key expression in each of n granules (or parts): lo <= value <= hi where known."""
+
+    lo: pa.Array
+    hi: pa.Array
+    known: np.ndarray  # bool per granule; False means unbounded there
+    type: str | None  # ClickHouse type string of the expression's values, when known
+
+
+def _strip_types(expr: Expr) -> Expr:
+    """The expression without bind()'s type annotations, so bound and unbound trees compare equal."""
+    if isinstance(expr, Column):
+        return Column(expr.name)
+    if isinstance(expr, Func):
+        return Func(expr.name, tuple(_strip_types(arg) for arg in expr.args))
+    if isinstance(expr, Literal):
+        return Literal(expr.value)
+    return expr
+
+
+def _valid(array: pa.Array) -> np.ndarray:
+    valid = np.asarray(array.is_valid())
+    if pa.types.is_floating(array.type):
+        # NaN sorts after every number in ClickHouse keys; treat it as "unknown" rather than compare it.
+        valid = valid & ~np.asarray(pc.is_nan(array).fill_null(True))
+    return valid
+
+
+def _mask(result: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(result.fill_null(False), dtype=bool)
+
+
+class _Evaluator:
+    """Evaluates predicates against bounds of key expressions over n granules."""
+
+    def __init__(self, bounds: Mapping[Expr, KeyBounds], size: int) -> None:
+        self.bounds = {_strip_types(key): value for key, value in bounds.items()}
+        self.size = size
+
+    def all(self, value: bool) -> np.ndarray:
+        return np.full(self.size, value, dtype=bool)
+
+    def unknown(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.all(True), self.all(True)
+
+    def bounds_of(self, target: Expr) -> KeyBounds | None:
+        found = self.bounds.get(_strip_types(target))
+        if found is not None:
+            return found
+        # A monotonic function of a key expression has bounds f(lo) .. f(hi).
+        if isinstance(target, Func) and target.name in MONOTONIC_FUNCTIONS and target.args:
+            inner = self.bounds_of(target.args[0])
+            constant = None
+            if len(target.args) > 1:
+                second = target.args[1]
+                if len(target.args) > 2 or not isinstance(second, Literal) or not isinstance(second.value, int):
+                    return None
+                constant = second.value
+            if inner is None or inner.type is None:
+                return None
+            try:
+                lo = apply_function(target.name, inner.lo, inner.type, constant)
+                hi = apply_function(target.name, inner.hi, inner.type, constant)
+            except _ARROW_ERRORS:
+                return None
+            if target.name == "intDiv" and constant is not None and constant < 0:
+                lo, hi = hi, lo  # dividing by a negative number reverses the order
+            return KeyBounds(lo, hi, inner.known & _valid(lo) & _valid(hi), lo_type_text(lo))
+        return None
+
+    def scalar(self, value: object, key: KeyBounds) -> pa.Scalar | None:
+        if key.type is not None:
+            value = coerce_literal(value, key.type)
+        scalar = pa.scalar(value)
+        if scalar.type != key.lo.type:
+            try:
+                scalar = scalar.cast(key.lo.type)
+            except _ARROW_ERRORS:
+                pass  # leave it to Arrow's own numeric promotion
+        return scalar
+
+    def evaluate(self, expr: Expr) -> tuple[np.ndarray, np.ndarray]:
+        """(may be true, may be false) per granule."""
+        try:
+            return self._evaluate(expr)
+        except _ARROW_ERRORS:
+            return self.unknown()
+
+    def _evaluate(self, expr: Expr) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(expr, And):
+            may_true, may_false = self.all(True), self.all(False)
+            for arg in expr.args:
+                arg_true, arg_false = self.evaluate(arg)
+                may_true &= arg_true
+                may_false |= arg_false
+            return may_true, may_false
+        if isinstance(expr, Or):
+            may_true, may_false = self.all(False), self.all(True)
+            for arg in expr.args:
+                arg_true, arg_false = self.evaluate(arg)
+                may_true |= arg_true
+                may_false &= arg_false
+            return may_true, may_false
+        if isinstance(expr, Not):
+            arg_true, arg_false = self.evaluate(expr.arg)
+            return arg_false, arg_true
+        if isinstance(expr, Literal):
+            if expr.value is None:
+                return self.all(False), self.all(False)
+            return self.all(bool(expr.value)), self.all(not bool(expr.value))
+        if isinstance(expr, Compare):
+            return self._compare(expr)
+        if isinstance(expr, In):
+            return self._in(expr)
+        if isinstance(expr, (StartsWith, Like)):
+            return self._prefix(expr)
+        return self.unknown()
+
+    def _compare(self, expr: Compare) -> tuple[np.ndarray, np.ndarray]:
+        target, other, op = expr.left, expr.right, expr.op
+        if isinstance(target, Literal) and not isinstance(other, Literal):
+            target, other = other, target
+            op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
+        if not isinstance(other, Literal):
+            return self.unknown()
+        key = self.bounds_of(target)
+        if key is None:
+            return self.unknown()
+        if other.value is None:
+            if op == "<=>":
+                return self.unknown()
+            return self.all(False), self.all(False)
+        value = self.scalar(other.value, key)
+        lo, hi, known = key.lo, key.hi, key.known
+        if op in ("=", "<=>", "!="):
+            inside = _mask(pc.and_(pc.less_equal(lo, value), pc.greater_equal(hi, value)))
+            single = _mask(pc.and_(pc.equal(lo, value), pc.equal(hi, value)))
+            may_true, may_false = inside, ~single
+            if op == "!=":
+                may_true, may_false = may_false, may_true
+        elif op == "<":
+            may_true, may_false = _mask(pc.less(lo, value)), _mask(pc.greater_equal(hi, value))
+        elif op == "<=":
+            may_true, may_false = _mask(pc.less_equal(lo, value)), _mask(pc.greater(hi, value))
+        elif op == ">":
+            may_true, may_false = _mask(pc.greater(hi, value)), _mask(pc.less_equal(lo, value))
+        elif op == ">=":
+            may_true, may_false = _mask(pc.greater_equal(hi, value)), _mask(pc.less(lo, value))
+        else:
+            return self.unknown()
+        return may_true | ~known, may_false | ~known
+
+    def _in(self, expr: In) -> tuple[np.ndarray, np.ndarray]:
+        key = self.bounds_of(expr.expr)
+        if key is None:
+            return self.unknown()
+        present = [v.value for v in expr.values if v.value is not None]
+        if not present:
+            return self.all(False), self.all(False)
+        scalars = [self.scalar(v, key) for v in present]
+        values = pa.array([s.as_py() for s in scalars], scalars[0].type)
+        if values.type != key.lo.type:
+            values = values.cast(key.lo.type)
+        ordered = np.sort(values.to_numpy(zero_copy_only=False))
+        known = key.known
+        fill = values[0]
+        lo = key.lo.fill_null(fill).to_numpy(zero_copy_only=False)
+        hi = key.hi.fill_null(fill).to_numpy(zero_copy_only=False)
+        # A granule may hold a listed value iff some value lies in [lo, hi]: two binary searches.
+        first_at_or_above_lo = np.searchsorted(ordered, lo, side="left")
+        first_above_hi = np.searchsorted(ordered, hi, side="right")
+        may_true = first_above_hi > first_at_or_above_lo
+        single = _mask(pc.and_(pc.equal(key.lo, key.hi), pc.is_in(key.lo, value_set=values)))
+        return may_true | ~known, ~single | ~known
+
+    def _prefix(self, expr: StartsWith | Like) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(expr, Like):
+            if expr.case_insensitive:
+                return self.unknown()
+            prefix = _like_prefix(expr.pattern)
+            if not prefix:
+                return self.unknown()
+        else:
+            prefix = expr.prefix
+        key = self.bounds_of(expr.expr)
+        if key is None or not (pa.types.is_string(key.lo.type) or pa.types.is_binary(key.lo.type)
+                               or pa.types.is_large_string(key.lo.type) or pa.types.is_large_binary(key.lo.type)):
+            return self.unknown()
+        raw = prefix.encode()
+        upper = _next_prefix(raw)
+        as_text = pa.types.is_string(key.lo.type) or pa.types.is_large_string(key.lo.type)
+        low_value = pa.scalar(prefix if as_text else raw, key.lo.type)
+        may_true = _mask(pc.greater_equal(key.hi, low_value))
+        if upper is not None:
+            try:
+                high_value = pa.scalar(upper.decode() if as_text else upper, key.lo.type)
+            except UnicodeDecodeError:
+                high_value = None
+            if high_value is not None:
+                may_true &= _mask(pc.less(key.lo, high_value))
+        return may_true | ~key.known, self.all(True)
+
+
+def lo_type_text(array: pa.Array) -> str | None:
+    """ClickHouse type of values a key function produced (enough for further functions and literals)."""
+    if pa.types.is_date32(array.type):
+        return "Date"
+    if pa.types.is_integer(array.type):
+        width = array.type.bit_width
+        return f"{'Int' if pa.types.is_signed_integer(array.type) else 'UInt'}{width}"
+    return None
+
+
+def _like_prefix(pattern: str) -> str:
+    """The literal text a LIKE pattern starts with (up to its first wildcard)."""
+    out = []
+    escaped = False
+    for char in pattern:
+        if escaped:
+            out.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char in "%_":
+            break
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _next_prefix(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with `prefix` (None if none exists)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    padded = np.concatenate(([False], mask, [False]))
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return [(int(begin), int(end)) for begin, end in zip(edges[0::2], edges[1::2])]
+
+
+def _key_expr(key: str | Expr) -> Expr:
+    return parse_expression(key) if isinstance(key, str) else key
+
+
+def primary_key_bounds(
+    key_columns: Sequence[tuple[str | Expr, str]], index: Sequence[pa.Array], n_granules: int | None = None
+) -> tuple[dict[Expr, KeyBounds], int]:
+    """Per-granule bounds of each key element from the sparse primary index, and the number of granules.
+
+    `index[k]` holds key element k at the first row of every granule, plus (as primary.idx has it) the
+    last row's key as a final entry. Granule g's keys lie in [index[g], index[g+1]] lexicographically, so
+    element k is bounded there only when elements 0..k-1 are equal at both ends.
+    """
+    if len(index) != len(key_columns):
+        raise ExpressionError(f"primary index has {len(index)} columns, the key has {len(key_columns)}")
+    if not index:
+        return {}, n_granules or 0
+    arrays = [column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column for column in index]
+    arrays = [a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in arrays]
+    marks = len(arrays[0])
+    if any(len(a) != marks for a in arrays):
+        raise ExpressionError("primary index columns differ in length")
+    granules = marks - 1 if n_granules is None else n_granules
+    if granules not in (marks - 1, marks) or granules < 0:
+        raise ExpressionError(f"primary index has {marks} entries, which does not fit {granules} granules")
+    has_final = granules == marks - 1
+    bounds: dict[Expr, KeyBounds] = {}
+    prefix_equal = np.ones(granules, dtype=bool)
+    for (key, type_text), array in zip(key_columns, arrays):
+        lo = array.slice(0, granules)
+        hi = array.slice(1, granules) if has_final else pa.concat_arrays([array.slice(1), pa.nulls(1, array.type)])
+        valid = _valid(lo) & _valid(hi)
+        bounds[_key_expr(key)] = KeyBounds(lo, hi, prefix_equal & valid, type_text)
+        prefix_equal = prefix_equal & valid & _mask(pc.equal(lo, hi))
+    return bounds, granules
+
+
+def granule_ranges(
+    predicate: Expr | None,
+    key_columns: Sequence[tuple[str | Expr, str]],
+    index: Sequence[pa.Array],
+    n_granules: int | None = None,
+) -> list[tuple[int, int]]:
+    """Granule ranges [(begin, end), ...] (end exclusive) that may hold rows matching `predicate`.
+
+    `key_columns` lists the primary key elements as (expression text or tree, ClickHouse type);
+    `index` holds one array per element (see `primary_key_bounds`).
+    """
+    bounds, granules = primary_key_bounds(key_columns, index, n_granules)
+    if granules == 0:
+        return []
+    if predicate is None or not bounds:
+        return [(0, granules)]
+    may_true, _ = _Evaluator(bounds, granules).evaluate(predicate)
+    return _runs(may_true)
+
+
+def _single_bounds(values: Mapping[Expr, tuple[object, object]], types: Mapping[Expr, str | None]) -> dict[Expr, KeyBounds]:
+    bounds = {}
+    for key, (low, high) in values.items():
+        type_text = types.get(key)
+        if type_text is not None:
+            low, high = coerce_literal(low, type_text), coerce_literal(high, type_text)
+        try:
+            pair = pa.array([low, high])
+        except _ARROW_ERRORS:
+            continue
+        lo, hi = pair.slice(0, 1), pair.slice(1, 1)
+        bounds[key] = KeyBounds(lo, hi, _valid(lo) & _valid(hi), type_text)
+    return bounds
+
+
+def may_match_minmax(
+    predicate: Expr | None,
+    minmax: Mapping[str, tuple[object, object]],
+    column_types: Mapping[str, str] | None = None,
+) -> bool:
+    """Whether a part whose columns lie within `minmax` (column → (min, max)) may hold matching rows."""
+    if predicate is None:
+        return True
+    types = column_types or {}
+    keyed = {Column(name): pair for name, pair in minmax.items()}
+    bounds = _single_bounds(keyed, {Column(name): types.get(name) for name in minmax})
+    may_true, _ = _Evaluator(bounds, 1).evaluate(predicate)
+    return bool(may_true[0])
+
+
+def may_match_partition(
+    predicate: Expr | None,
+    partition_key: PartitionKey,
+    partition_values: Sequence[object],
+    minmax: Mapping[str, tuple[object, object]] | None = None,
+) -> bool:
+    """Whether a part of partition `partition_values` (with column ranges `minmax`) may hold matching rows.
+
+    Conditions on the partition expression itself (`toYYYYMM(d) = 202402`) are decided by the exact
+    partition values; conditions on columns by the minmax ranges, also through monotonic functions.
+    """
+    if predicate is None:
+        return True
+    if len(partition_values) != len(partition_key.elements):
+        raise ExpressionError(
+            f"partition key {partition_key.expression!r} has {len(partition_key.elements)} values, got {len(partition_values)}"
+        )
+    keyed: dict[Expr, tuple[object, object]] = {}
+    types: dict[Expr, str | None] = {}
+    column_types = dict(zip(partition_key.columns, partition_key.column_types))
+    for name, pair in (minmax or {}).items():
+        keyed[Column(name)] = pair
+        types[Column(name)] = column_types.get(name)
+    for element, value, type_text in zip(partition_key.elements, partition_values, partition_key.result_types):
+        stripped = _strip_types(element)
+        keyed[stripped] = (value, value)
+        types[stripped] = type_text
+    bounds = _single_bounds(keyed, types)
+    may_true, _ = _Evaluator(bounds, 1).evaluate(predicate)
+    return bool(may_true[0])
