@@ -101,8 +101,8 @@ class Transaction:
             changes.added.append(name)
 
     def remove_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
-        """Remove visible parts; takes their removal locks now (SerializationError if another
-        transaction removes one of them)."""
+        """Remove visible parts, taking their removal locks now. If another transaction removed
+        or is removing one of them, raise SerializationError and roll this transaction back."""
         self._require_running()
         changes = self._table(table_dir)
         for name in names:
@@ -115,7 +115,12 @@ class Transaction:
                 raise InvalidOptionError(
                     f"part {name!r} is not visible in table {changes.log.table_dir} at snapshot {self.snapshot}")
             table_id = changes.log.bind(self.coordinator.url)
-            self.coordinator.lock_removal(self.tid, table_id, name)
+            try:
+                self.coordinator.lock_removal(self.tid, table_id, name)
+            except SerializationError:
+                # The loser of a conflict cannot commit anything any more: end it now.
+                self._rollback_tables([], self._tables.values())
+                raise
             changes.removed.append(name)
 
     def commit(self) -> int | None:

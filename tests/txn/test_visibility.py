@@ -1,0 +1,270 @@
+"""Snapshots, table logs and the Transaction object, on both backends.
+
+The isolation cases follow the anomalies of the hermitage suite (as ClickHouse's
+01167_isolation_hermitage runs them): dirty writes and reads, aborted reads, non-repeatable reads,
+read skew, phantoms and lost updates must not happen; write skew is allowed (snapshot isolation).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
+from spark_mergetree.txn import Coordinator, LocalCoordinator, TableLog, Transaction, TxnState
+from spark_mergetree.txn.table_log import CHECKPOINT_EVERY
+from tests.txn.conftest import part_directories, write_part
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    return tmp_path / "table"
+
+
+@pytest.fixture
+def other_table(tmp_path: Path) -> Path:
+    return tmp_path / "other"
+
+
+def insert(coordinator: Coordinator, table: Path, *names: str) -> int:
+    with Transaction(coordinator) as transaction:
+        for name in names:
+            write_part(table, name)
+        transaction.add_parts(table, names)
+    assert transaction.csn is not None
+    return transaction.csn
+
+
+def test_entry_format_and_visibility_rule(coordinator: Coordinator, table: Path) -> None:
+    first = insert(coordinator, table, "all_1_1_0")
+    second = insert(coordinator, table, "all_2_2_0")
+    merge = Transaction(coordinator)
+    write_part(table, "all_1_2_1")
+    merge.add_parts(table, ["all_1_2_1"])
+    merge.remove_parts(table, ["all_1_1_0", "all_2_2_0"])
+    assert merge.visible_parts(table) == {"all_1_2_1"}
+    merged = merge.commit()
+    log = TableLog(table)
+    assert log.snapshot(first - 1, coordinator) == set()
+    assert log.snapshot(first, coordinator) == {"all_1_1_0"}
+    assert log.snapshot(second, coordinator) == {"all_1_1_0", "all_2_2_0"}
+    assert log.snapshot(merged - 1, coordinator) == {"all_1_1_0", "all_2_2_0"}
+    assert log.snapshot(merged, coordinator) == {"all_1_2_1"}
+    entry = json.loads((log.directory / f"{merge.tid:020d}.json").read_text())
+    assert entry["tid"] == merge.tid and entry["csn"] == merged
+    assert entry["coordinator"] == coordinator.url
+    assert entry["added"] == ["all_1_2_1"] and sorted(entry["removed"]) == ["all_1_1_0", "all_2_2_0"]
+    assert json.loads((log.directory / "table.json").read_text())["coordinator"] == coordinator.url
+
+
+def test_dirty_read_and_aborted_read(coordinator: Coordinator, table: Path) -> None:
+    insert(coordinator, table, "all_1_1_0")
+    writer = Transaction(coordinator)
+    write_part(table, "all_2_2_0")
+    writer.add_parts(table, ["all_2_2_0"])
+    # The writer's pending entry is on disk (as during commit) but undecided.
+    TableLog(table).write_pending(writer.tid, coordinator.url, ["all_2_2_0"], [])
+    reader = Transaction(coordinator)
+    assert reader.visible_parts(table) == {"all_1_1_0"}
+    assert TableLog(table).snapshot(writer.snapshot, coordinator, own_tid=writer.tid) == {"all_1_1_0", "all_2_2_0"}
+    assert writer.visible_parts(table) == {"all_1_1_0", "all_2_2_0"}
+    writer.rollback()
+    assert not (table / "all_2_2_0").exists()
+    assert Transaction(coordinator).visible_parts(table) == {"all_1_1_0"}
+    assert reader.visible_parts(table) == {"all_1_1_0"}
+
+
+def test_repeatable_reads_read_skew_and_phantoms(coordinator: Coordinator, table: Path, other_table: Path) -> None:
+    insert(coordinator, table, "all_1_1_0")
+    insert(coordinator, other_table, "all_1_1_0")
+    reader = Transaction(coordinator)
+    assert reader.visible_parts(table) == {"all_1_1_0"}
+    with Transaction(coordinator) as writer:
+        write_part(table, "all_1_1_1")
+        write_part(other_table, "all_2_2_0")
+        writer.remove_parts(table, ["all_1_1_0"])
+        writer.add_parts(table, ["all_1_1_1"])
+        writer.add_parts(other_table, ["all_2_2_0"])
+    # Same snapshot across tables: no new rows (phantoms), no changed rows, no skew.
+    assert reader.visible_parts(table) == {"all_1_1_0"}
+    assert reader.visible_parts(other_table) == {"all_1_1_0"}
+    fresh = Transaction(coordinator)
+    assert fresh.visible_parts(table) == {"all_1_1_1"}
+    assert fresh.visible_parts(other_table) == {"all_1_1_0", "all_2_2_0"}
+    # The removed part stays on disk while the old reader runs.
+    assert TableLog(table).cleanup(coordinator) == []
+    assert (table / "all_1_1_0").is_dir()
+    reader.rollback()
+    fresh.rollback()
+    assert TableLog(table).cleanup(coordinator) == ["all_1_1_0"]
+    assert part_directories(table) == {"all_1_1_1"}
+
+
+def test_lost_update_first_committer_wins(coordinator: Coordinator, table: Path) -> None:
+    insert(coordinator, table, "all_1_1_0")
+    first, second = Transaction(coordinator), Transaction(coordinator)
+    for transaction, name in ((first, "all_1_1_1"), (second, "all_1_1_2")):
+        write_part(table, name)
+        transaction.add_parts(table, [name])
+    first.remove_parts(table, ["all_1_1_0"])
+    with pytest.raises(SerializationError):
+        second.remove_parts(table, ["all_1_1_0"])  # the lock is taken at once
+    second.rollback()
+    first.commit()
+    assert Transaction(coordinator).visible_parts(table) == {"all_1_1_1"}
+    assert part_directories(table) == {"all_1_1_0", "all_1_1_1"}
+
+
+def test_overwrite_conflict_leaves_nothing(coordinator: Coordinator, table: Path, other_table: Path) -> None:
+    """Two overwrites of the same parts: the first commit wins, the other leaves no trace."""
+    insert(coordinator, table, "all_1_1_0")
+    first, second = Transaction(coordinator), Transaction(coordinator)
+    write_part(table, "all_2_2_0")
+    write_part(table, "all_3_3_0")
+    write_part(other_table, "all_3_3_0")
+    first.add_parts(table, ["all_2_2_0"])
+    second.add_parts(table, ["all_3_3_0"])
+    second.add_parts(other_table, ["all_3_3_0"])
+    first.remove_parts(table, ["all_1_1_0"])
+    first.commit()
+    # second saw all_1_1_0 in its snapshot; removing it now loses the race.
+    assert second.visible_parts(table) == {"all_1_1_0", "all_3_3_0"}
+    with pytest.raises(SerializationError):
+        second.remove_parts(table, ["all_1_1_0"])
+        second.commit()
+    assert second.state == "aborted"
+    assert coordinator.status(second.tid) == (TxnState.ABORTED, None)
+    assert Transaction(coordinator).visible_parts(table) == {"all_2_2_0"}
+    assert Transaction(coordinator).visible_parts(other_table) == set()
+    assert part_directories(table) == {"all_1_1_0", "all_2_2_0"}
+    assert part_directories(other_table) == set()
+    assert not list(TableLog(table).directory.glob(f"{second.tid:020d}.json"))
+
+
+def test_conflict_detected_at_commit(coordinator: Coordinator, table: Path, other_table: Path) -> None:
+    """Without the early lock (another coordinator instance raced in between), commit still
+    refuses and rolls back every table."""
+    insert(coordinator, table, "all_1_1_0")
+    loser = Transaction(coordinator)
+    write_part(other_table, "all_5_5_0")
+    loser.add_parts(other_table, ["all_5_5_0"])
+    loser.visible_parts(table)
+    loser._table(table).removed.append("all_1_1_0")  # skip the early lock on purpose
+    with Transaction(coordinator) as winner:
+        winner.remove_parts(table, ["all_1_1_0"])
+    with pytest.raises(SerializationError):
+        loser.commit()
+    assert part_directories(other_table) == set()
+    assert TableLog(other_table).entries() == []
+
+
+def test_write_skew_is_allowed(coordinator: Coordinator, table: Path, other_table: Path) -> None:
+    insert(coordinator, table, "all_1_1_0")
+    insert(coordinator, other_table, "all_1_1_0")
+    first, second = Transaction(coordinator), Transaction(coordinator)
+    assert first.visible_parts(other_table) == second.visible_parts(table) == {"all_1_1_0"}
+    first.remove_parts(table, ["all_1_1_0"])
+    second.remove_parts(other_table, ["all_1_1_0"])
+    first.commit()
+    second.commit()
+    assert Transaction(coordinator).visible_parts(table) == set()
+
+
+def test_multi_table_commit_is_atomic_and_bad_requests_fail(coordinator: Coordinator, table: Path,
+                                                            other_table: Path) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        with Transaction(coordinator) as transaction:
+            write_part(table, "all_1_1_0")
+            write_part(other_table, "all_1_1_0")
+            transaction.add_parts(table, ["all_1_1_0"])
+            transaction.add_parts(other_table, ["all_1_1_0"])
+            raise RuntimeError("boom")
+    assert part_directories(table) == part_directories(other_table) == set()
+    csn = insert(coordinator, table, "all_2_2_0")
+    with Transaction(coordinator) as transaction:
+        with pytest.raises(InvalidOptionError, match="not visible"):
+            transaction.remove_parts(table, ["all_9_9_0"])
+        with pytest.raises(InvalidOptionError, match="does not exist"):
+            transaction.add_parts(table, ["all_3_3_0"])
+        with pytest.raises(InvalidOptionError, match="already"):
+            transaction.add_parts(table, ["all_2_2_0"])
+    assert transaction.csn is None  # read-only
+    with pytest.raises(TransactionError, match="already"):
+        transaction.visible_parts(table)
+    assert csn > 0
+
+
+def test_tables_of_another_coordinator_are_refused(coordinator: Coordinator, table: Path, tmp_path: Path) -> None:
+    insert(coordinator, table, "all_1_1_0")
+    stranger = LocalCoordinator(tmp_path / "another_coordinator")
+    try:
+        transaction = Transaction(stranger)
+        with pytest.raises(TransactionError, match="different coordinators"):
+            transaction.visible_parts(table)
+        transaction.rollback()
+    finally:
+        stranger.close()
+
+
+def test_own_changes_and_pending_resolution(coordinator: Coordinator, table: Path) -> None:
+    """A committed transaction whose process died before finalizing is visible through the
+    coordinator; recovery fills in the csn."""
+    transaction = Transaction(coordinator)
+    write_part(table, "all_1_1_0")
+    log = TableLog(table)
+    log.write_pending(transaction.tid, coordinator.url, ["all_1_1_0"], [])
+    csn = coordinator.commit(transaction.tid, [])
+    reader = Transaction(coordinator)
+    assert reader.visible_parts(table) == {"all_1_1_0"}
+    report = log.recover(coordinator)
+    assert report.finalized == [transaction.tid]
+    assert log.entries()[0].csn == csn
+    reader.rollback()
+
+
+def test_time_travel_and_retention(coordinator: Coordinator, table: Path) -> None:
+    first = insert(coordinator, table, "all_1_1_0")
+    with Transaction(coordinator) as replace:
+        write_part(table, "all_2_2_0")
+        replace.remove_parts(table, ["all_1_1_0"])
+        replace.add_parts(table, ["all_2_2_0"])
+    log = TableLog(table)
+    assert log.cleanup(coordinator, retention_seconds=3600) == []
+    assert log.snapshot(first, coordinator) == {"all_1_1_0"}
+    assert log.snapshot(replace.csn, coordinator) == {"all_2_2_0"}
+    assert log.cleanup(coordinator, retention_seconds=0) == ["all_1_1_0"]
+    with pytest.raises(TransactionError, match="older than the retained history"):
+        log.snapshot(first, coordinator)
+    assert log.snapshot(replace.csn, coordinator) == {"all_2_2_0"}
+    with pytest.raises(InvalidOptionError):
+        log.cleanup(coordinator, retention_seconds=-1)
+
+
+def test_checkpoints_keep_long_histories_fast(coordinator: Coordinator, table: Path) -> None:
+    csns = []
+    for block in range(1, CHECKPOINT_EVERY + 31):
+        with Transaction(coordinator) as transaction:
+            name = write_part(table, f"all_{block}_{block}_0")
+            transaction.add_parts(table, [name])
+            if block % 2 == 0:
+                transaction.remove_parts(table, [f"all_{block - 1}_{block - 1}_0"])
+        csns.append(transaction.csn)
+    log = TableLog(table)
+    assert (log.directory / "checkpoint.json").exists()
+    assert len(log.entries()) < CHECKPOINT_EVERY
+    expected = {f"all_{block}_{block}_0" for block in range(2, CHECKPOINT_EVERY + 31, 2)}
+    assert log.snapshot(csns[-1], coordinator) == expected
+    # History inside the checkpoint is still exact.
+    assert log.snapshot(csns[0], coordinator) == {"all_1_1_0"}
+    assert log.snapshot(csns[2], coordinator) == {"all_2_2_0", "all_3_3_0"}
+    started = time.perf_counter()
+    log.snapshot(csns[-1], coordinator)
+    assert time.perf_counter() - started < 1.0
+    removed = log.cleanup(coordinator)
+    assert len(removed) == (CHECKPOINT_EVERY + 30) // 2
+    assert log.entries() == []
+    assert part_directories(table) == expected
+    assert log.snapshot(csns[-1], coordinator) == expected
