@@ -1,0 +1,119 @@
+"""The small metadata files of a part and the description of a part as a whole.
+
+Owns `count.txt`, `columns.txt`, `serialization.json`, `default_compression_codec.txt`,
+`metadata_version.txt`, and `PartFiles` (a part as a set of file bytes ready for storage).
+Column data, marks and indexes have modules of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spark_mergetree.errors import CorruptPartError
+
+COUNT_FILE = "count.txt"
+COLUMNS_FILE = "columns.txt"
+SERIALIZATION_FILE = "serialization.json"
+CODEC_FILE = "default_compression_codec.txt"
+METADATA_VERSION_FILE = "metadata_version.txt"
+CHECKSUMS_FILE = "checksums.txt"
+COMPACT_DATA_FILE = "data.bin"
+
+# Files ClickHouse keeps out of checksums.txt (they describe the part rather than hold its data).
+NOT_CHECKSUMMED = frozenset({CHECKSUMS_FILE, COLUMNS_FILE, CODEC_FILE, METADATA_VERSION_FILE,
+                             "columns_substreams.txt", "txn_version.txt", "uuid.txt"})
+
+_COLUMNS_HEADER = re.compile(r"columns format version: 1\n(\d+) columns:\n")
+_COLUMN_LINE = re.compile(r"`((?:[^`\\]|\\.)*)` (.+)")
+
+
+def format_count(rows: int) -> bytes:
+    return str(int(rows)).encode()
+
+
+def parse_count(data: bytes, path: str) -> int:
+    text = data.decode("ascii", errors="replace").strip()
+    if not text.isdigit():
+        raise CorruptPartError(f"{path}: expected a row count, found {text[:40]!r}")
+    return int(text)
+
+
+def _escape_backquoted(name: str) -> str:
+    return name.replace("\\", "\\\\").replace("`", "\\`")
+
+
+def _unescape_backquoted(name: str) -> str:
+    return re.sub(r"\\(.)", r"\1", name)
+
+
+def format_columns(columns: list[tuple[str, str]]) -> bytes:
+    """`columns.txt`: a header, then one "`name` Type" line per column."""
+    lines = [f"columns format version: 1\n{len(columns)} columns:\n"]
+    lines += [f"`{_escape_backquoted(name)}` {type_text}\n" for name, type_text in columns]
+    return "".join(lines).encode()
+
+
+def parse_columns(data: bytes, path: str) -> list[tuple[str, str]]:
+    text = data.decode("utf-8", errors="replace")
+    header = _COLUMNS_HEADER.match(text)
+    if header is None:
+        raise CorruptPartError(f"{path}: not a 'columns format version: 1' file")
+    lines = [line for line in text[header.end():].split("\n") if line]
+    if len(lines) != int(header.group(1)):
+        raise CorruptPartError(f"{path}: header announces {header.group(1)} columns, file lists {len(lines)}")
+    columns = []
+    for number, line in enumerate(lines, start=3):
+        match = _COLUMN_LINE.fullmatch(line)
+        if match is None:
+            raise CorruptPartError(f"{path}: line {number} is not \"`name` Type\": {line[:80]!r}")
+        columns.append((_unescape_backquoted(match.group(1)), match.group(2)))
+    return columns
+
+
+@dataclass(frozen=True)
+class SerializationInfo:
+    """What `serialization.json` says: which String encoding, which columns are sparse."""
+
+    string_sizes: bool = False
+    sparse_columns: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, data: bytes | None, path: str) -> SerializationInfo:
+        if data is None:  # absent: classic strings, no sparse columns
+            return cls()
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise CorruptPartError(f"{path}: not JSON ({exc})") from exc
+        versions = doc.get("types_serialization_versions") or {}
+        sparse = frozenset(c.get("name") for c in doc.get("columns", []) if c.get("kind") == "Sparse")
+        return cls(string_sizes=str(versions.get("string", 0)) == "1", sparse_columns=sparse)
+
+    def to_bytes(self, columns: list[tuple[str, int, int]]) -> bytes:
+        """The file as ClickHouse 26.x writes it; `columns` gives (name, rows, default values)."""
+        doc = {
+            "columns": [{"kind": "Default", "name": name, "num_defaults": defaults, "num_rows": rows,
+                         "exact_num_defaults": True} for name, rows, defaults in sorted(columns)],
+            "propagate_types_serialization_versions_to_nested_types": True,
+            "types_serialization_versions": {"string": 1} if self.string_sizes else {},
+            "version": 1,
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
+@dataclass
+class PartFiles:
+    """A part as file bytes, ready to hand to storage. `boundaries[file]` are the offsets of the
+    compressed blocks that start granules: where storage may cut the file into stripe units."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    boundaries: dict[str, np.ndarray] = field(default_factory=dict)
+    rows: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(len(data) for data in self.files.values())

@@ -1,0 +1,196 @@
+"""Writes one Wide part from rows that are already sorted by the table's ORDER BY key.
+
+The output is a `PartFiles` (file name → bytes) that storage places on disk atomically. Every file
+is one ClickHouse would write for the same rows: column streams of compressed blocks, `.mrk2` marks,
+`primary.idx`, `partition.dat` and `minmax_<col>.idx`, `count.txt`, `columns.txt`,
+`serialization.json`, `default_compression_codec.txt` and `checksums.txt`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.format import granularity
+from spark_mergetree.format.checksums import (
+    Checksums,
+    FileChecksum,
+    compute_file_checksum,
+    is_compressed_file,
+)
+from spark_mergetree.format.cityhash import file_hash
+from spark_mergetree.format.compression import (
+    DEFAULT_MAX_COMPRESS_BLOCK_SIZE,
+    DEFAULT_MIN_COMPRESS_BLOCK_SIZE,
+    LZ4,
+    Codec,
+    CompressedStreamWriter,
+)
+from spark_mergetree.format.marks import wide_marks_with_rows, write_wide_marks
+from spark_mergetree.format.part import (
+    CHECKSUMS_FILE,
+    CODEC_FILE,
+    COLUMNS_FILE,
+    COUNT_FILE,
+    METADATA_VERSION_FILE,
+    NOT_CHECKSUMMED,
+    SERIALIZATION_FILE,
+    PartFiles,
+    SerializationInfo,
+    format_columns,
+    format_count,
+)
+from spark_mergetree.format.serialization import escape_for_file_name, serialize_column, serialize_rows
+from spark_mergetree.format.types import (
+    Array,
+    DataType,
+    FixedString,
+    LowCardinality,
+    Map,
+    Nullable,
+    Tuple,
+    parse_type,
+)
+
+PRIMARY_INDEX_FILE = "primary.idx"
+PARTITION_FILE = "partition.dat"
+
+# How many rows a merge feeds the writer at a time; granules are planned per such block (as in
+# ClickHouse, whose merges write blocks of merge_max_block_size rows).
+MERGE_BLOCK_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """Table settings that shape the bytes of a part."""
+
+    index_granularity: int = granularity.DEFAULT_INDEX_GRANULARITY
+    index_granularity_bytes: int = granularity.DEFAULT_INDEX_GRANULARITY_BYTES
+    codec: Codec = LZ4
+    min_compress_block_size: int = DEFAULT_MIN_COMPRESS_BLOCK_SIZE
+    max_compress_block_size: int = DEFAULT_MAX_COMPRESS_BLOCK_SIZE
+    string_sizes: bool = True  # the 26.x String encoding: lengths in `<col>.size.bin`
+
+
+@dataclass(frozen=True)
+class PartitionValue:
+    """The partition a part belongs to: key values (one Arrow scalar array of length 1 each, in the
+    key's result types) and the columns the key reads (for `minmax_<col>.idx`)."""
+
+    values: Sequence[pa.Array]
+    result_types: Sequence[str]
+    minmax_columns: Sequence[str]
+
+
+def _in_memory_width(dt: DataType, array: pa.ChunkedArray | pa.Array) -> int:
+    """Bytes a column takes in ClickHouse's memory: what adaptive granularity is computed from."""
+    n = len(array)
+    if isinstance(dt, Nullable):
+        return n + _in_memory_width(dt.inner, array)
+    if isinstance(dt, LowCardinality):
+        return n * 4
+    if isinstance(dt, (Array, Map, Tuple)) or isinstance(dt, FixedString):
+        return int(array.nbytes)
+    width = getattr(dt, "width", None)
+    if isinstance(width, int):
+        return n * width
+    # Strings: characters plus an 8-byte offset per row.
+    return int(pc.sum(pc.binary_length(array)).as_py() or 0) + 8 * n if n else 0
+
+
+def plan_granules(table: pa.Table, types: Sequence[DataType], settings: WriterSettings,
+                  block_rows: int | None = None) -> np.ndarray:
+    """Rows per granule for `table`, written as one block (an insert) or in blocks of `block_rows`."""
+    n = table.num_rows
+    total_bytes = sum(_in_memory_width(dt, table.column(i)) for i, dt in enumerate(types))
+    if block_rows is None or n <= block_rows:
+        blocks = [(n, total_bytes)]
+    else:
+        per_row = total_bytes / max(n, 1)
+        starts = range(0, n, block_rows)
+        blocks = [(min(block_rows, n - s), int(per_row * min(block_rows, n - s))) for s in starts]
+    return granularity.part_granules(blocks, settings.index_granularity, settings.index_granularity_bytes)
+
+
+def _write_stream(files: PartFiles, checksums: dict[str, FileChecksum], stream: str, data: memoryview,
+                  offsets: np.ndarray, granule_rows: np.ndarray, settings: WriterSettings) -> None:
+    writer = CompressedStreamWriter(settings.codec, settings.min_compress_block_size,
+                                    settings.max_compress_block_size)
+    if offsets[0]:  # a stream prefix (LowCardinality keys version) precedes the first granule
+        writer.write(data[: offsets[0]])
+    for g in range(len(granule_rows)):
+        writer.write_granule(data[offsets[g]: offsets[g + 1]])
+    final = writer.finish()
+    body = writer.getvalue()
+    bin_name = stream + ".bin"
+    files.files[bin_name] = body
+    files.boundaries[bin_name] = np.unique(writer.marks[:, 0]).astype(np.int64)
+    checksums[bin_name] = FileChecksum(len(body), file_hash(body), True, writer.uncompressed_size,
+                                       writer.uncompressed_hash)
+    marks = wide_marks_with_rows(writer.marks, granule_rows, final)
+    files.files[stream + ".mrk2"] = write_wide_marks(marks)
+
+
+def write_wide_part(
+    table: pa.Table,
+    columns: Sequence[tuple[str, str]],
+    primary_key: Sequence[str],
+    partition: PartitionValue | None,
+    settings: WriterSettings = WriterSettings(),
+    granule_rows: np.ndarray | None = None,
+) -> PartFiles:
+    """Serialize sorted rows into a Wide part.
+
+    `columns` are (name, ClickHouse type) in table order; `table` must hold them (by name).
+    `granule_rows` overrides granule planning (merges plan per block of rows).
+    """
+    missing = [name for name, _ in columns if name not in table.column_names]
+    if missing:
+        raise SchemaMismatchError(f"rows to write lack column(s) {', '.join(missing)}")
+    types = [parse_type(type_text) for _, type_text in columns]
+    table = table.select([name for name, _ in columns])
+    n = table.num_rows
+    if granule_rows is None:
+        granule_rows = plan_granules(table, types, settings)
+    files = PartFiles(rows=n)
+    checksums: dict[str, FileChecksum] = {}
+
+    for (name, _), dt, column in zip(columns, types, table.columns):
+        streams = serialize_column(dt, name, column, granule_rows, string_sizes=settings.string_sizes)
+        for stream, stream_bytes in streams.items():
+            _write_stream(files, checksums, stream, memoryview(stream_bytes.data), stream_bytes.granule_offsets,
+                          granule_rows, settings)
+
+    if primary_key:
+        key_types = [types[[c for c, _ in columns].index(k)] for k in primary_key]
+        starts = granularity.granule_offsets(granule_rows)[:-1]
+        index_rows = np.append(starts, n - 1) if n else starts
+        files.files[PRIMARY_INDEX_FILE] = serialize_rows(key_types, [table.column(k) for k in primary_key], index_rows)
+
+    if partition is not None and partition.result_types:
+        files.files[PARTITION_FILE] = serialize_rows(
+            [parse_type(t) for t in partition.result_types], list(partition.values), [0])
+        type_of = dict(columns)
+        for column_name in partition.minmax_columns:
+            dt = parse_type(type_of[column_name])
+            values = table.column(column_name)
+            bounds = pa.chunked_array([pa.array([pc.min(values).as_py(), pc.max(values).as_py()],
+                                                type=values.type)])
+            files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
+
+    files.files[COUNT_FILE] = format_count(n)
+    files.files[COLUMNS_FILE] = format_columns(list(columns))
+    files.files[CODEC_FILE] = settings.codec.text.encode()
+    files.files[METADATA_VERSION_FILE] = b"0"
+    files.files[SERIALIZATION_FILE] = SerializationInfo(string_sizes=settings.string_sizes).to_bytes([])
+
+    for name, data in files.files.items():
+        if name not in NOT_CHECKSUMMED and name not in checksums:
+            checksums[name] = compute_file_checksum(data, is_compressed_file(name))
+    files.files[CHECKSUMS_FILE] = Checksums(dict(sorted(checksums.items()))).to_bytes()
+    return files
