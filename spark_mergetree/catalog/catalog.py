@@ -184,6 +184,10 @@ class Catalog:
         return self.root / "metadata"
 
     @property
+    def _scratch_dir(self) -> Path:
+        return self.root / "tmp"
+
+    @property
     def dropped_dir(self) -> Path:
         return self.root / "metadata_dropped"
 
@@ -296,7 +300,7 @@ class Catalog:
         link = self.metadata_dir / escaped
         target = f"../store/{database_uuid[:3]}/{database_uuid}"
         changed = not (link.is_symlink() and os.readlink(link) == target)
-        fsops.replace_symlink(link, target)
+        fsops.replace_symlink(link, target, self._scratch_dir)
         (self.root / "data" / escaped).mkdir(parents=True, exist_ok=True)
         return changed
 
@@ -489,7 +493,7 @@ class Catalog:
     def _link_table(self, database: str, table: str, table_uuid: str) -> None:
         link = self._data_link(database, table)
         link.parent.mkdir(parents=True, exist_ok=True)
-        fsops.replace_symlink(link, f"../../store/{table_uuid[:3]}/{table_uuid}")
+        fsops.replace_symlink(link, f"../../store/{table_uuid[:3]}/{table_uuid}", self._scratch_dir)
 
     def rename_table(self, source: TableName, target: TableName) -> TableInfo:
         """RENAME TABLE (also to another database): one renameat2 RENAME_NOREPLACE of the metadata file."""
@@ -781,6 +785,7 @@ class Catalog:
         a busy guard means a live process, not a crash.
         """
         report = RecoveryReport()
+        report.removed_leftovers += fsops.remove_stale_symlink_temporaries(self._scratch_dir)
         # 1. databases: crashed CREATE (a `.sql.tmp`) and crashed DROP (a symlink without `.sql`).
         for temporary in self.metadata_dir.glob("*.sql.tmp"):
             database = unescape_for_file_name(temporary.name[:-8])
@@ -855,7 +860,7 @@ class Catalog:
                     self._guard_path("table", database, unescape_for_file_name(escaped)), exclusive=True)
                 if guard is not None:
                     with guard:
-                        fsops.replace_symlink(link, target)
+                        fsops.replace_symlink(link, target, self._scratch_dir)
                         report.repaired_symlinks.append(link)
 
     def unreferenced_store_dirs(self) -> list[Path]:

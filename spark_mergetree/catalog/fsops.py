@@ -11,6 +11,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -108,17 +109,43 @@ def write_new_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def replace_symlink(link: Path, target: str) -> None:
-    """Point ``link`` at ``target`` atomically (symlink under a temporary name, then rename over)."""
+SYMLINK_TEMPORARY = re.compile(r"\Asymlink_tmp\.(\d+)\.")
+
+
+def replace_symlink(link: Path, target: str, scratch_dir: Path) -> None:
+    """Point ``link`` at ``target`` atomically: a symlink made in ``scratch_dir``, renamed over.
+
+    The temporary lives in ``scratch_dir`` (same filesystem) so a crash never leaves a stray entry
+    next to the links ClickHouse reads; ``remove_stale_symlink_temporaries`` clears it later.
+    """
     if os.path.islink(link) and os.readlink(link) == target:
         return
-    temporary = link.with_name(f".{link.name}.symlink_tmp.{os.getpid()}")
+    temporary = scratch_dir / f"symlink_tmp.{os.getpid()}.{link.name}"
     try:
         os.unlink(temporary)
     except FileNotFoundError:
         pass
     os.symlink(target, temporary)
-    os.replace(temporary, link)
+    os.rename(temporary, link)
+
+
+def remove_stale_symlink_temporaries(scratch_dir: Path) -> list[Path]:
+    """Remove replace_symlink leftovers of processes that no longer run."""
+    removed = []
+    for entry in scratch_dir.iterdir():
+        match = SYMLINK_TEMPORARY.match(entry.name)
+        if match is None or not entry.is_symlink():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+            continue  # its process is alive and may be about to rename it
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        if remove_quietly(entry):
+            removed.append(entry)
+    return removed
 
 
 def remove_quietly(path: Path) -> bool:
