@@ -221,7 +221,7 @@ def _quote_name(name: str) -> str:
 # --------------------------------------------------------------------------------------------- parser
 
 _TOKEN = re.compile(
-    r"\s*(?:(?P<str>'(?:[^'\\]|\\.)*')|(?P<bq>`(?:[^`\\]|\\.)*`)|(?P<num>-?\d+)"
+    r"\s*(?:(?P<str>'(?:[^'\\]|\\.|'')*')|(?P<bq>`(?:[^`\\]|\\.)*`)|(?P<num>-?\d+)"
     r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[(),=]))"
 )
 
@@ -246,7 +246,7 @@ class _Parser:
             kind = match.lastgroup
             value = match.group(kind)
             if kind == "str":
-                value = _unescape(value[1:-1])
+                value = _unescape(value[1:-1].replace("''", "\\'"))
             elif kind == "bq":
                 value, kind = _unescape(value[1:-1]), "ident"
             self.tokens.append((kind, value, match.start(kind)))
