@@ -71,6 +71,14 @@ class TableDefinition:
     order_by_text: str | None = field(default=None, compare=False)
     primary_key_text: str | None = field(default=None, compare=False)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", tuple(self.columns))
+        object.__setattr__(self, "order_by", tuple(self.order_by))
+        object.__setattr__(self, "indexes", tuple(self.indexes))
+        if not self.explicit_primary_key and not self.primary_key:
+            object.__setattr__(self, "primary_key", self.order_by)
+        object.__setattr__(self, "primary_key", tuple(self.primary_key))
+
     @property
     def schema(self) -> dict[str, str]:
         """Column name → ClickHouse type string, for every column."""
