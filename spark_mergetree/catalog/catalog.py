@@ -42,6 +42,7 @@ from spark_mergetree.errors import (
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
+    from spark_mergetree.expressions.ddl import TableDefinition
 
 DEFAULT_DROP_DELAY_SECONDS = 480.0  # ClickHouse's database_atomic_delay_before_drop_table_sec
 READER_LEASE_FILE = "mergetree_readers.lock"
@@ -63,6 +64,13 @@ class TableInfo:
     metadata_path: Path
     detached: bool
     statement: str
+
+    @property
+    def definition(self) -> TableDefinition:
+        """The metadata statement parsed (columns, keys, settings)."""
+        from spark_mergetree.expressions.ddl import parse_create
+
+        return parse_create(self.statement)
 
 
 @dataclass(frozen=True)

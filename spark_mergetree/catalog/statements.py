@@ -7,12 +7,16 @@ text is what ties the name to its `store/<first 3>/<uuid>/` directory.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid as uuid_module
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_mergetree.errors import FormatError, InvalidOptionError
+
+if TYPE_CHECKING:
+    from spark_mergetree.expressions.ddl import TableDefinition
 
 ColumnList = Sequence[tuple[str, str]]
 
@@ -100,7 +104,12 @@ def table_statement(
     must be None).
     """
     if not isinstance(definition, (list, tuple)):
-        return _statement_from_definition(table_uuid, definition, order_by, partition_by, primary_key, settings)
+        if any(arg is not None for arg in (order_by, partition_by, primary_key, settings)):
+            raise InvalidOptionError(
+                "a TableDefinition already carries its keys and settings: pass order_by, partition_by, "
+                "primary_key and settings only with a column list"
+            )
+        return _statement_from_definition(table_uuid, definition)
     if not definition:
         raise InvalidOptionError("schema is empty: a table needs at least one column")
     for item in definition:
@@ -113,10 +122,7 @@ def table_statement(
     order_text = _key_expression(order_by, "order_by")
     if order_text is None:
         raise InvalidOptionError("order_by is required for MergeTree (use [] or 'tuple()' for no sorting key)")
-    # ClickHouse keeps the user's order and appends the default granularity when it is absent.
-    merged_settings: dict[str, Any] = dict(settings or {})
-    merged_settings.setdefault("index_granularity", 8192)
-    lines = [f"ATTACH TABLE _ UUID '{table_uuid}'", "("]
+    lines = ["CREATE TABLE _", "("]
     lines.append(",\n".join(f"    {_quote_identifier(name)} {type_name}" for name, type_name in definition))
     lines += [")", "ENGINE = MergeTree"]
     partition_text = _key_expression(partition_by, "partition_by")
@@ -126,37 +132,25 @@ def table_statement(
     if primary_text is not None:
         lines.append(f"PRIMARY KEY {primary_text}")
     lines.append(f"ORDER BY {order_text}")
-    lines.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(k, v)}" for k, v in merged_settings.items()))
-    return "\n".join(lines) + "\n"
+    if settings:
+        lines.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(k, v)}" for k, v in settings.items()))
+    # The expressions layer checks the statement (keys name known columns, PRIMARY KEY is a
+    # prefix of ORDER BY) and prints it exactly as ClickHouse does.
+    from spark_mergetree.expressions.ddl import parse_create
+
+    return _statement_from_definition(table_uuid, parse_create("\n".join(lines)))
 
 
-def _statement_from_definition(
-    table_uuid: str, definition: Any, order_by: Any, partition_by: Any, primary_key: Any, settings: Any
-) -> str:
-    """Render a parsed TableDefinition through the expressions layer, with our UUID in it."""
-    if any(arg is not None for arg in (order_by, partition_by, primary_key, settings)):
+def _statement_from_definition(table_uuid: str, definition: TableDefinition) -> str:
+    """A parsed definition printed as an Atomic metadata file: `ATTACH TABLE _ UUID '<ours>'`."""
+    from spark_mergetree.expressions.ddl import TableDefinition, format_attach
+
+    if not isinstance(definition, TableDefinition):
         raise InvalidOptionError(
-            "a TableDefinition already carries its keys and settings: pass order_by, partition_by, "
-            "primary_key and settings only with a column list"
+            f"schema must be a list of (column name, ClickHouse type) pairs or a TableDefinition, "
+            f"got {type(definition).__name__}"
         )
-    try:
-        from spark_mergetree.expressions.ddl import format_attach
-    except ImportError as exc:
-        raise InvalidOptionError(
-            f"schema of type {type(definition).__name__} needs spark_mergetree.expressions.ddl ({exc})"
-        ) from exc
-    import dataclasses
-
-    if dataclasses.is_dataclass(definition) and any(f.name == "uuid" for f in dataclasses.fields(definition)):
-        definition = dataclasses.replace(definition, uuid=table_uuid)
-    text = format_attach(definition)
-    if not text.endswith("\n"):
-        text += "\n"
-    # Whatever name/UUID the definition carried, an Atomic metadata file holds `_` and our UUID.
-    return re.sub(
-        r"\A\s*(?:ATTACH|CREATE)\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?\S+(?:\s+UUID\s+'[^']*')?",
-        f"ATTACH TABLE _ UUID '{table_uuid}'",
-        text,
-        count=1,
-        flags=re.IGNORECASE,
-    )
+    if definition.engine != "MergeTree":
+        raise InvalidOptionError(f"engine {definition.engine!r}: the catalog creates MergeTree tables only")
+    # The name lives only in the file name; the UUID is always the one this catalog chose.
+    return format_attach(dataclasses.replace(definition, uuid=table_uuid, database=None, name="_"))

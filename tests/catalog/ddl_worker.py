@@ -22,6 +22,9 @@ def main() -> None:
     rng = random.Random(seed)
     catalog = Catalog(root, drop_delay=3600)
     journal = open(journal_path, "a", buffering=1)
+    import spark_mergetree.expressions.ddl  # noqa: F401  (load before announcing readiness)
+
+    print("ready", flush=True)
 
     def name() -> tuple[str, str]:
         return rng.choice(DATABASES), rng.choice(TABLES)

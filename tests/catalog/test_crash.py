@@ -71,8 +71,15 @@ def test_sigkill_during_ddl_leaves_consistent_catalog(tmp_path: Path) -> None:
     rng = random.Random(20261122)
     operations_seen = 0
     for trial in range(TRIALS):
-        worker = subprocess.Popen([sys.executable, str(WORKER), str(root), str(journal), str(trial)], env=env)
-        time.sleep(rng.uniform(0.08, 0.35))
+        worker = subprocess.Popen([sys.executable, str(WORKER), str(root), str(journal), str(trial)], env=env,
+                                  stdout=subprocess.PIPE, text=True)
+        # Every third trial dies while opening (recovery itself must be crash-safe); the
+        # others once the loop runs.
+        if trial % 3 == 0:
+            time.sleep(rng.uniform(0.0, 0.15))
+        else:
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+            time.sleep(rng.uniform(0.0, 0.25))
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         assert worker.returncode == -signal.SIGKILL, "the worker stopped by itself"

@@ -18,6 +18,7 @@ from spark_mergetree.catalog.fsops import (
     unescape_for_file_name,
 )
 from spark_mergetree.errors import (
+    ExpressionError,
     FormatError,
     InvalidOptionError,
     MergeTreeError,
@@ -203,4 +204,24 @@ def test_concurrent_creates_one_winner(catalog: Catalog) -> None:
         assert len(winners) == 1, outcomes
         assert sorted(value for status, value in outcomes if status == "lost") == ["TableExistsError"] * 3
         assert catalog.table_uuid(name) == winners[0]
+    assert catalog.unreferenced_store_dirs() == []
+
+
+def test_table_definition_input_and_key_checks(catalog: Catalog) -> None:
+    from spark_mergetree.expressions.ddl import parse_create
+
+    definition = parse_create(
+        "CREATE TABLE other.name UUID '00000000-0000-0000-0000-000000000001' "
+        "(d Date, k UInt32, v Float64) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY (k, d)"
+    )
+    info = catalog.define_table("db.from_definition", definition)
+    assert info.statement.startswith(f"ATTACH TABLE _ UUID '{info.uuid}'\n")
+    assert info.uuid != "00000000-0000-0000-0000-000000000001"
+    assert info.definition.order_by == ("k", "d") and info.definition.partition_by == "toYYYYMM(d)"
+    assert catalog.table_info("db.from_definition").definition.schema == definition.schema
+    with pytest.raises(InvalidOptionError, match="keys"):
+        catalog.define_table("db.x", definition, "k")
+    with pytest.raises(ExpressionError, match="nope"):
+        catalog.define_table("db.bad_key", COLUMNS, "nope")
+    assert catalog.tables("db") == ["from_definition"]
     assert catalog.unreferenced_store_dirs() == []
