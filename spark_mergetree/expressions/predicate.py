@@ -223,6 +223,12 @@ def _literal_value(node: exp.Literal, source: str) -> object:
 
 
 def _convert(node: exp.Expression, source: str) -> Expr:
+    if isinstance(node, (exp.Like, exp.ILike, exp.In, exp.Between, exp.Is)) and node.args.get("negate"):
+        # Some sqlglot versions mark `x NOT LIKE y` with a flag instead of wrapping it in NOT.
+        positive = node.copy()
+        positive.set("negate", None)
+        converted = _convert(positive, source)
+        return IsNotNull(converted.expr) if isinstance(converted, IsNull) else Not(converted)
     if isinstance(node, exp.Paren):
         return _convert(node.this, source)
     if isinstance(node, (exp.And, exp.Or)):
@@ -291,19 +297,7 @@ def _convert(node: exp.Expression, source: str) -> Expr:
     if isinstance(node, exp.TimestampTrunc) and node.unit and node.unit.name.upper() in _TRUNC_UNITS:
         return Func(_TRUNC_UNITS[node.unit.name.upper()], (_convert(node.this, source),))
     if isinstance(node, exp.Anonymous):
-        name = node.name
-        args = tuple(_convert(arg, source) for arg in node.expressions)
-        if name in ("endsWith", "startsWith") and len(args) == 2 and isinstance(args[1], Literal):
-            cls2 = StartsWith if name == "startsWith" else EndsWith
-            return cls2(args[0], str(args[1].value))
-        if name in ("like", "ilike", "notLike") and len(args) == 2 and isinstance(args[1], Literal):
-            like = Like(args[0], str(args[1].value), name == "ilike")
-            return Not(like) if name == "notLike" else like
-        if name == "isNull" and len(args) == 1:
-            return IsNull(args[0])
-        if name == "isNotNull" and len(args) == 1:
-            return IsNotNull(args[0])
-        return Func(name, args)
+        return _function(node.name, tuple(_convert(arg, source) for arg in node.expressions))
     if isinstance(node, exp.Tuple):
         return Func("tuple", tuple(_convert(arg, source) for arg in node.expressions))
     if isinstance(node, exp.Func):
@@ -312,8 +306,27 @@ def _convert(node: exp.Expression, source: str) -> Expr:
         name = rendered.split("(", 1)[0].strip()
         args = [arg for arg in node.args.values() if isinstance(arg, exp.Expression)]
         args += [arg for value in node.args.values() if isinstance(value, list) for arg in value]
-        return Func(name, tuple(_convert(arg, source) for arg in args))
+        return _function(name, tuple(_convert(arg, source) for arg in args))
     raise ExpressionError(f"unsupported syntax {node.sql('clickhouse')!r} in {source!r}")
+
+
+def _function(name: str, args: tuple[Expr, ...]) -> Expr:
+    """A function call, as the dedicated node when there is one (string matching, NULL tests)."""
+    constant = args[1].value if len(args) == 2 and isinstance(args[1], Literal) else None
+    if isinstance(constant, str):
+        if name == "startsWith":
+            return StartsWith(args[0], constant)
+        if name == "endsWith":
+            return EndsWith(args[0], constant)
+        if name in ("like", "ilike"):
+            return Like(args[0], constant, name == "ilike")
+        if name == "notLike":
+            return Not(Like(args[0], constant))
+    if name == "isNull" and len(args) == 1:
+        return IsNull(args[0])
+    if name == "isNotNull" and len(args) == 1:
+        return IsNotNull(args[0])
+    return Func(name, args)
 
 
 # ---------------------------------------------------------------------------------------------
