@@ -591,7 +591,10 @@ def _default_scalar(dt: DataType, arrow_type: pa.DataType):
         return dt.values[0][0]
     if isinstance(dt, Primitive) and dt.name == "Bool":
         return False
-    return pa.scalar(0, pa.int64()).cast(arrow_type).as_py() if not pa.types.is_decimal(arrow_type) else 0
+    if pa.types.is_decimal(arrow_type):
+        return 0
+    zero = pa.scalar(0, pa.int32() if pa.types.is_date32(arrow_type) else pa.int64())
+    return zero.cast(arrow_type).as_py()
 
 
 # -------------------------------------------------------------------------------- deserialize
@@ -711,7 +714,7 @@ def _fixed_to_arrow(dt: DataType, raw: np.ndarray, n: int, stream: str) -> pa.Ar
         if name == "UUID":
             return _uuid_to_arrow(raw.reshape(n, 16))
         if name in ("Int128", "UInt128", "Int256", "UInt256"):
-            words = raw.view("<u8").reshape(n, -1)
+            words = raw.view("<u8").reshape(n, dt.width // 8)
             if words.shape[1] == 2:
                 fill = (words[:, 1] >> np.uint64(63)) * np.uint64(0xFFFFFFFFFFFFFFFF) if name == "Int128" \
                     else np.zeros(n, np.uint64)

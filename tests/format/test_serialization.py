@@ -24,6 +24,7 @@ from spark_mergetree.format.types import (
     Tuple, parse_type, to_arrow,
 )
 from tests.format.chdb_util import close_session, make_chdb_table, part_dirs
+from tests.format.test_types import _types
 
 ROWS = 10
 GRANULARITY = 3
@@ -363,7 +364,17 @@ def _values(dt: DataType, draw_from) -> st.SearchStrategy:
             lambda v: datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(milliseconds=v))
     if isinstance(dt, Enum):
         return st.sampled_from([n for n, _ in dt.values])
+    if isinstance(dt, DateTime):
+        return st.integers(0, 2**32 - 1).map(
+            lambda v: datetime.datetime.fromtimestamp(v, datetime.timezone.utc))
     name = dt.name
+    if name == "Bool":
+        return st.booleans()
+    if name == "Date32":
+        return st.dates(datetime.date(1900, 1, 1), datetime.date(2299, 12, 31))
+    if name in ("Int128", "UInt128"):
+        lo, hi = (-2**127, 2**127 - 1) if name == "Int128" else (0, 2**128 - 1)
+        return st.integers(lo, hi).map(decimal.Decimal)
     if name == "String":
         return st.text(max_size=5)
     if name == "UUID":
@@ -400,3 +411,20 @@ def test_round_trip_random(type_text, string_sizes):
         assert deserialize_rows([dt], serialize_rows([dt], [arr], rows), len(rows))[0].to_pylist() == arr.to_pylist()
 
     check()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data(), st.booleans())
+def test_round_trip_random_types(data, string_sizes):
+    dt = data.draw(_types(2))
+    values = data.draw(st.lists(_values(dt, None), max_size=8))
+    arr = pa.array(values, to_arrow(dt))
+    granules = np.array([min(3, len(values) - s) for s in range(0, len(values), 3)], np.int64)
+    written = serialize_column(dt, "r.c", arr, granules, string_sizes=string_sizes)
+    assert list(written) == stream_names(dt, "r.c", string_sizes)
+    for g in range(len(granules)):
+        cut = {k: memoryview(v.data)[v.granule_offsets[g]:] for k, v in written.items()}
+        got = deserialize_column(dt, "r.c", cut, len(values) - 3 * g, string_sizes=string_sizes)
+        assert got.to_pylist() == arr.slice(3 * g).to_pylist()
+    assert deserialize_rows([dt], serialize_rows([dt], [arr], range(len(values))), len(values))[0].to_pylist() == \
+        arr.to_pylist()
