@@ -43,7 +43,7 @@ def run_chdb(root: Path | str, *queries: str, allow_errors: bool = False) -> lis
         raise ChdbError(f"chdb process failed ({completed.returncode}): {completed.stderr[-2000:]}")
     results = json.loads(completed.stdout.strip().splitlines()[-1])
     out = []
-    for (status, text), query in zip(results, queries):
+    for (status, text), query in zip(results, queries, strict=True):
         if status == "error" and not allow_errors:
             raise ChdbError(f"chdb refused {query!r}: {text[:1000]}")
         out.append(text if status == "ok" else "ERROR: " + text)
