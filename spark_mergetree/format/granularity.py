@@ -87,10 +87,10 @@ def part_granules(
 ) -> np.ndarray:
     """Granule row counts (int64) of a part written from ``blocks`` of (rows, in-memory bytes).
 
-    An insert writes one block; a merge writes the merged stream in blocks of at most
-    ``merge_max_block_size`` (8192) rows. Wide: a granule left unfinished by one block is completed
-    with the next block's rows (it keeps the size planned when it started), so granules run on
-    across blocks; the part's last granule holds what remains. Compact: each block on its own.
+    An insert writes one block; a merge writes the merged stream in several blocks. Wide: a granule
+    left unfinished by one block is completed with the next block's rows up to the next block's
+    granule size (or closed as it is if it already holds that many rows), so granules run on across
+    blocks; the part's last granule holds what remains. Compact: each block on its own.
     """
     _check_settings(index_granularity, index_granularity_bytes)
     sizes: list[int] = []
@@ -106,10 +106,16 @@ def part_granules(
             continue
         position = 0
         if unfinished:
-            take = min(unfinished, n_rows)
-            sizes[-1] += take
-            unfinished -= take
-            position = take
+            written = sizes[-1]
+            if written >= granule:
+                # The open granule already holds a whole granule at the new size: it is closed as is.
+                unfinished = 0
+            else:
+                # The open granule is re-planned at this block's size and completed from this block.
+                take = min(granule - written, n_rows)
+                sizes[-1] += take
+                unfinished = granule - sizes[-1]
+                position = take
         remaining = n_rows - position
         if remaining:
             full, tail = divmod(remaining, granule)
