@@ -337,6 +337,8 @@ class Catalog:
             os.unlink(database_file)
             fsops.fsync_dir(self.metadata_dir)
             self._remove_database_leftovers(database)
+            if database_dir.is_dir() and not any(database_dir.glob("*.sql")):
+                shutil.rmtree(database_dir, ignore_errors=True)  # also when its symlink was missing
             return dropped
 
     def _remove_database_leftovers(self, database: str) -> list[Path]:
