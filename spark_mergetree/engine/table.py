@@ -1,41 +1,566 @@
 """MergeTreeTable: the public face of one table directory.
 
-A table directory holds ClickHouse part directories plus our own `_mergetree/` folder:
-`_mergetree/table.sql` (the table's ATTACH TABLE statement, the same text the catalog keeps) and
-`_mergetree/log/` (the commit log that decides which parts are visible; see txn/).
-This module wires the layers together; the work is done in insert.py, select.py and merge.py.
+A table directory holds ClickHouse part directories (plus `format_version.txt` and `detached/`, as
+ClickHouse lays out a table's data) and our own `_mergetree/` folder: `table.sql` (the table's
+ATTACH TABLE statement, the same text the catalog keeps), `settings.json` (engine settings that are
+not ClickHouse's), and `log/` (the commit log that decides which parts are visible; see txn/).
+
+The work is done elsewhere: insert.py (staging parts), select.py (pruning and reading),
+merge.py (choosing and merging parts), txn/ (snapshots and commits), storage/ (placing bytes).
 """
 
 from __future__ import annotations
 
-# NOTE: interface being implemented; see ARCHITECTURE.md. Signatures here are the contract the
-# Spark layer builds against:
-#
-# class MergeTreeTable:
-#     path: pathlib.Path                      # the table data directory
-#     definition: TableDefinition             # parsed ATTACH/CREATE statement
-#     schema: pyarrow.Schema                  # Arrow schema of all columns (see format/types.py)
-#     uuid: str                               # stable id (from the statement or generated)
-#
-#     @classmethod
-#     def create(cls, path, schema, order_by, partition_by=None, primary_key=None, settings=None,
-#                *, if_not_exists=False, coordinator=None, storage_policy=None) -> MergeTreeTable
-#         # schema: pyarrow.Schema, or a list of (name, ClickHouse type string)
-#     @classmethod
-#     def open(cls, path, create_statement=None, *, coordinator=None) -> MergeTreeTable
-#
-#     def insert(self, data, *, transaction=None) -> list[str]          # part names
-#     def to_arrow(self, columns=None, where=None, *, snapshot=None, transaction=None) -> pa.Table
-#     def parts(self, *, snapshot=None) -> list[PartSummary]
-#     def optimize(self, final=False) -> list[str]
-#     def check(self) -> CheckReport
-#     def explain(self, where=None) -> ReadPlan
-#
-#     # building blocks for distributed readers/writers (the Spark layer):
-#     def plan_read(self, columns=None, where=None, *, snapshot=None, transaction=None,
-#                   target_rows=...) -> ReadPlan        # .tasks: list[ReadTask] (picklable)
-#     def read_task(self, task, columns, where=None) -> Iterator[pa.RecordBatch]   # executor side
-#     def stage(self, data, tag) -> list[StagedPart]     # executor side: write tmp parts
-#     def commit_staged(self, staged, *, mode="append"|"overwrite"|"overwrite_partitions",
-#                       transaction=None) -> list[str]   # driver side: name, log, commit
-#     def discard_staged(self, tag, keep=()) -> None     # remove a job's leftover tmp parts
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid as uuid_module
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from spark_mergetree.engine import insert as inserting
+from spark_mergetree.engine import merge as merging
+from spark_mergetree.engine import select as selecting
+from spark_mergetree.engine.metadata import (
+    META_DIR,
+    SETTINGS_FILE,
+    STATEMENT_FILE,
+    TableMetadata,
+    read_engine_settings,
+    split_settings,
+)
+from spark_mergetree.errors import (
+    CorruptPartError,
+    InvalidOptionError,
+    MergeTreeError,
+    SerializationError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from spark_mergetree.expressions.ddl import ColumnDefinition, TableDefinition, format_attach, parse_create
+from spark_mergetree.expressions.predicate import Expr
+from spark_mergetree.format.checksums import compute_file_checksum
+from spark_mergetree.format.part import CHECKSUMS_FILE
+from spark_mergetree.format.part_info import PartInfo
+from spark_mergetree.format.part_reader import PartReader
+from spark_mergetree.format.types import from_arrow, parse_type
+from spark_mergetree.storage.part_store import PartStore
+from spark_mergetree.storage.policy import StoragePolicy
+from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
+from spark_mergetree.txn.table_log import write_file_atomically
+
+log = logging.getLogger(__name__)
+
+WriteMode = Literal["append", "overwrite", "overwrite_partitions"]
+WRITE_MODES = ("append", "overwrite", "overwrite_partitions")
+SchemaLike = pa.Schema | Sequence[tuple[str, str]] | Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PartSummary:
+    """One visible part, as `MergeTreeTable.parts()` lists it (like system.parts)."""
+
+    name: str
+    partition_id: str
+    min_block: int
+    max_block: int
+    level: int
+    rows: int
+    bytes_on_disk: int
+    granules: int
+
+
+@dataclass
+class CheckReport:
+    """Result of `check()`: every visible part's files re-hashed against checksums.txt."""
+
+    parts_checked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"{self.parts_checked} parts checked: all files match checksums.txt"
+        return f"{self.parts_checked} parts checked, {len(self.problems)} problem(s):\n" + "\n".join(
+            "  " + p for p in self.problems)
+
+
+def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[str, str]]:
+    """(name, ClickHouse type) pairs from an Arrow schema, pairs, or a mapping."""
+    if isinstance(schema, pa.Schema):
+        return [(f.name, from_arrow(f.type, f.nullable, nullable_scalars=f.name not in key_columns).to_clickhouse())
+                for f in schema]
+    pairs = list(schema.items()) if isinstance(schema, Mapping) else [tuple(p) for p in schema]
+    out = []
+    for pair in pairs:
+        if len(pair) != 2:
+            raise InvalidOptionError(f"schema entries must be (name, ClickHouse type), got {pair!r}")
+        name, type_text = str(pair[0]), str(pair[1])
+        out.append((name, parse_type(type_text).to_clickhouse()))
+    if not out:
+        raise InvalidOptionError("a table needs at least one column")
+    return out
+
+
+def _key_list(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("(") and text.endswith(")"):
+            text = text[1:-1]
+        items = [t.strip() for t in text.split(",")] if text else []
+    else:
+        items = [str(v).strip() for v in value]
+    if any(not i for i in items):
+        raise InvalidOptionError(f"{what} has an empty element: {value!r}")
+    return tuple(items)
+
+
+class MergeTreeTable:
+    """One MergeTree table: create or open it, insert, read, merge, check.
+
+    ```python
+    table = MergeTreeTable.create("/data/events", schema, order_by="id", partition_by="toYYYYMM(d)")
+    table.insert(arrow_table)
+    table.to_arrow(where="id BETWEEN 10 AND 20")
+    ```
+    """
+
+    def __init__(self, path: str | os.PathLike[str], metadata: TableMetadata,
+                 coordinator: Coordinator | None = None) -> None:
+        self.path = Path(path).resolve()
+        self.metadata = metadata
+        self._coordinator = coordinator
+        self.log = TableLog(self.path)
+        policy_config = metadata.setting("storage_policy")
+        self.storage_policy = (StoragePolicy.from_dict(policy_config) if policy_config
+                               else StoragePolicy.single(self.path))
+        self.store = PartStore(self.storage_policy, "" if not policy_config else self._relative_table_path())
+        self._readers: dict[str, PartReader] = {}
+        self._readers_lock = threading.Lock()
+
+    def _relative_table_path(self) -> str:
+        uuid = self.definition.uuid or "table"
+        return f"store/{uuid[:3]}/{uuid}"
+
+    # ------------------------------------------------------------------ create / open
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], schema: SchemaLike, order_by: str | Sequence[str],
+               partition_by: str | None = None, primary_key: str | Sequence[str] | None = None,
+               settings: Mapping[str, Any] | None = None, *, if_not_exists: bool = False,
+               coordinator: Coordinator | str | None = None) -> MergeTreeTable:
+        """Create a table directory at `path`.
+
+        `schema`: a pyarrow Schema (types mapped as format_spec/types.md says; non-key nullable
+        fields become Nullable) or (name, ClickHouse type) pairs. `order_by`/`primary_key`: a column,
+        a list, or "(a, b)". `partition_by`: a ClickHouse expression such as "toYYYYMM(d)".
+        `settings`: ClickHouse MergeTree settings (index_granularity, index_granularity_bytes, ...)
+        and engine settings (codec, auto_merge, merge_parts_threshold, old_parts_lifetime,
+        storage_policy, coordinator).
+        """
+        target = Path(path)
+        if (target / META_DIR / STATEMENT_FILE).exists():
+            if if_not_exists:
+                return cls.open(target, coordinator=coordinator)
+            raise TableExistsError(f"a table already exists at {target}")
+        order = _key_list(order_by, "order_by")
+        primary = _key_list(primary_key, "primary_key") or order
+        if primary != order[: len(primary)]:
+            raise InvalidOptionError(f"primary_key {primary} must be a prefix of order_by {order}")
+        columns = _normalize_schema(schema, set(order))
+        clickhouse_settings, engine_settings = split_settings(settings)
+        if isinstance(coordinator, str):
+            engine_settings["coordinator"] = coordinator
+        definition = TableDefinition(
+            database=None, name=target.name or "_", uuid=str(uuid_module.uuid4()),
+            columns=tuple(ColumnDefinition(n, t) for n, t in columns), engine="MergeTree",
+            order_by=order, primary_key=primary, partition_by=partition_by or None,
+            settings=clickhouse_settings, explicit_primary_key=primary != order)
+        metadata = TableMetadata(definition, engine_settings)
+        _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings  # validate
+        cls._write_layout(target, definition, engine_settings)
+        return cls.open(target, coordinator=coordinator if not isinstance(coordinator, str) else None)
+
+    @staticmethod
+    def _write_layout(target: Path, definition: TableDefinition, engine_settings: Mapping[str, Any]) -> None:
+        meta_dir = target / META_DIR
+        meta_dir.mkdir(parents=True, exist_ok=True)
+        (target / "detached").mkdir(exist_ok=True)
+        if not (target / "format_version.txt").exists():
+            write_file_atomically(target / "format_version.txt", b"1")
+        if engine_settings:
+            write_file_atomically(meta_dir / SETTINGS_FILE, json.dumps(engine_settings, sort_keys=True).encode())
+        if not write_file_atomically(meta_dir / STATEMENT_FILE, format_attach(definition).encode(), replace=False):
+            raise TableExistsError(f"a table already exists at {target} (created concurrently)")
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], create_statement: str | None = None, *,
+             coordinator: Coordinator | str | None = None) -> MergeTreeTable:
+        """Open a table directory: ours, or a ClickHouse table data directory (`store/xxx/<uuid>/`)
+        given its CREATE/ATTACH TABLE statement (`create_statement`)."""
+        target = Path(path)
+        if not target.is_dir():
+            raise TableNotFoundError(f"no table at {target}: directory does not exist")
+        if create_statement is None:
+            statement_path = target / META_DIR / STATEMENT_FILE
+            try:
+                create_statement = statement_path.read_text()
+            except FileNotFoundError:
+                raise TableNotFoundError(
+                    f"no table at {target}: {statement_path} is missing (for a ClickHouse table directory, "
+                    "pass its CREATE or ATTACH TABLE statement as create_statement)") from None
+        definition = parse_create(create_statement)
+        metadata = TableMetadata(definition, read_engine_settings(target))
+        _ = metadata.order_by, metadata.primary_key, metadata.partition_key
+        if isinstance(coordinator, str):
+            coordinator = coordinator_from_url(coordinator)
+        return cls(target, metadata, coordinator)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def definition(self) -> TableDefinition:
+        return self.metadata.definition
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Arrow schema of the table's columns (see format_spec/types.md for the mapping)."""
+        return self.metadata.arrow_schema
+
+    @property
+    def uuid(self) -> str | None:
+        return self.definition.uuid
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """Explicit > the table's `coordinator` setting > the one its log is bound to > the default."""
+        if self._coordinator is None:
+            url = self.metadata.setting("coordinator")
+            identity = self.log.identity()
+            if url is None and identity is not None:
+                url = identity["coordinator"]
+            self._coordinator = coordinator_from_url(url) if url else default_coordinator()
+        return self._coordinator
+
+    def __repr__(self) -> str:
+        return f"MergeTreeTable({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _directory_parts(self) -> set[str]:
+        """Active parts by directory listing, covered parts dropped (for tables with no log)."""
+        infos = []
+        for name in self.store.list_parts():
+            try:
+                infos.append(PartInfo.parse(name))
+            except MergeTreeError:
+                continue
+        return {i.name for i in infos if not any(o != i and o.contains(i) for o in infos)}
+
+    def visible_parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None
+                      ) -> tuple[int | None, set[str]]:
+        """(snapshot csn, names of visible parts): the transaction's view, the given csn's, or now's."""
+        if transaction is not None:
+            return transaction.snapshot, transaction.visible_parts(self.path)
+        if self.log.identity() is None:
+            # Never written through a transaction: a ClickHouse-made table or an empty new one.
+            return None, self._directory_parts()
+        coordinator = self.coordinator
+        csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
+        return csn, self.log.snapshot(csn, coordinator)
+
+    def reader(self, part: str) -> PartReader:
+        """The (cached) reader of one part; parts never change once written."""
+        with self._readers_lock:
+            cached = self._readers.get(part)
+        if cached is None:
+            cached = PartReader(self.store, part, str(self.path / part))
+            with self._readers_lock:
+                self._readers[part] = cached
+        return cached
+
+    # ------------------------------------------------------------------ reading
+
+    def _columns(self, columns: Sequence[str] | None) -> list[str]:
+        if columns is None:
+            return [n for n, _ in self.metadata.columns]
+        unknown = [c for c in columns if c not in self.metadata.column_types]
+        if unknown:
+            raise InvalidOptionError(f"unknown column(s) {', '.join(unknown)}; table columns: "
+                                     f"{', '.join(self.metadata.column_types)}")
+        return list(columns)
+
+    def plan_read(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
+                  snapshot: int | None = None, transaction: Transaction | None = None,
+                  parts: set[str] | None = None,
+                  target_rows: int = selecting.DEFAULT_TARGET_ROWS) -> selecting.ReadPlan:
+        """Which parts and granule ranges a read touches, cut into ReadTasks of ~target_rows rows."""
+        self._columns(columns)
+        predicate = selecting.bind_where(where, self.metadata.column_types)
+        csn, visible = (None, parts) if parts is not None else self.visible_parts(
+            snapshot=snapshot, transaction=transaction)
+        plan = selecting.ReadPlan(csn, str(where) if where is not None else None)
+        meta = self.metadata
+        for name in sorted(visible, key=lambda n: (PartInfo.parse(n).partition_id, PartInfo.parse(n).min_block)):
+            reader = self.reader(name)
+            part_plan = selecting.plan_part(reader, PartInfo.parse(name), predicate, meta.partition_key,
+                                            meta.primary_key, meta.column_types)
+            plan.parts.append(part_plan)
+            plan.tasks.extend(selecting.split_tasks(reader, part_plan.ranges, target_rows))
+        return plan
+
+    def read_task(self, task: selecting.ReadTask, columns: Sequence[str] | None = None,
+                  where: str | Expr | None = None) -> pa.Table:
+        """Rows of one ReadTask (executor side), filtered exactly by `where`."""
+        names = self._columns(columns)
+        predicate = selecting.bind_where(where, self.metadata.column_types)
+        schema = pa.schema([self.schema.field(n) for n in names])
+        return selecting.read_task(self.reader(task.part), task, names, predicate, schema)
+
+    def to_arrow(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
+                 snapshot: int | None = None, transaction: Transaction | None = None) -> pa.Table:
+        """Rows of the table (at a snapshot or in a transaction) as an Arrow table.
+
+        `where` is a predicate in ClickHouse/SQL syntax; it prunes partitions and granules and then
+        filters rows exactly.
+        """
+        names = self._columns(columns)
+        plan = self.plan_read(names, where, snapshot=snapshot, transaction=transaction)
+        schema = pa.schema([self.schema.field(n) for n in names])
+        if not plan.tasks:
+            return schema.empty_table()
+        predicate = selecting.bind_where(where, self.metadata.column_types)
+
+        def run(task: selecting.ReadTask) -> pa.Table:
+            return selecting.read_task(self.reader(task.part), task, names, predicate, schema)
+
+        if len(plan.tasks) == 1:
+            tables = [run(plan.tasks[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=min(4, len(plan.tasks))) as pool:
+                tables = list(pool.map(run, plan.tasks))
+        return pa.concat_tables(tables)
+
+    def to_batches(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
+                   snapshot: int | None = None, transaction: Transaction | None = None
+                   ) -> Iterator[pa.RecordBatch]:
+        """Like to_arrow, one task at a time (bounded memory)."""
+        names = self._columns(columns)
+        for task in self.plan_read(names, where, snapshot=snapshot, transaction=transaction).tasks:
+            yield from self.read_task(task, names, where).to_batches()
+
+    def explain(self, where: str | Expr | None = None, *, snapshot: int | None = None,
+                transaction: Transaction | None = None) -> selecting.ReadPlan:
+        """The parts and granule ranges a read with `where` would touch (print it for a summary)."""
+        return self.plan_read(None, where, snapshot=snapshot, transaction=transaction)
+
+    def parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> list[PartSummary]:
+        """The visible parts, like ClickHouse's system.parts."""
+        _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
+        out = []
+        for name in sorted(visible, key=lambda n: (PartInfo.parse(n).partition_id, PartInfo.parse(n).min_block)):
+            info = PartInfo.parse(name)
+            reader = self.reader(name)
+            size = sum(self.store.file_size(name, f) for f in reader.files)
+            out.append(PartSummary(name, info.partition_id, info.min_block, info.max_block, info.level,
+                                   reader.rows, size, reader.n_granules))
+        return out
+
+    def count(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> int:
+        _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
+        return sum(self.reader(p).rows for p in visible)
+
+    # ------------------------------------------------------------------ writing
+
+    def stage(self, data: Any, tag: str | None = None) -> list[inserting.StagedPart]:
+        """Write rows as invisible staged parts, one per partition (executor side in Spark)."""
+        table = inserting.conform(inserting.to_arrow_table(data), self.metadata)
+        if table.num_rows == 0:
+            return []
+        tag = tag or inserting.new_tag()
+        unique = f"{tag}_{uuid_module.uuid4().hex[:8]}"
+        return inserting.write_partition_parts(
+            self.metadata, table, lambda name, files: self.store.write_part(name, files.files, files.boundaries), unique)
+
+    def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
+        """Delete staged parts of `tag` except `keep` (leftovers of failed or duplicate task attempts)."""
+        prefix = f"{inserting.STAGING_PREFIX}{tag}_"
+        removed = []
+        for name in self._staged_names():
+            if name.startswith(prefix) and name not in keep:
+                self.store.remove_part(name)
+                removed.append(name)
+        return removed
+
+    def _staged_names(self) -> list[str]:
+        names = set()
+        for volume in self.storage_policy.volumes:
+            for disk in volume.disks:
+                table_dir = self.store.table_dir(disk)
+                if table_dir.is_dir():
+                    names.update(e.name for e in os.scandir(table_dir)
+                                 if e.is_dir() and e.name.startswith(inserting.STAGING_PREFIX))
+        return sorted(names)
+
+    def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode = "append",
+                      transaction: Transaction | None = None) -> list[str]:
+        """Make staged parts visible in one atomic step (driver side in Spark).
+
+        Parts get block numbers and final names `<partition>_<n>_<n>_0`. `mode="overwrite"` also
+        removes every visible part; `"overwrite_partitions"` removes the visible parts of the
+        partitions the new data touches. Inside `transaction`, nothing is visible before it commits.
+        """
+        if mode not in WRITE_MODES:
+            raise InvalidOptionError(f"mode {mode!r} is not valid; use one of {', '.join(WRITE_MODES)}")
+        own = transaction is None
+        tx = transaction if transaction is not None else Transaction(self.coordinator)
+        renamed: list[str] = []
+        try:
+            table_id = self.log.bind(tx.coordinator.url)
+            if self._log_is_empty():
+                self._adopt_unlogged_parts(tx)
+            visible = tx.visible_parts(self.path)
+            if mode == "overwrite":
+                tx.remove_parts(self.path, sorted(visible))
+            elif mode == "overwrite_partitions":
+                touched = {s.partition_id for s in staged}
+                tx.remove_parts(self.path, sorted(p for p in visible if PartInfo.parse(p).partition_id in touched))
+            first = tx.coordinator.allocate_blocks(table_id, len(staged)) if staged else 0
+            for number, part in enumerate(staged):
+                final = PartInfo(part.partition_id, first + number, first + number, 0).name
+                self.store.rename_part(part.name, final)
+                renamed.append(final)
+            tx.add_parts(self.path, renamed)
+            if own:
+                tx.commit()
+        except BaseException:
+            if own:
+                tx.rollback()
+            for name in renamed:
+                if self.store.exists(name):
+                    self.store.remove_part(name)
+            for part in staged:
+                if self.store.exists(part.name):
+                    self.store.remove_part(part.name)
+            raise
+        if own and self.metadata.setting("auto_merge"):
+            self._auto_merge()
+        return renamed
+
+    def _log_is_empty(self) -> bool:
+        return not self.log.entries() and not (self.log.directory / "checkpoint.json").exists()
+
+    def _adopt_unlogged_parts(self, tx: Transaction) -> None:
+        """A table ClickHouse wrote has parts but no log: the first write takes them into the log."""
+        existing = self._directory_parts() - tx.visible_parts(self.path)
+        if existing:
+            tx.add_parts(self.path, sorted(existing))
+
+    def insert(self, data: Any, *, transaction: Transaction | None = None) -> list[str]:
+        """Insert rows (pyarrow Table/RecordBatch(es), pandas DataFrame): one part per partition.
+
+        Visible atomically when this returns (or when `transaction` commits). Returns part names.
+        """
+        staged = self.stage(data)
+        return self.commit_staged(staged, mode="append", transaction=transaction)
+
+    def overwrite(self, data: Any, *, partitions_only: bool = False,
+                  transaction: Transaction | None = None) -> list[str]:
+        """Replace the table's rows (or only the partitions present in `data`) atomically."""
+        staged = self.stage(data)
+        return self.commit_staged(staged, mode="overwrite_partitions" if partitions_only else "overwrite",
+                                  transaction=transaction)
+
+    # ------------------------------------------------------------------ merges and upkeep
+
+    def _auto_merge(self) -> None:
+        try:
+            self._run_merges(final=False, force=False)
+        except SerializationError as exc:
+            log.info("automatic merge of %s lost to a concurrent transaction: %s", self.path, exc)
+
+    def optimize(self, final: bool = False) -> list[str]:
+        """Merge parts, as ClickHouse's OPTIMIZE TABLE: one merge per partition with ≥ 2 parts
+        (`final=True`: every partition down to one part). Returns the new parts' names."""
+        return self._run_merges(final=final, force=True)
+
+    def _run_merges(self, final: bool, force: bool) -> list[str]:
+        created = []
+        while True:
+            _, visible = self.visible_parts()
+            rows = {p: self.reader(p).rows for p in visible}
+            candidates = merging.select_merges(sorted(visible), rows, self.metadata, final=final, force=force)
+            if not candidates:
+                return created
+            for candidate in candidates:
+                created.append(self._merge(candidate))
+            if final or force:
+                return created
+
+    def _merge(self, candidate: merging.MergeCandidate) -> str:
+        tx = Transaction(self.coordinator)
+        result = candidate.result_name
+        staged_name = f"{inserting.STAGING_PREFIX}merge_{uuid_module.uuid4().hex[:12]}"
+        try:
+            # Removal locks first: of two concurrent merges of the same parts, one fails here,
+            # before writing anything.
+            tx.remove_parts(self.path, candidate.parts)
+            files = merging.merge_parts([self.reader(p) for p in candidate.parts], self.metadata)
+            self.store.write_part(staged_name, files.files, files.boundaries)
+            self.store.rename_part(staged_name, result)
+            tx.add_parts(self.path, [result])
+            tx.commit()
+        except BaseException:
+            tx.rollback()
+            for name in (staged_name, result):
+                if self.store.exists(name) and name not in self.visible_parts()[1]:
+                    self.store.remove_part(name)
+            raise
+        return result
+
+    def cleanup(self) -> list[str]:
+        """Delete parts no snapshot can see and that are older than `old_parts_lifetime` seconds;
+        finish or roll back transactions interrupted by crashes. Returns deleted part names."""
+        if self.log.identity() is None:
+            return []
+        removed = self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")))
+        with self._readers_lock:
+            for name in removed:
+                self._readers.pop(name, None)
+        return removed
+
+    def check(self) -> CheckReport:
+        """Like CHECK TABLE: re-hash every file of every visible part against its checksums.txt."""
+        report = CheckReport()
+        _, visible = self.visible_parts()
+        for part in sorted(visible):
+            report.parts_checked += 1
+            try:
+                reader = PartReader(self.store, part, str(self.path / part))
+                checksums = reader.checksums
+                if checksums is None:
+                    report.problems.append(f"{part}: {CHECKSUMS_FILE} is missing")
+                    continue
+                for name, expected in sorted(checksums.files.items()):
+                    actual = compute_file_checksum(self.store.read_file(part, name), expected.is_compressed)
+                    if actual != expected:
+                        report.problems.append(f"{part}/{name}: content does not match checksums.txt")
+            except (CorruptPartError, OSError) as exc:
+                report.problems.append(f"{part}: {exc}")
+        return report
+
+    def drop_data(self) -> None:
+        """Delete the table directory (used by catalogs; the table object is unusable after)."""
+        shutil.rmtree(self.path, ignore_errors=True)

@@ -1,0 +1,119 @@
+"""Turning incoming rows into staged parts (ClickHouse's data writer).
+
+Rows are conformed to the table schema (by column name; clear errors for missing, extra or
+uncastable columns), split by partition, sorted by the ORDER BY key and written as one Wide part
+per partition under a staging name. Staged parts are invisible: committing gives them block
+numbers, final names and a log entry (see table.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.engine.metadata import TableMetadata
+from spark_mergetree.format.part_writer import PartitionValue, write_wide_part
+from spark_mergetree.format.types import parse_type, to_arrow
+
+STAGING_PREFIX = "staged_"
+
+
+@dataclass(frozen=True)
+class StagedPart:
+    """A written, not yet visible part (picklable: Spark tasks return these to the driver)."""
+
+    name: str  # directory name while staged
+    partition_id: str
+    rows: int
+    bytes: int
+    tag: str
+
+
+def new_tag() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def to_arrow_table(data: Any) -> pa.Table:
+    """Accept a pyarrow Table, RecordBatch, RecordBatchReader, iterable of batches, or pandas DataFrame."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if hasattr(data, "to_arrow") and callable(data.to_arrow):  # polars and others
+        return data.to_arrow()
+    if type(data).__name__ == "DataFrame" and hasattr(data, "columns"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if isinstance(data, Iterable):
+        batches = list(data)
+        if not batches:
+            raise SchemaMismatchError("no data to insert: the iterable of record batches is empty")
+        return pa.Table.from_batches(batches)
+    raise SchemaMismatchError(f"cannot insert a {type(data).__name__}: pass a pyarrow Table or RecordBatches")
+
+
+def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
+    """The table's columns in table order and Arrow types, or an error naming what does not fit."""
+    wanted = [name for name, _ in meta.columns]
+    missing = [n for n in wanted if n not in table.column_names]
+    extra = [n for n in table.column_names if n not in wanted]
+    if missing or extra:
+        detail = []
+        if missing:
+            detail.append(f"missing column(s) {', '.join(missing)}")
+        if extra:
+            detail.append(f"unknown column(s) {', '.join(extra)}")
+        raise SchemaMismatchError(f"data does not match the table schema: {'; '.join(detail)} "
+                                  f"(table columns: {', '.join(wanted)})")
+    arrays = []
+    for name, type_text in meta.columns:
+        column = table.column(name)
+        target = to_arrow(parse_type(type_text))
+        if column.type != target:
+            try:
+                column = column.cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SchemaMismatchError(
+                    f"column {name!r}: cannot store {column.type} as {type_text} ({exc})") from exc
+        if not pa.types.is_null(column.type) and column.null_count and not type_text.startswith(
+                ("Nullable(", "LowCardinality(Nullable(", "Array(", "Map(", "Tuple(")):
+            raise SchemaMismatchError(
+                f"column {name!r} of type {type_text} holds {column.null_count} NULL value(s); "
+                "declare it Nullable(...) or fill the NULLs")
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, names=wanted)
+
+
+def sort_by_key(table: pa.Table, order_by: list[str]) -> pa.Table:
+    if not order_by or table.num_rows < 2:
+        return table
+    indices = pc.sort_indices(table, sort_keys=[(k, "ascending") for k in order_by])
+    return table.take(indices)
+
+
+def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part, tag: str) -> list[StagedPart]:
+    """Split `table` (conformed) by partition and write each group as one sorted part.
+
+    `write_part(name, PartFiles)` places a part's files (storage's job).
+    """
+    staged = []
+    key = meta.partition_key
+    for number, group in enumerate(key.group_rows(table)):
+        rows = table.take(pa.array(group.row_indices)) if len(key.elements) else table
+        rows = sort_by_key(rows, meta.order_by)
+        partition = None
+        if key.is_partitioned:
+            values = [pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(group.values, key.result_types)]
+            partition = PartitionValue(values, key.result_types, key.columns)
+        files = write_wide_part(rows, meta.columns, meta.primary_key, partition, meta.writer_settings)
+        name = f"{STAGING_PREFIX}{tag}_{number}"
+        write_part(name, files)
+        staged.append(StagedPart(name, group.partition_id, rows.num_rows, files.size, tag))
+    return staged

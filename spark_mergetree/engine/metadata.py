@@ -1,0 +1,170 @@
+"""A table's definition and settings, and everything derived from them once.
+
+The definition is a ClickHouse CREATE/ATTACH TABLE statement (kept in `_mergetree/table.sql`,
+or in the catalog's metadata file). Settings ClickHouse knows (index_granularity, ...) live in the
+statement's SETTINGS clause; settings only we use (codec, merge policy, storage policy, retention)
+live in `_mergetree/settings.json`, so ClickHouse can always attach the statement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError
+from spark_mergetree.expressions.ddl import TableDefinition
+from spark_mergetree.expressions.partition_key import PartitionKey
+from spark_mergetree.format import granularity
+from spark_mergetree.format.compression import parse_codec
+from spark_mergetree.format.part_writer import WriterSettings
+from spark_mergetree.format.types import parse_type, to_arrow_field
+
+META_DIR = "_mergetree"
+STATEMENT_FILE = "table.sql"
+SETTINGS_FILE = "settings.json"
+
+# Settings of ours, with defaults; anything else in `settings=` must be a ClickHouse setting.
+ENGINE_SETTINGS: dict[str, Any] = {
+    "codec": "LZ4",  # compression of column streams: LZ4, NONE, ZSTD, ZSTD(level)
+    "auto_merge": True,  # merge small parts of a partition after inserts
+    "merge_parts_threshold": 8,  # merge when a partition has more active parts than this
+    "max_parts_to_merge": 10,  # at most this many parts in one merge
+    "max_merged_rows": 50_000_000,  # do not grow parts beyond this by automatic merges
+    "old_parts_lifetime": 480,  # seconds removed parts are kept for readers and time travel
+    "storage_policy": None,  # a storage policy dict (see storage/policy.py); None: the table dir
+    "coordinator": None,  # coordinator URL; None: the process default
+}
+
+# ClickHouse MergeTree settings we understand (others are kept and passed through untouched).
+CLICKHOUSE_SETTINGS = ("index_granularity", "index_granularity_bytes", "min_bytes_for_wide_part",
+                       "min_rows_for_wide_part", "min_compress_block_size", "max_compress_block_size")
+
+
+def _parse_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise InvalidOptionError(f"setting {name!r} must be true or false, got {value!r}")
+
+
+def _parse_int(name: str, value: Any, minimum: int = 0) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise InvalidOptionError(f"setting {name!r} must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise InvalidOptionError(f"setting {name!r} must be >= {minimum}, got {number}")
+    return number
+
+
+def split_settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """(ClickHouse settings for the statement, our engine settings) from one user mapping."""
+    clickhouse: dict[str, str] = {}
+    ours: dict[str, Any] = {}
+    for key, value in (settings or {}).items():
+        name = str(key).lower()
+        if name in ENGINE_SETTINGS:
+            ours[name] = value
+        else:
+            clickhouse[name] = str(value)
+    return clickhouse, validate_engine_settings(ours)
+
+
+def validate_engine_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for name, value in values.items():
+        if name not in ENGINE_SETTINGS:
+            raise InvalidOptionError(f"unknown engine setting {name!r}; valid: {', '.join(ENGINE_SETTINGS)}")
+        if name == "codec":
+            out[name] = parse_codec(str(value)).text[len("CODEC("):-1]
+        elif name == "auto_merge":
+            out[name] = _parse_bool(name, value)
+        elif name in ("merge_parts_threshold", "max_parts_to_merge", "max_merged_rows"):
+            out[name] = _parse_int(name, value, minimum=2 if name != "max_merged_rows" else 1)
+        elif name == "old_parts_lifetime":
+            out[name] = _parse_int(name, value)
+        elif name == "storage_policy" and isinstance(value, str):
+            try:
+                out[name] = json.loads(value)
+            except ValueError:
+                raise InvalidOptionError(f"setting 'storage_policy' must be a JSON object, got {value!r}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class TableMetadata:
+    """The definition plus engine settings, with derived views used on every read and write."""
+
+    definition: TableDefinition
+    engine_settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def setting(self, name: str) -> Any:
+        return self.engine_settings.get(name, ENGINE_SETTINGS[name])
+
+    @cached_property
+    def columns(self) -> list[tuple[str, str]]:
+        """(name, ClickHouse type) of every stored column, in table order."""
+        return list(self.definition.stored_schema.items())
+
+    @cached_property
+    def column_types(self) -> dict[str, str]:
+        return dict(self.columns)
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([to_arrow_field(name, parse_type(type_text)) for name, type_text in self.columns])
+
+    @cached_property
+    def order_by(self) -> list[str]:
+        return [self._key_column(e, "ORDER BY") for e in self.definition.order_by]
+
+    @cached_property
+    def primary_key(self) -> list[str]:
+        return [self._key_column(e, "PRIMARY KEY") for e in self.definition.primary_key or self.definition.order_by]
+
+    def _key_column(self, element: str, clause: str) -> str:
+        name = element.strip().strip("`")
+        if name not in self.column_types:
+            raise SchemaMismatchError(
+                f"{clause} element {element!r} is not a column of the table; only plain columns are supported "
+                f"in keys (columns: {', '.join(self.column_types)})")
+        return name
+
+    @cached_property
+    def partition_key(self) -> PartitionKey:
+        return PartitionKey.parse(self.definition.partition_by, self.column_types)
+
+    @cached_property
+    def writer_settings(self) -> WriterSettings:
+        s = self.definition.settings
+        return WriterSettings(
+            index_granularity=int(s.get("index_granularity", granularity.DEFAULT_INDEX_GRANULARITY)),
+            index_granularity_bytes=int(s.get("index_granularity_bytes", granularity.DEFAULT_INDEX_GRANULARITY_BYTES)),
+            codec=parse_codec(str(self.setting("codec"))),
+            min_compress_block_size=int(s.get("min_compress_block_size", WriterSettings.min_compress_block_size)),
+            max_compress_block_size=int(s.get("max_compress_block_size", WriterSettings.max_compress_block_size)),
+        )
+
+    def with_definition(self, definition: TableDefinition) -> TableMetadata:
+        return replace(self, definition=definition)
+
+
+def read_engine_settings(table_dir: Path) -> dict[str, Any]:
+    path = table_dir / META_DIR / SETTINGS_FILE
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise InvalidOptionError(f"{path}: not valid JSON ({exc})") from exc
+    return validate_engine_settings({k: v for k, v in raw.items() if k in ENGINE_SETTINGS})

@@ -1,0 +1,151 @@
+"""Reading a table: partition pruning → primary-key granule selection → granule-range reads.
+
+This mirrors ClickHouse's select executor: for every visible part, the partition value and minmax
+indexes decide whether the part can match at all; the sparse primary index then narrows the part
+to granule ranges; the ranges are split into `ReadTask`s of about `target_rows` rows (so one big
+part still spreads over every core); each task reads its ranges and filters rows exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from spark_mergetree.expressions.key_condition import granule_ranges, may_match_partition
+from spark_mergetree.expressions.predicate import Expr, bind, columns_of, filter_table, parse_predicate
+from spark_mergetree.format.part_info import PartInfo
+from spark_mergetree.format.part_reader import GranuleRange, PartReader, merge_ranges
+
+DEFAULT_TARGET_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """Granule ranges of one part to read: small and picklable (an executor's unit of work)."""
+
+    part: str
+    ranges: tuple[GranuleRange, ...]
+    rows: int
+
+
+@dataclass
+class PartPlan:
+    """What a read does with one part: skipped, or which granule ranges it reads."""
+
+    part: str
+    partition_id: str
+    rows: int
+    granules: int
+    ranges: list[GranuleRange]
+    pruned_by: str | None = None  # 'partition' or 'primary key' when the part is skipped whole
+
+    @property
+    def granules_read(self) -> int:
+        return sum(end - begin for begin, end in self.ranges)
+
+
+@dataclass
+class ReadPlan:
+    """The parts and granule ranges a read touches (what `MergeTreeTable.explain` returns)."""
+
+    snapshot: int | None
+    where: str | None
+    parts: list[PartPlan] = field(default_factory=list)
+    tasks: list[ReadTask] = field(default_factory=list)
+
+    @property
+    def granules_total(self) -> int:
+        return sum(p.granules for p in self.parts)
+
+    @property
+    def granules_read(self) -> int:
+        return sum(p.granules_read for p in self.parts)
+
+    @property
+    def parts_read(self) -> int:
+        return sum(1 for p in self.parts if p.ranges)
+
+    def __str__(self) -> str:
+        lines = [f"snapshot {self.snapshot}: {self.parts_read} of {len(self.parts)} parts, "
+                 f"{self.granules_read} of {self.granules_total} granules"
+                 + (f" for WHERE {self.where}" if self.where else "")]
+        for p in self.parts:
+            detail = f"skipped by {p.pruned_by}" if p.pruned_by else ", ".join(f"[{b}, {e})" for b, e in p.ranges)
+            lines.append(f"  {p.part}: {p.granules_read}/{p.granules} granules  {detail}")
+        return "\n".join(lines)
+
+
+def bind_where(where: str | Expr | None, column_types: dict[str, str]) -> Expr | None:
+    """Parse (if text) and bind a predicate against the table's columns."""
+    if where is None or (isinstance(where, str) and not where.strip()):
+        return None
+    expr = parse_predicate(where) if isinstance(where, str) else where
+    return bind(expr, column_types)
+
+
+def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key, primary_key: Sequence[str],
+              column_types: dict[str, str]) -> PartPlan:
+    """Prune one part by partition/minmax, then by the sparse primary index."""
+    plan = PartPlan(reader.part, info.partition_id, reader.rows, reader.n_granules, [])
+    if reader.n_granules == 0:
+        return plan
+    if predicate is not None and partition_key.is_partitioned:
+        wanted = columns_of(predicate)
+        values = reader.partition_values(partition_key.result_types)
+        minmax = {c: reader.minmax(c) for c in partition_key.columns if c in wanted}
+        if not may_match_partition(predicate, partition_key, values, minmax):
+            plan.pruned_by = "partition"
+            return plan
+    if predicate is not None and primary_key:
+        key_types = [column_types[k] for k in primary_key]
+        index = reader.primary_index(key_types)
+        ranges = granule_ranges(predicate, list(zip(primary_key, key_types)), index, reader.n_granules)
+        plan.ranges = merge_ranges(ranges)
+        if not plan.ranges:
+            plan.pruned_by = "primary key"
+    else:
+        plan.ranges = [(0, reader.n_granules)]
+    return plan
+
+
+def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows: int) -> list[ReadTask]:
+    """Cut a part's ranges into tasks of about `target_rows` rows, at granule boundaries."""
+    tasks: list[ReadTask] = []
+    starts = reader.granule_starts
+    current: list[GranuleRange] = []
+    current_rows = 0
+    for begin, end in ranges:
+        g = begin
+        while g < end:
+            # Extend this piece granule by granule until the task is full (cheap: per granule).
+            stop = g
+            while stop < end and (current_rows + int(starts[stop + 1] - starts[g]) <= target_rows or stop == g):
+                stop += 1
+            current.append((g, stop))
+            current_rows += int(starts[stop] - starts[g])
+            g = stop
+            if current_rows >= target_rows:
+                tasks.append(ReadTask(reader.part, tuple(current), current_rows))
+                current, current_rows = [], 0
+    if current:
+        tasks.append(ReadTask(reader.part, tuple(current), current_rows))
+    return tasks
+
+
+def read_task(reader: PartReader, task: ReadTask, columns: Sequence[str], predicate: Expr | None,
+              schema: pa.Schema) -> pa.Table:
+    """Read one task's rows, filtered exactly by `predicate`, as `schema` (selected columns)."""
+    needed = list(columns)
+    if predicate is not None:
+        needed += [c for c in sorted(columns_of(predicate)) if c not in needed]
+    table = reader.read(needed, task.ranges)
+    if predicate is not None:
+        table = filter_table(table, predicate)
+    table = table.select(list(columns))
+    return table.cast(schema) if table.schema != schema else table
+
+
+def iter_batches(table: pa.Table, max_rows: int = 1 << 16) -> Iterator[pa.RecordBatch]:
+    yield from table.to_batches(max_chunksize=max_rows)
