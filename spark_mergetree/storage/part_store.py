@@ -159,6 +159,20 @@ def _write_file(path: Path, chunks: Sequence[FileBytes]) -> None:
         os.close(fd)
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _shared_pool() -> ThreadPoolExecutor:
+    """One pool for every store: stores are cheap to create and must not leak threads. Only the
+    calling thread submits and waits, never a pool task, so sharing cannot deadlock."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mergetree-storage")
+        return _POOL
+
+
 class PartStore:
     """The parts of one table on a StoragePolicy. Obtain with `StoragePolicy.part_store(table_path)`."""
 
@@ -167,8 +181,7 @@ class PartStore:
             raise InvalidOptionError(f"table_path must be relative to each disk, got {table_path!r}")
         self.policy = policy
         self.table_path = table_path
-        n_disks = sum(len(v.disks) for v in policy.volumes)
-        self._pool = ThreadPoolExecutor(max_workers=max(4, n_disks), thread_name_prefix="mergetree-storage")
+        self._pool = _shared_pool()
         self._open_parts: dict[str, _OpenPart] = {}
         self._lock = threading.Lock()
 
@@ -222,8 +235,11 @@ class PartStore:
         self._check_part_name(part)
         found = self._holders(part)
         if found is None:
+            missing = [f"{d.name} ({d.path})" for v in self.policy.volumes for d in v.disks
+                       if not os.path.isdir(d.path)]
             raise StorageError(f"part {part!r} not found on any disk of storage policy {self.policy.name!r} "
-                               f"(table path {self.table_path!r})")
+                               f"(table path {self.table_path!r})"
+                               + (f"; missing disk directories: {', '.join(missing)}" if missing else ""))
         volume, holders = found
         stripe_map, map_bytes, damaged = None, None, []
         for disk in holders:
@@ -590,7 +606,8 @@ class PartStore:
         list(self._pool.map(lambda failure: self._recover_unit(opened, failure[0], targets[failure[0]],
                                                                [failure[1]]), failures))
         self._warn(opened, [fault for _u, fault in failures],
-                   opened.stripe_map.file_names[int(opened.stripe_map.unit_file[failures[0][0]])])
+                   opened.stripe_map.file_names[int(opened.stripe_map.unit_file[failures[0][0]])],
+                   from_parity=any(stripe_map.unit_disk[u] != IN_PLAIN_FILE for u, _f in failures))
 
     def _recover_unit(self, opened: _OpenPart, unit: int, target: memoryview, faults: list[_UnitFault]) -> None:
         """Fill `target` from another mirror or from the rest of the stripe, or raise StorageError."""
@@ -654,14 +671,15 @@ class PartStore:
             return None
         return rebuilt
 
-    def _warn(self, opened: _OpenPart, faults: list[_UnitFault], name: str | None) -> None:
+    def _warn(self, opened: _OpenPart, faults: list[_UnitFault], name: str | None,
+              from_parity: bool = False) -> None:
         disks = sorted({f.disk for f in faults})
         what = f" file {name!r}" if name else ""
         warnings.warn(
             f"degraded read of part {opened.name!r}{what} on volume {opened.volume.name!r} "
             f"({opened.volume.layout}): disk {', '.join(disks)} failed ({faults[0]}"
             f"{f' and {len(faults) - 1} more' if len(faults) > 1 else ''}); served from "
-            f"{'parity' if opened.volume.layout == 'raid5' else 'another copy'}",
+            f"{'parity' if from_parity else 'another copy'}",
             DegradedReadWarning, stacklevel=3)
 
     # ---------------------------------------------------------------- part operations
@@ -992,7 +1010,8 @@ class PartStore:
     # ---------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        """Drop cached stripe maps (the thread pool is shared and stays)."""
+        self._forget(*list(self._open_parts))
 
     def __enter__(self) -> "PartStore":
         return self
