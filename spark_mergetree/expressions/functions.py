@@ -28,6 +28,7 @@ INTEGER_BITS = {
 }
 DATE_LIKE = ("Date", "Date32", "DateTime", "DateTime64")
 _SECONDS_PER_DAY = 86400
+_MAX_DATE = 65535  # Date is a UInt16 day number; ClickHouse saturates date functions at its ends
 
 
 @dataclass(frozen=True)
@@ -214,13 +215,16 @@ def apply_function(
     if name in ("toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfMonth", "toMonday"):
         days, mask = day_numbers(array, arg_type)
         if name == "toDate":
-            return _date_array(days, mask)
+            if type_info(arg_type).base == "Date32":
+                # ClickHouse converts Date32 to Date by truncating the day number to 16 bits.
+                return _date_array(days.astype(np.uint16).astype(np.int64), mask)
+            return _date_array(np.clip(days, 0, _MAX_DATE), mask)
         if name == "toMonday":
             # 1970-01-01 was a Thursday, so (days + 3) % 7 counts days since the last Monday.
-            return _date_array(days - (days + 3) % 7, mask)
+            return _date_array(np.clip(days - (days + 3) % 7, 0, _MAX_DATE), mask)
         year, month, day = _calendar(days)
         if name == "toStartOfMonth":
-            return _date_array(days - day + 1, mask)
+            return _date_array(np.clip(days - day + 1, 0, _MAX_DATE), mask)
         if name == "toYYYYMM":
             return _uint32_array(year * 100 + month, mask)
         return _uint32_array(year * 10000 + month * 100 + day, mask)
