@@ -357,6 +357,17 @@ class CompressedStreamWriter:
             self._flush()
         return (self._compressed_size, len(self._buffer))
 
+    @property
+    def position(self) -> tuple[int, int]:
+        """The mark of the next byte written, without flushing (for substreams sharing a block)."""
+        return (self._compressed_size, len(self._buffer))
+
+    def flush(self) -> None:
+        """End the current block now (Compact parts start a block for every column of every granule)."""
+        if self._final_mark is not None:
+            raise InvalidOptionError("flush() after finish()")
+        self._flush()
+
     def write_granule(self, chunk: bytes | bytearray | memoryview) -> tuple[int, int]:
         """Start a granule (records and returns its mark) and append its bytes."""
         if self._final_mark is not None:

@@ -167,3 +167,31 @@ def test_columns_substreams_round_trip(parts):
     assert parse_columns_substreams(format_columns_substreams(odd)) == odd
     with pytest.raises(FormatError, match="columns_substreams.txt"):
         parse_columns_substreams(text.replace("2 substreams", "3 substreams", 1))
+
+
+def test_compact_data_and_marks_rebuilt_like_clickhouse(parts):
+    part = parts["compact_substreams_plain"]
+    columns = parse_columns_substreams((part / "columns_substreams.txt").read_text())
+    real_data = (part / "data.bin").read_bytes()
+    real = read_compact_marks((part / "data.mrk4").read_bytes(), sum(len(streams) for _, streams in columns))
+    blocks = {block.offset: bytes(decompress_all(real_data[block.offset : block.end], "data.bin"))
+              for block in iter_blocks(real_data, "data.bin")}
+    writer = CompressedStreamWriter(LZ4, min_compress_block_size=0)
+    offsets = []
+    for granule in range(len(real.rows) - 1):
+        stream = 0
+        granule_marks = []
+        for _, substreams in columns:
+            block = blocks[int(real.offsets[granule, stream, 0])]
+            starts = [int(real.offsets[granule, stream + k, 1]) for k in range(len(substreams))] + [len(block)]
+            for k in range(len(substreams)):
+                granule_marks.append(writer.position)
+                writer.write(block[starts[k] : starts[k + 1]])
+            writer.flush()
+            stream += len(substreams)
+        offsets.append(granule_marks)
+    final = writer.finish()
+    offsets.append([final] * len(offsets[0]))
+    ours = CompactMarks(np.array(offsets, dtype=np.uint64), real.rows)
+    assert writer.getvalue() == real_data
+    assert write_compact_marks(ours) == (part / "data.mrk4").read_bytes()
