@@ -428,3 +428,50 @@ def test_round_trip_random_types(data, string_sizes):
         assert got.to_pylist() == arr.slice(3 * g).to_pylist()
     assert deserialize_rows([dt], serialize_rows([dt], [arr], range(len(values))), len(values))[0].to_pylist() == \
         arr.to_pylist()
+
+
+# ------------------------------------------------------------------------- format_spec examples
+
+SPEC = Path(__file__).resolve().parents[2] / "format_spec" / "types.md"
+
+
+def _spec_examples() -> list[tuple[int, str, str, str, dict[str, str]]]:
+    text = SPEC.read_text()
+    body = text.split("<!-- examples:begin -->")[1].split("<!-- examples:end -->")[0]
+    examples = []
+    for line in body.strip().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        number, type_text, value, mode, streams = cells
+        parsed = {}
+        for item in streams.split("<br>"):
+            name, hex_text = item.split(": ")
+            parsed[name.strip("`")] = hex_text.strip("`")
+        examples.append((int(number), type_text.strip("`"), value.strip("`"), mode, parsed))
+    return examples
+
+
+def test_spec_examples(tmp_path):
+    examples = _spec_examples()
+    assert len(examples) >= 20
+    for mode in ("sizes", "classic"):
+        chosen = [e for e in examples if e[3] == mode]
+        cols = ", ".join(f"x{n} {t}" for n, t, _, _, _ in chosen)
+        extra = ", string_serialization_version = 'single_stream'" if mode == "classic" else ""
+        sess, table_dir = make_chdb_table(
+            tmp_path,
+            f"CREATE TABLE spec_{mode} (id UInt8, {cols}) ENGINE = MergeTree ORDER BY id SETTINGS "
+            f"min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0, "
+            f"ratio_of_defaults_for_sparse_serialization = 1{extra}",
+            [f"INSERT INTO spec_{mode} VALUES (0, {', '.join(v for _, _, v, _, _ in chosen)})"])
+        part = Part(part_dirs(table_dir)[0])
+        for number, type_text, _, _, streams in chosen:
+            dt, name = parse_type(type_text), f"x{number}"
+            names = stream_names(dt, name, mode == "sizes")
+            assert [n.replace(name, "x", 1) for n in names] == list(streams), number
+            for stream in names:
+                assert part.stream(stream).hex(" ") == streams[stream.replace(name, "x", 1)], (number, stream)
+            column = deserialize_column(dt, name, _streams_from(part, dt, name, mode == "sizes", 0), 1,
+                                        string_sizes=mode == "sizes")
+            written = serialize_column(dt, name, column, np.array([1]), string_sizes=mode == "sizes")
+            assert {k.replace(name, "x", 1): bytes(v.data).hex(" ") for k, v in written.items()} == streams, number
+    close_session()
