@@ -14,7 +14,7 @@ import shutil
 import struct
 import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence, Union
@@ -406,12 +406,17 @@ class PartStore:
                 _write_file(table_dir / (TMP_PREFIX + part + PLAIN_MAP_SUFFIX), [map_bytes])
             _fsync_dir(tmp_dir)
 
-        try:
-            for _ in self._pool.map(write_disk, range(len(targets))):
-                pass
-        except OSError as e:
+        # Wait for every disk before judging, so a failure never races a cleanup with a running write.
+        futures = [self._pool.submit(write_disk, i) for i in range(len(targets))]
+        wait(futures)
+        errors = [(targets[i].name, f.exception()) for i, f in enumerate(futures) if f.exception() is not None]
+        if errors:
             self._discard_tmp(part, targets)
-            raise StorageError(f"part {part!r}: writing to volume {volume.name!r} failed: {e}") from e
+            disk_name, first = errors[0]
+            if not isinstance(first, OSError):
+                raise first
+            raise StorageError(f"part {part!r}: writing to volume {volume.name!r} failed on disk "
+                               f"{', '.join(d for d, _e in errors)}: {first}") from first
         for disk in targets:
             table_dir = self.table_dir(disk)
             if not volume.striped:
@@ -426,8 +431,8 @@ class PartStore:
             shutil.rmtree(self.table_dir(disk) / (TMP_PREFIX + part), ignore_errors=True)
             try:
                 os.unlink(self.table_dir(disk) / (TMP_PREFIX + part + PLAIN_MAP_SUFFIX))
-            except FileNotFoundError:
-                pass
+            except (FileNotFoundError, NotADirectoryError):
+                pass  # never written, or the disk itself is what failed
 
     def cleanup_tmp(self) -> list[str]:
         """Remove leftovers of interrupted writes and removals; returns the paths removed."""

@@ -328,3 +328,54 @@ def test_scrub_finds_bad_parity(tmp_path: Path) -> None:
     assert [(p.disk, p.kind) for p in report.problems] == [(disk.name, "checksum")]
     assert "parity of stripe 0" in report.problems[0].detail
     assert report.parity_checked == smap.stripe_first_unit.size
+
+
+# ---------------------------------------------------------------- atomicity and layout details
+
+
+def test_failed_write_leaves_nothing(setup: Setup) -> None:
+    files, boundaries = synthetic_part(np.random.default_rng(8))
+    broken = setup.disks[-1]
+    Path(broken.path).parent.mkdir(parents=True, exist_ok=True)
+    Path(broken.path).write_bytes(b"not a directory")
+    store = setup.store
+    if setup.layout in ("single", "jbod"):
+        # jbod round robin starts at the first disk; reach the broken one
+        for i in range(len(setup.disks) - 1):
+            store.write_part(f"all_{i + 5}_{i + 5}_0", files, boundaries)
+    before = store.list_parts()
+    with pytest.raises(StorageError, match=f"{PART}.*{broken.name}"):
+        store.write_part(PART, files, boundaries)
+    assert store.list_parts() == before
+    for disk in setup.disks[:-1]:
+        assert not list(Path(disk.path).rglob("tmp_*"))
+
+
+def test_leftovers_are_not_parts_and_are_cleaned(setup: Setup) -> None:
+    write_two_parts(setup)
+    table_dir = setup.store.table_dir(setup.disks[0])
+    (table_dir / "tmp_202401_3_3_0").mkdir(parents=True)
+    (table_dir / "delete_tmp_202401_4_4_0").mkdir()
+    (table_dir / "202401_5_5_0.stripe_map").write_bytes(b"stale")
+    assert setup.store.list_parts() == [PART, "202401_2_2_0"]
+    removed = {Path(p).name for p in setup.store.cleanup_tmp()}
+    assert removed == {"tmp_202401_3_3_0", "delete_tmp_202401_4_4_0", "202401_5_5_0.stripe_map"}
+    assert setup.store.list_parts() == [PART, "202401_2_2_0"]
+    assert setup.store.scrub().ok
+
+
+def test_raid5_parity_rotates(tmp_path: Path) -> None:
+    from tests.storage.conftest import make_store
+
+    setup = make_store(tmp_path, "raid5", 4, unit_bytes=2048)
+    files, boundaries = synthetic_part(np.random.default_rng(9))
+    setup.store.write_part(PART, files, boundaries)
+    smap = stored_map(setup, PART)
+    n_stripes = smap.stripe_first_unit.size
+    assert n_stripes >= 8
+    np.testing.assert_array_equal(smap.parity_disk, (3 - np.arange(n_stripes)) % 4)
+    for s in range(n_stripes):
+        members = range(int(smap.stripe_first_unit[s]), int(smap.stripe_first_unit[s] + smap.stripe_unit_count[s]))
+        disks = {int(smap.unit_disk[u]) for u in members} | {int(smap.parity_disk[s])}
+        assert len(disks) == len(members) + 1, "a stripe never puts two of its units on one disk"
+        assert smap.parity_length[s] == max(smap.unit_length[u] for u in members)
