@@ -18,9 +18,16 @@ from spark_mergetree.errors import (
     UnsupportedError,
 )
 
+from spark_mergetree.engine.table import CheckReport, MergeTreeTable, PartSummary
+from spark_mergetree.engine.select import ReadPlan
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckReport",
+    "MergeTreeTable",
+    "PartSummary",
+    "ReadPlan",
     "CorruptPartError",
     "ExpressionError",
     "FormatError",
