@@ -105,7 +105,7 @@ class Checksums:
         body_start = newline + 1
         if version == 4:
             body = decompress_all(memoryview(raw)[body_start:], f"{where} (blocks start at byte {body_start})")
-            return cls._parse_binary(body, where)
+            return cls._parse_binary(bytes(body), where)
         if version == 3:
             return cls._parse_binary(raw[body_start:], where)
         if version == 2:
