@@ -12,6 +12,7 @@ import ctypes.util
 import os
 import re
 import struct
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -132,14 +133,25 @@ def ZSTD(level: int = DEFAULT_ZSTD_LEVEL) -> Codec:  # noqa: N802 - mirrors Clic
     return Codec("ZSTD", METHOD_ZSTD, level)
 
 
-_zstd_compressors: dict[int, zstandard.ZstdCompressor] = {}
+# zstandard's (de)compressor objects must not be used by two threads at once: one set per thread.
+_zstd_local = threading.local()
 
 
 def _zstd_compressor(level: int) -> zstandard.ZstdCompressor:
-    compressor = _zstd_compressors.get(level)
+    compressors: dict[int, zstandard.ZstdCompressor] | None = getattr(_zstd_local, "compressors", None)
+    if compressors is None:
+        compressors = _zstd_local.compressors = {}
+    compressor = compressors.get(level)
     if compressor is None:
-        compressor = _zstd_compressors[level] = zstandard.ZstdCompressor(level=level)
+        compressor = compressors[level] = zstandard.ZstdCompressor(level=level)
     return compressor
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    decompressor: zstandard.ZstdDecompressor | None = getattr(_zstd_local, "decompressor", None)
+    if decompressor is None:
+        decompressor = _zstd_local.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
 
 
 _CODEC_TEXT = re.compile(r"^\s*(?:CODEC\s*\(\s*(?P<inner>.*?)\s*\)|(?P<bare>.*?))\s*$", re.IGNORECASE | re.DOTALL)
@@ -243,16 +255,13 @@ def read_blocks(buf: bytes | bytearray | memoryview, path: str) -> list[BlockInf
     return list(iter_blocks(buf, path))
 
 
-_zstd_decompressor = zstandard.ZstdDecompressor()
-
-
 def decompress_block(block: BlockInfo, path: str) -> bytes | memoryview:
     """The decompressed bytes of a verified block (a view of the file for NONE blocks)."""
     try:
         if block.method == METHOD_LZ4:
             data = lz4.block.decompress(block.payload, uncompressed_size=block.decompressed_size)
         elif block.method == METHOD_ZSTD:
-            data = _zstd_decompressor.decompress(block.payload, max_output_size=block.decompressed_size)
+            data = _zstd_decompressor().decompress(block.payload, max_output_size=block.decompressed_size)
         else:
             return block.payload
     except (lz4.block.LZ4BlockError, zstandard.ZstdError) as exc:

@@ -241,3 +241,29 @@ def test_writer_misuse():
         CompressedStreamWriter(LZ4, max_compress_block_size=0)
     empty = CompressedStreamWriter(NONE)
     assert empty.finish() == (0, 0) and empty.getvalue() == b"" and empty.marks.shape == (0, 2)
+
+
+@pytest.mark.parametrize("path", ["system libraries", "python packages", "threads"])
+def test_every_decompression_path_agrees(monkeypatch, path):
+    from spark_mergetree.format import compression
+
+    if path == "python packages":
+        monkeypatch.setattr(compression, "_lz4_decoder", None)
+        monkeypatch.setattr(compression, "_zstd_decoder", None)
+    if path == "threads":
+        monkeypatch.setattr(compression, "_PARALLEL_THRESHOLD", 1)
+    granules = [bytes([i]) * 3000 + bytes(range(256)) * (i + 1) for i in range(40)]
+    for codec in (LZ4, ZSTD(1), NONE):
+        writer = CompressedStreamWriter(codec, min_compress_block_size=4096, max_compress_block_size=8192)
+        for granule in granules:
+            writer.write_granule(granule)
+        writer.finish()
+        data = writer.getvalue()
+        assert decompress_all(data, "p.bin") == b"".join(granules)
+        assert decompress_range(data, "p.bin", tuple(writer.marks[5]), tuple(writer.marks[30])) == b"".join(granules[5:30])
+        if codec is not NONE:
+            payload = next(iter_blocks(data, "p.bin")).payload
+            size = next(iter_blocks(data, "p.bin")).decompressed_size
+            lying = _block_with(codec.method, 9 + len(payload), size - 1, bytes(payload))
+            with pytest.raises(CorruptPartError, match="p.bin.*byte offset 0"):
+                decompress_all(lying, "p.bin")
