@@ -294,6 +294,9 @@ class PartStore:
 
     def exists(self, part: str, name: str | None = None) -> bool:
         """Whether the part (and, with `name`, that file of it) exists."""
+        if self._holders(part) is None:
+            self._forget(part)  # another process may have removed it since it was opened here
+            return False
         try:
             opened = self._open(part)
         except StorageError:
@@ -784,6 +787,28 @@ class PartStore:
                 self.move_part(biggest, target.name)
                 moves.append((biggest, volume.name, target.name))
         return moves
+
+    def import_plain(self, source_dir: str | os.PathLike[str], part_name: str | None = None) -> str:
+        """Store a plain part directory (e.g. one ClickHouse wrote) as a new part of this table.
+
+        `.bin` files are cut at their compressed block starts, so striped volumes spread them.
+        Returns the part name (the directory's name unless `part_name` is given).
+        """
+        source = Path(source_dir)
+        if not source.is_dir():
+            raise InvalidOptionError(f"import_plain: {source} is not a directory")
+        files = {p.name: p.read_bytes() for p in sorted(source.iterdir()) if p.is_file()}
+        if not files:
+            raise InvalidOptionError(f"import_plain: {source} holds no files")
+        cuts = {}
+        for name, data in files.items():
+            if name.endswith(".bin"):
+                starts = compressed_block_starts(data)
+                if starts is not None:
+                    cuts[name] = starts
+        part = part_name or source.name
+        self.write_part(part, files, cuts)
+        return part
 
     def export_plain(self, part: str, dest_dir: str | os.PathLike[str]) -> Path:
         """Write the part as a plain ClickHouse part directory at `dest_dir` (which must not exist)."""

@@ -171,7 +171,10 @@ def test_clickhouse_part_through_raid5_and_back(tmp_path: Path) -> None:
     store = StoragePolicy("r", [Volume("v", disks, "raid5", stripe_unit_bytes=16384)]).part_store("t")
     cuts = {name: compressed_block_starts(data) for name, data in original.items() if name.endswith(".bin")}
     assert all(c is not None and len(c) >= 2 for c in cuts.values()), "several blocks per column"
-    store.write_part("all_1_1_0", original, cuts)
+    assert store.import_plain(table_dir / "all_1_1_0") == "all_1_1_0"
+    for name, starts in cuts.items():
+        np.testing.assert_array_equal(store.boundaries("all_1_1_0", name), starts)
+    assert store.part_location("all_1_1_0").disks == ("d0", "d1", "d2")
     shutil.rmtree(disks[1].path)
 
     s.query("ALTER TABLE t DETACH PART 'all_1_1_0'")

@@ -1,5 +1,5 @@
 """Property tests: random files, cut points, unit sizes and disk counts round-trip through every layout,
-and raid5 survives the loss of any one disk."""
+and raid1/raid5 survive the loss of any one disk."""
 
 from __future__ import annotations
 
@@ -55,12 +55,13 @@ def test_round_trip_any_layout(part, layout, extra_disks, unit_bytes, ranges) ->
             setup.store.close()
 
 
-@settings(max_examples=25, deadline=None)
-@given(part=parts(), n_disks=st.integers(3, 5), lost=st.integers(0, 4), unit_bytes=st.integers(1024, 8192))
-def test_raid5_survives_any_single_disk(part, n_disks, lost, unit_bytes) -> None:
+@settings(max_examples=30, deadline=None)
+@given(part=parts(), layout=st.sampled_from(["raid1", "raid5"]), n_disks=st.integers(3, 5), lost=st.integers(0, 4),
+       unit_bytes=st.integers(1024, 8192))
+def test_redundant_layouts_survive_any_single_disk(part, layout, n_disks, lost, unit_bytes) -> None:
     files, boundaries = part
     with tempfile.TemporaryDirectory() as root:
-        setup = make_store(Path(root), "raid5", n_disks, unit_bytes)
+        setup = make_store(Path(root), layout, n_disks, unit_bytes)
         try:
             setup.store.write_part("all_1_1_0", files, boundaries)
             shutil.rmtree(setup.disks[lost % n_disks].path)
