@@ -65,14 +65,17 @@ def _element_base(base: str, element: str) -> str:
     return f"{base}%2E{escape_for_file_name(element)}"
 
 
-def stream_names(dt: DataType, column_name: str, string_sizes: bool = True) -> list[str]:
+def stream_names(dt: DataType, column_name: str, string_sizes: bool = True, sparse: bool = False) -> list[str]:
     """Stream names (without `.bin`) of a column, in the order ClickHouse writes them.
 
-    LowCardinality `.dict` streams come first: their keys version is written before any data.
+    LowCardinality `.dict` streams come first: their keys version is written before any data. A
+    column stored sparse (serialization.json kind "Sparse") starts with its `.sparse.idx` stream.
     """
     names: list[str] = []
-    _collect_names(dt, escape_for_file_name(column_name), 0, string_sizes, names)
-    return [n for n in names if n.endswith(".dict")] + [n for n in names if not n.endswith(".dict")]
+    base = escape_for_file_name(column_name)
+    _collect_names(dt, base, 0, string_sizes, names)
+    ordered = [n for n in names if n.endswith(".dict")] + [n for n in names if not n.endswith(".dict")]
+    return [base + ".sparse.idx"] + ordered if sparse else ordered
 
 
 def _collect_names(dt: DataType, base: str, level: int, string_sizes: bool, out: list[str]) -> None:
@@ -639,15 +642,80 @@ def deserialize_column(
     streams, pass the bytes from that mark to the end of the stream: marks of later granules can point
     back to a dictionary written before them.
     """
-    if sparse:
+    if sparse and not _sparse_capable(dt):
         raise UnsupportedError(
-            f"column {column_name!r} uses sparse serialization (.sparse.idx), which this version cannot read")
+            f"column {column_name!r}: sparse serialization of {dt.to_clickhouse()} is not supported")
     cursors: dict[str, _Cursor] = {}
-    for name in stream_names(dt, column_name, string_sizes):
+    for name in stream_names(dt, column_name, string_sizes, sparse):
         if name not in streams:
             raise CorruptPartError(f"column {column_name!r}: stream {name!r} is missing")
         cursors[name] = _Cursor(name, streams[name])
-    return _deserialize(dt, escape_for_file_name(column_name), 0, num_rows, string_sizes, cursors)
+    base = escape_for_file_name(column_name)
+    if not sparse:
+        return _deserialize(dt, base, 0, num_rows, string_sizes, cursors)
+    index_cursor = cursors[base + ".sparse.idx"]
+    positions, end = _scan_sparse(index_cursor.buf, index_cursor.pos, num_rows)
+    if end < 0:
+        raise CorruptPartError(
+            f"stream {index_cursor.name!r}: sparse offsets end before {num_rows} rows (or are malformed)")
+    index_cursor.pos = int(end)
+    values = _deserialize(dt, base, 0, len(positions), string_sizes, cursors)
+    # Row r takes values[k] when it is the k-th non-default row, else the default in slot 0.
+    default = _deserialize(dt, base, 0, 1, string_sizes, _default_cursors(dt, base, string_sizes))
+    selector = np.zeros(num_rows, np.int64)
+    selector[positions] = np.arange(1, len(positions) + 1)
+    return pa.concat_arrays([default, values]).take(pa.array(selector))
+
+
+def _sparse_capable(dt: DataType) -> bool:
+    return isinstance(dt, (Primitive, FixedString, DateTime, DateTime64, Decimal))
+
+
+def _default_cursors(dt: DataType, base: str, string_sizes: bool) -> dict[str, _Cursor]:
+    if _is_string(dt):
+        if string_sizes:
+            return {base + ".size": _Cursor(base + ".size", bytes(8)), base: _Cursor(base, b"")}
+        return {base: _Cursor(base, b"\0")}
+    return {base: _Cursor(base, bytes(_fixed_width(dt)))}
+
+
+_SPARSE_END_OF_GRANULE = 1 << 62
+
+
+@numba.njit(cache=True)
+def _scan_sparse(buf, start, n_rows):  # pragma: no cover - compiled
+    """Row numbers of the non-default values among the next n_rows, and the end position (-1: bad)."""
+    positions = np.empty(n_rows, np.int64)
+    count = 0
+    row = 0
+    pos = start
+    size = buf.shape[0]
+    end_flag = np.uint64(1) << np.uint64(62)
+    while row < n_rows:
+        group_start = pos
+        value = np.uint64(0)
+        shift = 0
+        while True:
+            if pos >= size or shift > 63:
+                return positions[:0], -1
+            b = buf[pos]
+            pos += 1
+            value |= np.uint64(b & 0x7F) << np.uint64(shift)
+            shift += 7
+            if b < 0x80:
+                break
+        if value & end_flag:
+            row += np.int64(value & ~end_flag)
+            continue
+        row += np.int64(value)
+        if row >= n_rows:
+            # The next value lies past the requested rows: leave it for a later read.
+            pos = group_start
+            break
+        positions[count] = row
+        count += 1
+        row += 1
+    return positions[:count], pos
 
 
 def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool,

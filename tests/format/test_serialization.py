@@ -287,11 +287,6 @@ def test_low_cardinality_shared_dictionaries(big_lc, name):
         assert out.granule_offsets.tolist() == part.marks(stream).tolist(), stream
 
 
-def test_sparse_columns_are_refused():
-    with pytest.raises(UnsupportedError, match="'x'"):
-        deserialize_column(Primitive("UInt8"), "x", {"x": b""}, 0, sparse=True)
-
-
 def test_truncated_stream_is_detected():
     dt = parse_type("Array(String)")
     out = serialize_column(dt, "a", pa.array([["abc", "de"]]), np.array([1]))
@@ -475,3 +470,45 @@ def test_spec_examples(tmp_path):
             written = serialize_column(dt, name, column, np.array([1]), string_sizes=mode == "sizes")
             assert {k.replace(name, "x", 1): bytes(v.data).hex(" ") for k, v in written.items()} == streams, number
     close_session()
+
+
+# ---------------------------------------------------------------------------------------- sparse
+
+@pytest.fixture(scope="module")
+def sparse_part(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sparse")
+    sess, table_dir = make_chdb_table(
+        tmp,
+        "CREATE TABLE sp (id UInt64, s String, x UInt32, f Float64, d DateTime64(3, 'UTC')) ENGINE = MergeTree "
+        "ORDER BY id SETTINGS min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0, index_granularity = 4, "
+        "ratio_of_defaults_for_sparse_serialization = 0.5",
+        ["INSERT INTO sp SELECT number, if(number IN (5, 7, 11), 'hi' || toString(number), ''), "
+         "if(number IN (1, 3, 4, 19), number, 0), if(number % 6 = 5, number / 2, 0), "
+         "if(number = 8, toDateTime64('2020-01-01 00:00:00.123', 3, 'UTC'), toDateTime64(0, 3, 'UTC')) "
+         "FROM numbers(20)"],
+    )
+    expected = _chdb_arrow(sess, "SELECT * FROM sp ORDER BY id")
+    part = Part(part_dirs(table_dir)[0])
+    kinds = {c["name"]: c["kind"] for c in __import__("json").loads((part.path / "serialization.json").read_text())["columns"]}
+    yield part, expected, kinds
+    close_session()
+
+
+@pytest.mark.parametrize("name,type_text", [("s", "String"), ("x", "UInt32"), ("f", "Float64"),
+                                            ("d", "DateTime64(3, 'UTC')")])
+def test_sparse_columns_read_from_every_granule(sparse_part, name, type_text):
+    part, expected, kinds = sparse_part
+    assert kinds[name] == "Sparse"
+    dt = parse_type(type_text)
+    names = stream_names(dt, name, True, sparse=True)
+    assert names == part.substreams[name]
+    for granule in range(5):
+        streams = {s: memoryview(part.stream(s))[part.mark(s, granule):] for s in names}
+        for count in (4, 20 - 4 * granule):
+            got = deserialize_column(dt, name, streams, count, sparse=True)
+            assert got.to_pylist() == expected.column(name).slice(4 * granule, count).to_pylist(), (granule, count)
+
+
+def test_sparse_nested_types_are_refused():
+    with pytest.raises(UnsupportedError, match="'x'"):
+        deserialize_column(parse_type("Array(UInt8)"), "x", {}, 0, sparse=True)
