@@ -20,6 +20,8 @@ CHDB_DATA = [
     ("(id UInt64)", "SELECT number FROM numbers(2400)"),
     ("(id UInt64)", "SELECT number FROM numbers(2600)"),
     ("(id UInt64)", "SELECT number FROM numbers(500)"),
+    ("(id UInt64, n Nullable(UInt64))", "SELECT number, if(number % 2 = 0, NULL, number) FROM numbers(20000)"),
+    ("(id UInt64, a Array(UInt16))", "SELECT number, range(number % 4) FROM numbers(20000)"),
 ]
 
 
