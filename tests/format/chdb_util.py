@@ -66,7 +66,11 @@ def make_chdb_table(
 
 
 def part_dirs(table_data_dir: Path | str) -> list[Path]:
-    """Active-looking part directories of a table directory (skips detached/ and tmp_* dirs), sorted by name."""
+    """Part directories of a table directory, sorted by name (skips detached/ and tmp_* directories).
+
+    Outdated parts a merge left behind are included until ClickHouse removes them; use
+    :func:`active_part_dirs` for the active set.
+    """
     root = Path(table_data_dir)
     return sorted(
         entry
