@@ -438,7 +438,11 @@ class PartStore:
                 pass  # never written, or the disk itself is what failed
 
     def cleanup_tmp(self) -> list[str]:
-        """Remove leftovers of interrupted writes and removals; returns the paths removed."""
+        """Remove leftovers of interrupted writes and removals; returns the paths removed.
+
+        Run it when no writer is active on the table (e.g. when the table is opened): an
+        in-progress write's `tmp_*` directory looks exactly like a leftover.
+        """
         removed = []
         for volume in self.policy.volumes:
             for disk in volume.disks:

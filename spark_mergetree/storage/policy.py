@@ -110,8 +110,8 @@ class Volume:
     stripe_unit_bytes: int = DEFAULT_STRIPE_UNIT_BYTES
     max_data_part_size: int | None = None
     jbod_placement: JbodPlacement = "round_robin"
-    _round_robin: itertools.count = field(default_factory=itertools.count, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _round_robin: itertools.count = field(default_factory=itertools.count, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
