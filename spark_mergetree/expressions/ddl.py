@@ -378,7 +378,7 @@ def parse_create(text: str) -> TableDefinition:
         stray = tokens[close + 1]
         raise ExpressionError(f"table {name!r}: unexpected {stray.text!r} at offset {stray.start}")
     bodies: dict[str, tuple[int, int]] = {}
-    for number, (keyword_start, body_start, clause) in enumerate(clause_starts):
+    for number, (_keyword_start, body_start, clause) in enumerate(clause_starts):
         stop = clause_starts[number + 1][0] if number + 1 < len(clause_starts) else len(tokens)
         if clause in bodies:
             raise ExpressionError(f"table {name!r}: {clause.replace('_', ' ').upper()} given twice")

@@ -215,10 +215,8 @@ def apply_function(
     if name in ("toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfMonth", "toMonday"):
         days, mask = day_numbers(array, arg_type)
         if name == "toDate":
-            if type_info(arg_type).base == "Date32":
-                # ClickHouse converts Date32 to Date by truncating the day number to 16 bits.
-                return _date_array(days.astype(np.uint16).astype(np.int64), mask)
-            return _date_array(np.clip(days, 0, _MAX_DATE), mask)
+            # ClickHouse's toDate keeps the low 16 bits of the day number (dates before 1970 wrap around).
+            return _date_array(days.astype(np.uint16).astype(np.int64), mask)
         if name == "toMonday":
             # 1970-01-01 was a Thursday, so (days + 3) % 7 counts days since the last Monday.
             return _date_array(np.clip(days - (days + 3) % 7, 0, _MAX_DATE), mask)

@@ -27,13 +27,12 @@ from spark_mergetree.expressions.predicate import (
     Expr,
     Func,
     In,
-    IsNotNull,
-    IsNull,
     Like,
     Literal,
     Not,
     Or,
     StartsWith,
+    bind,
     coerce_literal,
     parse_expression,
 )
@@ -284,7 +283,7 @@ def _next_prefix(prefix: bytes) -> bytes | None:
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     padded = np.concatenate(([False], mask, [False]))
     edges = np.flatnonzero(padded[1:] != padded[:-1])
-    return [(int(begin), int(end)) for begin, end in zip(edges[0::2], edges[1::2])]
+    return [(int(begin), int(end)) for begin, end in zip(edges[0::2], edges[1::2], strict=True)]
 
 
 def _key_expr(key: str | Expr) -> Expr:
@@ -315,7 +314,7 @@ def primary_key_bounds(
     has_final = granules == marks - 1
     bounds: dict[Expr, KeyBounds] = {}
     prefix_equal = np.ones(granules, dtype=bool)
-    for (key, type_text), array in zip(key_columns, arrays):
+    for (key, type_text), array in zip(key_columns, arrays, strict=True):
         lo = array.slice(0, granules)
         hi = array.slice(1, granules) if has_final else pa.concat_arrays([array.slice(1), pa.nulls(1, array.type)])
         valid = _valid(lo) & _valid(hi)
@@ -393,14 +392,28 @@ def may_match_partition(
         )
     keyed: dict[Expr, tuple[object, object]] = {}
     types: dict[Expr, str | None] = {}
-    column_types = dict(zip(partition_key.columns, partition_key.column_types))
+    column_types = dict(zip(partition_key.columns, partition_key.column_types, strict=True))
     for name, pair in (minmax or {}).items():
         keyed[Column(name)] = pair
         types[Column(name)] = column_types.get(name)
-    for element, value, type_text in zip(partition_key.elements, partition_values, partition_key.result_types):
+    for element, value, type_text in zip(partition_key.elements, partition_values, partition_key.result_types, strict=True):
         stripped = _strip_types(element)
         keyed[stripped] = (value, value)
         types[stripped] = type_text
     bounds = _single_bounds(keyed, types)
     may_true, _ = _Evaluator(bounds, 1).evaluate(predicate)
     return bool(may_true[0])
+
+
+def key_columns_for(elements: Sequence[str], schema: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(expression text, ClickHouse type) of each ORDER BY / PRIMARY KEY element, for `granule_ranges`.
+
+    Elements that are functions this package cannot type (e.g. `cityHash64(s)`) still prune nothing
+    wrongly: they get the type 'Unknown' and conditions on them keep every granule.
+    """
+    typed = []
+    for text in elements:
+        expr = bind(parse_expression(text), schema)
+        type_text = expr.type if isinstance(expr, (Column, Func)) else None
+        typed.append((text, type_text or "Unknown"))
+    return typed

@@ -108,10 +108,10 @@ class PartitionKey:
             )
         if not self.result_types:
             return "all"
-        fields = [_field(value, type_text) for value, type_text in zip(values, self.result_types)]
+        fields = [_field(value, type_text) for value, type_text in zip(values, self.result_types, strict=True)]
         if all(tag in (_TAG_UINT64, _TAG_INT64) for tag, _payload, _number in fields):
             rendered = []
-            for (_tag, _payload, number), type_text in zip(fields, self.result_types):
+            for (_tag, _payload, number), type_text in zip(fields, self.result_types, strict=True):
                 if type_info(type_text).base == "Date":
                     day = _EPOCH + dt.timedelta(days=number)  # type: ignore[arg-type]
                     rendered.append(f"{day.year:04d}{day.month:02d}{day.day:02d}")
@@ -128,7 +128,7 @@ class PartitionKey:
             return [PartitionGroup((), "all", all_rows)] if table.num_rows else []
         arrays = self.evaluate(table)
         names = [f"k{i}" for i in range(len(arrays))]
-        keyed = pa.table({**dict(zip(names, arrays)), "__row": pa.array(all_rows)})
+        keyed = pa.table({**dict(zip(names, arrays, strict=True)), "__row": pa.array(all_rows)})
         grouped = keyed.group_by(names, use_threads=False).aggregate([("__row", "list")])
         rows_lists = grouped.column("__row_list").combine_chunks()
         offsets = np.asarray(rows_lists.offsets)

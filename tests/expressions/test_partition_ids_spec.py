@@ -47,7 +47,7 @@ def test_spec_example(clickhouse, example):
     parsed = parse_expression(key_values)
     literals = parsed.args if isinstance(parsed, Func) and parsed.name == "tuple" else (parsed,)
     assert all(isinstance(literal, Literal) for literal in literals)
-    values = tuple(coerce_literal(literal.value, type_text) for literal, type_text in zip(literals, key.result_types))
+    values = tuple(coerce_literal(literal.value, type_text) for literal, type_text in zip(literals, key.result_types, strict=True))
     assert key.partition_id(values) == expected_id
 
 

@@ -218,3 +218,19 @@ def test_wrong_values_are_refused():
         key.partition_id((1,))
     with pytest.raises(ExpressionError, match="NULL"):
         key.partition_id((None, "x"))
+
+
+@pytest.mark.parametrize("function", ["toDate", "toMonday", "toStartOfMonth", "toYYYYMM", "toYYYYMMDD"])
+def test_date_functions_at_the_edges_match_clickhouse(clickhouse, function):
+    from spark_mergetree.expressions.functions import apply_function
+
+    days = [-25553, -3487, 0, 1, 4, 65535, 84000]  # 1900, 1960, epoch, its first Monday, 2149, 2200
+    ours = apply_function(function, pa.array(days, pa.int32()).cast(pa.date32()), "Date32").to_pylist()
+    values = ", ".join(f"toDate32({d}::Int32)" for d in days)
+    theirs = clickhouse.query(f"SELECT arrayJoin([{values}]) AS d, {function}(d)").splitlines()
+    assert [str(v) for v in ours] == [line.split("\t")[1] for line in theirs]
+    stamps = [-86401, -1, 0, 86399 * 3]
+    ours64 = apply_function(function, pa.array(stamps, pa.timestamp("s", "UTC")), "DateTime64(3, 'UTC')").to_pylist()
+    values64 = ", ".join(f"toDateTime64({s}, 3, 'UTC')" for s in stamps)
+    theirs64 = clickhouse.query(f"SELECT arrayJoin([{values64}]) AS t, {function}(t)").splitlines()
+    assert [str(v) for v in ours64] == [line.split("\t")[1] for line in theirs64]

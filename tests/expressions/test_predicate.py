@@ -48,7 +48,7 @@ ROWS = [
 
 
 def _arrow_table() -> pa.Table:
-    columns = list(zip(*ROWS))
+    columns = list(zip(*ROWS, strict=True))
     return pa.table({
         "id": pa.array(columns[0], pa.uint64()),
         "i": pa.array(columns[1], pa.int32()),
