@@ -10,8 +10,9 @@ partition.dat, minmax indexes). format_spec/types.md describes every encoding.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Union
 
 import numba
 import numpy as np
@@ -26,7 +27,7 @@ from spark_mergetree.format.types import (
 
 __all__ = [
     "StreamBytes", "escape_for_file_name", "stream_names", "serialize_column", "deserialize_column",
-    "serialize_rows", "deserialize_rows", "LOW_CARDINALITY_MAX_DICTIONARY_SIZE",
+    "serialize_rows", "deserialize_rows", "sparse_streams", "SparseSpec", "LOW_CARDINALITY_MAX_DICTIONARY_SIZE",
 ]
 
 # ClickHouse writes a shared LowCardinality dictionary once it holds this many keys.
@@ -65,20 +66,60 @@ def _element_base(base: str, element: str) -> str:
     return f"{base}%2E{escape_for_file_name(element)}"
 
 
-def stream_names(dt: DataType, column_name: str, string_sizes: bool = True, sparse: bool = False) -> list[str]:
+SparseSpec = Union[bool, Mapping[str, Any], Collection[str], None]
+
+
+def sparse_streams(dt: DataType, column_name: str, sparse: SparseSpec) -> frozenset[str]:
+    """Escaped stream bases of a column that are stored sparse.
+
+    `sparse` is True/False for the whole column, the column's entry of serialization.json (a dict
+    with "kind" and, for tuples, "subcolumns" in element order), or a ready set of bases.
+    """
+    base = escape_for_file_name(column_name)
+    if sparse is None or sparse is False:
+        return frozenset()
+    if sparse is True:
+        return frozenset([base])
+    if isinstance(sparse, Mapping):
+        found: set[str] = set()
+        _walk_serialization_info(dt, base, sparse, column_name, found)
+        return frozenset(found)
+    return frozenset(sparse)
+
+
+def _walk_serialization_info(dt: DataType, base: str, info: Mapping[str, Any], column: str, found: set[str]) -> None:
+    kind = info.get("kind", "Default")
+    if kind == "Sparse":
+        found.add(base)
+    elif kind != "Default":
+        raise UnsupportedError(f"column {column!r}: serialization kind {kind!r} is not supported")
+    subcolumns = info.get("subcolumns")
+    if subcolumns and isinstance(dt, Tuple):
+        if len(subcolumns) != len(dt.elements):
+            raise CorruptPartError(
+                f"column {column!r}: serialization.json lists {len(subcolumns)} subcolumns for {dt.to_clickhouse()}")
+        for name, element, sub in zip(dt.element_names, dt.elements, subcolumns):
+            _walk_serialization_info(element, _element_base(base, name), sub, column, found)
+
+
+def stream_names(dt: DataType, column_name: str, string_sizes: bool = True, sparse: SparseSpec = False) -> list[str]:
     """Stream names (without `.bin`) of a column, in the order ClickHouse writes them.
 
     LowCardinality `.dict` streams come first: their keys version is written before any data. A
-    column stored sparse (serialization.json kind "Sparse") starts with its `.sparse.idx` stream.
+    sparse column or tuple element (see `sparse_streams`) starts with its `.sparse.idx` stream.
     """
     names: list[str] = []
-    base = escape_for_file_name(column_name)
-    _collect_names(dt, base, 0, string_sizes, names)
-    ordered = [n for n in names if n.endswith(".dict")] + [n for n in names if not n.endswith(".dict")]
-    return [base + ".sparse.idx"] + ordered if sparse else ordered
+    _collect_names(dt, escape_for_file_name(column_name), 0, string_sizes, names,
+                   sparse_streams(dt, column_name, sparse))
+    return [n for n in names if n.endswith(".dict")] + [n for n in names if not n.endswith(".dict")]
 
 
-def _collect_names(dt: DataType, base: str, level: int, string_sizes: bool, out: list[str]) -> None:
+def _collect_names(dt: DataType, base: str, level: int, string_sizes: bool, out: list[str],
+                   sparse: frozenset[str] = frozenset()) -> None:
+    if base in sparse and level == 0:
+        if not _sparse_capable(dt):
+            raise UnsupportedError(f"stream {base!r}: sparse serialization of {dt.to_clickhouse()} is not supported")
+        out.append(base + ".sparse.idx")
     if isinstance(dt, Nullable):
         out.append(base + ".null")
         _collect_names(dt.inner, base, level, string_sizes, out)
@@ -91,7 +132,7 @@ def _collect_names(dt: DataType, base: str, level: int, string_sizes: bool, out:
         _collect_names(dt.value, _element_base(base, "values"), level + 1, string_sizes, out)
     elif isinstance(dt, Tuple):
         for name, element in zip(dt.element_names, dt.elements):
-            _collect_names(element, _element_base(base, name), level, string_sizes, out)
+            _collect_names(element, _element_base(base, name), level, string_sizes, out, sparse)
     elif isinstance(dt, LowCardinality):
         out.extend([base + ".dict", base])
     elif _is_string(dt) and string_sizes:
@@ -633,36 +674,39 @@ def deserialize_column(
     streams: Mapping[str, bytes | memoryview],
     num_rows: int,
     string_sizes: bool = True,
-    sparse: bool = False,
+    sparse: SparseSpec = False,
 ) -> pa.Array:
     """Read `num_rows` rows of a column from streams positioned at the first requested granule.
 
     `streams` maps each name of `stream_names(dt, column_name, string_sizes)` to decompressed bytes
     starting at that stream's mark of the first requested granule. For LowCardinality `.dict`
     streams, pass the bytes from that mark to the end of the stream: marks of later granules can point
-    back to a dictionary written before them.
+    back to a dictionary written before them. `sparse` says which parts of the column are stored
+    sparse: pass the column's serialization.json entry (tuple elements can be sparse on their own),
+    or True for a whole sparse column; the stream names then include the `.sparse.idx` streams.
     """
-    if sparse and not _sparse_capable(dt):
-        raise UnsupportedError(
-            f"column {column_name!r}: sparse serialization of {dt.to_clickhouse()} is not supported")
+    sparse_bases = sparse_streams(dt, column_name, sparse)
     cursors: dict[str, _Cursor] = {}
-    for name in stream_names(dt, column_name, string_sizes, sparse):
+    for name in stream_names(dt, column_name, string_sizes, sparse_bases):
         if name not in streams:
             raise CorruptPartError(f"column {column_name!r}: stream {name!r} is missing")
         cursors[name] = _Cursor(name, streams[name])
-    base = escape_for_file_name(column_name)
-    if not sparse:
-        return _deserialize(dt, base, 0, num_rows, string_sizes, cursors)
+    return _deserialize(dt, escape_for_file_name(column_name), 0, num_rows, string_sizes, cursors, sparse_bases)
+
+
+def _deserialize_sparse(dt: DataType, base: str, n: int, string_sizes: bool, cursors: dict[str, _Cursor]) -> pa.Array:
+    if not _sparse_capable(dt):
+        raise UnsupportedError(f"stream {base!r}: sparse serialization of {dt.to_clickhouse()} is not supported")
     index_cursor = cursors[base + ".sparse.idx"]
-    positions, end = _scan_sparse(index_cursor.buf, index_cursor.pos, num_rows)
+    positions, end = _scan_sparse(index_cursor.buf, index_cursor.pos, n)
     if end < 0:
         raise CorruptPartError(
-            f"stream {index_cursor.name!r}: sparse offsets end before {num_rows} rows (or are malformed)")
+            f"stream {index_cursor.name!r}: sparse offsets at byte offset {index_cursor.pos} are truncated")
     index_cursor.pos = int(end)
     values = _deserialize(dt, base, 0, len(positions), string_sizes, cursors)
     # Row r takes values[k] when it is the k-th non-default row, else the default in slot 0.
     default = _deserialize(dt, base, 0, 1, string_sizes, _default_cursors(dt, base, string_sizes))
-    selector = np.zeros(num_rows, np.int64)
+    selector = np.zeros(n, np.int64)
     selector[positions] = np.arange(1, len(positions) + 1)
     return pa.concat_arrays([default, values]).take(pa.array(selector))
 
@@ -719,7 +763,9 @@ def _scan_sparse(buf, start, n_rows):  # pragma: no cover - compiled
 
 
 def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool,
-                 cursors: dict[str, _Cursor]) -> pa.Array:
+                 cursors: dict[str, _Cursor], sparse: frozenset[str] = frozenset()) -> pa.Array:
+    if level == 0 and base in sparse:
+        return _deserialize_sparse(dt, base, n, string_sizes, cursors)
     if isinstance(dt, Nullable):
         nulls = cursors[base + ".null"].take(n)
         values = _deserialize(dt.inner, base, level, n, string_sizes, cursors)
@@ -741,7 +787,7 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         values = _deserialize(dt.value, _element_base(base, "values"), level + 1, total, string_sizes, cursors)
         return pa.MapArray.from_arrays(offsets_arr, keys, values, type=to_arrow(dt))
     if isinstance(dt, Tuple):
-        children = [_deserialize(e, _element_base(base, name), level, n, string_sizes, cursors)
+        children = [_deserialize(e, _element_base(base, name), level, n, string_sizes, cursors, sparse)
                     for name, e in zip(dt.element_names, dt.elements)]
         return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
     if _is_string(dt):

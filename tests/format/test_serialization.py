@@ -509,6 +509,28 @@ def test_sparse_columns_read_from_every_granule(sparse_part, name, type_text):
             assert got.to_pylist() == expected.column(name).slice(4 * granule, count).to_pylist(), (granule, count)
 
 
+def test_sparse_tuple_elements(tmp_path):
+    sess, table_dir = make_chdb_table(
+        tmp_path,
+        "CREATE TABLE spt (id UInt64, t Tuple(a UInt32, b Tuple(c String, d UInt8))) ENGINE = MergeTree "
+        "ORDER BY id SETTINGS min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0, index_granularity = 4",
+        ["INSERT INTO spt SELECT number, (if(number = 3, 1, 0), (if(number IN (2, 9), 'x', ''), 0)) "
+         "FROM numbers(40)"],
+    )
+    expected = _chdb_arrow(sess, "SELECT t FROM spt ORDER BY id").column("t").to_pylist()
+    close_session()
+    part = Part(part_dirs(table_dir)[0])
+    info = {c["name"]: c for c in __import__("json").loads((part.path / "serialization.json").read_text())["columns"]}
+    dt = parse_type("Tuple(a UInt32, b Tuple(c String, d UInt8))")
+    names = stream_names(dt, "t", True, sparse=info["t"])
+    assert names == part.substreams["t"]
+    assert "t%2Ea.sparse.idx" in names
+    for granule in (0, 2, 9):
+        streams = {s: memoryview(part.stream(s))[part.mark(s, granule):] for s in names}
+        got = deserialize_column(dt, "t", streams, 40 - 4 * granule, sparse=info["t"])
+        assert got.to_pylist() == expected[4 * granule:]
+
+
 def test_sparse_nested_types_are_refused():
     with pytest.raises(UnsupportedError, match="'x'"):
         deserialize_column(parse_type("Array(UInt8)"), "x", {}, 0, sparse=True)
