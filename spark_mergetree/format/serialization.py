@@ -198,7 +198,7 @@ def _coerce(dt: DataType, arr: pa.Array, column: str) -> pa.Array:
 def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets int64 from 0, bytes uint8) of a string/binary array, NULL entries empty."""
     if arr.null_count:
-        arr = pc.if_else(pc.is_null(arr), pa.scalar(b"" if pa.types.is_binary(arr.type) else "", arr.type), arr)
+        arr = arr.fill_null(pa.scalar(b"", pa.binary()).cast(arr.type))
     if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
         width = np.int32
     elif pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
