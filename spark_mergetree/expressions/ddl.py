@@ -188,6 +188,8 @@ def _span_text(text: str, tokens: list[Token], begin: int, end: int) -> str:
     for index in range(begin, end):
         token = tokens[index]
         piece = text[token.start : token.end + 1]
+        if token.token_type == TokenType.IDENTIFIER and _PLAIN_IDENTIFIER.match(token.text):
+            piece = token.text  # ClickHouse prints quoted names bare when they need no quotes
         if index > begin:
             previous = tokens[index - 1]
             gap = text[previous.end + 1 : token.start]
@@ -247,8 +249,12 @@ def _parse_column(text: str, tokens: list[Token], begin: int, end: int) -> Colum
         elif kind == TokenType.R_PAREN:
             depth -= 1
         elif depth == 0 and _first_word(tokens[position]) in _COLUMN_CLAUSES:
-            if _word(tokens[position]) == "NULL" and position > type_end and _word(tokens[position - 1]) == "NOT":
-                continue
+            word = _first_word(tokens[position])
+            if word in ("NULL", "NOT"):
+                # NULL / NOT NULL modify the type only right after it; later they belong to an expression.
+                modifier_zone = all(_first_word(tokens[p]) in ("NULL", "NOT") for p in range(type_end, position))
+                if not modifier_zone or (word == "NULL" and position > type_end and _word(tokens[position - 1]) == "NOT"):
+                    continue
             starts.append(position)
     values: dict[str, object] = {}
     extra: list[str] = []

@@ -141,3 +141,22 @@ def test_primary_key_defaults_to_order_by_and_must_be_its_prefix():
 def test_bad_statements_are_refused_by_name(statement, error, message):
     with pytest.raises(error, match=message):
         parse_create(statement)
+
+
+def test_user_statements_with_quirks(clickhouse):
+    text = """create table if not exists db.quirks -- a comment
+        ( `order` UInt8 NOT NULL, x Nullable(Int32) DEFAULT NULL, y Int32 NULL DEFAULT 1 COMMENT 'c',
+          z String DEFAULT if(x IS NOT NULL, 'a', 'b'))
+        ENGINE = MergeTree() ORDER BY (`order`, x) SETTINGS allow_nullable_key=1;"""
+    parsed = parse_create(text)
+    assert parsed.database == "db" and parsed.name == "quirks"
+    assert [(c.name, c.type, c.default_expression) for c in parsed.columns] == [
+        ("order", "UInt8", None), ("x", "Nullable(Int32)", "NULL"), ("y", "Nullable(Int32)", "1"),
+        ("z", "String", "if(x IS NOT NULL, 'a', 'b')")]
+    assert parsed.order_by == ("order", "x")
+    attach = format_attach(parsed)
+    assert format_attach(parse_create(attach)) == attach
+    # ClickHouse reads the table exactly as we do.
+    clickhouse.query(text)
+    assert parse_create(clickhouse.query("SHOW CREATE TABLE db.quirks")) == dataclasses.replace(
+        parsed, settings={**parsed.settings, "index_granularity": "8192"})
