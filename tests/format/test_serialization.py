@@ -534,3 +534,4 @@ def test_sparse_tuple_elements(tmp_path):
 def test_sparse_nested_types_are_refused():
     with pytest.raises(UnsupportedError, match="'x'"):
         deserialize_column(parse_type("Array(UInt8)"), "x", {}, 0, sparse=True)
+
