@@ -225,6 +225,12 @@ class TableLog:
 
     def finalize(self, tid: int, csn: int, commit_time: float | None = None) -> None:
         """Fill in the csn of a committed entry (readers can then skip asking the coordinator)."""
+        # Shared lock: a checkpoint must not fold and delete the entry between our read and our
+        # rewrite, or the rewrite would resurrect an entry whose parts were cleaned up.
+        with self._lock(exclusive=False):
+            self._finalize_locked(tid, csn, commit_time)
+
+    def _finalize_locked(self, tid: int, csn: int, commit_time: float | None = None) -> None:
         path = self._entry_path(tid)
         try:
             entry = self._parse_entry(path, self._read_json(path))
@@ -372,7 +378,7 @@ class TableLog:
             if entry.csn is not None:
                 continue
             if csn is not None:
-                self.finalize(entry.tid, csn)
+                self._finalize_locked(entry.tid, csn)
                 report.finalized.append(entry.tid)
                 continue
             state, _ = coordinator.status(entry.tid)

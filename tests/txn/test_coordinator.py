@@ -217,3 +217,55 @@ def test_urls(coordinator_url: str, coordinator: Coordinator, tmp_path, monkeypa
     fallback = default_coordinator()
     assert isinstance(fallback, LocalCoordinator)
     assert fallback.url == (tmp_path / ".spark_mergetree" / "coordinator").as_uri()
+
+
+def test_local_log_with_a_torn_tail(tmp_path) -> None:
+    directory = tmp_path / "coordinator"
+    first = LocalCoordinator(directory)
+    info = first.begin()
+    csn = first.commit(info.tid, [("t", "p")])
+    first.close()
+    with open(directory / "log.jsonl", "ab") as log:
+        log.write(b'{"op":"commit","tid":99,"cs')  # a writer died mid-append
+    second = LocalCoordinator(directory)
+    try:
+        assert second.status(info.tid) == (TxnState.COMMITTED, csn)
+        assert second.status(99) == (TxnState.ABORTED, None)
+        later = second.begin()
+        assert later.tid > csn
+        with pytest.raises(SerializationError):
+            second.lock_removal(later.tid, "t", "p")
+        assert second.commit(later.tid) > later.tid
+        assert (directory / "log.jsonl").read_bytes().endswith(b"}\n")
+    finally:
+        second.close()
+    with open(directory / "log.jsonl", "ab") as log:
+        log.write(b"not json\n")
+    broken = LocalCoordinator(directory)
+    with pytest.raises(TransactionError, match="corrupt record"):
+        broken.begin()
+
+
+def test_zookeeper_log_pruning_keeps_every_status(zookeeper) -> None:
+    from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
+
+    coordinator = ZooKeeperCoordinator(zookeeper.hosts, "/prune_test")
+    try:
+        decided = []
+        for index in range(6):
+            info = coordinator.begin()
+            if index % 3 == 2:
+                coordinator.abort(info.tid)
+                decided.append((info.tid, TxnState.ABORTED, None))
+            else:
+                decided.append((info.tid, TxnState.COMMITTED, coordinator.commit(info.tid)))
+        assert coordinator.prune_log(keep=1) >= 4
+        fresh = ZooKeeperCoordinator(zookeeper.hosts, "/prune_test")
+        try:
+            for tid, state, csn in decided:
+                assert fresh.status(tid) == (state, csn)
+            assert len(fresh.list_transactions(100)) == 1
+        finally:
+            fresh.close()
+    finally:
+        coordinator.close()
