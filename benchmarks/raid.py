@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None, parts_source: Callable[[argparse.Namespa
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--disks", type=int, default=4)
     parser.add_argument("--unit-bytes", type=int, default=1 << 20)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--layouts", default="jbod,raid0,raid1,raid5")
     parser.add_argument("--root", help="directory for the disk directories (default: a temporary one)")
     args = parser.parse_args(argv)

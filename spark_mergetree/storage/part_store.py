@@ -138,6 +138,11 @@ def compressed_block_starts(data: FileBytes) -> np.ndarray | None:
     return np.asarray(starts, dtype=np.int64) if position == len(view) else None
 
 
+def _scratch(length: int) -> memoryview:
+    """A writable buffer that is about to be filled completely: numpy skips bytearray's zero fill."""
+    return memoryview(np.empty(length, dtype=np.uint8))
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -490,24 +495,23 @@ class PartStore:
             fast = self._read_contiguous(opened, name, first, last, start, end)
             if fast is not None:
                 return fast
-        output = bytearray(end - start)
-        out_view = memoryview(output)
+        out_view = _scratch(end - start)
         targets: dict[int, memoryview] = {}
-        partial: list[tuple[int, bytearray]] = []
+        partial: list[tuple[int, memoryview]] = []
         for u in range(first, last):
             a, n = int(stripe_map.unit_offset[u]), int(stripe_map.unit_length[u])
             if a >= start and a + n <= end:
                 targets[u] = out_view[a - start:a - start + n]
             else:
-                buffer = bytearray(n)
-                targets[u] = memoryview(buffer)
+                buffer = _scratch(n)
+                targets[u] = buffer
                 partial.append((u, buffer))
         self._fetch_units(opened, targets)
         for u, buffer in partial:
             a, n = int(stripe_map.unit_offset[u]), int(stripe_map.unit_length[u])
             lo, hi = max(a, start), min(a + n, end)
             out_view[lo - start:hi - start] = buffer[lo - a:hi - a]
-        return bytes(output)
+        return out_view.tobytes()
 
     def _read_contiguous(self, opened: _OpenPart, name: str, first: int, last: int, start: int, end: int
                          ) -> bytes | None:
@@ -656,23 +660,23 @@ class PartStore:
         stripe_map = opened.stripe_map
         assert stripe_map is not None
         first, count = int(stripe_map.stripe_first_unit[stripe]), int(stripe_map.stripe_unit_count[stripe])
-        pieces: list[bytearray] = []
+        pieces: list[memoryview] = []
         for member in range(first, first + count):
             if member == unit:
                 continue
-            buffer = bytearray(int(stripe_map.unit_length[member]))
+            buffer = _scratch(int(stripe_map.unit_length[member]))
             disk, path, offset = self._unit_sources(opened, member)[0]
             try:
-                self._read_copy(disk, path, offset, memoryview(buffer), stripe_map.unit_hash[member], descriptors)
+                self._read_copy(disk, path, offset, buffer, stripe_map.unit_hash[member], descriptors)
             except _UnitFault as fault:
                 faults.append(fault)
                 return None
             pieces.append(buffer)
         parity_disk = opened.disks[int(stripe_map.parity_disk[stripe])]
-        parity = bytearray(int(stripe_map.parity_length[stripe]))
+        parity = _scratch(int(stripe_map.parity_length[stripe]))
         try:
             self._read_copy(parity_disk, self._part_dir(parity_disk, opened.name) / UNITS_FILE_NAME,
-                            int(stripe_map.parity_disk_offset[stripe]), memoryview(parity),
+                            int(stripe_map.parity_disk_offset[stripe]), parity,
                             stripe_map.parity_hash[stripe], descriptors)
         except _UnitFault as fault:
             faults.append(fault)
@@ -1004,7 +1008,7 @@ class PartStore:
         data_ok = np.ones(stripe_map.unit_file.size, dtype=bool)
         try:
             for u in range(stripe_map.unit_file.size):
-                buffer = memoryview(bytearray(int(stripe_map.unit_length[u])))
+                buffer = _scratch(int(stripe_map.unit_length[u]))
                 for disk, path, offset in self._unit_sources(opened, u):
                     report.units_checked += 1
                     try:
@@ -1016,7 +1020,7 @@ class PartStore:
             for s in range(stripe_map.stripe_first_unit.size):
                 report.parity_checked += 1
                 disk = opened.disks[int(stripe_map.parity_disk[s])]
-                parity = memoryview(bytearray(int(stripe_map.parity_length[s])))
+                parity = _scratch(int(stripe_map.parity_length[s]))
                 try:
                     self._read_copy(disk, self._part_dir(disk, part) / UNITS_FILE_NAME,
                                     int(stripe_map.parity_disk_offset[s]), parity, stripe_map.parity_hash[s],
