@@ -17,7 +17,7 @@ import os
 import shutil
 import threading
 import uuid as uuid_module
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -541,11 +541,15 @@ class MergeTreeTable:
                 self._readers.pop(name, None)
         return removed
 
-    def check(self) -> CheckReport:
-        """Like CHECK TABLE: re-hash every file of every visible part against its checksums.txt."""
+    def check(self, on_part: Callable[[str], None] | None = None) -> CheckReport:
+        """Like CHECK TABLE: re-hash every file of every visible part against its checksums.txt.
+
+        `on_part(name)` is called after each part (progress reporting)."""
         report = CheckReport()
         _, visible = self.visible_parts()
         for part in sorted(visible):
+            if report.parts_checked and on_part is not None:
+                on_part(part)
             report.parts_checked += 1
             try:
                 reader = PartReader(self.store, part, str(self.path / part))
@@ -559,6 +563,8 @@ class MergeTreeTable:
                         report.problems.append(f"{part}/{name}: content does not match checksums.txt")
             except (CorruptPartError, OSError) as exc:
                 report.problems.append(f"{part}: {exc}")
+        if report.parts_checked and on_part is not None:
+            on_part("")
         return report
 
     def drop_data(self) -> None:

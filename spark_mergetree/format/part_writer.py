@@ -45,17 +45,12 @@ from spark_mergetree.format.part import (
     format_columns,
     format_count,
 )
-from spark_mergetree.format.serialization import escape_for_file_name, serialize_column, serialize_rows
-from spark_mergetree.format.types import (
-    Array,
-    DataType,
-    FixedString,
-    LowCardinality,
-    Map,
-    Nullable,
-    Tuple,
-    parse_type,
+from spark_mergetree.format.serialization import (
+    escape_for_file_name,
+    serialize_column,
+    serialize_rows,
 )
+from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type
 
 PRIMARY_INDEX_FILE = "primary.idx"
 PARTITION_FILE = "partition.dat"
@@ -90,17 +85,19 @@ class PartitionValue:
 def _in_memory_width(dt: DataType, array: pa.ChunkedArray | pa.Array) -> int:
     """Bytes a column takes in ClickHouse's memory: what adaptive granularity is computed from."""
     n = len(array)
+    if n == 0:
+        return 0
     if isinstance(dt, Nullable):
         return n + _in_memory_width(dt.inner, array)
     if isinstance(dt, LowCardinality):
         return n * 4
-    if isinstance(dt, (Array, Map, Tuple)) or isinstance(dt, FixedString):
+    if isinstance(dt, Primitive) and dt.name == "String":
+        # Characters plus an 8-byte offset per row.
+        return int(pc.sum(pc.binary_length(array)).as_py() or 0) + 8 * n
+    try:
+        return n * (array.type.bit_width // 8)
+    except ValueError:  # not a fixed-width Arrow type
         return int(array.nbytes)
-    width = getattr(dt, "width", None)
-    if isinstance(width, int):
-        return n * width
-    # Strings: characters plus an 8-byte offset per row.
-    return int(pc.sum(pc.binary_length(array)).as_py() or 0) + 8 * n if n else 0
 
 
 def plan_granules(table: pa.Table, types: Sequence[DataType], settings: WriterSettings,

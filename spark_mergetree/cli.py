@@ -1,0 +1,137 @@
+"""The `mergetree` command line (also `python -m spark_mergetree`), built on click.
+
+Table commands take a table directory (ours, or a ClickHouse data directory with
+`--create-statement`): `parts`, `head`, `check`, `optimize`, `explain`, `cleanup`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from spark_mergetree.engine.table import MergeTreeTable
+from spark_mergetree.errors import MergeTreeError
+
+
+def _open(path: str, create_statement: str | None) -> MergeTreeTable:
+    statement = None
+    if create_statement:
+        candidate = Path(create_statement)
+        statement = candidate.read_text() if candidate.is_file() else create_statement
+    return MergeTreeTable.open(path, statement)
+
+
+_table_argument = click.argument("table_dir", type=click.Path(exists=True, file_okay=False))
+_statement_option = click.option(
+    "--create-statement", "-s", default=None,
+    help="CREATE/ATTACH TABLE text, or a file holding it (for ClickHouse table directories).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="spark-mergetree")
+def main() -> None:
+    """Inspect and maintain MergeTree tables (byte-compatible with ClickHouse)."""
+
+
+@main.command()
+@_table_argument
+@_statement_option
+def parts(table_dir: str, create_statement: str | None) -> None:
+    """List the visible parts (like system.parts)."""
+    table = _open(table_dir, create_statement)
+    rows = table.parts()
+    click.echo(f"{'part':32} {'rows':>12} {'granules':>9} {'bytes':>14}")
+    for p in rows:
+        click.echo(f"{p.name:32} {p.rows:12,} {p.granules:9,} {p.bytes_on_disk:14,}")
+    click.echo(f"{len(rows)} parts, {sum(p.rows for p in rows):,} rows")
+
+
+@main.command()
+@_table_argument
+@_statement_option
+@click.option("-n", "--rows", default=10, show_default=True, help="How many rows to show.")
+@click.option("--where", default=None, help="A predicate, e.g. \"id BETWEEN 1 AND 9\".")
+@click.option("--columns", default=None, help="Comma-separated columns to show.")
+def head(table_dir: str, create_statement: str | None, rows: int, where: str | None, columns: str | None) -> None:
+    """Show the first rows (in part order)."""
+    table = _open(table_dir, create_statement)
+    names = [c.strip() for c in columns.split(",")] if columns else None
+    shown = 0
+    for batch in table.to_batches(names, where):
+        piece = batch.slice(0, rows - shown)
+        if piece.num_rows:
+            click.echo(piece.to_pandas().to_string(index=False, header=shown == 0) if _has_pandas()
+                       else str(piece.to_pylist()))
+        shown += piece.num_rows
+        if shown >= rows:
+            break
+
+
+def _has_pandas() -> bool:
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@main.command()
+@_table_argument
+@_statement_option
+def check(table_dir: str, create_statement: str | None) -> None:
+    """Re-hash every file of every visible part against checksums.txt (like CHECK TABLE)."""
+    table = _open(table_dir, create_statement)
+    with tqdm(total=len(table.visible_parts()[1]), unit="part", desc="check", file=sys.stderr) as bar:
+        report = table.check(on_part=lambda _name: bar.update(1))
+    click.echo(str(report))
+    sys.exit(1 if report.problems else 0)
+
+
+@main.command()
+@_table_argument
+@_statement_option
+@click.option("--final", is_flag=True, help="Merge every partition down to one part.")
+def optimize(table_dir: str, create_statement: str | None, final: bool) -> None:
+    """Merge parts (like OPTIMIZE TABLE [FINAL])."""
+    table = _open(table_dir, create_statement)
+    with tqdm(desc="merging", unit="merge", file=sys.stderr) as bar:
+        created = table.optimize(final=final)
+        bar.update(len(created))
+    for name in created:
+        click.echo(f"merged into {name}")
+    if not created:
+        click.echo("nothing to merge")
+
+
+@main.command()
+@_table_argument
+@_statement_option
+@click.argument("where", required=False)
+def explain(table_dir: str, create_statement: str | None, where: str | None) -> None:
+    """Show which parts and granules a read with WHERE would touch."""
+    click.echo(str(_open(table_dir, create_statement).explain(where)))
+
+
+@main.command()
+@_table_argument
+def cleanup(table_dir: str) -> None:
+    """Delete parts no snapshot needs; finish or roll back interrupted transactions."""
+    removed = MergeTreeTable.open(table_dir).cleanup()
+    click.echo(f"removed {len(removed)} old parts" + (": " + ", ".join(removed) if removed else ""))
+
+
+def run() -> None:
+    """Entry point that turns our errors into one clear line and exit code 2."""
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(1)
+    except MergeTreeError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
