@@ -257,3 +257,35 @@ def apply_to_bounds(name: str, values: Sequence[object], arg_type: str, constant
         arrow_type = _arrow_integer(info.inner_text)
     array = pa.array(list(values), arrow_type) if arrow_type is not None else pa.array(list(values))
     return apply_function(name, array, arg_type, constant).to_pylist()
+
+
+def needs_ordering_map(type_text: str) -> bool:
+    """Whether Arrow's order of this type's values differs from ClickHouse's (so comparisons need `orderable`)."""
+    return type_info(type_text).base in ("UUID", "Enum8", "Enum16")
+
+
+def orderable(array: pa.Array, type_text: str) -> pa.Array:
+    """Values mapped so that Arrow's comparisons order them as ClickHouse does.
+
+    Enums compare by number, not name. A UUID compares as ClickHouse holds it: the second half of
+    its text (bytes 8..15) first, then the first half — not in text order.
+    """
+    array, _ = _values_and_mask(array)
+    info = type_info(type_text)
+    if info.base in ("Enum8", "Enum16"):
+        mapping = info.enum_values()
+        if pa.types.is_integer(array.type):
+            return array
+        positions = pc.index_in(array.cast(pa.string()), value_set=pa.array(list(mapping), pa.string()))
+        return pa.array(list(mapping.values()), pa.int16()).take(positions)
+    if info.base == "UUID":
+        text = pc.utf8_lower(array.cast(pa.string()))
+        return pc.binary_join_element_wise(pc.utf8_slice_codeunits(text, 19, 36), pc.utf8_slice_codeunits(text, 0, 18), "")
+    return array
+
+
+def orderable_value(value: object, type_text: str) -> object:
+    """A single value mapped like `orderable` (None stays None)."""
+    if value is None or not needs_ordering_map(type_text):
+        return value
+    return orderable(pa.array([value]), type_text)[0].as_py()

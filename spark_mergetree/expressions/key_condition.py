@@ -18,7 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
-from spark_mergetree.expressions.functions import MONOTONIC_FUNCTIONS, apply_function
+from spark_mergetree.expressions.functions import (
+    MONOTONIC_FUNCTIONS,
+    apply_function,
+    needs_ordering_map,
+    orderable,
+    orderable_value,
+)
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.predicate import (
     And,
@@ -114,7 +120,7 @@ class _Evaluator:
 
     def scalar(self, value: object, key: KeyBounds) -> pa.Scalar | None:
         if key.type is not None:
-            value = coerce_literal(value, key.type)
+            value = orderable_value(coerce_literal(value, key.type), key.type)
         scalar = pa.scalar(value)
         if scalar.type != key.lo.type:
             try:
@@ -227,7 +233,7 @@ class _Evaluator:
         else:
             prefix = expr.prefix
         key = self.bounds_of(expr.expr)
-        if key is None or not (pa.types.is_string(key.lo.type) or pa.types.is_binary(key.lo.type)
+        if key is None or (key.type is not None and needs_ordering_map(key.type)) or not (pa.types.is_string(key.lo.type) or pa.types.is_binary(key.lo.type)
                                or pa.types.is_large_string(key.lo.type) or pa.types.is_large_binary(key.lo.type)):
             return self.unknown()
         raw = prefix.encode()
@@ -317,6 +323,8 @@ def primary_key_bounds(
     for (key, type_text), array in zip(key_columns, arrays, strict=True):
         lo = array.slice(0, granules)
         hi = array.slice(1, granules) if has_final else pa.concat_arrays([array.slice(1), pa.nulls(1, array.type)])
+        if needs_ordering_map(type_text):
+            lo, hi = orderable(lo, type_text), orderable(hi, type_text)
         valid = _valid(lo) & _valid(hi)
         bounds[_key_expr(key)] = KeyBounds(lo, hi, prefix_equal & valid, type_text)
         prefix_equal = prefix_equal & valid & _mask(pc.equal(lo, hi))
@@ -354,6 +362,8 @@ def _single_bounds(values: Mapping[Expr, tuple[object, object]], types: Mapping[
         except _ARROW_ERRORS:
             continue
         lo, hi = pair.slice(0, 1), pair.slice(1, 1)
+        if type_text is not None and needs_ordering_map(type_text):
+            lo, hi = orderable(lo, type_text), orderable(hi, type_text)
         bounds[key] = KeyBounds(lo, hi, _valid(lo) & _valid(hi), type_text)
     return bounds
 

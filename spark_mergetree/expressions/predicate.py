@@ -24,6 +24,9 @@ from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.functions import (
     SUPPORTED_FUNCTIONS,
     apply_function,
+    needs_ordering_map,
+    orderable,
+    orderable_value,
     result_type,
     type_info,
 )
@@ -574,8 +577,17 @@ def _eval(expr: Expr, table: pa.Table) -> pa.Array | pa.Scalar:
         return pa.scalar(expr.value)
     if isinstance(expr, Compare):
         left = _eval(expr.left, table)
+        right_value = expr.right.value if isinstance(expr.right, Literal) else None
+        ordering_type = _type_of(expr.left)
+        if ordering_type and needs_ordering_map(ordering_type) and expr.op not in ("=", "!=", "<=>"):
+            # Enums and UUIDs order differently in ClickHouse than their Arrow text does.
+            left = orderable(_as_array(left, table.num_rows), ordering_type)
+            if isinstance(expr.right, Literal):
+                right_value = orderable_value(right_value, ordering_type)
+            elif _type_of(expr.right) == ordering_type:
+                return _PC_COMPARE[expr.op](left, orderable(_as_array(_eval(expr.right, table), table.num_rows), ordering_type))
         if isinstance(expr.right, Literal):
-            right = _scalar_like(expr.right.value, left if not isinstance(left, pa.Scalar) else None)
+            right = _scalar_like(right_value, left if not isinstance(left, pa.Scalar) else None)
         else:
             right = _eval(expr.right, table)
         if isinstance(left, pa.Scalar) and not isinstance(right, pa.Scalar):
