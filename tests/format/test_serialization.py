@@ -81,6 +81,11 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("lcn", "LowCardinality(Nullable(String))", "if(number % 3 = 0, NULL, ['', 'x', 'y'][number % 3 + 1])"),
     ("lcf", "LowCardinality(FixedString(5))", "toFixedString(toString(number % 3 * 1000), 5)"),
     ("alc", "Array(LowCardinality(String))", "arrayMap(x -> toString(x % 2), range(number % 3))"),
+    ("we.ird-ü name", "Tuple(`a.b` Array(Nullable(String)), m Map(String, Tuple(x UInt8, `y z` Array(String))))",
+     "tuple(arrayMap(x -> ['v', NULL][(x = 1) + 1], range(number % 3)), "
+     "map('k' || toString(number), tuple(toUInt8(number), arrayMap(x -> toString(x), range(number % 2)))))"),
+    ("amn", "Array(Map(String, Nullable(Float32)))",
+     "[map('a', [toFloat32(number), NULL][(number % 2 = 0) + 1]), map()]"),
 ]
 
 
