@@ -379,3 +379,28 @@ def test_raid5_parity_rotates(tmp_path: Path) -> None:
         disks = {int(smap.unit_disk[u]) for u in members} | {int(smap.parity_disk[s])}
         assert len(disks) == len(members) + 1, "a stripe never puts two of its units on one disk"
         assert smap.parity_length[s] == max(smap.unit_length[u] for u in members)
+
+
+def test_concurrent_degraded_reads(tmp_path: Path) -> None:
+    """Many callers share the store's thread pool; degraded reads from all of them stay exact."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.storage.conftest import make_store
+
+    setup = make_store(tmp_path, "raid5", 3, unit_bytes=4096)
+    rng = np.random.default_rng(10)
+    written = {}
+    for i in range(4):
+        files, boundaries = synthetic_part(rng)
+        setup.store.write_part(f"all_{i}_{i}_0", files, boundaries)
+        written[f"all_{i}_{i}_0"] = files
+    shutil.rmtree(setup.disks[2].path)
+    store = setup.policy.part_store(setup.store.table_path)
+
+    def read_everything(part: str) -> bool:
+        return all(store.read_file(part, name) == data for name, data in written[part].items())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegradedReadWarning)
+        with ThreadPoolExecutor(8) as callers:
+            assert all(callers.map(read_everything, sorted(written) * 6))
