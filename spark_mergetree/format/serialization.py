@@ -595,10 +595,9 @@ def _serialize_low_cardinality(dt: LowCardinality, base: str, arr: pa.Array, bou
         flags = width_code | _LC_NEED_GLOBAL_DICTIONARY
         if fresh:
             flags |= _LC_NEED_UPDATE_DICTIONARY
-        piece = [struct.pack("<Q", 0)]
         if len(additional):
             flags |= _LC_HAS_ADDITIONAL_KEYS
-        piece[0] = struct.pack("<Q", flags)
+        piece = [struct.pack("<Q", flags)]
         if reserved + len(shared) >= LOW_CARDINALITY_MAX_DICTIONARY_SIZE:
             flush_dictionary(shared)
             shared = None
