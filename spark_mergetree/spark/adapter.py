@@ -155,27 +155,77 @@ def add_columns(ref: TableRef, columns: Sequence[tuple[str, str]]) -> None:
 
 
 @dataclass(frozen=True)
+class PartSets:
+    """The parts a read plan covers (`known`) and the parts visible at planning time (`visible`).
+
+    Planning cannot tell whether the query runs inside a transaction (that is a task-side local
+    property), so it covers every part the table's log names; each task then keeps the parts
+    visible to its own snapshot: `visible` outside a transaction, the transaction's view inside.
+    """
+
+    snapshot: int | None
+    visible: frozenset[str]
+    known: frozenset[str]
+
+
+@dataclass(frozen=True)
 class PlannedRead:
-    snapshot: Any
-    tasks: list[Any]  # engine ReadTasks, picklable
-    granules_total: int | None
-    granules_selected: int | None
+    tasks: list[Any]  # engine ReadTasks (picklable; `.part` names the part)
+    granules_total: int
+    granules_read: int
 
 
-def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, snapshot: Any = None) -> PlannedRead:
+def part_sets(ref: TableRef, snapshot: int | None = None) -> PartSets:
     table = open_table(ref)
-    read_plan = table.plan_read(columns, where, snapshot=snapshot, target_rows=target_rows)
-    return PlannedRead(
-        snapshot=getattr(read_plan, "snapshot", snapshot),
-        tasks=list(read_plan.tasks),
-        granules_total=getattr(read_plan, "granules_total", None),
-        granules_selected=getattr(read_plan, "granules_selected", None),
-    )
+    csn, visible = table.visible_parts(snapshot=snapshot)
+    known = set(visible)
+    if table.log.identity() is not None and snapshot is None:
+        _, versions = table.log.versions(None)
+        known.update(versions)
+        for entry in table.log.entries():
+            known.update(entry.added)
+        known = {name for name in known if name in visible or table.store.exists(name)}
+    return PartSets(csn, frozenset(visible), frozenset(known))
+
+
+def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, parts: PartSets) -> PlannedRead:
+    table = open_table(ref)
+    read_plan = table.plan_read(columns, where, parts=set(parts.known), target_rows=target_rows)
+    counted = [p for p in read_plan.parts if p.part in parts.visible]
+    return PlannedRead(list(read_plan.tasks), sum(p.granules for p in counted),
+                       sum(p.granules_read for p in counted))
+
+
+def check_where(ref: TableRef, where: Any) -> None:
+    """Bind the `where` option on the driver so a bad column or constant fails before any task."""
+    from spark_mergetree.engine.select import bind_where
+
+    table = open_table(ref)
+    try:
+        bind_where(where, table.metadata.column_types)
+    except Exception as error:  # noqa: BLE001 - any binding failure is a bad option value
+        raise InvalidOptionError(f"option 'where': {error}") from error
+
+
+def visible_for_task(ref: TableRef, parts: PartSets, txn: TxnContext | None) -> frozenset[str]:
+    """The parts one read task may return: the planning snapshot's, or its transaction's view."""
+    if txn is None:
+        return parts.visible
+    table = open_table(ref)
+    if table.log.identity() is None:
+        return parts.visible
+    visible = frozenset(visible_in_transaction(table.path, txn))
+    unplanned = visible - parts.known
+    if unplanned:
+        raise TransactionError(
+            f"{ref.describe()}: transaction {txn.tid} sees parts {sorted(unplanned)[:5]} that did not exist when "
+            "this DataFrame was planned; load it again inside the transaction")
+    return visible
 
 
 def read(ref: TableRef, task: Any, columns: list[str], where: Any) -> Iterator[pa.RecordBatch]:
     table = open_table(ref)
-    yield from table.read_task(task, columns, where)
+    yield from table.read_task(task, columns, where).to_batches()
 
 
 def table_schema(ref: TableRef) -> pa.Schema:
@@ -194,37 +244,90 @@ def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None) 
     table = open_table(ref)
     if txn is None:
         return list(table.commit_staged(staged, mode=mode))
-    handle = _attach_transaction(table, txn)
-    names = list(table.commit_staged(staged, mode=mode, transaction=handle))
-    _journal(txn, ref, names, mode)
+    job = _JobTransaction(txn)
+    names = list(table.commit_staged(staged, mode=mode, transaction=job))
+    _journal(txn, job.write_pending())
     return names
 
 
 def discard(ref: TableRef, tag: str, keep: Iterable[Any] = ()) -> None:
-    open_table(ref).discard_staged(tag, keep=tuple(keep))
+    open_table(ref).discard_staged(tag, keep=tuple(part.name for part in keep))
 
 
 # ---------------------------------------------------------------------------------- transactions
+#
+# The user's process owns the transaction (txn.Transaction: it holds the coordinator's liveness lock
+# for the tid). A job's commit() runs in another process, so it works through `_JobTransaction`, a
+# stand-in with the Transaction methods the engine calls (visible_parts/add_parts/remove_parts) that
+# records the changes instead of committing. The changes are written as the table's pending log
+# entry for the tid (so tasks of later reads in the transaction see them) and journaled for the
+# user's process, which replays them into its Transaction and commits at the end of the block.
 
 
-def _attach_transaction(table: Any, txn: TxnContext) -> Any:
-    """A handle on a transaction begun in another process (the user's), for writing its entries."""
-    from spark_mergetree.txn import transaction as txn_module  # type: ignore[attr-defined]
+class _JobTransaction:
+    """What one job's commit() changes in one transaction, seen through the Transaction interface."""
 
-    attach = getattr(txn_module, "attach", None)
-    if attach is None:
-        raise UnsupportedError("the transaction layer cannot attach to a transaction of another process")
-    return attach(txn.coordinator, txn.tid, txn.snapshot)
+    def __init__(self, txn: TxnContext) -> None:
+        from spark_mergetree.txn.coordinator import TxnInfo, coordinator_from_url
+
+        self.context = txn
+        self.coordinator = coordinator_from_url(txn.coordinator)
+        self.info = TxnInfo(tid=txn.tid, snapshot=txn.snapshot)
+        self.state = "running"
+        self.changes: dict[Path, tuple[list[str], list[str]]] = {}
+
+    @property
+    def tid(self) -> int:
+        return self.context.tid
+
+    @property
+    def snapshot(self) -> int:
+        return self.context.snapshot
+
+    def _changes(self, table_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
+        return self.changes.setdefault(Path(table_dir).resolve(), ([], []))
+
+    def visible_parts(self, table_dir: str | os.PathLike) -> set[str]:
+        visible = visible_in_transaction(table_dir, self.context)
+        added, removed = self._changes(table_dir)
+        return (visible | set(added)) - set(removed)
+
+    def add_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
+        self._changes(table_dir)[0].extend(names)
+
+    def remove_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
+        self._changes(table_dir)[1].extend(names)
+
+    def write_pending(self) -> list[dict[str, Any]]:
+        """Merge this job's changes into each table's pending entry for the tid; return journal records."""
+        from spark_mergetree.txn.table_log import TableLog
+
+        records = []
+        for table_dir, (added, removed) in self.changes.items():
+            log = TableLog(table_dir)
+            previous = next((e for e in log.entries() if e.tid == self.tid and e.csn is None), None)
+            all_added = list(previous.added if previous else ()) + added
+            all_removed = list(previous.removed if previous else ()) + removed
+            log.write_pending(self.tid, self.context.coordinator, all_added, all_removed)
+            records.append({"path": str(table_dir), "added": added, "removed": removed})
+        return records
 
 
-def _journal(txn: TxnContext, ref: TableRef, names: list[str], mode: str) -> None:
-    """Record, for the user's process, which table a job wrote under the transaction."""
-    record = {"path": ref.path, "create_statement": ref.create_statement, "coordinator": ref.coordinator,
-              "parts": names, "mode": mode, "time": time.time()}
+def visible_in_transaction(table_dir: str | os.PathLike, txn: TxnContext) -> set[str]:
+    """Parts a transaction sees in a table: its snapshot plus its own pending entry."""
+    from spark_mergetree.txn.coordinator import coordinator_from_url
+    from spark_mergetree.txn.table_log import TableLog
+
+    return TableLog(table_dir).snapshot(txn.snapshot, coordinator_from_url(txn.coordinator), own_tid=txn.tid)
+
+
+def _journal(txn: TxnContext, records: list[dict[str, Any]]) -> None:
+    """Tell the user's process (same host as every commit() worker) what a job changed."""
     journal = Path(txn.journal)
-    temporary = journal / f".tmp-{uuid.uuid4().hex}"
-    temporary.write_text(json.dumps(record))
-    os.replace(temporary, journal / f"{time.time_ns()}-{uuid.uuid4().hex}.json")
+    for record in records:
+        temporary = journal / f".tmp-{uuid.uuid4().hex}"
+        temporary.write_text(json.dumps(record))
+        os.replace(temporary, journal / f"{time.time_ns():020d}-{uuid.uuid4().hex}.json")
 
 
 def journal_entries(txn: TxnContext) -> list[dict[str, Any]]:
@@ -234,25 +337,37 @@ def journal_entries(txn: TxnContext) -> list[dict[str, Any]]:
 
 def begin(coordinator_url: str | None) -> tuple[Any, TxnContext]:
     """Begin a transaction in the user's process; returns the txn layer's handle and its context."""
-    from spark_mergetree.txn import transaction as txn_module  # type: ignore[attr-defined]
+    from spark_mergetree.txn.coordinator import coordinator_from_url
+    from spark_mergetree.txn.transaction import Transaction
 
-    handle = txn_module.begin(coordinator_url) if coordinator_url else txn_module.begin()
-    url = getattr(handle, "coordinator_url", None) or handle.coordinator.url
+    handle = Transaction(coordinator_from_url(coordinator_url) if coordinator_url else None)
     journal = tempfile.mkdtemp(prefix=f"mergetree-txn-{handle.tid}-")
-    return handle, TxnContext(url, int(handle.tid), int(handle.snapshot), journal)
+    return handle, TxnContext(handle.coordinator.url, int(handle.tid), int(handle.snapshot), journal)
 
 
 def finish(handle: Any, txn: TxnContext, commit_it: bool) -> None:
+    """Commit (replaying every job's changes into the user's Transaction) or roll back."""
+    from spark_mergetree.txn.table_log import TableLog
+
+    records = journal_entries(txn)
     try:
         if commit_it:
-            for entry in journal_entries(txn):
-                handle.adopt(entry["path"], entry["parts"])  # removals recorded by the entries
+            try:
+                for record in records:
+                    if record["removed"]:
+                        handle.remove_parts(record["path"], record["removed"])
+                    if record["added"]:
+                        handle.add_parts(record["path"], record["added"])
+            except BaseException:
+                handle.rollback()
+                raise
             handle.commit()
         else:
             handle.rollback()
-    except TransactionError:
-        raise
     finally:
+        if handle.state != "committed":
+            for path in dict.fromkeys(record["path"] for record in records):
+                TableLog(path).discard(txn.tid, delete_added_parts=True)
         import shutil
 
         shutil.rmtree(txn.journal, ignore_errors=True)

@@ -14,6 +14,8 @@ from spark_mergetree.errors import InvalidOptionError
 
 # Rows one input partition should cover; granule ranges are grouped up to this size.
 DEFAULT_TARGET_ROWS = 1 << 20
+# Rows a write task buffers before staging parts: bounds task memory while keeping parts large.
+DEFAULT_STAGE_ROWS = 4 << 20
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -25,7 +27,7 @@ READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown
 
 # Options that shape a table when the first write creates it.
 CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity", "codec"}
-WRITE_OPTIONS = _LOCATION_OPTIONS | CREATE_OPTIONS | {"partition_overwrite_mode", "merge_schema"}
+WRITE_OPTIONS = _LOCATION_OPTIONS | CREATE_OPTIONS | {"partition_overwrite_mode", "merge_schema", "stage_rows"}
 # Any other MergeTree setting of a new table is given as `setting.<name>`.
 SETTING_PREFIX = "setting."
 
@@ -133,6 +135,7 @@ class WriteOptions:
     settings: dict[str, str] = field(default_factory=dict)
     dynamic_partition_overwrite: bool = False
     merge_schema: bool = False
+    stage_rows: int = DEFAULT_STAGE_ROWS
 
     @classmethod
     def parse(cls, options: Mapping[str, str], overwrite: bool) -> WriteOptions:
@@ -176,6 +179,7 @@ class WriteOptions:
             settings=settings,
             dynamic_partition_overwrite=mode == "dynamic",
             merge_schema=parse_bool(options, "merge_schema", False),
+            stage_rows=parse_int(options, "stage_rows", DEFAULT_STAGE_ROWS, minimum=1),
         )
 
 

@@ -57,8 +57,6 @@ from spark_mergetree.spark.types import (
 SOURCE_NAME = "mergetree"
 CLAIM_DIR = Path("_mergetree") / "spark_scans"
 _CLAIM_MAX_AGE_SECONDS = 24 * 3600
-# Rows a write task buffers before staging parts; bounds task memory while keeping parts large.
-_STAGE_ROWS = 4 << 20
 
 
 def _parse_where(text: str | None) -> Any:
@@ -112,7 +110,7 @@ class MergeTreeDataSource(DataSource):
                 raise InvalidOptionError(f"the read schema names {outside}, which option 'columns' leaves out")
         where = _parse_where(opts.where)
         if where is not None:
-            _bind_check(where, ref)
+            adapter.check_where(ref, where)
         return MergeTreeReader(ref, opts, schema, table_arrow, where)
 
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
@@ -133,23 +131,7 @@ class MergeTreeDataSource(DataSource):
             mode = "overwrite_partitions" if opts.dynamic_partition_overwrite else "overwrite"
         else:
             mode = "append"
-        return MergeTreeWriter(ref, table_arrow, mode, uuid.uuid4().hex)
-
-
-def _bind_check(where: Any, ref: TableRef) -> None:
-    """Fail on the driver when the `where` option names unknown columns or mismatched constants."""
-    from spark_mergetree.expressions.predicate import bind
-
-    table = adapter.open_table(ref)
-    definition = getattr(table, "definition", None)
-    columns = getattr(definition, "columns", None)
-    if columns is None:
-        return
-    types = dict(columns) if not isinstance(columns, dict) else columns
-    try:
-        bind(where, {name: str(t) for name, t in types.items()})
-    except Exception as error:  # noqa: BLE001 - re-raised as an option error naming the option
-        raise InvalidOptionError(f"option 'where': {error}") from error
+        return MergeTreeWriter(ref, table_arrow, mode, uuid.uuid4().hex, opts.stage_rows)
 
 
 # ------------------------------------------------------------------------------------------ read
@@ -162,13 +144,14 @@ class MergeTreePartition(InputPartition):
     """
 
     def __init__(self, index: int, full_tasks: list[Any], pruned_tasks: list[Any] | None = None,
-                 plan_id: str = "", snapshot: Any = None, stats: dict[str, Any] | None = None) -> None:
+                 plan_id: str = "", parts: adapter.PartSets | None = None,
+                 stats: dict[str, Any] | None = None) -> None:
         super().__init__(index)
         self.index = index
         self.full_tasks = full_tasks
         self.pruned_tasks = pruned_tasks
         self.plan_id = plan_id
-        self.snapshot = snapshot
+        self.parts = parts
         self.stats = stats or {}
 
 
@@ -191,28 +174,30 @@ class MergeTreeReader(DataSourceReader):
         return iter(filters)
 
     def partitions(self) -> list[InputPartition]:
-        full = adapter.plan(self.ref, self.columns, self.where, self.opts.target_rows, self.opts.snapshot)
-        stats = {"granules_total": full.granules_total, "granules_selected": full.granules_selected,
-                 "pushed": repr(self.pushed) if self.pushed is not None else None}
+        parts = adapter.part_sets(self.ref, self.opts.snapshot)
+        full = adapter.plan(self.ref, self.columns, self.where, self.opts.target_rows, parts)
+        stats = {"granules_total": full.granules_total, "granules_read": full.granules_read}
         shares: list[list[Any]] = [[task] for task in full.tasks] or [[]]
         if self.pushed is None:
-            return [MergeTreePartition(i, share, None, "", full.snapshot, stats) for i, share in enumerate(shares)]
-        pruned = adapter.plan(self.ref, self.columns, _and(self.where, self.pushed), self.opts.target_rows,
-                              full.snapshot)
-        stats["granules_selected"] = pruned.granules_selected
+            return [MergeTreePartition(i, share, None, "", parts, stats) for i, share in enumerate(shares)]
+        pruned = adapter.plan(self.ref, self.columns, _and(self.where, self.pushed), self.opts.target_rows, parts)
+        stats["granules_read"] = pruned.granules_read
         plan_id = uuid.uuid4().hex
         _sweep_claims(self.ref)
         pruned_shares: list[list[Any]] = [[] for _ in shares]
         for position, task in enumerate(pruned.tasks):
             pruned_shares[position % len(shares)].append(task)
-        return [MergeTreePartition(i, share, pruned_shares[i], plan_id, full.snapshot, stats)
+        return [MergeTreePartition(i, share, pruned_shares[i], plan_id, parts, stats)
                 for i, share in enumerate(shares)]
 
     def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        visible = adapter.visible_for_task(self.ref, partition.parts, adapter.current_txn_from_task())
         tasks = partition.full_tasks
         if partition.pruned_tasks is not None and _claim(self.ref, partition.plan_id):
             tasks = partition.pruned_tasks
         for task in tasks:
+            if task.part not in visible:
+                continue
             for batch in adapter.read(self.ref, task, self.columns, self.where):
                 if batch.num_rows:
                     yield conform_batch(batch, self.target)
@@ -281,8 +266,9 @@ class MergeTreeCommitMessage(WriterCommitMessage):
 
 
 class MergeTreeWriter(DataSourceArrowWriter):
-    def __init__(self, ref: TableRef, table_arrow: pa.Schema, mode: str, tag: str) -> None:
+    def __init__(self, ref: TableRef, table_arrow: pa.Schema, mode: str, tag: str, stage_rows: int) -> None:
         self.ref = ref
+        self.stage_rows = stage_rows
         self.table_arrow = table_arrow
         self.mode = mode
         self.tag = tag  # names every tmp part of this job, so abort() and commit() can find leftovers
@@ -300,7 +286,7 @@ class MergeTreeWriter(DataSourceArrowWriter):
                 continue
             pending.append(to_table_arrow(batch, self.table_arrow))
             pending_rows += batch.num_rows
-            if pending_rows >= _STAGE_ROWS:
+            if pending_rows >= self.stage_rows:
                 staged += adapter.stage(self.ref, pa.Table.from_batches(pending, self.table_arrow), self.tag)
                 pending, pending_rows = [], 0
         if pending:

@@ -143,7 +143,7 @@ def clickhouse_columns(schema: StructType, non_nullable: set[str]) -> list[tuple
 
     arrow = to_arrow_schema(schema, timezone="UTC")
     columns = []
-    for spark_field, arrow_field in zip(schema.fields, arrow):
+    for spark_field, arrow_field in zip(schema.fields, arrow, strict=True):
         try:
             ch_type = from_arrow(arrow_field.type, arrow_field.nullable and spark_field.name not in non_nullable)
         except (SchemaMismatchError, UnsupportedError) as error:
@@ -202,13 +202,15 @@ def _castable(source: DataType, target: DataType) -> bool:
         return True  # range-checked at write time
     if isinstance(source, FloatType) and isinstance(target, DoubleType):
         return True
+    if isinstance(source, BinaryType) and isinstance(target, StringType):
+        return True  # ClickHouse String holds bytes; see to_table_arrow
     if isinstance(source, ArrayType) and isinstance(target, ArrayType):
         return _castable(source.elementType, target.elementType)
     if isinstance(source, MapType) and isinstance(target, MapType):
         return _castable(source.keyType, target.keyType) and _castable(source.valueType, target.valueType)
     if isinstance(source, StructType) and isinstance(target, StructType):
         return len(source.fields) == len(target.fields) and all(
-            _castable(s.dataType, t.dataType) for s, t in zip(source.fields, target.fields)
+            _castable(s.dataType, t.dataType) for s, t in zip(source.fields, target.fields, strict=True)
         )
     return False
 
@@ -226,6 +228,9 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
             arrays.append(pa.nulls(batch.num_rows, table_field.type))
             continue
         column = batch.column(index)
+        if pa.types.is_binary(column.type) and pa.types.is_string(table_field.type):
+            # Same layout; ClickHouse Strings are arbitrary bytes, so no UTF-8 check on the way in.
+            column = column.view(pa.string())
         if column.type != table_field.type:
             try:
                 column = column.cast(table_field.type, safe=True)
@@ -233,6 +238,10 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
                 raise SchemaMismatchError(
                     f"column {table_field.name!r}: cannot store {column.type} values as {table_field.type}: {error}"
                 ) from None
+        if not table_field.nullable and column.null_count and _is_nested(table_field.type):
+            # ClickHouse has no NULL Array/Map/Tuple; like its input_format_null_as_default, a NULL
+            # becomes the empty value (a struct of NULL fields for a Tuple).
+            column = pc.fill_null(column, _empty_value(table_field.type))
         if not table_field.nullable and column.null_count:
             raise SchemaMismatchError(
                 f"column {table_field.name!r} is not Nullable in the table but the data has "
@@ -240,3 +249,13 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
             )
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=table_schema)
+
+
+def _is_nested(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_list(arrow_type) or pa.types.is_map(arrow_type) or pa.types.is_struct(arrow_type)
+
+
+def _empty_value(arrow_type: pa.DataType) -> pa.Scalar:
+    if pa.types.is_struct(arrow_type):
+        return pa.scalar({arrow_type.field(i).name: None for i in range(arrow_type.num_fields)}, arrow_type)
+    return pa.scalar([], arrow_type)

@@ -1,0 +1,60 @@
+"""Exactly-once writes: a task that fails after staging parts is retried, and its first attempt's
+parts never become visible or stay behind as garbage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark import TaskContext
+from pyspark.sql.functions import udf
+
+from spark_mergetree.engine.table import MergeTreeTable
+
+pytestmark = pytest.mark.spark
+
+
+def _fail_first_attempt_midway(value: int) -> int:
+    context = TaskContext.get()
+    if context.partitionId() == 0 and context.attemptNumber() == 0 and value == 150:
+        raise RuntimeError("injected failure on the first attempt")
+    return value
+
+
+def test_retried_task_writes_each_row_once(spark, tmp_path: Path) -> None:
+    path = tmp_path / "retry"
+    flaky = udf(_fail_first_attempt_midway, "long")
+    df = spark.range(0, 400, numPartitions=2).select(flaky("id").alias("id"), (flaky("id") * 2).alias("twice"))
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        # stage_rows=20 stages parts while the task still runs, so the failed attempt leaves some.
+        (df.write.format("mergetree").option("order_by", "id").option("stage_rows", "20")
+         .mode("append").save(str(path)))
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    ids = [r["id"] for r in spark.read.format("mergetree").load(str(path)).collect()]
+    assert sorted(ids) == list(range(400))
+    table = MergeTreeTable.open(path)
+    visible = {part.name for part in table.parts()}
+    leftovers = [p.name for p in path.iterdir()
+                 if p.is_dir() and p.name not in visible and p.name not in ("detached", "_mergetree")]
+    assert leftovers == []
+
+
+def test_failed_job_leaves_nothing(spark, tmp_path: Path) -> None:
+    path = tmp_path / "aborted"
+    spark.range(10).write.format("mergetree").option("order_by", "id").mode("append").save(str(path))
+
+    def always_fail(value: int) -> int:
+        if value == 77:
+            raise RuntimeError("injected failure on every attempt")
+        return value
+
+    bad = spark.range(0, 100, numPartitions=2).select(udf(always_fail, "long")("id").alias("id"))
+    with pytest.raises(Exception, match="injected"):
+        bad.write.format("mergetree").option("stage_rows", "10").mode("overwrite").save(str(path))
+    assert sorted(r["id"] for r in spark.read.format("mergetree").load(str(path)).collect()) == list(range(10))
+    visible = {part.name for part in MergeTreeTable.open(path).parts()}
+    leftovers = [p.name for p in path.iterdir()
+                 if p.is_dir() and p.name not in visible and p.name not in ("detached", "_mergetree")]
+    assert leftovers == []

@@ -1,0 +1,136 @@
+"""Option parsing, type mapping and filter translation of the Spark connector (no SparkSession)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.datasource import (
+    EqualTo,
+    GreaterThan,
+    In,
+    IsNull,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringStartsWith,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    DecimalType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError
+from spark_mergetree.expressions import predicate as p
+from spark_mergetree.format.types import parse_type, to_arrow
+from spark_mergetree.spark.filters import to_predicate
+from spark_mergetree.spark.options import ReadOptions, WriteOptions
+from spark_mergetree.spark.types import (
+    check_writable,
+    clickhouse_columns,
+    conform_batch,
+    spark_arrow_schema,
+    spark_schema,
+    spark_type,
+)
+
+
+def test_read_options_parse_and_reject() -> None:
+    opts = ReadOptions.parse({"path": "/t", "columns": "a, b", "where": "a > 1", "target_rows": "1000"})
+    assert opts.columns == ["a", "b"] and opts.where == "a > 1" and opts.target_rows == 1000
+    with pytest.raises(InvalidOptionError, match="wher"):
+        ReadOptions.parse({"path": "/t", "wher": "a > 1"})
+    with pytest.raises(InvalidOptionError, match="target_rows"):
+        ReadOptions.parse({"path": "/t", "target_rows": "many"})
+    with pytest.raises(InvalidOptionError, match="pushdown"):
+        ReadOptions.parse({"path": "/t", "pushdown": "maybe"})
+    with pytest.raises(InvalidOptionError, match="needs a table"):
+        ReadOptions.parse({})
+
+
+def test_write_options_parse_and_reject() -> None:
+    opts = WriteOptions.parse({"path": "/t", "order_by": "id", "codec": "zstd(3)", "index_granularity": "128",
+                               "setting.min_bytes_for_wide_part": "0", "partition_overwrite_mode": "dynamic"},
+                              overwrite=True)
+    assert opts.settings == {"codec": "ZSTD(3)", "index_granularity": "128", "min_bytes_for_wide_part": "0"}
+    assert opts.dynamic_partition_overwrite
+    with pytest.raises(InvalidOptionError, match="codec"):
+        WriteOptions.parse({"path": "/t", "codec": "snappy"}, overwrite=False)
+    with pytest.raises(InvalidOptionError, match="partition_overwrite_mode"):
+        WriteOptions.parse({"path": "/t", "partition_overwrite_mode": "dynamic"}, overwrite=False)
+    with pytest.raises(InvalidOptionError, match="partition_overwrite_mode"):
+        WriteOptions.parse({"path": "/t", "partition_overwrite_mode": "sometimes"}, overwrite=True)
+    with pytest.raises(InvalidOptionError, match="orderby"):
+        WriteOptions.parse({"path": "/t", "orderby": "id"}, overwrite=False)
+
+
+@pytest.mark.parametrize(("ch_type", "expected"), [
+    ("UInt8", ShortType()), ("UInt32", LongType()), ("UInt64", DecimalType(20, 0)), ("Int32", IntegerType()),
+    ("DateTime", TimestampType()), ("DateTime64(9, 'Asia/Tokyo')", TimestampType()),
+    ("Decimal(76, 10)", StringType()), ("Int128", StringType()),
+    ("Array(Nullable(Int32))", ArrayType(IntegerType(), True)),
+    ("Map(String, UInt64)", MapType(StringType(), DecimalType(20, 0), False)),
+    ("Tuple(a Int64, b String)", StructType([StructField("a", LongType(), False),
+                                             StructField("b", StringType(), False)])),
+    ("LowCardinality(Nullable(String))", StringType()), ("Enum8('a' = 1)", StringType()),
+])
+def test_clickhouse_to_spark_mapping(ch_type: str, expected: object) -> None:
+    assert spark_type(to_arrow(parse_type(ch_type)), "c") == expected
+
+
+def test_conform_batch_matches_spark_arrow_exactly() -> None:
+    engine = pa.schema([pa.field("u", pa.uint64(), False), pa.field("t", pa.timestamp("s", tz="Asia/Tokyo")),
+                        pa.field("big", pa.decimal256(39, 0))])
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([2**64 - 1, 0], pa.uint64()), pa.array([0, 86400], pa.timestamp("s", tz="Asia/Tokyo")),
+         pa.array([decimal.Decimal(2**100), decimal.Decimal(-1)], pa.decimal256(39, 0))], schema=engine)
+    target = spark_arrow_schema(spark_schema(engine))
+    out = conform_batch(batch, target)
+    assert out.schema.equals(target)
+    assert out.column(0).to_pylist() == [decimal.Decimal(2**64 - 1), decimal.Decimal(0)]
+    assert out.column(1).type == pa.timestamp("us", tz="UTC")
+    assert out.column(2).to_pylist() == [str(2**100), "-1"]
+
+
+def test_new_table_types_and_key_columns_not_nullable() -> None:
+    schema = StructType([StructField("id", LongType(), True), StructField("name", StringType(), True),
+                         StructField("ts", TimestampType(), True)])
+    assert clickhouse_columns(schema, {"id"}) == [
+        ("id", "Int64"), ("name", "Nullable(String)"), ("ts", "Nullable(DateTime64(6, 'UTC'))")]
+
+
+def test_schema_mismatch_names_columns() -> None:
+    table = pa.schema([pa.field("id", pa.int64(), False), pa.field("v", pa.float64(), True)])
+    incoming = StructType([StructField("id", LongType()), StructField("extra", StringType())])
+    with pytest.raises(SchemaMismatchError, match=r"\['extra'\].*merge_schema"):
+        check_writable(table, incoming, merge_schema=False)
+    assert check_writable(table, incoming, merge_schema=True) == ["extra"]
+    with pytest.raises(SchemaMismatchError, match="'id'.*string"):
+        check_writable(table, StructType([StructField("id", StringType())]), merge_schema=False)
+    with pytest.raises(SchemaMismatchError, match=r"non-nullable.*\['id'\]"):
+        check_writable(table, StructType([StructField("v", LongType())]), merge_schema=False)
+
+
+def test_filters_translate_for_pruning_and_drop_what_is_unsafe() -> None:
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
+                        pa.field("t", pa.timestamp("us", tz="UTC"))])
+    tree = to_predicate([GreaterThan(("id",), 3), In(("id",), [1, None, 2]), StringStartsWith(("s",), "ab"),
+                         Not(IsNull(("s",))), LessThanOrEqual(("t",), dt.datetime(2024, 1, 1)),
+                         EqualTo(("nested", "x"), 1), Not(StringContains(("id",), "1"))], schema)
+    assert tree == p.And((
+        p.Compare(">", p.Column("id"), p.Literal(3)),
+        p.In(p.Column("id"), (p.Literal(1), p.Literal(2))),
+        p.StartsWith(p.Column("s"), "ab"),
+        p.Not(p.IsNull(p.Column("s"))),
+    ))
+    assert to_predicate([EqualTo(("id",), 2.5)], schema) is None

@@ -1,0 +1,74 @@
+"""Multi-table transactions around Spark writes: all tables at exit, or none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_mergetree.engine.table import MergeTreeTable
+from spark_mergetree.errors import TransactionError
+from spark_mergetree.spark import transaction
+
+pytestmark = pytest.mark.spark
+
+
+def _count(spark, path: Path) -> int:
+    return spark.read.format("mergetree").load(str(path)).count()
+
+
+def _make(spark, path: Path, rows: int) -> None:
+    spark.range(rows).write.format("mergetree").option("order_by", "id").mode("append").save(str(path))
+
+
+def _engine_count(path: Path) -> int:
+    return MergeTreeTable.open(path).to_arrow(columns=["id"]).num_rows
+
+
+def test_writes_to_two_tables_become_visible_together(spark, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    _make(spark, a, 10)
+    _make(spark, b, 20)
+    with transaction(spark) as tx:
+        spark.range(100, 105).write.format("mergetree").mode("append").save(str(a))
+        spark.range(200, 203).write.format("mergetree").mode("overwrite").save(str(b))
+        # Nobody outside the transaction sees either write yet...
+        assert (_engine_count(a), _engine_count(b)) == (10, 20)
+        # ...but reads inside it see its own writes.
+        assert (_count(spark, a), _count(spark, b)) == (15, 3)
+        assert tx.tid > 0
+    assert (_engine_count(a), _engine_count(b)) == (15, 3)
+    assert (_count(spark, a), _count(spark, b)) == (15, 3)
+
+
+def test_exception_rolls_back_every_table(spark, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    _make(spark, a, 10)
+    _make(spark, b, 20)
+    before = {p.name for p in a.iterdir()} | {p.name for p in b.iterdir()}
+    with pytest.raises(RuntimeError, match="boom"):
+        with transaction(spark):
+            spark.range(100, 105).write.format("mergetree").mode("append").save(str(a))
+            spark.range(200, 203).write.format("mergetree").mode("append").save(str(b))
+            raise RuntimeError("boom")
+    assert (_count(spark, a), _count(spark, b)) == (10, 20)
+    with transaction(spark) as tx:
+        spark.range(100, 105).write.format("mergetree").mode("append").save(str(a))
+        tx.rollback()
+    assert _count(spark, a) == 10
+    after = {p.name for p in a.iterdir()} | {p.name for p in b.iterdir()}
+    assert {name for name in after - before if not name.startswith("delete_tmp")} == set()
+    with pytest.raises(TransactionError):
+        tx.commit()
+
+
+def test_reads_inside_a_transaction_are_repeatable(spark, tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    _make(spark, a, 10)
+    with transaction(spark):
+        assert _count(spark, a) == 10
+        # A write committed by someone else after the transaction began stays invisible to it.
+        MergeTreeTable.open(a).insert(spark.range(50, 60).toArrow())
+        assert _engine_count(a) == 20
+        assert _count(spark, a) == 10
+    assert _count(spark, a) == 20
