@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numba
 import numpy as np
@@ -21,8 +21,20 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.types import (
-    Array, DataType, DateTime, DateTime64, Decimal, Enum, FixedString, LowCardinality, Map, Nullable,
-    Primitive, Tuple, datetime64_arrow_unit, to_arrow,
+    Array,
+    DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
+    Enum,
+    FixedString,
+    LowCardinality,
+    Map,
+    Nullable,
+    Primitive,
+    Tuple,
+    datetime64_arrow_unit,
+    to_arrow,
 )
 
 __all__ = [
@@ -66,7 +78,7 @@ def _element_base(base: str, element: str) -> str:
     return f"{base}%2E{escape_for_file_name(element)}"
 
 
-SparseSpec = Union[bool, Mapping[str, Any], Collection[str], None]
+SparseSpec = bool | Mapping[str, Any] | Collection[str] | None
 
 
 def sparse_streams(dt: DataType, column_name: str, sparse: SparseSpec) -> frozenset[str]:
@@ -98,7 +110,7 @@ def _walk_serialization_info(dt: DataType, base: str, info: Mapping[str, Any], c
         if len(subcolumns) != len(dt.elements):
             raise CorruptPartError(
                 f"column {column!r}: serialization.json lists {len(subcolumns)} subcolumns for {dt.to_clickhouse()}")
-        for name, element, sub in zip(dt.element_names, dt.elements, subcolumns):
+        for name, element, sub in zip(dt.element_names, dt.elements, subcolumns, strict=True):
             _walk_serialization_info(element, _element_base(base, name), sub, column, found)
 
 
@@ -131,7 +143,7 @@ def _collect_names(dt: DataType, base: str, level: int, string_sizes: bool, out:
         _collect_names(dt.key, _element_base(base, "keys"), level + 1, string_sizes, out)
         _collect_names(dt.value, _element_base(base, "values"), level + 1, string_sizes, out)
     elif isinstance(dt, Tuple):
-        for name, element in zip(dt.element_names, dt.elements):
+        for name, element in zip(dt.element_names, dt.elements, strict=True):
             _collect_names(element, _element_base(base, name), level, string_sizes, out, sparse)
     elif isinstance(dt, LowCardinality):
         out.extend([base + ".dict", base])
@@ -508,7 +520,7 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         arr = _coerce(dt, arr, column)
         if arr.null_count:
             raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} cannot hold NULL tuples")
-        for name, element, child in zip(dt.element_names, dt.elements, arr.flatten()):
+        for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
             _serialize(element, _element_base(base, name), level, child, bounds, string_sizes, column, out)
         return
     _serialize_values(dt, base, arr, bounds, string_sizes, column, out, allow_nulls=False)
@@ -787,7 +799,7 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         return pa.MapArray.from_arrays(offsets_arr, keys, values, type=to_arrow(dt))
     if isinstance(dt, Tuple):
         children = [_deserialize(e, _element_base(base, name), level, n, string_sizes, cursors, sparse)
-                    for name, e in zip(dt.element_names, dt.elements)]
+                    for name, e in zip(dt.element_names, dt.elements, strict=True)]
         return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
     if _is_string(dt):
         if string_sizes:
@@ -948,7 +960,7 @@ def _interleave(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
     np.cumsum(row_sizes, out=row_offsets[1:])
     out = np.empty(int(row_offsets[-1]), np.uint8)
     before = row_offsets[:-1].copy()
-    for (data, offsets), size in zip(parts, sizes):
+    for (data, offsets), size in zip(parts, sizes, strict=True):
         dest = np.arange(int(size.sum()), dtype=np.int64) + np.repeat(before - offsets[:-1] + offsets[0], size)
         out[dest] = data[int(offsets[0]):int(offsets[-1])]
         before += size
@@ -984,7 +996,7 @@ def _row_chunks(dt: DataType, arr: pa.Array, column: str) -> tuple[np.ndarray, n
         return _interleave([sizes, (inner, inner_offsets[child_offsets])])
     if isinstance(dt, Tuple):
         arr = _coerce(dt, arr, column)
-        return _interleave([_row_chunks(e, child, column) for e, child in zip(dt.elements, arr.flatten())])
+        return _interleave([_row_chunks(e, child, column) for e, child in zip(dt.elements, arr.flatten(), strict=True)])
     arr = _coerce(dt, arr, column)
     if _is_string(dt):
         return _encode_classic(*_string_buffers(arr))
@@ -1014,7 +1026,7 @@ def serialize_rows(dts: Sequence[DataType], arrays: Sequence[pa.Array | pa.Chunk
     indices = pa.array(np.asarray(row_indices, dtype=np.int64))
     if not dts:
         return b""
-    parts = [_row_chunks(dt, _combine(arr).take(indices), f"#{i}") for i, (dt, arr) in enumerate(zip(dts, arrays))]
+    parts = [_row_chunks(dt, _combine(arr).take(indices), f"#{i}") for i, (dt, arr) in enumerate(zip(dts, arrays, strict=True))]
     return _interleave(parts)[0].tobytes()
 
 
@@ -1053,7 +1065,7 @@ def _split_row(dt: DataType, base: str, level: int, buf: memoryview, pos: int, o
                 pos = _split_row(dt.value, _element_base(base, "values"), level + 1, buf, pos, out)
         return pos
     if isinstance(dt, Tuple):
-        for name, e in zip(dt.element_names, dt.elements):
+        for name, e in zip(dt.element_names, dt.elements, strict=True):
             pos = _split_row(e, _element_base(base, name), level, buf, pos, out)
         return pos
     if _is_string(dt):

@@ -191,7 +191,7 @@ class Tuple(DataType):
     def to_clickhouse(self) -> str:
         if self.names is None:
             return "Tuple(" + ", ".join(e.to_clickhouse() for e in self.elements) + ")"
-        return "Tuple(" + ", ".join(f"{_quote_name(n)} {e.to_clickhouse()}" for n, e in zip(self.names, self.elements)) + ")"
+        return "Tuple(" + ", ".join(f"{_quote_name(n)} {e.to_clickhouse()}" for n, e in zip(self.names, self.elements, strict=True)) + ")"
 
 
 @dataclass(frozen=True)
@@ -417,7 +417,7 @@ def to_arrow(dt: DataType) -> pa.DataType:
         return pa.map_(pa.field("key", to_arrow(dt.key), nullable=False),
                        pa.field("value", to_arrow(dt.value), nullable=is_nullable(dt.value)))
     if isinstance(dt, Tuple):
-        return pa.struct([pa.field(n, to_arrow(e), nullable=is_nullable(e)) for n, e in zip(dt.element_names, dt.elements)])
+        return pa.struct([pa.field(n, to_arrow(e), nullable=is_nullable(e)) for n, e in zip(dt.element_names, dt.elements, strict=True)])
     raise UnsupportedError(f"no Arrow mapping for {dt.to_clickhouse()}")
 
 

@@ -16,12 +16,29 @@ from hypothesis import strategies as st
 from spark_mergetree.errors import CorruptPartError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.compression import iter_blocks
 from spark_mergetree.format.serialization import (
-    StreamBytes, deserialize_column, deserialize_rows, escape_for_file_name, serialize_column, serialize_rows,
+    StreamBytes,
+    deserialize_column,
+    deserialize_rows,
+    escape_for_file_name,
+    serialize_column,
+    serialize_rows,
     stream_names,
 )
 from spark_mergetree.format.types import (
-    Array, DataType, DateTime, DateTime64, Decimal, Enum, FixedString, LowCardinality, Map, Nullable, Primitive,
-    Tuple, parse_type, to_arrow,
+    Array,
+    DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
+    Enum,
+    FixedString,
+    LowCardinality,
+    Map,
+    Nullable,
+    Primitive,
+    Tuple,
+    parse_type,
+    to_arrow,
 )
 from tests.format.chdb_util import close_session, make_chdb_table, part_dirs
 from tests.format.test_types import _types
@@ -182,7 +199,7 @@ def _normalize(dt: DataType, value):
     if isinstance(dt, Map):
         return [(_normalize(dt.key, k), _normalize(dt.value, v)) for k, v in value]
     if isinstance(dt, Tuple):
-        return {n: _normalize(e, value[n]) for n, e in zip(dt.element_names, dt.elements)}
+        return {n: _normalize(e, value[n]) for n, e in zip(dt.element_names, dt.elements, strict=True)}
     if isinstance(dt, DateTime):
         return int(value.timestamp())
     if isinstance(dt, Primitive) and dt.name == "UUID":
@@ -353,7 +370,7 @@ def _values(dt: DataType, draw_from) -> st.SearchStrategy:
             lambda d: list(d.items()))
     if isinstance(dt, Tuple):
         return st.tuples(*[_values(e, draw_from) for e in dt.elements]).map(
-            lambda vs: dict(zip(dt.element_names, vs)))
+            lambda vs: dict(zip(dt.element_names, vs, strict=True)))
     if isinstance(dt, FixedString):
         return st.binary(min_size=dt.length, max_size=dt.length)
     if isinstance(dt, Decimal):

@@ -9,8 +9,21 @@ from hypothesis import strategies as st
 
 from spark_mergetree.errors import FormatError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.types import (
-    Array, DateTime, DateTime64, Decimal, Enum, FixedString, LowCardinality, Map, Nullable, Primitive, Tuple,
-    from_arrow, parse_type, to_arrow, to_arrow_field,
+    Array,
+    DateTime,
+    DateTime64,
+    Decimal,
+    Enum,
+    FixedString,
+    LowCardinality,
+    Map,
+    Nullable,
+    Primitive,
+    Tuple,
+    from_arrow,
+    parse_type,
+    to_arrow,
+    to_arrow_field,
 )
 from tests.format.chdb_util import close_session, make_chdb_table, part_dirs
 
