@@ -120,10 +120,25 @@ def stream_names(dt: DataType, column_name: str, string_sizes: bool = True, spar
     LowCardinality `.dict` streams come first: their keys version is written before any data. A
     sparse column or tuple element (see `sparse_streams`) starts with its `.sparse.idx` stream.
     """
+    return [_external_name(dt, column_name, n) for n in _internal_names(dt, column_name, string_sizes, sparse)]
+
+
+def _internal_names(dt: DataType, column_name: str, string_sizes: bool, sparse: SparseSpec) -> list[str]:
     names: list[str] = []
     _collect_names(dt, escape_for_file_name(column_name), 0, string_sizes, names,
                    sparse_streams(dt, column_name, sparse))
     return [n for n in names if n.endswith(".dict")] + [n for n in names if not n.endswith(".dict")]
+
+
+def _external_name(dt: DataType, column_name: str, internal: str) -> str:
+    """The file name of a stream: a dotted top-level Array/Map column is part of a Nested table.
+
+    Its outermost sizes are shared by the table and named after the part before the first dot
+    (`n.a Array(UInt8)` → `n.size0`); every other stream keeps the full escaped column name.
+    """
+    if "." in column_name and isinstance(dt, (Array, Map)) and internal == f"{escape_for_file_name(column_name)}.size0":
+        return f"{escape_for_file_name(column_name.split('.', 1)[0])}.size0"
+    return internal
 
 
 def _collect_names(dt: DataType, base: str, level: int, string_sizes: bool, out: list[str],
@@ -477,7 +492,8 @@ def serialize_column(
     np.cumsum(granule_rows, out=bounds[1:])
     out: dict[str, StreamBytes] = {}
     _serialize(dt, escape_for_file_name(column_name), 0, arr, bounds, string_sizes, column_name, out)
-    return {name: out[name] for name in stream_names(dt, column_name, string_sizes)}
+    return {_external_name(dt, column_name, name): out[name]
+            for name in _internal_names(dt, column_name, string_sizes, False)}
 
 
 def _list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
@@ -698,10 +714,11 @@ def deserialize_column(
     """
     sparse_bases = sparse_streams(dt, column_name, sparse)
     cursors: dict[str, _Cursor] = {}
-    for name in stream_names(dt, column_name, string_sizes, sparse_bases):
-        if name not in streams:
-            raise CorruptPartError(f"column {column_name!r}: stream {name!r} is missing")
-        cursors[name] = _Cursor(name, streams[name])
+    for name in _internal_names(dt, column_name, string_sizes, sparse_bases):
+        external = _external_name(dt, column_name, name)
+        if external not in streams:
+            raise CorruptPartError(f"column {column_name!r}: stream {external!r} is missing")
+        cursors[name] = _Cursor(external, streams[external])
     return _deserialize(dt, escape_for_file_name(column_name), 0, num_rows, string_sizes, cursors, sparse_bases)
 
 
