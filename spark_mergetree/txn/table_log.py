@@ -46,7 +46,7 @@ def fsync_directory(path: Path) -> None:
         os.close(descriptor)
 
 
-def write_file_atomically(path: Path, data: bytes, *, replace: bool = True) -> bool:
+def write_file_atomically(path: Path, data: bytes, *, replace: bool = True, sync_directory: bool = True) -> bool:
     """Write, fsync, rename into place, fsync the directory. With replace=False an existing file
     wins and False is returned."""
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -65,7 +65,8 @@ def write_file_atomically(path: Path, data: bytes, *, replace: bool = True) -> b
     finally:
         if not replace:
             temporary.unlink(missing_ok=True)
-    fsync_directory(path.parent)
+    if sync_directory:
+        fsync_directory(path.parent)
     return True
 
 
@@ -242,7 +243,9 @@ class TableLog:
             raise TransactionError(f"{path}: entry has csn {entry.csn}, cannot set {csn}")
         final = LogEntry(tid, entry.coordinator, entry.added, entry.removed, csn,
                          commit_time if commit_time is not None else time.time())
-        write_file_atomically(path, final.to_json())
+        # No directory fsync: if the rename is lost in a crash, the pending version is still
+        # there and resolves through the coordinator to the same csn.
+        write_file_atomically(path, final.to_json(), sync_directory=False)
 
     def discard(self, tid: int, delete_added_parts: bool = True) -> None:
         """Roll back a pending entry whose transaction did not commit (and its part directories)."""

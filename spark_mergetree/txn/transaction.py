@@ -96,7 +96,9 @@ class Transaction:
                 raise InvalidOptionError(f"bad part name {name!r} for table {changes.log.table_dir}")
             if not (changes.log.table_dir / name).is_dir():
                 raise InvalidOptionError(f"part directory {changes.log.table_dir / name} does not exist")
-            if name in changes.added or name in self._base(changes):
+            # Only this transaction's own names are checked: reading the table's log just to
+            # append would cost every insert; block numbers make names unique anyway.
+            if name in changes.added or (changes.base is not None and name in changes.base):
                 raise InvalidOptionError(f"part {name!r} is already in table {changes.log.table_dir}")
             changes.added.append(name)
 

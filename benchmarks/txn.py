@@ -1,0 +1,109 @@
+"""Benchmark of the transaction layer: commit latency of each coordinator backend.
+
+Per backend it measures, over N transactions, the latency of
+  * `coordinator`: begin + commit at the coordinator alone (one removal lock per commit), and
+  * `two-table`: a full `Transaction` adding one (empty) part to each of two tables — pending
+    entries, coordinator commit, finalize — the cost a write pays on top of writing its parts,
+and prints p50 / p99 / mean in milliseconds. The ZooKeeper backend starts Debian's zookeeper on
+127.0.0.1 (or uses --zk-hosts).
+
+    python benchmarks/txn.py                  # 300 transactions per case
+    python benchmarks/txn.py -n 1000 --zk-hosts 10.0.0.5:2181
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from spark_mergetree.txn import Coordinator, LocalCoordinator, Transaction  # noqa: E402
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def report(backend: str, case: str, samples: list[float]) -> None:
+    millis = [sample * 1000 for sample in samples]
+    print(f"{backend:<10} {case:<12} n={len(millis):<5} p50={percentile(millis, 0.50):8.2f} ms  "
+          f"p99={percentile(millis, 0.99):8.2f} ms  mean={statistics.fmean(millis):8.2f} ms")
+
+
+def bench_coordinator(coordinator: Coordinator, count: int) -> list[float]:
+    samples = []
+    table_id = f"bench-{uuid.uuid4().hex[:8]}"
+    for index in range(count):
+        part = f"all_{index}_{index}_0"
+        started = time.perf_counter()
+        info = coordinator.begin()
+        coordinator.lock_removal(info.tid, table_id, part)
+        coordinator.commit(info.tid, [(table_id, part)])
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def bench_two_tables(coordinator: Coordinator, root: Path, count: int) -> list[float]:
+    tables = [root / "a", root / "b"]
+    samples = []
+    for index in range(count):
+        name = f"all_{index}_{index}_0"
+        for table in tables:
+            (table / name).mkdir(parents=True)
+        started = time.perf_counter()
+        with Transaction(coordinator) as transaction:
+            for table in tables:
+                transaction.add_parts(table, [name])
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def run_backend(backend: str, make: Callable[[], Coordinator], count: int) -> None:
+    coordinator = make()
+    work = Path(tempfile.mkdtemp(prefix="txn-bench-"))
+    try:
+        bench_coordinator(coordinator, min(20, count))  # warm-up
+        report(backend, "coordinator", bench_coordinator(coordinator, count))
+        report(backend, "two-table", bench_two_tables(coordinator, work, count))
+    finally:
+        coordinator.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", "--transactions", type=int, default=300)
+    parser.add_argument("--zk-hosts", help="use this ZooKeeper instead of starting one")
+    parser.add_argument("--dir", help="directory for the local coordinator (default: a temp dir)")
+    args = parser.parse_args()
+
+    local_dir = Path(args.dir or tempfile.mkdtemp(prefix="txn-bench-coordinator-")) / uuid.uuid4().hex
+    run_backend("local", lambda: LocalCoordinator(local_dir), args.transactions)
+
+    from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
+
+    server = None
+    hosts = args.zk_hosts
+    if hosts is None:
+        from tests.zookeeper_server import ZooKeeperServer
+        server = ZooKeeperServer().start()
+        hosts = server.hosts
+    try:
+        root = f"/bench_{uuid.uuid4().hex[:8]}"
+        run_backend("zookeeper", lambda: ZooKeeperCoordinator(hosts, root), args.transactions)
+    finally:
+        if server is not None:
+            server.close()
+
+
+if __name__ == "__main__":
+    main()
