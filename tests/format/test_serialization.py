@@ -563,3 +563,27 @@ def test_sparse_nested_types_are_refused():
     with pytest.raises(UnsupportedError, match="'x'"):
         deserialize_column(parse_type("Array(UInt8)"), "x", {}, 0, sparse=True)
 
+
+
+def test_rows_with_nullable_and_low_cardinality_keys(tmp_path):
+    sess, table_dir = make_chdb_table(
+        tmp_path,
+        "CREATE TABLE kn (n Nullable(Int32), l LowCardinality(String), f FixedString(2), e Enum8('a' = 1, 'b' = 2), "
+        "t DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (n, l, f, e, t) "
+        "SETTINGS allow_nullable_key = 1, index_granularity = 2, compress_primary_key = 0, min_bytes_for_wide_part = 0",
+        ["INSERT INTO kn SELECT if(number = 4, NULL, toInt32(number) - 2), toString(number % 2), 'ab', "
+         "['a', 'b'][number % 2 + 1], toDateTime64(number * 1.5, 3, 'UTC') FROM numbers(5)"],
+    )
+    part = part_dirs(table_dir)[0]
+    table = _chdb_arrow(sess, "SELECT n, l, f, e, t FROM kn ORDER BY n, l, f, e, t")
+    close_session()
+    dts = [parse_type(t) for t in ("Nullable(Int32)", "LowCardinality(String)", "FixedString(2)",
+                                   "Enum8('a' = 1, 'b' = 2)", "DateTime64(3, 'UTC')")]
+    enum_names = pa.array(["a" if v == 1 else "b" for v in table.column("e").to_pylist()])
+    arrays = [table.column(0), table.column(1), table.column(2), enum_names, table.column(4)]
+    expected = (part / "primary.idx").read_bytes()
+    assert serialize_rows(dts, arrays, [0, 2, 4, 4]) == expected
+    back = deserialize_rows(dts, expected, 4)
+    assert [a.to_pylist() for a in back] == [a.take([0, 2, 4, 4]).to_pylist() for a in arrays]
+    with pytest.raises(CorruptPartError):
+        deserialize_rows(dts, expected[:-1], 4)
