@@ -681,12 +681,22 @@ class _Cursor:
         self.pos = 0
 
     def take(self, nbytes: int) -> np.ndarray:
-        if self.pos + nbytes > len(self.buf):
+        if nbytes < 0 or self.pos + nbytes > len(self.buf):
             raise CorruptPartError(
                 f"stream {self.name!r}: need {nbytes} bytes at offset {self.pos}, only {len(self.buf) - self.pos} left")
         chunk = self.buf[self.pos:self.pos + nbytes]
         self.pos += nbytes
         return chunk
+
+    def sizes(self, n: int) -> np.ndarray:
+        """n UInt64 lengths; anything past 2^40 can only be damage."""
+        at = self.pos
+        values = self.take(8 * n).view("<u8")
+        if len(values) and values.max() >= 1 << 40:
+            row = int(np.argmax(values >= 1 << 40))
+            raise CorruptPartError(
+                f"stream {self.name!r}: implausible size {int(values[row])} at byte offset {at + 8 * row}")
+        return values.astype(np.int64)
 
     def uint64(self) -> int:
         return int(self.take(8).view("<u8")[0])
@@ -801,7 +811,7 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
     if isinstance(dt, LowCardinality):
         return _deserialize_low_cardinality(dt, base, n, cursors)
     if isinstance(dt, (Array, Map)):
-        lengths = cursors[f"{base}.size{level}"].take(8 * n).view("<u8").astype(np.int64)
+        lengths = cursors[f"{base}.size{level}"].sizes(n)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         total = int(offsets[-1])
@@ -820,7 +830,7 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
     if _is_string(dt):
         if string_sizes:
-            lengths = cursors[base + ".size"].take(8 * n).view("<u8").astype(np.int64)
+            lengths = cursors[base + ".size"].sizes(n)
             data = cursors[base].take(int(lengths.sum()))
             return _strings_from_parts(lengths, data)
         return _read_classic(cursors[base], n)

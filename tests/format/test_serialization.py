@@ -587,3 +587,18 @@ def test_rows_with_nullable_and_low_cardinality_keys(tmp_path):
     assert [a.to_pylist() for a in back] == [a.take([0, 2, 4, 4]).to_pylist() for a in arrays]
     with pytest.raises(CorruptPartError):
         deserialize_rows(dts, expected[:-1], 4)
+
+
+def test_damaged_sizes_are_detected():
+    dt = parse_type("Array(String)")
+    out = serialize_column(dt, "a", pa.array([["abc"], []]), np.array([2]))
+    streams = {k: bytearray(v.data) for k, v in out.items()}
+    streams["a.size0"][7] = 0x80  # a row claiming 2^63 elements
+    with pytest.raises(CorruptPartError, match=r"a\.size0.*offset 0"):
+        deserialize_column(dt, "a", streams, 2)
+    lc = parse_type("LowCardinality(String)")
+    out = serialize_column(lc, "l", pa.array(["x", "y"]), np.array([2]))
+    streams = {k: bytearray(memoryview(v.data)[v.granule_offsets[0]:]) for k, v in out.items()}
+    streams["l"][0] = 0x07  # index width code 7 does not exist
+    with pytest.raises(CorruptPartError, match="flags"):
+        deserialize_column(lc, "l", streams, 2)
