@@ -17,7 +17,8 @@ from spark_mergetree.errors import FormatError, SchemaMismatchError, Unsupported
 __all__ = [
     "DataType", "Primitive", "FixedString", "DateTime", "DateTime64", "Decimal", "Enum",
     "Nullable", "Array", "Map", "Tuple", "LowCardinality",
-    "parse_type", "to_arrow", "from_arrow", "PRIMITIVE_NAMES",
+    "parse_type", "to_arrow", "to_arrow_field", "from_arrow", "is_nullable", "datetime64_arrow_unit",
+    "PRIMITIVE_NAMES", "DEFAULT_TIMEZONE",
 ]
 
 
