@@ -558,7 +558,11 @@ class MergeTreeTable:
                     report.problems.append(f"{part}: {CHECKSUMS_FILE} is missing")
                     continue
                 for name, expected in sorted(checksums.files.items()):
-                    actual = compute_file_checksum(self.store.read_file(part, name), expected.is_compressed)
+                    try:
+                        actual = compute_file_checksum(self.store.read_file(part, name), expected.is_compressed)
+                    except CorruptPartError as exc:
+                        report.problems.append(f"{part}/{name}: {exc}")
+                        continue
                     if actual != expected:
                         report.problems.append(f"{part}/{name}: content does not match checksums.txt")
             except (CorruptPartError, OSError) as exc:

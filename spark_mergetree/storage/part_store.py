@@ -371,7 +371,11 @@ class PartStore:
 
     def _write(self, part: str, views: dict[str, memoryview], boundaries: Mapping[str, np.ndarray] | None,
                volume: Volume) -> None:
-        if volume.layout in ("single", "jbod"):
+        if volume.layout == "single":
+            # One plain directory: ClickHouse's own block checksums verify it; no map to keep.
+            self._write_plain(part, views, volume.disks[0])
+            return
+        if volume.layout == "jbod":
             targets = [volume.choose_jbod_disk()]
         else:
             targets = list(volume.disks)
@@ -432,6 +436,24 @@ class PartStore:
                 os.replace(table_dir / (TMP_PREFIX + part + PLAIN_MAP_SUFFIX), table_dir / (part + PLAIN_MAP_SUFFIX))
             os.rename(table_dir / (TMP_PREFIX + part), table_dir / part)
             _fsync_dir(table_dir)
+        self._forget(part)
+
+    def _write_plain(self, part: str, views: dict[str, memoryview], disk: Disk) -> None:
+        table_dir = self.table_dir(disk)
+        tmp_dir = table_dir / (TMP_PREFIX + part)
+        try:
+            table_dir.mkdir(parents=True, exist_ok=True)
+            if tmp_dir.exists():
+                shutil.rmtree(tmp_dir)  # left by a crashed write of the same part
+            tmp_dir.mkdir()
+            for name, view in views.items():
+                _write_file(tmp_dir / name, [view])
+            _fsync_dir(tmp_dir)
+        except OSError as error:
+            self._discard_tmp(part, [disk])
+            raise StorageError(f"part {part!r}: writing to disk {disk.name!r} failed: {error}") from error
+        os.rename(tmp_dir, table_dir / part)
+        _fsync_dir(table_dir)
         self._forget(part)
 
     def _discard_tmp(self, part: str, disks: Sequence[Disk]) -> None:

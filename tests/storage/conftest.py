@@ -13,7 +13,7 @@ from spark_mergetree.storage import Disk, PartStore, StoragePolicy, StripeMap, V
 UNIT_BYTES = 8192
 
 #: (layout, number of disks) every conformance test runs against.
-LAYOUT_CASES = [("single", 1), ("jbod", 3), ("raid0", 3), ("raid1", 2), ("raid1", 3), ("raid5", 3), ("raid5", 4)]
+LAYOUT_CASES = [("jbod", 1), ("jbod", 3), ("raid0", 3), ("raid1", 2), ("raid1", 3), ("raid5", 3), ("raid5", 4)]
 
 
 @dataclass
