@@ -37,9 +37,19 @@ class Transaction:
     """A transaction of one coordinator. Use as a context manager: commit on success,
     rollback on exception."""
 
-    def __init__(self, coordinator: Coordinator | None = None) -> None:
+    def __init__(self, coordinator: Coordinator | None = None, *, as_of: int | None = None) -> None:
+        """Begin a transaction. `as_of` makes it a read-only transaction reading the older
+        snapshot `as_of` (a csn; time travel within the tables' retention)."""
         self.coordinator = coordinator if coordinator is not None else default_coordinator()
         self.info: TxnInfo = self.coordinator.begin()
+        self.read_only = as_of is not None
+        self._snapshot = self.info.snapshot
+        if as_of is not None:
+            if not isinstance(as_of, int) or not 0 <= as_of <= self.info.snapshot:
+                self.coordinator.abort(self.tid)
+                raise InvalidOptionError(
+                    f"as_of must be a csn between 0 and the current snapshot {self.info.snapshot}, got {as_of!r}")
+            self._snapshot = as_of
         self._tables: dict[Path, _TableChanges] = {}
         self.state = "running"
         self.csn: int | None = None
@@ -50,7 +60,7 @@ class Transaction:
 
     @property
     def snapshot(self) -> int:
-        return self.info.snapshot
+        return self._snapshot
 
     def __repr__(self) -> str:
         return f"Transaction(tid={self.tid}, snapshot={self.snapshot}, state={self.state}, {self.coordinator.url})"
@@ -58,6 +68,11 @@ class Transaction:
     def _require_running(self) -> None:
         if self.state != "running":
             raise TransactionError(f"transaction {self.tid} is already {self.state}")
+
+    def _require_writable(self) -> None:
+        self._require_running()
+        if self.read_only:
+            raise TransactionError(f"transaction {self.tid} reads the past (as_of={self.snapshot}) and cannot write")
 
     def _table(self, table_dir: str | os.PathLike) -> _TableChanges:
         key = Path(table_dir).resolve()
@@ -89,7 +104,7 @@ class Transaction:
 
     def add_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
         """Add part directories already written (fsynced, renamed to their final names)."""
-        self._require_running()
+        self._require_writable()
         changes = self._table(table_dir)
         for name in names:
             if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
@@ -105,7 +120,7 @@ class Transaction:
     def remove_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
         """Remove visible parts, taking their removal locks now. If another transaction removed
         or is removing one of them, raise SerializationError and roll this transaction back."""
-        self._require_running()
+        self._require_writable()
         changes = self._table(table_dir)
         for name in names:
             if name in changes.added:
@@ -124,6 +139,12 @@ class Transaction:
                 self._rollback_tables([], self._tables.values())
                 raise
             changes.removed.append(name)
+
+    def allocate_blocks(self, table_dir: str | os.PathLike, count: int = 1) -> int:
+        """Reserve `count` block numbers for new parts of the table; return the first."""
+        self._require_writable()
+        table_id = self._table(table_dir).log.bind(self.coordinator.url)
+        return self.coordinator.allocate_blocks(table_id, count)
 
     def commit(self) -> int | None:
         """Make every change visible at once; return the csn (None for a read-only transaction).

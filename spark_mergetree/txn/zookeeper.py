@@ -236,15 +236,28 @@ class ZooKeeperCoordinator(Coordinator):
                 return
         self._ensure(self._path("removals", _encode(table_id)))
         path = self._removal_path(table_id, part_name)
-        try:
-            self._retrying(f"lock {path}", lambda: self.client.create_async(
-                path, _json({"tid": tid}), ephemeral=True))
-        except NodeExistsError:
+
+        def send() -> Any:
+            # Only while the transaction lives: after a session expiry the lock would otherwise be
+            # taken by the new session for a transaction that can never commit.
+            request = self.client.transaction()
+            request.check(self._running_path(tid), 0)
+            request.create(path, _json({"tid": tid}), ephemeral=True)
+            return request.commit_async()
+
+        results = self._retrying(f"lock {path}", send)
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            self._forget(tid)
+            raise TransactionError(f"transaction {tid} is no longer running (its ZooKeeper session "
+                                   "expired or it was aborted)")
+        if isinstance(results[1], NodeExistsError):
             found = self._get(path)
             if found is None or json.loads(found[0]).get("tid") != tid:
                 raise SerializationError(
                     f"transaction {tid} cannot remove part {part_name!r} of table {table_id!r}: "
                     f"{self._describe_removal(table_id, part_name)}") from None
+        elif isinstance(results[1], Exception):
+            raise TransactionError(f"locking {path} failed: {results[1]!r}")
         with self._mutex:
             self._locks.setdefault(tid, set()).add((table_id, part_name))
 
@@ -258,8 +271,10 @@ class ZooKeeperCoordinator(Coordinator):
             state, csn = self.status(tid)
             if state is TxnState.COMMITTED and csn is not None:
                 return csn
-            raise TransactionError(f"cannot commit transaction {tid}: it is {state.value} "
-                                   "or owned by another process")
+            if state is TxnState.RUNNING:
+                raise TransactionError(f"cannot commit transaction {tid}: another process owns it")
+            raise TransactionError(f"cannot commit transaction {tid}: it is no longer running (aborted, "
+                                   "or its ZooKeeper session expired)")
         for table_id in sorted({table for table, _ in removal_list}):
             self._ensure(self._path("removals", _encode(table_id)))
         decision = _json({"tid": tid, "removals": removal_list, "tables": sorted(set(tables)),

@@ -235,12 +235,26 @@ def test_time_travel_and_retention(coordinator: Coordinator, table: Path) -> Non
     assert log.cleanup(coordinator, retention_seconds=3600) == []
     assert log.snapshot(first, coordinator) == {"all_1_1_0"}
     assert log.snapshot(replace.csn, coordinator) == {"all_2_2_0"}
+    with Transaction(coordinator, as_of=first) as past:
+        assert past.visible_parts(table) == {"all_1_1_0"}
+        with pytest.raises(TransactionError, match="cannot write"):
+            past.remove_parts(table, ["all_1_1_0"])
+    with pytest.raises(InvalidOptionError, match="as_of"):
+        Transaction(coordinator, as_of=10**9)
     assert log.cleanup(coordinator, retention_seconds=0) == ["all_1_1_0"]
     with pytest.raises(TransactionError, match="older than the retained history"):
         log.snapshot(first, coordinator)
     assert log.snapshot(replace.csn, coordinator) == {"all_2_2_0"}
     with pytest.raises(InvalidOptionError):
         log.cleanup(coordinator, retention_seconds=-1)
+
+
+def test_block_numbers_through_the_transaction(coordinator: Coordinator, table: Path) -> None:
+    with Transaction(coordinator) as transaction:
+        first = transaction.allocate_blocks(table, 2)
+        second = transaction.allocate_blocks(table, 1)
+    assert second == first + 2
+    assert coordinator.allocate_blocks(TableLog(table).table_id, 1) == second + 1
 
 
 def test_checkpoints_keep_long_histories_fast(coordinator: Coordinator, table: Path) -> None:

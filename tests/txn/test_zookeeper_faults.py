@@ -186,6 +186,9 @@ def test_session_expiry_aborts_running_transactions(server: ZooKeeperServer, roo
                 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert other.status(doomed.tid) == (TxnState.ABORTED, None)
+        # A dead transaction cannot take new locks with the new session either.
+        with pytest.raises(TransactionError, match="no longer running"):
+            coordinator.lock_removal(doomed.tid, TableLog(tables[1]).table_id, "all_1_1_0")
         with pytest.raises(TransactionError, match="session expired|no longer running"):
             doomed.commit()
         assert doomed.state == "aborted"
