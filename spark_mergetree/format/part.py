@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,6 +81,12 @@ class SerializationInfo:
 
     string_sizes: bool = False
     sparse_columns: frozenset[str] = frozenset()
+    entries: Mapping[str, dict] = field(default_factory=dict)  # column name -> its entry in the file
+
+    def sparse_spec(self, column: str) -> dict | bool:
+        """What serialization.sparse_streams takes for a column: its entry (tuple elements can be
+        sparse on their own), or False."""
+        return self.entries.get(column, False)
 
     @classmethod
     def parse(cls, data: bytes | None, path: str) -> SerializationInfo:
@@ -90,8 +97,10 @@ class SerializationInfo:
         except ValueError as exc:
             raise CorruptPartError(f"{path}: not JSON ({exc})") from exc
         versions = doc.get("types_serialization_versions") or {}
-        sparse = frozenset(c.get("name") for c in doc.get("columns", []) if c.get("kind") == "Sparse")
-        return cls(string_sizes=str(versions.get("string", 0)) == "1", sparse_columns=sparse)
+        columns = [c for c in doc.get("columns", []) if isinstance(c, dict) and "name" in c]
+        sparse = frozenset(c["name"] for c in columns if c.get("kind") == "Sparse")
+        return cls(string_sizes=str(versions.get("string", 0)) == "1", sparse_columns=sparse,
+                   entries={c["name"]: c for c in columns})
 
     def to_bytes(self, columns: list[tuple[str, int, int]]) -> bytes:
         """The file as ClickHouse 26.x writes it; `columns` gives (name, rows, default values)."""

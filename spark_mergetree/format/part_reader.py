@@ -170,7 +170,9 @@ class PartReader:
             marks, _ = self.compact_layout
             rows = marks.rows.astype(np.int64)
         else:
-            first = stream_names(self.types[self.columns[0][0]], self.columns[0][0], self.serialization.string_sizes)[0]
+            column = self.columns[0][0]
+            first = stream_names(self.types[column], column, self.serialization.string_sizes,
+                                 self.serialization.sparse_spec(column))[0]
             marks = self.wide_marks(first)
             rows = marks[:, 2].astype(np.int64)
             if not rows.any() and self.rows:
@@ -266,8 +268,8 @@ class PartReader:
         if name not in self.types:
             raise CorruptPartError(f"{self.location}: part has no column {name!r}")
         dt = self.types[name]
-        names = stream_names(dt, name, self.serialization.string_sizes)
-        sparse = name in self.serialization.sparse_columns
+        sparse = self.serialization.sparse_spec(name)
+        names = stream_names(dt, name, self.serialization.string_sizes, sparse)
         chunks = []
         for begin, end in ranges:
             rows = int(self.granule_starts[end] - self.granule_starts[begin])
@@ -275,7 +277,8 @@ class PartReader:
                 streams = self._compact_streams(names, begin, end)
             else:
                 streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
-            chunks.append(deserialize_column(dt, name, streams, rows, self.serialization.string_sizes, sparse))
+            chunks.append(deserialize_column(dt, name, streams, rows, self.serialization.string_sizes, sparse,
+                                             exact=True))
         if not chunks:
             return pa.array([], type=to_arrow(dt))
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)

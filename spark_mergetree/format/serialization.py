@@ -712,8 +712,12 @@ def deserialize_column(
     num_rows: int,
     string_sizes: bool = True,
     sparse: SparseSpec = False,
+    exact: bool = False,
 ) -> pa.Array:
     """Read `num_rows` rows of a column from streams positioned at the first requested granule.
+
+    `exact`: the streams end exactly where the rows end (the caller cut them between two marks), so
+    bytes left over mean the part's columns.txt or marks do not describe its data.
 
     `streams` maps each name of `stream_names(dt, column_name, string_sizes)` to decompressed bytes
     starting at that stream's mark of the first requested granule. For LowCardinality `.dict`
@@ -729,7 +733,14 @@ def deserialize_column(
         if external not in streams:
             raise CorruptPartError(f"column {column_name!r}: stream {external!r} is missing")
         cursors[name] = _Cursor(external, streams[external])
-    return _deserialize(dt, escape_for_file_name(column_name), 0, num_rows, string_sizes, cursors, sparse_bases)
+    result = _deserialize(dt, escape_for_file_name(column_name), 0, num_rows, string_sizes, cursors, sparse_bases)
+    if exact:
+        for cursor in cursors.values():
+            if cursor.pos != len(cursor.buf) and not cursor.name.endswith((".dict", ".sparse.idx")):
+                raise CorruptPartError(
+                    f"column {column_name!r}: stream {cursor.name!r} has {len(cursor.buf) - cursor.pos} bytes "
+                    f"left after {num_rows} rows; the part's columns.txt or marks do not match its data")
+    return result
 
 
 def _deserialize_sparse(dt: DataType, base: str, n: int, string_sizes: bool, cursors: dict[str, _Cursor]) -> pa.Array:

@@ -356,3 +356,11 @@ def _random_column(type_text: str, n: int, rnd: random.Random) -> pa.Array:
     if type_text == "DateTime64(3, 'UTC')":
         return pa.array([rnd.randrange(-10**12, 10**12) for _ in range(n)], pa.timestamp("ms", tz="UTC"))
     raise AssertionError(type_text)
+
+
+def test_wrong_columns_txt_is_detected(one_part):
+    t, part = one_part
+    text = (part / "columns.txt").read_text().replace("`id` UInt64", "`id` UInt32")
+    (part / "columns.txt").write_text(text)
+    with pytest.raises(CorruptPartError, match="'id'.*bytes left"):
+        _fresh(t).to_arrow()

@@ -126,3 +126,21 @@ def test_clickhouse_attaches_our_parts(clickhouse_tables, tmp_path, merge, parti
                         for v in (p.partition_id, p.rows)]
     got = _chdb_arrow(sess, f"SELECT * FROM {target} ORDER BY id")
     assert got.to_pylist() == source.to_pylist()
+
+
+def test_we_read_sparse_columns_clickhouse_wrote(tmp_path):
+    """26.x stores mostly-default columns sparse (default settings); reads must be exact."""
+    create = ("CREATE TABLE sparse_t (id UInt64, rare UInt32, s String, t Tuple(a UInt8, b String)) "
+              "ENGINE = MergeTree ORDER BY id SETTINGS min_bytes_for_wide_part = 0, index_granularity = 64")
+    insert = ("INSERT INTO sparse_t SELECT number, if(number % 97 = 0, number, 0), if(number % 50 = 0, 'x', ''), "
+              "(if(number % 61 = 0, 1, 0), '') FROM numbers(1000)")
+    sess, data_dir = make_chdb_table(tmp_path, create, [insert])
+    kinds = sess.query("SELECT column, serialization_kind FROM system.parts_columns WHERE table = 'sparse_t' "
+                       "AND active", "TabSeparatedRaw").bytes().decode()
+    assert "Sparse" in kinds
+    statement = sess.query("SHOW CREATE TABLE sparse_t", "TabSeparatedRaw").bytes().decode()
+    expected = _chdb_arrow(sess, "SELECT * FROM sparse_t ORDER BY id").to_pylist()
+    close_session()
+    table = MergeTreeTable.open(data_dir, create_statement=statement)
+    assert table.to_arrow().sort_by("id").to_pylist() == expected
+    assert table.to_arrow(where="id BETWEEN 190 AND 200").column("rare").to_pylist() == [0, 0, 0, 0, 194] + [0] * 6
