@@ -188,6 +188,9 @@ class _Evaluator:
             may_true, may_false = inside, ~single
             if op == "!=":
                 may_true, may_false = may_false, may_true
+            elif op == "<=>":
+                # NULL <=> v is false rather than NULL, and bounds say nothing about NULLs.
+                may_false = self.all(True)
         elif op == "<":
             may_true, may_false = _mask(pc.less(lo, value)), _mask(pc.greater_equal(hi, value))
         elif op == "<=":
@@ -206,7 +209,8 @@ class _Evaluator:
             return self.unknown()
         present = [v.value for v in expr.values if v.value is not None]
         if not present:
-            return self.all(False), self.all(False)
+            # ClickHouse drops NULLs from IN lists: x IN (NULL) is false for every non-NULL x.
+            return self.all(False), self.all(True)
         scalars = [self.scalar(v, key) for v in present]
         values = pa.array([s.as_py() for s in scalars], scalars[0].type)
         if values.type != key.lo.type:

@@ -36,7 +36,7 @@ from spark_mergetree.expressions.predicate import (
 )
 
 PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SCHEMA = {"a": "Int32", "b": "UInt16", "c": "String", "d": "Date"}
+SCHEMA = {"a": "Int32", "b": "UInt16", "c": "String", "d": "Date", "n": "Nullable(Int32)"}
 EPOCH = dt.date(1970, 1, 1)
 
 
@@ -56,9 +56,13 @@ def _atoms() -> st.SearchStrategy[Expr]:
     monday = st.builds(lambda op, v: Compare(op, Func("toMonday", (Column("d"),)), Literal(v)), ops, day)
     div = st.builds(lambda op, v: Compare(op, Func("intDiv", (Column("b"), Literal(7))), Literal(v)), ops, st.integers(0, 9))
     modulo = st.builds(lambda v: Compare("=", Func("modulo", (Column("a"), Literal(4))), Literal(v)), st.integers(-3, 3))
-    null = st.just(IsNull(Column("a")))
+    null = st.sampled_from([IsNull(Column("a")), IsNull(Column("n"))])
+    on_n = st.builds(lambda op, v: Compare(op, Column("n"), Literal(v)), st.sampled_from(["=", "!=", "<", ">=", "<=>"]),
+                     st.one_of(st.none(), st.integers(-2, 12)))
+    in_n = st.builds(lambda vs: In(Column("n"), tuple(Literal(v) for v in vs)),
+                     st.lists(st.one_of(st.none(), st.integers(0, 10)), min_size=1, max_size=3))
     constant = st.sampled_from([Literal(True), Literal(False), Literal(None)])
-    return st.one_of(on_a, on_b, in_a, in_b, on_c, prefix, like, on_d, month, monday, div, modulo, null, constant)
+    return st.one_of(on_a, on_b, in_a, in_b, on_c, prefix, like, on_d, month, monday, div, modulo, null, constant, on_n, in_n)
 
 
 def _predicates() -> st.SearchStrategy[Expr]:
@@ -80,10 +84,12 @@ def _sorted_tables(draw: st.DrawFn) -> tuple[pa.Table, int]:
     b = draw(st.lists(st.integers(0, 60), min_size=rows, max_size=rows))
     c = draw(st.lists(st.sampled_from(["", "a", "aa", "ab", "abc", "b", "ba", "c", "zz"]), min_size=rows, max_size=rows))
     d = draw(st.lists(st.integers(19700, 19800), min_size=rows, max_size=rows))
-    order = draw(st.sampled_from([("a", "b"), ("c", "a"), ("d", "b"), ("b", "c", "a")]))
+    n = draw(st.lists(st.one_of(st.none(), st.integers(0, 10)), min_size=rows, max_size=rows))
+    order = draw(st.sampled_from([("a", "b"), ("c", "a"), ("d", "b"), ("b", "c", "a"), ("n", "a"), ("a", "n", "b")]))
     table = pa.table({
         "a": pa.array(a, pa.int32()), "b": pa.array(b, pa.uint16()), "c": pa.array(c),
         "d": pa.array(np.array(d, dtype=np.int32), pa.int32()).cast(pa.date32()),
+        "n": pa.array(n, pa.int32()),
     })
     table = table.sort_by([(name, "ascending") for name in order])
     granule = draw(st.integers(1, 17))
@@ -121,7 +127,10 @@ def test_no_matching_row_is_ever_skipped(table_and_granule, predicate):
 def test_minmax_and_partition_pruning_keep_parts_with_matches(table_and_granule, predicate):
     table, _ = table_and_granule
     bound = bind(predicate, SCHEMA)
-    minmax = {name: (min(table.column(name).to_pylist()), max(table.column(name).to_pylist())) for name in SCHEMA}
+    minmax = {}
+    for name in SCHEMA:
+        present = [v for v in table.column(name).to_pylist() if v is not None]  # minmax indexes skip NULLs
+        minmax[name] = (min(present), max(present)) if present else (None, None)
     has_match = bool(np.asarray(evaluate(bound, table)).any())
     if has_match:
         assert may_match_minmax(bound, minmax, SCHEMA)
@@ -226,3 +235,11 @@ def test_uuid_and_enum_keys_follow_clickhouse_order(clickhouse):
                 assert _covered(ranges, positions // granule).all(), (order, where, granule)
             if order == "u" and where.startswith("u = "):
                 assert sum(end - begin for begin, end in ranges) <= 2
+
+
+def test_null_safe_equality_never_prunes_parts_that_may_hold_nulls():
+    schema = {"x": "Nullable(Int32)"}
+    only_fives = {"x": (5, 5)}  # minmax ignores NULLs: the part may hold NULLs as well
+    assert may_match_minmax(bind(Not(Compare("<=>", Column("x"), Literal(5))), schema), only_fives, schema)
+    assert not may_match_minmax(bind(Not(Compare("=", Column("x"), Literal(5))), schema), only_fives, schema)
+    assert may_match_minmax(bind(parse_predicate("x IS NULL"), schema), only_fives, schema)

@@ -89,6 +89,8 @@ PREDICATES = [
     "ts < '2024-01-01'",
     "id IN (1, 2, 3)",
     "i IN (1, 3, NULL)",
+    "i NOT IN (NULL)",
+    "i NOT IN (1, NULL)",
     "i NOT IN (1, 3)",
     "NOT (i < 3)",
     "s IS NULL",
