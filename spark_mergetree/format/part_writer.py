@@ -160,6 +160,8 @@ def write_wide_part(
     for (name, _), dt, column in zip(columns, types, table.columns):
         streams = serialize_column(dt, name, column, granule_rows, string_sizes=settings.string_sizes)
         for stream, stream_bytes in streams.items():
+            if stream + ".bin" in files.files:
+                continue  # columns of one Nested table share their sizes stream (n.size0)
             _write_stream(files, checksums, stream, memoryview(stream_bytes.data), stream_bytes.granule_offsets,
                           granule_rows, settings)
 
