@@ -33,7 +33,7 @@ from spark_mergetree.expressions.siphash import siphash128_clickhouse
 # Tags ClickHouse hashes before each value (its Field type numbers).
 _TAG_NULL, _TAG_UINT64, _TAG_INT64, _TAG_UINT128, _TAG_INT128 = 0, 1, 2, 4, 5
 _TAG_STRING, _TAG_DECIMAL32, _TAG_DECIMAL64, _TAG_DECIMAL128, _TAG_DECIMAL256 = 16, 19, 20, 21, 23
-_TAG_UINT256, _TAG_INT256 = 24, 25
+_TAG_UINT256, _TAG_INT256, _TAG_IPV4 = 24, 25, 30
 
 _UNSIGNED_FIELD_TYPES = {"UInt8", "UInt16", "UInt32", "UInt64", "Bool", "Date", "DateTime", "IPv4"}
 _SIGNED_FIELD_TYPES = {"Int8", "Int16", "Int32", "Int64", "Date32", "Enum8", "Enum16"}
@@ -109,7 +109,7 @@ class PartitionKey:
         if not self.result_types:
             return "all"
         fields = [_field(value, type_text) for value, type_text in zip(values, self.result_types, strict=True)]
-        if all(tag in (_TAG_UINT64, _TAG_INT64) for tag, _payload, _number in fields):
+        if all(number is not None for _tag, _payload, number in fields):
             rendered = []
             for (_tag, _payload, number), type_text in zip(fields, self.result_types, strict=True):
                 if type_info(type_text).base == "Date":
@@ -226,6 +226,9 @@ def _field(value: object, type_text: str) -> tuple[int, bytes, int | None]:
     try:
         if base in _UNSIGNED_FIELD_TYPES or base in _SIGNED_FIELD_TYPES:
             number = _integer_value(value, info)
+            if base == "IPv4":
+                # Written as a number in all-integer ids, but hashed with its own tag and 4 bytes.
+                return _TAG_IPV4, struct.pack("<I", number), number
             if base in _UNSIGNED_FIELD_TYPES:
                 return _TAG_UINT64, struct.pack("<Q", number), number
             return _TAG_INT64, struct.pack("<q", number), number
@@ -239,6 +242,10 @@ def _field(value: object, type_text: str) -> tuple[int, bytes, int | None]:
             raw = as_uuid.bytes
             # ClickHouse keeps a UUID as two UInt64 halves, each little-endian, first half first.
             return _TAG_UINT128, raw[7::-1] + raw[15:7:-1], None
+        if base == "IPv6":
+            # Hashed like a 16-byte String holding the address in network byte order.
+            raw = value if isinstance(value, bytes) else ipaddress.IPv6Address(value).packed  # type: ignore[arg-type]
+            return _TAG_STRING, struct.pack("<Q", len(raw)) + raw, None
         if base in ("String", "FixedString"):
             data = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[arg-type]
             if base == "FixedString":
