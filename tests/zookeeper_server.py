@@ -79,7 +79,7 @@ class ZooKeeperServer:
             f"maxSessionTimeout={60 * self.tick_ms}\n"
         )
 
-    def start(self, timeout: float = 30.0) -> "ZooKeeperServer":
+    def start(self, timeout: float = 30.0) -> ZooKeeperServer:
         if self.process is not None and self.process.poll() is None:
             return self
         log = open(self.directory / "server.log", "ab")
@@ -134,7 +134,7 @@ class ZooKeeperServer:
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
-    def __enter__(self) -> "ZooKeeperServer":
+    def __enter__(self) -> ZooKeeperServer:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

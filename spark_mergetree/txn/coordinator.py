@@ -12,9 +12,9 @@ import abc
 import enum
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 from urllib.parse import urlparse
 
 from spark_mergetree.errors import InvalidOptionError, TransactionError
@@ -119,10 +119,10 @@ class Coordinator(abc.ABC):
     def list_transactions(self, limit: int = 100) -> list[TxnRecord]:
         """Running transactions and the most recent decided ones, newest first."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - closing is optional for backends
         """Release connections and files (transactions still running in this process die)."""
 
-    def __enter__(self) -> "Coordinator":
+    def __enter__(self) -> Coordinator:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -18,8 +18,9 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.txn.coordinator import (
@@ -80,7 +81,7 @@ class LocalCoordinator(Coordinator):
     # ---- locking and the log cache -------------------------------------------------------------
 
     class _Locked:
-        def __init__(self, owner: "LocalCoordinator") -> None:
+        def __init__(self, owner: LocalCoordinator) -> None:
             self.owner = owner
 
         def __enter__(self) -> None:
@@ -106,7 +107,7 @@ class LocalCoordinator(Coordinator):
                 fcntl.flock(owner._lock_fd, fcntl.LOCK_UN)
             owner._mutex.release()
 
-    def _locked(self) -> "_Locked":
+    def _locked(self) -> _Locked:
         return LocalCoordinator._Locked(self)
 
     def _catch_up(self) -> None:

@@ -22,9 +22,10 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from spark_mergetree.errors import InvalidOptionError, TransactionError
 from spark_mergetree.txn.coordinator import Coordinator, TxnState

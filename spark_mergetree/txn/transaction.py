@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
 from spark_mergetree.txn.coordinator import (
@@ -221,7 +221,7 @@ class Transaction:
             return
         self._rollback_tables([], self._tables.values())
 
-    def __enter__(self) -> "Transaction":
+    def __enter__(self) -> Transaction:
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, traceback: object) -> None:

@@ -26,7 +26,8 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import quote
 
 from kazoo.client import KazooClient
@@ -391,7 +392,7 @@ class ZooKeeperCoordinator(Coordinator):
                 csn = _sequence(name)
                 self._known_csn[tid] = csn
                 try:
-                    self._retrying("record csn", lambda: self.client.set_async(
+                    self._retrying("record csn", lambda csn=csn: self.client.set_async(
                         self._path("txn", f"{tid:010d}"), _json({"state": "committed", "csn": csn})))
                 except (TransactionError, KazooException):
                     pass
@@ -468,8 +469,9 @@ class ZooKeeperCoordinator(Coordinator):
                     self._retrying(f"create {path}", lambda: self.client.create_async(path, str(1 + count).encode()))
                     return 1
                 first = int(found[0])
-                self._retrying(f"set {path}", lambda: self.client.set_async(
-                    path, str(first + count).encode(), version=found[1].version))
+                version = found[1].version
+                self._retrying(f"set {path}", lambda first=first, version=version: self.client.set_async(
+                    path, str(first + count).encode(), version=version))
                 return first
             except (NodeExistsError, BadVersionError):
                 continue  # somebody else allocated meanwhile
@@ -519,7 +521,7 @@ class ZooKeeperCoordinator(Coordinator):
                 if found is None or json.loads(found[0]).get("csn") is None:
                     self._csn_of(tid)  # writes the csn into txn/<tid> first
             try:
-                self._retrying(f"delete {name}", lambda: self.client.delete_async(self._path("log", name)))
+                self._retrying(f"delete {name}", lambda name=name: self.client.delete_async(self._path("log", name)))
                 deleted += 1
             except NoNodeError:
                 pass

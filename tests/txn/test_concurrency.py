@@ -76,7 +76,7 @@ def test_transfers_keep_the_total_in_every_snapshot(coordinator_url: str, coordi
                                                     tmp_path: Path) -> None:
     tables = (tmp_path / "a", tmp_path / "b")
     with Transaction(coordinator) as setup:
-        for table, value in zip(tables, (TOTAL // 2, TOTAL - TOTAL // 2)):
+        for table, value in zip(tables, (TOTAL // 2, TOTAL - TOTAL // 2), strict=True):
             write_part(table, "all_0_0_0", value)
             setup.add_parts(table, ["all_0_0_0"])
     queue = FORK.Queue()

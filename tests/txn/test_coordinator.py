@@ -6,7 +6,7 @@ import multiprocessing
 import os
 import signal
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -139,7 +139,7 @@ def test_list_transactions(coordinator: Coordinator) -> None:
     coordinator.abort(running.tid)
 
 
-def _allocate_many(url: str, table: str, rounds: int, queue: "multiprocessing.Queue[list[int]]") -> None:
+def _allocate_many(url: str, table: str, rounds: int, queue: multiprocessing.Queue[list[int]]) -> None:
     coordinator = coordinator_from_url(url)
     queue.put([coordinator.allocate_blocks(table, 3) for _ in range(rounds)])
 
@@ -160,12 +160,12 @@ def test_block_numbers_unique_across_processes(coordinator_url: str, coordinator
     firsts = sorted(first for result in results for first in result)
     for result in results:
         assert result == sorted(result)  # increasing within one process
-    for previous, following in zip(firsts, firsts[1:]):
+    for previous, following in zip(firsts, firsts[1:], strict=False):
         assert following >= previous + 3  # ranges never overlap
     assert coordinator.allocate_blocks("a", 1) > firsts[-1]
 
 
-def _begin_lock_and_hang(url: str, queue: "multiprocessing.Queue[int]", session_timeout: float) -> None:
+def _begin_lock_and_hang(url: str, queue: multiprocessing.Queue[int], session_timeout: float) -> None:
     if url.startswith("zk://"):
         from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
         hosts, _, root = url[len("zk://"):].partition("/")

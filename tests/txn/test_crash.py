@@ -85,7 +85,7 @@ def test_kill_writers_mid_commit(coordinator_url: str, coordinator: Coordinator,
     reports = [TableLog(table).recover(coordinator) for table in tables]
     visible = check_mirrored(coordinator, tables)
     assert len(visible) > 0
-    for table, report in zip(tables, reports):
+    for table, report in zip(tables, reports, strict=True):
         rolled_back += len(report.rolled_back)
         finalized += len(report.finalized)
         orphans += len(report.deleted_directories)

@@ -10,8 +10,8 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from kazoo.client import KazooClient
@@ -68,7 +68,6 @@ def _commit_through_restarts(hosts: str, root: str, tables: tuple[Path, Path], s
                              queue: multiprocessing.Queue) -> None:
     try:
         coordinator = ZooKeeperCoordinator(hosts, root, session_timeout=10.0, operation_timeout=8.0)
-        rng = random.Random()
         committed: dict[int, int] = {}
         failures = {"unknown": 0, "failed": 0}
         deadline = time.monotonic() + seconds
