@@ -34,6 +34,7 @@ LOG_DIRECTORY = Path("_mergetree") / "log"
 CHECKPOINT_EVERY = 100
 FORMAT_VERSION = 1
 _ENTRY_NAME = re.compile(r"^(\d{20})\.json$")
+_STAGED_NAME = re.compile(r"^(\d{20})\.staged-[0-9a-f]+\.json$")
 # Names the engine gives part directories, and the temporary names it writes them under.
 _PART_DIRECTORY = re.compile(r"^[0-9A-Za-z-]+_\d+_\d+_\d+(?:_\d+)?$")
 _TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp)[_-]")
@@ -248,6 +249,33 @@ class TableLog:
         # there and resolves through the coordinator to the same csn.
         write_file_atomically(path, final.to_json(), sync_directory=False)
 
+    def stage(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str] = ()) -> Path:
+        """Propose changes for transaction `tid` from another process (e.g. a Spark job's commit,
+        which runs outside the process that owns the transaction). Readers ignore staged files;
+        the owner takes them in with `Transaction.adopt_staged` before it commits."""
+        self.bind(coordinator_url)
+        path = self.directory / f"{tid:020d}.staged-{uuid.uuid4().hex[:12]}.json"
+        entry = LogEntry(tid=tid, coordinator=coordinator_url, added=tuple(added), removed=tuple(removed), csn=None)
+        write_file_atomically(path, entry.to_json())
+        return path
+
+    def staged(self, tid: int | None = None) -> list[tuple[Path, LogEntry]]:
+        """Staged proposals (of one transaction, or all)."""
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return []
+        result = []
+        for name in names:
+            match = _STAGED_NAME.match(name)
+            if match and (tid is None or int(match.group(1)) == tid):
+                path = self.directory / name
+                try:
+                    result.append((path, self._parse_entry(path, self._read_json(path))))
+                except FileNotFoundError:
+                    continue
+        return result
+
     def discard(self, tid: int, delete_added_parts: bool = True) -> None:
         """Roll back a pending entry whose transaction did not commit (and its part directories)."""
         path = self._entry_path(tid)
@@ -394,6 +422,17 @@ class TableLog:
         for entry in self.entries():
             named.update(entry.added)
             named.update(entry.removed)
+        for path, staged in self.staged():
+            if coordinator.status(staged.tid)[0] is TxnState.RUNNING:
+                named.update(staged.added)
+                continue
+            # The owner finished without adopting it (or crashed after adopting): whatever no
+            # entry names is garbage.
+            for name in staged.added:
+                if name not in named:
+                    remove_directory(self.table_dir / name)
+                    report.deleted_directories.append(name)
+            path.unlink(missing_ok=True)
         running = coordinator.running()
         # A running transaction may be between writing a directory and naming it in its entry:
         # spare whatever changed after the oldest one began.

@@ -31,6 +31,7 @@ class _TableChanges:
         self.added: list[str] = []
         self.removed: list[str] = []
         self.base: set[str] | None = None  # parts at the snapshot, cached: reads are repeatable
+        self.adopted: list[Path] = []  # staged proposals taken in, deleted once decided
 
 
 class Transaction:
@@ -140,6 +141,26 @@ class Transaction:
                 raise
             changes.removed.append(name)
 
+    def adopt_staged(self, table_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
+        """Take in the changes other processes staged for this transaction in the table
+        (`TableLog.stage`); return (added, removed) part names."""
+        self._require_writable()
+        changes = self._table(table_dir)
+        added: list[str] = []
+        removed: list[str] = []
+        for path, staged in changes.log.staged(self.tid):
+            if path in changes.adopted:
+                continue
+            if staged.coordinator != self.coordinator.url:
+                raise TransactionError(f"{path} was staged for coordinator {staged.coordinator}, "
+                                       f"not {self.coordinator.url}")
+            self.add_parts(table_dir, staged.added)
+            self.remove_parts(table_dir, staged.removed)
+            changes.adopted.append(path)
+            added.extend(staged.added)
+            removed.extend(staged.removed)
+        return added, removed
+
     def allocate_blocks(self, table_dir: str | os.PathLike, count: int = 1) -> int:
         """Reserve `count` block numbers for new parts of the table; return the first."""
         self._require_writable()
@@ -196,12 +217,19 @@ class Transaction:
         commit_time = time.time()
         for log in written:
             log.finalize(self.tid, csn, commit_time)
+        self._drop_adopted()
         for log in written:
             try:
                 log.maybe_checkpoint()
             except OSError:
                 pass  # a later commit or cleanup checkpoints
         return csn
+
+    def _drop_adopted(self) -> None:
+        for changes in self._tables.values():
+            for path in changes.adopted:
+                path.unlink(missing_ok=True)
+            changes.adopted.clear()
 
     def _rollback_tables(self, written: list[TableLog], touched: Iterable[_TableChanges]) -> None:
         try:
@@ -214,6 +242,7 @@ class Transaction:
         for changes in touched:
             for name in changes.added:
                 remove_directory(changes.log.table_dir / name)
+        self._drop_adopted()
 
     def rollback(self) -> None:
         """Abort: nothing becomes visible; directories this transaction added are deleted."""

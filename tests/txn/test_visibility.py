@@ -282,3 +282,44 @@ def test_checkpoints_keep_long_histories_fast(coordinator: Coordinator, table: P
     assert log.entries() == []
     assert part_directories(table) == expected
     assert log.snapshot(csns[-1], coordinator) == expected
+
+
+def _stage_from_another_process(url: str, tid: int, tables: list[Path], name: str, removed: list[str]) -> None:
+    for table in tables:
+        write_part(table, name)
+        TableLog(table).stage(tid, url, [name], removed)
+
+
+def test_changes_staged_by_another_process(coordinator: Coordinator, table: Path, other_table: Path) -> None:
+    import multiprocessing
+
+    fork = multiprocessing.get_context("fork")
+    insert(coordinator, table, "all_1_1_0")
+    owner = Transaction(coordinator)
+    child = fork.Process(target=_stage_from_another_process,
+                         args=(coordinator.url, owner.tid, [table, other_table], "all_2_2_0", []))
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+    # Staged proposals are invisible, even to the owner, until adopted.
+    assert owner.visible_parts(table) == {"all_1_1_0"}
+    assert Transaction(coordinator).visible_parts(other_table) == set()
+    assert owner.adopt_staged(table) == (["all_2_2_0"], [])
+    assert owner.adopt_staged(other_table) == (["all_2_2_0"], [])
+    assert owner.adopt_staged(table) == ([], [])
+    owner.remove_parts(table, ["all_1_1_0"])
+    owner.commit()
+    fresh = Transaction(coordinator)
+    assert fresh.visible_parts(table) == {"all_2_2_0"}
+    assert fresh.visible_parts(other_table) == {"all_2_2_0"}
+    fresh.rollback()
+    assert TableLog(table).staged() == []
+    # Proposals the owner never adopted are garbage once it finished.
+    forgetful = Transaction(coordinator)
+    _stage_from_another_process(coordinator.url, forgetful.tid, [table, other_table], "all_3_3_0", [])
+    assert TableLog(table).recover(coordinator).deleted_directories == []  # still running
+    forgetful.rollback()
+    for each in (table, other_table):
+        assert "all_3_3_0" in TableLog(each).recover(coordinator).deleted_directories
+        assert TableLog(each).staged() == []
+        assert part_directories(each) == ({"all_1_1_0", "all_2_2_0"} if each == table else {"all_2_2_0"})
