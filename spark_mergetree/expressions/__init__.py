@@ -34,14 +34,16 @@ from spark_mergetree.expressions.predicate import (
     bind,
     columns_of,
     evaluate,
+    evaluate_value,
     filter_table,
     parse_predicate,
 )
+from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 
 __all__ = [
     "And", "Column", "ColumnDefinition", "Compare", "Contains", "EndsWith", "Expr", "Func", "In", "IsNotNull",
     "IsNull", "Like", "Literal", "Not", "Or", "PartitionGroup", "PartitionKey", "StartsWith", "TableDefinition",
     "between", "bind", "columns_of", "evaluate", "filter_table", "format_attach", "format_create",
     "granule_ranges", "key_columns_for", "may_match_minmax", "may_match_partition", "parse_create",
-    "parse_predicate",
+    "parse_predicate", "evaluate_value", "key_element_arrays", "key_element_types", "sort_indices",
 ]

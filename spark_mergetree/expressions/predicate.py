@@ -526,6 +526,11 @@ def evaluate(expr: Expr, table: pa.Table) -> pa.BooleanArray:
     return result.fill_null(False)
 
 
+def evaluate_value(expr: Expr, table: pa.Table) -> pa.Array:
+    """The value of a (bound) scalar expression for every row, e.g. a key element `toStartOfMonth(d)`."""
+    return _as_array(_eval(expr, table), table.num_rows)
+
+
 def filter_table(table: pa.Table, expr: Expr | None) -> pa.Table:
     """The rows of `table` that satisfy `expr` (all rows when `expr` is None)."""
     return table if expr is None else table.filter(evaluate(expr, table))

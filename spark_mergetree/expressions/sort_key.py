@@ -1,0 +1,54 @@
+"""ORDER BY / PRIMARY KEY elements over Arrow tables: their values and ClickHouse's row order.
+
+A part's rows are sorted by its ORDER BY elements and primary.idx stores the values of the PRIMARY KEY
+elements, both as ClickHouse computes and orders them: ascending, NULLs and NaNs last, Enums by
+number and UUIDs by their second half first (Arrow's own order differs for those two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.errors import ExpressionError
+from spark_mergetree.expressions.functions import needs_ordering_map, orderable
+from spark_mergetree.expressions.predicate import Column, Func, bind, evaluate_value, parse_expression
+
+
+def key_element_types(elements: Sequence[str], schema: Mapping[str, str]) -> list[str | None]:
+    """ClickHouse type of each key element (None for functions this package cannot type)."""
+    types = []
+    for text in elements:
+        expr = bind(parse_expression(text), schema)
+        types.append(expr.type if isinstance(expr, (Column, Func)) else None)
+    return types
+
+
+def key_element_arrays(elements: Sequence[str], table: pa.Table, schema: Mapping[str, str]) -> list[pa.Array]:
+    """The value of every key element for every row (what primary.idx stores for granule starts)."""
+    arrays = []
+    for text in elements:
+        expr = bind(parse_expression(text), schema)
+        try:
+            arrays.append(evaluate_value(expr, table))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise ExpressionError(f"cannot evaluate key element {text!r}: {error}") from None
+    return arrays
+
+
+def sort_indices(elements: Sequence[str], table: pa.Table, schema: Mapping[str, str]) -> pa.UInt64Array:
+    """Row positions of `table` in the order ClickHouse sorts a part by `elements` (stable)."""
+    if not elements or table.num_rows < 2:
+        return pa.array(range(table.num_rows), pa.uint64())
+    columns = {}
+    for number, (array, type_text) in enumerate(
+        zip(key_element_arrays(elements, table, schema), key_element_types(elements, schema), strict=True)
+    ):
+        if type_text is not None and needs_ordering_map(type_text):
+            array = orderable(array, type_text)
+        columns[f"k{number}"] = array
+    keyed = pa.table(columns)
+    # Arrow puts NaN after every number and NULL after NaN, as ClickHouse does for ascending keys.
+    return pc.sort_indices(keyed, sort_keys=[(name, "ascending") for name in columns], null_placement="at_end")
