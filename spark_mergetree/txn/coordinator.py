@@ -119,6 +119,10 @@ class Coordinator(abc.ABC):
     def list_transactions(self, limit: int = 100) -> list[TxnRecord]:
         """Running transactions and the most recent decided ones, newest first."""
 
+    @property
+    def closed(self) -> bool:
+        return getattr(self, "_closed", False)
+
     def close(self) -> None:  # noqa: B027 - closing is optional for backends
         """Release connections and files (transactions still running in this process die)."""
 
@@ -167,7 +171,7 @@ def coordinator_from_url(url: str) -> Coordinator:
     key = (os.getpid(), key_url)
     with _instances_lock:
         instance = _instances.get(key)
-        if instance is None:
+        if instance is None or instance.closed:
             instance = factory()
             _instances[key] = instance
         return instance

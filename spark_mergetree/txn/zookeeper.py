@@ -94,6 +94,7 @@ class ZooKeeperCoordinator(Coordinator):
         self._locks: dict[int, set[tuple[str, str]]] = {}
         self._known_csn: dict[int, int] = {}
         self._commits_since_prune = 0
+        self._closed = False
         self._ensure_layout()
 
     @staticmethod
@@ -528,6 +529,9 @@ class ZooKeeperCoordinator(Coordinator):
         return deleted
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for tid in list(self._owned):
             try:
                 self.abort(tid)

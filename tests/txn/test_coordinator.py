@@ -207,6 +207,11 @@ def test_urls(coordinator_url: str, coordinator: Coordinator, tmp_path, monkeypa
     info = same.begin()
     assert coordinator.status(info.tid)[0] is TxnState.RUNNING
     same.abort(info.tid)
+    same.close()
+    assert same.closed
+    reopened = coordinator_from_url(coordinator_url)
+    assert reopened is not same and not reopened.closed
+    reopened.abort(reopened.begin().tid)
     for bad in ("ftp://x/y", "zk:///no-hosts", "file://somehost/x"):
         with pytest.raises(InvalidOptionError):
             coordinator_from_url(bad)
