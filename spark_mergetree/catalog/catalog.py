@@ -579,6 +579,17 @@ class Catalog:
         fsops.remove_quietly(self._data_link(database, table))
         return DroppedTable(database, table, info.uuid, target, info.data_path, now, now + self.drop_delay)
 
+    def purge_dropped(self, table_uuid: str) -> DroppedTable:
+        """Delete a dropped table's data now, without waiting for the delay (DROP ... SYNC after the fact).
+
+        If a reader holds it, nothing is deleted and the entry is made due, so the first
+        collection after the last reader leaves removes it; ``data_removed`` says which happened.
+        """
+        for dropped in self.dropped_tables():
+            if dropped.uuid == table_uuid:
+                return self._drop_now(dropped)
+        raise TableNotFoundError(f"no dropped table with UUID {table_uuid} in {self.dropped_dir}")
+
     def _drop_now(self, dropped: DroppedTable) -> DroppedTable:
         if self._purge(dropped):
             return dataclasses.replace(dropped, data_removed=True)

@@ -1,7 +1,7 @@
 """Crash-test worker: random DDL on a catalog root in a tight loop until killed.
 
 Usage: python ddl_worker.py ROOT JOURNAL SEED. Appends to JOURNAL `created <uuid>` after each
-committed CREATE TABLE and `purging <uuid>` before each DROP SYNC, so the test can tell which
+committed CREATE TABLE and `purging <uuid>` before purging a dropped table's data, so the test can tell which
 tables must still exist somewhere (attached, detached or in metadata_dropped/) after a SIGKILL.
 """
 
@@ -50,9 +50,12 @@ def main() -> None:
             elif op == "drop":
                 catalog.drop_table(name())
             elif op == "drop_sync":
-                target = name()
-                journal.write(f"purging {catalog.table_uuid(target)}\n")
-                catalog.drop_table(target, sync=True)
+                # DROP then purge (what sync=True does), so the journal names the right UUID
+                # even when another worker renames tables meanwhile.
+                dropped = catalog.drop_table(name())
+                assert dropped is not None
+                journal.write(f"purging {dropped.uuid}\n")
+                catalog.purge_dropped(dropped.uuid)
             elif op == "detach":
                 catalog.detach_table(name())
             elif op == "attach":
