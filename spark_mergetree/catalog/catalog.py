@@ -663,8 +663,17 @@ class Catalog:
             fsops.fsync_dir(marker.parent)
             return TableInfo(database, table, info.uuid, info.data_path, info.metadata_path, True, info.statement)
 
-    def attach_table(self, name: TableName) -> TableInfo:
-        """ATTACH TABLE of a detached table; an attached table cannot be attached again."""
+    def attach_table(self, name: TableName, statement: str | None = None) -> TableInfo:
+        """ATTACH TABLE: of a detached table, or (with ``statement``) of an existing data directory.
+
+        Without ``statement`` the table must be detached; an attached table cannot be attached
+        again. With a full `ATTACH/CREATE TABLE ... UUID '<uuid>' (...)` statement, the data
+        directory `store/<p>/<uuid>/` must exist (e.g. made by MergeTreeTable.create or copied
+        from another server) and its UUID must not belong to any table of this root; the
+        metadata file is then committed exactly as CREATE does, without touching the data.
+        """
+        if statement is not None:
+            return self._attach_statement(name, statement)
         database, table = _split_name(name)
         with self._guard_tables((database, table)):
             database_dir = self.database_path(database)
@@ -682,6 +691,42 @@ class Catalog:
             info = self.table_info((database, table))
             self._link_table(database, table, info.uuid)
             return info
+
+    def _attach_statement(self, name: TableName, statement: str) -> TableInfo:
+        from spark_mergetree.expressions.ddl import parse_create
+
+        database, table = _split_name(name)
+        definition = parse_create(statement)
+        if definition.uuid is None or not _UUID_RE.match(definition.uuid.lower()):
+            raise InvalidOptionError(
+                f"ATTACH TABLE {database}.{table} with a definition needs UUID '<uuid>' naming its data directory "
+                f"store/<first 3>/<uuid>/ (got {definition.uuid!r})"
+            )
+        table_uuid = definition.uuid.lower()
+        text = statements.table_statement(table_uuid, definition, None)
+        with self._guard_tables((database, table)):
+            database_dir = self.database_path(database)
+            metadata_file = self._table_file(database_dir, table)
+            if metadata_file.exists() or metadata_file.with_name(metadata_file.name + ".detached").exists():
+                raise TableExistsError(f"table {database}.{table} already exists ({metadata_file})")
+            data_path = self.store_path(table_uuid)
+            if not data_path.is_dir():
+                raise TableNotFoundError(f"ATTACH TABLE {database}.{table}: data directory {data_path} does not exist")
+            if table_uuid in self._referenced_uuids():
+                raise TableExistsError(f"UUID {table_uuid} already belongs to a table or database of {self.root}")
+            temporary = metadata_file.with_name(metadata_file.name + ".tmp")
+            if temporary.exists():
+                self._discard_table_temporary(temporary, RecoveryReport())
+            fsops.write_new_file(temporary, text.encode())
+            fsops.fsync_dir(database_dir)
+            try:
+                fsops.rename_noreplace(temporary, metadata_file, f"table {database}.{table}")
+            except TableExistsError:
+                fsops.remove_quietly(temporary)
+                raise
+            fsops.fsync_dir(database_dir)
+            self._link_table(database, table, table_uuid)
+            return TableInfo(database, table, table_uuid, data_path, metadata_file, False, text)
 
     # ----------------------------------------------------------------- readers and collection
 
@@ -775,11 +820,25 @@ class Catalog:
             orphan_uuid = None  # cut off before the UUID: nothing was created for it yet
         if orphan_uuid is not None and orphan_uuid not in self._referenced_uuids():
             data_path = self.store_path(orphan_uuid)
-            if data_path.exists():
+            # Only a directory exactly as CREATE makes it is provably ours to remove: an ATTACH
+            # of existing data writes the same kind of temporary file, and that data must stay
+            # (it is then reported as unreferenced instead).
+            if data_path.exists() and self._is_fresh_data_dir(data_path):
                 shutil.rmtree(data_path)
                 report.removed_orphan_store_dirs.append(data_path)
         fsops.remove_quietly(temporary)
         report.removed_temporary_files.append(temporary)
+
+    @staticmethod
+    def _is_fresh_data_dir(data_path: Path) -> bool:
+        """True if the directory holds nothing beyond what ``_initialise_data_dir`` creates."""
+        for entry in data_path.iterdir():
+            if entry.name == "format_version.txt" and entry.is_file():
+                continue
+            if entry.name == "detached" and entry.is_dir() and not any(entry.iterdir()):
+                continue
+            return False
+        return True
 
     def _discard_database_temporary(self, temporary: Path, report: RecoveryReport) -> None:
         try:

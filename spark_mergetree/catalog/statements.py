@@ -92,7 +92,7 @@ def _setting_value(name: str, value: Any) -> str:
 def table_statement(
     table_uuid: str,
     definition: Any,
-    order_by: str | Sequence[str] | None,
+    order_by: str | Sequence[str] | None = None,
     partition_by: str | Sequence[str] | None = None,
     primary_key: str | Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,

@@ -105,3 +105,13 @@ def test_interrupted_deletion_is_finished_and_strangers_are_only_reported(tmp_pa
     assert not trash.exists() and not dropped.metadata_path.exists()
     assert report.collected == [info.uuid]
     assert report.unreferenced_store_dirs == [stranger] and stranger.exists()
+
+
+def test_crashed_attach_keeps_the_data_it_was_attaching(tmp_path: Path) -> None:
+    catalog = _fresh(tmp_path)
+    temporary, data_path = _crashed_create(catalog, "t")
+    (data_path / "all_1_1_0").mkdir()  # not a directory CREATE made: it holds a part
+    report = Catalog(tmp_path).last_recovery
+    assert report is not None and report.removed_temporary_files == [temporary]
+    assert report.removed_orphan_store_dirs == [] and report.unreferenced_store_dirs == [data_path]
+    assert (data_path / "all_1_1_0").is_dir()

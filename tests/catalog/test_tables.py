@@ -43,3 +43,39 @@ def test_clickhouse_table_opens_through_the_catalog(tmp_path: Path) -> None:
     table = catalog.table("db.t")
     assert table.uuid == catalog.table_uuid("db.t")
     assert table.to_arrow().sort_by("k").column("v").to_pylist() == [1.5, 0.5]
+
+
+def test_attach_existing_data_directory_with_its_statement(tmp_path: Path) -> None:
+    """Zero-copy hand-off: a table directory made elsewhere joins the catalog by ATTACH ... UUID."""
+    import shutil
+
+    import pytest
+
+    from spark_mergetree.errors import InvalidOptionError, TableExistsError, TableNotFoundError
+
+    elsewhere = tmp_path / "elsewhere"
+    out = run_chdb(
+        elsewhere,
+        "CREATE DATABASE src ENGINE = Atomic",
+        "CREATE TABLE src.t (id UInt64, s String) ENGINE = MergeTree ORDER BY id",
+        "INSERT INTO src.t VALUES (5, 'five'), (6, 'six')",
+        "SELECT uuid, arrayJoin(data_paths), metadata_path FROM system.tables WHERE database = 'src'",
+    )
+    table_uuid, data_path, metadata_path = rows(out[-1])[0]
+    statement = (elsewhere / metadata_path).read_text()
+
+    root = tmp_path / "root"
+    catalog = Catalog(root)
+    catalog.create_database("db")
+    with pytest.raises(TableNotFoundError, match="does not exist"):
+        catalog.attach_table("db.imported", statement=statement)
+    shutil.copytree(data_path, catalog.store_path(table_uuid))
+    with pytest.raises(InvalidOptionError, match="UUID"):
+        catalog.attach_table("db.imported", statement="CREATE TABLE x (id UInt64) ENGINE = MergeTree ORDER BY id")
+    info = catalog.attach_table("db.imported", statement=statement)
+    assert info.uuid == table_uuid and info.statement == statement
+    with pytest.raises(TableExistsError, match=table_uuid):
+        catalog.attach_table("db.again", statement=statement)
+    assert catalog.table("db.imported").to_arrow().column("s").to_pylist() == ["five", "six"]
+    assert rows(run_chdb(root, "SELECT id FROM db.imported ORDER BY id")[0]) == [["5"], ["6"]]
+    assert catalog.unreferenced_store_dirs() == []
