@@ -38,13 +38,16 @@ from spark_mergetree.expressions.predicate import (
     Not,
     Or,
     StartsWith,
-    bind,
     coerce_literal,
     parse_expression,
 )
+from spark_mergetree.expressions.sort_key import key_element_types
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ExpressionError, UnsupportedError,
                  OverflowError, ValueError, TypeError)
+
+
+_NEGATED = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,18 @@ class _Evaluator:
                 may_false &= arg_false
             return may_true, may_false
         if isinstance(expr, Not):
-            arg_true, arg_false = self.evaluate(expr.arg)
+            inner = expr.arg
+            # Push NOT inwards where SQL's three-valued logic allows it exactly, so that the
+            # comparisons underneath can still use key functions (which only bound "may be true").
+            if isinstance(inner, Compare) and inner.op in _NEGATED:
+                return self.evaluate(Compare(_NEGATED[inner.op], inner.left, inner.right))
+            if isinstance(inner, Not):
+                return self.evaluate(inner.arg)
+            if isinstance(inner, And):
+                return self.evaluate(Or(tuple(Not(arg) for arg in inner.args)))
+            if isinstance(inner, Or):
+                return self.evaluate(And(tuple(Not(arg) for arg in inner.args)))
+            arg_true, arg_false = self.evaluate(inner)
             return arg_false, arg_true
         if isinstance(expr, Literal):
             if expr.value is None:
@@ -166,6 +180,30 @@ class _Evaluator:
             return self._prefix(expr)
         return self.unknown()
 
+    def _through_key_function(self, column: Column, values: list[object]) -> tuple[Func, list[object]] | None:
+        """A key element f(column) with f non-decreasing, and f of each value (for conditions on the column)."""
+        if column.type is None:
+            return None
+        for key in self.bounds:
+            if not (isinstance(key, Func) and key.name in MONOTONIC_FUNCTIONS and key.args
+                    and _strip_types(key.args[0]) == Column(column.name)):
+                continue
+            constant = None
+            if len(key.args) > 1:
+                second = key.args[1]
+                if len(key.args) > 2 or not isinstance(second, Literal) or not isinstance(second.value, int):
+                    continue
+                constant = second.value
+                if constant <= 0:
+                    continue  # only non-decreasing functions keep the direction of a comparison
+            try:
+                coerced = [coerce_literal(value, column.type) for value in values]
+                mapped = apply_function(key.name, pa.array(coerced), column.type, constant).to_pylist()
+            except _ARROW_ERRORS:
+                continue
+            return key, mapped
+        return None
+
     def _compare(self, expr: Compare) -> tuple[np.ndarray, np.ndarray]:
         target, other, op = expr.left, expr.right, expr.op
         if isinstance(target, Literal) and not isinstance(other, Literal):
@@ -174,6 +212,13 @@ class _Evaluator:
         if not isinstance(other, Literal):
             return self.unknown()
         key = self.bounds_of(target)
+        if key is None and isinstance(target, Column) and other.value is not None and op in ("=", "<", "<=", ">", ">="):
+            # c op v implies f(c) op' f(v) for a non-decreasing key element f(c) (strictness is lost).
+            found = self._through_key_function(target, [other.value])
+            if found is not None:
+                loose = {"=": "=", "<": "<=", "<=": "<=", ">": ">=", ">=": ">="}[op]
+                may_true, _ = self._compare(Compare(loose, found[0], Literal(found[1][0])))
+                return may_true, self.all(True)
         if key is None:
             return self.unknown()
         if other.value is None:
@@ -205,9 +250,14 @@ class _Evaluator:
 
     def _in(self, expr: In) -> tuple[np.ndarray, np.ndarray]:
         key = self.bounds_of(expr.expr)
+        present = [v.value for v in expr.values if v.value is not None]
+        if key is None and isinstance(expr.expr, Column) and present:
+            found = self._through_key_function(expr.expr, present)
+            if found is not None:
+                may_true, _ = self._in(In(found[0], tuple(Literal(v) for v in found[1])))
+                return may_true, self.all(True)
         if key is None:
             return self.unknown()
-        present = [v.value for v in expr.values if v.value is not None]
         if not present:
             # ClickHouse drops NULLs from IN lists: x IN (NULL) is false for every non-NULL x.
             return self.all(False), self.all(True)
@@ -423,11 +473,6 @@ def key_columns_for(elements: Sequence[str], schema: Mapping[str, str]) -> list[
     """(expression text, ClickHouse type) of each ORDER BY / PRIMARY KEY element, for `granule_ranges`.
 
     Elements that are functions this package cannot type (e.g. `cityHash64(s)`) still prune nothing
-    wrongly: they get the type 'Unknown' and conditions on them keep every granule.
+    wrongly: they get the type 'Unknown' and only conditions on exactly that expression use them.
     """
-    typed = []
-    for text in elements:
-        expr = bind(parse_expression(text), schema)
-        type_text = expr.type if isinstance(expr, (Column, Func)) else None
-        typed.append((text, type_text or "Unknown"))
-    return typed
+    return [(text, type_text or "Unknown") for text, type_text in zip(elements, key_element_types(elements, schema), strict=True)]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from spark_mergetree.expressions.key_condition import (
     granule_ranges,
+    key_columns_for,
     may_match_minmax,
     may_match_partition,
 )
@@ -34,6 +35,7 @@ from spark_mergetree.expressions.predicate import (
     filter_table,
     parse_predicate,
 )
+from spark_mergetree.expressions.sort_key import key_element_arrays, sort_indices
 
 PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SCHEMA = {"a": "Int32", "b": "UInt16", "c": "String", "d": "Date", "n": "Nullable(Int32)"}
@@ -85,20 +87,21 @@ def _sorted_tables(draw: st.DrawFn) -> tuple[pa.Table, int]:
     c = draw(st.lists(st.sampled_from(["", "a", "aa", "ab", "abc", "b", "ba", "c", "zz"]), min_size=rows, max_size=rows))
     d = draw(st.lists(st.integers(19700, 19800), min_size=rows, max_size=rows))
     n = draw(st.lists(st.one_of(st.none(), st.integers(0, 10)), min_size=rows, max_size=rows))
-    order = draw(st.sampled_from([("a", "b"), ("c", "a"), ("d", "b"), ("b", "c", "a"), ("n", "a"), ("a", "n", "b")]))
+    order = draw(st.sampled_from([("a", "b"), ("c", "a"), ("d", "b"), ("b", "c", "a"), ("n", "a"), ("a", "n", "b"),
+                                  ("toStartOfMonth(d)", "b"), ("intDiv(b, 7)", "a"), ("toYYYYMM(d)", "toMonday(d)", "c")]))
     table = pa.table({
         "a": pa.array(a, pa.int32()), "b": pa.array(b, pa.uint16()), "c": pa.array(c),
         "d": pa.array(np.array(d, dtype=np.int32), pa.int32()).cast(pa.date32()),
         "n": pa.array(n, pa.int32()),
     })
-    table = table.sort_by([(name, "ascending") for name in order])
+    table = table.take(sort_indices(order, table, SCHEMA))
     granule = draw(st.integers(1, 17))
-    return table.replace_schema_metadata({"key": ",".join(order)}), granule
+    return table.replace_schema_metadata({"key": ";".join(order)}), granule
 
 
-def _index(table: pa.Table, key: list[str], granule: int) -> list[pa.Array]:
-    starts = list(range(0, table.num_rows, granule)) + [table.num_rows - 1]
-    return [pa.array(table.column(name).take(starts)) for name in key]
+def _index(table: pa.Table, key: list[str], granule: int, schema: dict[str, str] = SCHEMA) -> list[pa.Array]:
+    starts = pa.array(list(range(0, table.num_rows, granule)) + [table.num_rows - 1])
+    return [values.take(starts) for values in key_element_arrays(key, table, schema)]
 
 
 def _covered(ranges: list[tuple[int, int]], granules: np.ndarray) -> np.ndarray:
@@ -112,9 +115,9 @@ def _covered(ranges: list[tuple[int, int]], granules: np.ndarray) -> np.ndarray:
 @given(_sorted_tables(), _predicates())
 def test_no_matching_row_is_ever_skipped(table_and_granule, predicate):
     table, granule = table_and_granule
-    key = table.schema.metadata[b"key"].decode().split(",")
+    key = table.schema.metadata[b"key"].decode().split(";")
     bound = bind(predicate, SCHEMA)
-    ranges = granule_ranges(bound, [(name, SCHEMA[name]) for name in key], _index(table, key, granule))
+    ranges = granule_ranges(bound, key_columns_for(key, SCHEMA), _index(table, key, granule))
     n_granules = -(-table.num_rows // granule)
     assert all(0 <= begin < end <= n_granules for begin, end in ranges)
     assert all(ranges[i][1] < ranges[i + 1][0] for i in range(len(ranges) - 1))
@@ -148,7 +151,7 @@ def test_minmax_and_partition_pruning_keep_parts_with_matches(table_and_granule,
 def test_point_and_range_lookups_on_unique_keys_are_tight(rows, granule, data):
     keys = np.unique(np.array(data.draw(st.lists(st.integers(-10_000, 10_000), min_size=rows, max_size=rows)), dtype=np.int64))
     table = pa.table({"id": pa.array(keys)})
-    index = _index(table, ["id"], granule)
+    index = _index(table, ["id"], granule, {"id": "Int64"})
     key_columns = [("id", "Int64")]
     wanted = int(data.draw(st.sampled_from(list(keys))))
     ranges = granule_ranges(bind(parse_predicate(f"id = {wanted}"), {"id": "Int64"}), key_columns, index)
@@ -230,7 +233,7 @@ def test_uuid_and_enum_keys_follow_clickhouse_order(clickhouse):
             bound = bind(parse_predicate(where), schema)
             assert set(filter_table(table, bound).column("u").to_pylist()) == matching, where
             for granule in (1, 4, 9):
-                ranges = granule_ranges(bound, [(name, schema[name]) for name in key], _index(table, key, granule))
+                ranges = granule_ranges(bound, key_columns_for(key, schema), _index(table, key, granule, schema))
                 positions = np.flatnonzero(np.isin(np.array(table.column("u").to_pylist()), list(matching)))
                 assert _covered(ranges, positions // granule).all(), (order, where, granule)
             if order == "u" and where.startswith("u = "):
