@@ -22,6 +22,7 @@ import dataclasses
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -34,6 +35,7 @@ from spark_mergetree.catalog.fsops import FileLock, escape_for_file_name, unesca
 from spark_mergetree.errors import (
     FormatError,
     InvalidOptionError,
+    MergeTreeError,
     StorageError,
     TableExistsError,
     TableNotFoundError,
@@ -131,6 +133,29 @@ class ReaderLease:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+class DropCollector(threading.Thread):
+    """The background drop: a daemon thread calling ``Catalog.collect_dropped`` periodically."""
+
+    def __init__(self, catalog: Catalog, interval: float) -> None:
+        super().__init__(name=f"mergetree-drop-collector:{catalog.root}", daemon=True)
+        self.catalog = catalog
+        self.interval = interval
+        self.collected: list[str] = []
+        self.last_error: Exception | None = None
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.wait(self.interval):
+            try:
+                self.collected += self.catalog.collect_dropped()
+            except (OSError, MergeTreeError) as exc:  # retried next round, as ClickHouse does
+                self.last_error = exc
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join()
 
 
 def _split_name(name: TableName) -> tuple[str, str]:
@@ -761,11 +786,27 @@ class Catalog:
         """
         now = time.time() if now is None else now
         collected = []
+        failures = []
         for dropped in self.dropped_tables():
             data_missing = not dropped.data_path.exists()
-            if (dropped.due_time <= now or data_missing) and self._purge(dropped):
-                collected.append(dropped.uuid)
+            if dropped.due_time > now and not data_missing:
+                continue
+            try:
+                if self._purge(dropped):
+                    collected.append(dropped.uuid)
+            except OSError as exc:  # one bad directory must not keep the others forever
+                failures.append(f"{dropped.database}.{dropped.name} ({dropped.data_path}): {exc}")
+        if failures:
+            raise StorageError(f"could not delete dropped tables (deleted {len(collected)}): " + "; ".join(failures))
         return collected
+
+    def start_collector(self, interval: float = 60.0) -> DropCollector:
+        """Run ``collect_dropped`` every ``interval`` seconds in a daemon thread (stop() to end it)."""
+        if interval <= 0:
+            raise InvalidOptionError(f"interval={interval!r} must be > 0 seconds")
+        collector = DropCollector(self, interval)
+        collector.start()
+        return collector
 
     def _purge(self, dropped: DroppedTable) -> bool:
         """Delete a dropped table's data then its metadata_dropped/ entry, unless a reader holds it."""

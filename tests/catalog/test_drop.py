@@ -141,3 +141,19 @@ def test_undrop_within_delay_keeps_data(tmp_path: Path) -> None:
     catalog.drop_table("db.t")
     catalog.undrop_table("db.t")
     assert run_chdb(tmp_path, "SELECT sum(id) FROM db.t")[0] == "6\n"
+
+
+def test_background_collector(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path, drop_delay=0.2)
+    catalog.create_database("db")
+    info = catalog.define_table("db.t", COLUMNS, "id")
+    collector = catalog.start_collector(interval=0.05)
+    try:
+        catalog.drop_table("db.t")
+        deadline = time.monotonic() + 5
+        while info.data_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        collector.stop()
+    assert not info.data_path.exists() and collector.collected == [info.uuid]
+    assert collector.last_error is None and not collector.is_alive()
