@@ -9,7 +9,6 @@ and DateTime64 are instants rendered in the column's time zone (UTC when the typ
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -243,20 +242,6 @@ def apply_function(
         result = np.fmod(wide, divisor)
     arrow_type = _arrow_integer(out_type)
     return pa.array(result.astype(arrow_type.to_pandas_dtype()), arrow_type, mask=mask)
-
-
-def apply_to_bounds(name: str, values: Sequence[object], arg_type: str, constant: int | None) -> list[object]:
-    """Evaluate a function over a few Python values (used on index bounds)."""
-    info = type_info(arg_type)
-    arrow_type = {
-        "Date": pa.date32(), "Date32": pa.date32(),
-        "DateTime": pa.timestamp("s", info.timezone or "UTC"),
-        "DateTime64": pa.timestamp("us", info.timezone or "UTC"),
-    }.get(info.base)
-    if arrow_type is None and info.is_integer:
-        arrow_type = _arrow_integer(info.inner_text)
-    array = pa.array(list(values), arrow_type) if arrow_type is not None else pa.array(list(values))
-    return apply_function(name, array, arg_type, constant).to_pylist()
 
 
 def needs_ordering_map(type_text: str) -> bool:

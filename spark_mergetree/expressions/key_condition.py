@@ -118,7 +118,7 @@ class _Evaluator:
                 return None
             if target.name == "intDiv" and constant is not None and constant < 0:
                 lo, hi = hi, lo  # dividing by a negative number reverses the order
-            return KeyBounds(lo, hi, inner.known & _valid(lo) & _valid(hi), lo_type_text(lo))
+            return KeyBounds(lo, hi, inner.known & _valid(lo) & _valid(hi), _result_type_text(lo))
         return None
 
     def scalar(self, value: object, key: KeyBounds) -> pa.Scalar | None:
@@ -305,7 +305,7 @@ class _Evaluator:
         return may_true | ~key.known, self.all(True)
 
 
-def lo_type_text(array: pa.Array) -> str | None:
+def _result_type_text(array: pa.Array) -> str | None:
     """ClickHouse type of values a key function produced (enough for further functions and literals)."""
     if pa.types.is_date32(array.type):
         return "Date"
