@@ -99,6 +99,11 @@ class Coordinator(abc.ABC):
         """
 
     @abc.abstractmethod
+    def forget_removals(self, table_id: str, part_names: Iterable[str]) -> None:
+        """Drop the committed-removal records of parts that cleanup deleted (no snapshot can see
+        them any more, so nobody can try to remove them again)."""
+
+    @abc.abstractmethod
     def running(self) -> list[TxnInfo]:
         """Live running transactions (dead owners are not listed)."""
 

@@ -145,6 +145,9 @@ class LocalCoordinator(Coordinator):
             self._recent.append(record)
         elif op == "blocks":
             self._next_block[record["table"]] = int(record["next"])
+        elif op == "forget":
+            for part_name in record["parts"]:
+                self._removed_by.pop((record["table"], part_name), None)
         else:
             raise ValueError(f"unknown op {op!r}")
 
@@ -325,6 +328,14 @@ class LocalCoordinator(Coordinator):
             if self._is_alive(tid):
                 return TxnState.RUNNING, None
             return TxnState.ABORTED, None
+
+    def forget_removals(self, table_id: str, part_names: Iterable[str]) -> None:
+        names = sorted(set(part_names))
+        if not names:
+            return
+        with self._locked():
+            # Not fsynced: forgetting again after a crash is harmless.
+            self._append({"op": "forget", "table": table_id, "parts": names}, durable=False)
 
     def running(self) -> list[TxnInfo]:
         with self._locked():

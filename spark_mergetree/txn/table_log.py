@@ -490,4 +490,7 @@ class TableLog:
             self._checkpoint_locked(drop=drop, floor=floor)
             for name in drop:
                 remove_directory(self.table_dir / name)
+            identity = self.identity()
+            if drop and identity is not None:
+                coordinator.forget_removals(identity["table_id"], drop)
             return sorted(drop)

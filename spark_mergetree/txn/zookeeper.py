@@ -437,6 +437,18 @@ class ZooKeeperCoordinator(Coordinator):
             return TxnState.COMMITTED, self._csn_of(tid)
         return TxnState.ABORTED, None
 
+    def forget_removals(self, table_id: str, part_names: Iterable[str]) -> None:
+        for part_name in sorted(set(part_names)):
+            path = self._removal_path(table_id, part_name)
+            found = self._get(path)
+            if found is None or found[1].ephemeralOwner:
+                continue  # never removed, or only locked by a running transaction
+            try:
+                self._retrying(f"delete {path}", lambda path=path, version=found[1].version:
+                               self.client.delete_async(path, version=version))
+            except (NoNodeError, BadVersionError):
+                pass
+
     def running(self) -> list[TxnInfo]:
         names = [name for name in self._children(self._path("log")) if name.startswith("r-")]
         requests = [(name, self.client.get_async(self._path("log", name))) for name in names]

@@ -274,3 +274,16 @@ def test_zookeeper_log_pruning_keeps_every_status(zookeeper) -> None:
             fresh.close()
     finally:
         coordinator.close()
+
+
+def test_forgotten_removals(coordinator: Coordinator) -> None:
+    remover, holder = coordinator.begin(), coordinator.begin()
+    coordinator.commit(remover.tid, [("t", "gone")])
+    coordinator.lock_removal(holder.tid, "t", "held")
+    coordinator.forget_removals("t", ["gone", "held", "never"])
+    late = coordinator.begin()
+    coordinator.lock_removal(late.tid, "t", "gone")  # the record is gone
+    with pytest.raises(SerializationError):
+        coordinator.lock_removal(late.tid, "t", "held")  # a live lock is not forgotten
+    coordinator.abort(holder.tid)
+    coordinator.commit(late.tid, [("t", "gone")])
