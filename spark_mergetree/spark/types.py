@@ -98,6 +98,9 @@ def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
         if column.type != target_field.type:
             if _needs_text(column.type, target_field.type):
                 column = pc.cast(column, pa.string())
+            elif pa.types.is_timestamp(column.type):
+                # Spark keeps microseconds: DateTime64(7..9) ticks are truncated, never rejected.
+                column = column.cast(target_field.type, safe=False)
             else:
                 column = column.cast(target_field.type, safe=True)
         arrays.append(column)
