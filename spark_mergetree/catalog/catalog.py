@@ -19,6 +19,7 @@ only when no reader lease is held.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -156,6 +157,17 @@ class DropCollector(threading.Thread):
     def stop(self) -> None:
         self._stopping.set()
         self.join()
+
+
+def _split_settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(ClickHouse settings for the metadata statement, the engine's own settings, validated)."""
+    if not settings:
+        return None, {}
+    from spark_mergetree.engine.metadata import ENGINE_SETTINGS, validate_engine_settings
+
+    clickhouse = {k: v for k, v in settings.items() if str(k).lower() not in ENGINE_SETTINGS}
+    ours = {str(k).lower(): v for k, v in settings.items() if str(k).lower() in ENGINE_SETTINGS}
+    return (clickhouse or None), validate_engine_settings(ours)
 
 
 def _split_name(name: TableName) -> tuple[str, str]:
@@ -482,8 +494,10 @@ class Catalog:
     ) -> TableInfo:
         """CREATE TABLE without opening it: data directory first, metadata rename last.
 
-        ``schema`` is ``[(column, ClickHouse type), ...]`` or a parsed TableDefinition. The
-        commit point is renameat2(`<t>.sql.tmp`, `<t>.sql`, RENAME_NOREPLACE): of two concurrent
+        ``schema`` is ``[(column, ClickHouse type), ...]`` or a parsed TableDefinition.
+        ``settings``: ClickHouse MergeTree settings go into the statement; the engine's own
+        (codec, auto_merge, storage_policy, ...) into `_mergetree/settings.json` of the data
+        directory, where ClickHouse never looks. The commit point is renameat2(`<t>.sql.tmp`, `<t>.sql`, RENAME_NOREPLACE): of two concurrent
         creators exactly one wins, the other gets TableExistsError (or the winner's table with
         ``if_not_exists``).
         """
@@ -496,14 +510,16 @@ class Catalog:
                     return self.table_info((database, table), allow_detached=True)
                 raise TableExistsError(f"table {database}.{table} already exists ({metadata_file})")
             table_uuid = statements.new_uuid()
-            statement = statements.table_statement(table_uuid, schema, order_by, partition_by, primary_key, settings)
+            clickhouse_settings, engine_settings = _split_settings(settings)
+            statement = statements.table_statement(table_uuid, schema, order_by, partition_by, primary_key,
+                                                   clickhouse_settings)
             temporary = metadata_file.with_name(metadata_file.name + ".tmp")
             if temporary.exists():  # we hold the name's guard, so this is a crashed create
                 self._discard_table_temporary(temporary, RecoveryReport())
             fsops.write_new_file(temporary, statement.encode())
             fsops.fsync_dir(database_dir)
             data_path = self.store_path(table_uuid)
-            self._initialise_data_dir(data_path)
+            self._initialise_data_dir(data_path, engine_settings)
             try:
                 fsops.rename_noreplace(temporary, metadata_file, f"table {database}.{table}")
             except TableExistsError:
@@ -517,11 +533,19 @@ class Catalog:
             return TableInfo(database, table, table_uuid, data_path, metadata_file, False, statement)
 
     @staticmethod
-    def _initialise_data_dir(data_path: Path) -> None:
-        """What ClickHouse puts in a new MergeTree directory: format_version.txt and detached/."""
+    def _initialise_data_dir(data_path: Path, engine_settings: Mapping[str, Any]) -> None:
+        """What ClickHouse puts in a new MergeTree directory (format_version.txt, detached/), plus
+        the engine's own settings file when there are engine settings."""
         data_path.mkdir(parents=True)
         fsops.write_new_file(data_path / "format_version.txt", b"1")
         (data_path / "detached").mkdir()
+        if engine_settings:
+            from spark_mergetree.engine.metadata import META_DIR, SETTINGS_FILE
+
+            (data_path / META_DIR).mkdir()
+            fsops.write_new_file(data_path / META_DIR / SETTINGS_FILE,
+                                 json.dumps(dict(engine_settings), sort_keys=True).encode())
+            fsops.fsync_dir(data_path / META_DIR)
         fsops.fsync_dir(data_path)
         fsops.fsync_dir(data_path.parent)
 
@@ -875,6 +899,8 @@ class Catalog:
         """True if the directory holds nothing beyond what ``_initialise_data_dir`` creates."""
         for entry in data_path.iterdir():
             if entry.name == "format_version.txt" and entry.is_file():
+                continue
+            if entry.name == "_mergetree" and entry.is_dir() and {e.name for e in entry.iterdir()} <= {"settings.json"}:
                 continue
             if entry.name == "detached" and entry.is_dir() and not any(entry.iterdir()):
                 continue

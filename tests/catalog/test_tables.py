@@ -79,3 +79,15 @@ def test_attach_existing_data_directory_with_its_statement(tmp_path: Path) -> No
     assert catalog.table("db.imported").to_arrow().column("s").to_pylist() == ["five", "six"]
     assert rows(run_chdb(root, "SELECT id FROM db.imported ORDER BY id")[0]) == [["5"], ["6"]]
     assert catalog.unreferenced_store_dirs() == []
+
+
+def test_engine_settings_stay_out_of_the_clickhouse_statement(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path)
+    catalog.create_database("db")
+    table = catalog.create_table("db.t", [("id", "UInt64")], "id",
+                                 settings={"codec": "ZSTD(3)", "index_granularity": 64, "auto_merge": False})
+    statement = catalog.table_info("db.t").statement
+    assert statement.endswith("ORDER BY id\nSETTINGS index_granularity = 64\n")
+    assert table.metadata.setting("codec") == "ZSTD(3)" and table.metadata.setting("auto_merge") is False
+    table.insert(pa.table({"id": pa.array([1, 2], pa.uint64())}))
+    assert run_chdb(tmp_path, "SELECT sum(id) FROM db.t")[0] == "3\n"
