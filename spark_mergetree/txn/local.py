@@ -45,8 +45,11 @@ def _fsync_directory(path: Path) -> None:
 class LocalCoordinator(Coordinator):
     """Coordinator on local files. Create one per process (fcntl locks do not survive fork())."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike, *, compact_threshold_bytes: int = 64 << 20) -> None:
+        """`compact_threshold_bytes`: once log.jsonl is larger than this and twice its size after
+        the last compaction, a commit rewrites it without the records nobody needs any more."""
         self.directory = Path(directory).expanduser().resolve()
+        self.compact_threshold_bytes = compact_threshold_bytes
         self._running_dir = self.directory / "running"
         try:
             self._running_dir.mkdir(parents=True, exist_ok=True)
@@ -59,6 +62,7 @@ class LocalCoordinator(Coordinator):
         self._lock_depth = 0
         # A cache of log.jsonl, caught up under the lock before every operation.
         self._log_offset = 0
+        self._compacted_size = 0
         self._last_timestamp = 0
         self._committed: dict[int, int] = {}
         self._aborted: set[int] = set()
@@ -110,7 +114,22 @@ class LocalCoordinator(Coordinator):
     def _locked(self) -> _Locked:
         return LocalCoordinator._Locked(self)
 
+    def _reset_cache(self) -> None:
+        self._log_offset = 0
+        self._committed = {}
+        self._aborted = set()
+        self._removed_by = {}
+        self._next_block = {}
+        self._recent.clear()
+
     def _catch_up(self) -> None:
+        log_path = self.directory / "log.jsonl"
+        if os.stat(log_path).st_ino != os.fstat(self._log_fd).st_ino:
+            # Another process compacted the log: read the new file from its start.
+            os.close(self._log_fd)
+            self._log_fd = os.open(log_path, os.O_RDWR | os.O_APPEND)
+            self._reset_cache()
+            self._compacted_size = os.fstat(self._log_fd).st_size
         size = os.fstat(self._log_fd).st_size
         if size > self._log_offset:
             data = os.pread(self._log_fd, size - self._log_offset, self._log_offset)
@@ -301,6 +320,10 @@ class LocalCoordinator(Coordinator):
             self._append({"op": "commit", "tid": tid, "csn": csn, "removals": removal_list,
                           "tables": sorted(set(tables)), "time": time.time()}, durable=True)
             self._release(tid)
+            try:
+                self._maybe_compact()
+            except OSError:
+                pass  # the commit is durable; compaction can wait for the next one
             return csn
 
     def _abort_locked(self, tid: int, reason: str) -> None:
@@ -328,6 +351,46 @@ class LocalCoordinator(Coordinator):
             if self._is_alive(tid):
                 return TxnState.RUNNING, None
             return TxnState.ABORTED, None
+
+    def compact(self) -> int:
+        """Rewrite log.jsonl keeping only what is still needed: every commit's tid → csn, the
+        removal records not forgotten, one block counter per table and the recent decisions in
+        full. Returns the new size in bytes."""
+        with self._locked():
+            recent_tids = {int(record["tid"]) for record in self._recent}
+            removals_by_tid: dict[int, list[list[str]]] = collections.defaultdict(list)
+            for (table_id, part_name), tid in sorted(self._removed_by.items()):
+                removals_by_tid[tid].append([table_id, part_name])
+            records: list[dict[str, Any]] = []
+            for tid, csn in sorted(self._committed.items(), key=lambda item: item[1]):
+                if tid not in recent_tids:
+                    record: dict[str, Any] = {"op": "commit", "tid": tid, "csn": csn}
+                    if tid in removals_by_tid:
+                        record["removals"] = removals_by_tid[tid]
+                    records.append(record)
+            records.extend({"op": "blocks", "table": table_id, "next": next_block}
+                           for table_id, next_block in sorted(self._next_block.items()))
+            for record in self._recent:
+                if record["op"] == "commit":
+                    record = dict(record, removals=removals_by_tid.get(int(record["tid"]), []))
+                records.append(record)
+            data = b"".join(json.dumps(record, separators=(",", ":")).encode() + b"\n" for record in records)
+            log_path = self.directory / "log.jsonl"
+            temporary = self.directory / f".log.jsonl.tmp-{os.getpid()}"
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, log_path)
+            _fsync_directory(self.directory)
+            os.close(self._log_fd)
+            self._log_fd = os.open(log_path, os.O_RDWR | os.O_APPEND)
+            self._log_offset = self._compacted_size = len(data)
+            return len(data)
+
+    def _maybe_compact(self) -> None:
+        if self._log_offset > self.compact_threshold_bytes and self._log_offset > 2 * self._compacted_size:
+            self.compact()
 
     def forget_removals(self, table_id: str, part_names: Iterable[str]) -> None:
         names = sorted(set(part_names))

@@ -287,3 +287,40 @@ def test_forgotten_removals(coordinator: Coordinator) -> None:
         coordinator.lock_removal(late.tid, "t", "held")  # a live lock is not forgotten
     coordinator.abort(holder.tid)
     coordinator.commit(late.tid, [("t", "gone")])
+
+
+def test_local_log_compaction(tmp_path) -> None:
+    directory = tmp_path / "coordinator"
+    writer = LocalCoordinator(directory, compact_threshold_bytes=4096)
+    reader = LocalCoordinator(directory)
+    try:
+        outcomes = {}
+        for index in range(120):
+            info = writer.begin()
+            if index % 4 == 3:
+                writer.abort(info.tid)
+                outcomes[info.tid] = (TxnState.ABORTED, None)
+            else:
+                outcomes[info.tid] = (TxnState.COMMITTED, writer.commit(info.tid, [("t", f"p{index}")]))
+            if index == 10:
+                assert reader.status(info.tid) == outcomes[info.tid]  # reader caught up before
+        writer.forget_removals("t", [f"p{index}" for index in range(50)])
+        writer.allocate_blocks("t", 7)
+        size = (directory / "log.jsonl").stat().st_size
+        assert writer.compact() < size
+        last_block = 7
+        for coordinator in (writer, reader, LocalCoordinator(directory)):
+            for tid, outcome in outcomes.items():
+                assert coordinator.status(tid) == outcome
+            probe = coordinator.begin()
+            coordinator.lock_removal(probe.tid, "t", "p1")  # forgotten
+            with pytest.raises(SerializationError):
+                coordinator.lock_removal(probe.tid, "t", "p100")  # still removed
+            coordinator.abort(probe.tid)
+            block = coordinator.allocate_blocks("t", 1)
+            assert block > last_block
+            last_block = block
+            assert len(coordinator.list_transactions(500)) >= 100
+    finally:
+        writer.close()
+        reader.close()
