@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.engine.metadata import TableMetadata
@@ -91,13 +90,6 @@ def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=wanted)
 
 
-def sort_by_key(table: pa.Table, order_by: list[str]) -> pa.Table:
-    if not order_by or table.num_rows < 2:
-        return table
-    indices = pc.sort_indices(table, sort_keys=[(k, "ascending") for k in order_by])
-    return table.take(indices)
-
-
 def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part, tag: str) -> list[StagedPart]:
     """Split `table` (conformed) by partition and write each group as one sorted part.
 
@@ -107,12 +99,12 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part, tag:
     key = meta.partition_key
     for number, group in enumerate(key.group_rows(table)):
         rows = table.take(pa.array(group.row_indices)) if len(key.elements) else table
-        rows = sort_by_key(rows, meta.order_by)
+        rows = meta.sort(rows)
         partition = None
         if key.is_partitioned:
             values = [pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(group.values, key.result_types)]
             partition = PartitionValue(values, key.result_types, key.columns)
-        files = write_wide_part(rows, meta.columns, meta.primary_key, partition, meta.writer_settings)
+        files = write_wide_part(rows, meta.columns, meta.primary_key_values(rows), partition, meta.writer_settings)
         name = f"{STAGING_PREFIX}{tag}_{number}"
         write_part(name, files)
         staged.append(StagedPart(name, group.partition_id, rows.num_rows, files.size, tag))

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spark_mergetree.engine.insert import sort_by_key
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
@@ -83,7 +82,7 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
     """The files of the part that merges `readers` (all of one partition)."""
     tables = [r.read([n for n, _ in meta.columns]) for r in readers]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    table = sort_by_key(table.combine_chunks(), meta.order_by)
+    table = meta.sort(table.combine_chunks())
     key = meta.partition_key
     partition = None
     if key.is_partitioned:
@@ -92,4 +91,5 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
                                    key.result_types, key.columns)
     types = [parse_type(t) for _, t in meta.columns]
     granules = plan_granules(table, types, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
-    return write_wide_part(table, meta.columns, meta.primary_key, partition, meta.writer_settings, granules)
+    return write_wide_part(table, meta.columns, meta.primary_key_values(table), partition, meta.writer_settings,
+                           granules)

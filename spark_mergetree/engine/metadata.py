@@ -9,7 +9,7 @@ live in `_mergetree/settings.json`, so ClickHouse can always attach the statemen
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -17,8 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError
+from spark_mergetree.errors import ExpressionError, InvalidOptionError, SchemaMismatchError
 from spark_mergetree.expressions.ddl import TableDefinition
+from spark_mergetree.expressions.key_condition import key_columns_for
+from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.format import granularity
 from spark_mergetree.format.compression import parse_codec
@@ -126,19 +128,29 @@ class TableMetadata:
 
     @cached_property
     def order_by(self) -> list[str]:
-        return [self._key_column(e, "ORDER BY") for e in self.definition.order_by]
+        """ORDER BY elements (column names or expressions such as `toStartOfMonth(d)`)."""
+        return self._checked_key(self.definition.order_by, "ORDER BY")
 
     @cached_property
     def primary_key(self) -> list[str]:
-        return [self._key_column(e, "PRIMARY KEY") for e in self.definition.primary_key or self.definition.order_by]
+        return self._checked_key(self.definition.primary_key or self.definition.order_by, "PRIMARY KEY")
 
-    def _key_column(self, element: str, clause: str) -> str:
-        name = element.strip().strip("`")
-        if name not in self.column_types:
+    @cached_property
+    def primary_key_types(self) -> list[tuple[str, str]]:
+        """(element, ClickHouse type) of each PRIMARY KEY element, as the sparse index stores it."""
+        return key_columns_for(self.primary_key, self.column_types)
+
+    def _checked_key(self, elements: Sequence[str], clause: str) -> list[str]:
+        try:
+            types = key_element_types(elements, self.column_types)
+        except ExpressionError as exc:
+            raise SchemaMismatchError(f"{clause} ({', '.join(elements)}): {exc}") from exc
+        untyped = [e for e, t in zip(elements, types) if t is None]
+        if untyped:
             raise SchemaMismatchError(
-                f"{clause} element {element!r} is not a column of the table; only plain columns are supported "
-                f"in keys (columns: {', '.join(self.column_types)})")
-        return name
+                f"{clause} element(s) {', '.join(untyped)}: only columns and the functions of partition keys "
+                "(toYYYYMM, toDate, intDiv, ...) are supported in keys")
+        return list(elements)
 
     @cached_property
     def partition_key(self) -> PartitionKey:
@@ -154,6 +166,17 @@ class TableMetadata:
             min_compress_block_size=int(s.get("min_compress_block_size", WriterSettings.min_compress_block_size)),
             max_compress_block_size=int(s.get("max_compress_block_size", WriterSettings.max_compress_block_size)),
         )
+
+    def sort(self, table: pa.Table) -> pa.Table:
+        """Rows in the order ClickHouse stores them: by ORDER BY, ClickHouse's comparison."""
+        if not self.order_by or table.num_rows < 2:
+            return table
+        return table.take(sort_indices(self.order_by, table, self.column_types))
+
+    def primary_key_values(self, table: pa.Table) -> list[tuple[str, pa.Array]]:
+        """(type, values) of each PRIMARY KEY element over sorted rows: what primary.idx samples."""
+        arrays = key_element_arrays(self.primary_key, table, self.column_types)
+        return [(type_text, array) for (_, type_text), array in zip(self.primary_key_types, arrays)]
 
     def with_definition(self, definition: TableDefinition) -> TableMetadata:
         return replace(self, definition=definition)

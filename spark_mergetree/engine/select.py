@@ -85,8 +85,8 @@ def bind_where(where: str | Expr | None, column_types: dict[str, str]) -> Expr |
     return bind(expr, column_types)
 
 
-def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key, primary_key: Sequence[str],
-              column_types: dict[str, str]) -> PartPlan:
+def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key,
+              primary_key: Sequence[tuple[str, str]]) -> PartPlan:
     """Prune one part by partition/minmax, then by the sparse primary index."""
     plan = PartPlan(reader.part, info.partition_id, reader.rows, reader.n_granules, [])
     if reader.n_granules == 0:
@@ -99,9 +99,8 @@ def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partit
             plan.pruned_by = "partition"
             return plan
     if predicate is not None and primary_key:
-        key_types = [column_types[k] for k in primary_key]
-        index = reader.primary_index(key_types)
-        ranges = granule_ranges(predicate, list(zip(primary_key, key_types)), index, reader.n_granules)
+        index = reader.primary_index([type_text for _, type_text in primary_key])
+        ranges = granule_ranges(predicate, list(primary_key), index, reader.n_granules)
         plan.ranges = merge_ranges(ranges)
         if not plan.ranges:
             plan.pruned_by = "primary key"

@@ -44,7 +44,13 @@ from spark_mergetree.errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from spark_mergetree.expressions.ddl import ColumnDefinition, TableDefinition, format_attach, parse_create
+from spark_mergetree.expressions.ddl import (
+    ColumnDefinition,
+    TableDefinition,
+    format_attach,
+    parse_create,
+    quote_identifier,
+)
 from spark_mergetree.expressions.predicate import Expr
 from spark_mergetree.format.checksums import compute_file_checksum
 from spark_mergetree.format.part import CHECKSUMS_FILE
@@ -112,19 +118,24 @@ def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[s
     return out
 
 
-def _key_list(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
+def _key_text(value: str | Sequence[str] | None, what: str) -> str | None:
+    """A key clause's text from a column, an expression, "(a, b)", or a list of those."""
     if value is None:
-        return ()
+        return None
     if isinstance(value, str):
         text = value.strip()
-        if text.startswith("(") and text.endswith(")"):
-            text = text[1:-1]
-        items = [t.strip() for t in text.split(",")] if text else []
     else:
         items = [str(v).strip() for v in value]
-    if any(not i for i in items):
-        raise InvalidOptionError(f"{what} has an empty element: {value!r}")
-    return tuple(items)
+        text = items[0] if len(items) == 1 else "(" + ", ".join(items) + ")"
+    if not text or text == "()":
+        raise InvalidOptionError(f"{what} is empty")
+    return text
+
+
+def _create_text(columns: Sequence[tuple[str, str]], order: str | None, primary: str | None) -> str:
+    body = ", ".join(f"{quote_identifier(n)} {t}" for n, t in columns)
+    return (f"CREATE TABLE _ ({body}) ENGINE = MergeTree ORDER BY {order or 'tuple()'}"
+            + (f" PRIMARY KEY {primary}" if primary else ""))
 
 
 class MergeTreeTable:
@@ -175,19 +186,26 @@ class MergeTreeTable:
             if if_not_exists:
                 return cls.open(target, coordinator=coordinator)
             raise TableExistsError(f"a table already exists at {target}")
-        order = _key_list(order_by, "order_by")
-        primary = _key_list(primary_key, "primary_key") or order
-        if primary != order[: len(primary)]:
-            raise InvalidOptionError(f"primary_key {primary} must be a prefix of order_by {order}")
-        columns = _normalize_schema(schema, set(order))
+        order = _key_text(order_by, "order_by")
+        primary = _key_text(primary_key, "primary_key")
         clickhouse_settings, engine_settings = split_settings(settings)
         if isinstance(coordinator, str):
             engine_settings["coordinator"] = coordinator
+        # Keys are parsed as ClickHouse parses them: as clauses of a CREATE statement.
+        columns = _normalize_schema(schema, set())
+        probe = parse_create(_create_text(columns, order, primary))
+        # ClickHouse keys cannot be Nullable: Arrow fields used as key columns are stored non-nullable.
+        key_columns = {e.strip("`") for e in probe.order_by}
+        if isinstance(schema, pa.Schema):
+            columns = _normalize_schema(schema, key_columns)
         definition = TableDefinition(
-            database=None, name=target.name or "_", uuid=str(uuid_module.uuid4()),
+            database=None, name="_", uuid=str(uuid_module.uuid4()),
             columns=tuple(ColumnDefinition(n, t) for n, t in columns), engine="MergeTree",
-            order_by=order, primary_key=primary, partition_by=partition_by or None,
-            settings=clickhouse_settings, explicit_primary_key=primary != order)
+            order_by=probe.order_by, primary_key=probe.primary_key, partition_by=partition_by or None,
+            settings=clickhouse_settings, explicit_primary_key=probe.explicit_primary_key)
+        if tuple(definition.primary_key) != tuple(definition.order_by[: len(definition.primary_key)]):
+            raise InvalidOptionError(f"primary_key ({', '.join(definition.primary_key)}) must be a prefix of "
+                                     f"order_by ({', '.join(definition.order_by)})")
         metadata = TableMetadata(definition, engine_settings)
         _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings  # validate
         cls._write_layout(target, definition, engine_settings)
@@ -316,7 +334,7 @@ class MergeTreeTable:
         for name in sorted(visible, key=lambda n: (PartInfo.parse(n).partition_id, PartInfo.parse(n).min_block)):
             reader = self.reader(name)
             part_plan = selecting.plan_part(reader, PartInfo.parse(name), predicate, meta.partition_key,
-                                            meta.primary_key, meta.column_types)
+                                            meta.primary_key_types)
             plan.parts.append(part_plan)
             plan.tasks.extend(selecting.split_tasks(reader, part_plan.ranges, target_rows))
         return plan

@@ -51,4 +51,4 @@ def sort_indices(elements: Sequence[str], table: pa.Table, schema: Mapping[str, 
         columns[f"k{number}"] = array
     keyed = pa.table(columns)
     # Arrow puts NaN after every number and NULL after NaN, as ClickHouse does for ascending keys.
-    return pc.sort_indices(keyed, sort_keys=[(name, "ascending") for name in columns], null_placement="at_end")
+    return pc.sort_indices(keyed, sort_keys=[(name, "ascending", "at_end") for name in columns])

@@ -136,7 +136,7 @@ def _write_stream(files: PartFiles, checksums: dict[str, FileChecksum], stream: 
 def write_wide_part(
     table: pa.Table,
     columns: Sequence[tuple[str, str]],
-    primary_key: Sequence[str],
+    primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]],
     partition: PartitionValue | None,
     settings: WriterSettings = WriterSettings(),
     granule_rows: np.ndarray | None = None,
@@ -144,6 +144,7 @@ def write_wide_part(
     """Serialize sorted rows into a Wide part.
 
     `columns` are (name, ClickHouse type) in table order; `table` must hold them (by name).
+    `primary_key` gives each PRIMARY KEY element's (ClickHouse type, values over these rows).
     `granule_rows` overrides granule planning (merges plan per block of rows).
     """
     missing = [name for name, _ in columns if name not in table.column_names]
@@ -166,10 +167,10 @@ def write_wide_part(
                           granule_rows, settings)
 
     if primary_key:
-        key_types = [types[[c for c, _ in columns].index(k)] for k in primary_key]
         starts = granularity.granule_offsets(granule_rows)[:-1]
         index_rows = np.append(starts, n - 1) if n else starts
-        files.files[PRIMARY_INDEX_FILE] = serialize_rows(key_types, [table.column(k) for k in primary_key], index_rows)
+        files.files[PRIMARY_INDEX_FILE] = serialize_rows(
+            [parse_type(t) for t, _ in primary_key], [values for _, values in primary_key], index_rows)
 
     if partition is not None and partition.result_types:
         files.files[PARTITION_FILE] = serialize_rows(
