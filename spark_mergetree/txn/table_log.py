@@ -134,6 +134,9 @@ class TableLog:
 
     @contextlib.contextmanager
     def _lock(self, exclusive: bool) -> Iterator[None]:
+        if not exclusive and not self.directory.is_dir():
+            yield  # nothing to read; do not create directories on a read (read-only tables)
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:

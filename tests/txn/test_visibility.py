@@ -323,3 +323,12 @@ def test_changes_staged_by_another_process(coordinator: Coordinator, table: Path
         assert "all_3_3_0" in TableLog(each).recover(coordinator).deleted_directories
         assert TableLog(each).staged() == []
         assert part_directories(each) == ({"all_1_1_0", "all_2_2_0"} if each == table else {"all_2_2_0"})
+
+
+def test_reading_a_table_without_a_log_creates_nothing(coordinator: Coordinator, table: Path) -> None:
+    table.mkdir()
+    with Transaction(coordinator) as reader:
+        assert reader.visible_parts(table) == set()
+    assert list(table.iterdir()) == []
+    assert TableLog(table).snapshot(coordinator.current_timestamp(), coordinator) == set()
+    assert list(table.iterdir()) == []
