@@ -480,6 +480,9 @@ class TableLog:
             self.bind(coordinator.url)
         with self._lock(exclusive=True):
             self._recover_locked(coordinator, clock_margin=5.0)
+            # Fold every entry and delete it durably first: if a crash left an entry that adds a
+            # part behind after the part was dropped from the checkpoint, it would resurrect it.
+            self._checkpoint_locked()
             horizon = coordinator.min_running_snapshot()
             now = time.time()
             _, versions = self._load_checkpoint()

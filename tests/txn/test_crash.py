@@ -43,6 +43,9 @@ def _write_forever(url: str, tables: tuple[Path, Path], seed: int, ready: multip
             mirrored_insert(coordinator, tables, rng)
         except SerializationError:
             pass  # a killed predecessor's lock lives until its session expires
+        if rng.random() < 0.2:
+            # Kills land inside cleanups too.
+            TableLog(rng.choice(tables)).cleanup(coordinator, retention_seconds=0)
 
 
 def wait_until_no_running(coordinator: Coordinator, timeout: float = 30.0) -> None:
@@ -56,6 +59,9 @@ def check_mirrored(coordinator: Coordinator, tables: tuple[Path, Path]) -> set[s
     with Transaction(coordinator) as reader:
         first, second = (reader.visible_parts(table) for table in tables)
     assert first == second
+    for table in tables:
+        missing = {name for name in first if not (table / name).is_dir()}
+        assert not missing, f"visible parts without a directory in {table}: {missing}"
     return first
 
 
