@@ -123,6 +123,50 @@ def cleanup(table_dir: str) -> None:
     click.echo(f"removed {len(removed)} old parts" + (": " + ", ".join(removed) if removed else ""))
 
 
+@main.command()
+@_table_argument
+def scrub(table_dir: str) -> None:
+    """Verify every stripe unit and parity block of the table's parts (storage policies)."""
+    report = MergeTreeTable.open(table_dir).scrub(progress=True)
+    click.echo(str(report))
+    sys.exit(0 if report.ok else 1)
+
+
+@main.command()
+@_table_argument
+@click.argument("disk")
+def rebuild(table_dir: str, disk: str) -> None:
+    """Restore the replaced (empty) DISK of a raid1/raid5 volume from the other disks."""
+    report = MergeTreeTable.open(table_dir).rebuild(disk, progress=True)
+    click.echo(f"rebuilt disk {report.disk}: {report.parts_rebuilt} parts, {report.bytes_written:,} bytes")
+
+
+@main.command("export-part")
+@_table_argument
+@click.argument("part")
+@click.argument("destination", type=click.Path(exists=False))
+def export_part(table_dir: str, part: str, destination: str) -> None:
+    """Write PART as a plain ClickHouse part directory DESTINATION (for ATTACH PART)."""
+    path = MergeTreeTable.open(table_dir).export_part(part, destination)
+    click.echo(f"exported {part} to {path}")
+
+
+@main.command()
+@click.option("--coordinator", "-c", default=None,
+              help="Coordinator URL (file:///dir or zk://host:port/path); default: the process default.")
+@click.option("--limit", default=50, show_default=True)
+def transactions(coordinator: str | None, limit: int) -> None:
+    """List running and recent transactions (like system.transactions)."""
+    from spark_mergetree.txn import coordinator_from_url, default_coordinator
+
+    coord = coordinator_from_url(coordinator) if coordinator else default_coordinator()
+    click.echo(f"{'tid':>10} {'state':10} {'csn':>10} {'snapshot':>10}  tables")
+    for record in coord.list_transactions(limit):
+        csn = "-" if record.csn is None else record.csn
+        snapshot = "-" if record.snapshot is None else record.snapshot
+        click.echo(f"{record.tid:>10} {record.state.value:10} {csn:>10} {snapshot:>10}  {', '.join(record.tables)}")
+
+
 def run() -> None:
     """Entry point that turns our errors into one clear line and exit code 2."""
     try:

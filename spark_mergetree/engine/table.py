@@ -57,10 +57,11 @@ from spark_mergetree.format.part import CHECKSUMS_FILE
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_type
-from spark_mergetree.storage.part_store import PartStore
+from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
 from spark_mergetree.storage.policy import StoragePolicy
 from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
-from spark_mergetree.txn.table_log import write_file_atomically
+from spark_mergetree.storage.stripe_map import PLAIN_MAP_SUFFIX
+from spark_mergetree.txn.table_log import PART_ROOTS_FILE, write_file_atomically
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,12 @@ class MergeTreeTable:
         uuid = self.definition.uuid or "table"
         return f"store/{uuid[:3]}/{uuid}"
 
+    def _record_part_roots(self) -> None:
+        """Tell the commit log where this table's part directories live (every disk of the policy)."""
+        roots = [str(self.store.table_dir(disk)) for volume in self.storage_policy.volumes for disk in volume.disks]
+        payload = {"roots": roots, "sidecar_suffixes": [PLAIN_MAP_SUFFIX]}
+        write_file_atomically(self.path / PART_ROOTS_FILE, json.dumps(payload, indent=1).encode())
+
     # ------------------------------------------------------------------ create / open
 
     @classmethod
@@ -209,7 +216,10 @@ class MergeTreeTable:
         metadata = TableMetadata(definition, engine_settings)
         _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings  # validate
         cls._write_layout(target, definition, engine_settings)
-        return cls.open(target, coordinator=coordinator if not isinstance(coordinator, str) else None)
+        table = cls.open(target, coordinator=coordinator if not isinstance(coordinator, str) else None)
+        if engine_settings.get("storage_policy"):
+            table._record_part_roots()
+        return table
 
     @staticmethod
     def _write_layout(target: Path, definition: TableDefinition, engine_settings: Mapping[str, Any]) -> None:
@@ -588,6 +598,22 @@ class MergeTreeTable:
         if report.parts_checked and on_part is not None:
             on_part("")
         return report
+
+    # ------------------------------------------------------------------ storage upkeep
+
+    def scrub(self, progress: bool = False) -> ScrubReport:
+        """Verify every stripe unit and parity block of every part on the table's disks."""
+        return self.store.scrub(progress=progress)
+
+    def rebuild(self, disk: str, progress: bool = True) -> RebuildReport:
+        """Restore a replaced (empty) disk of a raid1/raid5 volume from the other disks."""
+        return self.store.rebuild(disk, progress=progress)
+
+    def export_part(self, part: str, destination: str | os.PathLike[str]) -> Path:
+        """Write a part (striped or not) as a plain ClickHouse part directory at `destination`."""
+        if part not in self.visible_parts()[1]:
+            raise InvalidOptionError(f"part {part!r} is not a visible part of {self.path}")
+        return self.store.export_plain(part, destination)
 
     def drop_data(self) -> None:
         """Delete the table directory (used by catalogs; the table object is unusable after)."""

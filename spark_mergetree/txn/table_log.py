@@ -37,7 +37,10 @@ _ENTRY_NAME = re.compile(r"^(\d{20})\.json$")
 _STAGED_NAME = re.compile(r"^(\d{20})\.staged-[0-9a-f]+\.json$")
 # Names the engine gives part directories, and the temporary names it writes them under.
 _PART_DIRECTORY = re.compile(r"^[0-9A-Za-z-]+_\d+_\d+_\d+(?:_\d+)?$")
-_TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp)[_-]")
+_TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp|staged)[_-]")
+# Where a table's part directories live when they are not (only) in the table directory: written by
+# the engine for tables on multi-disk storage policies. {"roots": [dirs], "sidecar_suffixes": [...]}
+PART_ROOTS_FILE = Path("_mergetree") / "part_roots.json"
 
 
 def fsync_directory(path: Path) -> None:
@@ -126,6 +129,34 @@ class TableLog:
     def __init__(self, table_dir: str | os.PathLike) -> None:
         self.table_dir = Path(table_dir)
         self.directory = self.table_dir / LOG_DIRECTORY
+        self._roots: tuple[list[Path], list[str]] | None = None
+
+    # ---- part directories ------------------------------------------------------------------------
+
+    def _part_roots(self) -> tuple[list[Path], list[str]]:
+        """(directories holding part directories, suffixes of files kept beside a part directory)."""
+        if self._roots is None:
+            try:
+                raw = json.loads((self.table_dir / PART_ROOTS_FILE).read_bytes())
+                roots = [self.table_dir / r for r in raw.get("roots", [])] or [self.table_dir]
+                self._roots = (roots, list(raw.get("sidecar_suffixes", [])))
+            except FileNotFoundError:
+                self._roots = ([self.table_dir], [])
+        return self._roots
+
+    def part_directory_exists(self, name: str) -> bool:
+        return any((root / name).is_dir() for root in self._part_roots()[0])
+
+    def remove_part_directory(self, name: str) -> None:
+        """Delete a part directory on every root (and its sidecar files), each removal atomic."""
+        roots, suffixes = self._part_roots()
+        for root in roots:
+            for suffix in suffixes:
+                try:
+                    os.unlink(root / (name + suffix))
+                except FileNotFoundError:
+                    pass
+            remove_directory(root / name)
 
     # ---- files ---------------------------------------------------------------------------------
 
@@ -290,7 +321,7 @@ class TableLog:
             raise TransactionError(f"{path}: refusing to discard an entry committed at csn {entry.csn}")
         if delete_added_parts:
             for name in entry.added:
-                remove_directory(self.table_dir / name)
+                self.remove_part_directory(name)
         path.unlink(missing_ok=True)
         fsync_directory(self.directory)
 
@@ -433,17 +464,19 @@ class TableLog:
             # entry names is garbage.
             for name in staged.added:
                 if name not in named:
-                    remove_directory(self.table_dir / name)
+                    self.remove_part_directory(name)
                     report.deleted_directories.append(name)
             path.unlink(missing_ok=True)
         running = coordinator.running()
         # A running transaction may be between writing a directory and naming it in its entry:
         # spare whatever changed after the oldest one began.
         cutoff = min(info.started for info in running) - clock_margin if running else float("inf")
-        try:
-            candidates = list(os.scandir(self.table_dir))
-        except FileNotFoundError:
-            return report
+        candidates = []
+        for root in self._part_roots()[0]:
+            try:
+                candidates.extend(os.scandir(root))
+            except FileNotFoundError:
+                continue
         for item in candidates:
             if not item.is_dir(follow_symlinks=False) or item.name in named:
                 continue
@@ -454,8 +487,9 @@ class TableLog:
             except FileNotFoundError:
                 continue
             if modified < cutoff:
-                remove_directory(Path(item.path))
-                report.deleted_directories.append(item.name)
+                self.remove_part_directory(item.name)
+                if item.name not in report.deleted_directories:
+                    report.deleted_directories.append(item.name)
         return report
 
     def recover(self, coordinator: Coordinator, clock_margin: float = 5.0) -> RecoveryReport:
@@ -495,7 +529,7 @@ class TableLog:
             floor = max((versions[name].removed for name in drop), default=None)
             self._checkpoint_locked(drop=drop, floor=floor)
             for name in drop:
-                remove_directory(self.table_dir / name)
+                self.remove_part_directory(name)
             identity = self.identity()
             if drop and identity is not None:
                 coordinator.forget_removals(identity["table_id"], drop)

@@ -22,7 +22,7 @@ from spark_mergetree.txn.coordinator import (
     TxnState,
     default_coordinator,
 )
-from spark_mergetree.txn.table_log import TableLog, remove_directory
+from spark_mergetree.txn.table_log import TableLog
 
 
 class _TableChanges:
@@ -110,7 +110,7 @@ class Transaction:
         for name in names:
             if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
                 raise InvalidOptionError(f"bad part name {name!r} for table {changes.log.table_dir}")
-            if not (changes.log.table_dir / name).is_dir():
+            if not changes.log.part_directory_exists(name):
                 raise InvalidOptionError(f"part directory {changes.log.table_dir / name} does not exist")
             # Only this transaction's own names are checked: reading the table's log just to
             # append would cost every insert; block numbers make names unique anyway.
@@ -241,7 +241,7 @@ class Transaction:
             log.discard(self.tid, delete_added_parts=True)
         for changes in touched:
             for name in changes.added:
-                remove_directory(changes.log.table_dir / name)
+                changes.log.remove_part_directory(name)
         self._drop_adopted()
 
     def rollback(self) -> None:
