@@ -1,12 +1,10 @@
-"""Benchmark of the storage layouts: write and full read of a table-sized part on single, jbod,
-raid0, raid1 and raid5 over several disk directories, degraded raid5 reads, and XOR parity speed.
+"""Storage layouts through the engine: write and full read of a real table on jbod, raid0, raid1 and
+raid5 over several disk directories, a degraded raid5 read (one disk gone), and XOR parity speed.
 
-Times are printed as ratios against a single-disk plain store measured in the same run. The
-synthetic part imitates what 10M rows of (id UInt64, ts UInt64, value Float64, name String)
-compress to; `parts_source` can be swapped for a function yielding real parts from the engine.
+Times are medians, printed as ratios against a plain single-disk table measured in the same run.
 
-    python benchmarks/raid.py                      # ~300 MB, 4 disk directories under a temp dir
-    python benchmarks/raid.py --rows 2000000 --disks 4 --root /mnt/bench
+    python benchmarks/raid.py                          # 10M rows, 4 disk directories in a temp dir
+    python benchmarks/raid.py --rows 2000000 --root /mnt/bench
 """
 
 from __future__ import annotations
@@ -14,133 +12,100 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
+import pyarrow as pa
 
-from spark_mergetree.storage import DegradedReadWarning, Disk, StoragePolicy, Volume, xor_parity
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.storage import DegradedReadWarning, xor_parity
 
-Part = tuple[str, dict[str, bytes], dict[str, np.ndarray]]
-
-#: Compressed bytes per row per column file, roughly what ClickHouse's LZ4 leaves of each stream
-#: for realistic data (ids and timestamps compress well, doubles and names less).
-DEFAULT_COLUMN_BYTES_PER_ROW = {"id.bin": 7.0, "ts.bin": 7.0, "value.bin": 8.0, "name.size.bin": 2.0,
-                                "name.bin": 6.0}
+COLUMNS = [("id", "UInt64"), ("ts", "UInt64"), ("value", "Float64"), ("name", "String")]
+LAYOUTS = ("jbod", "raid0", "raid1", "raid5")
 
 
-def synthetic_part(rows: int, column_bytes_per_row: dict[str, float], seed: int = 0,
-                   granule_rows: int = 8192) -> Part:
-    """One part of random column files cut into compressed-block-sized pieces at granule marks."""
-    rng = np.random.default_rng(seed)
-    granules = max(1, -(-rows // granule_rows))
-    files: dict[str, bytes] = {}
-    boundaries: dict[str, np.ndarray] = {}
-    for name, per_row in column_bytes_per_row.items():
-        size = max(1, int(rows * per_row))
-        # Blocks of one or more granules, 64 KiB .. 1 MiB, like the writer cuts them.
-        blocks = rng.integers(64 << 10, 1 << 20, size=size // (64 << 10) + 2)
-        starts = np.concatenate(([0], np.cumsum(blocks)))
-        boundaries[name] = starts[starts < size].astype(np.int64)
-        files[name] = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
-        files[name.removesuffix(".bin") + ".mrk2"] = rng.integers(0, 256, 24 * (granules + 1), dtype=np.uint8).tobytes()
-    files["count.txt"] = str(rows).encode()
-    files["columns.txt"] = (b"columns format version: 1\n4 columns:\n`id` UInt64\n`ts` UInt64\n"
-                            b"`value` Float64\n`name` String\n")
-    files["primary.idx"] = rng.integers(0, 256, 8 * (granules + 1), dtype=np.uint8).tobytes()
-    files["checksums.txt"] = rng.integers(0, 256, 400, dtype=np.uint8).tobytes()
-    return "all_1_1_0", files, boundaries
+def make_data(rows: int) -> pa.Table:
+    ids = np.arange(rows, dtype=np.uint64)
+    return pa.table({"id": ids, "ts": ids * 1000 + 1_700_000_000, "value": np.random.default_rng(1).random(rows),
+                     "name": pa.array(np.char.add("name_", (ids % 100_000).astype(str)))})
 
 
-def make_policy(root: Path, layout: str, n_disks: int, unit_bytes: int) -> StoragePolicy:
-    disks = [Disk(f"disk{i}", str(root / layout / f"disk{i}")) for i in range(n_disks)]
-    return StoragePolicy(layout, [Volume("main", disks, layout, stripe_unit_bytes=unit_bytes)])
+def policy(root: Path, layout: str, disks: int, unit_bytes: int) -> dict:
+    return {"name": layout, "disks": {f"d{i}": {"path": str(root / f"{layout}-disk{i}")} for i in range(disks)},
+            "volumes": [{"name": "main", "disks": [f"d{i}" for i in range(disks)], "layout": layout,
+                         "stripe_unit_bytes": unit_bytes}]}
 
 
-def timed(action: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
+def median_time(action, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
-def measure(policy: StoragePolicy, parts: list[Part], repeats: int) -> dict[str, float]:
-    store = policy.part_store("table")
-    names = [(name, list(files)) for name, files, _b in parts]
-    write_times = []
-    for r in range(repeats):
-        write_times.append(timed(lambda: [store.write_part(f"{n}_{r}", f, b) for n, f, b in parts]))
-        if r:
-            for n, _f, _b in parts:
-                store.remove_part(f"{n}_{r}")
-    write = min(write_times)
+def measure(root: Path, name: str, settings: dict, data: pa.Table, repeats: int) -> tuple[float, float, MergeTreeTable]:
+    def write() -> None:
+        shutil.rmtree(root / name, ignore_errors=True)
+        for disk in root.glob(f"{name}-disk*"):
+            shutil.rmtree(disk, ignore_errors=True)
+        MergeTreeTable.create(root / name, COLUMNS, order_by="id", settings={"auto_merge": False, **settings}) \
+            .insert(data)
 
-    def read_all() -> int:
-        return sum(len(store.read_file(f"{n}_0", f)) for n, files in names for f in files)
-
-    read_all()  # warm the page cache, so every layout is measured on equal terms
-    read = min(timed(read_all) for _ in range(repeats))
-    result = {"write": write, "read": read}
-    if policy.volumes[0].layout == "raid5":
-        shutil.rmtree(policy.volumes[0].disks[1].path)
-        degraded_store = policy.part_store("table")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DegradedReadWarning)
-            result["degraded read"] = min(timed(lambda: sum(
-                len(degraded_store.read_file(f"{n}_0", f)) for n, files in names for f in files))
-                for _ in range(repeats))
-        degraded_store.close()
-    store.close()
-    return result
+    write_time = median_time(write, repeats)
+    table = MergeTreeTable.open(root / name)
+    read_time = median_time(lambda: table.to_arrow(), repeats)
+    return write_time, read_time, table
 
 
 def xor_throughput(unit_bytes: int = 1 << 20, width: int = 3, total_bytes: int = 256 << 20) -> float:
-    """GB/s of data units folded into parity by one thread."""
-    rng = np.random.default_rng(1)
-    units = [rng.integers(0, 256, unit_bytes, dtype=np.uint8) for _ in range(width)]
-    stripes = max(1, total_bytes // (unit_bytes * width))
-    xor_parity(units, unit_bytes)
-    seconds = timed(lambda: [xor_parity(units, unit_bytes) for _ in range(stripes)])
-    return stripes * unit_bytes * width / seconds / 1e9
+    """GB/s of parity computed over `width` data units, on one core."""
+    units = [np.random.default_rng(i).integers(0, 255, unit_bytes, dtype=np.uint8) for i in range(width)]
+    rounds = max(1, total_bytes // (unit_bytes * width))
+    start = time.perf_counter()
+    for _ in range(rounds):
+        xor_parity(units, unit_bytes)
+    return rounds * unit_bytes * width / (time.perf_counter() - start) / 1e9
 
 
-def main(argv: list[str] | None = None, parts_source: Callable[[argparse.Namespace], Iterator[Part]] | None = None
-         ) -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--disks", type=int, default=4)
     parser.add_argument("--unit-bytes", type=int, default=1 << 20)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--layouts", default="jbod,raid0,raid1,raid5")
-    parser.add_argument("--root", help="directory for the disk directories (default: a temporary one)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--root", default=None, help="where the disk directories go (default: a temp dir)")
+    args = parser.parse_args()
+    root = Path(args.root or tempfile.mkdtemp(prefix="mergetree-raid-"))
+    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (root / "coordinator").as_uri())
+    data = make_data(args.rows)
 
-    parts = list(parts_source(args)) if parts_source else [synthetic_part(args.rows, DEFAULT_COLUMN_BYTES_PER_ROW)]
-    total = sum(len(d) for _n, files, _b in parts for d in files.values())
-    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="raid-bench-"))
-    print(f"{total / 1e6:.0f} MB in {len(parts)} part(s), {args.disks} disk directories under {root}, "
-          f"stripe unit {args.unit_bytes} B, {os.cpu_count()} cores; reads are from the page cache")
-    try:
-        baseline = measure(make_policy(root, "single", 1, args.unit_bytes), parts, args.repeats)
-        print(f"{'layout':<8} {'write s':>8} {'write x':>8} {'read s':>8} {'read x':>8} {'MB/s read':>10}")
-        print(f"{'single':<8} {baseline['write']:8.3f} {1.0:8.2f} {baseline['read']:8.3f} {1.0:8.2f} "
-              f"{total / baseline['read'] / 1e6:10.0f}")
-        for layout in args.layouts.split(","):
-            result = measure(make_policy(root, layout, args.disks, args.unit_bytes), parts, args.repeats)
-            print(f"{layout:<8} {result['write']:8.3f} {result['write'] / baseline['write']:8.2f} "
-                  f"{result['read']:8.3f} {result['read'] / baseline['read']:8.2f} {total / result['read'] / 1e6:10.0f}")
-            if "degraded read" in result:
-                d = result["degraded read"]
-                print(f"{'raid5-1':<8} {'':>8} {'':>8} {d:8.3f} {d / baseline['read']:8.2f} {total / d / 1e6:10.0f}"
-                      f"   (one disk lost: units rebuilt from parity)")
-            shutil.rmtree(root / layout, ignore_errors=True)
-        print(f"XOR parity: {xor_throughput(args.unit_bytes):.2f} GB/s per core "
-              f"(units of {args.unit_bytes} B, {args.disks - 1} per stripe)")
-    finally:
-        if not args.root:
-            shutil.rmtree(root, ignore_errors=True)
+    base_write, base_read, _ = measure(root, "plain", {}, data, args.repeats)
+    print(f"rows: {args.rows:,}  disks: {args.disks}  stripe unit: {args.unit_bytes:,} B  (medians of {args.repeats})")
+    print(f"{'layout':16}{'write s':>9}{'ratio':>7}{'read s':>9}{'ratio':>7}")
+    print(f"{'plain (1 disk)':16}{base_write:9.2f}{1:7.2f}{base_read:9.2f}{1:7.2f}")
+    for layout in LAYOUTS:
+        disks = 2 if layout == "raid1" else args.disks
+        write, read, table = measure(root, layout, {"storage_policy": policy(root, layout, disks, args.unit_bytes)},
+                                     data, args.repeats)
+        print(f"{layout:16}{write:9.2f}{write / base_write:7.2f}{read:9.2f}{read / base_read:7.2f}")
+        if layout == "raid5":
+            shutil.rmtree(root / "raid5-disk1")
+            degraded = MergeTreeTable.open(table.path)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DegradedReadWarning)
+                rows = degraded.to_arrow().num_rows
+                assert rows == args.rows, rows
+                read = median_time(lambda: degraded.to_arrow(), args.repeats)
+            print(f"{'raid5 degraded':16}{'':16}{read:9.2f}{read / base_read:7.2f}")
+    print(f"XOR parity: {xor_throughput():.2f} GB/s per core")
+    if args.root is None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def _example_part():
                      "d": pa.array([dt.date(2024, 1, 20), dt.date(2024, 1, 15)], pa.date32())})
     rows = rows.sort_by("x")
     partition = PartitionValue([pa.array([202401], pa.uint32())], ["UInt32"], ["d"])
-    return write_wide_part(rows, COLUMNS, ["x"], partition)
+    return write_wide_part(rows, COLUMNS, [("UInt32", rows["x"])], partition)
 
 
 def test_text_files_match_the_spec():
