@@ -67,13 +67,42 @@ def bench_two_tables(coordinator: Coordinator, root: Path, count: int) -> list[f
     return samples
 
 
-def run_backend(backend: str, make: Callable[[], Coordinator], count: int) -> None:
+def bench_write_overhead(coordinator: Coordinator, root: Path, rows: int, runs: int) -> None:
+    """A transactional insert (parts + commit) against the same parts written with no commit."""
+    import numpy as np
+    import pyarrow as pa
+
+    from spark_mergetree import MergeTreeTable
+
+    ids = np.arange(rows, dtype=np.uint64)
+    data = pa.table({"id": ids, "value": np.random.default_rng(0).random(rows),
+                     "name": pa.array(np.char.add("n", (ids % 1000).astype(str)))})
+    table = MergeTreeTable.create(root / f"overhead-{uuid.uuid4().hex[:6]}",
+                                  [("id", "UInt64"), ("value", "Float64"), ("name", "String")],
+                                  order_by="id", settings={"auto_merge": False}, coordinator=coordinator)
+    plain, transactional = [], []
+    for _ in range(runs):
+        started = time.perf_counter()
+        staged = table.stage(data)
+        plain.append(time.perf_counter() - started)
+        table.discard_staged(staged[0].tag)
+        started = time.perf_counter()
+        table.insert(data)
+        transactional.append(time.perf_counter() - started)
+    p, t = statistics.median(plain), statistics.median(transactional)
+    print(f"{coordinator.url.split(':')[0]:<10} write {rows:>10,} rows: plain {p * 1000:.0f} ms, "
+          f"transactional {t * 1000:.0f} ms, overhead {100 * (t - p) / p:+.1f}%")
+
+
+def run_backend(backend: str, make: Callable[[], Coordinator], count: int, rows: int) -> None:
     coordinator = make()
     work = Path(tempfile.mkdtemp(prefix="txn-bench-"))
     try:
         bench_coordinator(coordinator, min(20, count))  # warm-up
         report(backend, "coordinator", bench_coordinator(coordinator, count))
         report(backend, "two-table", bench_two_tables(coordinator, work, count))
+        for size in (rows // 10, rows):
+            bench_write_overhead(coordinator, work, size, 3)
     finally:
         coordinator.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -82,12 +111,13 @@ def run_backend(backend: str, make: Callable[[], Coordinator], count: int) -> No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--transactions", type=int, default=300)
+    parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the write-overhead case")
     parser.add_argument("--zk-hosts", help="use this ZooKeeper instead of starting one")
     parser.add_argument("--dir", help="directory for the local coordinator (default: a temp dir)")
     args = parser.parse_args()
 
     local_dir = Path(args.dir or tempfile.mkdtemp(prefix="txn-bench-coordinator-")) / uuid.uuid4().hex
-    run_backend("local", lambda: LocalCoordinator(local_dir), args.transactions)
+    run_backend("local", lambda: LocalCoordinator(local_dir), args.transactions, args.rows)
 
     from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
 
@@ -99,7 +129,7 @@ def main() -> None:
         hosts = server.hosts
     try:
         root = f"/bench_{uuid.uuid4().hex[:8]}"
-        run_backend("zookeeper", lambda: ZooKeeperCoordinator(hosts, root), args.transactions)
+        run_backend("zookeeper", lambda: ZooKeeperCoordinator(hosts, root), args.transactions, args.rows)
     finally:
         if server is not None:
             server.close()
