@@ -85,7 +85,10 @@ def _coordinator(url: str | None) -> Any:
 
 
 def resolve(path: str, catalog: str | None, create_statement: str | None, coordinator: str | None) -> TableRef:
-    """Turn the user's location options into a TableRef (a catalog name resolves to its directory)."""
+    """Turn the user's location options into a TableRef (a catalog name resolves to its directory).
+
+    A catalog table that does not exist yet gets a TableRef with an empty path (a write creates it).
+    """
     if catalog:
         from spark_mergetree.catalog.catalog import Catalog
 
@@ -94,12 +97,17 @@ def resolve(path: str, catalog: str | None, create_statement: str | None, coordi
                                      "a catalog table's statement comes from the catalog")
         if "." not in path:
             raise InvalidOptionError(f"with option 'catalog', load()/save() takes '<database>.<table>', got {path!r}")
-        info = Catalog(catalog, recover=False).table_info(path)
+        try:
+            info = Catalog(catalog, recover=False).table_info(path)
+        except TableNotFoundError:
+            return TableRef("", None, coordinator, name=path)
         return TableRef(str(info.data_path), info.statement, coordinator, name=path)
     return TableRef(str(Path(path).absolute()), create_statement, coordinator)
 
 
 def table_exists(ref: TableRef) -> bool:
+    if not ref.path:
+        return False
     if ref.create_statement:
         return True
     from spark_mergetree.engine.table import MergeTreeTable
@@ -114,6 +122,8 @@ def table_exists(ref: TableRef) -> bool:
 def open_table(ref: TableRef) -> Any:
     from spark_mergetree.engine.table import MergeTreeTable
 
+    if not ref.path:
+        raise TableNotFoundError(f"table {ref.name} does not exist in the catalog")
     return MergeTreeTable.open(ref.path, create_statement=ref.create_statement,
                                coordinator=_coordinator(ref.coordinator))
 
@@ -129,6 +139,7 @@ def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: st
 
         cat = Catalog(catalog, recover=False)
         assert ref.name is not None
+        cat.create_database(ref.name.partition(".")[0], if_not_exists=True)
         cat.define_table(ref.name, list(columns), order, partition_by, primary_key, engine_settings or None,
                          if_not_exists=True)
         info = cat.table_info(ref.name)

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from spark_mergetree.errors import InvalidOptionError
 
-# Rows one input partition should cover; granule ranges are grouped up to this size.
-DEFAULT_TARGET_ROWS = 1 << 20
+# Uncompressed bytes one input partition should cover (Spark's spark.sql.files.maxPartitionBytes
+# default); granule ranges are grouped up to that many rows of the columns read.
+DEFAULT_TARGET_BYTES = 128 << 20
 # Rows a write task buffers before staging parts: bounds task memory while keeping parts large.
 DEFAULT_STAGE_ROWS = 4 << 20
 
@@ -98,7 +99,7 @@ class ReadOptions:
     coordinator: str | None = None
     columns: list[str] | None = None
     where: str | None = None
-    target_rows: int = DEFAULT_TARGET_ROWS
+    target_rows: int | None = None
     pushdown: bool = True
     snapshot: int | None = None
 
@@ -117,7 +118,7 @@ class ReadOptions:
             coordinator=options.get("coordinator") or None,
             columns=parse_columns(options.get("columns")),
             where=where,
-            target_rows=parse_int(options, "target_rows", DEFAULT_TARGET_ROWS, minimum=1),
+            target_rows=parse_int(options, "target_rows", None, minimum=1),
             pushdown=parse_bool(options, "pushdown", True),
             snapshot=parse_int(options, "snapshot", None),
         )

@@ -42,7 +42,7 @@ from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, Tabl
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
 from spark_mergetree.spark.filters import to_predicate
-from spark_mergetree.spark.options import ReadOptions, WriteOptions
+from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, ReadOptions, WriteOptions
 from spark_mergetree.spark.types import (
     check_readable_columns,
     check_writable,
@@ -165,6 +165,7 @@ class MergeTreeReader(DataSourceReader):
         self.table_arrow = table_arrow
         self.where = where
         self.pushed: Any = None
+        self.target_rows = opts.target_rows or _target_rows(schema)
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         filters = list(filters)
@@ -175,20 +176,20 @@ class MergeTreeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot)
-        full = adapter.plan(self.ref, self.columns, self.where, self.opts.target_rows, parts)
+        full = adapter.plan(self.ref, self.columns, self.where, self.target_rows, parts)
         stats = {"granules_total": full.granules_total, "granules_read": full.granules_read}
-        shares: list[list[Any]] = [[task] for task in full.tasks] or [[]]
         if self.pushed is None:
+            shares = _spread(full.tasks, parts)
             return [MergeTreePartition(i, share, None, "", parts, stats) for i, share in enumerate(shares)]
-        pruned = adapter.plan(self.ref, self.columns, _and(self.where, self.pushed), self.opts.target_rows, parts)
+        pruned = adapter.plan(self.ref, self.columns, _and(self.where, self.pushed), self.target_rows, parts)
         stats["granules_read"] = pruned.granules_read
         plan_id = uuid.uuid4().hex
         _sweep_claims(self.ref)
-        pruned_shares: list[list[Any]] = [[] for _ in shares]
-        for position, task in enumerate(pruned.tasks):
-            pruned_shares[position % len(shares)].append(task)
-        return [MergeTreePartition(i, share, pruned_shares[i], plan_id, parts, stats)
-                for i, share in enumerate(shares)]
+        # As many partitions as the pruned read needs; the unpruned fallback rides along in them.
+        pruned_shares = _spread(pruned.tasks, parts)
+        full_shares = _distribute(full.tasks, len(pruned_shares))
+        return [MergeTreePartition(i, full_shares[i], pruned_shares[i], plan_id, parts, stats)
+                for i in range(len(pruned_shares))]
 
     def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         visible = adapter.visible_for_task(self.ref, partition.parts, adapter.current_txn_from_task())
@@ -201,6 +202,39 @@ class MergeTreeReader(DataSourceReader):
             for batch in adapter.read(self.ref, task, self.columns, self.where):
                 if batch.num_rows:
                     yield conform_batch(batch, self.target)
+
+
+def _target_rows(schema: StructType) -> int:
+    """Rows per input partition: ~128 MiB of the columns read, between 64 Ki and 16 Mi rows.
+
+    Every Python task costs Spark a fixed ~0.1 s, so partitions should be big; the byte target
+    keeps them as big as Spark's own file splits.
+    """
+    row_bytes = 0
+    for field in spark_arrow_schema(schema):
+        try:
+            row_bytes += max(1, field.type.bit_width // 8)
+        except ValueError:  # variable width: strings, binaries, nested values
+            row_bytes += 32
+    return max(1 << 16, min(1 << 24, DEFAULT_TARGET_BYTES // max(1, row_bytes)))
+
+
+def _distribute(tasks: list[Any], count: int) -> list[list[Any]]:
+    shares: list[list[Any]] = [[] for _ in range(count)]
+    for position, task in enumerate(tasks):
+        shares[position % count].append(task)
+    return shares
+
+
+def _spread(tasks: list[Any], parts: adapter.PartSets) -> list[list[Any]]:
+    """One partition per task of a visible part; tasks of parts only a transaction may see ride
+    along (outside transactions they are skipped, so they must not cost partitions of their own)."""
+    visible = [task for task in tasks if task.part in parts.visible]
+    others = [task for task in tasks if task.part not in parts.visible]
+    shares = [[task] for task in visible] or [[]]
+    for position, task in enumerate(others):
+        shares[position % len(shares)].append(task)
+    return shares
 
 
 def _claim_dir(ref: TableRef) -> Path:

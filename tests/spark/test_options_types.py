@@ -134,3 +134,11 @@ def test_filters_translate_for_pruning_and_drop_what_is_unsafe() -> None:
         p.Not(p.IsNull(p.Column("s"))),
     ))
     assert to_predicate([EqualTo(("id",), 2.5)], schema) is None
+
+
+def test_nanosecond_timestamps_truncate_to_microseconds() -> None:
+    engine = pa.schema([pa.field("t", pa.timestamp("ns", tz="UTC"))])
+    batch = pa.RecordBatch.from_arrays([pa.array([1_000_000_001_999, -1], pa.timestamp("ns", tz="UTC"))],
+                                       schema=engine)
+    out = conform_batch(batch, spark_arrow_schema(spark_schema(engine)))
+    assert out.column(0).cast(pa.int64()).to_pylist() == [1_000_000_001, 0]

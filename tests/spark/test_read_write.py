@@ -188,3 +188,18 @@ def test_unsigned_and_wide_types_read_from_engine_table(spark, tmp_path: Path) -
     with pytest.raises(Exception, match="small"):
         (spark.createDataFrame([(decimal.Decimal(7), -1)], "k decimal(20,0), small short")
          .write.format("mergetree").mode("append").save(str(path)))
+
+
+def test_catalog_tables_by_name(spark, tmp_path: Path) -> None:
+    from spark_mergetree.catalog.catalog import Catalog
+
+    root = str(tmp_path / "catalog")
+    df = spark.range(0, 50).selectExpr("id", "cast(id % 3 as int) as k")
+    (df.write.format("mergetree").option("catalog", root).option("order_by", "id")
+     .mode("append").save("shop.items"))
+    df.write.format("mergetree").option("catalog", root).mode("append").save("shop.items")
+    assert Catalog(root).tables("shop") == ["items"]
+    read = spark.read.format("mergetree").option("catalog", root).load("shop.items")
+    assert read.count() == 100 and read.columns == ["id", "k"]
+    with pytest.raises(Exception, match="does not exist"):
+        spark.read.format("mergetree").option("catalog", root).load("shop.nothing").count()
