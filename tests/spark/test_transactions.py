@@ -72,3 +72,26 @@ def test_reads_inside_a_transaction_are_repeatable(spark, tmp_path: Path) -> Non
         assert _engine_count(a) == 20
         assert _count(spark, a) == 10
     assert _count(spark, a) == 20
+
+
+def test_dataframe_planned_before_the_transaction_fails_clearly(spark, tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    _make(spark, a, 10)
+    early = spark.read.format("mergetree").load(str(a))
+    assert early.count() == 10  # planned now; PySpark 4.3 replays this plan for later actions
+    with transaction(spark):
+        spark.range(100, 105).write.format("mergetree").mode("append").save(str(a))
+        with pytest.raises(Exception, match="load it again"):
+            early.count()
+        assert _count(spark, a) == 15
+    assert _count(spark, a) == 15
+
+
+def test_time_travel_with_the_snapshot_option(spark, tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    _make(spark, a, 10)
+    table = MergeTreeTable.open(a)
+    before, _ = table.visible_parts()
+    spark.range(10, 15).write.format("mergetree").mode("append").save(str(a))
+    old = spark.read.format("mergetree").option("snapshot", str(before)).load(str(a))
+    assert old.count() == 10 and _count(spark, a) == 15
