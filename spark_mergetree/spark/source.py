@@ -20,6 +20,7 @@ per task partition id, and removes everything else the job staged.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -111,7 +112,8 @@ class MergeTreeDataSource(DataSource):
         where = _parse_where(opts.where)
         if where is not None:
             adapter.check_where(ref, where)
-        return MergeTreeReader(ref, opts, schema, table_arrow, where)
+        reader_class = MergeTreePushdownReader if _planning_pushes_filters() else MergeTreeReader
+        return reader_class(ref, opts, schema, table_arrow, where)
 
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
         opts = WriteOptions.parse(self.options, overwrite)
@@ -167,13 +169,6 @@ class MergeTreeReader(DataSourceReader):
         self.pushed: Any = None
         self.target_rows = opts.target_rows or _target_rows(schema)
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        filters = list(filters)
-        if self.opts.pushdown:
-            self.pushed = to_predicate(filters, self.table_arrow)
-        # Every filter goes back to Spark: pruning here only narrows what is read (see module doc).
-        return iter(filters)
-
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot)
         full = adapter.plan(self.ref, self.columns, self.where, self.target_rows, parts)
@@ -202,6 +197,38 @@ class MergeTreeReader(DataSourceReader):
             for batch in adapter.read(self.ref, task, self.columns, self.where):
                 if batch.num_rows:
                     yield conform_batch(batch, self.target)
+
+
+class MergeTreePushdownReader(MergeTreeReader):
+    """The reader Spark plans with when it has filters to push."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        filters = list(filters)
+        if self.opts.pushdown:
+            self.pushed = to_predicate(filters, self.table_arrow)
+        # Every filter goes back to Spark: pruning here only narrows what is read (see module doc).
+        return iter(filters)
+
+
+_PUSHDOWN_WORKER = "data_source_pushdown_filters.py"
+
+
+def _planning_pushes_filters() -> bool:
+    """Whether reader() was called by PySpark's filter-pushdown planner.
+
+    PySpark 4.3 refuses a reader that defines pushFilters when
+    spark.sql.python.filterPushdown.enabled is false (DATA_SOURCE_PUSHDOWN_DISABLED), yet calls
+    reader() with no hint of that setting. It plans with pushdown in a worker of its own, so the
+    calling module tells: only that worker gets the reader with pushFilters.
+    """
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith(_PUSHDOWN_WORKER):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _target_rows(schema: StructType) -> int:

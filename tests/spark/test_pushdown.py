@@ -64,3 +64,15 @@ def test_pushdown_disabled_by_option_still_correct(spark, table_path: str) -> No
     df = spark.read.format("mergetree").option("pushdown", "false").load(table_path)
     rows, scanned = _collect_with_scan_rows(df.filter("id < 5"))
     assert len(rows) == 5 and scanned == ROWS
+
+
+def test_reads_work_with_session_pushdown_disabled(spark, table_path: str) -> None:
+    key = "spark.sql.python.filterPushdown.enabled"
+    spark.conf.set(key, "false")
+    try:
+        df = spark.read.format("mergetree").load(table_path)
+        rows, scanned = _collect_with_scan_rows(df.filter("id < 5"))
+        assert len(rows) == 5 and scanned == ROWS
+        assert df.count() == ROWS
+    finally:
+        spark.conf.set(key, "true")
