@@ -1,15 +1,25 @@
 """Crash-test worker: random DDL on a catalog root in a tight loop until killed.
 
-Usage: python ddl_worker.py ROOT JOURNAL SEED. Appends to JOURNAL `created <uuid>` after each
-committed CREATE TABLE and `purging <uuid>` before purging a dropped table's data, so the test can tell which
-tables must still exist somewhere (attached, detached or in metadata_dropped/) after a SIGKILL.
+Run as a launcher (`python ddl_worker.py`): it imports everything once, then for each stdin line
+`spawn ROOT JOURNAL SEED` forks a worker process and prints `pid <n>`, and for `reap <n>` waits
+for that child and prints `status <n> <signal>`. Forking from a warm process makes a fresh worker
+cost milliseconds instead of a Python start-up, so many kill trials stay fast; each worker is still
+a separate process whose death releases its locks as any crash would.
+
+A worker prints `ready <pid>` once its catalog is open, then appends to JOURNAL `created <uuid>`
+after each committed CREATE TABLE and `purging <uuid>` before purging a dropped table's data,
+so the test can tell which tables must still exist somewhere (attached, detached or in
+metadata_dropped/) after a SIGKILL.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import sys
 
+import spark_mergetree.expressions.ddl  # noqa: F401  (warm the import before forking)
 from spark_mergetree.catalog import Catalog
 from spark_mergetree.errors import MergeTreeError
 
@@ -17,14 +27,11 @@ DATABASES = ["a", "b-b"]
 TABLES = ["t0", "t1", "t.2"]
 
 
-def main() -> None:
-    root, journal_path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def run(root: str, journal_path: str, seed: int) -> None:
     rng = random.Random(seed)
     catalog = Catalog(root, drop_delay=3600)
     journal = open(journal_path, "a", buffering=1)
-    import spark_mergetree.expressions.ddl  # noqa: F401  (load before announcing readiness)
-
-    print("ready", flush=True)
+    _say(f"ready {os.getpid()}")
 
     def name() -> tuple[str, str]:
         return rng.choice(DATABASES), rng.choice(TABLES)
@@ -68,5 +75,37 @@ def main() -> None:
             pass  # names collide or are missing all the time; that is the point
 
 
+def _say(line: str) -> None:
+    # One write(2) per line: parent and children share the pipe, and print() may split a line.
+    os.write(1, (line + "\n").encode())
+
+
+def launcher() -> None:
+    children: set[int] = set()
+    try:
+        for line in sys.stdin:
+            command, *args = line.split()
+            if command == "spawn":
+                root, journal_path, seed = args
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        run(root, journal_path, int(seed))
+                    finally:
+                        os._exit(1)
+                children.add(pid)
+                _say(f"pid {pid}")
+            elif command == "reap":
+                pid = int(args[0])
+                _, status = os.waitpid(pid, 0)
+                children.discard(pid)
+                _say(f"status {pid} {os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1}")
+    finally:
+        # The test went away (or failed): no worker may outlive it.
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
 if __name__ == "__main__":
-    main()
+    launcher()

@@ -14,7 +14,7 @@ from spark_mergetree.catalog import Catalog
 from tests.catalog.chdb_runner import rows, run_chdb
 
 WORKER = Path(__file__).with_name("ddl_worker.py")
-TRIALS = 60
+TRIALS = 150
 
 
 def _assert_consistent(root: Path, journal: Path) -> Catalog:
@@ -64,37 +64,78 @@ def _assert_consistent(root: Path, journal: Path) -> Catalog:
     return catalog
 
 
+class Launcher:
+    """The warm launcher process of ddl_worker.py: forks workers on request."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        self.process = subprocess.Popen([sys.executable, str(WORKER)], env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._pending: list[str] = []
+
+    def _send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def expect(self, prefix: str) -> str:
+        """The next line starting with ``prefix`` (other lines are kept for later)."""
+        for index, line in enumerate(self._pending):
+            if line.startswith(prefix):
+                return self._pending.pop(index)
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "the launcher died"
+            if line.startswith(prefix):
+                return line.strip()
+            self._pending.append(line.strip())
+
+    def spawn(self, root: Path, journal: Path, seed: int) -> int:
+        self._send(f"spawn {root} {journal} {seed}")
+        return int(self.expect("pid ").split()[1])
+
+    def kill(self, pid: int) -> None:
+        os.kill(pid, signal.SIGKILL)
+        self._send(f"reap {pid}")
+        assert self.expect(f"status {pid} ").split()[2] == str(int(signal.SIGKILL)), "a worker stopped by itself"
+        self._pending = [line for line in self._pending if line != f"ready {pid}"]
+
+    def close(self) -> None:
+        """End the launcher; it kills any worker still running."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(30)
+
+
 def test_sigkill_during_ddl_leaves_consistent_catalog(tmp_path: Path) -> None:
     root = tmp_path / "root"
     journal = tmp_path / "journal"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     rng = random.Random(20261122)
     operations_seen = 0
-    for trial in range(TRIALS):
-        # Odd trials run two workers at once: their DDL races on the same names.
-        workers = [
-            subprocess.Popen([sys.executable, str(WORKER), str(root), str(journal), str(trial * 2 + k)], env=env,
-                             stdout=subprocess.PIPE, text=True)
-            for k in range(1 + trial % 2)
-        ]
-        # Every third trial dies while opening (recovery itself must be crash-safe); the
-        # others once the loop runs.
-        if trial % 3 == 0:
-            time.sleep(rng.uniform(0.0, 0.15))
-        else:
-            for worker in workers:
-                assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
-            time.sleep(rng.uniform(0.0, 0.25))
-        for worker in workers:
-            os.kill(worker.pid, signal.SIGKILL)
-            worker.wait()
-            assert worker.returncode == -signal.SIGKILL, "a worker stopped by itself"
-        catalog = _assert_consistent(root, journal)
-        operations_seen += len(journal.read_text().splitlines()) if journal.exists() else 0
-        # Keep the root small: finish the drops so far (the journal learns they are gone).
-        purged = Catalog(root, drop_delay=0, recover=False).collect_dropped()
-        with open(journal, "a") as log:
-            log.writelines(f"purging {table_uuid}\n" for table_uuid in purged)
+    launcher = Launcher()
+    try:
+        for trial in range(TRIALS):
+            # Odd trials run two workers at once: their DDL races on the same names.
+            pids = [launcher.spawn(root, journal, trial * 2 + k) for k in range(1 + trial % 2)]
+            # Every third trial dies while opening (recovery itself must be crash-safe); the
+            # others once the loop runs.
+            if trial % 3 == 0:
+                time.sleep(rng.uniform(0.0, 0.02))
+            else:
+                for pid in pids:
+                    launcher.expect(f"ready {pid}")
+                time.sleep(rng.uniform(0.0, 0.12))
+            for pid in pids:
+                launcher.kill(pid)
+            catalog = _assert_consistent(root, journal)
+            operations_seen += len(journal.read_text().splitlines()) if journal.exists() else 0
+            # Keep the root small: finish the drops so far (the journal learns they are gone).
+            purged = Catalog(root, drop_delay=0, recover=False).collect_dropped()
+            with open(journal, "a") as log:
+                log.writelines(f"purging {table_uuid}\n" for table_uuid in purged)
+    finally:
+        launcher.close()
     assert operations_seen > 50, "the worker never got to do DDL"
 
     # After all that, a ClickHouse server on the same root agrees with us.
