@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 from clickhouse_cityhash.cityhash import CityHash128 as _city_hash_128_int
 
 from spark_mergetree.errors import InvalidOptionError
+from spark_mergetree.format.cityhash_compiled import chain
 
 __all__ = [
     "HASHING_BLOCK_SIZE",
@@ -30,6 +32,8 @@ HASHING_BLOCK_SIZE = 2048
 ZERO_HASH = bytes(16)
 
 _K3 = 0xC949D7C7509E6557
+# Below this many bytes of whole blocks, the per-block C calls are cheaper than entering numba.
+_COMPILED_MIN_BYTES = 16 * HASHING_BLOCK_SIZE
 _MASK64 = (1 << 64) - 1
 _pack_halves = struct.Struct("<QQ").pack
 _unpack_halves = struct.Struct("<QQ").unpack
@@ -97,7 +101,12 @@ class FileHasher:
             self._hash_block_at(memoryview(block))
             self._pending = 0
         full_end = position + (length - position) // HASHING_BLOCK_SIZE * HASHING_BLOCK_SIZE
-        if full_end > position:
+        if full_end - position >= _COMPILED_MIN_BYTES:
+            # Long runs of whole blocks: one call into the compiled chain.
+            low, high = chain(np.frombuffer(data, np.uint8), position, full_end, HASHING_BLOCK_SIZE,
+                              _unpack_halves(self._state))
+            self._state = _pack_halves(low, high)
+        elif full_end > position:
             state = self._state
             # Hash whole blocks straight from the input: only the 16-byte seed is copied per block.
             buffer = memoryview(block)
