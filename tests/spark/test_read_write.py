@@ -203,3 +203,18 @@ def test_catalog_tables_by_name(spark, tmp_path: Path) -> None:
     assert read.count() == 100 and read.columns == ["id", "k"]
     with pytest.raises(Exception, match="does not exist"):
         spark.read.format("mergetree").option("catalog", root).load("shop.nothing").count()
+
+
+def test_timestamps_are_instants_whatever_the_session_zone(spark, tmp_path: Path) -> None:
+    path = str(tmp_path / "zones")
+    instant = dt.datetime(2024, 3, 10, 7, 30, 0, 250, tzinfo=dt.timezone.utc)
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        df = spark.createDataFrame([(1, instant)], "id long, ts timestamp")
+        df.write.format("mergetree").option("order_by", "id").mode("append").save(path)
+        local = spark.read.format("mergetree").load(path).selectExpr("cast(ts as string) as text").first()["text"]
+        assert local == "2024-03-10 03:30:00.00025"
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    stored = MergeTreeTable.open(path).to_arrow(columns=["ts"]).column("ts")[0].as_py()
+    assert stored == instant
