@@ -60,3 +60,25 @@ def test_failed_job_leaves_nothing(spark, tmp_path: Path) -> None:
         bad.write.format("mergetree").option("stage_rows", "10").mode("overwrite").save(str(path))
     assert sorted(r["id"] for r in spark.read.format("mergetree").load(str(path)).collect()) == list(range(10))
     assert _garbage(path) == []
+
+
+def test_commit_keeps_one_message_per_task_partition(tmp_path: Path) -> None:
+    """A speculative duplicate that also reports success never doubles rows; its parts are removed."""
+    import pyarrow as pa
+
+    from spark_mergetree.engine.table import MergeTreeTable
+    from spark_mergetree.spark import adapter
+    from spark_mergetree.spark.source import MergeTreeCommitMessage, MergeTreeWriter
+
+    path = tmp_path / "dup"
+    table = MergeTreeTable.create(path, [("id", "Int64")], order_by="id")
+    ref = TableRef(str(path))
+    writer = MergeTreeWriter(ref, table.schema, "append", "jobtag", stage_rows=1000)
+    rows = pa.table({"id": pa.array(range(10), pa.int64())})
+    first = MergeTreeCommitMessage(0, 0, adapter.stage(ref, rows, writer.tag), None)
+    duplicate = MergeTreeCommitMessage(0, 1, adapter.stage(ref, rows, writer.tag), None)
+    other = MergeTreeCommitMessage(1, 0, adapter.stage(ref, pa.table({"id": pa.array([99], pa.int64())}),
+                                                       writer.tag), None)
+    writer.commit([first, None, duplicate, other])
+    assert sorted(MergeTreeTable.open(path).to_arrow()["id"].to_pylist()) == list(range(10)) + [99]
+    assert _garbage(path) == []

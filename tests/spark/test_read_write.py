@@ -171,6 +171,9 @@ def test_bad_options_and_schema_mismatch_fail_before_writing(spark, tmp_path: Pa
         spark.range(3).selectExpr("id", "'x' as extra").write.format("mergetree").mode("append").save(str(path))
     with pytest.raises(Exception, match="'id'"):
         spark.range(3).selectExpr("cast(id as string) as id").write.format("mergetree").mode("append").save(str(path))
+    with pytest.raises(Exception, match=r"merge_schema.*\['extra'\]|extra"):
+        (spark.range(3).selectExpr("id", "'x' as extra").write.format("mergetree").option("merge_schema", "true")
+         .mode("append").save(str(path)))
     with pytest.raises(Exception, match="nope"):
         spark.read.format("mergetree").option("where", "nope > 1").load(str(path)).count()
     assert spark.read.format("mergetree").load(str(path)).count() == 3
