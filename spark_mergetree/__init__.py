@@ -23,6 +23,16 @@ from spark_mergetree.engine.select import ReadPlan
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # The Spark entry points import pyspark, which the engine, CLI and catalog do not need.
+    if name in ("register", "transaction"):
+        from spark_mergetree import spark as spark_layer
+
+        return getattr(spark_layer, name)
+    raise AttributeError(f"module 'spark_mergetree' has no attribute {name!r}")
+
+
 __all__ = [
     "CheckReport",
     "MergeTreeTable",
@@ -40,4 +50,6 @@ __all__ = [
     "TableNotFoundError",
     "TransactionError",
     "UnsupportedError",
+    "register",
+    "transaction",
 ]
