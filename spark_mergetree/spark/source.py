@@ -12,8 +12,8 @@ tasks: a pruned plan is claimed by the first SQL execution that reads it (an ato
 table's `_mergetree/spark_scans/`), and a task of any other execution reads the unpruned share of
 granules that every partition also carries. Plans without pushed filters are safe to reuse as is.
 
-Writing: tasks cast Spark's batches to the table schema and stage tmp parts (the engine sorts and
-splits by partition); the driver's commit() makes all of a job's parts visible in one step, once
+Writing: tasks cast Spark's batches to the table schema and stage invisible parts (the engine
+sorts and splits by partition); the driver's commit() makes all of a job's parts visible in one step, once
 per task partition id, and removes everything else the job staged.
 """
 
@@ -146,18 +146,18 @@ class MergeTreePartition(InputPartition):
     """
 
     def __init__(self, index: int, full_tasks: list[Any], pruned_tasks: list[Any] | None = None,
-                 plan_id: str = "", parts: adapter.PartSets | None = None,
-                 stats: dict[str, Any] | None = None) -> None:
+                 plan_id: str = "", parts: adapter.PartSets | None = None) -> None:
         super().__init__(index)
         self.index = index
         self.full_tasks = full_tasks
         self.pruned_tasks = pruned_tasks
         self.plan_id = plan_id
         self.parts = parts
-        self.stats = stats or {}
 
 
 class MergeTreeReader(DataSourceReader):
+    """Plans input partitions on the driver and reads them as Arrow batches on executors."""
+
     def __init__(self, ref: TableRef, opts: ReadOptions, schema: StructType, table_arrow: pa.Schema,
                  where: Any) -> None:
         self.ref = ref
@@ -172,18 +172,16 @@ class MergeTreeReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot)
         full = adapter.plan(self.ref, self.columns, self.where, self.target_rows, parts)
-        stats = {"granules_total": full.granules_total, "granules_read": full.granules_read}
         if self.pushed is None:
             shares = _spread(full.tasks, parts)
-            return [MergeTreePartition(i, share, None, "", parts, stats) for i, share in enumerate(shares)]
+            return [MergeTreePartition(i, share, None, "", parts) for i, share in enumerate(shares)]
         pruned = adapter.plan(self.ref, self.columns, _and(self.where, self.pushed), self.target_rows, parts)
-        stats["granules_read"] = pruned.granules_read
         plan_id = uuid.uuid4().hex
         _sweep_claims(self.ref)
         # As many partitions as the pruned read needs; the unpruned fallback rides along in them.
         pruned_shares = _spread(pruned.tasks, parts)
         full_shares = _distribute(full.tasks, len(pruned_shares))
-        return [MergeTreePartition(i, full_shares[i], pruned_shares[i], plan_id, parts, stats)
+        return [MergeTreePartition(i, full_shares[i], pruned_shares[i], plan_id, parts)
                 for i in range(len(pruned_shares))]
 
     def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
