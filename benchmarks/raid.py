@@ -59,7 +59,7 @@ def measure(root: Path, name: str, settings: dict, data: pa.Table, repeats: int)
 
     write_time = median_time(write, repeats)
     table = MergeTreeTable.open(root / name)
-    read_time = median_time(lambda: table.to_arrow(), repeats)
+    read_time = median_time(table.to_arrow, repeats)
     return write_time, read_time, table
 
 
@@ -101,7 +101,7 @@ def main() -> None:
                 warnings.simplefilter("ignore", DegradedReadWarning)
                 rows = degraded.to_arrow().num_rows
                 assert rows == args.rows, rows
-                read = median_time(lambda: degraded.to_arrow(), args.repeats)
+                read = median_time(degraded.to_arrow, args.repeats)
             print(f"{'raid5 degraded':16}{'':16}{read:9.2f}{read / base_read:7.2f}")
     print(f"XOR parity: {xor_throughput():.2f} GB/s per core")
     if args.root is None:

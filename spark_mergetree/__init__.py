@@ -3,6 +3,8 @@
 The public API is re-exported here; everything else is internal and may change.
 """
 
+from spark_mergetree.engine.select import ReadPlan
+from spark_mergetree.engine.table import CheckReport, MergeTreeTable, PartSummary
 from spark_mergetree.errors import (
     CorruptPartError,
     ExpressionError,
@@ -17,9 +19,6 @@ from spark_mergetree.errors import (
     TransactionError,
     UnsupportedError,
 )
-
-from spark_mergetree.engine.table import CheckReport, MergeTreeTable, PartSummary
-from spark_mergetree.engine.select import ReadPlan
 
 __version__ = "0.1.0"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.engine.metadata import TableMetadata
+from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format.part_writer import PartitionValue, write_wide_part
 from spark_mergetree.format.types import parse_type, to_arrow
 

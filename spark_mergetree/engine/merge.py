@@ -18,7 +18,12 @@ from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
-from spark_mergetree.format.part_writer import MERGE_BLOCK_ROWS, PartitionValue, plan_granules, write_wide_part
+from spark_mergetree.format.part_writer import (
+    MERGE_BLOCK_ROWS,
+    PartitionValue,
+    plan_granules,
+    write_wide_part,
+)
 from spark_mergetree.format.types import parse_type, to_arrow
 
 

@@ -20,8 +20,8 @@ import pyarrow as pa
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, SchemaMismatchError
 from spark_mergetree.expressions.ddl import TableDefinition
 from spark_mergetree.expressions.key_condition import key_columns_for
-from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 from spark_mergetree.expressions.partition_key import PartitionKey
+from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 from spark_mergetree.format import granularity
 from spark_mergetree.format.compression import parse_codec
 from spark_mergetree.format.part_writer import WriterSettings

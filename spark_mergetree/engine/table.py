@@ -59,8 +59,8 @@ from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_type
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
 from spark_mergetree.storage.policy import StoragePolicy
-from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
 from spark_mergetree.storage.stripe_map import PLAIN_MAP_SUFFIX
+from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
 from spark_mergetree.txn.table_log import PART_ROOTS_FILE, write_file_atomically
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from spark_mergetree.errors import CorruptPartError, FormatError, UnsupportedError
 from spark_mergetree.format.cityhash import ZERO_HASH, FileHasher, cityhash128_with_seed
-from spark_mergetree.format.compression import Codec, ZSTD, compress_block, decompress_all, iter_blocks, decompress_block
+from spark_mergetree.format.compression import (
+    ZSTD,
+    Codec,
+    compress_block,
+    decompress_all,
+    decompress_block,
+    iter_blocks,
+)
 
 __all__ = [
     "CHECKSUMS_FILE",
@@ -91,7 +98,7 @@ class Checksums:
     files: dict[str, FileChecksum] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, data: bytes | bytearray | memoryview, path: str | os.PathLike[str] = CHECKSUMS_FILE) -> "Checksums":
+    def parse(cls, data: bytes | bytearray | memoryview, path: str | os.PathLike[str] = CHECKSUMS_FILE) -> Checksums:
         """Parse any version ClickHouse may leave: 4 (current), 3 (binary), 2 (text)."""
         raw = bytes(data)
         where = str(path)
@@ -113,7 +120,7 @@ class Checksums:
         raise UnsupportedError(f"{where}: checksums format version {version} is not supported (2, 3 and 4 are)")
 
     @classmethod
-    def _parse_binary(cls, body: bytes, where: str) -> "Checksums":
+    def _parse_binary(cls, body: bytes, where: str) -> Checksums:
         cursor = _Cursor(body, where)
         count = cursor.varuint("the file count")
         files: dict[str, FileChecksum] = {}
@@ -139,7 +146,7 @@ class Checksums:
         return cls(files)
 
     @classmethod
-    def _parse_text(cls, body: bytes, where: str) -> "Checksums":
+    def _parse_text(cls, body: bytes, where: str) -> Checksums:
         try:
             text = body.decode("utf-8")
             lines = text.split("\n")

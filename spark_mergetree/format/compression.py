@@ -13,8 +13,8 @@ import os
 import re
 import struct
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import lz4.block
@@ -355,7 +355,8 @@ def _decompress_blocks_into(view: memoryview, blocks: list[BlockInfo], path: str
         list(_pool().map(decode, [range(start, min(start + step, count)) for start in range(0, count, step)]))
     else:
         decode(range(count))
-    del source, target
+    # Drop the numpy views so the returned bytearray has no buffer exports left.
+    source = target = None
     return out
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from spark_mergetree.errors import CorruptPartError, FormatError, InvalidOptionError
-from spark_mergetree.format.compression import Codec, CompressedStreamWriter, ZSTD, decompress_all
+from spark_mergetree.format.compression import ZSTD, Codec, CompressedStreamWriter, decompress_all
 
 __all__ = [
     "MARKS_CODEC",

@@ -45,7 +45,7 @@ class PartInfo:
             raise InvalidOptionError(f"part min_block {self.min_block} is greater than max_block {self.max_block}")
 
     @classmethod
-    def parse(cls, name: str) -> "PartInfo":
+    def parse(cls, name: str) -> PartInfo:
         """Parse a part directory name; raises FormatError naming what is wrong."""
         if not isinstance(name, str):
             raise FormatError(f"part name must be a string, got {name!r}")
@@ -78,7 +78,7 @@ class PartInfo:
     def __str__(self) -> str:
         return self.name
 
-    def contains(self, other: "PartInfo") -> bool:
+    def contains(self, other: PartInfo) -> bool:
         """Whether this part covers ``other`` (same partition, its blocks, an equal or later generation)."""
         return (
             self.partition_id == other.partition_id
@@ -88,7 +88,7 @@ class PartInfo:
             and self.mutation >= other.mutation
         )
 
-    def is_disjoint(self, other: "PartInfo") -> bool:
+    def is_disjoint(self, other: PartInfo) -> bool:
         """Whether the two parts share no block (different partitions or non-overlapping ranges)."""
         return (
             self.partition_id != other.partition_id
@@ -97,7 +97,7 @@ class PartInfo:
         )
 
     @classmethod
-    def merged(cls, parts: Iterable["PartInfo"]) -> "PartInfo":
+    def merged(cls, parts: Iterable[PartInfo]) -> PartInfo:
         """The part a merge of ``parts`` produces: their whole block range, level max + 1, mutation max."""
         sources = sorted(parts)
         if not sources:

@@ -7,12 +7,12 @@ its recorded length.
 
 from __future__ import annotations
 
-from typing import Iterable, Union
+from collections.abc import Iterable
 
 import numpy as np
 from clickhouse_cityhash.cityhash import CityHash128
 
-Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
+Buffer = bytes | bytearray | memoryview | np.ndarray
 
 
 def unit_checksum(data: Buffer) -> str:

@@ -14,10 +14,10 @@ import shutil
 import struct
 import threading
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence, Union
 
 import numpy as np
 from tqdm import tqdm
@@ -35,7 +35,7 @@ from spark_mergetree.storage.stripe_map import (
     plan,
 )
 
-FileBytes = Union[bytes, bytearray, memoryview]
+FileBytes = bytes | bytearray | memoryview
 TMP_PREFIX = "tmp_"
 DELETE_PREFIX = "delete_tmp_"
 _NOT_PARTS = ("tmp", "delete_tmp_", "detached", "_", ".", "moving")
@@ -1073,7 +1073,7 @@ class PartStore:
         """Drop cached stripe maps (the thread pool is shared and stays)."""
         self._forget(*list(self._open_parts))
 
-    def __enter__(self) -> "PartStore":
+    def __enter__(self) -> PartStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

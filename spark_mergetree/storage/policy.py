@@ -13,9 +13,10 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from spark_mergetree.errors import InvalidOptionError
 
@@ -221,12 +222,12 @@ class StoragePolicy:
                 f"storage policy {self.name!r}: a disk may belong to one volume only, got {disk_names}")
 
     @classmethod
-    def single(cls, path: str | os.PathLike[str]) -> "StoragePolicy":
+    def single(cls, path: str | os.PathLike[str]) -> StoragePolicy:
         """The default: one plain directory, which is the table directory itself."""
         return cls("default", [Volume("default", [Disk("default", os.fspath(path))], "single")], 0.0)
 
     @classmethod
-    def from_dict(cls, config: Mapping[str, Any]) -> "StoragePolicy":
+    def from_dict(cls, config: Mapping[str, Any]) -> StoragePolicy:
         """Build from `{"name", "move_factor", "disks": {name: {"path", "capacity_bytes"}},
         "volumes": [{"name", "disks": [names], "layout", "stripe_unit_bytes",
         "max_data_part_size_bytes", "jbod_placement"}]}`; `volumes` may also map name → spec."""
@@ -281,7 +282,7 @@ class StoragePolicy:
         return cls(name, volumes, config.get("move_factor", 0.1))
 
     @classmethod
-    def from_json(cls, path: str | os.PathLike[str]) -> "StoragePolicy":
+    def from_json(cls, path: str | os.PathLike[str]) -> StoragePolicy:
         try:
             with open(path, encoding="utf-8") as f:
                 config = json.load(f)
@@ -316,7 +317,7 @@ class StoragePolicy:
                 return v
         return fitting[-1]
 
-    def part_store(self, table_path: str | os.PathLike[str] = "") -> "PartStore":
+    def part_store(self, table_path: str | os.PathLike[str] = "") -> PartStore:
         """The PartStore of one table: its directory is `<disk path>/<table_path>` on every disk."""
         from spark_mergetree.storage.part_store import PartStore
 

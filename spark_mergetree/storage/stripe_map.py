@@ -9,8 +9,9 @@ disk's copy used. Its byte layout is specified in format_spec/storage.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -137,7 +138,7 @@ class StripeMap:
         return f"{MAP_MAGIC} {unit_checksum(body)}\n".encode() + body
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> "StripeMap":
+    def from_bytes(cls, data: bytes, where: str) -> StripeMap:
         """Parse a map copy; StorageError naming `where` if it is damaged."""
         newline = data.find(b"\n")
         header = data[:newline].decode("ascii", "replace") if newline >= 0 else ""

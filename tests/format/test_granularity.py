@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from spark_mergetree.errors import InvalidOptionError
-from spark_mergetree.format.granularity import block_granules, granule_offsets, part_granules, rows_per_granule
+from spark_mergetree.format.granularity import (
+    block_granules,
+    granule_offsets,
+    part_granules,
+    rows_per_granule,
+)
 from spark_mergetree.format.marks import parse_columns_substreams, read_marks_file
 from tests.format.chdb_util import active_part_dirs, make_chdb_table, part_dirs, spec_block
 
@@ -64,7 +69,7 @@ def _marks_rows(part):
 def written(tmp_path_factory):
     root = tmp_path_factory.mktemp("granularity")
     parts = []
-    for index, ((rows, _, granularity, granularity_bytes, layout, _), (columns, select)) in enumerate(zip(EXAMPLES, CHDB_DATA)):
+    for index, ((_rows, _, granularity, granularity_bytes, layout, _), (columns, select)) in enumerate(zip(EXAMPLES, CHDB_DATA)):
         wide = "min_bytes_for_wide_part = 0, " if layout == "wide" else ""
         _, table_dir = make_chdb_table(
             root,

@@ -13,7 +13,6 @@ import pytest
 from spark_mergetree.errors import InvalidOptionError, StorageError
 from spark_mergetree.storage import DegradedReadWarning
 from spark_mergetree.storage.stripe_map import IN_PLAIN_FILE, UNITS_FILE_NAME
-
 from tests.storage.conftest import Setup, disk_files, stored_map, synthetic_part
 
 PART = "202401_1_1_0"

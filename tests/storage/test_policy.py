@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spark_mergetree.errors import InvalidOptionError, StorageError
+from spark_mergetree.errors import InvalidOptionError
 from spark_mergetree.storage import Disk, StoragePolicy, Volume, compressed_block_starts
-
 from tests.storage.conftest import disk_files, synthetic_part
 
 

@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_mergetree.storage import DegradedReadWarning, cut_points, xor_parity
-
 from tests.storage.conftest import make_store
 
 MIN_DISKS = {"single": 1, "jbod": 1, "raid0": 2, "raid1": 2, "raid5": 3}
