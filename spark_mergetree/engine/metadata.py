@@ -169,9 +169,25 @@ class TableMetadata:
 
     def sort(self, table: pa.Table) -> pa.Table:
         """Rows in the order ClickHouse stores them: by ORDER BY, ClickHouse's comparison."""
-        if not self.order_by or table.num_rows < 2:
+        if not self.order_by or table.num_rows < 2 or self._already_sorted(table):
             return table
         return table.take(sort_indices(self.order_by, table, self.column_types))
+
+    def _already_sorted(self, table: pa.Table) -> bool:
+        """Cheap check for the common case of a numeric first key column already in order (Spark
+        tasks often hand over sorted ranges): then sorting is skipped. Only decides when it can."""
+        first = self.order_by[0].strip("`")
+        if first not in self.column_types or first not in table.column_names:
+            return False
+        column = table.column(first)
+        if column.null_count or not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+                                     or pa.types.is_date(column.type) or pa.types.is_timestamp(column.type)):
+            return False
+        values = column.to_numpy()
+        if len(self.order_by) == 1:
+            return bool((values[1:] >= values[:-1]).all())
+        # Strictly increasing first key: the later key columns cannot reorder anything.
+        return bool((values[1:] > values[:-1]).all())
 
     def primary_key_values(self, table: pa.Table) -> list[tuple[str, pa.Array]]:
         """(type, values) of each PRIMARY KEY element over sorted rows: what primary.idx samples."""

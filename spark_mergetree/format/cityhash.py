@@ -16,7 +16,6 @@ import numpy as np
 from clickhouse_cityhash.cityhash import CityHash128 as _city_hash_128_int
 
 from spark_mergetree.errors import InvalidOptionError
-from spark_mergetree.format.cityhash_compiled import chain
 
 __all__ = [
     "HASHING_BLOCK_SIZE",
@@ -103,6 +102,8 @@ class FileHasher:
         full_end = position + (length - position) // HASHING_BLOCK_SIZE * HASHING_BLOCK_SIZE
         if full_end - position >= _COMPILED_MIN_BYTES:
             # Long runs of whole blocks: one call into the compiled chain.
+            from spark_mergetree.format.cityhash_compiled import chain  # numba: imported when first needed
+
             low, high = chain(np.frombuffer(data, np.uint8), position, full_end, HASHING_BLOCK_SIZE,
                               _unpack_halves(self._state))
             self._state = _pack_halves(low, high)

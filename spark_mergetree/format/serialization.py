@@ -14,12 +14,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.types import (
     Array,
     DataType,
@@ -424,7 +424,7 @@ def _encode_classic(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, 
     return out, row_offsets
 
 
-@numba.njit(cache=True)
+@lazy_njit
 def _scan_classic(buf, start, n):  # pragma: no cover - compiled
     """Find n classic strings from buf[start]: (chars start per row, lengths, end position)."""
     starts = np.empty(n, np.int64)
@@ -451,7 +451,7 @@ def _scan_classic(buf, start, n):  # pragma: no cover - compiled
     return starts, lengths, pos
 
 
-@numba.njit(cache=True)
+@lazy_njit
 def _gather(buf, starts, lengths, total):  # pragma: no cover - compiled
     out = np.empty(total, np.uint8)
     at = 0
@@ -775,7 +775,7 @@ def _default_cursors(dt: DataType, base: str, string_sizes: bool) -> dict[str, _
 _SPARSE_END_OF_GRANULE = 1 << 62
 
 
-@numba.njit(cache=True)
+@lazy_njit
 def _scan_sparse(buf, start, n_rows):  # pragma: no cover - compiled
     """Row numbers of the non-default values among the next n_rows, and the end position (-1: bad)."""
     positions = np.empty(n_rows, np.int64)

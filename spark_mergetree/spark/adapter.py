@@ -119,13 +119,30 @@ def table_exists(ref: TableRef) -> bool:
     return True
 
 
+_open_tables: dict[tuple[Any, ...], Any] = {}
+
+
 def open_table(ref: TableRef) -> Any:
+    """The table of `ref`, cached per process: Spark reuses Python workers across tasks, and parts
+    (whose readers the table caches) never change once written. A new definition file (the table
+    was dropped and created again) opens it afresh."""
     from spark_mergetree.engine.table import MergeTreeTable
 
     if not ref.path:
         raise TableNotFoundError(f"table {ref.name} does not exist in the catalog")
-    return MergeTreeTable.open(ref.path, create_statement=ref.create_statement,
-                               coordinator=_coordinator(ref.coordinator))
+    try:
+        stamp = os.stat(os.path.join(ref.path, "_mergetree", "table.sql")).st_mtime_ns
+    except OSError:
+        stamp = None
+    key = (ref.path, ref.create_statement, ref.coordinator, stamp)
+    table = _open_tables.get(key)
+    if table is None:
+        table = MergeTreeTable.open(ref.path, create_statement=ref.create_statement,
+                                    coordinator=_coordinator(ref.coordinator))
+        if len(_open_tables) > 64:
+            _open_tables.clear()
+        _open_tables[key] = table
+    return table
 
 
 def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: str | None,
