@@ -734,6 +734,10 @@ class Catalog:
                 raise TableNotFoundError(f"no detached table {database}.{table} ({marker} is missing)")
             if metadata_file.exists():
                 os.unlink(marker)
+            elif marker.stat().st_size == 0:
+                # An empty marker with no table: the leftover of a dropped table, not a table.
+                fsops.remove_quietly(marker)
+                raise TableNotFoundError(f"no detached table {database}.{table} (removed the stale marker {marker})")
             else:
                 fsops.rename_noreplace(marker, metadata_file, f"table {database}.{table}")
             fsops.fsync_dir(database_dir)
