@@ -216,6 +216,11 @@ def part_sets(ref: TableRef, snapshot: int | None = None) -> PartSets:
     return PartSets(csn, frozenset(visible), frozenset(known))
 
 
+def visible_rows(ref: TableRef, parts: PartSets) -> int:
+    table = open_table(ref)
+    return sum(table.reader(name).rows for name in parts.visible)
+
+
 def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, parts: PartSets) -> PlannedRead:
     table = open_table(ref)
     read_plan = table.plan_read(columns, where, parts=set(parts.known), target_rows=target_rows)

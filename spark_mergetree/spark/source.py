@@ -171,6 +171,8 @@ class MergeTreeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot)
+        self.target_rows = _balanced_target(self.target_rows, adapter.visible_rows(self.ref, parts),
+                                            explicit=self.opts.target_rows is not None)
         full = adapter.plan(self.ref, self.columns, self.where, self.target_rows, parts)
         if self.pushed is None:
             shares = _spread(full.tasks, parts)
@@ -242,6 +244,17 @@ def _target_rows(schema: StructType) -> int:
         except ValueError:  # variable width: strings, binaries, nested values
             row_bytes += 32
     return max(1 << 16, min(1 << 24, DEFAULT_TARGET_BYTES // max(1, row_bytes)))
+
+
+def _balanced_target(target_rows: int, total_rows: int, explicit: bool) -> int:
+    """Rows per partition such that the partitions come in whole waves over the cores: a 10M-row
+    one-column read must not run as one task on one core, nor five tasks on two cores."""
+    if explicit or total_rows <= 0:
+        return target_rows
+    cores = max(2, os.cpu_count() or 2)
+    count = max(1, -(-total_rows // target_rows))
+    count = -(-count // cores) * cores
+    return max(1 << 16, -(-total_rows // count))
 
 
 def _distribute(tasks: list[Any], count: int) -> list[list[Any]]:
