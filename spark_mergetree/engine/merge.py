@@ -85,7 +85,7 @@ def select_merges(parts: Sequence[str], rows: Mapping[str, int], meta: TableMeta
 
 def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles:
     """The files of the part that merges `readers` (all of one partition)."""
-    tables = [r.read([n for n, _ in meta.columns]) for r in readers]
+    tables = [r.read([n for n, _ in meta.columns], None, meta.column_types) for r in readers]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     table = meta.sort(table.combine_chunks())
     key = meta.partition_key

@@ -8,7 +8,7 @@ part still spreads over every core); each task reads its ranges and filters rows
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -134,12 +134,14 @@ def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows:
 
 
 def read_task(reader: PartReader, task: ReadTask, columns: Sequence[str], predicate: Expr | None,
-              schema: pa.Schema) -> pa.Table:
-    """Read one task's rows, filtered exactly by `predicate`, as `schema` (selected columns)."""
+              schema: pa.Schema, column_types: Mapping[str, str] | None = None) -> pa.Table:
+    """Read one task's rows, filtered exactly by `predicate`, as `schema` (selected columns).
+
+    `column_types` (the table's columns) lets parts written before a column was added serve it."""
     needed = list(columns)
     if predicate is not None:
         needed += [c for c in sorted(columns_of(predicate)) if c not in needed]
-    table = reader.read(needed, task.ranges)
+    table = reader.read(needed, task.ranges, column_types)
     if predicate is not None:
         table = filter_table(table, predicate)
     table = table.select(list(columns))

@@ -19,7 +19,7 @@ import threading
 import uuid as uuid_module
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,9 +40,11 @@ from spark_mergetree.errors import (
     CorruptPartError,
     InvalidOptionError,
     MergeTreeError,
+    SchemaMismatchError,
     SerializationError,
     TableExistsError,
     TableNotFoundError,
+    UnsupportedError,
 )
 from spark_mergetree.expressions.ddl import (
     ColumnDefinition,
@@ -161,6 +163,7 @@ class MergeTreeTable:
         self.store = PartStore(self.storage_policy, "" if not policy_config else self._relative_table_path())
         self._readers: dict[str, PartReader] = {}
         self._readers_lock = threading.Lock()
+        self._external_definition = False
 
     def _relative_table_path(self) -> str:
         uuid = self.definition.uuid or "table"
@@ -241,6 +244,7 @@ class MergeTreeTable:
         target = Path(path)
         if not target.is_dir():
             raise TableNotFoundError(f"no table at {target}: directory does not exist")
+        external = create_statement is not None
         if create_statement is None:
             statement_path = target / META_DIR / STATEMENT_FILE
             try:
@@ -254,7 +258,9 @@ class MergeTreeTable:
         _ = metadata.order_by, metadata.primary_key, metadata.partition_key
         if isinstance(coordinator, str):
             coordinator = coordinator_from_url(coordinator)
-        return cls(target, metadata, coordinator)
+        table = cls(target, metadata, coordinator)
+        table._external_definition = external
+        return table
 
     # ------------------------------------------------------------------ properties
 
@@ -355,7 +361,8 @@ class MergeTreeTable:
         names = self._columns(columns)
         predicate = selecting.bind_where(where, self.metadata.column_types)
         schema = pa.schema([self.schema.field(n) for n in names])
-        return selecting.read_task(self.reader(task.part), task, names, predicate, schema)
+        return selecting.read_task(self.reader(task.part), task, names, predicate, schema,
+                                   self.metadata.column_types)
 
     def to_arrow(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
                  snapshot: int | None = None, transaction: Transaction | None = None) -> pa.Table:
@@ -372,7 +379,8 @@ class MergeTreeTable:
         predicate = selecting.bind_where(where, self.metadata.column_types)
 
         def run(task: selecting.ReadTask) -> pa.Table:
-            return selecting.read_task(self.reader(task.part), task, names, predicate, schema)
+            return selecting.read_task(self.reader(task.part), task, names, predicate, schema,
+                                       self.metadata.column_types)
 
         if len(plan.tasks) == 1:
             tables = [run(plan.tasks[0])]
@@ -510,6 +518,24 @@ class MergeTreeTable:
         staged = self.stage(data)
         return self.commit_staged(staged, mode="overwrite_partitions" if partitions_only else "overwrite",
                                   transaction=transaction)
+
+    # ------------------------------------------------------------------ schema
+
+    def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
+        """ALTER TABLE ADD COLUMN: append columns (name, ClickHouse type); parts written before
+        hold their default values (NULL for Nullable types, zero or empty otherwise)."""
+        if self._external_definition:
+            raise UnsupportedError(
+                f"{self.path}: the table's definition lives outside the table directory (a catalog or a "
+                "ClickHouse metadata file); add columns there")
+        existing = set(self.metadata.column_types)
+        clash = [name for name, _ in columns if name in existing]
+        if clash:
+            raise SchemaMismatchError(f"column(s) {', '.join(clash)} already exist in {self.path}")
+        added = tuple(ColumnDefinition(name, parse_type(type_text).to_clickhouse()) for name, type_text in columns)
+        definition = replace(self.definition, columns=self.definition.columns + added)
+        write_file_atomically(self.path / META_DIR / STATEMENT_FILE, format_attach(definition).encode())
+        self.metadata = self.metadata.with_definition(definition)
 
     # ------------------------------------------------------------------ merges and upkeep
 

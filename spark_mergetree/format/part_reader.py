@@ -9,7 +9,7 @@ compressed block is verified against its checksum as it is decompressed.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Protocol
 
@@ -39,6 +39,7 @@ from spark_mergetree.format.part import (
 )
 from spark_mergetree.format.part_writer import PARTITION_FILE
 from spark_mergetree.format.serialization import (
+    default_column,
     deserialize_column,
     deserialize_rows,
     escape_for_file_name,
@@ -283,10 +284,18 @@ class PartReader:
             return pa.array([], type=to_arrow(dt))
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
-    def read(self, columns: Sequence[str] | None = None, ranges: Sequence[GranuleRange] | None = None) -> pa.Table:
-        """Columns over granule ranges (all granules by default) as an Arrow table."""
+    def read(self, columns: Sequence[str] | None = None, ranges: Sequence[GranuleRange] | None = None,
+             added_columns: Mapping[str, str] | None = None) -> pa.Table:
+        """Columns over granule ranges (all granules by default) as an Arrow table.
+
+        `added_columns` (name → type) are columns the table gained after this part was written:
+        the part holds their default values, as ClickHouse reads them.
+        """
         names = list(columns) if columns is not None else [n for n, _ in self.columns]
         ranges = merge_ranges(ranges) if ranges is not None else [(0, self.n_granules)]
-        arrays = [self.read_column(n, ranges) for n in names]
+        added = added_columns or {}
+        rows = sum(int(self.granule_starts[e] - self.granule_starts[b]) for b, e in ranges)
+        arrays = [default_column(parse_type(added[n]), rows) if n not in self.types and n in added
+                  else self.read_column(n, ranges) for n in names]
         fields = [pa.field(n, a.type) for n, a in zip(names, arrays)]
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

@@ -651,6 +651,23 @@ def _index_width_code(max_index: int) -> int:
     return 3
 
 
+def default_column(dt: DataType, num_rows: int) -> pa.Array:
+    """`num_rows` default values of a type (what a part written before a column existed holds):
+    NULL for Nullable, empty for Array/Map, zero/empty for the rest, element-wise for Tuple."""
+    arrow_type = to_arrow(dt)
+    inner = dt.inner if isinstance(dt, LowCardinality) else dt
+    if isinstance(inner, Nullable):
+        return pa.nulls(num_rows, arrow_type)
+    if isinstance(inner, (Array, Map)):
+        one = pa.array([[]], arrow_type)
+    elif isinstance(inner, Tuple):
+        fields = [default_column(element, 1) for element in inner.elements]
+        one = pa.StructArray.from_arrays(fields, fields=list(arrow_type))
+    else:
+        one = pa.array([_default_scalar(inner, arrow_type)], arrow_type)
+    return one.take(pa.array(np.zeros(num_rows, np.int64)))
+
+
 def _default_scalar(dt: DataType, arrow_type: pa.DataType):
     if _is_string(dt):
         return "" if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) else b""

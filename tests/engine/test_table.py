@@ -377,3 +377,20 @@ def test_expression_keys_sort_and_prune_like_clickhouse(tmp_path):
     got = t.to_arrow(where="toStartOfMonth(d) = '2024-02-01' AND id < 100").column("id").to_pylist()
     assert sorted(got) == [r["id"] for r in data.to_pylist() if r["d"].month == 2 and r["id"] < 100]
     assert t.explain("toStartOfMonth(d) = '2024-02-01'").granules_read < t.explain().granules_read
+
+
+def test_added_columns_read_as_defaults_in_older_parts(table):
+    table.insert(rows(0, 50))
+    table.add_columns([("tag", "String"), ("extra", "Nullable(Int32)"), ("list", "Array(UInt8)")])
+    newer = rows(50, 10).append_column("tag", pa.array(["t"] * 10)) \
+        .append_column("extra", pa.array(range(10), pa.int32())).append_column("list", pa.array([[1]] * 10))
+    table.insert(newer)
+    out = MergeTreeTable.open(table.path).to_arrow(["id", "tag", "extra", "list"]).sort_by("id")
+    assert out.column("tag").to_pylist() == [""] * 50 + ["t"] * 10
+    assert out.column("extra").to_pylist() == [None] * 50 + list(range(10))
+    assert out.column("list").to_pylist() == [[]] * 50 + [[1]] * 10
+    assert table.to_arrow(where="tag = ''").num_rows == 50
+    assert table.optimize(final=True)
+    assert table.to_arrow(["tag"]).num_rows == 60
+    with pytest.raises(SchemaMismatchError, match="already exist"):
+        table.add_columns([("tag", "String")])
