@@ -41,6 +41,8 @@ _TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp|staged)[_-]")
 # Where a table's part directories live when they are not (only) in the table directory: written by
 # the engine for tables on multi-disk storage policies. {"roots": [dirs], "sidecar_suffixes": [...]}
 PART_ROOTS_FILE = Path("_mergetree") / "part_roots.json"
+# Seconds after which a staged (written, never committed) part directory counts as abandoned.
+STAGED_LIFETIME = 3600.0
 
 
 def fsync_directory(path: Path) -> None:
@@ -486,10 +488,16 @@ class TableLog:
                 modified = item.stat(follow_symlinks=False).st_mtime
             except FileNotFoundError:
                 continue
-            if modified < cutoff:
-                self.remove_part_directory(item.name)
-                if item.name not in report.deleted_directories:
-                    report.deleted_directories.append(item.name)
+            if item.name.startswith("staged_"):
+                # Staged parts of a running Spark job belong to no transaction yet: only ones
+                # abandoned for a long time are garbage.
+                if time.time() - modified < STAGED_LIFETIME:
+                    continue
+            elif modified >= cutoff:
+                continue
+            self.remove_part_directory(item.name)
+            if item.name not in report.deleted_directories:
+                report.deleted_directories.append(item.name)
         return report
 
     def recover(self, coordinator: Coordinator, clock_margin: float = 5.0) -> RecoveryReport:

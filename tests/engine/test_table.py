@@ -394,3 +394,17 @@ def test_added_columns_read_as_defaults_in_older_parts(table):
     assert table.to_arrow(["tag"]).num_rows == 60
     with pytest.raises(SchemaMismatchError, match="already exist"):
         table.add_columns([("tag", "String")])
+
+
+def test_cleanup_spares_fresh_staged_parts_and_removes_abandoned_ones(tmp_path):
+    t = MergeTreeTable.create(tmp_path / "s", COLUMNS, order_by="id")
+    t.insert(rows(0, 5))
+    fresh = t.stage(rows(5, 5), tag="job1")
+    old = t.stage(rows(10, 5), tag="job0")
+    hour_ago = __import__("time").time() - 7200
+    for part in old:
+        os.utime(t.path / part.name, (hour_ago, hour_ago))
+    t.cleanup()
+    assert all((t.path / p.name).is_dir() for p in fresh)
+    assert not any((t.path / p.name).exists() for p in old)
+    assert t.commit_staged(fresh) and t.count() == 10
