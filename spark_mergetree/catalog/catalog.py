@@ -320,6 +320,10 @@ class Catalog:
             temporary = database_file.with_name(database_file.name + ".tmp")
             if temporary.exists():
                 self._discard_database_temporary(temporary, RecoveryReport())
+            # A symlink without `<db>.sql` is what an interrupted DROP DATABASE leaves; it is the
+            # last pointer to the old directory, so clear that before our symlink replaces it.
+            if (self.metadata_dir / escape_for_file_name(database)).is_symlink():
+                self._remove_database_leftovers(database)
             database_uuid = statements.new_uuid()
             # The temporary file names the UUID before its directory exists, so a crash leaves
             # nothing recovery cannot attribute.
@@ -388,6 +392,10 @@ class Catalog:
             if target.is_dir() and any(target.glob("*.sql")):
                 return removed  # tables still live there: not ours to remove
             if target.is_dir():
+                report = RecoveryReport()
+                for temporary in target.glob("*.sql.tmp"):  # creates that crashed in it
+                    self._discard_table_temporary(temporary, report)
+                removed += report.removed_orphan_store_dirs
                 shutil.rmtree(target, ignore_errors=True)
                 removed.append(target)
             fsops.remove_quietly(link)
