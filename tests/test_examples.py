@@ -23,3 +23,22 @@ def test_demo_runs_and_reports_consistent_figures(spark, tmp_path):
     assert figures["after"] == 60_000  # the committed append counted once, the rolled-back one never
     assert figures["days"] == 120
     assert figures["check_ok"]
+
+
+def test_spark_submit_job_runs(tmp_path):
+    """examples/spark_job.py as users run it: spark-submit, its own SparkSession."""
+    import os
+    import subprocess
+    import sys
+
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=str(EXAMPLES.parent), SPARK_MERGETREE_COORDINATOR=(tmp_path / "coord").as_uri())
+    result = subprocess.run(
+        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+         str(EXAMPLES / "spark_job.py"), str(tmp_path / "tables"), "--rows", "20000"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "after the transaction: 40000 events" in result.stdout
