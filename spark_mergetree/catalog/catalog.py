@@ -195,6 +195,14 @@ def _check_name(name: str, what: str) -> None:
         raise InvalidOptionError(f"{what} name {name[:40]!r}... is too long for a file name once escaped")
 
 
+def _file_size(path: Path) -> int | None:
+    """Size of a file, or None if it is gone (other processes unlink markers at any moment)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
 def _read_text(path: Path) -> str:
     with open(path, encoding="utf-8") as handle:
         return handle.read()
@@ -422,10 +430,13 @@ class Catalog:
                                      marker.exists(), text))
         # Older servers moved the statement itself to `<t>.sql.detached`.
         for marker in sorted(database_dir.glob("*.sql.detached")):
-            if marker.with_name(marker.name[:-9]).exists() or marker.stat().st_size == 0:
+            if marker.with_name(marker.name[:-9]).exists() or not _file_size(marker):
                 continue
             table = unescape_for_file_name(marker.name[:-13])
-            text = _read_text(marker)
+            try:
+                text = _read_text(marker)
+            except FileNotFoundError:
+                continue  # attached or dropped concurrently
             table_uuid = statements.table_uuid_of(text, str(marker))
             entries.append(TableInfo(database, table, table_uuid, self.store_path(table_uuid), marker, True, text))
         return entries
@@ -449,7 +460,7 @@ class Catalog:
             text = _read_text(path)
             source = path
         except FileNotFoundError:
-            if not (allow_detached and marker.exists() and marker.stat().st_size > 0):
+            if not (allow_detached and _file_size(marker)):
                 raise TableNotFoundError(f"table {database}.{table} does not exist ({path} is missing)") from None
             text, source = _read_text(marker), marker
         detached = marker.exists()
@@ -742,7 +753,7 @@ class Catalog:
                 raise TableNotFoundError(f"no detached table {database}.{table} ({marker} is missing)")
             if metadata_file.exists():
                 os.unlink(marker)
-            elif marker.stat().st_size == 0:
+            elif _file_size(marker) == 0:
                 # An empty marker with no table: the leftover of a dropped table, not a table.
                 fsops.remove_quietly(marker)
                 raise TableNotFoundError(f"no detached table {database}.{table} (removed the stale marker {marker})")
@@ -991,7 +1002,7 @@ class Catalog:
                     self._discard_table_temporary(temporary, report)
         for marker in database_dir.glob("*.sql.detached"):
             # An empty marker whose table was dropped (crash between the move and its removal).
-            if marker.stat().st_size == 0 and not marker.with_name(marker.name[:-9]).exists():
+            if _file_size(marker) == 0 and not marker.with_name(marker.name[:-9]).exists():
                 guard = FileLock.try_acquire(
                     self._guard_path("table", database, unescape_for_file_name(marker.name[:-13])), exclusive=True)
                 if guard is not None:

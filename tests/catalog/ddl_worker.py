@@ -18,6 +18,7 @@ import os
 import random
 import signal
 import sys
+import traceback
 
 import spark_mergetree.expressions.ddl  # noqa: F401  (warm the import before forking)
 from spark_mergetree.catalog import Catalog
@@ -91,6 +92,8 @@ def launcher() -> None:
                 if pid == 0:
                     try:
                         run(root, journal_path, int(seed))
+                    except BaseException:
+                        traceback.print_exc()  # a worker must only ever die by SIGKILL
                     finally:
                         os._exit(1)
                 children.add(pid)
