@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spark_mergetree.engine.table import MergeTreeTable
-from tests.format.chdb_util import make_chdb_table, part_dirs
+from tests.format.chdb_util import close_session, make_chdb_table, part_dirs
 
 pytestmark = pytest.mark.spark
 
@@ -82,3 +82,4 @@ def test_clickhouse_attaches_spark_written_parts(spark, tmp_path: Path) -> None:
     assert _canonical(session, "SELECT id, name, value, day FROM dst") == sorted(
         f"{r['id']}\t{r['name']}\t{r['value']:g}\t{r['day']}" for r in df.collect())
     assert len(part_dirs(data_dir)) == len(visible)
+    close_session()

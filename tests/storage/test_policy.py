@@ -151,6 +151,9 @@ def test_clickhouse_part_through_raid5_and_back(tmp_path: Path) -> None:
     """A part ClickHouse wrote, striped over raid5, read with a disk lost, exported and attached back."""
     from chdb import session
 
+    from tests.format.chdb_util import close_session
+
+    close_session()  # chdb serves one path per process: end any session an earlier test left open
     s = session.Session(str(tmp_path / "ch"))
     s.query("CREATE TABLE t (id UInt64, name String) ENGINE = MergeTree ORDER BY id "
             "SETTINGS min_bytes_for_wide_part = 0")
