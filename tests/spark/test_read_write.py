@@ -224,3 +224,23 @@ def test_timestamps_are_instants_whatever_the_session_zone(spark, tmp_path: Path
         spark.conf.set("spark.sql.session.timeZone", "UTC")
     stored = MergeTreeTable.open(path).to_arrow(columns=["ts"]).column("ts")[0].as_py()
     assert stored == instant
+
+
+def test_spark_reads_and_writes_a_raid5_table(spark, tmp_path: Path) -> None:
+    """Executors write their parts through the table's storage policy; reads and merges follow it."""
+    policy = {"name": "r5", "disks": {f"d{i}": {"path": str(tmp_path / f"disk{i}")} for i in range(3)},
+              "volumes": [{"name": "main", "disks": ["d0", "d1", "d2"], "layout": "raid5",
+                           "stripe_unit_bytes": 4096}]}
+    path = tmp_path / "raid_table"
+    MergeTreeTable.create(path, [("id", "Int64"), ("name", "String")], order_by="id",
+                          settings={"storage_policy": policy, "index_granularity": 128})
+    df = spark.range(0, 5000, numPartitions=2).selectExpr("id", "concat('n', cast(id as string)) AS name")
+    df.write.format("mergetree").mode("append").save(str(path))
+    df.write.format("mergetree").mode("append").save(str(path))
+    table = MergeTreeTable.open(path)
+    assert not any(p.name.startswith("all_") for p in path.iterdir())  # parts live on the disks
+    assert all(table.store.part_location(p.name).layout == "raid5" for p in table.parts())
+    assert table.optimize(final=True)
+    assert spark.read.format("mergetree").load(str(path)).count() == 10000
+    assert spark.read.format("mergetree").load(str(path)).filter("id BETWEEN 10 AND 19").count() == 20
+    assert table.scrub().ok
