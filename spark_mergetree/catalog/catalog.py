@@ -340,6 +340,9 @@ class Catalog:
             directory = self.store_path(database_uuid)
             directory.mkdir(parents=True)
             fsops.fsync_dir(directory.parent)
+            # The symlink goes in before the commit: from the commit on, the directory always has
+            # a pointer that recovery follows, even if DROP DATABASE is interrupted right after.
+            self._link_database(database, database_uuid)
             try:
                 fsops.rename_noreplace(temporary, database_file, f"database {database!r}")
             except TableExistsError:
@@ -349,7 +352,6 @@ class Catalog:
                     return self.database_uuid(database)
                 raise
             fsops.fsync_dir(self.metadata_dir)
-            self._link_database(database, database_uuid)
             return database_uuid
 
     def _link_database(self, database: str, database_uuid: str) -> bool:
