@@ -364,6 +364,22 @@ class MergeTreeTable:
         return selecting.read_task(self.reader(task.part), task, names, predicate, schema,
                                    self.metadata.column_types)
 
+    def iter_task(self, task: selecting.ReadTask, columns: Sequence[str] | None = None,
+                  where: str | Expr | None = None, chunk_rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
+        """Batches of one ReadTask, decoded a chunk ahead in a background thread, so decoding the
+        next chunk overlaps with whatever consumes the current one (Spark's transfer to the JVM)."""
+        chunks = selecting.split_tasks(self.reader(task.part), task.ranges, chunk_rows)
+        if len(chunks) < 2:
+            yield from self.read_task(task, columns, where).to_batches()
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mergetree-prefetch") as pool:
+            pending = pool.submit(self.read_task, chunks[0], columns, where)
+            for chunk in chunks[1:]:
+                ready = pending.result()
+                pending = pool.submit(self.read_task, chunk, columns, where)
+                yield from ready.to_batches()
+            yield from pending.result().to_batches()
+
     def to_arrow(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
                  snapshot: int | None = None, transaction: Transaction | None = None) -> pa.Table:
         """Rows of the table (at a snapshot or in a transaction) as an Arrow table.

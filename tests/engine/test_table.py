@@ -408,3 +408,11 @@ def test_cleanup_spares_fresh_staged_parts_and_removes_abandoned_ones(tmp_path):
     assert all((t.path / p.name).is_dir() for p in fresh)
     assert not any((t.path / p.name).exists() for p in old)
     assert t.commit_staged(fresh) and t.count() == 10
+
+
+def test_iter_task_yields_the_task_rows_in_order(table):
+    table.insert(rows(0, 3000).set_column(1, "d", pa.array([dt.date(2024, 1, 2)] * 3000, pa.date32())))
+    (task,) = table.plan_read().tasks
+    batches = list(table.iter_task(task, ["id", "name"], "id >= 100", chunk_rows=256))
+    assert len(batches) > 5
+    assert pa.Table.from_batches(batches).column("id").to_pylist() == list(range(100, 3000))
