@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -353,16 +354,25 @@ class MergeTreeWriter(DataSourceArrowWriter):
         staged: list[Any] = []
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
-        for batch in iterator:
-            if not batch.num_rows:
-                continue
-            pending.append(to_table_arrow(batch, self.table_arrow))
-            pending_rows += batch.num_rows
-            if pending_rows >= self.stage_rows:
+        # Parts are written in a background thread while the next rows arrive from the JVM; at
+        # most one chunk waits, which bounds memory to about two chunks.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mergetree-stage") as pool:
+            writing: Future[list[Any]] | None = None
+            for batch in iterator:
+                if not batch.num_rows:
+                    continue
+                pending.append(to_table_arrow(batch, self.table_arrow))
+                pending_rows += batch.num_rows
+                if pending_rows >= self.stage_rows:
+                    if writing is not None:
+                        staged += writing.result()
+                    writing = pool.submit(adapter.stage, self.ref, pa.Table.from_batches(pending, self.table_arrow),
+                                          self.tag)
+                    pending, pending_rows = [], 0
+            if pending:
                 staged += adapter.stage(self.ref, pa.Table.from_batches(pending, self.table_arrow), self.tag)
-                pending, pending_rows = [], 0
-        if pending:
-            staged += adapter.stage(self.ref, pa.Table.from_batches(pending, self.table_arrow), self.tag)
+            if writing is not None:
+                staged += writing.result()
         return MergeTreeCommitMessage(context.partitionId(), context.attemptNumber(), staged, txn)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
