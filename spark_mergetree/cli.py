@@ -7,6 +7,7 @@ Table commands take a table directory (ours, or a ClickHouse data directory with
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -165,6 +166,138 @@ def transactions(coordinator: str | None, limit: int) -> None:
         csn = "-" if record.csn is None else record.csn
         snapshot = "-" if record.snapshot is None else record.snapshot
         click.echo(f"{record.tid:>10} {record.state.value:10} {csn:>10} {snapshot:>10}  {', '.join(record.tables)}")
+
+
+# ----------------------------------------------------------------------------- catalog
+
+
+@main.group()
+@click.option("--root", "-r", required=True, type=click.Path(file_okay=False),
+              help="Catalog root (laid out as a ClickHouse server's path).")
+@click.pass_context
+def catalog(ctx: click.Context, root: str) -> None:
+    """Databases and tables of an Atomic catalog, and DDL on them."""
+    from spark_mergetree.catalog import Catalog
+
+    ctx.obj = Catalog(root)
+
+
+def _when(epoch_seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_seconds))
+
+
+@catalog.command("databases")
+@click.pass_obj
+def catalog_databases(cat) -> None:
+    """List databases."""
+    for name in cat.databases():
+        click.echo(name)
+
+
+@catalog.command("tables")
+@click.argument("database")
+@click.pass_obj
+def catalog_tables(cat, database: str) -> None:
+    """List the tables of DATABASE (with their UUIDs), detached and dropped ones marked."""
+    for name in cat.tables(database):
+        click.echo(f"{database}.{name}\t{cat.table_uuid(f'{database}.{name}')}")
+    for name in cat.detached_tables(database):
+        click.echo(f"{database}.{name}\t(detached)")
+    for dropped in cat.dropped_tables():
+        if dropped.database == database:
+            click.echo(f"{database}.{dropped.name}\t(dropped, data deleted after {_when(dropped.due_time)})")
+
+
+@catalog.command("create-database")
+@click.argument("database")
+@click.option("--if-not-exists", is_flag=True)
+@click.pass_obj
+def catalog_create_database(cat, database: str, if_not_exists: bool) -> None:
+    """CREATE DATABASE (ENGINE = Atomic)."""
+    click.echo(cat.create_database(database, if_not_exists=if_not_exists))
+
+
+@catalog.command("drop-database")
+@click.argument("database")
+@click.pass_obj
+def catalog_drop_database(cat, database: str) -> None:
+    """DROP DATABASE: its tables are dropped (data deleted after the delay)."""
+    cat.drop_database(database)
+
+
+@catalog.command("create-table")
+@click.argument("name")
+@click.option("--column", "-c", "columns", multiple=True, required=True, help='"name Type", repeatable.')
+@click.option("--order-by", required=True)
+@click.option("--partition-by", default=None)
+@click.option("--primary-key", default=None)
+@click.option("--if-not-exists", is_flag=True)
+@click.pass_obj
+def catalog_create_table(cat, name: str, columns: tuple[str, ...], order_by: str, partition_by: str | None,
+                         primary_key: str | None, if_not_exists: bool) -> None:
+    """CREATE TABLE db.t (columns) ORDER BY ... [PARTITION BY ...]."""
+    schema = []
+    for column in columns:
+        column_name, _, type_text = column.strip().partition(" ")
+        if not type_text:
+            raise click.BadParameter(f"{column!r}: expected \"name Type\"", param_hint="--column")
+        schema.append((column_name, type_text.strip()))
+    cat.create_table(name, schema, order_by, partition_by, primary_key, if_not_exists=if_not_exists)
+    click.echo(f"{name}\t{cat.table_uuid(name)}")
+
+
+@catalog.command("rename")
+@click.argument("old")
+@click.argument("new")
+@click.pass_obj
+def catalog_rename(cat, old: str, new: str) -> None:
+    """RENAME TABLE old TO new (also across databases); never overwrites."""
+    cat.rename_table(old, new)
+
+
+@catalog.command("exchange")
+@click.argument("first")
+@click.argument("second")
+@click.pass_obj
+def catalog_exchange(cat, first: str, second: str) -> None:
+    """EXCHANGE TABLES first AND second, atomically."""
+    cat.exchange_tables(first, second)
+
+
+@catalog.command("drop")
+@click.argument("name")
+@click.option("--sync", is_flag=True, help="Delete the data now (once no reader holds it).")
+@click.pass_obj
+def catalog_drop(cat, name: str, sync: bool) -> None:
+    """DROP TABLE: metadata moves to metadata_dropped/, data is deleted after the delay."""
+    dropped = cat.drop_table(name, sync=sync)
+    if dropped is not None:
+        state = "data deleted" if dropped.data_removed else f"data deleted after {_when(dropped.due_time)}"
+        click.echo(f"dropped {name} ({dropped.uuid}): {state}")
+
+
+@catalog.command("undrop")
+@click.argument("name")
+@click.pass_obj
+def catalog_undrop(cat, name: str) -> None:
+    """UNDROP TABLE within the drop delay."""
+    cat.undrop_table(name)
+
+
+@catalog.command("detach")
+@click.argument("name")
+@click.pass_obj
+def catalog_detach(cat, name: str) -> None:
+    """DETACH TABLE (permanently, as ClickHouse's DETACH ... PERMANENTLY)."""
+    cat.detach_table(name)
+
+
+@catalog.command("attach")
+@click.argument("name")
+@click.pass_obj
+def catalog_attach(cat, name: str) -> None:
+    """ATTACH TABLE a detached table."""
+    cat.attach_table(name)
 
 
 def run() -> None:
