@@ -258,8 +258,16 @@ def visible_for_task(ref: TableRef, parts: PartSets, txn: TxnContext | None) -> 
 
 def read(ref: TableRef, task: Any, columns: list[str], where: Any) -> Iterator[pa.RecordBatch]:
     table = open_table(ref)
-    # Decoding of the next chunk overlaps with Spark taking the current one.
-    yield from table.iter_task(task, columns, where)
+    if ref.name is None:
+        # Decoding of the next chunk overlaps with Spark taking the current one.
+        yield from table.iter_task(task, columns, where)
+        return
+    from spark_mergetree.catalog.catalog import ReaderLease
+
+    # A catalog table: hold its data directory (by UUID, not by name) while reading, so a DROP
+    # ... SYNC in another process waits for this task instead of deleting under it.
+    with ReaderLease(ref.name, Path(ref.path)):
+        yield from table.iter_task(task, columns, where)
 
 
 def table_schema(ref: TableRef) -> pa.Schema:
