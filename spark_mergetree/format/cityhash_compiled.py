@@ -164,7 +164,7 @@ def city_hash128_with_seed(s, start, length, seed_lo, seed_hi):
     return _hash16(x + v1, w1) + y, _hash16(x + w1, y + v1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hash_chain(s, start, end, block, seed_lo, seed_hi):
     """Hash s[start:end] (a whole number of `block`-byte blocks), each block seeded with the
     previous block's hash; returns the last (low, high)."""

@@ -8,7 +8,9 @@ is one ClickHouse would write for the same rows: column streams of compressed bl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +48,7 @@ from spark_mergetree.format.part import (
     format_count,
 )
 from spark_mergetree.format.serialization import (
+    StreamBytes,
     escape_for_file_name,
     serialize_column,
     serialize_rows,
@@ -54,6 +57,10 @@ from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Pri
 
 PRIMARY_INDEX_FILE = "primary.idx"
 PARTITION_FILE = "partition.dat"
+
+# Parts of fewer rows are written on the calling thread; bigger ones use WRITER_THREADS threads.
+PARALLEL_MIN_ROWS = 100_000
+WRITER_THREADS = max(2, min(8, os.cpu_count() or 2))
 
 # How many rows a merge feeds the writer at a time; granules are planned per such block (as in
 # ClickHouse, whose merges write blocks of merge_max_block_size rows).
@@ -158,13 +165,32 @@ def write_wide_part(
     files = PartFiles(rows=n)
     checksums: dict[str, FileChecksum] = {}
 
-    for (name, _), dt, column in zip(columns, types, table.columns):
-        streams = serialize_column(dt, name, column, granule_rows, string_sizes=settings.string_sizes)
-        for stream, stream_bytes in streams.items():
-            if stream + ".bin" in files.files:
-                continue  # columns of one Nested table share their sizes stream (n.size0)
-            _write_stream(files, checksums, stream, memoryview(stream_bytes.data), stream_bytes.granule_offsets,
-                          granule_rows, settings)
+    def serialize(item: tuple[tuple[str, str], DataType, pa.ChunkedArray]) -> dict[str, StreamBytes]:
+        (name, _), dt, column = item
+        return serialize_column(dt, name, column, granule_rows, string_sizes=settings.string_sizes)
+
+    def compress(stream: str, stream_bytes: StreamBytes) -> PartFiles:
+        out = PartFiles()
+        _write_stream(out, checksums, stream, memoryview(stream_bytes.data), stream_bytes.granule_offsets,
+                      granule_rows, settings)
+        return out
+
+    # Columns are independent: serialize and compress them on all cores (LZ4, ZSTD and the hash
+    # chain release the GIL); small parts stay on this thread.
+    items = list(zip(columns, types, table.columns))
+    parallel = n >= PARALLEL_MIN_ROWS and len(items) > 1
+    with ThreadPoolExecutor(max_workers=WRITER_THREADS if parallel else 1) as pool:
+        all_streams = list(pool.map(serialize, items)) if parallel else [serialize(i) for i in items]
+        jobs: list[tuple[str, StreamBytes]] = []
+        for streams in all_streams:
+            for stream, stream_bytes in streams.items():
+                # Columns of one Nested table share their sizes stream (n.size0): write it once.
+                if all(stream != s for s, _ in jobs):
+                    jobs.append((stream, stream_bytes))
+        results = list(pool.map(lambda job: compress(*job), jobs)) if parallel else [compress(*j) for j in jobs]
+    for result in results:
+        files.files.update(result.files)
+        files.boundaries.update(result.boundaries)
 
     if primary_key:
         starts = granularity.granule_offsets(granule_rows)[:-1]
