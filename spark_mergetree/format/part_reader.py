@@ -9,7 +9,7 @@ compressed block is verified against its checksum as it is decompressed.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Protocol
 
@@ -55,7 +55,7 @@ class FileSource(Protocol):
 
     def list_files(self, part: str) -> list[str]: ...
     def read_file(self, part: str, name: str) -> bytes: ...
-    def read_range(self, part: str, name: str, start: int, end: int) -> bytes: ...
+    def read_range(self, part: str, name: str, start: int, end: int, verify: bool = True) -> bytes: ...
     def file_size(self, part: str, name: str) -> int: ...
 
 
@@ -226,23 +226,34 @@ class PartReader:
 
     # ------------------------------------------------------------------ data
 
+    def _read_verified_blocks(self, file: str, start: int, stop: int, decode: Callable[[bytes], bytes]) -> bytes:
+        """Read compressed bytes [start, stop) and decode them. Storage skips its own unit checksums
+        (every block carries one); if a block is damaged, the bytes are read again with storage
+        verifying each unit, which repairs them from a mirror or parity where the layout can."""
+        try:
+            return decode(self.source.read_range(self.part, file, start, stop, verify=False))
+        except CorruptPartError:
+            return decode(self.source.read_range(self.part, file, start, stop, verify=True))
+
     def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> bytes:
         marks = self.wide_marks(stream)
         file = stream + ".bin"
         self._require(file)
         size = self.source.file_size(self.part, file)
         start_block, start_inner = int(marks[begin, 0]), int(marks[begin, 1])
+        path = self._path(file)
         if to_file_end or end >= self.n_granules:
-            buf = self.source.read_range(self.part, file, start_block, size)
-            return decompress_range(buf, self._path(file), (0, start_inner), None)
+            return self._read_verified_blocks(
+                file, start_block, size, lambda buf: decompress_range(buf, path, (0, start_inner), None))
         end_block, end_inner = int(marks[end, 0]), int(marks[end, 1])
         stop = end_block
         if end_inner:
             later = marks[end:, 0]
             later = later[later > end_block]
             stop = int(later[0]) if len(later) else size
-        buf = self.source.read_range(self.part, file, start_block, stop)
-        return decompress_range(buf, self._path(file), (0, start_inner), (end_block - start_block, end_inner))
+        return self._read_verified_blocks(
+            file, start_block, stop,
+            lambda buf: decompress_range(buf, path, (0, start_inner), (end_block - start_block, end_inner)))
 
     def _compact_streams(self, wanted: Sequence[str], begin: int, end: int) -> dict[str, bytes]:
         marks, streams = self.compact_layout

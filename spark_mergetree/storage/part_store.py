@@ -494,8 +494,12 @@ class PartStore:
         """The whole file, every unit verified; degraded reads warn with DegradedReadWarning."""
         return self.read_range(part, name, 0, self.file_size(part, name))
 
-    def read_range(self, part: str, name: str, start: int, end: int) -> bytes:
-        """Bytes [start, end) of a file of a part."""
+    def read_range(self, part: str, name: str, start: int, end: int, verify: bool = True) -> bytes:
+        """Bytes [start, end) of a file of a part.
+
+        `verify=False` skips the unit checksums (missing and short units are still repaired): for
+        callers that verify the bytes themselves, such as compressed blocks, and retry with
+        `verify=True` when they find damage."""
         opened = self._open(part)
         size = self.file_size(part, name)
         if not (isinstance(start, (int, np.integer)) and isinstance(end, (int, np.integer))
@@ -514,7 +518,7 @@ class PartStore:
         if start == end:
             return b""
         if len(opened.disks) == 1 and not opened.volume.striped:
-            fast = self._read_contiguous(opened, name, first, last, start, end)
+            fast = self._read_contiguous(opened, name, first, last, start, end, verify)
             if fast is not None:
                 return fast
         out_view = _scratch(end - start)
@@ -528,15 +532,15 @@ class PartStore:
                 buffer = _scratch(n)
                 targets[u] = buffer
                 partial.append((u, buffer))
-        self._fetch_units(opened, targets)
+        self._fetch_units(opened, targets, verify)
         for u, buffer in partial:
             a, n = int(stripe_map.unit_offset[u]), int(stripe_map.unit_length[u])
             lo, hi = max(a, start), min(a + n, end)
             out_view[lo - start:hi - start] = buffer[lo - a:hi - a]
         return out_view.tobytes()
 
-    def _read_contiguous(self, opened: _OpenPart, name: str, first: int, last: int, start: int, end: int
-                         ) -> bytes | None:
+    def _read_contiguous(self, opened: _OpenPart, name: str, first: int, last: int, start: int, end: int,
+                         verify: bool = True) -> bytes | None:
         """One-disk plain parts: a single read of the units' span, each unit verified in place.
 
         Returns None when anything is off, so the unit-by-unit path reports it precisely.
@@ -553,7 +557,7 @@ class PartStore:
         if len(data) != span_end - span_start:
             return None
         view = memoryview(data)
-        for u in range(first, last):
+        for u in range(first, last) if verify else ():
             a = int(stripe_map.unit_offset[u]) - span_start
             if unit_checksum(view[a:a + int(stripe_map.unit_length[u])]) != stripe_map.unit_hash[u]:
                 return None
@@ -593,7 +597,7 @@ class PartStore:
         return [(d, self._part_dir(d, opened.name) / name, int(stripe_map.unit_offset[unit])) for d in order]
 
     @staticmethod
-    def _read_copy(disk: Disk, path: Path, offset: int, target: memoryview, checksum: str,
+    def _read_copy(disk: Disk, path: Path, offset: int, target: memoryview, checksum: str | None,
                    descriptors: dict[Path, int]) -> None:
         try:
             fd = descriptors.get(path)
@@ -606,10 +610,10 @@ class PartStore:
             raise _UnitFault(disk.name, "missing", f"{path}: {e}") from None
         if got != len(target):
             raise _UnitFault(disk.name, "truncated", f"{path} has {got} of {len(target)} bytes at offset {offset}")
-        if unit_checksum(target) != checksum:
+        if checksum is not None and unit_checksum(target) != checksum:
             raise _UnitFault(disk.name, "checksum", f"{path} at offset {offset}, {len(target)} bytes")
 
-    def _fetch_units(self, opened: _OpenPart, targets: dict[int, memoryview]) -> None:
+    def _fetch_units(self, opened: _OpenPart, targets: dict[int, memoryview], verify: bool = True) -> None:
         """Fill each target with its verified unit: first choices in parallel, one task per disk."""
         stripe_map = opened.stripe_map
         assert stripe_map is not None
@@ -624,7 +628,8 @@ class PartStore:
                 for u in units:
                     disk, path, offset = self._unit_sources(opened, u)[0]
                     try:
-                        self._read_copy(disk, path, offset, targets[u], stripe_map.unit_hash[u], descriptors)
+                        self._read_copy(disk, path, offset, targets[u],
+                                        stripe_map.unit_hash[u] if verify else None, descriptors)
                     except _UnitFault as fault:
                         failed.append((u, fault))
             finally:
