@@ -517,8 +517,13 @@ class PartStore:
         last = units.start + int(np.searchsorted(offsets, end, side="left"))
         if start == end:
             return b""
-        if len(opened.disks) == 1 and not opened.volume.striped:
-            fast = self._read_contiguous(opened, name, first, last, start, end, verify)
+        complete = opened.volume.layout != "raid1" or all(self._part_dir(d, part).is_dir() for d in opened.disks)
+        if not opened.volume.striped and complete:
+            # Plain copies (jbod, raid1 with every mirror present): one read from one copy; mirrors
+            # take turns by range so concurrent reads spread over the disks. A missing mirror
+            # takes the unit path, which reports it.
+            disk = opened.disks[(start // max(1, opened.volume.stripe_unit_bytes)) % len(opened.disks)]
+            fast = self._read_contiguous(opened, name, first, last, start, end, verify, disk)
             if fast is not None:
                 return fast
         out_view = _scratch(end - start)
@@ -540,8 +545,8 @@ class PartStore:
         return out_view.tobytes()
 
     def _read_contiguous(self, opened: _OpenPart, name: str, first: int, last: int, start: int, end: int,
-                         verify: bool = True) -> bytes | None:
-        """One-disk plain parts: a single read of the units' span, each unit verified in place.
+                         verify: bool, disk: Disk) -> bytes | None:
+        """Plain parts: a single read of the units' span from one copy, each unit verified in place.
 
         Returns None when anything is off, so the unit-by-unit path reports it precisely.
         """
@@ -550,7 +555,7 @@ class PartStore:
         span_start = int(stripe_map.unit_offset[first])
         span_end = int(stripe_map.unit_offset[last - 1] + stripe_map.unit_length[last - 1])
         try:
-            with open(self._part_dir(opened.disks[0], opened.name) / name, "rb", buffering=0) as f:
+            with open(self._part_dir(disk, opened.name) / name, "rb", buffering=0) as f:
                 data = os.pread(f.fileno(), span_end - span_start, span_start)
         except OSError:
             return None
