@@ -135,6 +135,16 @@ def _key_text(value: str | Sequence[str] | None, what: str) -> str | None:
     return text
 
 
+def _covering_ranges(removed: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Per partition: (lowest block, level above every removed part) for a part covering them."""
+    out: dict[str, tuple[int, int]] = {}
+    for name in removed:
+        info = PartInfo.parse(name)
+        low, level = out.get(info.partition_id, (info.min_block, 0))
+        out[info.partition_id] = (min(low, info.min_block), max(level, info.level + 1))
+    return out
+
+
 def _create_text(columns: Sequence[tuple[str, str]], order: str | None, primary: str | None) -> str:
     body = ", ".join(f"{quote_identifier(n)} {t}" for n, t in columns)
     return (f"CREATE TABLE _ ({body}) ENGINE = MergeTree ORDER BY {order or 'tuple()'}"
@@ -484,14 +494,22 @@ class MergeTreeTable:
             if self._log_is_empty():
                 self._adopt_unlogged_parts(tx)
             visible = tx.visible_parts(self.path)
+            removed: list[str] = []
             if mode == "overwrite":
-                tx.remove_parts(self.path, sorted(visible))
+                removed = sorted(visible)
             elif mode == "overwrite_partitions":
                 touched = {s.partition_id for s in staged}
-                tx.remove_parts(self.path, sorted(p for p in visible if PartInfo.parse(p).partition_id in touched))
+                removed = sorted(p for p in visible if PartInfo.parse(p).partition_id in touched)
+            tx.remove_parts(self.path, removed)
             first = tx.coordinator.allocate_blocks(table_id, len(staged)) if staged else 0
+            covering = _covering_ranges(removed)
             for number, part in enumerate(staged):
-                final = PartInfo(part.partition_id, first + number, first + number, 0).name
+                block = first + number
+                low, level = covering.pop(part.partition_id, (block, 0))
+                # The first new part of a replaced partition covers the parts it replaces (as
+                # ClickHouse's REPLACE PARTITION does), so a ClickHouse opening the directory
+                # before our cleanup shows only the new rows.
+                final = PartInfo(part.partition_id, low, block, level).name
                 self.store.rename_part(part.name, final)
                 renamed.append(final)
             tx.add_parts(self.path, renamed)
