@@ -161,13 +161,10 @@ class DropCollector(threading.Thread):
 
 def _split_settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(ClickHouse settings for the metadata statement, the engine's own settings, validated)."""
-    if not settings:
-        return None, {}
-    from spark_mergetree.engine.metadata import ENGINE_SETTINGS, validate_engine_settings
+    from spark_mergetree.engine.metadata import split_settings
 
-    clickhouse = {k: v for k, v in settings.items() if str(k).lower() not in ENGINE_SETTINGS}
-    ours = {str(k).lower(): v for k, v in settings.items() if str(k).lower() in ENGINE_SETTINGS}
-    return (clickhouse or None), validate_engine_settings(ours)
+    clickhouse, ours = split_settings(settings)
+    return (clickhouse or None), ours
 
 
 def _split_name(name: TableName) -> tuple[str, str]:

@@ -57,38 +57,6 @@ def new_uuid() -> str:
     return str(uuid_module.uuid4())
 
 
-def _quote_identifier(name: str) -> str:
-    escaped = name.replace("\\", "\\\\").replace("`", "\\`")
-    return f"`{escaped}`"
-
-
-def _key_expression(key: str | Sequence[str] | None, what: str) -> str | None:
-    if key is None:
-        return None
-    if isinstance(key, str):
-        text = key.strip()
-        if not text:
-            raise InvalidOptionError(f"{what} is an empty string; use tuple() for no key")
-        return text
-    parts = [str(item).strip() for item in key]
-    if any(not part for part in parts):
-        raise InvalidOptionError(f"{what} {list(key)!r} contains an empty expression")
-    if not parts:
-        return "tuple()"
-    return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
-
-
-def _setting_value(name: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    raise InvalidOptionError(f"setting {name!r} has value {value!r} of type {type(value).__name__}; "
-                             f"expected int, float, bool or str")
-
-
 def table_statement(
     table_uuid: str,
     definition: Any,
@@ -115,30 +83,12 @@ def table_statement(
     for item in definition:
         if not (isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise InvalidOptionError(f"schema entry {item!r} is not a (column name, ClickHouse type) pair")
-    names = [name for name, _ in definition]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise InvalidOptionError(f"schema has duplicate columns {duplicates}")
-    order_text = _key_expression(order_by, "order_by")
-    if order_text is None:
-        raise InvalidOptionError("order_by is required for MergeTree (use [] or 'tuple()' for no sorting key)")
-    lines = ["CREATE TABLE _", "("]
-    lines.append(",\n".join(f"    {_quote_identifier(name)} {type_name}" for name, type_name in definition))
-    lines += [")", "ENGINE = MergeTree"]
-    partition_text = _key_expression(partition_by, "partition_by")
-    if partition_text is not None:
-        lines.append(f"PARTITION BY {partition_text}")
-    primary_text = _key_expression(primary_key, "primary_key")
-    if primary_text is not None:
-        lines.append(f"PRIMARY KEY {primary_text}")
-    lines.append(f"ORDER BY {order_text}")
-    if settings:
-        lines.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(k, v)}" for k, v in settings.items()))
-    # The expressions layer checks the statement (keys name known columns, PRIMARY KEY is a
-    # prefix of ORDER BY) and prints it exactly as ClickHouse does.
-    from spark_mergetree.expressions.ddl import parse_create
+    from spark_mergetree.expressions.ddl import build_definition
 
-    return _statement_from_definition(table_uuid, parse_create("\n".join(lines)))
+    if order_by is None:
+        raise InvalidOptionError("order_by is required for MergeTree (use [] or 'tuple()' for no sorting key)")
+    return _statement_from_definition(
+        table_uuid, build_definition(definition, order_by, partition_by, primary_key, settings))
 
 
 def _statement_from_definition(table_uuid: str, definition: TableDefinition) -> str:

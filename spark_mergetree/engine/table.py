@@ -49,9 +49,9 @@ from spark_mergetree.errors import (
 from spark_mergetree.expressions.ddl import (
     ColumnDefinition,
     TableDefinition,
+    build_definition,
     format_attach,
     parse_create,
-    quote_identifier,
 )
 from spark_mergetree.expressions.predicate import Expr
 from spark_mergetree.format.checksums import compute_file_checksum
@@ -121,20 +121,6 @@ def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[s
     return out
 
 
-def _key_text(value: str | Sequence[str] | None, what: str) -> str | None:
-    """A key clause's text from a column, an expression, "(a, b)", or a list of those."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-    else:
-        items = [str(v).strip() for v in value]
-        text = items[0] if len(items) == 1 else "(" + ", ".join(items) + ")"
-    if not text or text == "()":
-        raise InvalidOptionError(f"{what} is empty")
-    return text
-
-
 def _covering_ranges(removed: Sequence[str]) -> dict[str, tuple[int, int]]:
     """Per partition: (lowest block, level above every removed part) for a part covering them."""
     out: dict[str, tuple[int, int]] = {}
@@ -143,12 +129,6 @@ def _covering_ranges(removed: Sequence[str]) -> dict[str, tuple[int, int]]:
         low, level = out.get(info.partition_id, (info.min_block, 0))
         out[info.partition_id] = (min(low, info.min_block), max(level, info.level + 1))
     return out
-
-
-def _create_text(columns: Sequence[tuple[str, str]], order: str | None, primary: str | None) -> str:
-    body = ", ".join(f"{quote_identifier(n)} {t}" for n, t in columns)
-    return (f"CREATE TABLE _ ({body}) ENGINE = MergeTree ORDER BY {order or 'tuple()'}"
-            + (f" PRIMARY KEY {primary}" if primary else ""))
 
 
 class MergeTreeTable:
@@ -206,26 +186,16 @@ class MergeTreeTable:
             if if_not_exists:
                 return cls.open(target, coordinator=coordinator)
             raise TableExistsError(f"a table already exists at {target}")
-        order = _key_text(order_by, "order_by")
-        primary = _key_text(primary_key, "primary_key")
         clickhouse_settings, engine_settings = split_settings(settings)
         if isinstance(coordinator, str):
             engine_settings["coordinator"] = coordinator
-        # Keys are parsed as ClickHouse parses them: as clauses of a CREATE statement.
-        columns = _normalize_schema(schema, set())
-        probe = parse_create(_create_text(columns, order, primary))
         # ClickHouse keys cannot be Nullable: Arrow fields used as key columns are stored non-nullable.
-        key_columns = {e.strip("`") for e in probe.order_by}
+        columns = _normalize_schema(schema, set())
+        probe = build_definition(columns, order_by, None, primary_key)
         if isinstance(schema, pa.Schema):
-            columns = _normalize_schema(schema, key_columns)
-        definition = TableDefinition(
-            database=None, name="_", uuid=str(uuid_module.uuid4()),
-            columns=tuple(ColumnDefinition(n, t) for n, t in columns), engine="MergeTree",
-            order_by=probe.order_by, primary_key=probe.primary_key, partition_by=partition_by or None,
-            settings=clickhouse_settings, explicit_primary_key=probe.explicit_primary_key)
-        if tuple(definition.primary_key) != tuple(definition.order_by[: len(definition.primary_key)]):
-            raise InvalidOptionError(f"primary_key ({', '.join(definition.primary_key)}) must be a prefix of "
-                                     f"order_by ({', '.join(definition.order_by)})")
+            columns = _normalize_schema(schema, {e.strip("`") for e in probe.order_by})
+        definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
+                                      uuid=str(uuid_module.uuid4()))
         metadata = TableMetadata(definition, engine_settings)
         _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings  # validate
         cls._write_layout(target, definition, engine_settings)

@@ -10,14 +10,14 @@ whitespace normalised), so nothing is lost or rewritten between reading and writ
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from sqlglot.dialects.clickhouse import ClickHouse
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from spark_mergetree.errors import ExpressionError, UnsupportedError
+from spark_mergetree.errors import ExpressionError, InvalidOptionError, UnsupportedError
 from spark_mergetree.expressions.predicate import columns_of, parse_expression
 
 SUPPORTED_ENGINES = ("MergeTree",)
@@ -558,3 +558,53 @@ def format_create(defn: TableDefinition, *, with_uuid: bool = False, if_not_exis
     if with_uuid and defn.uuid:
         head += f" UUID {quote_string(defn.uuid)}"
     return head + "\n" + _body(defn)
+
+
+def key_clause(key: str | Sequence[str] | None, what: str) -> str | None:
+    """A key clause's text from a column, an expression, "(a, b)", or a list of those (None: absent)."""
+    if key is None:
+        return None
+    if isinstance(key, str):
+        text = key.strip()
+        if not text:
+            raise ExpressionError(f"{what} is an empty string; use tuple() for no key")
+        return text
+    parts = [str(item).strip() for item in key]
+    if any(not part for part in parts):
+        raise ExpressionError(f"{what} {list(key)!r} contains an empty expression")
+    if not parts:
+        return "tuple()"
+    return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+
+
+def build_definition(
+    columns: Sequence[tuple[str, str]],
+    order_by: str | Sequence[str] | None,
+    partition_by: str | Sequence[str] | None = None,
+    primary_key: str | Sequence[str] | None = None,
+    settings: Mapping[str, object] | None = None,
+    uuid: str | None = None,
+) -> TableDefinition:
+    """A new MergeTree table's definition from columns, keys and settings: written out as a CREATE
+    statement and parsed back, so keys are read (and checked) exactly as in any statement."""
+    if not columns:
+        raise InvalidOptionError("a table needs at least one column")
+    names = [name for name, _ in columns]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InvalidOptionError(f"schema has duplicate columns {duplicates}")
+    order_text = key_clause(order_by, "order_by") or "tuple()"
+    lines = ["CREATE TABLE _ (" + ", ".join(f"{_backquote(n)} {t}" for n, t in columns) + ")", "ENGINE = MergeTree"]
+    partition_text = key_clause(partition_by, "partition_by")
+    if partition_text:
+        lines.append(f"PARTITION BY {partition_text}")
+    primary_text = key_clause(primary_key, "primary_key")
+    if primary_text:
+        lines.append(f"PRIMARY KEY {primary_text}")
+    lines.append(f"ORDER BY {order_text}")
+    if settings:
+        rendered = {key: ("1" if value else "0") if isinstance(value, bool) else str(value)
+                    for key, value in settings.items()}
+        lines.append("SETTINGS " + ", ".join(_setting_text(k, v) for k, v in rendered.items()))
+    definition = parse_create("\n".join(lines))
+    return replace(definition, uuid=uuid) if uuid else definition
