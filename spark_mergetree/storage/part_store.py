@@ -138,6 +138,10 @@ def compressed_block_starts(data: FileBytes) -> np.ndarray | None:
     return np.asarray(starts, dtype=np.int64) if position == len(view) else None
 
 
+# Ranges at least this long are returned as read-only memoryviews rather than copied into bytes.
+_ZERO_COPY_BYTES = 1 << 20
+
+
 def _scratch(length: int) -> memoryview:
     """A writable buffer that is about to be filled completely: numpy skips bytearray's zero fill."""
     return memoryview(np.empty(length, dtype=np.uint8))
@@ -492,9 +496,10 @@ class PartStore:
 
     def read_file(self, part: str, name: str) -> bytes:
         """The whole file, every unit verified; degraded reads warn with DegradedReadWarning."""
-        return self.read_range(part, name, 0, self.file_size(part, name))
+        data = self.read_range(part, name, 0, self.file_size(part, name))
+        return data if isinstance(data, bytes) else data.tobytes()
 
-    def read_range(self, part: str, name: str, start: int, end: int, verify: bool = True) -> bytes:
+    def read_range(self, part: str, name: str, start: int, end: int, verify: bool = True) -> bytes | memoryview:
         """Bytes [start, end) of a file of a part.
 
         `verify=False` skips the unit checksums (missing and short units are still repaired): for
@@ -542,7 +547,8 @@ class PartStore:
             a, n = int(stripe_map.unit_offset[u]), int(stripe_map.unit_length[u])
             lo, hi = max(a, start), min(a + n, end)
             out_view[lo - start:hi - start] = buffer[lo - a:hi - a]
-        return out_view.tobytes()
+        # Big ranges (column data) go out without another copy; small files as bytes.
+        return out_view.toreadonly() if end - start >= _ZERO_COPY_BYTES else out_view.tobytes()
 
     def _read_contiguous(self, opened: _OpenPart, name: str, first: int, last: int, start: int, end: int,
                          verify: bool, disk: Disk) -> bytes | None:
