@@ -4,6 +4,7 @@ Per backend it measures, over N transactions, the latency of
   * `coordinator`: begin + commit at the coordinator alone (one removal lock per commit), and
   * `two-table`: a full `Transaction` adding one (empty) part to each of two tables — pending
     entries, coordinator commit, finalize — the cost a write pays on top of writing its parts,
+  * `snapshot`: the visible parts of a table whose log holds a long history (checkpointed),
 and prints p50 / p99 / mean in milliseconds. The ZooKeeper backend starts Debian's zookeeper on
 127.0.0.1 (or uses --zk-hosts).
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spark_mergetree.txn import Coordinator, LocalCoordinator, Transaction  # noqa: E402
+from spark_mergetree.txn import Coordinator, LocalCoordinator, TableLog, Transaction  # noqa: E402
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -67,6 +68,26 @@ def bench_two_tables(coordinator: Coordinator, root: Path, count: int) -> list[f
     return samples
 
 
+def bench_long_history(coordinator: Coordinator, root: Path, history: int, count: int) -> list[float]:
+    """Snapshots of one table after `history` commits, each adding a part and removing the one before."""
+    table = root / f"history-{uuid.uuid4().hex[:6]}"
+    for index in range(1, history + 1):
+        name = f"all_{index}_{index}_0"
+        (table / name).mkdir(parents=True)
+        with Transaction(coordinator) as transaction:
+            transaction.add_parts(table, [name])
+            if index > 1:
+                transaction.remove_parts(table, [f"all_{index - 1}_{index - 1}_0"])
+    log = TableLog(table)
+    now = coordinator.current_timestamp()
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        log.snapshot(now, coordinator)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
 def bench_write_overhead(coordinator: Coordinator, root: Path, rows: int, runs: int) -> None:
     """A transactional insert (parts + commit) against the same parts written with no commit."""
     import numpy as np
@@ -101,6 +122,7 @@ def run_backend(backend: str, make: Callable[[], Coordinator], count: int, rows:
         bench_coordinator(coordinator, min(20, count))  # warm-up
         report(backend, "coordinator", bench_coordinator(coordinator, count))
         report(backend, "two-table", bench_two_tables(coordinator, work, count))
+        report(backend, "snapshot", bench_long_history(coordinator, work, count, min(100, count)))
         for size in (rows // 10, rows):
             bench_write_overhead(coordinator, work, size, 3)
     finally:

@@ -87,10 +87,10 @@ def test_leased_table_survives_drop_until_released(tmp_path: Path) -> None:
     reader = ReaderProcess(tmp_path, "db.t")
     assert catalog.in_use(info.uuid)
 
-    # DROP SYNC does not wait: it returns at once, the name is gone, the data stays.
-    started = time.monotonic()
+    # DROP SYNC does not wait for the reader: it returns while the lease is still held, the name is
+    # gone, the data stays.
     dropped = catalog.drop_table("db.t", sync=True)
-    assert time.monotonic() - started < 1.0
+    assert catalog.in_use(info.uuid)
     assert dropped is not None and not dropped.data_removed
     assert catalog.tables("db") == []
     assert catalog.collect_dropped() == []

@@ -131,10 +131,9 @@ def test_unreachable_server_times_out_and_commit_resolves_later(server: ZooKeepe
             write_part(table, "all_1_1_0", 1)
             transaction.add_parts(table, ["all_1_1_0"])
         server.stop()
-        started = time.monotonic()
-        with pytest.raises(TransactionError, match="did not"):
+        # The call gives up after the operation timeout, not the (much longer) session timeout.
+        with pytest.raises(TransactionError, match=r"did not .* within 1\.5 s"):
             coordinator.begin()
-        assert time.monotonic() - started < 5
         with pytest.raises(CommitOutcomeUnknownError):
             transaction.commit()
         assert transaction.state == "unknown"
