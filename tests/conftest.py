@@ -3,12 +3,18 @@
 The session runs `local[2,3]`: two cores, and up to three attempts per task, so a test can make a
 task fail on its first attempt and watch Spark retry it. Filter pushdown is on, as users who want
 pruning would set it. Workers run this interpreter and import the package from the repository.
+
+No test touches the user's home: the session runs with HOME pointing at a temporary directory, every
+test gets a coordinator of its own (Spark tests share the session's, which the Spark workers were
+started with), and a test that creates `~/.spark_mergetree` in that home fails.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,21 +23,64 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+COORDINATOR_ENV = "SPARK_MERGETREE_COORDINATOR"
+_SESSION_DIR: Path | None = None
+_SAVED_ENV: dict[str, str | None] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A temporary HOME and a session coordinator, before any test module is imported."""
+    global _SESSION_DIR
+    _SESSION_DIR = Path(tempfile.mkdtemp(prefix="mergetree-tests-")).resolve()
+    (_SESSION_DIR / "home").mkdir()
+    for name, value in (("HOME", str(_SESSION_DIR / "home")),
+                        (COORDINATOR_ENV, (_SESSION_DIR / "coordinator").as_uri())):
+        _SAVED_ENV[name] = os.environ.get(name)
+        os.environ[name] = value
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for name, value in _SAVED_ENV.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if _SESSION_DIR is not None:
+        shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def private_coordinator(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The URL of this test's own coordinator (the session's for Spark tests), set as the default.
+
+    Fails the test if it wrote into the (temporary) home's `.spark_mergetree`, where the default
+    coordinator of a user lives.
+    """
+    if "spark" in request.fixturenames:
+        url = os.environ[COORDINATOR_ENV]  # Spark workers were started with the session's
+    else:
+        url = (tmp_path / "coordinator").resolve().as_uri()
+        monkeypatch.setenv(COORDINATOR_ENV, url)
+    yield url
+    assert _SESSION_DIR is not None
+    home_state = _SESSION_DIR / "home" / ".spark_mergetree"
+    if home_state.exists():
+        shutil.rmtree(home_state, ignore_errors=True)
+        pytest.fail(f"the test wrote into the home directory's {home_state}: use a private coordinator")
+
+
 def _python_path_with_repo() -> str:
     parts = [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return os.pathsep.join(dict.fromkeys(parts))
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def spark() -> Iterator[object]:
     # Python workers inherit the environment of the JVM, which inherits ours.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = _python_path_with_repo()
-    # Transactions of the tests use their own coordinator directory, never the user's default.
-    os.environ.setdefault(
-        "SPARK_MERGETREE_COORDINATOR", (tmp_path_factory.mktemp("coordinator")).resolve().as_uri()
-    )
+    # Workers inherit HOME and the session's coordinator (set by pytest_configure), never the user's.
     from pyspark.sql import SparkSession
 
     session = (
