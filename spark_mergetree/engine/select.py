@@ -8,15 +8,19 @@ part still spreads over every core); each task reads its ranges and filters rows
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from spark_mergetree.errors import MergeTreeError, UnsupportedError
 from spark_mergetree.expressions.key_condition import granule_ranges, may_match_partition
 from spark_mergetree.expressions.predicate import Expr, bind, columns_of, filter_table, parse_predicate
 from spark_mergetree.format.part_info import PartInfo
-from spark_mergetree.format.part_reader import GranuleRange, PartReader, merge_ranges
+from spark_mergetree.format.part_reader import PATCH_PART_PREFIX, GranuleRange, PartReader, merge_ranges
 
 DEFAULT_TARGET_ROWS = 1 << 20
 
@@ -36,7 +40,7 @@ class PartPlan:
 
     part: str
     partition_id: str
-    rows: int
+    rows: int  # rows a read of the whole part returns (lightweight-deleted rows excluded)
     granules: int
     ranges: list[GranuleRange]
     pruned_by: str | None = None  # 'partition' or 'primary key' when the part is skipped whole
@@ -77,6 +81,51 @@ class ReadPlan:
         return "\n".join(lines)
 
 
+def active_parts(names: Iterable[str], table_path: str) -> set[str]:
+    """The parts ClickHouse loads as active from a table directory holding `names`: every part
+    that no other part covers (PartInfo.contains: a merge's or a mutation's result covers its
+    sources). Names that are not parts are ignored. Patch parts (`patch-...`, lightweight UPDATE)
+    change rows of other parts when ClickHouse reads them: UnsupportedError names them."""
+    by_partition: dict[str, list[PartInfo]] = defaultdict(list)
+    for name in names:
+        try:
+            info = PartInfo.parse(name)
+        except MergeTreeError:
+            continue
+        by_partition[info.partition_id].append(info)
+    active = {info.name for infos in by_partition.values() for info in infos
+              if not any(other != info and other.contains(info) for other in infos)}
+    patches = sorted(name for name in active if name.startswith(PATCH_PART_PREFIX))
+    if patches:
+        raise UnsupportedError(
+            f"{table_path}/{patches[0]}: a patch part of a ClickHouse lightweight UPDATE (source_parts.dat; "
+            f"{len(patches)} in the table): its rows change other parts' rows when ClickHouse reads them, which "
+            "this version cannot apply; read the table with ClickHouse")
+    return active
+
+
+_MUTATION_FILE = re.compile(r"mutation_([0-9]+)\.txt")
+
+
+def first_free_block(table_dir: str | os.PathLike[str], names: Iterable[str]) -> int:
+    """The lowest block number a new part may take in a table directory ClickHouse may have written:
+    above every part's blocks and every mutation's version (`mutation_N.txt`). A lower number would
+    reuse a part's name, or make ClickHouse apply an older mutation (a DELETE) to the new part."""
+    highest = 0
+    for name in names:
+        try:
+            info = PartInfo.parse(name)
+        except MergeTreeError:
+            continue
+        highest = max(highest, info.max_block, info.mutation)
+    try:
+        entries = [entry.name for entry in os.scandir(table_dir)]
+    except FileNotFoundError:
+        entries = []
+    versions = [int(match.group(1)) for match in map(_MUTATION_FILE.fullmatch, entries) if match]
+    return max([highest, *versions]) + 1
+
+
 def bind_where(where: str | Expr | None, column_types: dict[str, str]) -> Expr | None:
     """Parse (if text) and bind a predicate against the table's columns."""
     if where is None or (isinstance(where, str) and not where.strip()):
@@ -88,7 +137,7 @@ def bind_where(where: str | Expr | None, column_types: dict[str, str]) -> Expr |
 def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key,
               primary_key: Sequence[tuple[str, str]]) -> PartPlan:
     """Prune one part by partition/minmax, then by the sparse primary index."""
-    plan = PartPlan(reader.part, info.partition_id, reader.rows, reader.n_granules, [])
+    plan = PartPlan(reader.part, info.partition_id, reader.existing_rows, reader.n_granules, [])
     if reader.n_granules == 0:
         return plan
     if predicate is not None and partition_key.is_partitioned:

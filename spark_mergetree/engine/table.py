@@ -39,7 +39,6 @@ from spark_mergetree.engine.metadata import (
 from spark_mergetree.errors import (
     CorruptPartError,
     InvalidOptionError,
-    MergeTreeError,
     SchemaMismatchError,
     SerializationError,
     TableExistsError,
@@ -54,8 +53,6 @@ from spark_mergetree.expressions.ddl import (
     parse_create,
 )
 from spark_mergetree.expressions.predicate import Expr
-from spark_mergetree.format.checksums import compute_file_checksum
-from spark_mergetree.format.part import CHECKSUMS_FILE
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_type
@@ -81,9 +78,10 @@ class PartSummary:
     min_block: int
     max_block: int
     level: int
-    rows: int
+    rows: int  # rows a read returns
     bytes_on_disk: int
     granules: int
+    deleted_rows: int = 0  # rows the part still stores but a ClickHouse lightweight DELETE removed
 
 
 @dataclass
@@ -274,14 +272,10 @@ class MergeTreeTable:
     # ------------------------------------------------------------------ snapshots
 
     def _directory_parts(self) -> set[str]:
-        """Active parts by directory listing, covered parts dropped (for tables with no log)."""
-        infos = []
-        for name in self.store.list_parts():
-            try:
-                infos.append(PartInfo.parse(name))
-            except MergeTreeError:
-                continue
-        return {i.name for i in infos if not any(o != i and o.contains(i) for o in infos)}
+        """Active parts by directory listing, as ClickHouse finds them on start (for tables with no
+        log): a part covered by another (a merge's result, or a mutation's: `all_1_1_0_3` over
+        `all_1_1_0`) is outdated. Patch parts of lightweight UPDATEs are refused, never read past."""
+        return selecting.active_parts(self.store.list_parts(), str(self.path))
 
     def visible_parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None
                       ) -> tuple[int | None, set[str]]:
@@ -407,12 +401,13 @@ class MergeTreeTable:
             reader = self.reader(name)
             size = sum(self.store.file_size(name, f) for f in reader.files)
             out.append(PartSummary(name, info.partition_id, info.min_block, info.max_block, info.level,
-                                   reader.rows, size, reader.n_granules))
+                                   reader.existing_rows, size, reader.n_granules, reader.rows - reader.existing_rows))
         return out
 
     def count(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> int:
+        """Rows a read returns (rows a ClickHouse lightweight DELETE removed are not counted)."""
         _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
-        return sum(self.reader(p).rows for p in visible)
+        return sum(self.reader(p).existing_rows for p in visible)
 
     # ------------------------------------------------------------------ writing
 
@@ -471,7 +466,7 @@ class MergeTreeTable:
                 touched = {s.partition_id for s in staged}
                 removed = sorted(p for p in visible if PartInfo.parse(p).partition_id in touched)
             tx.remove_parts(self.path, removed)
-            first = tx.coordinator.allocate_blocks(table_id, len(staged)) if staged else 0
+            first = self._allocate_blocks(tx, table_id, len(staged)) if staged else 0
             covering = _covering_ranges(removed)
             for number, part in enumerate(staged):
                 block = first + number
@@ -498,6 +493,17 @@ class MergeTreeTable:
         if own and self.metadata.setting("auto_merge"):
             self._auto_merge()
         return renamed
+
+    def _allocate_blocks(self, tx: Transaction, table_id: str, count: int) -> int:
+        """`count` block numbers for new parts, above every block and mutation version already in
+        the directory (a table ClickHouse wrote, or writes beside us), skipping the numbers below."""
+        first = tx.coordinator.allocate_blocks(table_id, count)
+        floor = selecting.first_free_block(self.path, self.store.list_parts())
+        if first < floor:
+            if floor > first + count:
+                tx.coordinator.allocate_blocks(table_id, floor - first - count)
+            first = tx.coordinator.allocate_blocks(table_id, count)
+        return first
 
     def _log_is_empty(self) -> bool:
         return not self.log.entries() and not (self.log.directory / "checkpoint.json").exists()
@@ -610,19 +616,7 @@ class MergeTreeTable:
                 on_part(part)
             report.parts_checked += 1
             try:
-                reader = PartReader(self.store, part, str(self.path / part))
-                checksums = reader.checksums
-                if checksums is None:
-                    report.problems.append(f"{part}: {CHECKSUMS_FILE} is missing")
-                    continue
-                for name, expected in sorted(checksums.files.items()):
-                    try:
-                        actual = compute_file_checksum(self.store.read_file(part, name), expected.is_compressed)
-                    except CorruptPartError as exc:
-                        report.problems.append(f"{part}/{name}: {exc}")
-                        continue
-                    if actual != expected:
-                        report.problems.append(f"{part}/{name}: content does not match checksums.txt")
+                report.problems += PartReader(self.store, part, str(self.path / part)).verify()
             except (CorruptPartError, OSError) as exc:
                 report.problems.append(f"{part}: {exc}")
         if report.parts_checked and on_part is not None:

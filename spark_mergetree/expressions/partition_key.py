@@ -28,7 +28,7 @@ from spark_mergetree.expressions.functions import (
     type_info,
 )
 from spark_mergetree.expressions.predicate import Column, Expr, Func, Literal, parse_expression
-from spark_mergetree.expressions.siphash import siphash128_clickhouse
+from spark_mergetree.format.siphash import siphash128_clickhouse
 
 # Tags ClickHouse hashes before each value (its Field type numbers).
 _TAG_NULL, _TAG_UINT64, _TAG_INT64, _TAG_UINT128, _TAG_INT128 = 0, 1, 2, 4, 5

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from spark_mergetree.format.compression import (
     decompress_block,
     iter_blocks,
 )
+from spark_mergetree.format.siphash import siphash128_clickhouse
 
 __all__ = [
     "CHECKSUMS_FILE",
@@ -30,9 +32,14 @@ __all__ = [
     "compute_file_checksum",
     "combine_stream_hashes",
     "is_compressed_file",
+    "matches_entry",
+    "PROJECTION_SUFFIX",
 ]
 
 CHECKSUMS_FILE = "checksums.txt"
+# A projection is a directory `<name>.proj/` inside the part, holding a part of its own; the parent's
+# checksums.txt lists it as one entry (see Checksums.total_size / total_hash).
+PROJECTION_SUFFIX = ".proj"
 # ClickHouse compresses checksums.txt with ZSTD at level 3 whatever the table's codec is.
 CHECKSUMS_CODEC: Codec = ZSTD(3)
 _HEADER_PREFIX = b"checksums format version: "
@@ -185,6 +192,20 @@ class Checksums:
             raise CorruptPartError(f"{where}: malformed checksums version 2 text: {exc}") from exc
         return cls(files)
 
+    @property
+    def total_size(self) -> int:
+        """Bytes of every listed file: the size a parent part records for a projection directory."""
+        return sum(entry.file_size for entry in self.files.values())
+
+    def total_hash(self) -> bytes:
+        """The hash a parent part records for a projection directory: ClickHouse's sipHash128 over,
+        per file in name order, the UInt64 LE length of the name, the name and the file's hash."""
+        data = bytearray()
+        for name in sorted(self.files):
+            encoded = name.encode("utf-8")
+            data += struct.pack("<Q", len(encoded)) + encoded + self.files[name].file_hash
+        return siphash128_clickhouse(bytes(data))
+
     def body_bytes(self) -> bytes:
         """The version 3 binary body (what version 4 compresses)."""
         out = bytearray()
@@ -206,24 +227,50 @@ class Checksums:
         """The version 4 file, byte for byte as ClickHouse writes it."""
         return _HEADER_PREFIX + b"4\n" + compress_block(CHECKSUMS_CODEC, self.body_bytes())
 
-    def verify_files(self, part_dir: str | os.PathLike[str], check_hashes: bool = True) -> None:
-        """Check every listed file of ``part_dir`` against its entry (size always, hashes if asked)."""
+    def problems(self, read: Callable[[str], bytes | bytearray | memoryview], size: Callable[[str], int],
+                 where: str, check_hashes: bool = True, prefix: str = "") -> list[str]:
+        """What differs between the listed files and their entries, as CHECK TABLE finds it.
+
+        ``read(name)``/``size(name)`` give a file of the part by its path inside the part (raising
+        OSError when it is missing); ``where`` is the part's location for messages. A projection
+        entry (``<name>.proj``) is checked through the projection's own checksums.txt, whose files
+        must add up to the entry (see total_size / total_hash).
+        """
+        out: list[str] = []
         # A Wide column named "data" also has data.bin; Compact parts are told apart by their marks file.
         is_compact = any(name.startswith("data.") and "mrk" in name for name in self.files)
         for name, expected in sorted(self.files.items()):
-            file_path = Path(part_dir) / name
+            path = prefix + name
+            shown = f"{where}/{path}"
             try:
-                size = file_path.stat().st_size
+                if name.endswith(PROJECTION_SUFFIX):
+                    listing = f"{path}/{CHECKSUMS_FILE}"
+                    inner = Checksums.parse(read(listing), f"{where}/{listing}")
+                    out += inner.problems(read, size, where, check_hashes, prefix=path + "/")
+                    if (inner.total_size, inner.total_hash()) != (expected.file_size, expected.file_hash):
+                        out.append(f"{shown}: the projection's {CHECKSUMS_FILE} does not add up to its entry "
+                                   f"in the part's {CHECKSUMS_FILE}")
+                    continue
+                actual_size = size(path)
+                if actual_size != expected.file_size:
+                    out.append(f"{shown}: size {actual_size} differs from {expected.file_size} in {CHECKSUMS_FILE}")
+                elif check_hashes and not matches_entry(read(path), expected, shown,
+                                                        compact_data=is_compact and name == "data.bin"):
+                    out.append(f"{shown}: content does not match {CHECKSUMS_FILE}")
             except FileNotFoundError:
-                raise CorruptPartError(f"{file_path}: listed in checksums.txt but missing") from None
-            if size != expected.file_size:
-                raise CorruptPartError(
-                    f"{file_path}: size {size} differs from {expected.file_size} in checksums.txt"
-                )
-            if check_hashes:
-                actual = compute_file_checksum(file_path, expected.is_compressed, compact_data=is_compact and name == "data.bin")
-                if actual != expected:
-                    raise CorruptPartError(f"{file_path}: hash differs from checksums.txt")
+                out.append(f"{shown}: listed in {CHECKSUMS_FILE} but missing")
+            except (CorruptPartError, FormatError, OSError) as exc:
+                out.append(f"{shown}: {exc}")
+        return out
+
+    def verify_files(self, part_dir: str | os.PathLike[str], check_hashes: bool = True) -> None:
+        """Check every listed file of ``part_dir`` against its entry (size always, hashes if asked);
+        raises CorruptPartError naming the first file that differs."""
+        root = Path(part_dir)
+        found = self.problems(lambda name: (root / name).read_bytes(), lambda name: (root / name).stat().st_size,
+                              str(root), check_hashes)
+        if found:
+            raise CorruptPartError(found[0] if len(found) == 1 else f"{found[0]} (and {len(found) - 1} more)")
 
 
 _COMPRESSED_SUFFIXES = (".bin", ".cmrk", ".cmrk2", ".cmrk3", ".cmrk4", ".cidx")
@@ -255,6 +302,7 @@ def compute_file_checksum(
     source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     is_compressed: bool,
     compact_data: bool = False,
+    where: str = "<bytes>",
 ) -> FileChecksum:
     """The checksums.txt entry of a file (a path or its bytes); compressed blocks are verified on the way.
 
@@ -265,7 +313,6 @@ def compute_file_checksum(
         where = str(source)
         data: bytes | bytearray | memoryview = Path(source).read_bytes()
     else:
-        where = "<bytes>"
         data = source
     hasher = FileHasher()
     hasher.update(data)
@@ -278,3 +325,18 @@ def compute_file_checksum(
     if compact_data:
         uncompressed_hash = combine_stream_hashes([uncompressed_hash])
     return FileChecksum(hasher.size, hasher.digest(), True, uncompressed.size, uncompressed_hash)
+
+
+def matches_entry(data: bytes | bytearray | memoryview, expected: FileChecksum, where: str,
+                  compact_data: bool = False) -> bool:
+    """Whether a file's bytes match its checksums.txt entry; every compressed block is verified.
+
+    A compressed file whose blocks use a codec this version cannot decode (Delta, Gorilla, ...) is
+    checked by its stored bytes only (size and file hash, which cover every block): its uncompressed
+    hash cannot be recomputed without the codec.
+    """
+    try:
+        return compute_file_checksum(data, expected.is_compressed, compact_data=compact_data, where=where) == expected
+    except UnsupportedError:
+        actual = compute_file_checksum(data, False)
+        return (actual.file_size, actual.file_hash) == (expected.file_size, expected.file_hash)

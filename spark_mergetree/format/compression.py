@@ -21,13 +21,14 @@ import lz4.block
 import numpy as np
 import zstandard
 
-from spark_mergetree.errors import CorruptPartError, InvalidOptionError
+from spark_mergetree.errors import CorruptPartError, InvalidOptionError, UnsupportedError
 from spark_mergetree.format.cityhash import FileHasher, cityhash128
 
 __all__ = [
     "METHOD_NONE",
     "METHOD_LZ4",
     "METHOD_ZSTD",
+    "UNSUPPORTED_METHODS",
     "CHECKSUM_SIZE",
     "HEADER_SIZE",
     "BLOCK_OVERHEAD",
@@ -63,6 +64,14 @@ MAX_BLOCK_SIZE = 1 << 30
 
 _header = struct.Struct("<BII")
 _METHOD_NAMES = {METHOD_NONE: "NONE", METHOD_LZ4: "LZ4", METHOD_ZSTD: "ZSTD"}
+METHOD_MULTIPLE = 0x91
+# Method bytes of ClickHouse codecs this version does not decode (LZ4HC blocks carry the LZ4 byte).
+# A block that passes its checksum with one of these is valid data we cannot read, not damage.
+UNSUPPORTED_METHODS = {
+    METHOD_MULTIPLE: "Multiple", 0x92: "Delta", 0x93: "T64", 0x94: "DoubleDelta", 0x95: "Gorilla",
+    0x96: "AES_128_GCM_SIV", 0x97: "AES_256_GCM_SIV", 0x98: "FPC", 0x99: "DeflateQpl", 0x9A: "GCD",
+    0x9B: "ZSTD_QPL", 0x9C: "SZ3",
+}
 VALID_CODECS = "NONE, LZ4, ZSTD, ZSTD(level) with level 1..22, optionally wrapped as CODEC(...)"
 
 
@@ -226,7 +235,9 @@ def _read_block_at(view: memoryview, offset: int, path: str) -> BlockInfo:
     if cityhash128(body) != view[offset : offset + CHECKSUM_SIZE]:
         raise CorruptPartError(f"{path}: checksum mismatch in compressed block at byte offset {offset}")
     if method not in _METHOD_NAMES:
-        raise CorruptPartError(f"{path}: unknown compression method 0x{method:02x} in block at byte offset {offset}")
+        raise UnsupportedError(f"{path}: block at byte offset {offset} is compressed with "
+                               f"{_codec_description(method, body[HEADER_SIZE:])}, which this version cannot "
+                               f"decompress (supported: {', '.join(_METHOD_NAMES.values())})")
     if decompressed_size > MAX_BLOCK_SIZE:
         raise CorruptPartError(
             f"{path}: block at byte offset {offset} claims {decompressed_size} decompressed bytes (too many)"
@@ -237,6 +248,20 @@ def _read_block_at(view: memoryview, offset: int, path: str) -> BlockInfo:
             f"but claims {decompressed_size}"
         )
     return BlockInfo(offset, method, compressed_size, decompressed_size, body[HEADER_SIZE:])
+
+
+def _codec_description(method: int, payload: memoryview) -> str:
+    """How ClickHouse would spell the codec of an intact block we cannot decode, with its method byte.
+
+    A chain (``CODEC(Delta, ZSTD)``) is method Multiple: its payload starts with the number of codecs
+    and their method bytes, in the order they were applied."""
+    name = UNSUPPORTED_METHODS.get(method)
+    if name is None:
+        return f"unknown compression method 0x{method:02x} (a codec newer than this version knows)"
+    if method == METHOD_MULTIPLE and len(payload) >= 1 and len(payload) > payload[0]:
+        chain = [_METHOD_NAMES.get(b) or UNSUPPORTED_METHODS.get(b) or f"0x{b:02x}" for b in payload[1 : 1 + payload[0]]]
+        return f"codec chain CODEC({', '.join(chain)}) (method byte 0x{method:02x})"
+    return f"codec {name} (method byte 0x{method:02x})"
 
 
 def iter_blocks(buf: bytes | bytearray | memoryview, path: str, start: int = 0, stop: int | None = None) -> Iterator[BlockInfo]:

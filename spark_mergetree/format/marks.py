@@ -33,6 +33,7 @@ __all__ = [
     "write_compact_marks",
     "read_marks_file",
     "wide_marks_with_rows",
+    "check_mark_offsets",
     "parse_columns_substreams",
     "format_columns_substreams",
 ]
@@ -111,6 +112,23 @@ def wide_marks_with_rows(granule_marks: np.ndarray, granule_rows: np.ndarray, fi
     out[:-1, 2] = rows
     out[-1] = (final_mark[0], final_mark[1], 0)
     return out
+
+
+def check_mark_offsets(offsets: np.ndarray, data_size: int, path: str, data_name: str) -> None:
+    """Marks (n, 2) of one stream, in file order, must never go backwards and must stay inside the
+    ``data_size`` bytes of the compressed file ``data_name`` they point into (a mark may sit at its
+    very end, offset 0). Raises CorruptPartError naming the marks file and the mark."""
+    blocks, inner = offsets[:, 0], offsets[:, 1]
+    outside = np.flatnonzero((blocks > data_size) | ((blocks == data_size) & (inner > 0)))
+    if len(outside):
+        at = int(outside[0])
+        raise CorruptPartError(f"{path}: mark {at} points at ({int(blocks[at])}, {int(inner[at])}), past the end of "
+                               f"{data_name} ({data_size} bytes)")
+    backwards = np.flatnonzero((blocks[1:] < blocks[:-1]) | ((blocks[1:] == blocks[:-1]) & (inner[1:] < inner[:-1])))
+    if len(backwards):
+        at = int(backwards[0]) + 1
+        raise CorruptPartError(f"{path}: mark {at} points at ({int(blocks[at])}, {int(inner[at])}), before mark {at - 1} "
+                               f"({int(blocks[at - 1])}, {int(inner[at - 1])}) in {data_name}")
 
 
 @dataclass(frozen=True)

@@ -59,19 +59,32 @@ def format_columns(columns: list[tuple[str, str]]) -> bytes:
 
 
 def parse_columns(data: bytes, path: str) -> list[tuple[str, str]]:
-    text = data.decode("utf-8", errors="replace")
+    """(name, type text) per line of `columns.txt`; CorruptPartError names the file, line and byte offset."""
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptPartError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
     header = _COLUMNS_HEADER.match(text)
     if header is None:
         raise CorruptPartError(f"{path}: not a 'columns format version: 1' file")
-    lines = [line for line in text[header.end():].split("\n") if line]
+    if not text.endswith("\n"):
+        raise CorruptPartError(f"{path}: truncated: the last line has no end of line (byte offset {len(data)})")
+    lines = text[header.end():].split("\n")[:-1]
     if len(lines) != int(header.group(1)):
         raise CorruptPartError(f"{path}: header announces {header.group(1)} columns, file lists {len(lines)}")
     columns = []
+    seen: set[str] = set()
+    offset = len(text[:header.end()].encode())
     for number, line in enumerate(lines, start=3):
         match = _COLUMN_LINE.fullmatch(line)
         if match is None:
-            raise CorruptPartError(f"{path}: line {number} is not \"`name` Type\": {line[:80]!r}")
-        columns.append((_unescape_backquoted(match.group(1)), match.group(2)))
+            raise CorruptPartError(f"{path}: line {number} (byte offset {offset}) is not \"`name` Type\": {line[:80]!r}")
+        name = _unescape_backquoted(match.group(1))
+        if name in seen:
+            raise CorruptPartError(f"{path}: line {number} (byte offset {offset}) repeats column {name!r}")
+        seen.add(name)
+        columns.append((name, match.group(2)))
+        offset += len(line.encode()) + 1
     return columns
 
 

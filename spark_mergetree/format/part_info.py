@@ -79,13 +79,17 @@ class PartInfo:
         return self.name
 
     def contains(self, other: PartInfo) -> bool:
-        """Whether this part covers ``other`` (same partition, its blocks, an equal or later generation)."""
+        """Whether this part covers ``other``, as ClickHouse decides which parts are outdated: same
+        partition, its blocks, level and mutation not lower; and a wider block range needs a higher
+        level (``all_1_5_2`` does not cover ``all_1_4_2``; ``all_1_5_3`` and ``all_1_4_2_9`` do)."""
         return (
             self.partition_id == other.partition_id
             and self.min_block <= other.min_block
             and self.max_block >= other.max_block
             and self.level >= other.level
             and self.mutation >= other.mutation
+            and (self.level > other.level
+                 or (self.min_block, self.max_block) == (other.min_block, other.max_block))
         )
 
     def is_disjoint(self, other: PartInfo) -> bool:

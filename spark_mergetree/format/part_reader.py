@@ -2,8 +2,15 @@
 
 A `PartReader` opens a part through a file source (storage's `PartStore`: `read_file`,
 `read_range`, `list_files`, `file_size`), checks that the part is whole (every file checksums.txt
-names is there with its size; marks add up to `count.txt`), and then serves column reads. Every
-compressed block is verified against its checksum as it is decompressed.
+names is there with its size; marks add up to `count.txt`) and that it holds nothing this version
+cannot interpret, and then serves column reads. Every compressed block is verified against its
+checksum as it is decompressed.
+
+Rows a lightweight DELETE removed stay in the part, marked 0 in its `_row_exists` column: reads
+drop them, as ClickHouse does. Projections (`<name>.proj/`) are read past: the part's own columns
+are the table. What could change which rows a part holds and is not understood here (patch parts of
+lightweight UPDATEs, parts of ClickHouse transactions, unknown files) raises UnsupportedError naming
+the feature, the part and the file. See format_spec/part.md.
 """
 
 from __future__ import annotations
@@ -16,22 +23,31 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
-from spark_mergetree.errors import CorruptPartError, FormatError
-from spark_mergetree.format.checksums import Checksums
-from spark_mergetree.format.compression import decompress_all, decompress_range
+from spark_mergetree.errors import (
+    CorruptPartError,
+    FormatError,
+    MergeTreeError,
+    SchemaMismatchError,
+    UnsupportedError,
+)
+from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
+from spark_mergetree.format.compression import decompress_all, decompress_range, iter_blocks
 from spark_mergetree.format.marks import (
     COMPACT_EXTENSIONS,
     WIDE_EXTENSIONS,
     CompactMarks,
+    check_mark_offsets,
     parse_columns_substreams,
     read_compact_marks,
     read_wide_marks,
 )
 from spark_mergetree.format.part import (
     CHECKSUMS_FILE,
+    CODEC_FILE,
     COLUMNS_FILE,
     COMPACT_DATA_FILE,
     COUNT_FILE,
+    METADATA_VERSION_FILE,
     SERIALIZATION_FILE,
     SerializationInfo,
     parse_columns,
@@ -48,6 +64,26 @@ from spark_mergetree.format.serialization import (
 from spark_mergetree.format.types import DataType, parse_type, to_arrow
 
 GranuleRange = tuple[int, int]
+
+# The lightweight-delete mask: a UInt8 column ClickHouse adds to a part, 0 for deleted rows.
+ROW_EXISTS_COLUMN = "_row_exists"
+SUBSTREAMS_FILE = "columns_substreams.txt"
+# Files that describe a part, index it or hold statistics: none of them changes which rows it holds.
+_KNOWN_FILES = frozenset({
+    CHECKSUMS_FILE, COLUMNS_FILE, COUNT_FILE, SERIALIZATION_FILE, CODEC_FILE, METADATA_VERSION_FILE,
+    SUBSTREAMS_FILE, PARTITION_FILE, "primary.idx", "primary.cidx", "uuid.txt", "ttl.txt",
+    "statistics.packed", "delete-on-destroy.txt",
+})
+_KNOWN_PREFIXES = ("minmax_", "skp_idx_", "statistics_")
+_STREAM_SUFFIXES = (".bin", *WIDE_EXTENSIONS, *COMPACT_EXTENSIONS)
+# Files that change which rows a part holds in ways this version does not apply.
+_ROW_CHANGING_FILES = {
+    "txn_version.txt": "a part created or removed inside a ClickHouse transaction (its visibility is "
+                       "decided by ClickHouse's transaction log)",
+    "source_parts.dat": "a patch part of a lightweight UPDATE (its rows replace values or delete rows "
+                        "of other parts when ClickHouse reads them)",
+}
+PATCH_PART_PREFIX = "patch-"
 
 
 class FileSource(Protocol):
@@ -81,22 +117,32 @@ class PartReader:
         self.location = location or part
         self._lock = threading.Lock()
         self._marks_cache: dict[str, np.ndarray] = {}
+        self._checked_types: set[tuple[str, str]] = set()
         self.files = set(source.list_files(part))
+        self._refuse_row_changing_features()
         self._require(COLUMNS_FILE)
         self._require(COUNT_FILE)
         self.columns: list[tuple[str, str]] = parse_columns(self._read(COLUMNS_FILE), self._path(COLUMNS_FILE))
         self.rows = parse_count(self._read(COUNT_FILE), self._path(COUNT_FILE))
-        self.types: dict[str, DataType] = {name: parse_type(text) for name, text in self.columns}
+        self.types: dict[str, DataType] = {name: self._parse_column_type(name, text) for name, text in self.columns}
         self.serialization = SerializationInfo.parse(
             self._read(SERIALIZATION_FILE) if SERIALIZATION_FILE in self.files else None,
             self._path(SERIALIZATION_FILE))
         self.is_compact = COMPACT_DATA_FILE in self.files
+        self._check_row_mask_type()
         self._check_files_present()
+        self._check_files_known()
         self.granule_rows = self._granule_rows()
         total = int(self.granule_rows.sum())
         if total != self.rows:
             raise CorruptPartError(
                 f"{self._path(COUNT_FILE)}: says {self.rows} rows but the marks hold {total} rows")
+
+    def _parse_column_type(self, name: str, text: str) -> DataType:
+        try:
+            return parse_type(text)
+        except MergeTreeError as exc:
+            raise type(exc)(f"{self._path(COLUMNS_FILE)}: column {name!r}: {exc}") from exc
 
     # ------------------------------------------------------------------ files
 
@@ -117,17 +163,61 @@ class PartReader:
             return None
         return Checksums.parse(self._read(CHECKSUMS_FILE), self._path(CHECKSUMS_FILE))
 
+    def _refuse_row_changing_features(self) -> None:
+        """Parts whose rows ClickHouse changes in ways this version does not apply are refused."""
+        for name, feature in _ROW_CHANGING_FILES.items():
+            if name in self.files:
+                raise UnsupportedError(f"{self._path(name)}: {feature}; this version cannot read such a part")
+        if self.part.startswith(PATCH_PART_PREFIX):
+            raise UnsupportedError(f"{self._path(COLUMNS_FILE)}: {_ROW_CHANGING_FILES['source_parts.dat']}; "
+                                   "this version cannot read such a part")
+
+    def _check_row_mask_type(self) -> None:
+        mask_type = self.types.get(ROW_EXISTS_COLUMN)
+        if mask_type is not None and mask_type.to_clickhouse() != "UInt8":
+            raise UnsupportedError(f"{self._path(COLUMNS_FILE)}: lightweight-delete mask {ROW_EXISTS_COLUMN!r} "
+                                   f"has type {mask_type.to_clickhouse()}, not UInt8; this version cannot apply it")
+
+    def _check_files_known(self) -> None:
+        """Every file must be a stream of a column in columns.txt or a file whose meaning is known:
+        an unknown file may change which rows the part holds, so it is never read around."""
+        stems = {escape_for_file_name(name) for name, _ in self.columns} | ({"data"} if self.is_compact else set())
+        prefixes = tuple(stem + sep for stem in stems for sep in (".", "%2E"))
+        # A dotted Array column belongs to a Nested table whose sizes stream is named after the table.
+        prefixes += tuple(escape_for_file_name(name.split(".", 1)[0]) + ".size" for name, _ in self.columns if "." in name)
+        for name in self.files:
+            if name in _KNOWN_FILES or name.startswith(_KNOWN_PREFIXES):
+                continue
+            stem = next((name[: -len(s)] for s in _STREAM_SUFFIXES if name.endswith(s)), None)
+            if stem is not None and (stem in stems or stem.startswith(prefixes)):
+                continue
+            raise UnsupportedError(
+                f"{self._path(name)}: file is neither a stream of a column in {COLUMNS_FILE} nor one this version "
+                "knows; it may change which rows the part holds, so the part is not read (a newer ClickHouse "
+                f"feature, or a damaged {COLUMNS_FILE})")
+
     def _check_files_present(self) -> None:
-        """Files checksums.txt names must exist with the size it records (as ClickHouse checks on attach)."""
+        """Files checksums.txt names must exist with the size it records (as ClickHouse checks on attach).
+        Projection directories (`<name>.proj`) are read past: `verify()` checks them."""
         if self.checksums is None:
             return
         for name, entry in self.checksums.files.items():
+            if name.endswith(PROJECTION_SUFFIX):
+                continue
             if name not in self.files:
                 raise CorruptPartError(f"{self._path(name)}: file listed in checksums.txt is missing")
             size = self.source.file_size(self.part, name)
             if size != entry.file_size:
                 raise CorruptPartError(
                     f"{self._path(name)}: {size} bytes, checksums.txt says {entry.file_size}")
+
+    def verify(self) -> list[str]:
+        """Like CHECK TABLE for this part: every file checksums.txt lists, projections included, is
+        re-hashed; returns the problems found (none when the part is intact)."""
+        if self.checksums is None:
+            return [f"{self._path(CHECKSUMS_FILE)}: file is missing"]
+        return self.checksums.problems(lambda name: self.source.read_file(self.part, name),
+                                       lambda name: self.source.file_size(self.part, name), self.location)
 
     # ------------------------------------------------------------------ marks
 
@@ -139,30 +229,68 @@ class PartReader:
             f"{self._path(stream)}: no marks file ({', '.join(stream + e for e in extensions)})")
 
     def wide_marks(self, stream: str) -> np.ndarray:
-        """(n_marks, 3) uint64 marks of a Wide stream (rows column 0 for non-adaptive marks)."""
+        """(n_marks, 3) uint64 marks of a Wide stream (rows column 0 for non-adaptive marks), checked
+        against the stream's file and the part's granules (CorruptPartError names the marks file)."""
         with self._lock:
             cached = self._marks_cache.get(stream)
         if cached is not None:
             return cached
         name, adaptive, compressed = self._marks_file(stream, WIDE_EXTENSIONS)
-        marks = read_wide_marks(self._read(name), self._path(name), compressed=compressed, adaptive=adaptive)
+        path = self._path(name)
+        marks = read_wide_marks(self._read(name), path, compressed=compressed, adaptive=adaptive)
         if not adaptive:
             marks = np.concatenate([marks, np.zeros((len(marks), 1), np.uint64)], axis=1)
+        data = stream + ".bin"
+        self._require(data)
+        check_mark_offsets(marks[:, :2], self.source.file_size(self.part, data), path, data)
+        # While the first stream's marks decide the granules, there is nothing to compare with yet.
+        expected = getattr(self, "granule_rows", None)
+        if adaptive and expected is not None:
+            self._check_mark_rows(marks[:, 2], expected, path)
         with self._lock:
             self._marks_cache[stream] = marks
         return marks
 
+    @staticmethod
+    def _check_mark_rows(rows: np.ndarray, expected: np.ndarray, path: str) -> None:
+        """Every stream's marks give the same rows per granule, then a final mark of 0 rows."""
+        n = len(expected)
+        if len(rows) not in (n, n + 1):
+            raise CorruptPartError(f"{path}: {len(rows)} marks for {n} granules")
+        wanted = np.append(expected, 0)[: len(rows)]
+        differ = np.flatnonzero(rows.astype(np.int64) != wanted)
+        if len(differ):
+            at = int(differ[0])
+            raise CorruptPartError(f"{path}: mark {at} says {int(rows[at])} rows, the part's granule {at} has "
+                                   f"{int(wanted[at])} (per its first column's marks)")
+
     @cached_property
     def compact_layout(self) -> tuple[CompactMarks, list[str]]:
         """Compact marks and the stream name of each marks column, in file order."""
-        if "columns_substreams.txt" in self.files:
-            listing = parse_columns_substreams(self._read("columns_substreams.txt").decode(),
-                                               self._path("columns_substreams.txt"))
+        if SUBSTREAMS_FILE in self.files:
+            listing = parse_columns_substreams(self._read_text(SUBSTREAMS_FILE), self._path(SUBSTREAMS_FILE))
+            listed = [column for column, _subs in listing]
+            described = [name for name, _ in self.columns]
+            if listed != described:
+                raise CorruptPartError(
+                    f"{self._path(SUBSTREAMS_FILE)}: lists columns {listed} but {COLUMNS_FILE} lists {described}")
             streams = [s for _column, subs in listing for s in subs]
         else:
             streams = [escape_for_file_name(name) for name, _ in self.columns]
         name, _, compressed = self._marks_file("data", COMPACT_EXTENSIONS)
-        return read_compact_marks(self._read(name), len(streams), self._path(name), compressed=compressed), streams
+        path = self._path(name)
+        marks = read_compact_marks(self._read(name), len(streams), path, compressed=compressed)
+        self._require(COMPACT_DATA_FILE)
+        check_mark_offsets(marks.offsets.reshape(-1, 2), self.source.file_size(self.part, COMPACT_DATA_FILE), path,
+                           COMPACT_DATA_FILE)
+        return marks, streams
+
+    def _read_text(self, name: str) -> str:
+        data = self._read(name)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptPartError(f"{self._path(name)}: not UTF-8 text (byte offset {exc.start})") from None
 
     def _granule_rows(self) -> np.ndarray:
         if not self.columns:
@@ -211,11 +339,15 @@ class PartReader:
             except CorruptPartError:
                 continue
         raise CorruptPartError(f"{self._path('primary.idx')}: does not hold {self.n_granules} keys "
-                               f"of types {', '.join(key_types)}")
+                               f"of types {', '.join(key_types)} (the table's primary key: is the statement's "
+                               "ORDER BY / PRIMARY KEY the one the part was written with?)")
 
     def partition_values(self, result_types: Sequence[str]) -> list[object]:
         if not result_types:
             return []
+        if PARTITION_FILE not in self.files:
+            raise CorruptPartError(f"{self._path(PARTITION_FILE)}: file is missing, but the table's statement "
+                                   f"has a PARTITION BY (of types {', '.join(result_types)})")
         arrays = deserialize_rows([parse_type(t) for t in result_types], self._read(PARTITION_FILE), 1)
         return [array[0].as_py() for array in arrays]
 
@@ -276,7 +408,8 @@ class PartReader:
         return out
 
     def read_column(self, name: str, ranges: Sequence[GranuleRange]) -> pa.Array:
-        """A column's values over granule ranges (as from merge_ranges), concatenated."""
+        """A column's values over granule ranges (as from merge_ranges), concatenated; every row the
+        part holds, deleted or not (`read` drops deleted rows)."""
         if name not in self.types:
             raise CorruptPartError(f"{self.location}: part has no column {name!r}")
         dt = self.types[name]
@@ -285,28 +418,111 @@ class PartReader:
         chunks = []
         for begin, end in ranges:
             rows = int(self.granule_starts[end] - self.granule_starts[begin])
-            if self.is_compact:
-                streams = self._compact_streams(names, begin, end)
-            else:
-                streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
-            chunks.append(deserialize_column(dt, name, streams, rows, self.serialization.string_sizes, sparse,
-                                             exact=True))
+            try:
+                if self.is_compact:
+                    streams = self._compact_streams(names, begin, end)
+                else:
+                    streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
+                chunks.append(deserialize_column(dt, name, streams, rows, self.serialization.string_sizes, sparse,
+                                                 exact=True))
+            except CorruptPartError as exc:
+                raise self._explain_read_error(name, names, begin, end, exc) from exc
         if not chunks:
             return pa.array([], type=to_arrow(dt))
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
-    def read(self, columns: Sequence[str] | None = None, ranges: Sequence[GranuleRange] | None = None,
-             added_columns: Mapping[str, str] | None = None) -> pa.Table:
-        """Columns over granule ranges (all granules by default) as an Arrow table.
+    def _explain_read_error(self, column: str, streams: Sequence[str], begin: int, end: int,
+                            error: CorruptPartError) -> CorruptPartError:
+        """Name the file at fault when a column cannot be read: a mark that points where no block
+        or byte is (the marks file), a damaged block (the data file, already named), or data that
+        does not decode as columns.txt says (the column, its type, its files and the granules)."""
+        if self.is_compact:
+            marks, _ = self.compact_layout
+            located = [(COMPACT_DATA_FILE, self._marks_file("data", COMPACT_EXTENSIONS)[0],
+                        marks.offsets.reshape(-1, 2))]
+        else:
+            located = [(s + ".bin", self._marks_file(s, WIDE_EXTENSIONS)[0], self.wide_marks(s)[:, :2]) for s in streams]
+        for data_file, marks_file, offsets in located:
+            misfit = self._misplaced_mark(data_file, marks_file, offsets)
+            if misfit is not None:
+                return misfit
+        if self.location in str(error):
+            return error
+        files = sorted({name for data_file, marks_file, _ in located for name in (data_file, marks_file)})
+        return CorruptPartError(
+            f"{self.location}: column {column!r} ({self.types[column].to_clickhouse()} per {COLUMNS_FILE}) does not "
+            f"decode from {', '.join(files)} in granules [{begin}, {end}): {error}")
 
-        `added_columns` (name → type) are columns the table gained after this part was written:
-        the part holds their default values, as ClickHouse reads them.
+    def _misplaced_mark(self, data_file: str, marks_file: str, offsets: np.ndarray) -> CorruptPartError | None:
+        """The first mark that points neither at a byte of an intact block nor at the end of the file
+        (None if every mark fits, or if the file has a damaged block: that block is the fault)."""
+        data = self._read(data_file)
+        try:
+            blocks = {block.offset: block.decompressed_size for block in iter_blocks(data, self._path(data_file))}
+        except (CorruptPartError, UnsupportedError):
+            return None
+        for index, (block, inner) in enumerate(offsets.tolist()):
+            if block == len(data) and inner == 0:
+                continue
+            size = blocks.get(block)
+            if size is None or inner > size:
+                where = f"no block starts at byte {block}" if size is None else f"the block there holds {size} bytes"
+                return CorruptPartError(f"{self._path(marks_file)}: mark {index} points at ({block}, {inner}) in "
+                                        f"{data_file}, where {where}")
+        return None
+
+    @property
+    def has_row_mask(self) -> bool:
+        """Whether a lightweight DELETE marked rows of this part as deleted (`_row_exists`)."""
+        return ROW_EXISTS_COLUMN in self.types
+
+    def row_mask(self, ranges: Sequence[GranuleRange]) -> np.ndarray | None:
+        """Per row of the granule ranges: whether it exists (None when the part has no mask)."""
+        if not self.has_row_mask:
+            return None
+        values = self.read_column(ROW_EXISTS_COLUMN, ranges)
+        return values.to_numpy(zero_copy_only=False) != 0
+
+    @cached_property
+    def existing_rows(self) -> int:
+        """Rows a read returns: `count.txt` minus the rows a lightweight DELETE removed."""
+        mask = self.row_mask([(0, self.n_granules)])
+        return self.rows if mask is None else int(np.count_nonzero(mask))
+
+    def _check_type(self, name: str, table_type: str) -> None:
+        """A column the part holds must have the type the table declares (no silent conversion)."""
+        if (name, table_type) in self._checked_types:
+            return
+        declared = parse_type(table_type).to_clickhouse()
+        stored = self.types[name].to_clickhouse()
+        if declared != stored:
+            raise SchemaMismatchError(
+                f"{self._path(COLUMNS_FILE)}: column {name!r} is {stored} in the part but {declared} in the table's "
+                "statement (a statement that does not describe this table, or a damaged columns.txt)")
+        with self._lock:
+            self._checked_types.add((name, table_type))
+
+    def read(self, columns: Sequence[str] | None = None, ranges: Sequence[GranuleRange] | None = None,
+             table_types: Mapping[str, str] | None = None) -> pa.Table:
+        """Columns over granule ranges (all granules by default) as an Arrow table, without the rows
+        a lightweight DELETE removed.
+
+        `table_types` (name → ClickHouse type) are the table's columns: a column the part holds must
+        have that type (SchemaMismatchError otherwise); a column the table gained after this part was
+        written reads as its default values, as ClickHouse reads it.
         """
         names = list(columns) if columns is not None else [n for n, _ in self.columns]
         ranges = merge_ranges(ranges) if ranges is not None else [(0, self.n_granules)]
-        added = added_columns or {}
+        declared = table_types or {}
+        for n in names:
+            if n in self.types and n in declared:
+                self._check_type(n, declared[n])
         rows = sum(int(self.granule_starts[e] - self.granule_starts[b]) for b, e in ranges)
-        arrays = [default_column(parse_type(added[n]), rows) if n not in self.types and n in added
+        arrays = [default_column(parse_type(declared[n]), rows) if n not in self.types and n in declared
                   else self.read_column(n, ranges) for n in names]
         fields = [pa.field(n, a.type) for n, a in zip(names, arrays)]
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        mask = self.row_mask(ranges) if arrays else None
+        if mask is not None and not mask.all():
+            table = table.filter(pa.array(mask))
+        return table

@@ -362,7 +362,8 @@ def test_wrong_columns_txt_is_detected(one_part):
     t, part = one_part
     text = (part / "columns.txt").read_text().replace("`id` UInt64", "`id` UInt32")
     (part / "columns.txt").write_text(text)
-    with pytest.raises(CorruptPartError, match="'id'.*bytes left"):
+    with pytest.raises(SchemaMismatchError, match=r"all_1_1_0/columns\.txt: column 'id' is UInt32 in the part but "
+                                                  "UInt64 in the table's statement"):
         _fresh(t).to_arrow()
 
 

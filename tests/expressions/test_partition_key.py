@@ -12,7 +12,7 @@ import pytest
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.partition_key import PartitionKey
-from spark_mergetree.expressions.siphash import siphash128_clickhouse
+from spark_mergetree.format.siphash import siphash128_clickhouse
 
 UTC = dt.timezone.utc
 
