@@ -1,9 +1,11 @@
 """Spark's pushed filters → the predicate tree of spark_mergetree.expressions, for pruning only.
 
-Every pushed filter is also handed back to Spark as unhandled, so Spark filters rows itself; the
-tree built here only has to select a *superset* of the matching rows. That makes dropping a filter
-we cannot translate always safe (the conjunction just gets weaker), and it is why a NOT over
-something untranslatable is dropped as a whole rather than half-translated.
+Reads do not use it while PySpark shares one planned read among every scan of a loaded DataFrame
+(source.py, docs/spark.md "Limits"); it is the translation a reader with a plan of its own per
+scan would prune with. The tree only has to select a *superset* of the matching rows (Spark keeps
+every filter and applies it), so a filter we cannot translate is dropped (the conjunction just
+gets weaker), and a NOT over something untranslatable is dropped as a whole rather than
+half-translated.
 """
 
 from __future__ import annotations

@@ -2,15 +2,14 @@
 
 Reading: the driver plans granule ranges grouped into input partitions of about `target_rows` rows
 (so one big part still feeds every core); executors read their ranges as Arrow and cast them to
-Spark's Arrow schema in one step. Pushed filters prune partitions and granules but are all handed
-back to Spark, which filters the rows itself.
+Spark's Arrow schema in one step. The `where` option prunes partitions and granules.
 
-PySpark 4.3 keeps the planned partitions of a pushed-down scan on the loaded DataFrame and reuses
-them for later queries on it that push nothing (`df.filter("id > 3").count(); df.count()` would
-count 3 rows twice). Python is not even called for the second query, so the guard lives in the
-tasks: a pruned plan is claimed by the first SQL execution that reads it (an atomic file in the
-table's `_mergetree/spark_scans/`), and a task of any other execution reads the unpruned share of
-granules that every partition also carries. Plans without pushed filters are safe to reuse as is.
+Spark's own filters never decide which rows a scan returns. PySpark 4.1–4.3 stores the planned read
+of a pushed-down scan (its partitions and pickled reader) on the data source provider, which every
+reference to one loaded DataFrame shares: two scans of one view in one query (a self-join, EXISTS,
+a union, a filtered and an unfiltered scan) all run the plan made last, and later queries on the
+DataFrame replay it. Nothing a Python task can see tells those scans apart, so the reader has no
+pushFilters: Spark keeps every filter and applies it to the full read of each scan.
 
 Writing: tasks cast Spark's batches to the table schema and stage invisible parts (the engine
 sorts and splits by partition); the driver's commit() makes all of a job's parts visible in one step, once
@@ -20,13 +19,10 @@ per task partition id, and removes everything else the job staged.
 from __future__ import annotations
 
 import os
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -34,7 +30,6 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -43,7 +38,6 @@ from pyspark.sql.types import StructType
 from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, TableNotFoundError
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
-from spark_mergetree.spark.filters import to_predicate
 from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, ReadOptions, WriteOptions
 from spark_mergetree.spark.types import (
     check_readable_columns,
@@ -57,8 +51,6 @@ from spark_mergetree.spark.types import (
 )
 
 SOURCE_NAME = "mergetree"
-CLAIM_DIR = Path("_mergetree") / "spark_scans"
-_CLAIM_MAX_AGE_SECONDS = 24 * 3600
 
 
 def _parse_where(text: str | None) -> Any:
@@ -67,16 +59,6 @@ def _parse_where(text: str | None) -> Any:
     from spark_mergetree.expressions.predicate import parse_predicate
 
     return parse_predicate(text)
-
-
-def _and(left: Any, right: Any) -> Any:
-    if left is None:
-        return right
-    if right is None:
-        return left
-    from spark_mergetree.expressions.predicate import And
-
-    return And((left, right))
 
 
 class MergeTreeDataSource(DataSource):
@@ -113,8 +95,7 @@ class MergeTreeDataSource(DataSource):
         where = _parse_where(opts.where)
         if where is not None:
             adapter.check_where(ref, where)
-        reader_class = MergeTreePushdownReader if _planning_pushes_filters() else MergeTreeReader
-        return reader_class(ref, opts, schema, table_arrow, where)
+        return MergeTreeReader(ref, opts, schema, where)
 
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
         opts = WriteOptions.parse(self.options, overwrite)
@@ -141,95 +122,45 @@ class MergeTreeDataSource(DataSource):
 
 
 class MergeTreePartition(InputPartition):
-    """One input partition: a share of the unpruned plan, and the pruned tasks it reads instead.
+    """One input partition: read tasks (granule ranges of parts) and the parts the plan covers."""
 
-    `pruned_tasks` is None when no filter was pushed; then `full_tasks` is all there is.
-    """
-
-    def __init__(self, index: int, full_tasks: list[Any], pruned_tasks: list[Any] | None = None,
-                 plan_id: str = "", parts: adapter.PartSets | None = None) -> None:
+    def __init__(self, index: int, tasks: list[Any], parts: adapter.PartSets) -> None:
         super().__init__(index)
         self.index = index
-        self.full_tasks = full_tasks
-        self.pruned_tasks = pruned_tasks
-        self.plan_id = plan_id
+        self.tasks = tasks
         self.parts = parts
 
 
 class MergeTreeReader(DataSourceReader):
-    """Plans input partitions on the driver and reads them as Arrow batches on executors."""
+    """Plans input partitions on the driver and reads them as Arrow batches on executors.
 
-    def __init__(self, ref: TableRef, opts: ReadOptions, schema: StructType, table_arrow: pa.Schema,
-                 where: Any) -> None:
+    It defines no pushFilters (see the module doc): the plan it makes is right for every scan of
+    the loaded DataFrame, whatever filters each scan has.
+    """
+
+    def __init__(self, ref: TableRef, opts: ReadOptions, schema: StructType, where: Any) -> None:
         self.ref = ref
         self.opts = opts
         self.columns = schema.fieldNames()
         self.target = spark_arrow_schema(schema)
-        self.table_arrow = table_arrow
         self.where = where
-        self.pushed: Any = None
         self.target_rows = opts.target_rows or _target_rows(schema)
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot)
         self.target_rows = _balanced_target(self.target_rows, adapter.visible_rows(self.ref, parts),
                                             explicit=self.opts.target_rows is not None)
-        full = adapter.plan(self.ref, self.columns, self.where, self.target_rows, parts)
-        if self.pushed is None:
-            shares = _spread(full.tasks, parts)
-            return [MergeTreePartition(i, share, None, "", parts) for i, share in enumerate(shares)]
-        pruned = adapter.plan(self.ref, self.columns, _and(self.where, self.pushed), self.target_rows, parts)
-        plan_id = uuid.uuid4().hex
-        _sweep_claims(self.ref)
-        # As many partitions as the pruned read needs; the unpruned fallback rides along in them.
-        pruned_shares = _spread(pruned.tasks, parts)
-        full_shares = _distribute(full.tasks, len(pruned_shares))
-        return [MergeTreePartition(i, full_shares[i], pruned_shares[i], plan_id, parts)
-                for i in range(len(pruned_shares))]
+        planned = adapter.plan(self.ref, self.columns, self.where, self.target_rows, parts)
+        return [MergeTreePartition(i, share, parts) for i, share in enumerate(_spread(planned.tasks, parts))]
 
     def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         visible = adapter.visible_for_task(self.ref, partition.parts, adapter.current_txn_from_task())
-        tasks = partition.full_tasks
-        if partition.pruned_tasks is not None and _claim(self.ref, partition.plan_id):
-            tasks = partition.pruned_tasks
-        for task in tasks:
+        for task in partition.tasks:
             if task.part not in visible:
                 continue
             for batch in adapter.read(self.ref, task, self.columns, self.where):
                 if batch.num_rows:
                     yield conform_batch(batch, self.target)
-
-
-class MergeTreePushdownReader(MergeTreeReader):
-    """The reader Spark plans with when it has filters to push."""
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        filters = list(filters)
-        if self.opts.pushdown:
-            self.pushed = to_predicate(filters, self.table_arrow)
-        # Every filter goes back to Spark: pruning here only narrows what is read (see module doc).
-        return iter(filters)
-
-
-_PUSHDOWN_WORKER = "data_source_pushdown_filters.py"
-
-
-def _planning_pushes_filters() -> bool:
-    """Whether reader() was called by PySpark's filter-pushdown planner.
-
-    PySpark 4.3 refuses a reader that defines pushFilters when
-    spark.sql.python.filterPushdown.enabled is false (DATA_SOURCE_PUSHDOWN_DISABLED), yet calls
-    reader() with no hint of that setting. It plans with pushdown in a worker of its own, so the
-    calling module tells: only that worker gets the reader with pushFilters.
-    """
-    frame = sys._getframe(1)
-    for _ in range(8):
-        if frame is None:
-            return False
-        if frame.f_code.co_filename.endswith(_PUSHDOWN_WORKER):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _target_rows(schema: StructType) -> int:
@@ -258,13 +189,6 @@ def _balanced_target(target_rows: int, total_rows: int, explicit: bool) -> int:
     return max(1 << 16, -(-total_rows // count))
 
 
-def _distribute(tasks: list[Any], count: int) -> list[list[Any]]:
-    shares: list[list[Any]] = [[] for _ in range(count)]
-    for position, task in enumerate(tasks):
-        shares[position % count].append(task)
-    return shares
-
-
 def _spread(tasks: list[Any], parts: adapter.PartSets) -> list[list[Any]]:
     """One partition per task of a visible part; tasks of parts only a transaction may see ride
     along (outside transactions they are skipped, so they must not cost partitions of their own)."""
@@ -274,57 +198,6 @@ def _spread(tasks: list[Any], parts: adapter.PartSets) -> list[list[Any]]:
     for position, task in enumerate(others):
         shares[position % len(shares)].append(task)
     return shares
-
-
-def _claim_dir(ref: TableRef) -> Path:
-    return Path(ref.path) / CLAIM_DIR
-
-
-def _execution_id() -> str | None:
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return None if context is None else context.getLocalProperty("spark.sql.execution.id")
-
-
-def _claim(ref: TableRef, plan_id: str) -> bool:
-    """True when the running SQL execution owns the pruned plan (the first one to read it does).
-
-    The claim file is written whole under a temporary name and hard-linked into place, so a
-    reader never sees it half-written. Anything unusual (no execution id, read-only storage)
-    answers False: reading unpruned is always correct.
-    """
-    execution = _execution_id()
-    if execution is None:
-        return False
-    directory = _claim_dir(ref)
-    final = directory / plan_id
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        temporary = directory / f".{plan_id}.{uuid.uuid4().hex}"
-        temporary.write_text(execution)
-        try:
-            os.link(temporary, final)
-        except FileExistsError:
-            pass
-        finally:
-            temporary.unlink(missing_ok=True)
-        return final.read_text() == execution
-    except OSError:
-        return False
-
-
-def _sweep_claims(ref: TableRef) -> None:
-    directory = _claim_dir(ref)
-    if not directory.is_dir():
-        return
-    horizon = time.time() - _CLAIM_MAX_AGE_SECONDS
-    for entry in directory.iterdir():
-        try:
-            if entry.stat().st_mtime < horizon:
-                entry.unlink()
-        except OSError:
-            pass
 
 
 # ----------------------------------------------------------------------------------------- write
