@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from spark_mergetree.errors import InvalidOptionError, TransactionError
 
@@ -151,17 +151,21 @@ _instances_lock = threading.Lock()
 
 
 def coordinator_from_url(url: str) -> Coordinator:
-    """`file:///abs/dir` → LocalCoordinator, `zk://host:port[,host:port]/root` → ZooKeeperCoordinator.
+    """`file:///abs/dir` or a plain directory path → LocalCoordinator, `zk://host:port[,host:port]/root`
+    → ZooKeeperCoordinator. A relative path is taken from the current directory.
 
     One instance per URL per process is shared (a ZooKeeper session is costly to open).
     """
+    if not url or not url.strip():
+        raise InvalidOptionError("coordinator url is empty; use file:///path, a directory path or zk://host:port/path")
     parsed = urlparse(url)
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
+    if parsed.scheme in ("", "file"):
+        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise InvalidOptionError(f"coordinator url {url!r}: file URLs must be file:///path")
         from spark_mergetree.txn.local import LocalCoordinator
-        key_url = LocalCoordinator.url_for(parsed.path)
-        factory = lambda: LocalCoordinator(parsed.path)  # noqa: E731
+        directory = unquote(parsed.path) if parsed.scheme == "file" else url
+        key_url = LocalCoordinator.url_for(directory)
+        factory = lambda: LocalCoordinator(directory)  # noqa: E731
     elif parsed.scheme in ("zk", "zookeeper"):
         if not parsed.netloc:
             raise InvalidOptionError(f"coordinator url {url!r}: zk URLs need hosts: zk://host:port/root")
@@ -171,7 +175,8 @@ def coordinator_from_url(url: str) -> Coordinator:
         factory = lambda: ZooKeeperCoordinator(parsed.netloc, root)  # noqa: E731
     else:
         raise InvalidOptionError(
-            f"coordinator url {url!r}: unknown scheme {parsed.scheme!r}; use file:///path or zk://host:port/path")
+            f"coordinator url {url!r}: unknown scheme {parsed.scheme!r}; use file:///path, a directory path "
+            "or zk://host:port/path")
     # Keyed by pid: a ZooKeeper client or an fcntl lock does not survive fork().
     key = (os.getpid(), key_url)
     with _instances_lock:

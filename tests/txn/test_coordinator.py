@@ -224,6 +224,24 @@ def test_urls(coordinator_url: str, coordinator: Coordinator, tmp_path, monkeypa
     assert fallback.url == (tmp_path / ".spark_mergetree" / "coordinator").as_uri()
 
 
+def test_plain_paths_and_file_urls_name_local_coordinators(tmp_path, monkeypatch) -> None:
+    directory = tmp_path / "a dir"  # as_uri() percent-encodes the space
+    by_path = coordinator_from_url(str(directory))
+    assert isinstance(by_path, LocalCoordinator) and by_path.directory == directory.resolve()
+    assert coordinator_from_url(directory.as_uri()) is by_path
+    assert coordinator_from_url(by_path.url) is by_path
+    monkeypatch.chdir(tmp_path)
+    assert coordinator_from_url("a dir") is by_path
+    monkeypatch.setenv(COORDINATOR_ENV, str(directory))  # as the README describes it
+    assert default_coordinator() is by_path
+    info = by_path.begin()
+    by_path.abort(info.tid)
+    assert by_path.status(info.tid)[0] is TxnState.ABORTED
+    for bad in ("", "  ", "s3://bucket/coordinator"):
+        with pytest.raises(InvalidOptionError):
+            coordinator_from_url(bad)
+
+
 def test_local_log_with_a_torn_tail(tmp_path) -> None:
     directory = tmp_path / "coordinator"
     first = LocalCoordinator(directory)
