@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ __all__ = [
     "read_marks_file",
     "wide_marks_with_rows",
     "check_mark_offsets",
+    "mark_label",
     "parse_columns_substreams",
     "format_columns_substreams",
 ]
@@ -114,21 +116,32 @@ def wide_marks_with_rows(granule_marks: np.ndarray, granule_rows: np.ndarray, fi
     return out
 
 
-def check_mark_offsets(offsets: np.ndarray, data_size: int, path: str, data_name: str) -> None:
-    """Marks (n, 2) of one stream, in file order, must never go backwards and must stay inside the
-    ``data_size`` bytes of the compressed file ``data_name`` they point into (a mark may sit at its
-    very end, offset 0). Raises CorruptPartError naming the marks file and the mark."""
+def mark_label(index: int, streams: Sequence[str] = ()) -> str:
+    """How errors name a mark: its number, and in Compact marks (one pair per substream, flattened
+    in file order) the substream it belongs to."""
+    if len(streams) < 2:
+        return f"mark {index}"
+    return f"mark {index // len(streams)} of {streams[index % len(streams)]}"
+
+
+def check_mark_offsets(offsets: np.ndarray, data_size: int, path: str, data_name: str,
+                       streams: Sequence[str] = ()) -> None:
+    """Marks (n, 2), in file order, must never go backwards and must stay inside the ``data_size``
+    bytes of the compressed file ``data_name`` they point into (a mark may sit at its very end,
+    offset 0). Compact marks are given flattened, with their substream names. Raises
+    CorruptPartError naming the marks file and the mark."""
     blocks, inner = offsets[:, 0], offsets[:, 1]
     outside = np.flatnonzero((blocks > data_size) | ((blocks == data_size) & (inner > 0)))
     if len(outside):
         at = int(outside[0])
-        raise CorruptPartError(f"{path}: mark {at} points at ({int(blocks[at])}, {int(inner[at])}), past the end of "
-                               f"{data_name} ({data_size} bytes)")
+        raise CorruptPartError(f"{path}: {mark_label(at, streams)} points at ({int(blocks[at])}, {int(inner[at])}), "
+                               f"past the end of {data_name} ({data_size} bytes)")
     backwards = np.flatnonzero((blocks[1:] < blocks[:-1]) | ((blocks[1:] == blocks[:-1]) & (inner[1:] < inner[:-1])))
     if len(backwards):
         at = int(backwards[0]) + 1
-        raise CorruptPartError(f"{path}: mark {at} points at ({int(blocks[at])}, {int(inner[at])}), before mark {at - 1} "
-                               f"({int(blocks[at - 1])}, {int(inner[at - 1])}) in {data_name}")
+        raise CorruptPartError(f"{path}: {mark_label(at, streams)} points at ({int(blocks[at])}, {int(inner[at])}), "
+                               f"before {mark_label(at - 1, streams)} ({int(blocks[at - 1])}, {int(inner[at - 1])}) "
+                               f"in {data_name}")
 
 
 @dataclass(frozen=True)

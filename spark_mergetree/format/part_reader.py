@@ -37,6 +37,7 @@ from spark_mergetree.format.marks import (
     WIDE_EXTENSIONS,
     CompactMarks,
     check_mark_offsets,
+    mark_label,
     parse_columns_substreams,
     read_compact_marks,
     read_wide_marks,
@@ -72,9 +73,9 @@ SUBSTREAMS_FILE = "columns_substreams.txt"
 _KNOWN_FILES = frozenset({
     CHECKSUMS_FILE, COLUMNS_FILE, COUNT_FILE, SERIALIZATION_FILE, CODEC_FILE, METADATA_VERSION_FILE,
     SUBSTREAMS_FILE, PARTITION_FILE, "primary.idx", "primary.cidx", "uuid.txt", "ttl.txt",
-    "statistics.packed", "delete-on-destroy.txt",
+    "delete-on-destroy.txt",
 })
-_KNOWN_PREFIXES = ("minmax_", "skp_idx_", "statistics_")
+_KNOWN_PREFIXES = ("minmax_", "skp_idx", "statistics")
 _STREAM_SUFFIXES = (".bin", *WIDE_EXTENSIONS, *COMPACT_EXTENSIONS)
 # Files that change which rows a part holds in ways this version does not apply.
 _ROW_CHANGING_FILES = {
@@ -282,7 +283,7 @@ class PartReader:
         marks = read_compact_marks(self._read(name), len(streams), path, compressed=compressed)
         self._require(COMPACT_DATA_FILE)
         check_mark_offsets(marks.offsets.reshape(-1, 2), self.source.file_size(self.part, COMPACT_DATA_FILE), path,
-                           COMPACT_DATA_FILE)
+                           COMPACT_DATA_FILE, streams)
         return marks, streams
 
     def _read_text(self, name: str) -> str:
@@ -437,23 +438,25 @@ class PartReader:
         or byte is (the marks file), a damaged block (the data file, already named), or data that
         does not decode as columns.txt says (the column, its type, its files and the granules)."""
         if self.is_compact:
-            marks, _ = self.compact_layout
+            marks, substreams = self.compact_layout
             located = [(COMPACT_DATA_FILE, self._marks_file("data", COMPACT_EXTENSIONS)[0],
-                        marks.offsets.reshape(-1, 2))]
+                        marks.offsets.reshape(-1, 2), substreams)]
         else:
-            located = [(s + ".bin", self._marks_file(s, WIDE_EXTENSIONS)[0], self.wide_marks(s)[:, :2]) for s in streams]
-        for data_file, marks_file, offsets in located:
-            misfit = self._misplaced_mark(data_file, marks_file, offsets)
+            located = [(s + ".bin", self._marks_file(s, WIDE_EXTENSIONS)[0], self.wide_marks(s)[:, :2], [])
+                       for s in streams]
+        for data_file, marks_file, offsets, labels in located:
+            misfit = self._misplaced_mark(data_file, marks_file, offsets, labels)
             if misfit is not None:
                 return misfit
         if self.location in str(error):
             return error
-        files = sorted({name for data_file, marks_file, _ in located for name in (data_file, marks_file)})
+        files = sorted({name for data_file, marks_file, _, _ in located for name in (data_file, marks_file)})
         return CorruptPartError(
             f"{self.location}: column {column!r} ({self.types[column].to_clickhouse()} per {COLUMNS_FILE}) does not "
             f"decode from {', '.join(files)} in granules [{begin}, {end}): {error}")
 
-    def _misplaced_mark(self, data_file: str, marks_file: str, offsets: np.ndarray) -> CorruptPartError | None:
+    def _misplaced_mark(self, data_file: str, marks_file: str, offsets: np.ndarray,
+                        substreams: Sequence[str]) -> CorruptPartError | None:
         """The first mark that points neither at a byte of an intact block nor at the end of the file
         (None if every mark fits, or if the file has a damaged block: that block is the fault)."""
         data = self._read(data_file)
@@ -467,8 +470,8 @@ class PartReader:
             size = blocks.get(block)
             if size is None or inner > size:
                 where = f"no block starts at byte {block}" if size is None else f"the block there holds {size} bytes"
-                return CorruptPartError(f"{self._path(marks_file)}: mark {index} points at ({block}, {inner}) in "
-                                        f"{data_file}, where {where}")
+                return CorruptPartError(f"{self._path(marks_file)}: {mark_label(index, substreams)} points at "
+                                        f"({block}, {inner}) in {data_file}, where {where}")
         return None
 
     @property
