@@ -19,7 +19,6 @@ only when no reader lease is held.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -51,6 +50,7 @@ DEFAULT_DROP_DELAY_SECONDS = 480.0  # ClickHouse's database_atomic_delay_before_
 READER_LEASE_FILE = "mergetree_readers.lock"
 _GUARD_DIR = "mergetree_guards"
 _TRASH_PREFIX = "mergetree_dropping."
+_BEING_WRITTEN_RE = re.compile(r"\A\..+\.tmp-")  # txn.table_log.write_file_atomically's temporaries
 _UUID_RE = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 TableName = str | tuple[str, str]
@@ -519,7 +519,18 @@ class Catalog:
         creators exactly one wins, the other gets TableExistsError (or the winner's table with
         ``if_not_exists``).
         """
+        from spark_mergetree.engine.table import MergeTreeTable, remove_table_directory
+        from spark_mergetree.expressions.ddl import format_attach
+
         database, table = _split_name(name)
+        table_uuid = statements.new_uuid()
+        clickhouse_settings, engine_settings = _split_settings(settings)
+        definition = statements.table_definition(table_uuid, schema, order_by, partition_by, primary_key,
+                                                 clickhouse_settings)
+        statement = format_attach(definition)
+        data_path = self.store_path(table_uuid)
+        # Everything is checked (keys, settings, storage policy) before anything is written.
+        new_table = MergeTreeTable.new(data_path, definition, engine_settings)
         with self._guard_tables((database, table)):
             database_dir = self.database_path(database)
             metadata_file = self._table_file(database_dir, table)
@@ -527,21 +538,17 @@ class Catalog:
                 if if_not_exists:
                     return self.table_info((database, table), allow_detached=True)
                 raise TableExistsError(f"table {database}.{table} already exists ({metadata_file})")
-            table_uuid = statements.new_uuid()
-            clickhouse_settings, engine_settings = _split_settings(settings)
-            statement = statements.table_statement(table_uuid, schema, order_by, partition_by, primary_key,
-                                                   clickhouse_settings)
             temporary = metadata_file.with_name(metadata_file.name + ".tmp")
             if temporary.exists():  # we hold the name's guard, so this is a crashed create
                 self._discard_table_temporary(temporary, RecoveryReport())
             fsops.write_new_file(temporary, statement.encode())
             fsops.fsync_dir(database_dir)
-            data_path = self.store_path(table_uuid)
-            self._initialise_data_dir(data_path, engine_settings)
+            # The engine's own creation path; the statement stays in the metadata file alone.
+            new_table.write_directory(with_statement=False)
             try:
                 fsops.rename_noreplace(temporary, metadata_file, f"table {database}.{table}")
             except TableExistsError:
-                shutil.rmtree(data_path, ignore_errors=True)
+                remove_table_directory(data_path)
                 fsops.remove_quietly(temporary)
                 if if_not_exists:
                     return self.table_info((database, table), allow_detached=True)
@@ -549,23 +556,6 @@ class Catalog:
             fsops.fsync_dir(database_dir)
             self._link_table(database, table, table_uuid)
             return TableInfo(database, table, table_uuid, data_path, metadata_file, False, statement)
-
-    @staticmethod
-    def _initialise_data_dir(data_path: Path, engine_settings: Mapping[str, Any]) -> None:
-        """What ClickHouse puts in a new MergeTree directory (format_version.txt, detached/), plus
-        the engine's own settings file when there are engine settings."""
-        data_path.mkdir(parents=True)
-        fsops.write_new_file(data_path / "format_version.txt", b"1")
-        (data_path / "detached").mkdir()
-        if engine_settings:
-            from spark_mergetree.engine.metadata import META_DIR, SETTINGS_FILE
-
-            (data_path / META_DIR).mkdir()
-            fsops.write_new_file(data_path / META_DIR / SETTINGS_FILE,
-                                 json.dumps(dict(engine_settings), sort_keys=True).encode())
-            fsops.fsync_dir(data_path / META_DIR)
-        fsops.fsync_dir(data_path)
-        fsops.fsync_dir(data_path.parent)
 
     def _link_table(self, database: str, table: str, table_uuid: str) -> None:
         link = self._data_link(database, table)
@@ -856,6 +846,8 @@ class Catalog:
 
     def _purge(self, dropped: DroppedTable) -> bool:
         """Delete a dropped table's data then its metadata_dropped/ entry, unless a reader holds it."""
+        from spark_mergetree.engine.table import remove_table_directory
+
         guard = FileLock.try_acquire(self._guard_path("dropped", dropped.uuid), exclusive=True)
         if guard is None:
             return False
@@ -869,13 +861,14 @@ class Catalog:
                     return False
                 with lease:
                     if trash.exists():
-                        shutil.rmtree(trash)
+                        remove_table_directory(trash)
                     # One rename takes the directory away from every later reader, so deleting
                     # its contents afterwards can never race a new lease.
                     os.rename(dropped.data_path, trash)
                     fsops.fsync_dir(dropped.data_path.parent)
             if trash.exists():
-                shutil.rmtree(trash)
+                # With the parts on every disk of the table's storage policy.
+                remove_table_directory(trash)
             fsops.remove_quietly(dropped.metadata_path)
             fsops.fsync_dir(self.dropped_dir)
             return True
@@ -911,20 +904,34 @@ class Catalog:
             # of existing data writes the same kind of temporary file, and that data must stay
             # (it is then reported as unreferenced instead).
             if data_path.exists() and self._is_fresh_data_dir(data_path):
-                shutil.rmtree(data_path)
+                from spark_mergetree.engine.table import remove_table_directory
+
+                remove_table_directory(data_path)
                 report.removed_orphan_store_dirs.append(data_path)
         fsops.remove_quietly(temporary)
         report.removed_temporary_files.append(temporary)
 
     @staticmethod
     def _is_fresh_data_dir(data_path: Path) -> bool:
-        """True if the directory holds nothing beyond what ``_initialise_data_dir`` creates."""
+        """True if the directory holds nothing beyond what a new table's directory holds
+        (`MergeTreeTable.write_directory`): format_version.txt, an empty detached/, and in
+        `_mergetree/` the engine settings and the storage policy's part roots. A `.<name>.tmp-*`
+        file is one a crash interrupted while it was being written."""
+        from spark_mergetree.engine.metadata import META_DIR, SETTINGS_FILE
+        from spark_mergetree.txn.table_log import PART_ROOTS_FILE
+
+        def only_files(directory: Path, names: set[str]) -> bool:
+            return all(entry.is_file() and (entry.name in names or _BEING_WRITTEN_RE.match(entry.name))
+                       for entry in directory.iterdir())
+
         for entry in data_path.iterdir():
-            if entry.name == "format_version.txt" and entry.is_file():
-                continue
-            if entry.name == "_mergetree" and entry.is_dir() and {e.name for e in entry.iterdir()} <= {"settings.json"}:
-                continue
-            if entry.name == "detached" and entry.is_dir() and not any(entry.iterdir()):
+            if entry.name == META_DIR and entry.is_dir():
+                if only_files(entry, {SETTINGS_FILE, PART_ROOTS_FILE.name}):
+                    continue
+            elif entry.name == "detached" and entry.is_dir():
+                if not any(entry.iterdir()):
+                    continue
+            elif entry.is_file() and (entry.name == "format_version.txt" or _BEING_WRITTEN_RE.match(entry.name)):
                 continue
             return False
         return True
@@ -984,7 +991,12 @@ class Catalog:
             guard = FileLock.try_acquire(self._guard_path("dropped", trash.name[len(_TRASH_PREFIX):]), exclusive=True)
             if guard is not None:
                 with guard:
-                    shutil.rmtree(trash, ignore_errors=True)
+                    from spark_mergetree.engine.table import remove_table_directory
+
+                    try:
+                        remove_table_directory(trash)
+                    except OSError:
+                        continue  # retried on the next open; a stuck directory must not block opening
                     report.removed_leftovers.append(trash)
         # 3. drops that are due (or whose data is already gone).
         report.collected = self.collect_dropped()

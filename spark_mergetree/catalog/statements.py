@@ -57,15 +57,24 @@ def new_uuid() -> str:
     return str(uuid_module.uuid4())
 
 
-def table_statement(
+def table_statement(table_uuid: str, definition: Any, *keys: Any, **named_keys: Any) -> str:
+    """The ATTACH TABLE text for a new MergeTree table, as ClickHouse would write it (arguments as
+    for ``table_definition``)."""
+    from spark_mergetree.expressions.ddl import format_attach
+
+    return format_attach(table_definition(table_uuid, definition, *keys, **named_keys))
+
+
+def table_definition(
     table_uuid: str,
     definition: Any,
     order_by: str | Sequence[str] | None = None,
     partition_by: str | Sequence[str] | None = None,
     primary_key: str | Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,
-) -> str:
-    """The ATTACH TABLE text for a new MergeTree table, as ClickHouse would write it.
+) -> TableDefinition:
+    """The definition of a new MergeTree table as its metadata file holds it: `_` for the name,
+    ``table_uuid`` for the UUID.
 
     ``definition`` is a column list ``[(name, ClickHouse type), ...]`` or a parsed table
     definition from the expressions layer (then the keys come from it and the key arguments
@@ -77,7 +86,7 @@ def table_statement(
                 "a TableDefinition already carries its keys and settings: pass order_by, partition_by, "
                 "primary_key and settings only with a column list"
             )
-        return _statement_from_definition(table_uuid, definition)
+        return _named_by_uuid(table_uuid, definition)
     if not definition:
         raise InvalidOptionError("schema is empty: a table needs at least one column")
     for item in definition:
@@ -87,13 +96,11 @@ def table_statement(
 
     if order_by is None:
         raise InvalidOptionError("order_by is required for MergeTree (use [] or 'tuple()' for no sorting key)")
-    return _statement_from_definition(
-        table_uuid, build_definition(definition, order_by, partition_by, primary_key, settings))
+    return _named_by_uuid(table_uuid, build_definition(definition, order_by, partition_by, primary_key, settings))
 
 
-def _statement_from_definition(table_uuid: str, definition: TableDefinition) -> str:
-    """A parsed definition printed as an Atomic metadata file: `ATTACH TABLE _ UUID '<ours>'`."""
-    from spark_mergetree.expressions.ddl import TableDefinition, format_attach
+def _named_by_uuid(table_uuid: str, definition: TableDefinition) -> TableDefinition:
+    from spark_mergetree.expressions.ddl import TableDefinition
 
     if not isinstance(definition, TableDefinition):
         raise InvalidOptionError(
@@ -103,4 +110,4 @@ def _statement_from_definition(table_uuid: str, definition: TableDefinition) -> 
     if definition.engine != "MergeTree":
         raise InvalidOptionError(f"engine {definition.engine!r}: the catalog creates MergeTree tables only")
     # The name lives only in the file name; the UUID is always the one this catalog chose.
-    return format_attach(dataclasses.replace(definition, uuid=table_uuid, database=None, name="_"))
+    return dataclasses.replace(definition, uuid=table_uuid, database=None, name="_")

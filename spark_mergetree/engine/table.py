@@ -41,6 +41,7 @@ from spark_mergetree.errors import (
     InvalidOptionError,
     SchemaMismatchError,
     SerializationError,
+    StorageError,
     TableExistsError,
     TableNotFoundError,
     UnsupportedError,
@@ -60,7 +61,7 @@ from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubRe
 from spark_mergetree.storage.policy import StoragePolicy
 from spark_mergetree.storage.stripe_map import PLAIN_MAP_SUFFIX
 from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
-from spark_mergetree.txn.table_log import PART_ROOTS_FILE, write_file_atomically
+from spark_mergetree.txn.table_log import PART_ROOTS_FILE, fsync_directory, write_file_atomically
 
 log = logging.getLogger(__name__)
 
@@ -194,24 +195,50 @@ class MergeTreeTable:
             columns = _normalize_schema(schema, {e.strip("`") for e in probe.order_by})
         definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
                                       uuid=str(uuid_module.uuid4()))
-        metadata = TableMetadata(definition, engine_settings)
-        _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings  # validate
-        cls._write_layout(target, definition, engine_settings)
-        table = cls.open(target, coordinator=coordinator if not isinstance(coordinator, str) else None)
-        if engine_settings.get("storage_policy"):
-            table._record_part_roots()
+        table = cls.new(target, definition, engine_settings,
+                        coordinator=coordinator if not isinstance(coordinator, str) else None)
+        table.write_directory()
         return table
 
+    @classmethod
+    def new(cls, path: str | os.PathLike[str], definition: TableDefinition, engine_settings: Mapping[str, Any],
+            *, coordinator: Coordinator | None = None) -> MergeTreeTable:
+        """A table whose directory is not written yet, everything about it checked (keys, settings,
+        storage policy); `write_directory()` then creates it. The one way tables come to be: `create`
+        and the catalog both go through here."""
+        metadata = TableMetadata(definition, dict(engine_settings))
+        _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings  # validate
+        return cls(path, metadata, coordinator)
+
+    def write_directory(self, *, with_statement: bool = True) -> None:
+        """Create the table directory of a `new()` table.
+
+        With the statement (`_mergetree/table.sql`, written last and never over another) the
+        directory may already exist; without it (a catalog keeps the statement in its own metadata
+        file, and names the directory by a new UUID) the directory must not exist yet.
+        """
+        self._write_layout(self.path, self.definition, self.metadata.engine_settings, with_statement=with_statement)
+        if self.metadata.setting("storage_policy"):
+            self._record_part_roots()
+        self._external_definition = not with_statement
+
     @staticmethod
-    def _write_layout(target: Path, definition: TableDefinition, engine_settings: Mapping[str, Any]) -> None:
+    def _write_layout(target: Path, definition: TableDefinition, engine_settings: Mapping[str, Any], *,
+                      with_statement: bool) -> None:
+        """What ClickHouse puts in a new MergeTree directory (format_version.txt, detached/), plus our
+        engine settings and (with_statement) the statement, the commit point of a standalone table."""
+        target.mkdir(parents=True, exist_ok=with_statement)
         meta_dir = target / META_DIR
-        meta_dir.mkdir(parents=True, exist_ok=True)
         (target / "detached").mkdir(exist_ok=True)
         if not (target / "format_version.txt").exists():
             write_file_atomically(target / "format_version.txt", b"1")
+        if engine_settings or with_statement:
+            meta_dir.mkdir(exist_ok=True)
         if engine_settings:
-            write_file_atomically(meta_dir / SETTINGS_FILE, json.dumps(engine_settings, sort_keys=True).encode())
-        if not write_file_atomically(meta_dir / STATEMENT_FILE, format_attach(definition).encode(), replace=False):
+            write_file_atomically(meta_dir / SETTINGS_FILE, json.dumps(dict(engine_settings), sort_keys=True).encode())
+        fsync_directory(target.parent)
+        if with_statement and not write_file_atomically(meta_dir / STATEMENT_FILE, format_attach(definition).encode(),
+                                                        replace=False):
             raise TableExistsError(f"a table already exists at {target} (created concurrently)")
 
     @classmethod
@@ -640,5 +667,40 @@ class MergeTreeTable:
         return self.store.export_plain(part, destination)
 
     def drop_data(self) -> None:
-        """Delete the table directory (used by catalogs; the table object is unusable after)."""
-        shutil.rmtree(self.path, ignore_errors=True)
+        """Delete the table's data on every disk of its storage policy, then the table directory
+        (the table object is unusable after)."""
+        remove_table_directory(self.path)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        return str(uuid_module.UUID(text)) == text
+    except ValueError:
+        return False
+
+
+def remove_table_directory(path: str | os.PathLike[str]) -> None:
+    """Delete a table directory and its directories on the disks of its storage policy (as
+    `_mergetree/part_roots.json` names them). The table directory goes last, so an interrupted
+    deletion is finished by calling this again; it may have been renamed since it was written."""
+    path = Path(path)
+    try:
+        roots = json.loads((path / PART_ROOTS_FILE).read_bytes())["roots"]
+    except FileNotFoundError:
+        roots = []
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageError(f"{path / PART_ROOTS_FILE} is damaged ({exc}): cannot tell which disks hold the "
+                           "table's parts; nothing was deleted") from None
+    for root in map(Path, roots):
+        # Only what the engine lays out, `<disk>/store/<first 3>/<uuid>`: never whatever a damaged
+        # file might name.
+        if root.is_absolute() and _is_uuid(root.name) and root.parent.name == root.name[:3]:
+            _remove_tree(root)
+    _remove_tree(path)
+
+
+def _remove_tree(path: Path) -> None:
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
