@@ -9,12 +9,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from tqdm import tqdm
 
 from spark_mergetree.engine.table import MergeTreeTable
 from spark_mergetree.errors import MergeTreeError
+from spark_mergetree.storage.location import local_path
 
 
 def _open(path: str, create_statement: str | None) -> MergeTreeTable:
@@ -25,7 +27,22 @@ def _open(path: str, create_statement: str | None) -> MergeTreeTable:
     return MergeTreeTable.open(path, statement)
 
 
-_table_argument = click.argument("table_dir", type=click.Path(exists=True, file_okay=False))
+class _LocalDirectory(click.ParamType):
+    """A directory given as a local path or a file:// URL; other URLs (s3://, ...) are refused."""
+
+    name = "directory"
+
+    def __init__(self, exists: bool) -> None:
+        self.exists = exists
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        path = local_path(value)
+        if self.exists and not path.is_dir():
+            self.fail(f"directory {value!r} does not exist", param, ctx)
+        return str(path)
+
+
+_table_argument = click.argument("table_dir", type=_LocalDirectory(exists=True))
 _statement_option = click.option(
     "--create-statement", "-s", default=None,
     help="CREATE/ATTACH TABLE text, or a file holding it (for ClickHouse table directories).")
@@ -145,7 +162,7 @@ def rebuild(table_dir: str, disk: str) -> None:
 @main.command("export-part")
 @_table_argument
 @click.argument("part")
-@click.argument("destination", type=click.Path(exists=False))
+@click.argument("destination", type=_LocalDirectory(exists=False))
 def export_part(table_dir: str, part: str, destination: str) -> None:
     """Write PART as a plain ClickHouse part directory DESTINATION (for ATTACH PART)."""
     path = MergeTreeTable.open(table_dir).export_part(part, destination)
@@ -172,7 +189,7 @@ def transactions(coordinator: str | None, limit: int) -> None:
 
 
 @main.group()
-@click.option("--root", "-r", required=True, type=click.Path(file_okay=False),
+@click.option("--root", "-r", required=True, type=_LocalDirectory(exists=False),
               help="Catalog root (laid out as a ClickHouse server's path).")
 @click.pass_context
 def catalog(ctx: click.Context, root: str) -> None:

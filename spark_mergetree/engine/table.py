@@ -57,6 +57,7 @@ from spark_mergetree.expressions.predicate import Expr
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_type
+from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
 from spark_mergetree.storage.policy import StoragePolicy
 from spark_mergetree.storage.stripe_map import PLAIN_MAP_SUFFIX
@@ -178,9 +179,9 @@ class MergeTreeTable:
         a list, or "(a, b)". `partition_by`: a ClickHouse expression such as "toYYYYMM(d)".
         `settings`: ClickHouse MergeTree settings (index_granularity, index_granularity_bytes, ...)
         and engine settings (codec, auto_merge, merge_parts_threshold, old_parts_lifetime,
-        storage_policy, coordinator).
+        storage_policy, coordinator). `path` is a local directory or a file:// URL.
         """
-        target = Path(path)
+        target = local_path(path)
         if (target / META_DIR / STATEMENT_FILE).exists():
             if if_not_exists:
                 return cls.open(target, coordinator=coordinator)
@@ -246,7 +247,7 @@ class MergeTreeTable:
              coordinator: Coordinator | str | None = None) -> MergeTreeTable:
         """Open a table directory: ours, or a ClickHouse table data directory (`store/xxx/<uuid>/`)
         given its CREATE/ATTACH TABLE statement (`create_statement`)."""
-        target = Path(path)
+        target = local_path(path)
         if not target.is_dir():
             raise TableNotFoundError(f"no table at {target}: directory does not exist")
         external = create_statement is not None

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_mergetree.errors import InvalidOptionError
+from spark_mergetree.storage.location import local_path
 
 # Uncompressed bytes one input partition should cover (Spark's spark.sql.files.maxPartitionBytes
 # default); granule ranges are grouped up to that many rows of the columns read.
@@ -82,13 +83,18 @@ def _reject_unknown(options: Mapping[str, str], known: set[str], what: str, allo
 
 
 def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
+    """The table directory (or, with a catalog, the table name) and the catalog root, both local:
+    a URL other than file:// is refused here, on the driver, before anything is written."""
     path = options.get("path")
     if not path:
         raise InvalidOptionError(
             "format('mergetree') needs a table: load(<directory>) / save(<directory>), or option 'catalog' "
             "with load('<database>.<table>')"
         )
-    return path, options.get("catalog") or None
+    catalog = options.get("catalog") or None
+    if catalog is not None:
+        return path, str(local_path(catalog))
+    return str(local_path(path)), None
 
 
 @dataclass(frozen=True)
