@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.format.conform import conform_column
 from spark_mergetree.format.part_writer import PartitionValue, write_wide_part
 from spark_mergetree.format.types import parse_type, to_arrow
 
@@ -59,7 +60,9 @@ def to_arrow_table(data: Any) -> pa.Table:
 
 
 def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
-    """The table's columns in table order and Arrow types, or an error naming what does not fit."""
+    """The table's columns in table order and Arrow types, or an error naming what does not fit.
+
+    Every lossless Arrow representation of a column's values is accepted (format/conform.py)."""
     wanted = [name for name, _ in meta.columns]
     missing = [n for n in wanted if n not in table.column_names]
     extra = [n for n in table.column_names if n not in wanted]
@@ -73,15 +76,8 @@ def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
                                   f"(table columns: {', '.join(wanted)})")
     arrays = []
     for name, type_text in meta.columns:
-        column = table.column(name)
-        target = to_arrow(parse_type(type_text))
-        if column.type != target:
-            try:
-                column = column.cast(target)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise SchemaMismatchError(
-                    f"column {name!r}: cannot store {column.type} as {type_text} ({exc})") from exc
-        if not pa.types.is_null(column.type) and column.null_count and not type_text.startswith(
+        column = conform_column(table.column(name), parse_type(type_text), name)
+        if column.null_count and not type_text.startswith(
                 ("Nullable(", "LowCardinality(Nullable(", "Array(", "Map(", "Tuple(")):
             raise SchemaMismatchError(
                 f"column {name!r} of type {type_text} holds {column.null_count} NULL value(s); "

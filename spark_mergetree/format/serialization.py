@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.compiled import lazy_njit
+from spark_mergetree.format.conform import uuid_text
 from spark_mergetree.format.types import (
     Array,
     DataType,
@@ -260,12 +261,6 @@ def _with_validity(values: pa.Array, like: pa.Array) -> pa.Array:
     return pc.if_else(pc.is_valid(like), values, pa.nulls(len(like), values.type))
 
 
-def _hex_table() -> np.ndarray:
-    digits = np.frombuffer(b"0123456789abcdef", np.uint8)
-    return np.stack([digits[np.arange(256) >> 4], digits[np.arange(256) & 15]], axis=1)
-
-
-_HEX = _hex_table()
 _UUID_DASHES = (8, 13, 18, 23)
 _UUID_HEX_POS = np.array([i for i in range(36) if i not in _UUID_DASHES])
 
@@ -302,12 +297,7 @@ def _uuid_storage(arr: pa.Array, column: str) -> np.ndarray:
 
 
 def _uuid_to_arrow(raw: np.ndarray) -> pa.Array:
-    n = len(raw)
-    ordered = np.concatenate([raw[:, 7::-1], raw[:, 15:7:-1]], axis=1)
-    text = np.full((n, 36), ord("-"), np.uint8)
-    text[:, _UUID_HEX_POS] = _HEX[ordered].reshape(n, 32)
-    offsets = np.arange(n + 1, dtype=np.int32) * 36
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text.tobytes())])
+    return uuid_text(np.concatenate([raw[:, 7::-1], raw[:, 15:7:-1]], axis=1))
 
 
 def _decimal_words(arr: pa.Array, words: int) -> np.ndarray:

@@ -443,6 +443,10 @@ def from_arrow(arrow_type: pa.DataType, nullable: bool = False, *, nullable_scal
         return Nullable(dt) if nullable and nullable_scalars else dt
 
     t = arrow_type
+    if isinstance(t, pa.BaseExtensionType):
+        if t.extension_name == "arrow.uuid":
+            return wrap(Primitive("UUID"))
+        t = t.storage_type
     if pa.types.is_dictionary(t):
         inner = from_arrow(t.value_type, nullable, nullable_scalars=nullable_scalars)
         try:
@@ -469,7 +473,8 @@ def from_arrow(arrow_type: pa.DataType, nullable: bool = False, *, nullable_scal
         return wrap(DateTime64(precision, t.tz or DEFAULT_TIMEZONE))
     if pa.types.is_decimal(t):
         return wrap(Decimal(t.precision, t.scale))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
         f = t.value_field
         return Array(from_arrow(f.type, f.nullable, nullable_scalars=nullable_scalars))
     if pa.types.is_map(t):

@@ -134,6 +134,8 @@ def test_field_nullability():
      "Tuple(a Int16, b Nullable(String))"),
     (pa.dictionary(pa.int32(), pa.string()), False, "LowCardinality(String)"),
     (pa.dictionary(pa.int32(), pa.string()), True, "LowCardinality(Nullable(String))"),
+    (pa.uuid(), True, "Nullable(UUID)"), (pa.string_view(), False, "String"),
+    (pa.list_view(pa.field("e", pa.int8(), False)), False, "Array(Int8)"),
 ])
 def test_from_arrow(arrow, nullable, expected):
     assert from_arrow(arrow, nullable).to_clickhouse() == expected
