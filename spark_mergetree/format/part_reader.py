@@ -68,6 +68,9 @@ GranuleRange = tuple[int, int]
 
 # The lightweight-delete mask: a UInt8 column ClickHouse adds to a part, 0 for deleted rows.
 ROW_EXISTS_COLUMN = "_row_exists"
+# Columns ClickHouse stores in parts that are not table columns (the mask, and the row ids tables
+# with enable_block_number_column / enable_block_offset_column keep).
+HIDDEN_COLUMNS = frozenset({ROW_EXISTS_COLUMN, "_block_number", "_block_offset"})
 SUBSTREAMS_FILE = "columns_substreams.txt"
 # Files that describe a part, index it or hold statistics: none of them changes which rows it holds.
 _KNOWN_FILES = frozenset({
@@ -505,6 +508,17 @@ class PartReader:
         with self._lock:
             self._checked_types.add((name, table_type))
 
+    def _check_added(self, name: str, declared: Mapping[str, str]) -> None:
+        """A column the part lacks reads as defaults only if the part has no column the table lacks:
+        otherwise the statement does not describe this part (a wrong CREATE, or a column renamed
+        in ClickHouse whose parts were not rewritten yet) and defaults would be wrong rows."""
+        extra = [n for n, _ in self.columns if n not in declared and n not in HIDDEN_COLUMNS]
+        if extra:
+            raise SchemaMismatchError(
+                f"{self._path(COLUMNS_FILE)}: the table's statement has column {name!r}, which the part does not "
+                f"store, and lacks the part's column(s) {', '.join(map(repr, extra))}: the statement does not "
+                "describe this table")
+
     def read(self, columns: Sequence[str] | None = None, ranges: Sequence[GranuleRange] | None = None,
              table_types: Mapping[str, str] | None = None) -> pa.Table:
         """Columns over granule ranges (all granules by default) as an Arrow table, without the rows
@@ -520,6 +534,8 @@ class PartReader:
         for n in names:
             if n in self.types and n in declared:
                 self._check_type(n, declared[n])
+            elif n in declared:
+                self._check_added(n, declared)
         rows = sum(int(self.granule_starts[e] - self.granule_starts[b]) for b, e in ranges)
         arrays = [default_column(parse_type(declared[n]), rows) if n not in self.types and n in declared
                   else self.read_column(n, ranges) for n in names]

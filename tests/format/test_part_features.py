@@ -313,3 +313,18 @@ def test_create_statement_that_does_not_match_the_parts_names_column_and_part(ta
     with pytest.raises(SchemaMismatchError, match=rf"{part}/columns\.txt: column '{column}' is {stored} in the part "
                                                   rf"but {declared} in the table's statement"):
         table.to_arrow()
+
+
+@pytest.mark.parametrize("name", ["marks_wide", "marks_compact"])
+def test_create_statement_with_other_column_names_names_them(tables, name):
+    """A column the parts lack reads as defaults (ALTER ADD COLUMN) only when the parts hold no
+    column the statement lacks; otherwise the statement does not describe the table."""
+    wrong = "CREATE TABLE t (k UInt64, t String) ENGINE = MergeTree ORDER BY k"
+    part = tables["parts"][name][0]
+    with pytest.raises(SchemaMismatchError, match=rf"{part}/columns\.txt: the table's statement has column 't', "
+                                                  r"which the part does not store, and lacks the part's column\(s\) 's'"):
+        MergeTreeTable.open(tables["dirs"][name], create_statement=wrong).to_arrow()
+    # A statement with one more column than the parts (added later) still reads.
+    added = "CREATE TABLE t (k UInt64, s String, z Int32) ENGINE = MergeTree ORDER BY k"
+    out = MergeTreeTable.open(tables["dirs"][name], create_statement=added).to_arrow(["k", "s", "z"])
+    assert _rows(out.select(["k", "s"])) == tables["expected"][name]
