@@ -25,12 +25,15 @@ from spark_mergetree.expressions.functions import (
     orderable,
     orderable_value,
 )
+from spark_mergetree.expressions.like import like_prefix
+from spark_mergetree.expressions.literals import coerce_literal
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.predicate import (
     And,
     Column,
     Compare,
     Expr,
+    Fixed,
     Func,
     In,
     Like,
@@ -38,8 +41,8 @@ from spark_mergetree.expressions.predicate import (
     Not,
     Or,
     StartsWith,
-    coerce_literal,
     parse_expression,
+    scalar_like,
 )
 from spark_mergetree.expressions.sort_key import key_element_types
 
@@ -124,13 +127,8 @@ class _Evaluator:
     def scalar(self, value: object, key: KeyBounds) -> pa.Scalar | None:
         if key.type is not None:
             value = orderable_value(coerce_literal(value, key.type), key.type)
-        scalar = pa.scalar(value)
-        if scalar.type != key.lo.type:
-            try:
-                scalar = scalar.cast(key.lo.type)
-            except _ARROW_ERRORS:
-                pass  # leave it to Arrow's own numeric promotion
-        return scalar
+        # Of the bounds' type only when that holds the value exactly; else Arrow compares in a wider type.
+        return scalar_like(value, key.lo)
 
     def evaluate(self, expr: Expr) -> tuple[np.ndarray, np.ndarray]:
         """(may be true, may be false) per granule."""
@@ -168,6 +166,8 @@ class _Evaluator:
                 return self.evaluate(And(tuple(Not(arg) for arg in inner.args)))
             arg_true, arg_false = self.evaluate(inner)
             return arg_false, arg_true
+        if isinstance(expr, Fixed):
+            return self.all(expr.value), self.all(not expr.value)
         if isinstance(expr, Literal):
             if expr.value is None:
                 return self.all(False), self.all(False)
@@ -281,7 +281,7 @@ class _Evaluator:
         if isinstance(expr, Like):
             if expr.case_insensitive:
                 return self.unknown()
-            prefix = _like_prefix(expr.pattern)
+            prefix = like_prefix(expr.pattern)
             if not prefix:
                 return self.unknown()
         else:
@@ -313,23 +313,6 @@ def _result_type_text(array: pa.Array) -> str | None:
         width = array.type.bit_width
         return f"{'Int' if pa.types.is_signed_integer(array.type) else 'UInt'}{width}"
     return None
-
-
-def _like_prefix(pattern: str) -> str:
-    """The literal text a LIKE pattern starts with (up to its first wildcard)."""
-    out = []
-    escaped = False
-    for char in pattern:
-        if escaped:
-            out.append(char)
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char in "%_":
-            break
-        else:
-            out.append(char)
-    return "".join(out)
 
 
 def _next_prefix(prefix: bytes) -> bytes | None:

@@ -4,31 +4,55 @@ The tree is the one currency for filters: it is parsed from ClickHouse/SQL text 
 Spark filters by the Spark layer, pruned against indexes by `key_condition`, and finally evaluated
 over Arrow tables to filter rows exactly. Evaluation follows SQL three-valued logic: a row whose
 condition is NULL is not selected.
+
+Semantics follow ClickHouse: string literals and LIKE patterns unescape as it does (`literals`,
+`like`); comparisons of numbers are exact across types (an Int64 against a Float64, a UInt64 against
+an Int64), constants are read as the column's type (`literals.compare_constant`), IN-list values
+match exactly as ClickHouse's sets do (a Float column's NaN matches NaN, -0.0 does not match 0.0),
+and `x NOT BETWEEN a AND b` is `x < a OR x > b`. What cannot be given ClickHouse's meaning is refused
+with an ExpressionError or UnsupportedError naming the expression.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
-import uuid
-import zoneinfo
+import functools
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.clickhouse import ClickHouse
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.functions import (
     SUPPORTED_FUNCTIONS,
     apply_function,
+    literal_type,
     needs_ordering_map,
     orderable,
     orderable_value,
     result_type,
     type_info,
+)
+from spark_mergetree.expressions.like import like_parts, like_regex
+from spark_mergetree.expressions.literals import (
+    ALWAYS,
+    FALSE,
+    NAMED_FLOATS,
+    NEVER,
+    compare_constant,
+    decode_string_literal,
+    in_constants,
+    number_literal,
+    sql_constant,
 )
 
 COMPARE_OPS = ("=", "!=", "<", "<=", ">", ">=", "<=>")
@@ -152,11 +176,28 @@ class Contains(Expr):
     substring: str
 
 
+@dataclass(frozen=True)
+class Fixed(Expr):
+    """A comparison whose answer does not depend on the value: `value` wherever `expr` is not NULL,
+    NULL where it is. Binding makes it from comparisons such as `u8 < 300` (true for every UInt8)."""
+
+    expr: Expr
+    value: bool
+
+
 def between(expr: Expr, low: object, high: object) -> Expr:
     """`expr BETWEEN low AND high`, which is `expr >= low AND expr <= high`."""
     low_lit = low if isinstance(low, Expr) else Literal(low)
     high_lit = high if isinstance(high, Expr) else Literal(high)
     return And((Compare(">=", expr, low_lit), Compare("<=", expr, high_lit)))
+
+
+def not_between(expr: Expr, low: object, high: object) -> Expr:
+    """`expr NOT BETWEEN low AND high`, which ClickHouse reads as `expr < low OR expr > high`
+    (so a NaN is neither between nor not between)."""
+    low_lit = low if isinstance(low, Expr) else Literal(low)
+    high_lit = high if isinstance(high, Expr) else Literal(high)
+    return Or((Compare("<", expr, low_lit), Compare(">", expr, high_lit)))
 
 
 def columns_of(expr: Expr) -> set[str]:
@@ -180,7 +221,7 @@ def _children(expr: Expr) -> tuple[Expr, ...]:
         return (expr.arg,)
     if isinstance(expr, Func):
         return expr.args
-    if isinstance(expr, (IsNull, IsNotNull, Like, StartsWith, EndsWith, Contains)):
+    if isinstance(expr, (IsNull, IsNotNull, Like, StartsWith, EndsWith, Contains, Fixed)):
         return (expr.expr,)
     return ()
 
@@ -194,16 +235,54 @@ _SQLGLOT_COMPARE = {
 }
 _SQLGLOT_ARITHMETIC = {exp.Add: "plus", exp.Sub: "minus", exp.Mul: "multiply", exp.Div: "divide", exp.Mod: "modulo"}
 _TRUNC_UNITS = {"MONTH": "toStartOfMonth", "WEEK": "toMonday"}
+_NOT_BETWEEN = "__not_between__"
+# sqlglot token types of quoted text other than plain '...' strings (x'..', $$..$$, ...), where present.
+_OTHER_STRINGS = {getattr(TokenType, name) for name in (
+    "NATIONAL_STRING", "RAW_STRING", "BIT_STRING", "HEX_STRING", "BYTE_STRING", "HEREDOC_STRING", "UNICODE_STRING")
+    if hasattr(TokenType, name)}
 
 
+class _Dialect(ClickHouse):
+    """ClickHouse as sqlglot reads it, telling `x NOT BETWEEN a AND b` apart from `NOT x BETWEEN a AND b`
+    (ClickHouse gives them different answers for NaN)."""
+
+    class Parser(ClickHouse.Parser):
+        def _negate_range(self, this: exp.Expression | None = None) -> exp.Expression | None:
+            if isinstance(this, exp.Between):
+                return exp.Anonymous(this=_NOT_BETWEEN, expressions=[this.this, this.args["low"], this.args["high"]])
+            return super()._negate_range(this)  # type: ignore[misc]
+
+
+_DIALECT = _Dialect()
+
+
+@functools.lru_cache(maxsize=1024)
 def parse_expression(text: str) -> Expr:
-    """Parse one ClickHouse/SQL scalar expression (a WHERE condition or a key element)."""
+    """Parse one ClickHouse/SQL scalar expression (a WHERE condition or a key element).
+
+    Trees are immutable, so the same text (a key element parsed for every part) is parsed once."""
     if not text or not text.strip():
         raise ExpressionError("empty expression")
     try:
-        tree = sqlglot.parse_one(text, read="clickhouse")
-    except sqlglot.errors.SqlglotError as error:
+        tokens = _DIALECT.tokenize(text)
+        for token in tokens:
+            if token.token_type == TokenType.STRING:
+                # ClickHouse's escapes, not sqlglot's (which differ for \xHH and unknown escapes).
+                token.text = decode_string_literal(text[token.start : token.end + 1])
+            elif token.token_type in _OTHER_STRINGS:
+                raise UnsupportedError(f"string literal {text[token.start : token.end + 1]!r} in {text!r}: only "
+                                       "'...' strings are supported")
+        trees = _DIALECT.parser().parse(tokens, text)
+    except SqlglotError as error:
         raise ExpressionError(f"cannot parse expression {text!r}: {error}") from None
+    if len(trees) != 1 or trees[0] is None:
+        raise ExpressionError(f"expected one expression, got {text!r}")
+    tree = trees[0]
+    negated_ranges = sum(1 for a, b in zip(tokens, tokens[1:]) if a.token_type == TokenType.NOT
+                         and b.token_type == TokenType.BETWEEN)
+    marked = sum(1 for node in tree.find_all(exp.Anonymous) if node.name == _NOT_BETWEEN)
+    if negated_ranges != marked:  # an sqlglot without the hook this relies on
+        raise UnsupportedError(f"NOT BETWEEN in {text!r}: write (x < a OR x > b) instead")
     return _convert(tree, text)
 
 
@@ -212,17 +291,14 @@ def parse_predicate(text: str) -> Expr:
     return parse_expression(text)
 
 
-def _literal_value(node: exp.Literal, source: str) -> object:
-    if node.is_string:
-        return node.this
-    raw = node.this
-    try:
-        return int(raw, 0) if raw.lower().startswith(("0x", "0b")) else int(raw)
-    except ValueError:
-        try:
-            return float(raw)
-        except ValueError:
-            raise ExpressionError(f"cannot read number {raw!r} in {source!r}") from None
+def _literal_value(node: exp.Literal) -> object:
+    return node.this if node.is_string else number_literal(node.this)
+
+
+def _negated(value: int | float) -> int | float:
+    """-value as ClickHouse types it: an integer below Int64's range is a Float64."""
+    value = -value
+    return float(value) if isinstance(value, int) and value < -(1 << 63) else value
 
 
 def _convert(node: exp.Expression, source: str) -> Expr:
@@ -261,30 +337,35 @@ def _convert(node: exp.Expression, source: str) -> Expr:
         for item in node.expressions:
             converted = _convert(item, source)
             if not isinstance(converted, Literal):
-                raise ExpressionError(f"IN list must hold constants, got {item.sql('clickhouse')!r} in {source!r}")
+                raise UnsupportedError(f"IN list must hold constants, got {item.sql('clickhouse')!r} in {source!r}")
             values.append(converted)
         return In(_convert(node.this, source), tuple(values))
     if isinstance(node, exp.Is):
         if isinstance(node.expression, exp.Null):
             return IsNull(_convert(node.this, source))
-        raise ExpressionError(f"unsupported IS expression {node.sql('clickhouse')!r} in {source!r}")
+        raise UnsupportedError(f"unsupported IS expression {node.sql('clickhouse')!r} in {source!r}")
     if isinstance(node, (exp.Like, exp.ILike)):
+        if node.args.get("escape") is not None:
+            raise UnsupportedError(f"LIKE ... ESCAPE is not supported in {source!r}")
         pattern = _convert(node.expression, source)
         if not isinstance(pattern, Literal) or not isinstance(pattern.value, str):
-            raise ExpressionError(f"LIKE needs a string pattern in {source!r}")
+            raise UnsupportedError(f"LIKE needs a constant string pattern in {source!r}")
+        like_parts(pattern.value)  # refuses what ClickHouse refuses, before anything is read
         return Like(_convert(node.this, source), pattern.value, isinstance(node, exp.ILike))
     if isinstance(node, exp.StartsWith):
         prefix = _convert(node.expression, source)
         if not isinstance(prefix, Literal) or not isinstance(prefix.value, str):
-            raise ExpressionError(f"startsWith needs a string constant in {source!r}")
+            raise UnsupportedError(f"startsWith needs a string constant in {source!r}")
         return StartsWith(_convert(node.this, source), prefix.value)
     if isinstance(node, exp.Column):
         parts = [part.name for part in node.parts]
+        if len(parts) == 1 and not node.this.quoted and parts[0].lower() in NAMED_FLOATS:
+            return Literal(NAMED_FLOATS[parts[0].lower()])  # inf, nan: number literals in ClickHouse
         return Column(".".join(parts))
     if isinstance(node, exp.Identifier):
         return Column(node.name)
     if isinstance(node, exp.Literal):
-        return Literal(_literal_value(node, source))
+        return Literal(_literal_value(node))
     if isinstance(node, exp.Boolean):
         return Literal(bool(node.this))
     if isinstance(node, exp.Null):
@@ -292,7 +373,7 @@ def _convert(node: exp.Expression, source: str) -> Expr:
     if isinstance(node, exp.Neg):
         inner = _convert(node.this, source)
         if isinstance(inner, Literal) and isinstance(inner.value, (int, float)) and not isinstance(inner.value, bool):
-            return Literal(-inner.value)
+            return Literal(_negated(inner.value))
         return Func("negate", (inner,))
     for cls, name in _SQLGLOT_ARITHMETIC.items():
         if isinstance(node, cls):
@@ -300,7 +381,10 @@ def _convert(node: exp.Expression, source: str) -> Expr:
     if isinstance(node, exp.TimestampTrunc) and node.unit and node.unit.name.upper() in _TRUNC_UNITS:
         return Func(_TRUNC_UNITS[node.unit.name.upper()], (_convert(node.this, source),))
     if isinstance(node, exp.Anonymous):
-        return _function(node.name, tuple(_convert(arg, source) for arg in node.expressions))
+        args = tuple(_convert(arg, source) for arg in node.expressions)
+        if node.name == _NOT_BETWEEN:
+            return not_between(*args)
+        return _function(node.name, args, source)
     if isinstance(node, exp.Tuple):
         return Func("tuple", tuple(_convert(arg, source) for arg in node.expressions))
     if isinstance(node, exp.Func):
@@ -309,27 +393,44 @@ def _convert(node: exp.Expression, source: str) -> Expr:
         name = rendered.split("(", 1)[0].strip()
         args = [arg for arg in node.args.values() if isinstance(arg, exp.Expression)]
         args += [arg for value in node.args.values() if isinstance(value, list) for arg in value]
-        return _function(name, tuple(_convert(arg, source) for arg in args))
-    raise ExpressionError(f"unsupported syntax {node.sql('clickhouse')!r} in {source!r}")
+        return _function(name, tuple(_convert(arg, source) for arg in args), source)
+    raise UnsupportedError(f"unsupported syntax {node.sql('clickhouse')!r} in {source!r}")
 
 
-def _function(name: str, args: tuple[Expr, ...]) -> Expr:
-    """A function call, as the dedicated node when there is one (string matching, NULL tests)."""
+def _function(name: str, args: tuple[Expr, ...], source: str) -> Expr:
+    """A function call, as the dedicated node when there is one (string matching, NULL tests), or as
+    a constant when it converts constants (toDate('2024-01-01'), toDateTime('...', 'UTC'))."""
     constant = args[1].value if len(args) == 2 and isinstance(args[1], Literal) else None
     if isinstance(constant, str):
         if name == "startsWith":
             return StartsWith(args[0], constant)
         if name == "endsWith":
             return EndsWith(args[0], constant)
-        if name in ("like", "ilike"):
-            return Like(args[0], constant, name == "ilike")
-        if name == "notLike":
-            return Not(Like(args[0], constant))
+        if name in ("like", "ilike", "notLike", "notILike"):
+            like_parts(constant)
+            like = Like(args[0], constant, name.lower().endswith("ilike"))
+            return Not(like) if name.startswith("not") else like
     if name == "isNull" and len(args) == 1:
         return IsNull(args[0])
     if name == "isNotNull" and len(args) == 1:
         return IsNotNull(args[0])
+    if name in ("toDate", "toDate32", "toDateTime") and args and all(
+            isinstance(arg, Literal) and isinstance(arg.value, str) for arg in args):
+        return _constant_conversion(name, [arg.value for arg in args], source)  # type: ignore[misc]
     return Func(name, args)
+
+
+def _constant_conversion(name: str, args: list[str], source: str) -> Literal:
+    if name == "toDateTime":
+        if len(args) != 2:
+            raise UnsupportedError(f"toDateTime({', '.join(map(repr, args))}) in {source!r}: give the time zone, "
+                                   "e.g. toDateTime('2024-01-01 00:00:00', 'UTC')")
+        type_text = f"DateTime('{args[1]}')"
+    elif len(args) != 1:
+        raise UnsupportedError(f"{name}() with {len(args)} arguments in {source!r}")
+    else:
+        type_text = "Date" if name == "toDate" else "Date32"
+    return Literal(sql_constant(args[0], type_text, f"{name}()"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,111 +438,9 @@ def _function(name: str, args: tuple[Expr, ...]) -> Expr:
 # ---------------------------------------------------------------------------------------------
 
 
-def _zone(type_text: str) -> dt.tzinfo:
-    name = type_info(type_text).timezone
-    return zoneinfo.ZoneInfo(name) if name else dt.timezone.utc
-
-
-def coerce_literal(value: object, type_text: str, what: str = "value") -> object:
-    """Convert a constant to the Python value a column of `type_text` holds (`what` names it in errors)."""
-    if value is None:
-        return None
-    info = type_info(type_text)
-    base = info.base
-
-    def fail(reason: str = "") -> ExpressionError:
-        return ExpressionError(f"cannot compare {what} of type {type_text} with {value!r}{reason}")
-
-    if info.is_integer:
-        if isinstance(value, bool):
-            return int(value)
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float):
-            return int(value) if value.is_integer() else value
-        if isinstance(value, decimal.Decimal):
-            return int(value) if value == value.to_integral_value() else value
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                raise fail(": not an integer") from None
-        raise fail()
-    if base in ("Float32", "Float64", "BFloat16"):
-        if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                raise fail(": not a number") from None
-        raise fail()
-    if base == "Decimal" or base.startswith("Decimal"):
-        try:
-            return decimal.Decimal(str(value))
-        except decimal.InvalidOperation:
-            raise fail(": not a decimal number") from None
-    if base == "Bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
-            return value.lower() in ("true", "1")
-        raise fail()
-    if base in ("Date", "Date32"):
-        if isinstance(value, dt.datetime):
-            return value.date()
-        if isinstance(value, dt.date):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return dt.date(1970, 1, 1) + dt.timedelta(days=value)
-        if isinstance(value, str):
-            try:
-                return dt.date.fromisoformat(value.strip()[:10])
-            except ValueError:
-                raise fail(": expected 'YYYY-MM-DD'") from None
-        raise fail()
-    if base in ("DateTime", "DateTime64"):
-        zone = _zone(type_text)
-        if isinstance(value, dt.datetime):
-            return value if value.tzinfo else value.replace(tzinfo=zone)
-        if isinstance(value, dt.date):
-            return dt.datetime(value.year, value.month, value.day, tzinfo=zone)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return dt.datetime.fromtimestamp(value, dt.timezone.utc)
-        if isinstance(value, str):
-            try:
-                parsed = dt.datetime.fromisoformat(value.strip())
-            except ValueError:
-                raise fail(": expected 'YYYY-MM-DD hh:mm:ss'") from None
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=zone)
-        raise fail()
-    if base in ("String", "FixedString"):
-        if isinstance(value, (str, bytes)):
-            return value
-        raise fail(": strings compare only with strings")
-    if base == "UUID":
-        try:
-            return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
-        except ValueError:
-            raise fail(": not a UUID") from None
-    if base in ("Enum8", "Enum16"):
-        if isinstance(value, str):
-            if value not in info.enum_values():
-                raise fail(f": not one of {sorted(info.enum_values())}")
-            return value
-        if isinstance(value, int):
-            names = {number: name for name, number in info.enum_values().items()}
-            if value not in names:
-                raise fail(": no such Enum value")
-            return names[value]
-        raise fail()
-    return value
-
-
 def bind(expr: Expr, schema: Mapping[str, str]) -> Expr:
-    """Check column names against `schema` (name → ClickHouse type) and coerce constants to column types."""
+    """Check column names against `schema` (name → ClickHouse type) and read constants as the types
+    of what they are compared with (see `literals.compare_constant`)."""
     if isinstance(expr, Column):
         if expr.name not in schema:
             known = ", ".join(schema) or "(none)"
@@ -451,45 +450,54 @@ def bind(expr: Expr, schema: Mapping[str, str]) -> Expr:
         return expr
     if isinstance(expr, Compare):
         left, right = bind(expr.left, schema), bind(expr.right, schema)
+        op = expr.op
         if isinstance(left, Literal) and not isinstance(right, Literal):
-            left, right = right, left
-            op = _FLIPPED[expr.op]
-        else:
-            op = expr.op
+            left, right, op = right, left, _FLIPPED[op]
         target = _type_of(left)
         if target and isinstance(right, Literal):
-            right = Literal(coerce_literal(right.value, target, _describe(left)), target)
+            result, constant = compare_constant(op, right.value, target, _describe(left))
+            if result in (ALWAYS, NEVER):
+                return Fixed(left, result == ALWAYS)
+            if result == FALSE:
+                return Literal(False)
+            return Compare(result, left, Literal(constant, target))
         return Compare(op, left, right)
     if isinstance(expr, In):
         inner = bind(expr.expr, schema)
         target = _type_of(inner)
-        if target:
-            values = tuple(Literal(coerce_literal(v.value, target, _describe(inner)), target) for v in expr.values)
-        else:
-            values = expr.values
-        return In(inner, values)
+        if not target:
+            return In(inner, expr.values)
+        kept = in_constants([value.value for value in expr.values], target, _describe(inner))
+        return In(inner, tuple(Literal(value, target) for value in kept))
     if isinstance(expr, (And, Or)):
         return type(expr)(tuple(bind(arg, schema) for arg in expr.args))
     if isinstance(expr, Not):
         return Not(bind(expr.arg, schema))
     if isinstance(expr, (IsNull, IsNotNull)):
         return type(expr)(bind(expr.expr, schema))
-    if isinstance(expr, Like):
-        return Like(bind(expr.expr, schema), expr.pattern, expr.case_insensitive)
-    if isinstance(expr, StartsWith):
-        return StartsWith(bind(expr.expr, schema), expr.prefix)
-    if isinstance(expr, EndsWith):
-        return EndsWith(bind(expr.expr, schema), expr.suffix)
-    if isinstance(expr, Contains):
-        return Contains(bind(expr.expr, schema), expr.substring)
+    if isinstance(expr, Fixed):
+        return Fixed(bind(expr.expr, schema), expr.value)
+    if isinstance(expr, (Like, StartsWith, EndsWith, Contains)):
+        inner = bind(expr.expr, schema)
+        target = _type_of(inner)
+        if target and type_info(target).base not in ("String", "FixedString"):
+            raise ExpressionError(f"{to_sql(expr)}: string matching needs a String column, {_describe(inner)} is {target}")
+        if isinstance(expr, Like):
+            like_parts(expr.pattern)
+            return Like(inner, expr.pattern, expr.case_insensitive)
+        if isinstance(expr, StartsWith):
+            return StartsWith(inner, expr.prefix)
+        if isinstance(expr, EndsWith):
+            return EndsWith(inner, expr.suffix)
+        return Contains(inner, expr.substring)
     if isinstance(expr, Func):
         args = tuple(bind(arg, schema) for arg in expr.args)
         return Func(expr.name, args, _function_type(expr.name, args))
-    raise ExpressionError(f"cannot bind {expr!r}")
+    raise ExpressionError(f"cannot bind {to_sql(expr)}")
 
 
 def _describe(expr: Expr) -> str:
-    return f"column {expr.name!r}" if isinstance(expr, Column) else f"{expr!r}"
+    return f"column {expr.name!r}" if isinstance(expr, Column) else f"expression {to_sql(expr)}"
 
 
 def _type_of(expr: Expr) -> str | None:
@@ -513,11 +521,72 @@ def _function_type(name: str, args: tuple[Expr, ...]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# SQL text of a tree (for messages)
+# ---------------------------------------------------------------------------------------------
+
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_OPERATORS = {"plus": "+", "minus": "-", "multiply": "*", "divide": "/", "modulo": "%"}
+
+
+def to_sql(expr: Expr) -> str:
+    """The expression as ClickHouse SQL text, as messages show it."""
+    if isinstance(expr, Column):
+        return expr.name if _PLAIN_NAME.match(expr.name) else "`" + expr.name.replace("`", "\\`") + "`"
+    if isinstance(expr, Literal):
+        return _literal_sql(expr.value)
+    if isinstance(expr, Compare):
+        return f"{to_sql(expr.left)} {expr.op} {to_sql(expr.right)}"
+    if isinstance(expr, In):
+        return f"{to_sql(expr.expr)} IN ({', '.join(to_sql(value) for value in expr.values)})"
+    if isinstance(expr, (And, Or)):
+        joiner = " AND " if isinstance(expr, And) else " OR "
+        return "(" + joiner.join(to_sql(arg) for arg in expr.args) + ")"
+    if isinstance(expr, Not):
+        return f"NOT ({to_sql(expr.arg)})"
+    if isinstance(expr, IsNull):
+        return f"{to_sql(expr.expr)} IS NULL"
+    if isinstance(expr, IsNotNull):
+        return f"{to_sql(expr.expr)} IS NOT NULL"
+    if isinstance(expr, Fixed):
+        return f"({to_sql(expr.expr)} IS NOT NULL) = {_literal_sql(expr.value)}"
+    if isinstance(expr, Like):
+        return f"{to_sql(expr.expr)} {'ILIKE' if expr.case_insensitive else 'LIKE'} {_literal_sql(expr.pattern)}"
+    if isinstance(expr, (StartsWith, EndsWith, Contains)):
+        name = {StartsWith: "startsWith", EndsWith: "endsWith", Contains: "position"}[type(expr)]
+        text = expr.prefix if isinstance(expr, StartsWith) else expr.suffix if isinstance(expr, EndsWith) else expr.substring
+        return f"{name}({to_sql(expr.expr)}, {_literal_sql(text)})"
+    if isinstance(expr, Func):
+        if expr.name in _OPERATORS and len(expr.args) == 2:
+            return f"({to_sql(expr.args[0])} {_OPERATORS[expr.name]} {to_sql(expr.args[1])})"
+        if expr.name == "negate" and len(expr.args) == 1:
+            return f"-{to_sql(expr.args[0])}"
+        return f"{expr.name}({', '.join(to_sql(arg) for arg in expr.args)})"
+    return repr(expr)
+
+
+def _literal_sql(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, dt.datetime):
+        return f"'{value.strftime('%Y-%m-%d %H:%M:%S')}'"
+    if isinstance(value, dt.date):
+        return f"'{value.isoformat()}'"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
 # Evaluation over Arrow tables
 # ---------------------------------------------------------------------------------------------
 
 _PC_COMPARE = {"=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
 _PC_ARITHMETIC = {"plus": pc.add, "minus": pc.subtract, "multiply": pc.multiply, "divide": pc.divide}
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError)
 
 
 def evaluate(expr: Expr, table: pa.Table) -> pa.BooleanArray:
@@ -562,65 +631,39 @@ def _column(table: pa.Table, name: str) -> pa.Array:
     return array
 
 
-def _scalar_like(value: object, like: pa.Array | pa.Scalar | None) -> pa.Scalar:
+def _plain_scalar(value: object) -> pa.Scalar:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 63:
+        return pa.scalar(value, pa.uint64())
+    return pa.scalar(value)
+
+
+def scalar_like(value: object, like: pa.Array | pa.Scalar | None) -> pa.Scalar:
     """A constant as an Arrow scalar, of the other operand's type when it converts without loss."""
+    if value is None:
+        return pa.scalar(None, like.type if like is not None else pa.null())
     if isinstance(value, decimal.Decimal) and like is not None and pa.types.is_floating(like.type):
         value = float(value)
-    scalar = pa.scalar(value)
-    if like is not None and scalar.type != like.type and value is not None:
-        try:
-            return scalar.cast(like.type, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            pass
-    return scalar
+    scalar = _plain_scalar(value)
+    if like is None or scalar.type == like.type:
+        return scalar
+    try:
+        cast = scalar.cast(like.type, safe=True)
+    except _ARROW_ERRORS:
+        return scalar
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and cast.as_py() != value:
+        return scalar  # the cast would change the number (or it is NaN): compare exactly instead
+    return cast
 
 
 def _eval(expr: Expr, table: pa.Table) -> pa.Array | pa.Scalar:
     if isinstance(expr, Column):
         return _column(table, expr.name)
     if isinstance(expr, Literal):
-        return pa.scalar(expr.value)
+        return _plain_scalar(expr.value)
     if isinstance(expr, Compare):
-        left = _eval(expr.left, table)
-        right_value = expr.right.value if isinstance(expr.right, Literal) else None
-        ordering_type = _type_of(expr.left)
-        if ordering_type and needs_ordering_map(ordering_type) and expr.op not in ("=", "!=", "<=>"):
-            # Enums and UUIDs order differently in ClickHouse than their Arrow text does.
-            left = orderable(_as_array(left, table.num_rows), ordering_type)
-            if isinstance(expr.right, Literal):
-                right_value = orderable_value(right_value, ordering_type)
-            elif _type_of(expr.right) == ordering_type:
-                return _PC_COMPARE[expr.op](left, orderable(_as_array(_eval(expr.right, table), table.num_rows), ordering_type))
-        if isinstance(expr.right, Literal):
-            right = _scalar_like(right_value, left if not isinstance(left, pa.Scalar) else None)
-        else:
-            right = _eval(expr.right, table)
-        if isinstance(left, pa.Scalar) and not isinstance(right, pa.Scalar):
-            left = _scalar_like(left.as_py(), right)
-        if expr.op == "<=>":
-            both_null = pc.and_(pc.is_null(_as_array(left, table.num_rows)), pc.is_null(_as_array(right, table.num_rows)))
-            if (isinstance(right, pa.Scalar) and not right.is_valid) or (isinstance(left, pa.Scalar) and not left.is_valid):
-                return both_null
-            equal = pc.equal(left, right).fill_null(False)
-            return pc.or_(both_null, equal)
-        if (isinstance(right, pa.Scalar) and not right.is_valid) or (isinstance(left, pa.Scalar) and not left.is_valid):
-            return pa.nulls(table.num_rows, pa.bool_())
-        try:
-            return _PC_COMPARE[expr.op](left, right)
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            raise ExpressionError(f"cannot evaluate {expr!r}: {error}") from None
+        return _eval_compare(expr, table)
     if isinstance(expr, In):
-        inner = _as_array(_eval(expr.expr, table), table.num_rows)
-        present = [v.value for v in expr.values if v.value is not None]
-        if not present:
-            return pc.if_else(pc.is_valid(inner), False, None)
-        values = pa.array([_scalar_like(v, inner).as_py() for v in present])
-        try:
-            values = values.cast(inner.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            inner = inner.cast(values.type) if pa.types.is_integer(inner.type) else inner
-        found = pc.is_in(inner, value_set=values, skip_nulls=True)
-        return pc.if_else(pc.is_valid(inner), found, pa.scalar(None, pa.bool_()))
+        return _eval_in(expr, table)
     if isinstance(expr, (And, Or)):
         combine = pc.and_kleene if isinstance(expr, And) else pc.or_kleene
         result = _truth(_eval(expr.args[0], table), table.num_rows)
@@ -633,43 +676,223 @@ def _eval(expr: Expr, table: pa.Table) -> pa.Array | pa.Scalar:
         return pc.is_null(_as_array(_eval(expr.expr, table), table.num_rows))
     if isinstance(expr, IsNotNull):
         return pc.is_valid(_as_array(_eval(expr.expr, table), table.num_rows))
+    if isinstance(expr, Fixed):
+        valid = pc.is_valid(_as_array(_eval(expr.expr, table), table.num_rows))
+        return pc.if_else(valid, pa.scalar(expr.value), pa.scalar(None, pa.bool_()))
     if isinstance(expr, Like):
-        return pc.match_like(_strings(expr.expr, table), expr.pattern, ignore_case=expr.case_insensitive)
+        return pc.match_substring_regex(_strings(expr, table), like_regex(expr.pattern), ignore_case=expr.case_insensitive)
     if isinstance(expr, StartsWith):
-        return pc.starts_with(_strings(expr.expr, table), expr.prefix)
+        return pc.starts_with(_strings(expr, table), expr.prefix)
     if isinstance(expr, EndsWith):
-        return pc.ends_with(_strings(expr.expr, table), expr.suffix)
+        return pc.ends_with(_strings(expr, table), expr.suffix)
     if isinstance(expr, Contains):
-        return pc.match_substring(_strings(expr.expr, table), expr.substring)
+        return pc.match_substring(_strings(expr, table), expr.substring)
     if isinstance(expr, Func):
         return _eval_function(expr, table)
-    raise ExpressionError(f"cannot evaluate {expr!r}")
+    raise ExpressionError(f"cannot evaluate {to_sql(expr)}")
 
 
-def _strings(expr: Expr, table: pa.Table) -> pa.Array:
-    array = _as_array(_eval(expr, table), table.num_rows)
+def _eval_compare(expr: Compare, table: pa.Table) -> pa.Array | pa.Scalar:
+    rows = table.num_rows
+    left = _eval(expr.left, table)
+    ordering_type = _type_of(expr.left)
+    ordered = ordering_type is not None and needs_ordering_map(ordering_type) and expr.op not in ("=", "!=", "<=>")
+    if ordered:
+        # Enums and UUIDs order differently in ClickHouse than their Arrow text does.
+        left = orderable(_as_array(left, rows), ordering_type)  # type: ignore[arg-type]
+    if isinstance(expr.right, Literal):
+        value = orderable_value(expr.right.value, ordering_type) if ordered else expr.right.value  # type: ignore[arg-type]
+        right = scalar_like(value, left if not isinstance(left, pa.Scalar) else None)
+    else:
+        right = _eval(expr.right, table)
+        if ordered and _type_of(expr.right) == ordering_type:
+            right = orderable(_as_array(right, rows), ordering_type)  # type: ignore[arg-type]
+    if isinstance(left, pa.Scalar) and not isinstance(right, pa.Scalar):
+        left = scalar_like(left.as_py(), right)
+    null_constant = any(isinstance(side, pa.Scalar) and not side.is_valid for side in (left, right))
+    if expr.op == "<=>":
+        both_null = pc.and_(pc.is_null(_as_array(left, rows)), pc.is_null(_as_array(right, rows)))
+        if null_constant:
+            return both_null
+        equal = _compare("=", left, right, rows, expr).fill_null(False)
+        if _nullable(expr.left) or _nullable(expr.right):
+            # With a Nullable side ClickHouse compares as it sorts: NaN <=> NaN holds.
+            equal = pc.or_(equal, pc.and_(_is_nan(left, rows), _is_nan(right, rows)))
+        return pc.or_(both_null, equal)
+    if null_constant:
+        return pa.nulls(rows, pa.bool_())
+    return _compare(expr.op, left, right, rows, expr)
+
+
+def _nullable(expr: Expr) -> bool:
+    type_text = _type_of(expr)
+    return type_text is not None and type_info(type_text).nullable
+
+
+def _is_nan(value: pa.Array | pa.Scalar, rows: int) -> pa.Array:
+    array = _as_array(value, rows)
+    return pc.is_nan(array).fill_null(False) if pa.types.is_floating(array.type) else pa.array(np.zeros(rows, dtype=bool))
+
+
+def _is_number_type(data_type: pa.DataType) -> bool:
+    return pa.types.is_integer(data_type) or pa.types.is_floating(data_type) or pa.types.is_boolean(data_type)
+
+
+def _compare(op: str, left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar, rows: int, expr: Expr) -> pa.Array:
+    if left.type != right.type and _is_number_type(left.type) and _is_number_type(right.type):
+        return _compare_numbers(op, left, right, rows)
+    try:
+        return _as_array(_PC_COMPARE[op](left, right), rows)
+    except _ARROW_ERRORS:
+        raise ExpressionError(f"cannot compare {_operand(expr, 'left')} ({left.type}) with {_operand(expr, 'right')} "
+                              f"({right.type}) in {to_sql(expr)}") from None
+
+
+def _operand(expr: Expr, side: str) -> str:
+    return to_sql(getattr(expr, side)) if isinstance(expr, Compare) else "a value"
+
+
+def _numbers(value: pa.Array | pa.Scalar, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Values (NULLs as 0) and the NULL mask of a numeric array or scalar, as numpy arrays."""
+    if isinstance(value, pa.Scalar):
+        dtype = np.uint8 if pa.types.is_boolean(value.type) else value.type.to_pandas_dtype()
+        return np.full(rows, value.as_py(), dtype=dtype), np.zeros(rows, dtype=bool)
+    if pa.types.is_boolean(value.type):
+        value = value.cast(pa.uint8())
+    mask = np.asarray(value.is_null()) if value.null_count else np.zeros(len(value), dtype=bool)
+    return np.asarray(value.fill_null(0).to_numpy(zero_copy_only=False)), mask
+
+
+def _compare_numbers(op: str, left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar, rows: int) -> pa.Array:
+    """`left op right` for numbers of different types, exactly (as ClickHouse's accurate comparison)."""
+    a, a_null = _numbers(left, rows)
+    b, b_null = _numbers(right, rows)
+    sign, unordered = _order(a, b)
+    result = {"=": sign == 0, "!=": sign != 0, "<": sign < 0, "<=": sign <= 0, ">": sign > 0, ">=": sign >= 0}[op]
+    result = (result | unordered) if op == "!=" else (result & ~unordered)
+    return pa.array(result, pa.bool_(), mask=a_null | b_null)
+
+
+def _sign(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a > b).astype(np.int8) - (a < b).astype(np.int8)
+
+
+def _order(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(-1/0/1 per row, rows where either side is NaN) for numeric arrays of any two dtypes."""
+    a_float, b_float = a.dtype.kind == "f", b.dtype.kind == "f"
+    if a_float or b_float:
+        x, y = a.astype(np.float64), b.astype(np.float64)
+        sign, unordered = _sign(x, y), np.isnan(x) | np.isnan(y)
+        if a_float != b_float:
+            integers, floats, direction = (b, x, -1) if a_float else (a, y, 1)
+            if integers.dtype.itemsize == 8:
+                # An Int64/UInt64 rounded to a float may tie with a float it differs from: decide ties exactly.
+                ties = np.flatnonzero((sign == 0) & ~unordered)
+                if len(ties):
+                    whole, tied = integers[ties], floats[ties]
+                    beyond = tied >= (2.0**63 if integers.dtype == np.int64 else 2.0**64)
+                    exact = np.where(beyond, 0, tied).astype(integers.dtype)
+                    sign[ties] = np.where(beyond, -1, _sign(whole, exact)) * direction
+        return sign, unordered
+    none = np.zeros(len(a), dtype=bool)
+    if a.dtype == np.uint64 and b.dtype.kind == "i":
+        return np.where(b < 0, 1, _sign(a, np.where(b < 0, 0, b).astype(np.uint64))).astype(np.int8), none
+    if b.dtype == np.uint64 and a.dtype.kind == "i":
+        return np.where(a < 0, -1, _sign(np.where(a < 0, 0, a).astype(np.uint64), b)).astype(np.int8), none
+    common = np.promote_types(a.dtype, b.dtype)
+    return _sign(a.astype(common), b.astype(common)), none
+
+
+def _eval_in(expr: In, table: pa.Table) -> pa.Array:
+    inner = _as_array(_eval(expr.expr, table), table.num_rows)
+    present = [v.value for v in expr.values if v.value is not None]
+    if not present:
+        return pc.if_else(pc.is_valid(inner), False, None)
+    if pa.types.is_floating(inner.type):
+        # ClickHouse's sets compare floats bit for bit: NaN matches NaN, -0.0 does not match 0.0.
+        bits = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[inner.type.bit_width]
+        try:
+            values = pa.array([float(v) for v in present], pa.float64()).cast(inner.type)
+        except (TypeError, ValueError, *_ARROW_ERRORS):
+            raise ExpressionError(f"{to_sql(expr)}: IN list values must be numbers for {to_sql(expr.expr)}") from None
+        found = pc.is_in(inner.view(bits), value_set=values.view(bits), skip_nulls=True)
+    else:
+        try:
+            values = pa.array(present, inner.type)
+        except _ARROW_ERRORS:
+            values = pa.array([scalar_like(v, inner).as_py() for v in present])
+            if values.type != inner.type and pa.types.is_integer(inner.type) and pa.types.is_integer(values.type):
+                inner = inner.cast(values.type)
+        try:
+            found = pc.is_in(inner, value_set=values, skip_nulls=True)
+        except _ARROW_ERRORS:
+            raise ExpressionError(f"cannot evaluate {to_sql(expr)}: {to_sql(expr.expr)} is {inner.type}") from None
+    return pc.if_else(pc.is_valid(inner), found, pa.scalar(None, pa.bool_()))
+
+
+def _strings(expr: Like | StartsWith | EndsWith | Contains, table: pa.Table) -> pa.Array:
+    array = _as_array(_eval(expr.expr, table), table.num_rows)
     if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type) or pa.types.is_binary(array.type)
             or pa.types.is_large_binary(array.type)):
-        raise ExpressionError(f"string matching needs a string column, {expr!r} is {array.type}")
+        raise ExpressionError(f"{to_sql(expr)}: string matching needs a String column, {to_sql(expr.expr)} is {array.type}")
     return array
+
+
+def _signed_operand(expr: Expr, value: pa.Array | pa.Scalar) -> bool:
+    """Whether an integer operand is of a signed type; a literal has the narrowest type that holds it."""
+    if isinstance(expr, Literal) and isinstance(expr.value, int):
+        return literal_type(expr.value).startswith("Int")
+    return pa.types.is_signed_integer(value.type)
+
+
+def _wrapping(value: pa.Array | pa.Scalar, signed: bool) -> pa.Array | pa.Scalar:
+    """An integer operand as UInt64 bits, so that +, - and * wrap modulo 2^64 as in ClickHouse."""
+    return value.cast(pa.int64() if signed else pa.uint64()).cast(pa.uint64(), safe=False)
+
+
+def _arithmetic(expr: Func, table: pa.Table) -> pa.Array | pa.Scalar:
+    """+, -, * and / with ClickHouse's result types: integers give a 64-bit integer (wrapping), signed
+    when an operand is signed or for -; anything with a float, and every /, gives a Float64."""
+    values = [_eval(arg, table) for arg in expr.args]
+    for value in values:
+        if not _is_number_type(value.type):
+            raise ExpressionError(f"{to_sql(expr)}: arithmetic needs numbers, {to_sql(expr.args[values.index(value)])} "
+                                  f"is {value.type}")
+    operation = _PC_ARITHMETIC[expr.name]
+    try:
+        if expr.name == "divide" or not all(pa.types.is_integer(v.type) or pa.types.is_boolean(v.type) for v in values):
+            return operation(*(value.cast(pa.float64(), safe=False) for value in values))
+        signs = [_signed_operand(arg, value) for arg, value in zip(expr.args, values, strict=True)]
+        result = operation(*(_wrapping(value, signed) for value, signed in zip(values, signs, strict=True)))
+        return result.cast(pa.int64(), safe=False) if any(signs) or expr.name == "minus" else result
+    except _ARROW_ERRORS as error:
+        raise ExpressionError(f"cannot evaluate {to_sql(expr)}: {error}") from None
 
 
 def _eval_function(expr: Func, table: pa.Table) -> pa.Array | pa.Scalar:
     if expr.name in _PC_ARITHMETIC and len(expr.args) == 2:
-        return _PC_ARITHMETIC[expr.name](_eval(expr.args[0], table), _eval(expr.args[1], table))
+        return _arithmetic(expr, table)
     if expr.name == "negate" and len(expr.args) == 1:
-        return pc.negate(_eval(expr.args[0], table))
+        value = _eval(expr.args[0], table)
+        if pa.types.is_floating(value.type):
+            return pc.negate(value.cast(pa.float64()))
+        if pa.types.is_integer(value.type) or pa.types.is_boolean(value.type):
+            # ClickHouse's negate gives a signed integer, wrapping at 64 bits (as 0 - x does).
+            zero = pa.scalar(0, pa.uint64())
+            return pc.subtract(zero, _wrapping(value, pa.types.is_signed_integer(value.type))).cast(pa.int64(), safe=False)
+        raise ExpressionError(f"{to_sql(expr)}: negating needs a number, {to_sql(expr.args[0])} is {value.type}")
     if expr.name in SUPPORTED_FUNCTIONS:
         first = expr.args[0] if expr.args else None
         arg_type = _type_of(first) if first is not None else None
         if arg_type is None:
-            raise ExpressionError(f"{expr.name}() needs a typed argument: bind the predicate to the table schema first")
+            raise ExpressionError(f"cannot evaluate {to_sql(expr)}: its first argument must be a column of the "
+                                  "table (or a function of one) so that its type is known")
         constant = None
         if len(expr.args) > 1:
             if not isinstance(expr.args[1], Literal) or not isinstance(expr.args[1].value, int):
-                raise ExpressionError(f"{expr.name}() needs an integer constant as its second argument")
+                raise ExpressionError(f"{to_sql(expr)}: {expr.name}() needs an integer constant as its second argument")
             constant = expr.args[1].value
         array = _as_array(_eval(first, table), table.num_rows)  # type: ignore[arg-type]
         return apply_function(expr.name, array, arg_type, constant)
-    raise UnsupportedError(f"function {expr.name}() cannot be evaluated here (supported: "
+    raise UnsupportedError(f"function {expr.name}() in {to_sql(expr)} cannot be evaluated here (supported: "
                            f"{', '.join(sorted(SUPPORTED_FUNCTIONS | set(_PC_ARITHMETIC)))})")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from spark_mergetree.expressions.literals import coerce_literal
 from spark_mergetree.expressions.partition_key import PartitionKey
-from spark_mergetree.expressions.predicate import Func, Literal, coerce_literal, parse_expression
+from spark_mergetree.expressions.predicate import Func, Literal, parse_expression
 from spark_mergetree.format.siphash import siphash128_clickhouse
 
 SPEC = Path(__file__).resolve().parents[2] / "format_spec" / "partition_ids.md"
