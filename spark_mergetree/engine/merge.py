@@ -48,9 +48,27 @@ def by_partition(parts: Sequence[str]) -> dict[str, list[PartInfo]]:
     return groups
 
 
+def _segments(infos: list[PartInfo], reserved: Sequence[tuple[int, int]]) -> list[list[PartInfo]]:
+    """Split a partition's sorted parts where a reserved block range (a part a running transaction
+    may still commit) lies between or on them: a merge must never cover such a block."""
+    segments: list[list[PartInfo]] = [[]]
+    for info in infos:
+        current = segments[-1]
+        low = current[0].min_block if current else info.min_block
+        if any(a <= info.max_block and low <= b for a, b in reserved):
+            touches = any(a <= info.max_block and info.min_block <= b for a, b in reserved)
+            segments.append([] if touches else [info])
+            continue
+        current.append(info)
+    return [segment for segment in segments if segment]
+
+
 def select_merges(parts: Sequence[str], rows: Mapping[str, int], meta: TableMetadata, *,
-                  final: bool = False, force: bool = False) -> list[MergeCandidate]:
+                  final: bool = False, force: bool = False,
+                  reserved: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> list[MergeCandidate]:
     """Which runs of adjacent parts to merge, at most one per partition.
+
+    `reserved`: per partition, block ranges that running transactions hold; no run spans them.
 
     Automatic (default): partitions with more than `merge_parts_threshold` parts merge the run of
     up to `max_parts_to_merge` parts with the fewest rows (small parts first, like ClickHouse's
@@ -61,26 +79,36 @@ def select_merges(parts: Sequence[str], rows: Mapping[str, int], meta: TableMeta
     width = int(meta.setting("max_parts_to_merge"))
     max_rows = int(meta.setting("max_merged_rows"))
     out = []
-    for partition_id, infos in sorted(by_partition(parts).items()):
-        if len(infos) < 2:
-            continue
-        if final:
-            names = tuple(i.name for i in infos)
-            out.append(MergeCandidate(partition_id, names, sum(rows[n] for n in names)))
-            continue
-        if not force and len(infos) <= threshold:
-            continue
-        k = min(width, len(infos))
-        best: tuple[int, int] | None = None
-        for start in range(len(infos) - k + 1):
-            total = sum(rows[i.name] for i in infos[start:start + k])
-            if (total <= max_rows or force) and (best is None or total < best[0]):
-                best = (total, start)
-        if best is None:
-            continue
-        names = tuple(i.name for i in infos[best[1]:best[1] + k])
-        out.append(MergeCandidate(partition_id, names, best[0]))
+    for partition_id, all_infos in sorted(by_partition(parts).items()):
+        segments = _segments(all_infos, (reserved or {}).get(partition_id, ()))
+        candidates = [_select_run(partition_id, infos, rows, final=final, force=force, threshold=threshold,
+                                  width=width, max_rows=max_rows) for infos in segments]
+        found = [c for c in candidates if c is not None]
+        if found:
+            out.append(min(found, key=lambda c: c.rows) if not final else max(found, key=lambda c: len(c.parts)))
     return out
+
+
+def _select_run(partition_id: str, infos: list[PartInfo], rows: Mapping[str, int], *, final: bool, force: bool,
+                threshold: int, width: int, max_rows: int) -> MergeCandidate | None:
+    """The run of adjacent parts to merge among `infos` (one partition, no reserved block inside)."""
+    if len(infos) < 2:
+        return None
+    if final:
+        names = tuple(i.name for i in infos)
+        return MergeCandidate(partition_id, names, sum(rows[n] for n in names))
+    if not force and len(infos) <= threshold:
+        return None
+    k = min(width, len(infos))
+    best: tuple[int, int] | None = None
+    for start in range(len(infos) - k + 1):
+        total = sum(rows[i.name] for i in infos[start:start + k])
+        if (total <= max_rows or force) and (best is None or total < best[0]):
+            best = (total, start)
+    if best is None:
+        return None
+    names = tuple(i.name for i in infos[best[1]:best[1] + k])
+    return MergeCandidate(partition_id, names, best[0])
 
 
 def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles:

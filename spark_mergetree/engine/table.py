@@ -44,6 +44,7 @@ from spark_mergetree.errors import (
     StorageError,
     TableExistsError,
     TableNotFoundError,
+    TransactionError,
     UnsupportedError,
 )
 from spark_mergetree.expressions.ddl import (
@@ -439,24 +440,47 @@ class MergeTreeTable:
 
     # ------------------------------------------------------------------ writing
 
-    def stage(self, data: Any, tag: str | None = None) -> list[inserting.StagedPart]:
-        """Write rows as invisible staged parts, one per partition (executor side in Spark)."""
+    def stage(self, data: Any, tag: str | None = None, *,
+              transaction: Transaction | None = None) -> list[inserting.StagedPart]:
+        """Write rows as invisible staged parts, one per partition (executor side in Spark).
+
+        A staged part has an owner that keeps cleanup away from it: `transaction` (its parts are
+        garbage once it ends), or else the write job `tag` (letters and digits, one per Spark
+        job; registered in the table's log each time it stages, and ended by `discard_staged`).
+        """
         table = inserting.conform(inserting.to_arrow_table(data), self.metadata)
         if table.num_rows == 0:
             return []
-        tag = tag or inserting.new_tag()
-        unique = f"{tag}_{uuid_module.uuid4().hex[:8]}"
-        return inserting.write_partition_parts(
-            self.metadata, table, lambda name, files: self.store.write_part(name, files.files, files.boundaries), unique)
+        if transaction is not None:
+            owner = f"t{transaction.tid}"
+        else:
+            owner = tag or inserting.new_tag()
+            self.log.register_job(owner)
+        unique = f"{owner}_{uuid_module.uuid4().hex[:8]}"
+        written: list[str] = []
+
+        def write(name: str, files: Any) -> None:
+            written.append(name)
+            self.store.write_part(name, files.files, files.boundaries)
+
+        try:
+            return inserting.write_partition_parts(self.metadata, table, write, unique)
+        except BaseException:
+            for name in written:
+                self.store.remove_part(name)
+            raise
 
     def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
-        """Delete staged parts of `tag` except `keep` (leftovers of failed or duplicate task attempts)."""
+        """End the write job `tag`: delete its staged parts except `keep` (leftovers of failed or
+        duplicate task attempts, or of the whole job when it gave up)."""
         prefix = f"{inserting.STAGING_PREFIX}{tag}_"
         removed = []
         for name in self._staged_names():
             if name.startswith(prefix) and name not in keep:
                 self.store.remove_part(name)
                 removed.append(name)
+        if not keep:
+            self.log.end_job(tag)
         return removed
 
     def _staged_names(self) -> list[str]:
@@ -476,14 +500,41 @@ class MergeTreeTable:
         Parts get block numbers and final names `<partition>_<n>_<n>_0`. `mode="overwrite"` also
         removes every visible part; `"overwrite_partitions"` removes the visible parts of the
         partitions the new data touches. Inside `transaction`, nothing is visible before it commits.
+        Once the commit happened this never raises; a `CommitOutcomeUnknownError` leaves every
+        directory in place for recovery to resolve.
         """
         if mode not in WRITE_MODES:
             raise InvalidOptionError(f"mode {mode!r} is not valid; use one of {', '.join(WRITE_MODES)}")
         own = transaction is None
-        tx = transaction if transaction is not None else Transaction(self.coordinator)
-        renamed: list[str] = []
+        return self._commit(staged, mode, transaction if transaction is not None else Transaction(self.coordinator),
+                            own)
+
+    def _commit(self, staged: Sequence[inserting.StagedPart], mode: WriteMode, tx: Any, own: bool) -> list[str]:
+        placed: set[str] = set()
         try:
-            table_id = self.log.bind(tx.coordinator.url)
+            finals = self._publish(staged, mode, tx, placed)
+            if own:
+                tx.commit()
+        except BaseException:
+            if getattr(tx, "state", None) == "unknown":
+                raise  # the coordinator may have committed: nothing is deleted before it says
+            if own and tx.state == "running":
+                tx.rollback()  # deletes what its pending entry named (the placed parts)
+            for part in staged:
+                if part.name not in placed:
+                    self.store.remove_part(part.name, missing_ok=True)
+            raise
+        if own and self.metadata.setting("auto_merge"):
+            self._auto_merge()
+        return finals
+
+    def _publish(self, staged: Sequence[inserting.StagedPart], mode: WriteMode, tx: Any,
+                 placed: set[str]) -> list[str]:
+        """Under the table's commit lock: removals, block numbers, the pending entry naming the
+        new parts, then their renames into place (see format_spec/transactions.md)."""
+        coordinator = tx.coordinator
+        table_id = self.log.bind(coordinator.url)
+        with self.log.commit_lock():
             if self._log_is_empty():
                 self._adopt_unlogged_parts(tx)
             visible = tx.visible_parts(self.path)
@@ -494,33 +545,43 @@ class MergeTreeTable:
                 touched = {s.partition_id for s in staged}
                 removed = sorted(p for p in visible if PartInfo.parse(p).partition_id in touched)
             tx.remove_parts(self.path, removed)
-            first = self._allocate_blocks(tx, table_id, len(staged)) if staged else 0
-            covering = _covering_ranges(removed)
-            for number, part in enumerate(staged):
-                block = first + number
-                low, level = covering.pop(part.partition_id, (block, 0))
-                # The first new part of a replaced partition covers the parts it replaces (as
-                # ClickHouse's REPLACE PARTITION does), so a ClickHouse opening the directory
-                # before our cleanup shows only the new rows.
-                final = PartInfo(part.partition_id, low, block, level).name
+            if not staged:
+                return []
+            lost = [part.name for part in staged if not self.store.exists(part.name)]
+            if lost:
+                raise TransactionError(
+                    f"{self.path}: staged part(s) {', '.join(lost)} no longer exist (a cleanup removes the "
+                    "parts of write jobs idle for longer than the staged-part lifetime); write the data again")
+            first = self._allocate_blocks(tx, table_id, len(staged))
+            finals = self._new_part_names(staged, removed, first, tx)
+            tx.add_parts(self.path, finals)
+            for part, final in zip(staged, finals):
                 self.store.rename_part(part.name, final)
-                renamed.append(final)
-            tx.add_parts(self.path, renamed)
-            if own:
-                tx.commit()
-        except BaseException:
-            if own:
-                tx.rollback()
-            for name in renamed:
-                if self.store.exists(name):
-                    self.store.remove_part(name)
-            for part in staged:
-                if self.store.exists(part.name):
-                    self.store.remove_part(part.name)
-            raise
-        if own and self.metadata.setting("auto_merge"):
-            self._auto_merge()
-        return renamed
+                placed.add(part.name)
+        return finals
+
+    def _new_part_names(self, staged: Sequence[inserting.StagedPart], removed: Sequence[str], first: int,
+                        tx: Any) -> list[str]:
+        """`<partition>_<n>_<n>_0` per staged part. The first new part of a replaced partition
+        covers the parts it replaces (as ClickHouse's REPLACE PARTITION does), so a ClickHouse
+        opening the directory before our cleanup shows only the new rows, unless the range would
+        also cover a part another transaction may still commit or committed after our snapshot."""
+        covering = _covering_ranges(removed)
+        blocking: dict[str, list[tuple[int, int]]] = {}
+        if covering:
+            blocking = self.log.reserved_blocks(tx.coordinator, exclude_tid=tx.tid)
+            latest = self.log.snapshot(tx.coordinator.current_timestamp(), tx.coordinator)
+            for name in latest - set(removed):
+                info = PartInfo.parse(name)
+                blocking.setdefault(info.partition_id, []).append((info.min_block, info.max_block))
+        finals = []
+        for number, part in enumerate(staged):
+            block = first + number
+            low, level = covering.pop(part.partition_id, (block, 0))
+            if any(a <= block and low <= b for a, b in blocking.get(part.partition_id, ())):
+                low, level = block, 0
+            finals.append(PartInfo(part.partition_id, low, block, level).name)
+        return finals
 
     def _allocate_blocks(self, tx: Transaction, table_id: str, count: int) -> int:
         """`count` block numbers for new parts, above every block and mutation version already in
@@ -542,20 +603,28 @@ class MergeTreeTable:
         if existing:
             tx.add_parts(self.path, sorted(existing))
 
+    def _write(self, data: Any, mode: WriteMode, transaction: Transaction | None) -> list[str]:
+        own = transaction is None
+        tx = transaction if transaction is not None else Transaction(self.coordinator)
+        try:
+            staged = self.stage(data, transaction=tx)
+        except BaseException:
+            if own:
+                tx.rollback()
+            raise
+        return self._commit(staged, mode, tx, own)
+
     def insert(self, data: Any, *, transaction: Transaction | None = None) -> list[str]:
         """Insert rows (pyarrow Table/RecordBatch(es), pandas DataFrame): one part per partition.
 
         Visible atomically when this returns (or when `transaction` commits). Returns part names.
         """
-        staged = self.stage(data)
-        return self.commit_staged(staged, mode="append", transaction=transaction)
+        return self._write(data, "append", transaction)
 
     def overwrite(self, data: Any, *, partitions_only: bool = False,
                   transaction: Transaction | None = None) -> list[str]:
         """Replace the table's rows (or only the partitions present in `data`) atomically."""
-        staged = self.stage(data)
-        return self.commit_staged(staged, mode="overwrite_partitions" if partitions_only else "overwrite",
-                                  transaction=transaction)
+        return self._write(data, "overwrite_partitions" if partitions_only else "overwrite", transaction)
 
     # ------------------------------------------------------------------ schema
 
@@ -578,47 +647,73 @@ class MergeTreeTable:
     # ------------------------------------------------------------------ merges and upkeep
 
     def _auto_merge(self) -> None:
+        """Merges after a commit: housekeeping that must never turn a done commit into an error."""
         try:
             self._run_merges(final=False, force=False)
         except SerializationError as exc:
             log.info("automatic merge of %s lost to a concurrent transaction: %s", self.path, exc)
+        except Exception as exc:  # noqa: BLE001 - the commit already happened; report, do not raise
+            log.warning("automatic merge of %s failed (the commit stands): %r", self.path, exc)
 
     def optimize(self, final: bool = False) -> list[str]:
         """Merge parts, as ClickHouse's OPTIMIZE TABLE: one merge per partition with ≥ 2 parts
-        (`final=True`: every partition down to one part). Returns the new parts' names."""
+        (`final=True`: every partition down to one part). Returns the new parts' names.
+
+        Parts are never merged across a block number that a running transaction holds (an insert
+        between allocating its number and committing): such a partition merges up to that gap."""
         return self._run_merges(final=final, force=True)
 
     def _run_merges(self, final: bool, force: bool) -> list[str]:
-        created = []
+        created: list[str] = []
+        done: set[str] = set()
         while True:
-            _, visible = self.visible_parts()
-            rows = {p: self.reader(p).rows for p in visible}
-            candidates = merging.select_merges(sorted(visible), rows, self.metadata, final=final, force=force)
+            # Reserved blocks and the snapshot are read together under the commit lock, where
+            # block numbers are allocated: every block below is committed, reserved, or lost.
+            with self.log.commit_lock():
+                reserved = self.log.reserved_blocks(self.coordinator)
+                tx = Transaction(self.coordinator)
+                try:
+                    visible = tx.visible_parts(self.path)
+                except BaseException:
+                    tx.rollback()
+                    raise
+            try:
+                rows = {p: self.reader(p).rows for p in visible}
+                candidates = [c for c in merging.select_merges(sorted(visible), rows, self.metadata, final=final,
+                                                               force=force, reserved=reserved)
+                              if c.partition_id not in done]
+            except BaseException:
+                tx.rollback()
+                raise
             if not candidates:
+                tx.rollback()
                 return created
-            for candidate in candidates:
-                created.append(self._merge(candidate))
+            created.append(self._merge(candidates[0], tx))
             if final or force:
-                return created
+                done.add(candidates[0].partition_id)
 
-    def _merge(self, candidate: merging.MergeCandidate) -> str:
-        tx = Transaction(self.coordinator)
+    def _merge(self, candidate: merging.MergeCandidate, tx: Transaction) -> str:
         result = candidate.result_name
-        staged_name = f"{inserting.STAGING_PREFIX}merge_{uuid_module.uuid4().hex[:12]}"
+        staged_name = f"{inserting.STAGING_PREFIX}t{tx.tid}_merge_{uuid_module.uuid4().hex[:12]}"
+        placed = False
         try:
             # Removal locks first: of two concurrent merges of the same parts, one fails here,
             # before writing anything.
             tx.remove_parts(self.path, candidate.parts)
             files = merging.merge_parts([self.reader(p) for p in candidate.parts], self.metadata)
             self.store.write_part(staged_name, files.files, files.boundaries)
-            self.store.rename_part(staged_name, result)
-            tx.add_parts(self.path, [result])
+            with self.log.commit_lock():
+                self.log.claim_name(result, tx.coordinator, tx.tid)
+                tx.add_parts(self.path, [result])
+                self.store.rename_part(staged_name, result)
+                placed = True
             tx.commit()
         except BaseException:
-            tx.rollback()
-            for name in (staged_name, result):
-                if self.store.exists(name) and name not in self.visible_parts()[1]:
-                    self.store.remove_part(name)
+            if tx.state == "unknown":
+                raise
+            tx.rollback()  # deletes the result only if this transaction's entry still names it
+            if not placed and self.store.exists(staged_name):
+                self.store.remove_part(staged_name)
             raise
         return result
 

@@ -317,6 +317,7 @@ class _JobTransaction:
         self.info = TxnInfo(tid=txn.tid, snapshot=txn.snapshot)
         self.state = "running"
         self.changes: dict[Path, tuple[list[str], list[str]]] = {}
+        self._previous: dict[Path, Any] = {}  # the tid's pending entry before this job, per table
 
     @property
     def tid(self) -> int:
@@ -335,22 +336,30 @@ class _JobTransaction:
         return (visible | set(added)) - set(removed)
 
     def add_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
+        """Record new parts and name them in the table's pending entry for the tid now: the engine
+        calls this under the table's commit lock, before the directories get these names."""
         self._changes(table_dir)[0].extend(names)
+        self._write_table_pending(Path(table_dir).resolve())
 
     def remove_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
         self._changes(table_dir)[1].extend(names)
 
-    def write_pending(self) -> list[dict[str, Any]]:
-        """Merge this job's changes into each table's pending entry for the tid; return journal records."""
+    def _write_table_pending(self, table_dir: Path) -> None:
         from spark_mergetree.txn.table_log import TableLog
 
+        log = TableLog(table_dir)
+        added, removed = self.changes[table_dir]
+        previous = self._previous.setdefault(table_dir, next(
+            (e for e in log.entries() if e.tid == self.tid and e.csn is None), None))
+        all_added = list(previous.added if previous else ()) + added
+        all_removed = list(previous.removed if previous else ()) + removed
+        log.write_pending(self.tid, self.context.coordinator, all_added, all_removed)
+
+    def write_pending(self) -> list[dict[str, Any]]:
+        """Merge this job's changes into each table's pending entry for the tid; return journal records."""
         records = []
         for table_dir, (added, removed) in self.changes.items():
-            log = TableLog(table_dir)
-            previous = next((e for e in log.entries() if e.tid == self.tid and e.csn is None), None)
-            all_added = list(previous.added if previous else ()) + added
-            all_removed = list(previous.removed if previous else ()) + removed
-            log.write_pending(self.tid, self.context.coordinator, all_added, all_removed)
+            self._write_table_pending(table_dir)
             records.append({"path": str(table_dir), "added": added, "removed": removed})
         return records
 

@@ -11,6 +11,7 @@ Layout (see format_spec/transactions.md):
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import json
 import os
@@ -18,7 +19,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,19 +171,30 @@ class LocalCoordinator(Coordinator):
         else:
             raise ValueError(f"unknown op {op!r}")
 
+    @contextlib.contextmanager
+    def _file(self, name: str) -> Iterator[None]:
+        """Turn an OSError (a full disk, an I/O error) into a TransactionError naming the file."""
+        try:
+            yield
+        except OSError as error:
+            raise TransactionError(
+                f"coordinator file {self.directory / name}: {error.strerror or error}") from error
+
     def _append(self, record: dict[str, Any], durable: bool) -> None:
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
-        written = os.write(self._log_fd, line)
-        if written != len(line):
-            raise TransactionError(f"{self.directory / 'log.jsonl'}: short write ({written} of {len(line)} bytes)")
-        if durable:
-            os.fsync(self._log_fd)
+        with self._file("log.jsonl"):
+            written = os.write(self._log_fd, line)
+            if written != len(line):
+                raise TransactionError(f"{self.directory / 'log.jsonl'}: short write ({written} of {len(line)} bytes)")
+            if durable:
+                os.fsync(self._log_fd)
         self._apply(record)
         self._log_offset += len(line)
 
     def _next_timestamp(self) -> int:
         timestamp = self._last_timestamp + 1
-        os.pwrite(self._counter_fd, struct.pack("<Q", timestamp), 0)
+        with self._file("counter"):
+            os.pwrite(self._counter_fd, struct.pack("<Q", timestamp), 0)
         self._last_timestamp = timestamp
         return timestamp
 
@@ -263,16 +275,18 @@ class LocalCoordinator(Coordinator):
         with self._locked():
             tid = self._next_timestamp()
             # Durable before anything names this tid, so a crash can never hand it out again.
-            os.fsync(self._counter_fd)
+            with self._file("counter"):
+                os.fsync(self._counter_fd)
             started = time.time()
             header = {"tid": tid, "snapshot": tid - 1, "started": started, "pid": os.getpid(),
                       "host": socket.gethostname()}
             temporary = self._running_dir / f"tmp_{tid}_{os.getpid()}"
             descriptor = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
             try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX)
-                os.write(descriptor, json.dumps(header).encode() + b"\n")
-                os.rename(temporary, self._running_path(tid))
+                with self._file(f"running/{tid:020d}"):
+                    fcntl.flock(descriptor, fcntl.LOCK_EX)
+                    os.write(descriptor, json.dumps(header).encode() + b"\n")
+                    os.rename(temporary, self._running_path(tid))
             except BaseException:
                 os.close(descriptor)
                 temporary.unlink(missing_ok=True)
@@ -330,8 +344,12 @@ class LocalCoordinator(Coordinator):
         if tid in self._committed or tid in self._aborted:
             self._release(tid)
             return
-        self._append({"op": "abort", "tid": tid, "time": time.time(), "reason": reason}, durable=False)
-        self._release(tid)
+        try:
+            self._append({"op": "abort", "tid": tid, "time": time.time(), "reason": reason}, durable=False)
+        finally:
+            # Without its record the transaction is aborted all the same once its running file
+            # is gone: the record is for introspection.
+            self._release(tid)
 
     def abort(self, tid: int) -> None:
         with self._locked():

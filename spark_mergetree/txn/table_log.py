@@ -5,7 +5,14 @@ Files (see format_spec/transactions.md):
   <tid>.json         one entry per transaction that touched the table:
                      {tid, coordinator, added, removed, csn, commit_time}; csn null = pending
   checkpoint.json    the folded state of older entries: part -> [created, removed, removed_time]
-  .lock              flock: shared for readers, exclusive for checkpoint / recover / cleanup
+  .lock              flock: shared for readers; exclusive for publishing parts (naming them in a
+                     pending entry, then renaming them into place), checkpoint, recover, cleanup
+  ../jobs/<tag>.json a write job that stages parts with no transaction yet (a Spark job): while it
+                     is registered and recently active, its staged directories are not garbage
+
+The log also decides who owns a directory in the table directory: a part directory no entry names
+is garbage; `staged_t<tid>_*` directories belong to transaction `tid` (garbage once it is not
+running); `staged_<tag>_*` directories belong to the registered job `tag`.
 
 Every part has a creation csn and (once removed) a removal csn. Snapshot S sees a part iff
 created ≤ S < removed. Folding entries is order-independent and idempotent, so a checkpoint can
@@ -20,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -27,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_mergetree.errors import InvalidOptionError, TransactionError
+from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
+from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 
 LOG_DIRECTORY = Path("_mergetree") / "log"
@@ -37,12 +46,22 @@ _ENTRY_NAME = re.compile(r"^(\d{20})\.json$")
 _STAGED_NAME = re.compile(r"^(\d{20})\.staged-[0-9a-f]+\.json$")
 # Names the engine gives part directories, and the temporary names it writes them under.
 _PART_DIRECTORY = re.compile(r"^[0-9A-Za-z-]+_\d+_\d+_\d+(?:_\d+)?$")
-_TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp|staged)[_-]")
+# Staged directories (and the tmp_ directories they are written under) name their owner: a
+# transaction (`staged_t<tid>_...`) or a registered write job (`staged_<tag>_...`).
+_TRANSACTION_STAGED = re.compile(r"^(?:tmp_)?staged_t(\d+)_")
+_JOB_STAGED = re.compile(r"^(?:tmp_)?staged_([0-9A-Za-z]+)_")
+_JOB_TAG = re.compile(r"(?!t\d+$)[0-9A-Za-z]{1,64}")
+_TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp)[_-]")
+JOBS_DIRECTORY = Path("_mergetree") / "jobs"
 # Where a table's part directories live when they are not (only) in the table directory: written by
 # the engine for tables on multi-disk storage policies. {"roots": [dirs], "sidecar_suffixes": [...]}
 PART_ROOTS_FILE = Path("_mergetree") / "part_roots.json"
-# Seconds after which a staged (written, never committed) part directory counts as abandoned.
+# Seconds after its last activity that a registered write job (and its staged parts) counts as
+# abandoned: a Spark job has no process that lives from its first task to its commit.
 STAGED_LIFETIME = 3600.0
+# Locks this thread holds, per log directory: [exclusive, depth]. flock locks belong to an open
+# file, so a nested acquisition through another descriptor would wait for itself.
+_held_locks = threading.local()
 
 
 def fsync_directory(path: Path) -> None:
@@ -167,6 +186,19 @@ class TableLog:
 
     @contextlib.contextmanager
     def _lock(self, exclusive: bool) -> Iterator[None]:
+        """The log's flock, re-entrant within a thread (an exclusive holder may nest either kind)."""
+        held: dict[str, list[Any]] = _held_locks.__dict__.setdefault("locks", {})
+        key = os.path.realpath(self.directory)
+        current = held.get(key)
+        if current is not None:
+            if exclusive and not current[0]:
+                raise TransactionError(f"{self.directory}: cannot take the exclusive log lock while holding it shared")
+            current[1] += 1
+            try:
+                yield
+            finally:
+                current[1] -= 1
+            return
         if not exclusive and not self.directory.is_dir():
             yield  # nothing to read; do not create directories on a read (read-only tables)
             return
@@ -174,9 +206,19 @@ class TableLog:
         descriptor = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
+            held[key] = [exclusive, 1]
+            try:
+                yield
+            finally:
+                del held[key]
         finally:
             os.close(descriptor)
+
+    def commit_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Exclusive lock held while block numbers are allocated, a pending entry names new parts and
+        they are renamed into place: cleanup never sees a named-but-absent or placed-but-unnamed
+        directory, and merges see every allocated block (see `reserved_blocks`)."""
+        return self._lock(exclusive=True)
 
     def _read_json(self, path: Path) -> Any:
         try:
@@ -312,20 +354,31 @@ class TableLog:
                     continue
         return result
 
-    def discard(self, tid: int, delete_added_parts: bool = True) -> None:
-        """Roll back a pending entry whose transaction did not commit (and its part directories)."""
-        path = self._entry_path(tid)
-        try:
-            entry = self._parse_entry(path, self._read_json(path))
-        except FileNotFoundError:
-            return
-        if entry.csn is not None:
-            raise TransactionError(f"{path}: refusing to discard an entry committed at csn {entry.csn}")
-        if delete_added_parts:
-            for name in entry.added:
-                self.remove_part_directory(name)
-        path.unlink(missing_ok=True)
-        fsync_directory(self.directory)
+    def discard(self, tid: int, delete_added_parts: bool = True, also: Iterable[str] = ()) -> None:
+        """Roll back the pending entry of a transaction that did not commit, with the directories it
+        added (and `also`, names it may have placed). Under the exclusive lock, and only names no
+        other entry holds: a directory is deleted by its owner, never by name after a lost race."""
+        with self._lock(exclusive=True):
+            path = self._entry_path(tid)
+            try:
+                entry: LogEntry | None = self._parse_entry(path, self._read_json(path))
+            except FileNotFoundError:
+                entry = None
+            if entry is not None and entry.csn is not None:
+                raise TransactionError(f"{path}: refusing to discard an entry committed at csn {entry.csn}")
+            names = list(dict.fromkeys(list(entry.added if entry else ()) + list(also)))
+            if delete_added_parts and names:
+                _, checkpointed = self._load_checkpoint()
+                held = set(checkpointed)
+                for other in self.entries():
+                    if other.tid != tid:
+                        held.update(other.added)
+                for name in names:
+                    if name not in held:
+                        self.remove_part_directory(name)
+            if entry is not None:
+                path.unlink(missing_ok=True)
+                fsync_directory(self.directory)
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -440,7 +493,7 @@ class TableLog:
         finally:
             os.close(descriptor)
 
-    def _recover_locked(self, coordinator: Coordinator, clock_margin: float) -> RecoveryReport:
+    def _recover_locked(self, coordinator: Coordinator, job_lifetime: float) -> RecoveryReport:
         report = RecoveryReport()
         for entry, csn in self._resolve(self.entries(), coordinator, None):
             if entry.csn is not None:
@@ -456,6 +509,8 @@ class TableLog:
         _, checkpointed = self._load_checkpoint()
         named = set(checkpointed)
         for entry in self.entries():
+            # Pending entries left here belong to running transactions (or ones whose outcome the
+            # coordinator could not tell): their directories are never touched.
             named.update(entry.added)
             named.update(entry.removed)
         for path, staged in self.staged():
@@ -469,47 +524,140 @@ class TableLog:
                     self.remove_part_directory(name)
                     report.deleted_directories.append(name)
             path.unlink(missing_ok=True)
-        running = coordinator.running()
-        # A running transaction may be between writing a directory and naming it in its entry:
-        # spare whatever changed after the oldest one began.
-        cutoff = min(info.started for info in running) - clock_margin if running else float("inf")
-        candidates = []
-        for root in self._part_roots()[0]:
-            try:
-                candidates.extend(os.scandir(root))
-            except FileNotFoundError:
+        states: dict[int, TxnState] = {}
+        for name in sorted(self._directory_names()):
+            if name in named or not self._is_garbage(name, coordinator, states, job_lifetime):
                 continue
-        for item in candidates:
-            if not item.is_dir(follow_symlinks=False) or item.name in named:
-                continue
-            if not (_PART_DIRECTORY.match(item.name) or _TEMPORARY_DIRECTORY.match(item.name)):
-                continue
-            try:
-                modified = item.stat(follow_symlinks=False).st_mtime
-            except FileNotFoundError:
-                continue
-            if item.name.startswith("staged_"):
-                # Staged parts of a running Spark job belong to no transaction yet: only ones
-                # abandoned for a long time are garbage.
-                if time.time() - modified < STAGED_LIFETIME:
-                    continue
-            elif modified >= cutoff:
-                continue
-            self.remove_part_directory(item.name)
-            if item.name not in report.deleted_directories:
-                report.deleted_directories.append(item.name)
+            self.remove_part_directory(name)
+            if name not in report.deleted_directories:
+                report.deleted_directories.append(name)
+        self._forget_finished_jobs(job_lifetime)
         return report
 
-    def recover(self, coordinator: Coordinator, clock_margin: float = 5.0) -> RecoveryReport:
+    def _directory_names(self) -> set[str]:
+        names: set[str] = set()
+        for root in self._part_roots()[0]:
+            try:
+                names.update(item.name for item in os.scandir(root) if item.is_dir(follow_symlinks=False))
+            except FileNotFoundError:
+                continue
+        return names
+
+    def _is_garbage(self, name: str, coordinator: Coordinator, states: dict[int, TxnState],
+                    job_lifetime: float) -> bool:
+        """Whether a directory the log does not name has no live owner (the caller holds the lock)."""
+        owned = _TRANSACTION_STAGED.match(name)
+        if owned:
+            tid = int(owned.group(1))
+            if tid not in states:
+                states[tid] = coordinator.status(tid)[0]
+            return states[tid] is not TxnState.RUNNING
+        job = _JOB_STAGED.match(name)
+        if job:
+            return not self.job_alive(job.group(1), job_lifetime)
+        # A part name no entry names, a deletion that was interrupted, or a write into a tmp_
+        # directory of no staged part: publishing names a part under this lock before it exists.
+        return bool(_PART_DIRECTORY.match(name) or _TEMPORARY_DIRECTORY.match(name))
+
+    # ---- write jobs (staged parts with no transaction yet) --------------------------------------
+
+    def _job_path(self, tag: str) -> Path:
+        return self.table_dir / JOBS_DIRECTORY / f"{tag}.json"
+
+    def register_job(self, tag: str) -> None:
+        """Record that job `tag` is staging parts now (again); its staged directories are kept while
+        it is registered and was active within the job lifetime."""
+        if not _JOB_TAG.fullmatch(tag):
+            raise InvalidOptionError(f"job tag {tag!r} must be 1 to 64 letters and digits, and not "
+                                     "t<number> (the names of transaction-owned parts)")
+        path = self._job_path(tag)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file_atomically(path, json.dumps({"tag": tag, "active": time.time()}).encode(),
+                              sync_directory=False)
+
+    def end_job(self, tag: str) -> None:
+        """The job committed or gave up: whatever it staged and did not publish is garbage."""
+        self._job_path(tag).unlink(missing_ok=True)
+
+    def job_alive(self, tag: str, lifetime: float = STAGED_LIFETIME) -> bool:
+        try:
+            active = float(json.loads(self._job_path(tag).read_bytes())["active"])
+        except FileNotFoundError:
+            return False
+        except (ValueError, KeyError, TypeError):
+            return True  # torn by a crash while being rewritten: let the lifetime of its file decide
+        return time.time() - active < lifetime
+
+    def _forget_finished_jobs(self, lifetime: float) -> None:
+        try:
+            tags = [p.stem for p in (self.table_dir / JOBS_DIRECTORY).glob("*.json")]
+        except FileNotFoundError:
+            return
+        for tag in tags:
+            if not self.job_alive(tag, lifetime):
+                self.end_job(tag)
+
+    # ---- block numbers and names in flight ---------------------------------------------------------
+
+    def reserved_blocks(self, coordinator: Coordinator, exclude_tid: int | None = None
+                        ) -> dict[str, list[tuple[int, int]]]:
+        """Per partition, the block ranges of parts that running transactions named (pending entries
+        and staged proposals) but did not commit yet. Call under `commit_lock`, where block numbers
+        are allocated: every allocated block is then in a committed part, in one of these ranges,
+        or lost with an aborted transaction. Merges and covering names must not span these."""
+        pending = [e for e in self.entries() if e.csn is None] + [e for _, e in self.staged()]
+        states: dict[int, TxnState] = {}
+        out: dict[str, list[tuple[int, int]]] = {}
+        for entry in pending:
+            if entry.tid == exclude_tid:
+                continue
+            if entry.tid not in states:
+                states[entry.tid] = coordinator.status(entry.tid)[0]
+            if states[entry.tid] is not TxnState.RUNNING:
+                continue  # committed: visible to any snapshot taken now; aborted: a gap
+            for name in entry.added:
+                info = PartInfo.parse(name)
+                out.setdefault(info.partition_id, []).append((info.min_block, info.max_block))
+        return out
+
+    def claim_name(self, name: str, coordinator: Coordinator, tid: int) -> None:
+        """Make sure part name `name` is free for transaction `tid` to publish (under `commit_lock`).
+
+        A leftover of an aborted transaction with the same name (a merge of the same parts that
+        died) is rolled back first; a name another live or committed transaction holds is refused.
+        """
+        for entry in self.entries():
+            if entry.tid == tid or name not in entry.added:
+                continue
+            if entry.csn is not None:
+                raise TransactionError(f"part {name!r} of {self.table_dir} was already committed by "
+                                       f"transaction {entry.tid}")
+            state, _ = coordinator.status(entry.tid)
+            if state is TxnState.RUNNING:
+                raise SerializationError(f"part {name!r} of {self.table_dir} is being created by "
+                                         f"transaction {entry.tid}")
+            if state is TxnState.COMMITTED:
+                raise TransactionError(f"part {name!r} of {self.table_dir} was already committed by "
+                                       f"transaction {entry.tid}")
+            self.discard(entry.tid, delete_added_parts=True)
+        _, checkpointed = self._load_checkpoint()
+        if name in checkpointed:
+            raise TransactionError(f"part {name!r} of {self.table_dir} is already in the table's log")
+        if self.part_directory_exists(name):
+            self.remove_part_directory(name)  # named by nobody: garbage of a crash
+
+    def recover(self, coordinator: Coordinator, job_lifetime: float = STAGED_LIFETIME) -> RecoveryReport:
         """Finalize entries whose transaction committed; roll back aborted or dead ones with the
-        directories they added; delete part and tmp_* directories no entry names (sparing those
-        younger than the oldest running transaction minus `clock_margin` seconds)."""
+        directories they added; delete directories no entry names and no live owner holds (see
+        the module docstring). Nothing is deleted for a transaction whose outcome is unknown: the
+        coordinator's errors propagate."""
         if self.identity() is not None:
             self.bind(coordinator.url)
         with self._lock(exclusive=True):
-            return self._recover_locked(coordinator, clock_margin)
+            return self._recover_locked(coordinator, job_lifetime)
 
-    def cleanup(self, coordinator: Coordinator, retention_seconds: float = 0.0) -> list[str]:
+    def cleanup(self, coordinator: Coordinator, retention_seconds: float = 0.0,
+                job_lifetime: float = STAGED_LIFETIME) -> list[str]:
         """Delete parts no snapshot can see any more; return their names.
 
         A part removed at csn R goes when R ≤ every running snapshot and the removal is older than
@@ -521,7 +669,7 @@ class TableLog:
         if self.identity() is not None:
             self.bind(coordinator.url)
         with self._lock(exclusive=True):
-            self._recover_locked(coordinator, clock_margin=5.0)
+            self._recover_locked(coordinator, job_lifetime)
             # Fold every entry and delete it durably first: if a crash left an entry that adds a
             # part behind after the part was dropped from the checkpoint, it would resurrect it.
             self._checkpoint_locked()

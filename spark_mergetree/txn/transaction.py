@@ -9,6 +9,7 @@ finalizes them).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterable
@@ -24,6 +25,8 @@ from spark_mergetree.txn.coordinator import (
 )
 from spark_mergetree.txn.table_log import TableLog
 
+log = logging.getLogger(__name__)
+
 
 class _TableChanges:
     def __init__(self, log: TableLog) -> None:
@@ -32,6 +35,7 @@ class _TableChanges:
         self.removed: list[str] = []
         self.base: set[str] | None = None  # parts at the snapshot, cached: reads are repeatable
         self.adopted: list[Path] = []  # staged proposals taken in, deleted once decided
+        self.written: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # last pending entry written
 
 
 class Transaction:
@@ -104,19 +108,29 @@ class Transaction:
         return visible
 
     def add_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
-        """Add part directories already written (fsynced, renamed to their final names)."""
+        """Name new parts of the table in this transaction's pending entry (durably, now).
+
+        Call it before the directories get their final names (under the table's `commit_lock`):
+        from then on the log says who owns them, so cleanup never takes them for garbage. They
+        must exist when the transaction commits."""
         self._require_writable()
         changes = self._table(table_dir)
         for name in names:
             if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
                 raise InvalidOptionError(f"bad part name {name!r} for table {changes.log.table_dir}")
-            if not changes.log.part_directory_exists(name):
-                raise InvalidOptionError(f"part directory {changes.log.table_dir / name} does not exist")
             # Only this transaction's own names are checked: reading the table's log just to
             # append would cost every insert; block numbers make names unique anyway.
             if name in changes.added or (changes.base is not None and name in changes.base):
                 raise InvalidOptionError(f"part {name!r} is already in table {changes.log.table_dir}")
             changes.added.append(name)
+        self._write_pending(changes)
+
+    def _write_pending(self, changes: _TableChanges) -> None:
+        content = (tuple(changes.added), tuple(changes.removed))
+        if changes.written == content:
+            return
+        changes.log.write_pending(self.tid, self.coordinator.url, changes.added, changes.removed)
+        changes.written = content
 
     def remove_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
         """Remove visible parts, taking their removal locks now. If another transaction removed
@@ -137,7 +151,7 @@ class Transaction:
                 self.coordinator.lock_removal(self.tid, table_id, name)
             except SerializationError:
                 # The loser of a conflict cannot commit anything any more: end it now.
-                self._rollback_tables([], self._tables.values())
+                self._rollback_tables(self._tables.values())
                 raise
             changes.removed.append(name)
 
@@ -179,25 +193,30 @@ class Transaction:
             self.coordinator.abort(self.tid)
             self.state = "committed"
             return None
-        written: list[TableLog] = []
         removals: list[tuple[str, str]] = []
         try:
             for changes in touched.values():
                 table_id = changes.log.bind(self.coordinator.url)
-                changes.log.write_pending(self.tid, self.coordinator.url, changes.added, changes.removed)
-                written.append(changes.log)
+                missing = [n for n in changes.added if n not in changes.removed
+                           and not changes.log.part_directory_exists(n)]
+                if missing:
+                    raise InvalidOptionError(
+                        f"transaction {self.tid} adds part(s) {', '.join(missing)} to {changes.log.table_dir} "
+                        "but their directories do not exist")
+                self._write_pending(changes)
                 removals.extend((table_id, name) for name in changes.removed if name not in changes.added)
         except BaseException:
-            self._rollback_tables(written, touched.values())
+            self._rollback_tables(touched.values())
             raise
         try:
             csn = self.coordinator.commit(self.tid, removals, tables=[str(path) for path in touched])
         except CommitOutcomeUnknownError:
-            # Pending entries stay: readers and recovery resolve them once the coordinator answers.
+            # Pending entries and directories stay: readers and recovery resolve them once the
+            # coordinator answers; nothing may be deleted before the outcome is known.
             self.state = "unknown"
             raise
         except SerializationError:
-            self._rollback_tables(written, touched.values())
+            self._rollback_tables(touched.values())
             raise
         except BaseException as error:
             # Anything else: only roll back once the coordinator says the commit did not happen.
@@ -209,20 +228,29 @@ class Transaction:
                     f"commit of transaction {self.tid} failed ({error!r}) and its outcome is "
                     "unknown; pending entries are left for recovery") from error
             if state is not TxnState.COMMITTED or committed_csn is None:
-                self._rollback_tables(written, touched.values())
+                self._rollback_tables(touched.values())
                 raise
             csn = committed_csn
         self.state = "committed"
         self.csn = csn
+        # Past the commit point nothing may raise: the commit happened. What fails here (finalizing
+        # is an optimisation; a checkpoint is housekeeping) is left to readers and recovery.
         commit_time = time.time()
-        for log in written:
-            log.finalize(self.tid, csn, commit_time)
-        self._drop_adopted()
-        for log in written:
+        for changes in touched.values():
             try:
-                log.maybe_checkpoint()
-            except OSError:
-                pass  # a later commit or cleanup checkpoints
+                changes.log.finalize(self.tid, csn, commit_time)
+            except Exception as error:  # noqa: BLE001 - see above
+                log.warning("transaction %s committed at csn %s; finalizing %s failed: %r",
+                            self.tid, csn, changes.log.directory, error)
+        try:
+            self._drop_adopted()
+        except Exception as error:  # noqa: BLE001
+            log.warning("transaction %s committed; removing adopted proposals failed: %r", self.tid, error)
+        for changes in touched.values():
+            try:
+                changes.log.maybe_checkpoint()
+            except Exception as error:  # noqa: BLE001 - a later commit or cleanup checkpoints
+                log.info("checkpoint of %s deferred: %r", changes.log.directory, error)
         return csn
 
     def _drop_adopted(self) -> None:
@@ -231,24 +259,24 @@ class Transaction:
                 path.unlink(missing_ok=True)
             changes.adopted.clear()
 
-    def _rollback_tables(self, written: list[TableLog], touched: Iterable[_TableChanges]) -> None:
+    def _rollback_tables(self, touched: Iterable[_TableChanges]) -> None:
         try:
             self.coordinator.abort(self.tid)
-        except TransactionError:
-            pass  # already aborted (conflict) or lost with its session
+        except Exception as error:  # noqa: BLE001 - a transaction that is not committed dies anyway
+            log.info("abort of transaction %s not recorded (%r): it ends with its owner", self.tid, error)
         self.state = "aborted"
-        for log in written:
-            log.discard(self.tid, delete_added_parts=True)
         for changes in touched:
-            for name in changes.added:
-                changes.log.remove_part_directory(name)
+            if not (changes.added or changes.removed or changes.written):
+                continue  # only read: nothing to undo, and no log directory to create
+            # Each log deletes only the directories no other transaction has claimed since.
+            changes.log.discard(self.tid, delete_added_parts=True, also=changes.added)
         self._drop_adopted()
 
     def rollback(self) -> None:
         """Abort: nothing becomes visible; directories this transaction added are deleted."""
         if self.state != "running":
             return
-        self._rollback_tables([], self._tables.values())
+        self._rollback_tables(self._tables.values())
 
     def __enter__(self) -> Transaction:
         return self

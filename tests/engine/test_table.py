@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import multiprocessing
 import os
 import random
@@ -402,9 +403,9 @@ def test_cleanup_spares_fresh_staged_parts_and_removes_abandoned_ones(tmp_path):
     t.insert(rows(0, 5))
     fresh = t.stage(rows(5, 5), tag="job1")
     old = t.stage(rows(10, 5), tag="job0")
-    hour_ago = __import__("time").time() - 7200
-    for part in old:
-        os.utime(t.path / part.name, (hour_ago, hour_ago))
+    # job0 was last active two hours ago (longer than the staged-part lifetime): abandoned.
+    registration = t.path / "_mergetree" / "jobs" / "job0.json"
+    registration.write_text(json.dumps({"tag": "job0", "active": __import__("time").time() - 7200}))
     t.cleanup()
     assert all((t.path / p.name).is_dir() for p in fresh)
     assert not any((t.path / p.name).exists() for p in old)

@@ -62,13 +62,26 @@ def write_part(table_dir: str | os.PathLike, name: str, value: int = 0) -> str:
     """A dummy part directory, written the way parts are: tmp_ name, fsync, rename."""
     table = Path(table_dir)
     table.mkdir(parents=True, exist_ok=True)
-    temporary = table / f"tmp_{name}_{uuid.uuid4().hex[:6]}"
+    temporary = table / f"tmp_{name}"
     temporary.mkdir()
     with open(temporary / MARKER, "w") as handle:
         handle.write(str(value))
         handle.flush()
         os.fsync(handle.fileno())
     os.rename(temporary, table / name)
+    return name
+
+
+def publish(transaction: object, table_dir: str | os.PathLike, name: str, value: int = 0) -> str:
+    """Add a dummy part the way the engine does: written under a staged name the transaction owns,
+    then named in its pending entry and renamed into place under the table's commit lock."""
+    from spark_mergetree.txn import TableLog
+
+    table = Path(table_dir)
+    staged = write_part(table, f"staged_t{transaction.tid}_{uuid.uuid4().hex[:8]}", value)  # type: ignore[attr-defined]
+    with TableLog(table).commit_lock():
+        transaction.add_parts(table, [name])  # type: ignore[attr-defined]
+        os.rename(table / staged, table / name)
     return name
 
 

@@ -186,14 +186,18 @@ def test_multi_table_commit_is_atomic_and_bad_requests_fail(coordinator: Coordin
     with Transaction(coordinator) as transaction:
         with pytest.raises(InvalidOptionError, match="not visible"):
             transaction.remove_parts(table, ["all_9_9_0"])
-        with pytest.raises(InvalidOptionError, match="does not exist"):
-            transaction.add_parts(table, ["all_3_3_0"])
         with pytest.raises(InvalidOptionError, match="already"):
             transaction.add_parts(table, ["all_2_2_0"])
     assert transaction.csn is None  # read-only
     with pytest.raises(TransactionError, match="already"):
         transaction.visible_parts(table)
     assert csn > 0
+    # A part named but never placed: the commit refuses before the commit point, nothing changes.
+    with pytest.raises(InvalidOptionError, match="do not exist"):
+        with Transaction(coordinator) as transaction:
+            transaction.add_parts(table, ["all_3_3_0"])
+    assert transaction.state == "aborted"
+    assert TableLog(table).snapshot(coordinator.current_timestamp(), coordinator) == {"all_2_2_0"}
 
 
 def test_tables_of_another_coordinator_are_refused(coordinator: Coordinator, table: Path, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from spark_mergetree.errors import SerializationError
 from spark_mergetree.txn import Coordinator, TableLog, Transaction
-from tests.txn.conftest import part_value, write_part
+from tests.txn.conftest import part_value, publish
 
 
 def new_part_name(coordinator: Coordinator, table: Path) -> str:
@@ -31,17 +31,14 @@ def transfer(coordinator: Coordinator, tables: tuple[Path, Path], rng: random.Ra
                 merged = rng.sample(parts, 2)
                 total = sum(part_value(source, name) for name in merged)
                 transaction.remove_parts(source, merged)
-                name = write_part(source, new_part_name(coordinator, source), total)
-                transaction.add_parts(source, [name])
+                publish(transaction, source, new_part_name(coordinator, source), total)
                 return True
             taken = rng.choice(parts)
             value = part_value(source, taken)
             amount = rng.randint(0, value)
             transaction.remove_parts(source, [taken])
-            kept = write_part(source, new_part_name(coordinator, source), value - amount)
-            moved = write_part(target, new_part_name(coordinator, target), amount)
-            transaction.add_parts(source, [kept])
-            transaction.add_parts(target, [moved])
+            publish(transaction, source, new_part_name(coordinator, source), value - amount)
+            publish(transaction, target, new_part_name(coordinator, target), amount)
         return True
     except SerializationError:
         return False
@@ -58,14 +55,12 @@ def mirrored_insert(coordinator: Coordinator, tables: tuple[Path, Path], rng: ra
     with Transaction(coordinator) as transaction:
         name = new_part_name(coordinator, first)
         for table in tables:
-            write_part(table, name, 1)
-            transaction.add_parts(table, [name])
+            publish(transaction, table, name, 1)
         visible = sorted(transaction.visible_parts(first) - {name})
         if len(visible) >= 2 and rng.random() < 0.35:
             pair = rng.sample(visible, 2)
             merged = new_part_name(coordinator, first)
             for table in tables:
-                write_part(table, merged, 2)
                 transaction.remove_parts(table, pair)
-                transaction.add_parts(table, [merged])
+                publish(transaction, table, merged, 2)
     return transaction.csn
