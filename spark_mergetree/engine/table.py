@@ -467,7 +467,7 @@ class MergeTreeTable:
             return inserting.write_partition_parts(self.metadata, table, write, unique)
         except BaseException:
             for name in written:
-                self.store.remove_part(name)
+                self.store.remove_part(name, missing_ok=True)
             raise
 
     def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
@@ -477,7 +477,7 @@ class MergeTreeTable:
         removed = []
         for name in self._staged_names():
             if name.startswith(prefix) and name not in keep:
-                self.store.remove_part(name)
+                self.store.remove_part(name, missing_ok=True)
                 removed.append(name)
         if not keep:
             self.log.end_job(tag)
@@ -712,8 +712,8 @@ class MergeTreeTable:
             if tx.state == "unknown":
                 raise
             tx.rollback()  # deletes the result only if this transaction's entry still names it
-            if not placed and self.store.exists(staged_name):
-                self.store.remove_part(staged_name)
+            if not placed:
+                self.store.remove_part(staged_name, missing_ok=True)
             raise
         return result
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import struct
 import threading
+import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -738,26 +739,33 @@ class PartStore:
 
     # ---------------------------------------------------------------- part operations
 
-    def remove_part(self, part: str) -> None:
-        """Delete the part from every disk (renamed to delete_tmp_* first, as ClickHouse does)."""
+    def remove_part(self, part: str, *, missing_ok: bool = False) -> None:
+        """Delete the part from every disk (renamed to delete_tmp_* first, as ClickHouse does).
+
+        Safe beside another deleter of the same part: each renames it to a name of its own first,
+        and a part already gone is skipped (with `missing_ok`, also when gone everywhere)."""
         self._check_part_name(part)
         found = self._holders(part)
         if found is None:
+            if missing_ok:
+                return
             raise StorageError(f"part {part!r} not found in table path {self.table_path!r}")
         volume, holders = found
         for disk in holders:
             table_dir = self.table_dir(disk)
-            doomed = table_dir / (DELETE_PREFIX + part)
-            if doomed.exists():
-                shutil.rmtree(doomed)
-            os.rename(table_dir / part, doomed)
+            doomed = table_dir / f"{DELETE_PREFIX}{part}_{uuid.uuid4().hex[:8]}"
+            try:
+                os.rename(table_dir / part, doomed)
+            except FileNotFoundError:
+                continue  # another deleter was first
             _fsync_dir(table_dir)
             if not volume.striped:
                 try:
                     os.unlink(self._map_path(volume, disk, part))
                 except FileNotFoundError:
                     pass
-            shutil.rmtree(doomed)
+            # Recovery may be deleting this delete_tmp_ directory too: both finish the job.
+            shutil.rmtree(doomed, ignore_errors=True)
         self._forget(part)
 
     def rename_part(self, old: str, new: str) -> None:
@@ -811,7 +819,8 @@ class PartStore:
                     os.unlink(self._map_path(source, disk, part))
                 except FileNotFoundError:
                     pass
-            shutil.rmtree(doomed)
+            # Recovery may be deleting this delete_tmp_ directory too: both finish the job.
+            shutil.rmtree(doomed, ignore_errors=True)
         self._forget(part)
 
     def move_parts_by_factor(self) -> list[tuple[str, str, str]]:

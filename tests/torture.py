@@ -1,0 +1,460 @@
+"""A torture harness: writers, transfers, merges, overwrites, cleanup and readers on the same tables
+at once, with random `kill -9` of any of them and (with ZooKeeper) the coordinator stopped and
+started, for a bounded time; then every invariant is checked.
+
+Used by tests/engine/test_torture.py (a short run) and benchmarks/torture.py (`--minutes N`).
+
+Tables (in one catalog root, so ClickHouse can open them afterwards):
+  db.main  (id UInt64, p UInt8) PARTITION BY p: writers insert unique ids into partitions 0..3;
+           the overwriter replaces partition 9 with whole versions of 50 rows
+  db.a, db.b  (id UInt64, amount Int64): each transfer inserts -x into a and +x into b in one
+           transaction, so sum(a) + sum(b) = 0 in every snapshot
+
+Every process journals what it attempts and how it ended (`b` begun, `a` acknowledged, `f`
+failed, `u` outcome unknown) with unbuffered writes, so a kill loses nothing it had said.
+Invariants: an acknowledged write is present exactly once; a failed one is absent; a begun or
+unknown one is present at most once; partition 9 holds exactly one whole version, never older
+than the last acknowledged one; sum(a) + sum(b) = 0 in every snapshot readers took and at the end;
+no two visible parts of a partition overlap; `check()` passes; after cleanup no directory is left
+that no visible part owns; ClickHouse (chdb) on the same root returns the same rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import random
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+FORK = multiprocessing.get_context("fork")
+VERSION_ROWS = 50
+OVERWRITTEN_PARTITION = 9
+EXPECTED_ERRORS = ("SerializationError", "TransactionError", "CommitOutcomeUnknownError")
+
+
+@dataclass
+class TortureConfig:
+    seconds: float = 20.0
+    writers: int = 4
+    transfers: int = 1
+    readers: int = 1
+    kill_interval: tuple[float, float] = (0.4, 1.5)   # seconds between kill -9s
+    zookeeper: bool = False
+    outage_interval: tuple[float, float] = (4.0, 8.0)  # seconds between coordinator outages
+    outage_length: tuple[float, float] = (0.3, 1.5)
+    seed: int = 1
+
+
+@dataclass
+class TortureReport:
+    operations: dict[str, int] = field(default_factory=dict)
+    kills: int = 0
+    outages: int = 0
+    invariants_checked: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
+        return (f"operations: {ops}; kill -9: {self.kills}; coordinator outages: {self.outages}; "
+                f"invariants checked: {self.invariants_checked}; violations: {len(self.violations)}")
+
+
+# ------------------------------------------------------------------------------------ workers
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        self.descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, *fields: object) -> None:
+        os.write(self.descriptor, (" ".join(str(f) for f in fields) + "\n").encode())
+
+
+def _coordinator(url: str) -> Any:
+    if url.startswith("zk://"):
+        from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
+
+        hosts, _, root = url[len("zk://"):].partition("/")
+        return ZooKeeperCoordinator(hosts, "/" + root, session_timeout=4.0, operation_timeout=2.0)
+    from spark_mergetree.txn import coordinator_from_url
+
+    return coordinator_from_url(url)
+
+
+Locations = dict[str, tuple[str, str]]  # table -> (data directory, ATTACH statement)
+
+
+def _open(locations: Locations, name: str, coordinator: Any) -> Any:
+    from spark_mergetree.engine.table import MergeTreeTable
+
+    path, statement = locations[name]
+    return MergeTreeTable.open(path, create_statement=statement, coordinator=coordinator)
+
+
+def _describe(error: BaseException) -> str:
+    trace = traceback.format_exception(error)
+    return " | ".join(line.strip().replace("\n", " ") for line in trace[-6:])
+
+
+def _classify(error: BaseException) -> str:
+    names = {type(error).__name__} | {cls.__name__ for cls in type(error).__mro__}
+    if "CommitOutcomeUnknownError" in names:
+        return "u"
+    if names & set(EXPECTED_ERRORS):
+        return "f"
+    return "e"
+
+
+def _run_worker(role: str, body: Callable[[Journal, random.Random, Any], None], directory: str, url: str,
+                seed: int) -> None:
+    journal = Journal(Path(directory) / f"{role}-{os.getpid()}.journal")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                coordinator = _coordinator(url)
+                break
+            except Exception as error:  # noqa: BLE001 - started during an outage: try again
+                if _classify(error) == "e" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        body(journal, random.Random(seed), coordinator)
+    except BaseException:  # noqa: BLE001 - anything unexpected is a finding
+        journal.write("e", traceback.format_exc().replace("\n", " | "))
+
+
+def _writer(root: Locations, journal: Journal, rng: random.Random, coordinator: Any, worker: int) -> None:
+    table = _open(root, "main", coordinator)
+    counter = 0
+    while True:
+        first = ((worker * 100_000 + os.getpid() % 100_000) * 1_000_000 + counter) * 100
+        count = rng.randint(1, 60)
+        counter += 1
+        ids = list(range(first, first + count))
+        journal.write("b", first, count)
+        try:
+            table.insert(pa.table({"id": pa.array(ids, pa.uint64()),
+                                   "p": pa.array([rng.randint(0, 3)] * count, pa.uint8())}))
+        except Exception as error:  # noqa: BLE001
+            kind = _classify(error)
+            journal.write(kind, first, count, "" if kind != "e" else _describe(error))
+            continue
+        journal.write("a", first, count)
+
+
+def _overwriter(root: Locations, journal: Journal, rng: random.Random, coordinator: Any) -> None:
+    table = _open(root, "main", coordinator)
+    version = int(time.time() * 1000) % 10**9
+    while True:
+        version += 1
+        ids = [OVERWRITTEN_PARTITION * 10**15 + version * 1000 + j for j in range(VERSION_ROWS)]
+        journal.write("b", version, VERSION_ROWS)
+        try:
+            table.overwrite(pa.table({"id": pa.array(ids, pa.uint64()),
+                                      "p": pa.array([OVERWRITTEN_PARTITION] * VERSION_ROWS, pa.uint8())}),
+                            partitions_only=True)
+        except Exception as error:  # noqa: BLE001
+            kind = _classify(error)
+            journal.write(kind, version, VERSION_ROWS, "" if kind != "e" else _describe(error))
+            continue
+        journal.write("a", version, VERSION_ROWS)
+        time.sleep(rng.uniform(0.05, 0.3))
+
+
+def _transfer(root: Locations, journal: Journal, rng: random.Random, coordinator: Any) -> None:
+    from spark_mergetree.txn import Transaction
+
+    a, b = _open(root, "a", coordinator), _open(root, "b", coordinator)
+    counter = 0
+    while True:
+        counter += 1
+        ident = (os.getpid() % 100_000) * 1_000_000 + counter
+        amount = rng.randint(1, 1000)
+        journal.write("b", ident, 1)
+        try:
+            with Transaction(coordinator) as tx:
+                a.insert(pa.table({"id": pa.array([ident], pa.uint64()), "amount": pa.array([-amount], pa.int64())}),
+                         transaction=tx)
+                b.insert(pa.table({"id": pa.array([ident], pa.uint64()), "amount": pa.array([amount], pa.int64())}),
+                         transaction=tx)
+        except Exception as error:  # noqa: BLE001
+            kind = _classify(error)
+            journal.write(kind, ident, 1, "" if kind != "e" else _describe(error))
+            continue
+        journal.write("a", ident, 1)
+
+
+def _maintenance(root: Locations, journal: Journal, rng: random.Random, coordinator: Any, job: str) -> None:
+    tables = [_open(root, name, coordinator) for name in ("main", "a", "b")]
+    while True:
+        table = rng.choice(tables)
+        try:
+            if job == "optimize":
+                table.optimize(final=rng.random() < 0.2)
+            else:
+                table.cleanup()
+        except Exception as error:  # noqa: BLE001
+            kind = _classify(error)
+            if kind == "e":
+                journal.write("e", table.path.name, _describe(error))
+            continue
+        journal.write("a", job, 0)
+        time.sleep(rng.uniform(0.0, 0.2))
+
+
+def _reader(root: Locations, journal: Journal, rng: random.Random, coordinator: Any) -> None:
+    from spark_mergetree.txn import Transaction
+
+    main, a, b = (_open(root, name, coordinator) for name in ("main", "a", "b"))
+    while True:
+        try:
+            with Transaction(coordinator) as tx:
+                rows = main.to_arrow(["id", "p"], transaction=tx)
+                ids = rows.column("id").to_pylist()
+                total = sum(a.to_arrow(["amount"], transaction=tx).column("amount").to_pylist()) + sum(
+                    b.to_arrow(["amount"], transaction=tx).column("amount").to_pylist())
+        except Exception as error:  # noqa: BLE001
+            kind = _classify(error)
+            if kind == "e":
+                journal.write("e", _describe(error))
+            continue
+        problems = []
+        if len(ids) != len(set(ids)):
+            problems.append(f"snapshot {tx.snapshot}: {len(ids) - len(set(ids))} duplicate ids")
+        versions = {i // 1000 % 10**9 for i, p in zip(ids, rows.column("p").to_pylist()) if p == OVERWRITTEN_PARTITION}
+        overwritten = sum(1 for p in rows.column("p").to_pylist() if p == OVERWRITTEN_PARTITION)
+        if len(versions) > 1 or (versions and overwritten != VERSION_ROWS):
+            problems.append(f"snapshot {tx.snapshot}: partition 9 holds versions {sorted(versions)[:5]}, {overwritten} rows")
+        if total != 0:
+            problems.append(f"snapshot {tx.snapshot}: sum(a) + sum(b) = {total}")
+        for problem in problems:
+            journal.write("v", problem)
+        journal.write("a", "read", 0)
+        time.sleep(rng.uniform(0.0, 0.1))
+
+
+# ------------------------------------------------------------------------------------ harness
+
+
+@contextlib.contextmanager
+def _coordinator_service(config: TortureConfig, directory: Path) -> Iterator[tuple[str, Any]]:
+    if not config.zookeeper:
+        yield (directory / "coordinator").resolve().as_uri(), None
+        return
+    from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
+    from tests.zookeeper_server import ZooKeeperServer
+
+    server = ZooKeeperServer(directory / "zookeeper").start()
+    try:
+        yield ZooKeeperCoordinator.url_for(server.hosts, "/torture"), server
+    finally:
+        server.close()
+
+
+def _setup(root: Path, url: str) -> Locations:
+    from spark_mergetree.catalog import Catalog
+
+    catalog = Catalog(root)
+    catalog.create_database("db")
+    settings = {"coordinator": url, "old_parts_lifetime": 0, "merge_parts_threshold": 6}
+    catalog.create_table("db.main", [("id", "UInt64"), ("p", "UInt8")], "id", partition_by="p",
+                         settings=settings)
+    for name in ("a", "b"):
+        catalog.create_table(f"db.{name}", [("id", "UInt64"), ("amount", "Int64")], "id", settings=settings)
+    out = {}
+    for name in ("main", "a", "b"):
+        info = catalog.table_info(f"db.{name}")
+        out[name] = (str(info.data_path), info.statement)
+    return out
+
+
+def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], None] = lambda _: None) -> TortureReport:
+    """Run the workload in `directory` (made empty by the caller) and check every invariant."""
+    directory.mkdir(parents=True, exist_ok=True)
+    journals = directory / "journals"
+    journals.mkdir()
+    root = directory / "root"
+    report = TortureReport()
+    rng = random.Random(config.seed)
+    with _coordinator_service(config, directory) as (url, server):
+        locations = _setup(root, url)
+        roles: dict[str, Callable[[Journal, random.Random, Any], None]] = {}
+        for k in range(config.writers):
+            roles[f"writer{k}"] = lambda j, r, c, k=k: _writer(locations, j, r, c, k)
+        for k in range(config.transfers):
+            roles[f"transfer{k}"] = lambda j, r, c: _transfer(locations, j, r, c)
+        for k in range(config.readers):
+            roles[f"reader{k}"] = lambda j, r, c: _reader(locations, j, r, c)
+        roles["overwriter"] = lambda j, r, c: _overwriter(locations, j, r, c)
+        roles["optimizer"] = lambda j, r, c: _maintenance(locations, j, r, c, "optimize")
+        roles["cleaner"] = lambda j, r, c: _maintenance(locations, j, r, c, "cleanup")
+
+        def spawn(role: str) -> multiprocessing.process.BaseProcess:
+            process = FORK.Process(target=_run_worker, args=(role, roles[role], str(journals), url,
+                                                             rng.randrange(1 << 30)), daemon=True)
+            process.start()
+            return process
+
+        processes = {role: spawn(role) for role in roles}
+        deadline = time.monotonic() + config.seconds
+        next_kill = time.monotonic() + rng.uniform(*config.kill_interval)
+        next_outage = time.monotonic() + rng.uniform(*config.outage_interval)
+        try:
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+                now = time.monotonic()
+                if now >= next_kill:
+                    victim = rng.choice([r for r in roles if not r.startswith("reader")])
+                    os.kill(processes[victim].pid, signal.SIGKILL)
+                    processes[victim].join()
+                    processes[victim] = spawn(victim)
+                    report.kills += 1
+                    next_kill = now + rng.uniform(*config.kill_interval)
+                if server is not None and now >= next_outage:
+                    server.stop()
+                    time.sleep(rng.uniform(*config.outage_length))
+                    server.start()
+                    report.outages += 1
+                    next_outage = time.monotonic() + rng.uniform(*config.outage_interval)
+        finally:
+            for process in processes.values():
+                if process.is_alive():
+                    os.kill(process.pid, signal.SIGKILL)
+                process.join()
+        log(f"workload done: {report.kills} kills, {report.outages} outages; verifying")
+        _verify(root, locations, url, journals, report)
+    return report
+
+
+def _journal_lines(journals: Path, prefix: str) -> list[list[str]]:
+    lines = []
+    for path in sorted(journals.glob(f"{prefix}*.journal")):
+        for line in path.read_text().splitlines():
+            fields = line.split(" ", 3)
+            if fields and fields[0] in "bafuev" and len(fields[0]) == 1:
+                lines.append(fields)
+    return lines
+
+
+def _outcomes(lines: list[list[str]]) -> dict[int, str]:
+    """key -> last recorded state (b, a, f, u) of each attempt."""
+    states: dict[int, str] = {}
+    for fields in lines:
+        if fields[0] in "bafu" and len(fields) >= 2 and fields[1].isdigit():
+            states[int(fields[1])] = fields[0]
+    return states
+
+
+def _verify(root: Path, locations: Locations, url: str, journals: Path, report: TortureReport) -> None:
+    from spark_mergetree.format.part_info import PartInfo
+    from tests.catalog.chdb_runner import rows as tsv_rows
+    from tests.catalog.chdb_runner import run_chdb
+
+    violations = report.violations
+    for fields in _journal_lines(journals, ""):
+        if fields[0] in "ev":
+            violations.append(" ".join(fields))
+    for role in ("writer", "transfer", "overwriter", "reader", "optimizer", "cleaner"):
+        report.operations[role] = sum(1 for f in _journal_lines(journals, role) if f[0] == "a")
+
+    coordinator = _coordinator(url)
+    deadline = time.monotonic() + 60
+    while coordinator.running() and time.monotonic() < deadline:
+        time.sleep(0.2)  # sessions of killed processes expire
+    tables = {name: _open(locations, name, coordinator) for name in ("main", "a", "b")}
+    try:
+        for table in tables.values():
+            table.cleanup()
+        main_rows = tables["main"].to_arrow(["id", "p"])
+    except Exception as error:  # noqa: BLE001 - an unreadable table is the finding
+        violations.append(f"tables unreadable after the run: {error!r}")
+        return
+    ids = main_rows.column("id").to_pylist()
+    present: dict[int, int] = {}
+    for i in ids:
+        present[i] = present.get(i, 0) + 1
+    report.invariants_checked += 1
+    duplicates = [i for i, n in present.items() if n > 1]
+    if duplicates:
+        violations.append(f"main: {len(duplicates)} ids present more than once, e.g. {duplicates[:3]}")
+
+    writes = _journal_lines(journals, "writer")
+    counts = {int(f[1]): int(f[2]) for f in writes if f[0] == "b"}
+    for first, state in _outcomes(writes).items():
+        block = range(first, first + counts[first])
+        found = sum(1 for i in block if i in present)
+        report.invariants_checked += 1
+        if state == "a" and found != len(block):
+            violations.append(f"main: acknowledged insert {first}+{len(block)}: {found} rows present")
+        elif state == "f" and found:
+            violations.append(f"main: failed insert {first}+{len(block)}: {found} rows visible")
+        elif state in "bu" and found not in (0, len(block)):
+            violations.append(f"main: insert {first}+{len(block)} with unknown outcome is partly visible ({found})")
+    begun = {first + j for first, n in counts.items() for j in range(n)}
+    strays = [i for i in present if i not in begun and i // 10**15 != OVERWRITTEN_PARTITION]
+    if strays:
+        violations.append(f"main: {len(strays)} ids nobody wrote, e.g. {strays[:3]}")
+
+    versions = _outcomes(_journal_lines(journals, "overwriter"))
+    seen = {i // 1000 % 10**9 for i in present if i // 10**15 == OVERWRITTEN_PARTITION}
+    overwritten_rows = sum(1 for i in present if i // 10**15 == OVERWRITTEN_PARTITION)
+    acknowledged = [v for v, s in versions.items() if s == "a"]
+    report.invariants_checked += 1
+    if len(seen) > 1 or (seen and overwritten_rows != VERSION_ROWS):
+        violations.append(f"main: partition 9 holds versions {sorted(seen)}, {overwritten_rows} rows")
+    elif acknowledged and (not seen or min(seen) < max(acknowledged)):
+        violations.append(f"main: partition 9 holds {sorted(seen)}, older than acknowledged {max(acknowledged)}")
+    elif seen and versions.get(min(seen)) == "f":
+        violations.append(f"main: partition 9 holds version {min(seen)} whose overwrite failed")
+
+    sums = {name: tables[name].to_arrow(["id", "amount"]) for name in ("a", "b")}
+    report.invariants_checked += 1
+    total = sum(sums["a"].column("amount").to_pylist()) + sum(sums["b"].column("amount").to_pylist())
+    if total != 0:
+        violations.append(f"transfers: sum(a) + sum(b) = {total}")
+    ids_a, ids_b = (set(sums[n].column("id").to_pylist()) for n in ("a", "b"))
+    for ident, state in _outcomes(_journal_lines(journals, "transfer")).items():
+        report.invariants_checked += 1
+        if (ident in ids_a) != (ident in ids_b):
+            violations.append(f"transfers: {ident} is in only one table")
+        if state == "a" and ident not in ids_a:
+            violations.append(f"transfers: acknowledged transfer {ident} missing")
+        if state == "f" and ident in ids_a:
+            violations.append(f"transfers: failed transfer {ident} visible")
+
+    for name, table in tables.items():
+        parts = [p.name for p in table.parts()]
+        infos = [PartInfo.parse(p) for p in parts]
+        report.invariants_checked += 3
+        for x in infos:
+            for y in infos:
+                if x != y and x.partition_id == y.partition_id and not (
+                        x.max_block < y.min_block or y.max_block < x.min_block):
+                    violations.append(f"{name}: visible parts {x.name} and {y.name} overlap")
+        check = table.check()
+        if not check.ok:
+            violations.append(f"{name}: check() found {check.problems[:3]}")
+        on_disk = {e.name for e in os.scandir(table.path) if e.is_dir() and e.name not in ("_mergetree", "detached")}
+        if on_disk != set(parts):
+            violations.append(f"{name}: after cleanup, directories no visible part owns: {sorted(on_disk - set(parts))[:5]}"
+                              + (f"; missing: {sorted(set(parts) - on_disk)[:5]}" if set(parts) - on_disk else ""))
+
+    clickhouse_main, clickhouse_a, clickhouse_b = run_chdb(
+        root, "SELECT id FROM db.main ORDER BY id", "SELECT id, amount FROM db.a ORDER BY id",
+        "SELECT id, amount FROM db.b ORDER BY id")
+    report.invariants_checked += 3
+    if [int(r[0]) for r in tsv_rows(clickhouse_main)] != sorted(ids):
+        violations.append("ClickHouse returns other rows than we do for db.main")
+    for name, text in (("a", clickhouse_a), ("b", clickhouse_b)):
+        ours = sorted(zip(sums[name].column("id").to_pylist(), sums[name].column("amount").to_pylist()))
+        if [(int(r[0]), int(r[1])) for r in tsv_rows(text)] != ours:
+            violations.append(f"ClickHouse returns other rows than we do for db.{name}")
