@@ -3,7 +3,8 @@
 Layout (see format_spec/catalog.md):
 
     metadata/<db>.sql                       ATTACH DATABASE _ UUID '<db uuid>' ENGINE = Atomic
-    metadata/<db> -> ../store/xxx/<db uuid>  the database's metadata directory
+    metadata/<db> -> ../store/xxx/<db uuid>  the database's metadata directory (chdb's `default`:
+                                             this symlink alone, no default.sql; it names the UUID)
     store/xxx/<db uuid>/<t>.sql             ATTACH TABLE _ UUID '<uuid>' (...) ENGINE = MergeTree ...
     store/xxx/<db uuid>/<t>.sql.detached    empty marker: table detached permanently
     store/xxx/<uuid>/                       the table's data (format_version.txt, detached/, parts)
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
     from spark_mergetree.expressions.ddl import TableDefinition
 
+DEFAULT_DATABASE = "default"  # ClickHouse's; chdb keeps it as a symlink without a `.sql` file
 DEFAULT_DROP_DELAY_SECONDS = 480.0  # ClickHouse's database_atomic_delay_before_drop_table_sec
 READER_LEASE_FILE = "mergetree_readers.lock"
 _GUARD_DIR = "mergetree_guards"
@@ -100,6 +102,8 @@ class RecoveryReport:
     removed_leftovers: list[Path] = field(default_factory=list)
     collected: list[str] = field(default_factory=list)
     unreferenced_store_dirs: list[Path] = field(default_factory=list)
+    # `metadata/<db>` symlinks pointing at a directory with tables that `<db>.sql` does not name: left alone.
+    conflicting_database_links: list[Path] = field(default_factory=list)
 
 
 class ReaderLease:
@@ -293,7 +297,23 @@ class Catalog:
                 continue
             if uuid is not None and engine.lower() == "atomic":
                 names.append(unescape_for_file_name(entry.name[:-4]))
+        if DEFAULT_DATABASE not in names and self._linked_default_uuid() is not None:
+            names.append(DEFAULT_DATABASE)
         return sorted(names)
+
+    def _linked_default_uuid(self) -> str | None:
+        """The UUID of ClickHouse's `default` database when only its symlink says it exists.
+
+        clickhouse-local and chdb never write `metadata/default.sql`: on every start they take the
+        database's UUID from the name of the directory `metadata/default` points to (and make that
+        symlink with the first table). A server writes the `.sql` file; then that one is the truth.
+        """
+        try:
+            target = os.readlink(self.metadata_dir / DEFAULT_DATABASE)
+        except OSError:  # missing, or not a symlink
+            return None
+        name = Path(target).name.lower()
+        return name if _UUID_RE.match(name) else None
 
     def database_uuid(self, database: str) -> str:
         _check_name(database, "database")
@@ -301,6 +321,9 @@ class Catalog:
         try:
             text = _read_text(path)
         except FileNotFoundError:
+            linked = self._linked_default_uuid() if database == DEFAULT_DATABASE else None
+            if linked is not None:
+                return linked
             raise TableNotFoundError(f"database {database!r} does not exist ({path} is missing)") from None
         uuid, engine = statements.parse_database_statement(text, str(path))
         if uuid is None or engine.lower() != "atomic":
@@ -318,17 +341,25 @@ class Catalog:
         _check_name(database, "database")
         with self._database_guard(database, exclusive=True):
             database_file = self._database_file(database)
-            if database_file.exists():
+            link = self.metadata_dir / escape_for_file_name(database)
+            if database_file.exists() or (database == DEFAULT_DATABASE and self._linked_default_uuid()):
                 if if_not_exists:
                     return self.database_uuid(database)
-                raise TableExistsError(f"database {database!r} already exists ({database_file})")
+                where = database_file if database_file.exists() else link
+                raise TableExistsError(f"database {database!r} already exists ({where})")
             temporary = database_file.with_name(database_file.name + ".tmp")
             if temporary.exists():
                 self._discard_database_temporary(temporary, RecoveryReport())
             # A symlink without `<db>.sql` is what an interrupted DROP DATABASE leaves; it is the
             # last pointer to the old directory, so clear that before our symlink replaces it.
-            if (self.metadata_dir / escape_for_file_name(database)).is_symlink():
+            # One whose directory holds tables is never replaced: that would hide them all.
+            if link.is_symlink():
                 self._remove_database_leftovers(database)
+                if link.is_symlink():
+                    raise StorageError(
+                        f"CREATE DATABASE {database!r}: {link} points to {link.parent / os.readlink(link)}, which "
+                        f"holds tables, but {database_file} is missing; restore that file (ATTACH DATABASE _ UUID "
+                        f"'<the directory's UUID>' ENGINE = Atomic) instead of creating the database again")
             database_uuid = statements.new_uuid()
             # The temporary file names the UUID before its directory exists, so a crash leaves
             # nothing recovery cannot attribute.
@@ -356,6 +387,12 @@ class Catalog:
         link = self.metadata_dir / escaped
         target = f"../store/{database_uuid[:3]}/{database_uuid}"
         changed = not (link.is_symlink() and os.readlink(link) == target)
+        if changed and link.is_symlink():
+            current = link.parent / os.readlink(link)
+            if current.resolve() != self.store_path(database_uuid).resolve() and any(current.glob("*.sql")):
+                raise StorageError(
+                    f"database {database!r}: {link} points to {current}, which holds tables, while "
+                    f"{self._database_file(database)} names {database_uuid}; left as it is")
         fsops.replace_symlink(link, target, self._scratch_dir)
         (self.root / "data" / escaped).mkdir(parents=True, exist_ok=True)
         return changed
@@ -382,7 +419,11 @@ class Catalog:
             for temporary in database_dir.glob("*.sql.tmp"):
                 self._discard_table_temporary(temporary, report)
             database_file = self._database_file(database)
-            os.unlink(database_file)
+            try:
+                os.unlink(database_file)
+            except FileNotFoundError:
+                # ClickHouse's `default` without a `.sql` file: its symlink is the database.
+                os.unlink(self.metadata_dir / escape_for_file_name(database))
             fsops.fsync_dir(self.metadata_dir)
             self._remove_database_leftovers(database)
             if database_dir.is_dir() and not any(database_dir.glob("*.sql")):
@@ -972,6 +1013,8 @@ class Catalog:
         for link in self.metadata_dir.iterdir():
             if not link.is_symlink() or link.with_name(link.name + ".sql").exists():
                 continue
+            if link.name == DEFAULT_DATABASE and self._linked_default_uuid() is not None:
+                continue  # ClickHouse's `default`, not a crashed DROP DATABASE
             guard = FileLock.try_acquire(self._guard_path("db", unescape_for_file_name(link.name)), exclusive=True)
             if guard is not None:
                 with guard:
@@ -983,8 +1026,11 @@ class Catalog:
                     database_uuid = self.database_uuid(database)
                 except TableNotFoundError:
                     continue
-                if self._link_database(database, database_uuid):
-                    report.repaired_symlinks.append(self.metadata_dir / escape_for_file_name(database))
+                try:
+                    if self._link_database(database, database_uuid):
+                        report.repaired_symlinks.append(self.metadata_dir / escape_for_file_name(database))
+                except StorageError:
+                    report.conflicting_database_links.append(self.metadata_dir / escape_for_file_name(database))
                 self._recover_tables(database, self.store_path(database_uuid), report)
         # 2. half-finished deletions: a trash directory whose entry may or may not be gone.
         for trash in (self.root / "tmp").glob(_TRASH_PREFIX + "*"):
