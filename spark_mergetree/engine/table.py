@@ -155,6 +155,7 @@ class MergeTreeTable:
         self._readers: dict[str, PartReader] = {}
         self._readers_lock = threading.Lock()
         self._external_definition = False
+        self._statement_text: str | None = None  # table.sql as this handle last saw it
 
     def _relative_table_path(self) -> str:
         uuid = self.definition.uuid or "table"
@@ -223,6 +224,7 @@ class MergeTreeTable:
         if self.metadata.setting("storage_policy"):
             self._record_part_roots()
         self._external_definition = not with_statement
+        self._statement_text = format_attach(self.definition) if with_statement else None
 
     @staticmethod
     def _write_layout(target: Path, definition: TableDefinition, engine_settings: Mapping[str, Any], *,
@@ -267,6 +269,7 @@ class MergeTreeTable:
             coordinator = coordinator_from_url(coordinator)
         table = cls(target, metadata, coordinator)
         table._external_definition = external
+        table._statement_text = None if external else create_statement
         return table
 
     # ------------------------------------------------------------------ properties
@@ -440,6 +443,26 @@ class MergeTreeTable:
 
     # ------------------------------------------------------------------ writing
 
+    def _check_same_table(self) -> None:
+        """Refuse to write through this handle if its table was dropped, or dropped and re-created
+        at the same path: `_mergetree/table.sql` must still name the UUID the handle opened."""
+        if self._external_definition:
+            return  # a catalog's or ClickHouse's table: a new table gets a new directory
+        statement_path = self.path / META_DIR / STATEMENT_FILE
+        try:
+            text = statement_path.read_text()
+        except FileNotFoundError:
+            raise TableNotFoundError(f"the table at {self.path} was dropped ({statement_path} is gone) after "
+                                     "this handle opened it") from None
+        if text == self._statement_text:
+            return
+        current = parse_create(text).uuid
+        if current != self.uuid:
+            raise TableNotFoundError(
+                f"the table at {self.path} was re-created (UUID {self.uuid} → {current}) after this handle "
+                "opened it, possibly with another schema; reopen it with MergeTreeTable.open")
+        self._statement_text = text
+
     def stage(self, data: Any, tag: str | None = None, *,
               transaction: Transaction | None = None) -> list[inserting.StagedPart]:
         """Write rows as invisible staged parts, one per partition (executor side in Spark).
@@ -448,6 +471,7 @@ class MergeTreeTable:
         garbage once it ends), or else the write job `tag` (letters and digits, one per Spark
         job; registered in the table's log each time it stages, and ended by `discard_staged`).
         """
+        self._check_same_table()
         table = inserting.conform(inserting.to_arrow_table(data), self.metadata)
         if table.num_rows == 0:
             return []
@@ -505,6 +529,7 @@ class MergeTreeTable:
         """
         if mode not in WRITE_MODES:
             raise InvalidOptionError(f"mode {mode!r} is not valid; use one of {', '.join(WRITE_MODES)}")
+        self._check_same_table()
         own = transaction is None
         return self._commit(staged, mode, transaction if transaction is not None else Transaction(self.coordinator),
                             own)
@@ -641,8 +666,11 @@ class MergeTreeTable:
             raise SchemaMismatchError(f"column(s) {', '.join(clash)} already exist in {self.path}")
         added = tuple(ColumnDefinition(name, parse_type(type_text).to_clickhouse()) for name, type_text in columns)
         definition = replace(self.definition, columns=self.definition.columns + added)
-        write_file_atomically(self.path / META_DIR / STATEMENT_FILE, format_attach(definition).encode())
+        self._check_same_table()
+        statement = format_attach(definition)
+        write_file_atomically(self.path / META_DIR / STATEMENT_FILE, statement.encode())
         self.metadata = self.metadata.with_definition(definition)
+        self._statement_text = statement
 
     # ------------------------------------------------------------------ merges and upkeep
 
@@ -664,6 +692,7 @@ class MergeTreeTable:
         return self._run_merges(final=final, force=True)
 
     def _run_merges(self, final: bool, force: bool) -> list[str]:
+        self._check_same_table()
         created: list[str] = []
         done: set[str] = set()
         while True:
