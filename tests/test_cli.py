@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import pyarrow as pa
-import pytest
 from click.testing import CliRunner
 
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.cli import main
-
-
-@pytest.fixture(autouse=True)
-def private_coordinator(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_MERGETREE_COORDINATOR", (tmp_path / "coordinator").as_uri())
 
 
 def invoke(*args: str) -> str:
