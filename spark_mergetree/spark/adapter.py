@@ -21,7 +21,9 @@ from typing import Any
 import pyarrow as pa
 
 from spark_mergetree.errors import (
+    ExpressionError,
     InvalidOptionError,
+    SchemaMismatchError,
     TableNotFoundError,
     TransactionError,
     UnsupportedError,
@@ -97,6 +99,11 @@ def resolve(path: str, catalog: str | None, create_statement: str | None, coordi
                                      "a catalog table's statement comes from the catalog")
         if "." not in path:
             raise InvalidOptionError(f"with option 'catalog', load()/save() takes '<database>.<table>', got {path!r}")
+        if not (Path(catalog) / "metadata").is_dir():
+            raise InvalidOptionError(
+                f"option 'catalog': {catalog} is not a catalog root (it has no metadata/ directory); create one "
+                f"first with spark_mergetree.Catalog({catalog!r}) or `mergetree catalog --root {catalog} "
+                "create-database <db>`")
         try:
             info = Catalog(catalog, recover=False).table_info(path)
         except TableNotFoundError:
@@ -166,6 +173,107 @@ def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: st
     MergeTreeTable.create(ref.path, list(columns), order, partition_by, primary_key, engine_settings or None,
                           if_not_exists=True, coordinator=_coordinator(ref.coordinator))
     return ref
+
+
+def new_table_schema(columns: Sequence[tuple[str, str]], order_by: str | None, partition_by: str | None,
+                     primary_key: str | None, settings: dict[str, str]) -> pa.Schema:
+    """The Arrow schema of the table a first write would create, after checking, before anything
+    exists, everything its inserts will need: keys and settings parse as the engine reads them, and
+    every sort and partition key can be computed over values of its columns' types."""
+    from spark_mergetree.engine.metadata import TableMetadata, split_settings
+    from spark_mergetree.expressions.ddl import build_definition
+    from spark_mergetree.expressions.sort_key import key_element_types, sort_indices
+    from spark_mergetree.format.serialization import default_column
+    from spark_mergetree.format.types import parse_type
+
+    clickhouse_settings, engine_settings = split_settings(settings)
+    options = {"order_by": order_by, "partition_by": partition_by, "primary_key": primary_key}
+    try:
+        definition = build_definition(columns, order_by or "tuple()", partition_by, primary_key, clickhouse_settings)
+        metadata = TableMetadata(definition, engine_settings)
+        _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings
+    except (ExpressionError, SchemaMismatchError) as error:
+        given = ", ".join(f"option {key!r}={value!r}" for key, value in options.items() if value)
+        raise InvalidOptionError(f"{given or 'a new table'}: {error}") from error
+    # Two rows of default values of every column: the keys are computed over them as an insert would.
+    probe = pa.table({name: default_column(parse_type(type_text), 2) for name, type_text in columns})
+    unorderable = (pa.ArrowTypeError, pa.ArrowNotImplementedError)
+    for option, elements in (("order_by", metadata.order_by), ("primary_key", metadata.primary_key)):
+        for element, element_type in zip(elements, key_element_types(elements, metadata.column_types), strict=True):
+            try:
+                sort_indices([element], probe, metadata.column_types)
+            except unorderable as error:
+                raise UnsupportedError(
+                    f"option {option!r}: {element} ({element_type}) cannot be a sort key: its values cannot be "
+                    f"ordered ({error}); sort by other columns") from None
+    try:
+        metadata.partition_key.group_rows(probe)
+    except unorderable as error:
+        raise UnsupportedError(
+            f"option 'partition_by': {partition_by} cannot partition a table: its values cannot be compared "
+            f"({error})") from None
+    return metadata.arrow_schema
+
+
+def check_table_options(ref: TableRef, order_by: str | None, partition_by: str | None, primary_key: str | None,
+                        settings: dict[str, str]) -> None:
+    """A write into an existing table cannot change its definition: every table-shaping option it
+    gives must equal the table's (spelled any way), or the write is refused naming both."""
+    from spark_mergetree.engine.metadata import ENGINE_SETTINGS, validate_engine_settings
+    from spark_mergetree.expressions.ddl import build_definition
+    from spark_mergetree.format.granularity import DEFAULT_INDEX_GRANULARITY
+
+    table = open_table(ref)
+    definition = table.definition
+    columns = table.metadata.columns
+
+    def refuse(option: str, given: object, table_value: object) -> None:
+        current = "(not set)" if table_value is None else repr(table_value)
+        raise InvalidOptionError(
+            f"option {option!r}={given!r} differs from the table's {current} ({ref.describe()}): a write "
+            "cannot change an existing table; leave the option out or give the table's value")
+
+    def parsed(option: str, text: str) -> tuple[str, ...]:
+        try:
+            if option == "partition_by":
+                return _spelling((build_definition(columns, None, text).partition_by or "",))
+            return _spelling(build_definition(columns, text).order_by)
+        except (ExpressionError, SchemaMismatchError) as error:
+            raise InvalidOptionError(f"option {option!r}={text!r}: {error}") from error
+
+    keys = {"order_by": (order_by, definition.order_by), "primary_key": (primary_key, definition.primary_key),
+            "partition_by": (partition_by, (definition.partition_by or "",))}
+    for option, (given, current) in keys.items():
+        if given is not None and parsed(option, given) != _spelling(current):
+            refuse(option, given, ", ".join(current) or ("tuple()" if option != "partition_by" else None))
+    for name, value in settings.items():
+        option = name if name in ("codec", "index_granularity") else f"setting.{name}"
+        if name in ENGINE_SETTINGS:
+            if validate_engine_settings({name: value})[name] != table.metadata.setting(name):
+                refuse(option, value, table.metadata.setting(name))
+            continue
+        current = definition.settings.get(name)
+        if current is None and name == "index_granularity":
+            current = str(DEFAULT_INDEX_GRANULARITY)
+        if str(value).strip() != current:
+            refuse(option, value, current)
+
+
+def _spelling(elements: Sequence[str]) -> tuple[str, ...]:
+    """Key elements without the spacing and backquotes that do not change their meaning."""
+    return tuple(element.replace("`", "").replace(" ", "") for element in elements)
+
+
+def check_snapshot(ref: TableRef, snapshot: int | None) -> None:
+    """A snapshot must be one the table's coordinator has reached: a later one would read "now"
+    and then, as commits arrive, other rows."""
+    if snapshot is None:
+        return
+    latest = open_table(ref).coordinator.current_timestamp()
+    if snapshot > latest:
+        raise InvalidOptionError(
+            f"option 'snapshot'={snapshot} is beyond the latest commit sequence number of {ref.describe()}'s "
+            f"coordinator, {latest}: a snapshot must be a commit that has happened")
 
 
 def add_columns(ref: TableRef, columns: Sequence[tuple[str, str]]) -> None:

@@ -68,12 +68,14 @@ class MergeTreeDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def _read_options(self) -> ReadOptions:
-        return ReadOptions.parse(self.options)
+    def _read_options(self) -> tuple[ReadOptions, TableRef]:
+        opts = ReadOptions.parse(self.options)
+        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        adapter.check_snapshot(ref, opts.snapshot)
+        return opts, ref
 
     def schema(self) -> StructType:
-        opts = self._read_options()
-        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        opts, ref = self._read_options()
         arrow = adapter.table_schema(ref)
         if opts.columns is not None:
             missing = [name for name in opts.columns if arrow.get_field_index(name) < 0]
@@ -84,8 +86,7 @@ class MergeTreeDataSource(DataSource):
         return spark_schema(arrow)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = self._read_options()
-        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        opts, ref = self._read_options()
         table_arrow = adapter.table_schema(ref)
         check_readable_columns(table_arrow, schema)
         if opts.columns is not None:
@@ -98,13 +99,17 @@ class MergeTreeDataSource(DataSource):
         return MergeTreeReader(ref, opts, schema, where)
 
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
+        # Every option and the DataFrame's schema are checked before a table is created.
         opts = WriteOptions.parse(self.options, overwrite)
         ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        table_options = (opts.order_by, opts.partition_by, opts.primary_key, opts.settings)
         if not adapter.table_exists(ref):
             non_nullable = key_columns(opts.order_by, opts.partition_by, opts.primary_key) & set(schema.fieldNames())
             columns = clickhouse_columns(schema, non_nullable)
-            ref = adapter.create_table(ref, columns, opts.order_by, opts.partition_by, opts.primary_key,
-                                       opts.settings, opts.catalog)
+            check_writable(adapter.new_table_schema(columns, *table_options), schema, opts.merge_schema)
+            ref = adapter.create_table(ref, columns, *table_options, opts.catalog)
+        # Also after a create: a concurrent first writer may have created the table differently.
+        adapter.check_table_options(ref, *table_options)
         table_arrow = adapter.table_schema(ref)
         new_columns = check_writable(table_arrow, schema, opts.merge_schema)
         if new_columns:

@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
     TimestampType,
 )
 
@@ -205,6 +206,8 @@ def _castable(source: DataType, target: DataType) -> bool:
         return True  # range-checked at write time
     if isinstance(source, FloatType) and isinstance(target, DoubleType):
         return True
+    if isinstance(source, TimestampNTZType) and isinstance(target, TimestampType):
+        return True  # the wall-clock time, stored as a UTC instant (DateTime64(6, 'UTC'))
     if isinstance(source, BinaryType) and isinstance(target, StringType):
         return True  # ClickHouse String holds bytes; see to_table_arrow
     if isinstance(source, ArrayType) and isinstance(target, ArrayType):

@@ -3,6 +3,8 @@ local, and options a table cannot honour. Each error names what is wrong."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,87 @@ def test_urls_are_refused_before_anything_is_written(spark, tmp_path: Path, monk
     df.write.format("mergetree").option("order_by", "id").mode("append").save(target.as_uri())
     assert spark.read.format("mergetree").load(str(target)).count() == 3
     assert spark.read.format("mergetree").load(f"file:{target}").count() == 3
+
+
+def _count(spark, path: Path) -> int:
+    return spark.read.format("mergetree").load(str(path)).count()
+
+
+def test_a_write_cannot_change_the_table_definition(spark, tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    df = spark.range(20).selectExpr("id", "date_add(date'2024-01-20', cast(id as int)) as day")
+
+    def write(**options: str) -> None:
+        writer = df.write.format("mergetree").mode("append")
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        writer.save(str(path))
+
+    write(order_by="id", partition_by="toYYYYMM(day)", codec="ZSTD(3)", index_granularity="16")
+    for option, value, table_value in [("order_by", "day", "id"), ("partition_by", "toYYYYMMDD(day)", "toYYYYMM(day)"),
+                                       ("codec", "LZ4", "ZSTD(3)"), ("index_granularity", "8192", "16"),
+                                       ("primary_key", "day", "id"), ("setting.min_bytes_for_wide_part", "0", "(not set)")]:
+        with pytest.raises(Exception, match=rf"option '{option}'.*{re.escape(value)}.*{re.escape(table_value)}"):
+            write(**{option: value})
+    assert _count(spark, path) == 20
+    # The table's own values (spelled differently) are accepted: nothing to ignore.
+    write(order_by="(`id`)", partition_by="toYYYYMM( day )", codec="zstd(3)", index_granularity="16")
+    assert _count(spark, path) == 40
+    df.write.format("mergetree").mode("overwrite").option("order_by", "id").save(str(path))
+    with pytest.raises(Exception, match="option 'order_by'"):
+        df.write.format("mergetree").mode("overwrite").option("order_by", "day").save(str(path))
+    assert _count(spark, path) == 20
+
+
+def test_timestamp_ntz_is_stored_as_utc_datetime64(spark, tmp_path: Path) -> None:
+    from spark_mergetree.engine.table import MergeTreeTable
+
+    path = tmp_path / "ntz"
+    df = spark.sql("select id, timestamp_ntz'2024-03-01 10:30:00.123456' + make_interval(0, 0, 0, 0, cast(id as int)) "
+                   "as t from range(3)")
+    df.write.format("mergetree").option("order_by", "id").mode("append").save(str(path))
+    df.write.format("mergetree").mode("append").save(str(path))
+    assert dict(MergeTreeTable.open(path).metadata.columns)["t"] == "DateTime64(6, 'UTC')"
+    back = spark.read.format("mergetree").load(str(path)).orderBy("id", "t").collect()
+    # The wall-clock time is kept, as a UTC instant (the session time zone of the tests is UTC).
+    expected = [dt.datetime(2024, 3, 1, 10 + k, 30, 0, 123456) for k in (0, 0, 1, 1, 2, 2)]
+    assert [row["t"] for row in back] == expected
+
+
+def test_unorderable_keys_and_bad_keys_are_refused_before_the_table_exists(spark, tmp_path: Path) -> None:
+    df = spark.sql("select id, map('a', id) as attrs, array(id) as ids from range(3)")
+    cases = [("order_by", "attrs", "attrs"), ("order_by", "(id, ids)", "ids"), ("partition_by", "attrs", "attrs"),
+             ("order_by", "nope", "nope")]
+    for number, (option, value, named) in enumerate(cases):
+        path = tmp_path / f"t{number}"
+        writer = df.write.format("mergetree").mode("append").option(option, value)
+        if option == "partition_by":
+            writer = writer.option("order_by", "id")
+        with pytest.raises(Exception, match=rf"option '{option}'.*{named}") as caught:
+            writer.save(str(path))
+        assert "ArrowTypeError" not in str(caught.value)
+        assert not path.exists(), option
+
+
+def test_catalog_root_must_exist(spark, tmp_path: Path) -> None:
+    root = tmp_path / "no-such-root"
+    with pytest.raises(Exception, match=rf"{re.escape(str(root))}.*Catalog\("):
+        spark.range(3).write.format("mergetree").option("catalog", str(root)).mode("append").save("db.t")
+    with pytest.raises(Exception, match=rf"{re.escape(str(root))}.*Catalog\("):
+        spark.read.format("mergetree").option("catalog", str(root)).load("db.t").count()
+    assert not root.exists()
+
+
+def test_snapshot_beyond_the_latest_commit_is_refused(spark, tmp_path: Path) -> None:
+    from spark_mergetree.engine.table import MergeTreeTable
+
+    path = tmp_path / "tt"
+    spark.range(5).write.format("mergetree").option("order_by", "id").mode("append").save(str(path))
+    table = MergeTreeTable.open(path)
+    latest = table.coordinator.current_timestamp()
+    spark.range(5, 8).write.format("mergetree").mode("append").save(str(path))
+    as_of = spark.read.format("mergetree").option("snapshot", str(latest)).load(str(path))
+    assert as_of.count() == 5
+    now = table.coordinator.current_timestamp()
+    with pytest.raises(Exception, match=rf"option 'snapshot'.*{now + 100}.*latest.*{now}"):
+        spark.read.format("mergetree").option("snapshot", str(now + 100)).load(str(path)).count()

@@ -200,6 +200,7 @@ def test_catalog_tables_by_name(spark, tmp_path: Path) -> None:
     from spark_mergetree.catalog.catalog import Catalog
 
     root = str(tmp_path / "catalog")
+    Catalog(root)  # a root must exist before Spark writes into it
     df = spark.range(0, 50).selectExpr("id", "cast(id % 3 as int) as k")
     (df.write.format("mergetree").option("catalog", root).option("order_by", "id")
      .mode("append").save("shop.items"))
