@@ -56,7 +56,7 @@ from spark_mergetree.expressions.ddl import (
 )
 from spark_mergetree.expressions.predicate import Expr
 from spark_mergetree.format.part_info import PartInfo
-from spark_mergetree.format.part_reader import PartReader
+from spark_mergetree.format.part_reader import PartReader, verify_part
 from spark_mergetree.format.types import from_arrow, parse_type
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
@@ -768,7 +768,7 @@ class MergeTreeTable:
                 on_part(part)
             report.parts_checked += 1
             try:
-                report.problems += PartReader(self.store, part, str(self.path / part)).verify()
+                report.problems += verify_part(self.store, part, str(self.path / part))
             except (CorruptPartError, OSError) as exc:
                 report.problems.append(f"{part}: {exc}")
         if report.parts_checked and on_part is not None:

@@ -4,7 +4,11 @@ A `PartReader` opens a part through a file source (storage's `PartStore`: `read_
 `read_range`, `list_files`, `file_size`), checks that the part is whole (every file checksums.txt
 names is there with its size; marks add up to `count.txt`) and that it holds nothing this version
 cannot interpret, and then serves column reads. Every compressed block is verified against its
-checksum as it is decompressed.
+checksum as it is decompressed; every other file a read interprets (count, partition values,
+min/max and primary indexes, serialization info, marks) is verified against `checksums.txt` when
+it is loaded: the part-wide ones when the reader opens the part, marks when a column's are first
+needed. `columns.txt` and `columns_substreams.txt` are not listed there (ClickHouse never lists
+them); they are checked against the files and marks instead.
 
 Rows a lightweight DELETE removed stay in the part, marked 0 in its `_row_exists` column: reads
 drop them, as ClickHouse does. Projections (`<name>.proj/`) are read past: the part's own columns
@@ -31,6 +35,7 @@ from spark_mergetree.errors import (
     UnsupportedError,
 )
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
+from spark_mergetree.format.cityhash import file_hash
 from spark_mergetree.format.compression import decompress_all, decompress_range, iter_blocks
 from spark_mergetree.format.marks import (
     COMPACT_EXTENSIONS,
@@ -79,6 +84,9 @@ _KNOWN_FILES = frozenset({
     "delete-on-destroy.txt",
 })
 _KNOWN_PREFIXES = ("minmax_", "skp_idx", "statistics")
+MINMAX_PREFIX = "minmax_"
+# Part-wide files a read interprets: loaded and verified against checksums.txt when the part is opened.
+_PART_METADATA = (COUNT_FILE, SERIALIZATION_FILE, PARTITION_FILE, "primary.idx", "primary.cidx")
 _STREAM_SUFFIXES = (".bin", *WIDE_EXTENSIONS, *COMPACT_EXTENSIONS)
 # Files that change which rows a part holds in ways this version does not apply.
 _ROW_CHANGING_FILES = {
@@ -112,6 +120,21 @@ def merge_ranges(ranges: Iterable[GranuleRange]) -> list[GranuleRange]:
     return [(b, e) for b, e in merged]
 
 
+def verify_part(source: FileSource, part: str, location: str = "") -> list[str]:
+    """Like CHECK TABLE for one part: every file checksums.txt lists, projections included, is
+    re-hashed; returns every problem found (none when the part is intact). Needs no reader, so a
+    part too damaged to open still gets all its problems listed."""
+    where = location or part
+    if CHECKSUMS_FILE not in source.list_files(part):
+        return [f"{where}/{CHECKSUMS_FILE}: file is missing"]
+    try:
+        checksums = Checksums.parse(source.read_file(part, CHECKSUMS_FILE), f"{where}/{CHECKSUMS_FILE}")
+    except (CorruptPartError, FormatError, UnsupportedError) as exc:
+        return [str(exc)]
+    return checksums.problems(lambda name: source.read_file(part, name), lambda name: source.file_size(part, name),
+                              where)
+
+
 class PartReader:
     """One part, opened for reading. Cheap to create; metadata is loaded once and cached."""
 
@@ -124,6 +147,10 @@ class PartReader:
         self._checked_types: set[tuple[str, str]] = set()
         self.files = set(source.list_files(part))
         self._refuse_row_changing_features()
+        self._metadata: dict[str, bytes] = {}
+        for name in sorted(self.files):
+            if name in _PART_METADATA or (name.startswith(MINMAX_PREFIX) and name.endswith(".idx")):
+                self._metadata[name] = self._read(name)
         self._require(COLUMNS_FILE)
         self._require(COUNT_FILE)
         self.columns: list[tuple[str, str]] = parse_columns(self._read(COLUMNS_FILE), self._path(COLUMNS_FILE))
@@ -158,14 +185,32 @@ class PartReader:
             raise CorruptPartError(f"{self._path(name)}: file is missing")
 
     def _read(self, name: str) -> bytes:
+        """A whole file of the part. Files other than column data (`.bin`: every block carries its
+        own checksum) are checked against their checksums.txt entry, if they have one."""
+        cached = self._metadata.get(name)
+        if cached is not None:
+            return cached
         self._require(name)
-        return self.source.read_file(self.part, name)
+        data = self.source.read_file(self.part, name)
+        if not name.endswith(".bin"):
+            self._check_against_checksums(name, data)
+        return data
+
+    def _check_against_checksums(self, name: str, data: bytes) -> None:
+        entry = self.checksums.files.get(name) if self.checksums is not None else None
+        if entry is None:
+            return
+        actual = file_hash(data) if len(data) == entry.file_size else None
+        if actual != entry.file_hash:
+            shown = "" if actual is None else f" hash {actual.hex()}"
+            raise CorruptPartError(f"{self._path(name)}: {len(data)} bytes{shown} do not match {CHECKSUMS_FILE} "
+                                   f"({entry.file_size} bytes, hash {entry.file_hash.hex()})")
 
     @cached_property
     def checksums(self) -> Checksums | None:
         if CHECKSUMS_FILE not in self.files:
             return None
-        return Checksums.parse(self._read(CHECKSUMS_FILE), self._path(CHECKSUMS_FILE))
+        return Checksums.parse(self.source.read_file(self.part, CHECKSUMS_FILE), self._path(CHECKSUMS_FILE))
 
     def _refuse_row_changing_features(self) -> None:
         """Parts whose rows ClickHouse changes in ways this version does not apply are refused."""
@@ -216,12 +261,8 @@ class PartReader:
                     f"{self._path(name)}: {size} bytes, checksums.txt says {entry.file_size}")
 
     def verify(self) -> list[str]:
-        """Like CHECK TABLE for this part: every file checksums.txt lists, projections included, is
-        re-hashed; returns the problems found (none when the part is intact)."""
-        if self.checksums is None:
-            return [f"{self._path(CHECKSUMS_FILE)}: file is missing"]
-        return self.checksums.problems(lambda name: self.source.read_file(self.part, name),
-                                       lambda name: self.source.file_size(self.part, name), self.location)
+        """Like CHECK TABLE for this part (see `verify_part`)."""
+        return verify_part(self.source, self.part, self.location)
 
     # ------------------------------------------------------------------ marks
 
@@ -356,7 +397,7 @@ class PartReader:
         return [array[0].as_py() for array in arrays]
 
     def minmax(self, column: str) -> tuple[object, object]:
-        name = f"minmax_{escape_for_file_name(column)}.idx"
+        name = f"{MINMAX_PREFIX}{escape_for_file_name(column)}.idx"
         (array,) = deserialize_rows([self.types[column]], self._read(name), 2)
         return array[0].as_py(), array[1].as_py()
 

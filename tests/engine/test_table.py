@@ -25,6 +25,7 @@ from spark_mergetree import (
     TableNotFoundError,
 )
 from spark_mergetree.errors import ExpressionError
+from spark_mergetree.format.checksums import Checksums, compute_file_checksum
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn import Transaction
 
@@ -278,6 +279,12 @@ def test_missing_file_is_detected(one_part):
 def test_wrong_count_is_detected(one_part):
     t, part = one_part
     (part / "count.txt").write_text("21")
+    with pytest.raises(CorruptPartError, match=r"all_1_1_0/count\.txt: 2 bytes hash \w+ do not match checksums\.txt"):
+        _fresh(t).to_arrow()
+    # A count that checksums.txt agrees with (a writer's error) must still add up to the marks.
+    listing = Checksums.parse((part / "checksums.txt").read_bytes())
+    listing.files["count.txt"] = compute_file_checksum(part / "count.txt", False)
+    (part / "checksums.txt").write_bytes(listing.to_bytes())
     with pytest.raises(CorruptPartError, match="count.txt.*21.*20"):
         _fresh(t).to_arrow()
 

@@ -6,8 +6,10 @@
 * Projections (`<name>.proj/`): read past (the part's own columns are the table) and checked.
 * Skip indexes, TTL and statistics files are known; an unknown file or a transaction's
   `txn_version.txt` is refused by name.
-* Damaged marks and columns.txt, and a CREATE statement that does not describe the parts: errors
-  name the marks file / columns.txt (with mark number or byte offset) and the column.
+* Damaged marks (with checksums.txt that agrees: a writer's error, not a flipped bit, which the
+  checksums catch: test_metadata_checksums.py) and columns.txt, and a CREATE statement that does not
+  describe the parts: errors name the marks file / columns.txt (with mark number or byte offset) and
+  the column.
 
 Expected rows come from ClickHouse (chdb) SELECTs of the same tables.
 """
@@ -23,6 +25,7 @@ import pytest
 
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.errors import CorruptPartError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.checksums import CHECKSUMS_FILE, Checksums, compute_file_checksum
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.storage.part_store import PartStore
 from spark_mergetree.storage.policy import StoragePolicy
@@ -186,10 +189,21 @@ def _read_mark(path: Path, mark: int, field: int, width: int) -> int:
     return struct.unpack_from("<Q", path.read_bytes(), (mark * width + field) * 8)[0]
 
 
+def _record_checksums(part: Path) -> None:
+    """Rewrite checksums.txt to match the files as they are now: a part whose writer got the marks
+    wrong but its checksums right (a flipped bit alone is refused by the checksums)."""
+    listing = part / CHECKSUMS_FILE
+    checksums = Checksums.parse(listing.read_bytes())
+    for file, entry in checksums.files.items():
+        checksums.files[file] = compute_file_checksum(part / file, entry.is_compressed)
+    listing.write_bytes(checksums.to_bytes())
+
+
 def _damaged(tables, tmp_path, name: str, damage) -> tuple[MergeTreeTable, Path]:
     copy = _copy_table(tables["dirs"][name], tmp_path, "t")
     part = copy / tables["parts"][name][0]
     damage(part)
+    _record_checksums(part)
     return _open(tables, name, copy), part
 
 
