@@ -1,5 +1,7 @@
-"""Auto-registration of format("mergetree"): Spark imports top-level `pyspark_*` modules on its
-Python path and registers their `DefaultSource`, so an installed package needs no register call."""
+"""Auto-registration of format("mergetree"): Spark lists top-level `pyspark_*` modules on its Python
+path (pkgutil.iter_modules(), once per JVM) and registers their `DefaultSource`, so an installed
+package needs no register call. A session started before the install needs
+`spark_mergetree.register(spark)`."""
 
 from spark_mergetree.spark.source import MergeTreeDataSource
 

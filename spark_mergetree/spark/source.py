@@ -276,7 +276,12 @@ class MergeTreeWriter(DataSourceArrowWriter):
 
 
 def register(spark: Any) -> None:
-    """Register format("mergetree") on a session (not needed when the package is pip-installed)."""
+    """Register format("mergetree") on a session.
+
+    Sessions started after the package was installed find it by themselves (pyspark_mergetree);
+    a session that was running before the install (a notebook's %pip) fails with
+    DATA_SOURCE_NOT_FOUND until this is called once.
+    """
     spark.dataSource.register(MergeTreeDataSource)
 
 
