@@ -591,7 +591,7 @@ _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError
 
 def evaluate(expr: Expr, table: pa.Table) -> pa.BooleanArray:
     """Which rows of `table` satisfy `expr` (NULL counts as not satisfied), as a BooleanArray without nulls."""
-    result = _truth(_eval(expr, table), table.num_rows)
+    result = _truth(expr, table)
     return result.fill_null(False)
 
 
@@ -611,15 +611,16 @@ def _as_array(value: pa.Array | pa.Scalar, length: int) -> pa.Array:
     return value
 
 
-def _truth(value: pa.Array | pa.Scalar, length: int) -> pa.Array:
-    array = _as_array(value, length)
+def _truth(expr: Expr, table: pa.Table) -> pa.Array:
+    """A condition's value per row: booleans, or numbers (non-zero is true), as ClickHouse filters."""
+    array = _as_array(_eval(expr, table), table.num_rows)
     if pa.types.is_boolean(array.type):
         return array
     if pa.types.is_null(array.type):
-        return pa.nulls(length, pa.bool_())
+        return pa.nulls(table.num_rows, pa.bool_())
     if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
         return pc.not_equal(array, 0)
-    raise ExpressionError(f"a condition must be boolean or numeric, got {array.type}")
+    raise ExpressionError(f"{to_sql(expr)} cannot be a condition: it is {array.type}, not a boolean or a number")
 
 
 def _column(table: pa.Table, name: str) -> pa.Array:
@@ -666,12 +667,12 @@ def _eval(expr: Expr, table: pa.Table) -> pa.Array | pa.Scalar:
         return _eval_in(expr, table)
     if isinstance(expr, (And, Or)):
         combine = pc.and_kleene if isinstance(expr, And) else pc.or_kleene
-        result = _truth(_eval(expr.args[0], table), table.num_rows)
+        result = _truth(expr.args[0], table)
         for arg in expr.args[1:]:
-            result = combine(result, _truth(_eval(arg, table), table.num_rows))
+            result = combine(result, _truth(arg, table))
         return result
     if isinstance(expr, Not):
-        return pc.invert(_truth(_eval(expr.arg, table), table.num_rows))
+        return pc.invert(_truth(expr.arg, table))
     if isinstance(expr, IsNull):
         return pc.is_null(_as_array(_eval(expr.expr, table), table.num_rows))
     if isinstance(expr, IsNotNull):

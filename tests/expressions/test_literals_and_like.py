@@ -148,3 +148,5 @@ def test_function_errors_name_the_expression_not_internals(tables):
     with pytest.raises(ExpressionError, match=r"s LIKE 'a%': string matching needs a String column|"
                                               r"u8 LIKE 'a%': string matching needs a String column, column 'u8'"):
         table.to_arrow(where="u8 LIKE 'a%'")
+    with pytest.raises(ExpressionError, match=r"^s cannot be a condition: it is string"):
+        table.to_arrow(where="s")
