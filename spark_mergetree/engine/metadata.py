@@ -8,6 +8,7 @@ live in `_mergetree/settings.json`, so ClickHouse can always attach the statemen
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,13 @@ from typing import Any
 import pyarrow as pa
 
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, SchemaMismatchError
-from spark_mergetree.expressions.ddl import TableDefinition
+from spark_mergetree.expressions.ddl import (
+    CLICKHOUSE_ONLY_SETTINGS,
+    UNDERSTOOD_SETTINGS,
+    TableDefinition,
+    check_settings,
+    known_settings_text,
+)
 from spark_mergetree.expressions.key_condition import key_columns_for
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
@@ -43,9 +50,8 @@ ENGINE_SETTINGS: dict[str, Any] = {
     "coordinator": None,  # coordinator URL; None: the process default
 }
 
-# ClickHouse MergeTree settings we understand (others are kept and passed through untouched).
-CLICKHOUSE_SETTINGS = ("index_granularity", "index_granularity_bytes", "min_bytes_for_wide_part",
-                       "min_rows_for_wide_part", "min_compress_block_size", "max_compress_block_size")
+# ClickHouse's MergeTree settings a new table may have: expressions/ddl.py lists them (those we
+# understand, and those only ClickHouse uses and we write into the statement untouched).
 
 
 def _parse_bool(name: str, value: Any) -> bool:
@@ -70,16 +76,24 @@ def _parse_int(name: str, value: Any, minimum: int = 0) -> int:
 
 
 def split_settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, Any]]:
-    """(ClickHouse settings for the statement, our engine settings) from one user mapping."""
-    clickhouse: dict[str, str] = {}
+    """(ClickHouse settings for the statement, our engine settings) from one user mapping, every
+    name and value checked: a new table's settings all pass through here."""
+    clickhouse: dict[str, Any] = {}
     ours: dict[str, Any] = {}
     for key, value in (settings or {}).items():
         name = str(key).lower()
         if name in ENGINE_SETTINGS:
             ours[name] = value
+        elif name in UNDERSTOOD_SETTINGS or name in CLICKHOUSE_ONLY_SETTINGS:
+            clickhouse[name] = value
         else:
-            clickhouse[name] = str(value)
-    return clickhouse, validate_engine_settings(ours)
+            known = [*ENGINE_SETTINGS, *UNDERSTOOD_SETTINGS, *CLICKHOUSE_ONLY_SETTINGS]
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidOptionError(f"unknown setting {name!r}{hint}; settings of this engine: "
+                                     f"{', '.join(ENGINE_SETTINGS)}; ClickHouse MergeTree settings, "
+                                     f"{known_settings_text()}")
+    return check_settings(clickhouse), validate_engine_settings(ours)
 
 
 def validate_engine_settings(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,8 +177,9 @@ class TableMetadata:
             index_granularity=int(s.get("index_granularity", granularity.DEFAULT_INDEX_GRANULARITY)),
             index_granularity_bytes=int(s.get("index_granularity_bytes", granularity.DEFAULT_INDEX_GRANULARITY_BYTES)),
             codec=parse_codec(str(self.setting("codec"))),
-            min_compress_block_size=int(s.get("min_compress_block_size", WriterSettings.min_compress_block_size)),
-            max_compress_block_size=int(s.get("max_compress_block_size", WriterSettings.max_compress_block_size)),
+            # 0 (ClickHouse's own default for these table settings) means the default block sizes.
+            min_compress_block_size=int(s.get("min_compress_block_size", 0)) or WriterSettings.min_compress_block_size,
+            max_compress_block_size=int(s.get("max_compress_block_size", 0)) or WriterSettings.max_compress_block_size,
         )
 
     def sort(self, table: pa.Table) -> pa.Table:

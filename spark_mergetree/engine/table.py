@@ -52,6 +52,7 @@ from spark_mergetree.expressions.ddl import (
     TableDefinition,
     build_definition,
     format_attach,
+    key_column_names,
     parse_create,
 )
 from spark_mergetree.expressions.predicate import Expr
@@ -191,11 +192,11 @@ class MergeTreeTable:
         clickhouse_settings, engine_settings = split_settings(settings)
         if isinstance(coordinator, str):
             engine_settings["coordinator"] = coordinator
-        # ClickHouse keys cannot be Nullable: Arrow fields used as key columns are stored non-nullable.
+        # ClickHouse keys cannot be Nullable: Arrow fields the keys read are stored non-nullable.
         columns = _normalize_schema(schema, set())
-        probe = build_definition(columns, order_by, None, primary_key)
         if isinstance(schema, pa.Schema):
-            columns = _normalize_schema(schema, {e.strip("`") for e in probe.order_by})
+            keys = key_column_names([name for name, _ in columns], order_by, partition_by, primary_key)
+            columns = _normalize_schema(schema, keys)
         definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
                                       uuid=str(uuid_module.uuid4()))
         table = cls.new(target, definition, engine_settings,

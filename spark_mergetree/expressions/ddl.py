@@ -9,6 +9,7 @@ whitespace normalised), so nothing is lost or rewritten between reading and writ
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,10 +19,52 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, UnsupportedError
-from spark_mergetree.expressions.predicate import columns_of, parse_expression
+from spark_mergetree.expressions.functions import type_info
+from spark_mergetree.expressions.predicate import Column, Func, bind, columns_of, parse_expression
 
 SUPPORTED_ENGINES = ("MergeTree",)
 DEFAULT_INDEX_GRANULARITY = "8192"
+
+# ClickHouse MergeTree settings a new table's statement may carry, each as (kind, smallest value).
+# These shape the parts this package writes and reads:
+UNDERSTOOD_SETTINGS: dict[str, tuple[str, int]] = {
+    "index_granularity": ("uint", 1),
+    "allow_nullable_key": ("bool", 0),  # needed (as in ClickHouse) for a key over a Nullable column
+    "index_granularity_bytes": ("uint", 0),  # 0: fixed granules; else at least 1024 (ClickHouse's minimum)
+    "min_bytes_for_wide_part": ("uint", 0),
+    "min_rows_for_wide_part": ("uint", 0),
+    "min_compress_block_size": ("uint", 0),  # 0: the default block sizes
+    "max_compress_block_size": ("uint", 0),
+}
+# These only steer ClickHouse's own background work and inserts on the same table (merges, TTL,
+# throttling); they are written into the statement and have no effect on what this package does.
+CLICKHOUSE_ONLY_SETTINGS: dict[str, tuple[str, int]] = {
+    "merge_max_block_size": ("uint", 1),
+    "max_bytes_to_merge_at_max_space_in_pool": ("uint", 0),
+    "max_bytes_to_merge_at_min_space_in_pool": ("uint", 0),
+    "min_age_to_force_merge_seconds": ("uint", 0),
+    "min_age_to_force_merge_on_partition_only": ("bool", 0),
+    "merge_with_ttl_timeout": ("int", 0),
+    "merge_with_recompression_ttl_timeout": ("int", 0),
+    "ttl_only_drop_parts": ("bool", 0),
+    "max_number_of_merges_with_ttl_in_pool": ("uint", 0),
+    "enable_vertical_merge_algorithm": ("uint", 0),
+    "vertical_merge_algorithm_min_rows_to_activate": ("uint", 0),
+    "parts_to_delay_insert": ("uint", 0),
+    "parts_to_throw_insert": ("uint", 0),
+    "inactive_parts_to_delay_insert": ("uint", 0),
+    "inactive_parts_to_throw_insert": ("uint", 0),
+    "max_delay_to_insert": ("uint", 0),
+    "max_parts_in_total": ("uint", 0),
+    "max_suspicious_broken_parts": ("uint", 0),
+    "non_replicated_deduplication_window": ("uint", 0),
+    "merge_selecting_sleep_ms": ("uint", 0),
+    "lock_acquire_timeout_for_background_operations": ("uint", 0),
+    "max_concurrent_queries": ("uint", 0),
+    "min_marks_to_honor_max_concurrent_queries": ("uint", 0),
+    "max_partitions_to_read": ("int", -1),
+}
+_MIN_INDEX_GRANULARITY_BYTES = 1024
 
 _DEFAULT_KINDS = ("DEFAULT", "MATERIALIZED", "ALIAS", "EPHEMERAL")
 _COLUMN_CLAUSES = frozenset({*_DEFAULT_KINDS, "COMMENT", "CODEC", "TTL", "STATISTICS", "SETTINGS", "NULL", "NOT", "PRIMARY"})
@@ -577,6 +620,74 @@ def key_clause(key: str | Sequence[str] | None, what: str) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
 
 
+def known_settings_text() -> str:
+    """The ClickHouse settings a new table may have, for error messages."""
+    return (f"understood: {', '.join(UNDERSTOOD_SETTINGS)}; used by ClickHouse only: "
+            f"{', '.join(CLICKHOUSE_ONLY_SETTINGS)}")
+
+
+def check_settings(settings: Mapping[str, object]) -> dict[str, str]:
+    """ClickHouse settings of a new table, checked by name and value and rendered as the statement
+    writes them; a name or value ClickHouse would refuse (and with it, on start, the whole database)
+    is refused here, before anything is written."""
+    out: dict[str, str] = {}
+    for key, value in settings.items():
+        name = str(key)
+        rule = UNDERSTOOD_SETTINGS.get(name) or CLICKHOUSE_ONLY_SETTINGS.get(name)
+        if rule is None:
+            close = difflib.get_close_matches(name, [*UNDERSTOOD_SETTINGS, *CLICKHOUSE_ONLY_SETTINGS], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidOptionError(f"unknown MergeTree setting {name!r}{hint}; {known_settings_text()}")
+        kind, minimum = rule
+        if kind == "bool":
+            text = str(value).strip().lower()
+            if isinstance(value, bool) or text in ("0", "1", "true", "false"):
+                out[name] = "1" if value is True or text in ("1", "true") else "0"
+                continue
+            raise InvalidOptionError(f"setting {name!r} must be true or false (1 or 0), got {value!r}")
+        try:
+            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
+        except ValueError:
+            raise InvalidOptionError(f"setting {name!r} must be an integer, got {value!r}") from None
+        if number < minimum:
+            raise InvalidOptionError(f"setting {name!r} must be at least {minimum}, got {number}")
+        if number >= 1 << (64 if kind == "uint" else 63):
+            raise InvalidOptionError(f"setting {name!r} must be below {1 << (64 if kind == 'uint' else 63)}, got {number}")
+        if name == "index_granularity_bytes" and 0 < number < _MIN_INDEX_GRANULARITY_BYTES:
+            raise InvalidOptionError(f"setting 'index_granularity_bytes' must be 0 (fixed granules) or at least "
+                                     f"{_MIN_INDEX_GRANULARITY_BYTES}, got {number}")
+        out[name] = str(number)
+    return out
+
+
+# Characters ClickHouse writes escaped inside `names` (in metadata files and columns.txt).
+_ESCAPED_IN_NAMES = re.compile(r"[\x00\b\f\n\r\t]")
+
+
+def _check_column_names(names: Sequence[object]) -> None:
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise InvalidOptionError(f"column name {name!r} is not allowed: a column needs a non-empty name")
+        if _ESCAPED_IN_NAMES.search(name):
+            raise InvalidOptionError(f"column name {name!r} is not supported: it holds a control character "
+                                     "(NUL, backspace, form feed, newline, carriage return or tab)")
+    duplicates = sorted({name for name in names if names.count(name) > 1})  # type: ignore[misc]
+    if duplicates:
+        raise InvalidOptionError(f"schema has duplicate columns {duplicates}")
+
+
+def key_column_names(names: Sequence[str], order_by: str | Sequence[str] | None,
+                     partition_by: str | Sequence[str] | None = None,
+                     primary_key: str | Sequence[str] | None = None) -> set[str]:
+    """The columns (of `names`) that a new table's keys read: ClickHouse wants them non-Nullable."""
+    found: set[str] = set()
+    for key, what in ((order_by, "order_by"), (partition_by, "partition_by"), (primary_key, "primary_key")):
+        text = key_clause(key, what)
+        if text:
+            found |= columns_of(parse_expression(text))
+    return found & set(names)
+
+
 def build_definition(
     columns: Sequence[tuple[str, str]],
     order_by: str | Sequence[str] | None,
@@ -589,10 +700,7 @@ def build_definition(
     statement and parsed back, so keys are read (and checked) exactly as in any statement."""
     if not columns:
         raise InvalidOptionError("a table needs at least one column")
-    names = [name for name, _ in columns]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise InvalidOptionError(f"schema has duplicate columns {duplicates}")
+    _check_column_names([name for name, _ in columns])
     order_text = key_clause(order_by, "order_by") or "tuple()"
     lines = ["CREATE TABLE _ (" + ", ".join(f"{_backquote(n)} {t}" for n, t in columns) + ")", "ENGINE = MergeTree"]
     partition_text = key_clause(partition_by, "partition_by")
@@ -603,8 +711,27 @@ def build_definition(
         lines.append(f"PRIMARY KEY {primary_text}")
     lines.append(f"ORDER BY {order_text}")
     if settings:
-        rendered = {key: ("1" if value else "0") if isinstance(value, bool) else str(value)
-                    for key, value in settings.items()}
+        rendered = check_settings(settings)
         lines.append("SETTINGS " + ", ".join(_setting_text(k, v) for k, v in rendered.items()))
     definition = parse_create("\n".join(lines))
+    _check_nullable_keys(definition)
     return replace(definition, uuid=uuid) if uuid else definition
+
+
+def _check_nullable_keys(definition: TableDefinition) -> None:
+    """ClickHouse refuses a key over a Nullable column unless the table allows it: so do we."""
+    if definition.settings.get("allow_nullable_key") == "1":
+        return
+    schema = definition.schema
+    for clause, elements in (("ORDER BY", definition.order_by), ("PARTITION BY", (definition.partition_by,))):
+        for text in elements:
+            if text is None:
+                continue
+            expr = bind(parse_expression(text), schema)
+            typed = expr.type if isinstance(expr, (Column, Func)) else None
+            nullable = type_info(typed).nullable if typed else any(
+                type_info(schema[name]).nullable for name in columns_of(expr))
+            if nullable:
+                raise InvalidOptionError(
+                    f"{clause} {text!r} is over a Nullable column: make the column non-Nullable, or set "
+                    "allow_nullable_key = 1 as ClickHouse requires")
