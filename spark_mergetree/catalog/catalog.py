@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_mergetree.catalog import fsops, statements
-from spark_mergetree.catalog.fsops import FileLock, escape_for_file_name, unescape_for_file_name
+from spark_mergetree import fileops
+from spark_mergetree.catalog import statements
 from spark_mergetree.errors import (
     FormatError,
     InvalidOptionError,
@@ -42,6 +42,7 @@ from spark_mergetree.errors import (
     TableNotFoundError,
     UnsupportedError,
 )
+from spark_mergetree.fileops import FileLock, escape_for_file_name, unescape_for_file_name
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
@@ -52,7 +53,6 @@ DEFAULT_DROP_DELAY_SECONDS = 480.0  # ClickHouse's database_atomic_delay_before_
 READER_LEASE_FILE = "mergetree_readers.lock"
 _GUARD_DIR = "mergetree_guards"
 _TRASH_PREFIX = "mergetree_dropping."
-_BEING_WRITTEN_RE = re.compile(r"\A\..+\.tmp-")  # txn.table_log.write_file_atomically's temporaries
 _UUID_RE = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 TableName = str | tuple[str, str]
@@ -363,23 +363,23 @@ class Catalog:
             database_uuid = statements.new_uuid()
             # The temporary file names the UUID before its directory exists, so a crash leaves
             # nothing recovery cannot attribute.
-            fsops.write_new_file(temporary, statements.database_statement(database_uuid).encode())
-            fsops.fsync_dir(self.metadata_dir)
+            fileops.write_new_file(temporary, statements.database_statement(database_uuid).encode())
+            fileops.fsync_dir(self.metadata_dir)
             directory = self.store_path(database_uuid)
             directory.mkdir(parents=True)
-            fsops.fsync_dir(directory.parent)
+            fileops.fsync_dir(directory.parent)
             # The symlink goes in before the commit: from the commit on, the directory always has
             # a pointer that recovery follows, even if DROP DATABASE is interrupted right after.
             self._link_database(database, database_uuid)
             try:
-                fsops.rename_noreplace(temporary, database_file, f"database {database!r}")
+                fileops.rename_noreplace(temporary, database_file, f"database {database!r}")
             except TableExistsError:
                 shutil.rmtree(directory, ignore_errors=True)
-                fsops.remove_quietly(temporary)
+                fileops.remove_quietly(temporary)
                 if if_not_exists:
                     return self.database_uuid(database)
                 raise
-            fsops.fsync_dir(self.metadata_dir)
+            fileops.fsync_dir(self.metadata_dir)
             return database_uuid
 
     def _link_database(self, database: str, database_uuid: str) -> bool:
@@ -393,7 +393,7 @@ class Catalog:
                 raise StorageError(
                     f"database {database!r}: {link} points to {current}, which holds tables, while "
                     f"{self._database_file(database)} names {database_uuid}; left as it is")
-        fsops.replace_symlink(link, target, self._scratch_dir)
+        fileops.replace_symlink(link, target, self._scratch_dir)
         (self.root / "data" / escaped).mkdir(parents=True, exist_ok=True)
         return changed
 
@@ -424,7 +424,7 @@ class Catalog:
             except FileNotFoundError:
                 # ClickHouse's `default` without a `.sql` file: its symlink is the database.
                 os.unlink(self.metadata_dir / escape_for_file_name(database))
-            fsops.fsync_dir(self.metadata_dir)
+            fileops.fsync_dir(self.metadata_dir)
             self._remove_database_leftovers(database)
             if database_dir.is_dir() and not any(database_dir.glob("*.sql")):
                 shutil.rmtree(database_dir, ignore_errors=True)  # also when its symlink was missing
@@ -446,7 +446,7 @@ class Catalog:
                 removed += report.removed_orphan_store_dirs
                 shutil.rmtree(target, ignore_errors=True)
                 removed.append(target)
-            fsops.remove_quietly(link)
+            fileops.remove_quietly(link)
             removed.append(link)
         data_dir = self.root / "data" / escaped
         if data_dir.is_dir() and all(entry.is_symlink() for entry in data_dir.iterdir()):
@@ -582,26 +582,26 @@ class Catalog:
             temporary = metadata_file.with_name(metadata_file.name + ".tmp")
             if temporary.exists():  # we hold the name's guard, so this is a crashed create
                 self._discard_table_temporary(temporary, RecoveryReport())
-            fsops.write_new_file(temporary, statement.encode())
-            fsops.fsync_dir(database_dir)
+            fileops.write_new_file(temporary, statement.encode())
+            fileops.fsync_dir(database_dir)
             # The engine's own creation path; the statement stays in the metadata file alone.
             new_table.write_directory(with_statement=False)
             try:
-                fsops.rename_noreplace(temporary, metadata_file, f"table {database}.{table}")
+                fileops.rename_noreplace(temporary, metadata_file, f"table {database}.{table}")
             except TableExistsError:
                 remove_table_directory(data_path)
-                fsops.remove_quietly(temporary)
+                fileops.remove_quietly(temporary)
                 if if_not_exists:
                     return self.table_info((database, table), allow_detached=True)
                 raise
-            fsops.fsync_dir(database_dir)
+            fileops.fsync_dir(database_dir)
             self._link_table(database, table, table_uuid)
             return TableInfo(database, table, table_uuid, data_path, metadata_file, False, statement)
 
     def _link_table(self, database: str, table: str, table_uuid: str) -> None:
         link = self._data_link(database, table)
         link.parent.mkdir(parents=True, exist_ok=True)
-        fsops.replace_symlink(link, f"../../store/{table_uuid[:3]}/{table_uuid}", self._scratch_dir)
+        fileops.replace_symlink(link, f"../../store/{table_uuid[:3]}/{table_uuid}", self._scratch_dir)
 
     def rename_table(self, source: TableName, target: TableName) -> TableInfo:
         """RENAME TABLE (also to another database): one renameat2 RENAME_NOREPLACE of the metadata file."""
@@ -615,12 +615,12 @@ class Catalog:
             target_file = self._table_file(target_dir, target_table)
             if target_file.with_name(target_file.name + ".detached").exists():
                 raise TableExistsError(f"table {target_db}.{target_table} exists (detached)")
-            fsops.rename_noreplace(info.metadata_path, target_file, f"table {target_db}.{target_table}")
-            fsops.fsync_dir(target_dir)
+            fileops.rename_noreplace(info.metadata_path, target_file, f"table {target_db}.{target_table}")
+            fileops.fsync_dir(target_dir)
             if info.metadata_path.parent != target_dir:
-                fsops.fsync_dir(info.metadata_path.parent)
+                fileops.fsync_dir(info.metadata_path.parent)
             self._link_table(target_db, target_table, info.uuid)
-            fsops.remove_quietly(self._data_link(source_db, source_table))
+            fileops.remove_quietly(self._data_link(source_db, source_table))
             return TableInfo(target_db, target_table, info.uuid, info.data_path, target_file, False, info.statement)
 
     def exchange_tables(self, first: TableName, second: TableName) -> None:
@@ -632,11 +632,11 @@ class Catalog:
         with self._guard_tables((first_db, first_table), (second_db, second_table)):
             first_info = self.table_info((first_db, first_table))
             second_info = self.table_info((second_db, second_table))
-            fsops.rename_exchange(first_info.metadata_path, second_info.metadata_path,
+            fileops.rename_exchange(first_info.metadata_path, second_info.metadata_path,
                                   f"EXCHANGE TABLES {first_db}.{first_table} AND {second_db}.{second_table}")
-            fsops.fsync_dir(first_info.metadata_path.parent)
+            fileops.fsync_dir(first_info.metadata_path.parent)
             if second_info.metadata_path.parent != first_info.metadata_path.parent:
-                fsops.fsync_dir(second_info.metadata_path.parent)
+                fileops.fsync_dir(second_info.metadata_path.parent)
             self._link_table(first_db, first_table, second_info.uuid)
             self._link_table(second_db, second_table, first_info.uuid)
 
@@ -669,12 +669,12 @@ class Catalog:
         # The mtime is the drop time (ClickHouse reads it the same way after a restart); set it
         # before the rename so no crash can leave an older, earlier-due time behind.
         os.utime(info.metadata_path, (now, now))
-        fsops.rename_noreplace(info.metadata_path, target, f"dropped table {database}.{table} ({info.uuid})")
-        fsops.fsync_dir(self.dropped_dir)
-        fsops.fsync_dir(database_dir)
+        fileops.rename_noreplace(info.metadata_path, target, f"dropped table {database}.{table} ({info.uuid})")
+        fileops.fsync_dir(self.dropped_dir)
+        fileops.fsync_dir(database_dir)
         marker = database_dir / (escape_for_file_name(table) + ".sql.detached")
-        fsops.remove_quietly(marker)
-        fsops.remove_quietly(self._data_link(database, table))
+        fileops.remove_quietly(marker)
+        fileops.remove_quietly(self._data_link(database, table))
         return DroppedTable(database, table, info.uuid, target, info.data_path, now, now + self.drop_delay)
 
     def purge_dropped(self, table_uuid: str) -> DroppedTable:
@@ -738,9 +738,9 @@ class Catalog:
                 target = self._table_file(database_dir, table)
                 if target.with_name(target.name + ".detached").exists():
                     raise TableExistsError(f"table {database}.{table} exists (detached)")
-                fsops.rename_noreplace(dropped.metadata_path, target, f"table {database}.{table}")
-                fsops.fsync_dir(database_dir)
-                fsops.fsync_dir(self.dropped_dir)
+                fileops.rename_noreplace(dropped.metadata_path, target, f"table {database}.{table}")
+                fileops.fsync_dir(database_dir)
+                fileops.fsync_dir(self.dropped_dir)
             self._link_table(database, table, dropped.uuid)
             return self.table_info((database, table))
 
@@ -755,10 +755,10 @@ class Catalog:
             info = self.table_info((database, table))
             marker = info.metadata_path.with_name(info.metadata_path.name + ".detached")
             try:
-                fsops.write_new_file(marker, b"")
+                fileops.write_new_file(marker, b"")
             except FileExistsError:
                 raise TableNotFoundError(f"table {database}.{table} is already detached ({marker})") from None
-            fsops.fsync_dir(marker.parent)
+            fileops.fsync_dir(marker.parent)
             return TableInfo(database, table, info.uuid, info.data_path, info.metadata_path, True, info.statement)
 
     def attach_table(self, name: TableName, statement: str | None = None) -> TableInfo:
@@ -785,11 +785,11 @@ class Catalog:
                 os.unlink(marker)
             elif _file_size(marker) == 0:
                 # An empty marker with no table: the leftover of a dropped table, not a table.
-                fsops.remove_quietly(marker)
+                fileops.remove_quietly(marker)
                 raise TableNotFoundError(f"no detached table {database}.{table} (removed the stale marker {marker})")
             else:
-                fsops.rename_noreplace(marker, metadata_file, f"table {database}.{table}")
-            fsops.fsync_dir(database_dir)
+                fileops.rename_noreplace(marker, metadata_file, f"table {database}.{table}")
+            fileops.fsync_dir(database_dir)
             info = self.table_info((database, table))
             self._link_table(database, table, info.uuid)
             return info
@@ -819,14 +819,14 @@ class Catalog:
             temporary = metadata_file.with_name(metadata_file.name + ".tmp")
             if temporary.exists():
                 self._discard_table_temporary(temporary, RecoveryReport())
-            fsops.write_new_file(temporary, text.encode())
-            fsops.fsync_dir(database_dir)
+            fileops.write_new_file(temporary, text.encode())
+            fileops.fsync_dir(database_dir)
             try:
-                fsops.rename_noreplace(temporary, metadata_file, f"table {database}.{table}")
+                fileops.rename_noreplace(temporary, metadata_file, f"table {database}.{table}")
             except TableExistsError:
-                fsops.remove_quietly(temporary)
+                fileops.remove_quietly(temporary)
                 raise
-            fsops.fsync_dir(database_dir)
+            fileops.fsync_dir(database_dir)
             self._link_table(database, table, table_uuid)
             return TableInfo(database, table, table_uuid, data_path, metadata_file, False, text)
 
@@ -906,12 +906,12 @@ class Catalog:
                     # One rename takes the directory away from every later reader, so deleting
                     # its contents afterwards can never race a new lease.
                     os.rename(dropped.data_path, trash)
-                    fsops.fsync_dir(dropped.data_path.parent)
+                    fileops.fsync_dir(dropped.data_path.parent)
             if trash.exists():
                 # With the parts on every disk of the table's storage policy.
                 remove_table_directory(trash)
-            fsops.remove_quietly(dropped.metadata_path)
-            fsops.fsync_dir(self.dropped_dir)
+            fileops.remove_quietly(dropped.metadata_path)
+            fileops.fsync_dir(self.dropped_dir)
             return True
 
     # ----------------------------------------------------------------- recovery
@@ -949,7 +949,7 @@ class Catalog:
 
                 remove_table_directory(data_path)
                 report.removed_orphan_store_dirs.append(data_path)
-        fsops.remove_quietly(temporary)
+        fileops.remove_quietly(temporary)
         report.removed_temporary_files.append(temporary)
 
     @staticmethod
@@ -962,7 +962,7 @@ class Catalog:
         from spark_mergetree.txn.table_log import PART_ROOTS_FILE
 
         def only_files(directory: Path, names: set[str]) -> bool:
-            return all(entry.is_file() and (entry.name in names or _BEING_WRITTEN_RE.match(entry.name))
+            return all(entry.is_file() and (entry.name in names or fileops.BEING_WRITTEN.match(entry.name))
                        for entry in directory.iterdir())
 
         for entry in data_path.iterdir():
@@ -972,7 +972,7 @@ class Catalog:
             elif entry.name == "detached" and entry.is_dir():
                 if not any(entry.iterdir()):
                     continue
-            elif entry.is_file() and (entry.name == "format_version.txt" or _BEING_WRITTEN_RE.match(entry.name)):
+            elif entry.is_file() and (entry.name == "format_version.txt" or fileops.BEING_WRITTEN.match(entry.name)):
                 continue
             return False
         return True
@@ -992,7 +992,7 @@ class Catalog:
             if directory.exists() and not any(directory.glob("*.sql")):
                 shutil.rmtree(directory)
                 report.removed_orphan_store_dirs.append(directory)
-        fsops.remove_quietly(temporary)
+        fileops.remove_quietly(temporary)
         report.removed_temporary_files.append(temporary)
 
     def recover(self) -> RecoveryReport:
@@ -1002,7 +1002,7 @@ class Catalog:
         a busy guard means a live process, not a crash.
         """
         report = RecoveryReport()
-        report.removed_leftovers += fsops.remove_stale_symlink_temporaries(self._scratch_dir)
+        report.removed_leftovers += fileops.remove_stale_symlink_temporaries(self._scratch_dir)
         # 1. databases: crashed CREATE (a `.sql.tmp`) and crashed DROP (a symlink without `.sql`).
         for temporary in self.metadata_dir.glob("*.sql.tmp"):
             database = unescape_for_file_name(temporary.name[:-8])
@@ -1065,7 +1065,7 @@ class Catalog:
                 if guard is not None:
                     with guard:
                         if not marker.with_name(marker.name[:-9]).exists():
-                            fsops.remove_quietly(marker)
+                            fileops.remove_quietly(marker)
                             report.removed_leftovers.append(marker)
         expected = {escape_for_file_name(info.name): info.uuid for info in self._table_entries(database, database_dir)}
         data_dir = self.root / "data" / escape_for_file_name(database)
@@ -1077,7 +1077,7 @@ class Catalog:
                 if guard is not None:
                     with guard:
                         if not self._table_file(database_dir, unescape_for_file_name(link.name)).exists():
-                            fsops.remove_quietly(link)
+                            fileops.remove_quietly(link)
                             report.repaired_symlinks.append(link)
         for escaped, table_uuid in expected.items():
             link = data_dir / escaped
@@ -1087,7 +1087,7 @@ class Catalog:
                     self._guard_path("table", database, unescape_for_file_name(escaped)), exclusive=True)
                 if guard is not None:
                     with guard:
-                        fsops.replace_symlink(link, target, self._scratch_dir)
+                        fileops.replace_symlink(link, target, self._scratch_dir)
                         report.repaired_symlinks.append(link)
 
     def unreferenced_store_dirs(self) -> list[Path]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import threading
 import uuid as uuid_module
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -56,6 +55,7 @@ from spark_mergetree.expressions.ddl import (
     parse_create,
 )
 from spark_mergetree.expressions.predicate import Expr
+from spark_mergetree.fileops import fsync_dir, remove_tree, write_file_atomically
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader, verify_part
 from spark_mergetree.format.types import from_arrow, parse_type
@@ -64,7 +64,7 @@ from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubRe
 from spark_mergetree.storage.policy import StoragePolicy
 from spark_mergetree.storage.stripe_map import PLAIN_MAP_SUFFIX
 from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
-from spark_mergetree.txn.table_log import PART_ROOTS_FILE, fsync_directory, write_file_atomically
+from spark_mergetree.txn.table_log import PART_ROOTS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class MergeTreeTable:
             meta_dir.mkdir(exist_ok=True)
         if engine_settings:
             write_file_atomically(meta_dir / SETTINGS_FILE, json.dumps(dict(engine_settings), sort_keys=True).encode())
-        fsync_directory(target.parent)
+        fsync_dir(target.parent)
         if with_statement and not write_file_atomically(meta_dir / STATEMENT_FILE, format_attach(definition).encode(),
                                                         replace=False):
             raise TableExistsError(f"a table already exists at {target} (created concurrently)")
@@ -821,12 +821,5 @@ def remove_table_directory(path: str | os.PathLike[str]) -> None:
         # Only what the engine lays out, `<disk>/store/<first 3>/<uuid>`: never whatever a damaged
         # file might name.
         if root.is_absolute() and _is_uuid(root.name) and root.parent.name == root.name[:3]:
-            _remove_tree(root)
-    _remove_tree(path)
-
-
-def _remove_tree(path: Path) -> None:
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
-        pass
+            remove_tree(root)
+    remove_tree(path)

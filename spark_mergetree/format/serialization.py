@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.conform import uuid_text
 from spark_mergetree.format.types import (
@@ -66,14 +67,6 @@ class StreamBytes:
 
 
 # ----------------------------------------------------------------------------------------- names
-
-_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-
-
-def escape_for_file_name(name: str) -> str:
-    """Every byte of the UTF-8 name outside [A-Za-z0-9_] becomes %XX (upper-case hex)."""
-    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in name.encode("utf-8"))
-
 
 def _element_base(base: str, element: str) -> str:
     return f"{base}%2E{escape_for_file_name(element)}"

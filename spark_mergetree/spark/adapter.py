@@ -28,6 +28,7 @@ from spark_mergetree.errors import (
     TransactionError,
     UnsupportedError,
 )
+from spark_mergetree.fileops import write_file_atomically
 
 # The local property a transaction sets in the user's driver thread; tasks read it from TaskContext.
 TXN_PROPERTY = "spark_mergetree.transaction"
@@ -484,9 +485,7 @@ def _journal(txn: TxnContext, records: list[dict[str, Any]]) -> None:
     """Tell the user's process (same host as every commit() worker) what a job changed."""
     journal = Path(txn.journal)
     for record in records:
-        temporary = journal / f".tmp-{uuid.uuid4().hex}"
-        temporary.write_text(json.dumps(record))
-        os.replace(temporary, journal / f"{time.time_ns():020d}-{uuid.uuid4().hex}.json")
+        write_file_atomically(journal / f"{time.time_ns():020d}-{uuid.uuid4().hex}.json", json.dumps(record).encode())
 
 
 def journal_entries(txn: TxnContext) -> list[dict[str, Any]]:

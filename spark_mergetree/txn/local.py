@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_mergetree.errors import SerializationError, TransactionError
+from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.txn.coordinator import (
     Coordinator,
     TxnInfo,
@@ -33,14 +34,6 @@ from spark_mergetree.txn.coordinator import (
 )
 
 _RECENT_DECISIONS = 1000
-
-
-def _fsync_directory(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 class LocalCoordinator(Coordinator):
@@ -394,13 +387,7 @@ class LocalCoordinator(Coordinator):
                 records.append(record)
             data = b"".join(json.dumps(record, separators=(",", ":")).encode() + b"\n" for record in records)
             log_path = self.directory / "log.jsonl"
-            temporary = self.directory / f".log.jsonl.tmp-{os.getpid()}"
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, log_path)
-            _fsync_directory(self.directory)
+            write_file_atomically(log_path, data)
             os.close(self._log_fd)
             self._log_fd = os.open(log_path, os.O_RDWR | os.O_APPEND)
             self._log_offset = self._compacted_size = len(data)

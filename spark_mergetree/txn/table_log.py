@@ -26,7 +26,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import threading
 import time
 import uuid
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
+from spark_mergetree.fileops import fsync_dir, remove_directory, write_file_atomically
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 
@@ -62,50 +62,6 @@ STAGED_LIFETIME = 3600.0
 # Locks this thread holds, per log directory: [exclusive, depth]. flock locks belong to an open
 # file, so a nested acquisition through another descriptor would wait for itself.
 _held_locks = threading.local()
-
-
-def fsync_directory(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def write_file_atomically(path: Path, data: bytes, *, replace: bool = True, sync_directory: bool = True) -> bool:
-    """Write, fsync, rename into place, fsync the directory. With replace=False an existing file
-    wins and False is returned."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    try:
-        if replace:
-            os.replace(temporary, path)
-        else:
-            try:
-                os.link(temporary, path)
-            except FileExistsError:
-                return False
-    finally:
-        if not replace:
-            temporary.unlink(missing_ok=True)
-    if sync_directory:
-        fsync_directory(path.parent)
-    return True
-
-
-def remove_directory(path: Path) -> None:
-    """Remove a part directory: first rename it to a temporary name (one atomic step), then delete."""
-    if not path.exists():
-        return
-    doomed = path.with_name(f"delete_tmp_{path.name}_{uuid.uuid4().hex[:8]}")
-    try:
-        os.rename(path, doomed)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -378,7 +334,7 @@ class TableLog:
                         self.remove_part_directory(name)
             if entry is not None:
                 path.unlink(missing_ok=True)
-                fsync_directory(self.directory)
+                fsync_dir(self.directory)
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -466,7 +422,7 @@ class TableLog:
                                versions, identity["coordinator"] if identity else None)
         for tid in folded:
             self._entry_path(tid).unlink(missing_ok=True)
-        fsync_directory(self.directory)
+        fsync_dir(self.directory)
         return len(folded)
 
     def checkpoint(self) -> int:

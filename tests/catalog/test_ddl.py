@@ -11,12 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_mergetree.catalog import Catalog
-from spark_mergetree.catalog.fsops import (
-    escape_for_file_name,
-    rename_exchange,
-    rename_noreplace,
-    unescape_for_file_name,
-)
 from spark_mergetree.errors import (
     ExpressionError,
     FormatError,
@@ -24,6 +18,12 @@ from spark_mergetree.errors import (
     MergeTreeError,
     TableExistsError,
     TableNotFoundError,
+)
+from spark_mergetree.fileops import (
+    escape_for_file_name,
+    rename_exchange,
+    rename_noreplace,
+    unescape_for_file_name,
 )
 
 COLUMNS = [("id", "UInt64")]

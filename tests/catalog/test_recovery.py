@@ -7,8 +7,8 @@ import uuid
 from pathlib import Path
 
 from spark_mergetree.catalog import Catalog
-from spark_mergetree.catalog.fsops import FileLock
 from spark_mergetree.catalog.statements import database_statement, table_statement
+from spark_mergetree.fileops import FileLock
 
 COLUMNS = [("id", "UInt64")]
 

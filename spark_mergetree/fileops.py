@@ -1,8 +1,12 @@
-"""File-system primitives the catalog commits with: renameat2 (NOREPLACE / EXCHANGE), durable writes,
-ClickHouse's file-name escaping, and advisory locks (flock) for DDL guards and reader leases.
+"""File operations on local file systems, for every layer: the one place that fsyncs and renames.
 
-Every catalog state change ends in exactly one of these atomic steps: a rename, a link-free
-create with O_EXCL, or an unlink. Everything before it is invisible; everything after it is repair.
+Durable writes (`write_file`, `write_file_atomically`, `write_new_file`, `fsync_dir`), atomic
+renames (`rename_noreplace`, `rename_exchange` with renameat2; `replace_symlink`), deletions
+that a crash or a second deleter cannot disturb (`remove_directory`, `remove_quietly`),
+ClickHouse's escaping of names in file names (`escape_for_file_name`), and advisory locks
+(`FileLock`, flock).
+
+Imports only `errors`: format/, storage/, txn/, catalog/ and engine/ all build on it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import errno
 import fcntl
 import os
 import re
+import shutil
 import sys
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from spark_mergetree.errors import StorageError, TableExistsError, TableNotFoundError, UnsupportedError
@@ -88,7 +95,12 @@ def rename_exchange(first: Path, second: Path, what: str) -> None:
         raise StorageError(f"cannot exchange {first} <-> {second} for {what}: {exc.strerror}") from exc
 
 
-def fsync_dir(path: Path) -> None:
+Buffer = bytes | bytearray | memoryview
+#: A directory being deleted is first renamed to `delete_tmp_<name>_<random>` (as ClickHouse does).
+DELETE_PREFIX = "delete_tmp_"
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a directory's entries (creates, renames, unlinks) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -97,16 +109,76 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_new_file(path: Path, data: bytes) -> None:
-    """Create ``path`` with O_EXCL, write and fsync it (raises FileExistsError if it exists)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def _write_fd(fd: int, chunks: Sequence[Buffer]) -> None:
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_file(path: str | os.PathLike[str], chunks: Sequence[Buffer]) -> None:
+    """Create or truncate `path`, write the chunks back to back and fsync the file."""
+    _write_fd(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), chunks)
+
+
+def write_new_file(path: str | os.PathLike[str], data: Buffer) -> None:
+    """Create ``path`` with O_EXCL, write and fsync it (raises FileExistsError if it exists)."""
+    _write_fd(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), [data])
+
+
+def write_file_atomically(path: Path, data: Buffer, *, replace: bool = True, sync_directory: bool = True) -> bool:
+    """Write a temporary file beside `path` (`.<name>.tmp-<pid>-<random>`), fsync it, rename it into
+    place, fsync the directory. Readers see the old file or the new one, never a part of either.
+
+    With `replace=False` an existing file wins (the temporary is hard-linked, never renamed over)
+    and False is returned.
+    """
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    write_file(temporary, [data])
+    try:
+        if replace:
+            os.replace(temporary, path)
+        else:
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                return False
+    finally:
+        if not replace:
+            temporary.unlink(missing_ok=True)
+    if sync_directory:
+        fsync_dir(path.parent)
+    return True
+
+
+#: The temporaries `write_file_atomically` leaves when a crash interrupts it.
+BEING_WRITTEN = re.compile(r"\A\..+\.tmp-")
+
+
+def remove_directory(path: Path) -> bool:
+    """Delete a directory tree: first rename it to `delete_tmp_<name>_<random>` (one atomic step, so
+    the name is free at once and no reader sees half a directory), then delete that. Two deleters of
+    one directory do not disturb each other. Returns False if it did not exist."""
+    doomed = path.with_name(f"{DELETE_PREFIX}{path.name}_{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(path, doomed)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory tree in place (nothing if it does not exist); errors other than a missing
+    file propagate."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
 
 
 SYMLINK_TEMPORARY = re.compile(r"\Asymlink_tmp\.(\d+)\.")
