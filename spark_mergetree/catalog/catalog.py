@@ -43,6 +43,7 @@ from spark_mergetree.errors import (
     UnsupportedError,
 )
 from spark_mergetree.fileops import FileLock, escape_for_file_name, unescape_for_file_name
+from spark_mergetree.storage.location import local_path
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
@@ -225,7 +226,7 @@ class Catalog:
     ) -> None:
         if drop_delay < 0:
             raise InvalidOptionError(f"drop_delay={drop_delay!r} must be >= 0 seconds")
-        self.root = Path(root).absolute()
+        self.root = local_path(root).absolute()  # URLs of other file systems are refused, not made local
         self.drop_delay = float(drop_delay)
         for sub in ("metadata", "metadata_dropped", "store", "data", "tmp", f"tmp/{_GUARD_DIR}"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)

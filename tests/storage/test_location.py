@@ -67,3 +67,13 @@ def test_cli_refuses_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64")], order_by="id")
     result = CliRunner().invoke(main, ["parts", table.path.as_uri()])
     assert result.exit_code == 0 and "0 parts" in result.output, result.output
+
+
+def test_a_catalog_root_url_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    from spark_mergetree.catalog import Catalog
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnsupportedError, match="s3://bucket/root"):
+        Catalog("s3://bucket/root")
+    assert list(tmp_path.iterdir()) == []
+    assert (Catalog(f"file://{tmp_path}/cat").root / "metadata").is_dir()
