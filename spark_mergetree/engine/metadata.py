@@ -40,7 +40,7 @@ SETTINGS_FILE = "settings.json"
 
 # Settings of ours, with defaults; anything else in `settings=` must be a ClickHouse setting.
 ENGINE_SETTINGS: dict[str, Any] = {
-    "codec": "LZ4",  # compression of column streams: LZ4, NONE, ZSTD, ZSTD(level)
+    "codec": "LZ4",  # compression of column streams: LZ4, LZ4HC(level), ZSTD(level), NONE
     "auto_merge": True,  # merge small parts of a partition after inserts
     "merge_parts_threshold": 8,  # merge when a partition has more active parts than this
     "max_parts_to_merge": 10,  # at most this many parts in one merge
@@ -102,7 +102,7 @@ def validate_engine_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         if name not in ENGINE_SETTINGS:
             raise InvalidOptionError(f"unknown engine setting {name!r}; valid: {', '.join(ENGINE_SETTINGS)}")
         if name == "codec":
-            out[name] = parse_codec(str(value)).text[len("CODEC("):-1]
+            out[name] = parse_codec(str(value)).setting
         elif name == "auto_merge":
             out[name] = _parse_bool(name, value)
         elif name in ("merge_parts_threshold", "max_parts_to_merge", "max_merged_rows"):

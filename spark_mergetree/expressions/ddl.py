@@ -21,6 +21,7 @@ from sqlglot.tokens import Token, TokenType
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, UnsupportedError
 from spark_mergetree.expressions.functions import type_info
 from spark_mergetree.expressions.predicate import Column, Func, bind, columns_of, parse_expression
+from spark_mergetree.format.compression import parse_codec
 
 SUPPORTED_ENGINES = ("MergeTree",)
 DEFAULT_INDEX_GRANULARITY = "8192"
@@ -63,6 +64,7 @@ CLICKHOUSE_ONLY_SETTINGS: dict[str, tuple[str, int]] = {
     "max_concurrent_queries": ("uint", 0),
     "min_marks_to_honor_max_concurrent_queries": ("uint", 0),
     "max_partitions_to_read": ("int", -1),
+    "default_compression_codec": ("codec", 0),  # what ClickHouse compresses its own parts with
 }
 _MIN_INDEX_GRANULARITY_BYTES = 1024
 
@@ -639,6 +641,9 @@ def check_settings(settings: Mapping[str, object]) -> dict[str, str]:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise InvalidOptionError(f"unknown MergeTree setting {name!r}{hint}; {known_settings_text()}")
         kind, minimum = rule
+        if kind == "codec":
+            out[name] = parse_codec(str(value)).setting  # only codecs this package also reads
+            continue
         if kind == "bool":
             text = str(value).strip().lower()
             if isinstance(value, bool) or text in ("0", "1", "true", "false"):

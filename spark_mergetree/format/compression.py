@@ -13,7 +13,7 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -37,6 +37,7 @@ __all__ = [
     "Codec",
     "NONE",
     "LZ4",
+    "LZ4HC",
     "ZSTD",
     "parse_codec",
     "compress_block",
@@ -72,25 +73,37 @@ UNSUPPORTED_METHODS = {
     0x96: "AES_128_GCM_SIV", 0x97: "AES_256_GCM_SIV", 0x98: "FPC", 0x99: "DeflateQpl", 0x9A: "GCD",
     0x9B: "ZSTD_QPL", 0x9C: "SZ3",
 }
-VALID_CODECS = "NONE, LZ4, ZSTD, ZSTD(level) with level 1..22, optionally wrapped as CODEC(...)"
+DEFAULT_LZ4HC_LEVEL = 9  # what LZ4HC and LZ4HC(0) mean, in ClickHouse as in liblz4
+MAX_LZ4HC_LEVEL = 12
+VALID_CODECS = ("NONE, LZ4, LZ4HC, LZ4HC(level) with level 0..12 (0: the default, 9), ZSTD, ZSTD(level) with "
+                "level 1..22, optionally wrapped as CODEC(...)")
 
 
 @dataclass(frozen=True)
 class Codec:
-    """One compression codec with its parameters; ``level`` is only meaningful for ZSTD."""
+    """One compression codec with its parameters; ``level`` is only meaningful for ZSTD and LZ4HC.
+
+    LZ4HC spends more time to find longer matches; its blocks are ordinary LZ4 blocks and carry
+    LZ4's method byte, so every LZ4 reader (ClickHouse's and ours) reads them."""
 
     name: str
     method: int
     level: int | None = None
 
     @property
+    def setting(self) -> str:
+        """The codec as the `codec` setting spells it (e.g. ``ZSTD(3)``)."""
+        return self.name if self.level is None else f"{self.name}({self.level})"
+
+    @property
     def text(self) -> str:
         """ClickHouse's spelling, as in default_compression_codec.txt (e.g. ``CODEC(ZSTD(3))``)."""
-        inner = self.name if self.level is None else f"{self.name}({self.level})"
-        return f"CODEC({inner})"
+        return f"CODEC({self.setting})"
 
     def compress(self, data: bytes | bytearray | memoryview) -> bytes:
         """The block payload for ``data`` (no header)."""
+        if self.name == "LZ4HC":
+            return _lz4hc_compress(data, self.level or DEFAULT_LZ4HC_LEVEL)
         if self.method == METHOD_LZ4:
             return _lz4_compress(data)
         if self.method == METHOD_ZSTD:
@@ -111,6 +124,8 @@ def _load_system_lz4() -> ctypes.CDLL | None:
         library.LZ4_compress_default.restype = ctypes.c_int
         library.LZ4_compressBound.argtypes = [ctypes.c_int]
         library.LZ4_compressBound.restype = ctypes.c_int
+        library.LZ4_compress_HC.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        library.LZ4_compress_HC.restype = ctypes.c_int
     except (OSError, AttributeError):
         return None
     return library
@@ -122,17 +137,35 @@ _system_lz4 = _load_system_lz4()
 def _lz4_compress(data: bytes | bytearray | memoryview) -> bytes:
     if _system_lz4 is None:
         return lz4.block.compress(data, mode="default", store_size=False)
+    return _system_lz4_call("LZ4", data, _system_lz4.LZ4_compress_default)
+
+
+def _lz4hc_compress(data: bytes | bytearray | memoryview, level: int) -> bytes:
+    if _system_lz4 is None:
+        return lz4.block.compress(data, mode="high_compression", compression=level, store_size=False)
+    return _system_lz4_call("LZ4HC", data, lambda *args: _system_lz4.LZ4_compress_HC(*args, level))
+
+
+def _system_lz4_call(name: str, data: bytes | bytearray | memoryview, compress: Callable[..., int]) -> bytes:
     source = data if isinstance(data, bytes) else bytes(data)
-    capacity = _system_lz4.LZ4_compressBound(len(source))
+    capacity = _system_lz4.LZ4_compressBound(len(source))  # type: ignore[union-attr]
     target = ctypes.create_string_buffer(capacity)
-    written = _system_lz4.LZ4_compress_default(source, target, len(source), capacity)
+    written = compress(source, target, len(source), capacity)
     if written <= 0:
-        raise InvalidOptionError(f"LZ4 cannot compress a block of {len(source)} bytes")
+        raise InvalidOptionError(f"{name} cannot compress a block of {len(source)} bytes")
     return ctypes.string_at(target, written)
 
 
 NONE = Codec("NONE", METHOD_NONE)
 LZ4 = Codec("LZ4", METHOD_LZ4)
+
+
+def LZ4HC(level: int | None = None) -> Codec:  # noqa: N802 - mirrors ClickHouse's codec name
+    """The LZ4HC codec at ``level`` (None or 0: the default level, 9)."""
+    if level is not None and not 0 <= level <= MAX_LZ4HC_LEVEL:
+        raise InvalidOptionError(f"LZ4HC level must be between 0 and {MAX_LZ4HC_LEVEL}, got {level}; valid codecs: "
+                                 f"{VALID_CODECS}")
+    return Codec("LZ4HC", METHOD_LZ4, level)
 
 
 def ZSTD(level: int = DEFAULT_ZSTD_LEVEL) -> Codec:  # noqa: N802 - mirrors ClickHouse's codec name
@@ -168,7 +201,8 @@ _CODEC_CALL = re.compile(r"^(?P<name>[A-Za-z0-9]+)\s*(?:\(\s*(?P<arg>[^()]*?)\s*
 
 
 def parse_codec(text: str) -> Codec:
-    """Parse ``NONE``, ``LZ4``, ``ZSTD``, ``ZSTD(3)`` or any of them wrapped in ``CODEC(...)``."""
+    """Parse ``NONE``, ``LZ4``, ``LZ4HC``, ``LZ4HC(12)``, ``ZSTD``, ``ZSTD(3)`` or any of them wrapped
+    in ``CODEC(...)``: the one check of a codec, for table settings and Spark's `codec` option alike."""
     if not isinstance(text, str):
         raise InvalidOptionError(f"compression codec must be a string, got {text!r}; valid codecs: {VALID_CODECS}")
     outer = _CODEC_TEXT.match(text)
@@ -177,12 +211,12 @@ def parse_codec(text: str) -> Codec:
     if call is None:
         raise InvalidOptionError(f"unknown compression codec {text!r}; valid codecs: {VALID_CODECS}")
     name, argument = call.group("name").upper(), call.group("arg")
-    if name == "ZSTD":
+    if name in ("ZSTD", "LZ4HC"):
         if argument is None or argument == "":
-            return ZSTD()
+            return ZSTD() if name == "ZSTD" else LZ4HC()
         if not re.fullmatch(r"[0-9]+", argument):
-            raise InvalidOptionError(f"bad ZSTD level in codec {text!r}; valid codecs: {VALID_CODECS}")
-        return ZSTD(int(argument))
+            raise InvalidOptionError(f"bad {name} level in codec {text!r}; valid codecs: {VALID_CODECS}")
+        return ZSTD(int(argument)) if name == "ZSTD" else LZ4HC(int(argument))
     if name in ("LZ4", "NONE") and argument is None:
         return LZ4 if name == "LZ4" else NONE
     raise InvalidOptionError(f"unknown compression codec {text!r}; valid codecs: {VALID_CODECS}")

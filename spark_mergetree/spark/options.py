@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_mergetree.errors import InvalidOptionError
+from spark_mergetree.format.compression import parse_codec
 from spark_mergetree.storage.location import local_path
 
 # Uncompressed bytes one input partition should cover (Spark's spark.sql.files.maxPartitionBytes
@@ -32,8 +33,6 @@ CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity"
 WRITE_OPTIONS = _LOCATION_OPTIONS | CREATE_OPTIONS | {"partition_overwrite_mode", "merge_schema", "stage_rows"}
 # Any other MergeTree setting of a new table is given as `setting.<name>`.
 SETTING_PREFIX = "setting."
-
-_CODECS = ("NONE", "LZ4", "LZ4HC", "ZSTD")
 
 
 def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
@@ -191,13 +190,7 @@ class WriteOptions:
 
 
 def _check_codec(raw: str) -> str:
-    text = raw.strip()
-    name, _, rest = text.partition("(")
-    if name.strip().upper() not in _CODECS:
-        raise InvalidOptionError(f"option 'codec' must be one of {list(_CODECS)} (e.g. 'ZSTD(3)'), got {raw!r}")
-    if rest:
-        level = rest.rstrip(")").strip()
-        if not rest.endswith(")") or not level.lstrip("-").isdigit():
-            raise InvalidOptionError(f"option 'codec' has a bad level: {raw!r} (expected e.g. 'ZSTD(3)')")
-        return f"{name.strip().upper()}({int(level)})"
-    return name.strip().upper()
+    try:
+        return parse_codec(raw).setting
+    except InvalidOptionError as error:
+        raise InvalidOptionError(f"option 'codec': {error}") from None

@@ -80,6 +80,8 @@ def _boundary_values(name: str) -> list[object]:
     kind, minimum = ALL_SETTINGS[name]
     if kind == "bool":
         return [True, "false", "1", 2, "maybe"]
+    if kind == "codec":
+        return ["LZ4", "LZ4HC(12)", "ZSTD(22)", "NONE", "Delta, LZ4", "ZSTD(23)", "GZIP"]
     return [minimum - 1, minimum, minimum + 1, 1023, 1024, "abc", "1.5", 2**64]
 
 
@@ -106,7 +108,8 @@ def test_clickhouse_started_on_the_root_loads_every_table_we_create(tmp_path: Pa
     columns = [("id", "UInt64")] + [(name, "String") for name in ODD_NAMES]
     catalog.create_table("db.names", columns, "id", partition_by="id % 2",
                          settings={"index_granularity": 16, "codec": "ZSTD(3)"})
-    every_setting = {name: (True if kind == "bool" else max(minimum, 1) if name != "index_granularity_bytes" else 1024)
+    sample = {"bool": True, "codec": "LZ4HC(9)"}
+    every_setting = {name: sample.get(kind, 1024 if name == "index_granularity_bytes" else max(minimum, 1))
                      for name, (kind, minimum) in ALL_SETTINGS.items()}
     catalog.create_table("db.settings", [("id", "UInt64")], "id", settings=every_setting)
     catalog.table("db.names").insert(pa.table({"id": pa.array([1, 2], pa.uint64()), **{name: [name, ""] for name in ODD_NAMES}}))

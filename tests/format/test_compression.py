@@ -35,7 +35,8 @@ def parts(tmp_path_factory):
     """Wide parts written by ClickHouse with each codec, plus the tiny example part of the spec."""
     root = tmp_path_factory.mktemp("compression")
     found = {}
-    for table, codec in (("t_lz4", "LZ4"), ("t_zstd", "ZSTD(1)"), ("t_zstd5", "ZSTD(5)"), ("t_none", "NONE")):
+    for table, codec in (("t_lz4", "LZ4"), ("t_lz4hc", "LZ4HC(9)"), ("t_zstd", "ZSTD(1)"), ("t_zstd5", "ZSTD(5)"),
+                         ("t_none", "NONE")):
         _, table_dir = make_chdb_table(
             root,
             f"CREATE TABLE {table} (id UInt64, s String) ENGINE = MergeTree ORDER BY id "
@@ -69,6 +70,9 @@ def parts(tmp_path_factory):
         ("ZSTD(3)", "ZSTD", 3, "CODEC(ZSTD(3))"),
         ("CODEC(ZSTD(1))", "ZSTD", 1, "CODEC(ZSTD(1))"),
         (" CODEC( LZ4 ) ", "LZ4", None, "CODEC(LZ4)"),
+        ("LZ4HC", "LZ4HC", None, "CODEC(LZ4HC)"),
+        ("lz4hc(12)", "LZ4HC", 12, "CODEC(LZ4HC(12))"),
+        ("CODEC(LZ4HC(0))", "LZ4HC", 0, "CODEC(LZ4HC(0))"),
     ],
 )
 def test_parse_codec(text, name, level, spelling):
@@ -77,13 +81,14 @@ def test_parse_codec(text, name, level, spelling):
     assert parse_codec(codec.text) == codec
 
 
-@pytest.mark.parametrize("text", ["", "GZIP", "ZSTD(0)", "ZSTD(23)", "ZSTD(x)", "LZ4(1)", "CODEC(LZ4", "Delta, LZ4"])
+@pytest.mark.parametrize("text", ["", "GZIP", "ZSTD(0)", "ZSTD(23)", "ZSTD(x)", "LZ4(1)", "CODEC(LZ4", "Delta, LZ4",
+                                  "LZ4HC(13)", "LZ4HC(-1)"])
 def test_parse_codec_rejects(text):
-    with pytest.raises(InvalidOptionError, match="valid codecs: NONE, LZ4, ZSTD"):
+    with pytest.raises(InvalidOptionError, match="valid codecs: NONE, LZ4, LZ4HC"):
         parse_codec(text)
 
 
-@pytest.mark.parametrize("codec", ["LZ4", "ZSTD(1)", "ZSTD(5)", "NONE"])
+@pytest.mark.parametrize("codec", ["LZ4", "LZ4HC(9)", "ZSTD(1)", "ZSTD(5)", "NONE"])
 def test_codec_spelling_matches_clickhouse(parts, codec):
     assert (parts[codec] / "default_compression_codec.txt").read_text() == parse_codec(codec).text
 
@@ -111,7 +116,7 @@ def _granule_chunks(part, rows):
     }
 
 
-@pytest.mark.parametrize("codec", ["LZ4", "ZSTD(1)", "ZSTD(5)", "NONE"])
+@pytest.mark.parametrize("codec", ["LZ4", "LZ4HC(9)", "ZSTD(1)", "ZSTD(5)", "NONE"])
 def test_writer_reproduces_clickhouse_streams(parts, codec):
     part = parts[codec]
     rows = block_granules(ROWS, ROWS * 8 + ROWS * 8)
