@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_mergetree.errors import ExpressionError, InvalidOptionError, SchemaMismatchError
+from spark_mergetree.errors import ExpressionError, InvalidOptionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.ddl import (
     CLICKHOUSE_ONLY_SETTINGS,
     UNDERSTOOD_SETTINGS,
@@ -208,6 +208,31 @@ class TableMetadata:
         """(type, values) of each PRIMARY KEY element over sorted rows: what primary.idx samples."""
         arrays = key_element_arrays(self.primary_key, table, self.column_types)
         return [(type_text, array) for (_, type_text), array in zip(self.primary_key_types, arrays)]
+
+    def validate_keys(self) -> None:
+        """Check, before a table exists, that every insert can compute its keys: the sort and
+        primary keys order and the partition key groups values of the columns' types (computed
+        over two rows of default values, as an insert would). Raises UnsupportedError naming the
+        clause, the key element and its type."""
+        from spark_mergetree.format.serialization import default_column
+
+        _ = self.order_by, self.primary_key, self.partition_key, self.writer_settings
+        probe = pa.table({name: default_column(parse_type(type_text), 2) for name, type_text in self.columns})
+        unorderable = (pa.ArrowTypeError, pa.ArrowNotImplementedError)
+        for clause, elements in (("ORDER BY", self.order_by), ("PRIMARY KEY", self.primary_key)):
+            for element, element_type in zip(elements, key_element_types(elements, self.column_types), strict=True):
+                try:
+                    sort_indices([element], probe, self.column_types)
+                except unorderable as error:
+                    raise UnsupportedError(
+                        f"{clause}: {element} ({element_type}) cannot be a sort key: its values cannot be "
+                        f"ordered ({error}); sort by other columns") from None
+        try:
+            self.partition_key.group_rows(probe)
+        except unorderable as error:
+            raise UnsupportedError(
+                f"PARTITION BY: {self.definition.partition_by} cannot partition a table: its values cannot be "
+                f"compared ({error})") from None
 
     def with_definition(self, definition: TableDefinition) -> TableMetadata:
         return replace(self, definition=definition)

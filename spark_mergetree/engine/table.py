@@ -211,7 +211,7 @@ class MergeTreeTable:
         storage policy); `write_directory()` then creates it. The one way tables come to be: `create`
         and the catalog both go through here."""
         metadata = TableMetadata(definition, dict(engine_settings))
-        _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings  # validate
+        metadata.validate_keys()
         return cls(path, metadata, coordinator)
 
     def write_directory(self, *, with_statement: bool = True) -> None:

@@ -183,9 +183,6 @@ def new_table_schema(columns: Sequence[tuple[str, str]], order_by: str | None, p
     every sort and partition key can be computed over values of its columns' types."""
     from spark_mergetree.engine.metadata import TableMetadata, split_settings
     from spark_mergetree.expressions.ddl import build_definition
-    from spark_mergetree.expressions.sort_key import key_element_types, sort_indices
-    from spark_mergetree.format.serialization import default_column
-    from spark_mergetree.format.types import parse_type
 
     clickhouse_settings, engine_settings = split_settings(settings)
     options = {"order_by": order_by, "partition_by": partition_by, "primary_key": primary_key}
@@ -196,23 +193,12 @@ def new_table_schema(columns: Sequence[tuple[str, str]], order_by: str | None, p
     except (ExpressionError, SchemaMismatchError) as error:
         given = ", ".join(f"option {key!r}={value!r}" for key, value in options.items() if value)
         raise InvalidOptionError(f"{given or 'a new table'}: {error}") from error
-    # Two rows of default values of every column: the keys are computed over them as an insert would.
-    probe = pa.table({name: default_column(parse_type(type_text), 2) for name, type_text in columns})
-    unorderable = (pa.ArrowTypeError, pa.ArrowNotImplementedError)
-    for option, elements in (("order_by", metadata.order_by), ("primary_key", metadata.primary_key)):
-        for element, element_type in zip(elements, key_element_types(elements, metadata.column_types), strict=True):
-            try:
-                sort_indices([element], probe, metadata.column_types)
-            except unorderable as error:
-                raise UnsupportedError(
-                    f"option {option!r}: {element} ({element_type}) cannot be a sort key: its values cannot be "
-                    f"ordered ({error}); sort by other columns") from None
     try:
-        metadata.partition_key.group_rows(probe)
-    except unorderable as error:
-        raise UnsupportedError(
-            f"option 'partition_by': {partition_by} cannot partition a table: its values cannot be compared "
-            f"({error})") from None
+        metadata.validate_keys()
+    except UnsupportedError as error:
+        clause = str(error).split(":", 1)[0]
+        option = {"ORDER BY": "order_by", "PRIMARY KEY": "primary_key", "PARTITION BY": "partition_by"}[clause]
+        raise UnsupportedError(f"option {option!r}: {str(error).split(':', 1)[1].strip()}") from None
     return metadata.arrow_schema
 
 
@@ -221,7 +207,7 @@ def check_table_options(ref: TableRef, order_by: str | None, partition_by: str |
     """A write into an existing table cannot change its definition: every table-shaping option it
     gives must equal the table's (spelled any way), or the write is refused naming both."""
     from spark_mergetree.engine.metadata import ENGINE_SETTINGS, validate_engine_settings
-    from spark_mergetree.expressions.ddl import build_definition
+    from spark_mergetree.expressions.ddl import build_definition, check_settings
     from spark_mergetree.format.granularity import DEFAULT_INDEX_GRANULARITY
 
     table = open_table(ref)
@@ -256,7 +242,8 @@ def check_table_options(ref: TableRef, order_by: str | None, partition_by: str |
         current = definition.settings.get(name)
         if current is None and name == "index_granularity":
             current = str(DEFAULT_INDEX_GRANULARITY)
-        if str(value).strip() != current:
+        # Compared in the canonical form the statement stores (true → 1, 08192 → 8192).
+        if check_settings({name: value})[name] != current:
             refuse(option, value, current)
 
 

@@ -24,7 +24,7 @@ from spark_mergetree import (
     TableExistsError,
     TableNotFoundError,
 )
-from spark_mergetree.errors import ExpressionError
+from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.format.checksums import Checksums, compute_file_checksum
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn import Transaction
@@ -425,3 +425,10 @@ def test_iter_task_yields_the_task_rows_in_order(table):
     batches = list(table.iter_task(task, ["id", "name"], "id >= 100", chunk_rows=256))
     assert len(batches) > 5
     assert pa.Table.from_batches(batches).column("id").to_pylist() == list(range(100, 3000))
+
+
+@pytest.mark.parametrize("key", ["m", "(id, m)"])
+def test_an_unorderable_sort_key_is_refused_before_the_table_exists(tmp_path, key):
+    with pytest.raises(UnsupportedError, match=r"ORDER BY: m \(Map\(String, UInt64\)\) cannot be a sort key"):
+        MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("m", "Map(String, UInt64)")], order_by=key)
+    assert not (tmp_path / "t").exists()

@@ -62,6 +62,12 @@ def test_a_write_cannot_change_the_table_definition(spark, tmp_path: Path) -> No
     with pytest.raises(Exception, match="option 'order_by'"):
         df.write.format("mergetree").mode("overwrite").option("order_by", "day").save(str(path))
     assert _count(spark, path) == 20
+    # A setting given again in another spelling of the same value is the table's own value.
+    flagged = tmp_path / "flagged"
+    for spelling in ("true", "1"):
+        (df.write.format("mergetree").mode("append").option("order_by", "id")
+         .option("setting.ttl_only_drop_parts", spelling).save(str(flagged)))
+    assert _count(spark, flagged) == 40
 
 
 def test_timestamp_ntz_is_stored_as_utc_datetime64(spark, tmp_path: Path) -> None:
