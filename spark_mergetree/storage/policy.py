@@ -1,9 +1,10 @@
 """Disks, volumes and storage policies: their configuration, validation and free-space accounting.
 
 A policy is an ordered list of volumes; a volume is a set of disks with one layout (single, jbod,
-raid0, raid1, raid5). The shape follows ClickHouse's `<storage_configuration>`: disks are named
+raid0, raid1, raid5, raid6). The shape follows ClickHouse's `<storage_configuration>`: disks are named
 directories, volumes are tried in order, and `move_factor` is the free-space fraction below which
-new parts go to (and old parts are moved to) the next volume.
+new parts go to (and old parts are moved to) the next volume. What a layout does with the bytes
+is in `storage/layouts/`; here are only the facts configuration and space accounting need.
 """
 
 from __future__ import annotations
@@ -16,20 +17,21 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 from spark_mergetree.errors import InvalidOptionError
-
-if TYPE_CHECKING:
-    from spark_mergetree.storage.part_store import PartStore
 
 Layout = Literal["single", "jbod", "raid0", "raid1", "raid5"]
 LAYOUTS: tuple[str, ...] = get_args(Layout)
 JbodPlacement = Literal["round_robin", "least_used"]
 JBOD_PLACEMENTS: tuple[str, ...] = get_args(JbodPlacement)
 
-#: Minimum number of disks per layout; raid5 needs two data disks plus one parity disk.
+#: Minimum number of disks per layout: raid5 and raid6 need two data disks beside their parity.
 MIN_DISKS: dict[str, int] = {"single": 1, "jbod": 1, "raid0": 2, "raid1": 2, "raid5": 3}
+#: Layouts that cut big files into units spread over every disk of the volume.
+STRIPED_LAYOUTS = frozenset({"raid0", "raid5"})
+#: Parity units per stripe (how many disks a stripe survives losing).
+PARITY_UNITS: dict[str, int] = {"raid5": 1}
 DEFAULT_STRIPE_UNIT_BYTES = 1 << 20
 MIN_STRIPE_UNIT_BYTES = 1 << 10
 
@@ -129,7 +131,7 @@ class Volume:
                 f"{where}: layout {self.layout} needs at least {need} disks, got {len(self.disks)}")
         if self.layout == "single" and len(self.disks) != 1:
             raise InvalidOptionError(f"{where}: layout single takes exactly 1 disk, got {len(self.disks)}; "
-                                     f"use jbod, raid0, raid1 or raid5 for several")
+                                     f"use {', '.join(LAYOUTS[1:])} for several")
         names = [d.name for d in self.disks]
         paths = [d.path for d in self.disks]
         if len(set(names)) != len(names) or len(set(paths)) != len(paths):
@@ -144,7 +146,15 @@ class Volume:
     @property
     def striped(self) -> bool:
         """Whether a part's big files are cut into units spread over disks (not plain directories)."""
-        return self.layout in ("raid0", "raid5")
+        return self.layout in STRIPED_LAYOUTS
+
+    def _usable(self, per_disk: list[int]) -> int:
+        """Bytes of parts a volume holds when its disks hold `per_disk` bytes each."""
+        if self.layout in ("single", "jbod"):
+            return sum(per_disk)
+        if self.layout == "raid1":
+            return min(per_disk)
+        return min(per_disk) * (len(self.disks) - PARITY_UNITS.get(self.layout, 0))
 
     def disk(self, name: str) -> Disk:
         for d in self.disks:
@@ -155,22 +165,10 @@ class Volume:
 
     def free_bytes(self) -> int:
         """Usable free bytes: the sum for jbod, the smallest disk times data disks for raid."""
-        free = [d.free_bytes() for d in self.disks]
-        if self.layout in ("single", "jbod"):
-            return sum(free)
-        if self.layout == "raid1":
-            return min(free)
-        data_disks = len(self.disks) - (1 if self.layout == "raid5" else 0)
-        return min(free) * data_disks
+        return self._usable([d.free_bytes() for d in self.disks])
 
     def total_bytes(self) -> int:
-        total = [d.total_bytes() for d in self.disks]
-        if self.layout in ("single", "jbod"):
-            return sum(total)
-        if self.layout == "raid1":
-            return min(total)
-        data_disks = len(self.disks) - (1 if self.layout == "raid5" else 0)
-        return min(total) * data_disks
+        return self._usable([d.total_bytes() for d in self.disks])
 
     def free_fraction(self) -> float:
         total = self.total_bytes()
@@ -316,9 +314,3 @@ class StoragePolicy:
             if v.free_fraction() >= self.move_factor:
                 return v
         return fitting[-1]
-
-    def part_store(self, table_path: str | os.PathLike[str] = "") -> PartStore:
-        """The PartStore of one table: its directory is `<disk path>/<table_path>` on every disk."""
-        from spark_mergetree.storage.part_store import PartStore
-
-        return PartStore(self, os.fspath(table_path))

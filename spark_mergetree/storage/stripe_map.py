@@ -30,6 +30,14 @@ IN_PLAIN_FILE = -1
 _RESERVED_NAMES = frozenset({STRIPED_MAP_NAME, UNITS_FILE_NAME})
 
 
+def _no_rows() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+def _rows(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
 def cut_points(size: int, boundaries: np.ndarray | None, unit_bytes: int, file_name: str) -> np.ndarray:
     """Offsets 0 = c0 < c1 < ... < cn = size splitting a file into units of whole blocks.
 
@@ -81,46 +89,72 @@ class FileEntry:
 
 @dataclass
 class StripeMap:
-    """Columns of the unit table (one row per unit) and, for raid5, of the stripe table."""
+    """Columns of the unit table (one row per unit) and, for raid5/raid6, of the stripe table.
+
+    Layouts that cut files into units (raid0, raid5, raid6) place each striped unit on a disk;
+    every other unit is a range of a whole file (`IN_PLAIN_FILE`). A stripe's P parity is the XOR
+    of its data units; raid6 adds the Q parity (format_spec/storage.md).
+    """
 
     layout: str
     disks: list[str]
     stripe_unit_bytes: int
     files: dict[str, FileEntry] = field(default_factory=dict)
-    unit_file: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    unit_offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    unit_length: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    unit_disk: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    unit_disk_offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    unit_file: np.ndarray = field(default_factory=_no_rows)
+    unit_offset: np.ndarray = field(default_factory=_no_rows)
+    unit_length: np.ndarray = field(default_factory=_no_rows)
+    unit_disk: np.ndarray = field(default_factory=_no_rows)
+    unit_disk_offset: np.ndarray = field(default_factory=_no_rows)
     unit_hash: list[str] = field(default_factory=list)
-    unit_stripe: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    stripe_first_unit: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    stripe_unit_count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    parity_disk: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    parity_disk_offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    parity_length: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    unit_stripe: np.ndarray = field(default_factory=_no_rows)
+    stripe_first_unit: np.ndarray = field(default_factory=_no_rows)
+    stripe_unit_count: np.ndarray = field(default_factory=_no_rows)
+    parity_disk: np.ndarray = field(default_factory=_no_rows)
+    parity_disk_offset: np.ndarray = field(default_factory=_no_rows)
+    parity_length: np.ndarray = field(default_factory=_no_rows)
     parity_hash: list[str] = field(default_factory=list)
+    q_disk: np.ndarray = field(default_factory=_no_rows)
+    q_disk_offset: np.ndarray = field(default_factory=_no_rows)
+    q_hash: list[str] = field(default_factory=list)
 
     @property
     def file_names(self) -> list[str]:
         return list(self.files)
 
+    @property
+    def n_stripes(self) -> int:
+        return int(self.stripe_first_unit.size)
+
     def units_of(self, name: str) -> range:
         entry = self.files[name]
         return range(entry.first_unit, entry.first_unit + entry.unit_count)
 
+    def stripe_units(self, stripe: int) -> range:
+        first = int(self.stripe_first_unit[stripe])
+        return range(first, first + int(self.stripe_unit_count[stripe]))
+
+    def file_of(self, unit: int) -> str:
+        return self.file_names[int(self.unit_file[unit])]
+
     def disk_units_bytes(self, disk_index: int) -> int:
         """Length of `units.bin` on the disk with this index."""
         ends = [0]
-        on_disk = self.unit_disk == disk_index
-        if on_disk.any():
-            ends.append(int((self.unit_disk_offset[on_disk] + self.unit_length[on_disk]).max()))
-        on_parity = self.parity_disk == disk_index
-        if on_parity.any():
-            ends.append(int((self.parity_disk_offset[on_parity] + self.parity_length[on_parity]).max()))
+        for disks, offsets, lengths in ((self.unit_disk, self.unit_disk_offset, self.unit_length),
+                                        (self.parity_disk, self.parity_disk_offset, self.parity_length),
+                                        (self.q_disk, self.q_disk_offset, self.parity_length[:self.q_disk.size])):
+            on_disk = disks == disk_index
+            if on_disk.any():
+                ends.append(int((offsets[on_disk] + lengths[on_disk]).max()))
         return max(ends)
 
     def to_bytes(self) -> bytes:
+        stripes: dict[str, Any] = {
+            "first_unit": self.stripe_first_unit.tolist(), "unit_count": self.stripe_unit_count.tolist(),
+            "parity_disk": self.parity_disk.tolist(), "parity_disk_offset": self.parity_disk_offset.tolist(),
+            "parity_length": self.parity_length.tolist(), "parity_checksum": self.parity_hash}
+        if self.layout == "raid6":
+            stripes.update(q_disk=self.q_disk.tolist(), q_disk_offset=self.q_disk_offset.tolist(),
+                           q_checksum=self.q_hash)
         body = json.dumps({
             "layout": self.layout,
             "disks": self.disks,
@@ -129,11 +163,7 @@ class StripeMap:
             "units": {"file": self.unit_file.tolist(), "offset": self.unit_offset.tolist(),
                       "length": self.unit_length.tolist(), "disk": self.unit_disk.tolist(),
                       "disk_offset": self.unit_disk_offset.tolist(), "checksum": self.unit_hash},
-            "stripes": {"first_unit": self.stripe_first_unit.tolist(),
-                        "unit_count": self.stripe_unit_count.tolist(),
-                        "parity_disk": self.parity_disk.tolist(),
-                        "parity_disk_offset": self.parity_disk_offset.tolist(),
-                        "parity_length": self.parity_length.tolist(), "parity_checksum": self.parity_hash},
+            "stripes": stripes,
         }, separators=(",", ":")).encode()
         return f"{MAP_MAGIC} {unit_checksum(body)}\n".encode() + body
 
@@ -152,19 +182,18 @@ class StripeMap:
         try:
             raw = json.loads(body)
             units, stripes = raw["units"], raw["stripes"]
-            as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
             stripe_map = cls(
                 layout=raw["layout"], disks=list(raw["disks"]), stripe_unit_bytes=int(raw["stripe_unit_bytes"]),
                 files={f["name"]: FileEntry(f["name"], int(f["size"]), bool(f["striped"]), int(f["units"][0]),
                                             int(f["units"][1]), f.get("boundaries")) for f in raw["files"]},
-                unit_file=as_array(units["file"]), unit_offset=as_array(units["offset"]),
-                unit_length=as_array(units["length"]), unit_disk=as_array(units["disk"]),
-                unit_disk_offset=as_array(units["disk_offset"]), unit_hash=list(units["checksum"]),
-                stripe_first_unit=as_array(stripes["first_unit"]),
-                stripe_unit_count=as_array(stripes["unit_count"]),
-                parity_disk=as_array(stripes["parity_disk"]),
-                parity_disk_offset=as_array(stripes["parity_disk_offset"]),
-                parity_length=as_array(stripes["parity_length"]), parity_hash=list(stripes["parity_checksum"]))
+                unit_file=_rows(units["file"]), unit_offset=_rows(units["offset"]),
+                unit_length=_rows(units["length"]), unit_disk=_rows(units["disk"]),
+                unit_disk_offset=_rows(units["disk_offset"]), unit_hash=list(units["checksum"]),
+                stripe_first_unit=_rows(stripes["first_unit"]), stripe_unit_count=_rows(stripes["unit_count"]),
+                parity_disk=_rows(stripes["parity_disk"]), parity_disk_offset=_rows(stripes["parity_disk_offset"]),
+                parity_length=_rows(stripes["parity_length"]), parity_hash=list(stripes["parity_checksum"]),
+                q_disk=_rows(stripes.get("q_disk", [])), q_disk_offset=_rows(stripes.get("q_disk_offset", [])),
+                q_hash=list(stripes.get("q_checksum", [])))
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise StorageError(f"{where}: malformed stripe map: {e!r}") from e
         stripe_map.unit_stripe = np.full(stripe_map.unit_file.size, -1, dtype=np.int64)
@@ -173,35 +202,32 @@ class StripeMap:
         return stripe_map
 
 
-def plan(layout: str, disks: list[str], unit_bytes: int, files: Mapping[str, Any],
-         boundaries: Mapping[str, np.ndarray] | None) -> StripeMap:
-    """Cut every file into units and place them for `layout` (checksums are filled in later).
+def cut_files(layout: str, disks: list[str], unit_bytes: int, files: Mapping[str, Any],
+              boundaries: Mapping[str, np.ndarray] | None, stripe: bool) -> StripeMap:
+    """The unit table of a part: every file cut into units, none placed yet (checksums come later).
 
-    raid0 deals striped units round robin over the disks; raid5 groups them n-1 at a time into
-    stripes whose parity sits on disk (n-1-s) mod n and whose data follows it round the ring.
-    Plain layouts keep every file whole in its own file; units there are only checksum ranges.
+    With `stripe`, files with boundaries are cut at them and marked striped, and their units come
+    first (files in name order), so a layout can deal them to disks in unit order. Every other
+    file is one unit of its plain file (`IN_PLAIN_FILE`); boundaries given for it still cut it
+    into checksum ranges.
     """
     boundaries = boundaries or {}
     for name in boundaries:
         if name not in files:
             raise InvalidOptionError(f"boundaries given for {name!r}, which is not among the part's files")
-    striped_layout = layout in ("raid0", "raid5")
-    n_disks = len(disks)
     stripe_map = StripeMap(layout, list(disks), unit_bytes)
     unit_rows: list[tuple[int, int, int]] = []  # (file index, offset, length)
-    # Striped files first, so the units of a raid5 stripe are consecutive rows of the unit table.
-    order = sorted(files, key=lambda n: (not (striped_layout and n in boundaries and boundaries[n] is not None), n))
+    order = sorted(files, key=lambda n: (not (stripe and boundaries.get(n) is not None), n))
     for file_index, name in enumerate(order):
         size = len(memoryview(files[name]).cast("B"))
         file_bounds = boundaries.get(name)
         cuts = cut_points(size, file_bounds, unit_bytes, name)
-        striped = striped_layout and file_bounds is not None
-        if not striped and file_bounds is None:
+        if file_bounds is None:
             cuts = np.array([0, size], dtype=np.int64)  # whole files are one unit, even when empty
         first = len(unit_rows)
         unit_rows.extend((file_index, int(a), int(b - a)) for a, b in zip(cuts[:-1], cuts[1:]))
         stripe_map.files[name] = FileEntry(
-            name, size, striped, first, len(cuts) - 1,
+            name, size, stripe and file_bounds is not None, first, len(cuts) - 1,
             None if file_bounds is None else np.asarray(file_bounds, dtype=np.int64).tolist())
     n_units = len(unit_rows)
     rows = np.asarray(unit_rows, dtype=np.int64).reshape(n_units, 3)
@@ -209,40 +235,12 @@ def plan(layout: str, disks: list[str], unit_bytes: int, files: Mapping[str, Any
     stripe_map.unit_disk = np.full(n_units, IN_PLAIN_FILE, dtype=np.int64)
     stripe_map.unit_disk_offset = rows[:, 1].copy()
     stripe_map.unit_stripe = np.full(n_units, -1, dtype=np.int64)
-    if not striped_layout:
-        return stripe_map
-    striped_units = np.arange(sum(e.unit_count for e in stripe_map.files.values() if e.striped), dtype=np.int64)
-    disk_fill = np.zeros(n_disks, dtype=np.int64)
-    if layout == "raid0":
-        for k, u in enumerate(striped_units):
-            d = k % n_disks
-            stripe_map.unit_disk[u] = d
-            stripe_map.unit_disk_offset[u] = disk_fill[d]
-            disk_fill[d] += stripe_map.unit_length[u]
-        return stripe_map
-    width = n_disks - 1
-    firsts, counts, parity_disks, parity_offsets, parity_lengths = [], [], [], [], []
-    for s, start in enumerate(range(0, striped_units.size, width)):
-        members = striped_units[start:start + width]
-        parity_disk = (n_disks - 1 - s) % n_disks
-        for k, u in enumerate(members):
-            d = (parity_disk + 1 + k) % n_disks
-            stripe_map.unit_disk[u] = d
-            stripe_map.unit_disk_offset[u] = disk_fill[d]
-            stripe_map.unit_stripe[u] = s
-            disk_fill[d] += stripe_map.unit_length[u]
-        length = int(stripe_map.unit_length[members].max())
-        firsts.append(int(members[0]))
-        counts.append(int(members.size))
-        parity_disks.append(parity_disk)
-        parity_offsets.append(int(disk_fill[parity_disk]))
-        parity_lengths.append(length)
-        disk_fill[parity_disk] += length
-    as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
-    stripe_map.stripe_first_unit, stripe_map.stripe_unit_count = as_array(firsts), as_array(counts)
-    stripe_map.parity_disk, stripe_map.parity_disk_offset = as_array(parity_disks), as_array(parity_offsets)
-    stripe_map.parity_length = as_array(parity_lengths)
     return stripe_map
+
+
+def striped_units(stripe_map: StripeMap) -> np.ndarray:
+    """Indices of the units to deal over disks (the first rows of the unit table)."""
+    return np.arange(sum(e.unit_count for e in stripe_map.files.values() if e.striped), dtype=np.int64)
 
 
 def check_file_name(name: str, part: str) -> None:

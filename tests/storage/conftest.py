@@ -31,7 +31,7 @@ class Setup:
 def make_store(root: Path, layout: str, n_disks: int, unit_bytes: int = UNIT_BYTES) -> Setup:
     disks = [Disk(f"disk{i}", str(root / f"disk{i}")) for i in range(n_disks)]
     policy = StoragePolicy("p", [Volume("main", disks, layout, stripe_unit_bytes=unit_bytes)])
-    return Setup(layout, disks, policy, policy.part_store("store/abc/table"))
+    return Setup(layout, disks, policy, PartStore(policy, "store/abc/table"))
 
 
 @pytest.fixture(params=LAYOUT_CASES, ids=[f"{layout}x{n}" for layout, n in LAYOUT_CASES])
@@ -68,7 +68,7 @@ def disk_files(root: Path) -> dict[str, bytes]:
 def stored_map(setup: Setup, part: str) -> StripeMap:
     volume = setup.policy.volumes[0]
     for disk in setup.disks:
-        path = setup.store._map_path(volume, disk, part)
+        path = Path(setup.store.layout(volume).map_path(disk, part))
         if path.exists():
             return StripeMap.from_bytes(path.read_bytes(), str(path))
     raise AssertionError(f"no map for {part}")

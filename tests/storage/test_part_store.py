@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from spark_mergetree.errors import InvalidOptionError, StorageError
-from spark_mergetree.storage import DegradedReadWarning
+from spark_mergetree.storage import DegradedReadWarning, PartStore
 from spark_mergetree.storage.stripe_map import IN_PLAIN_FILE, UNITS_FILE_NAME
 from tests.storage.conftest import Setup, disk_files, stored_map, synthetic_part
 
@@ -193,7 +193,7 @@ def test_fault_recovered_or_reported(setup: Setup, fault: str) -> None:
     written = write_two_parts(setup)
     disk_name = _damage(setup, PART, fault)
     # A fresh store: nothing cached from before the damage.
-    store = setup.policy.part_store(setup.store.table_path)
+    store = PartStore(setup.policy, setup.store.table_path)
     if setup.redundant:
         with pytest.warns(DegradedReadWarning) as caught:
             assert store.read_file(PART, "c0.bin") == written[PART]["c0.bin"]
@@ -223,7 +223,7 @@ def test_raid5_two_disks_lost_is_an_error(tmp_path: Path) -> None:
     setup.store.write_part(PART, files, boundaries)
     shutil.rmtree(setup.disks[1].path)
     shutil.rmtree(setup.disks[2].path)
-    store = setup.policy.part_store(setup.store.table_path)
+    store = PartStore(setup.policy, setup.store.table_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegradedReadWarning)
         assert store.read_file(PART, "count.txt") == files["count.txt"], "metadata is on every disk"
@@ -250,9 +250,9 @@ def test_damaged_map_copy_is_skipped(setup: Setup) -> None:
     written = write_two_parts(setup)
     store = setup.store
     holder = next(d for d in setup.disks if d.name == store.part_location(PART).disks[0])
-    map_path = store._map_path(setup.policy.volumes[0], holder, PART)
+    map_path = Path(store.layout(setup.policy.volumes[0]).map_path(holder, PART))
     map_path.write_bytes(map_path.read_bytes()[:-3] + b"xyz")
-    fresh = setup.policy.part_store(store.table_path)
+    fresh = PartStore(setup.policy, store.table_path)
     assert fresh.read_file(PART, "c2.bin") == written[PART]["c2.bin"]
     report = fresh.scrub()
     assert any(p.kind == "map" and p.disk == holder.name and p.part == PART for p in report.problems)
@@ -270,7 +270,7 @@ def test_rebuild_restores_disk_byte_identically(setup: Setup) -> None:
     before = disk_files(Path(victim.path))
     shutil.rmtree(victim.path, ignore_errors=True)  # a jbod disk may never have received a part
     os.makedirs(victim.path)
-    store = setup.policy.part_store(setup.store.table_path)
+    store = PartStore(setup.policy, setup.store.table_path)
     if not setup.redundant:
         with pytest.raises(StorageError, match=victim.name):
             store.rebuild(victim.name, progress=False)
@@ -302,7 +302,7 @@ def test_scrub_finds_every_fault(setup: Setup) -> None:
         index, _ = _victim(setup, part)
         disk = _damage(setup, part, fault)
         expected.add((part, disk, "checksum" if fault == "bytes_flipped" else "truncated"))
-    store = setup.policy.part_store(setup.store.table_path)
+    store = PartStore(setup.policy, setup.store.table_path)
     report = store.scrub()
     found = {(p.part, p.disk, p.kind) for p in report.problems}
     assert expected <= found, (expected, report)
@@ -323,7 +323,7 @@ def test_scrub_finds_bad_parity(tmp_path: Path) -> None:
     raw = bytearray(units.read_bytes())
     raw[int(smap.parity_disk_offset[0])] ^= 1
     units.write_bytes(bytes(raw))
-    report = setup.policy.part_store(setup.store.table_path).scrub()
+    report = PartStore(setup.policy, setup.store.table_path).scrub()
     assert [(p.disk, p.kind) for p in report.problems] == [(disk.name, "checksum")]
     assert "parity of stripe 0" in report.problems[0].detail
     assert report.parity_checked == smap.stripe_first_unit.size
@@ -394,7 +394,7 @@ def test_concurrent_degraded_reads(tmp_path: Path) -> None:
         setup.store.write_part(f"all_{i}_{i}_0", files, boundaries)
         written[f"all_{i}_{i}_0"] = files
     shutil.rmtree(setup.disks[2].path)
-    store = setup.policy.part_store(setup.store.table_path)
+    store = PartStore(setup.policy, setup.store.table_path)
 
     def read_everything(part: str) -> bool:
         return all(store.read_file(part, name) == data for name, data in written[part].items())
@@ -403,3 +403,30 @@ def test_concurrent_degraded_reads(tmp_path: Path) -> None:
         warnings.simplefilter("ignore", DegradedReadWarning)
         with ThreadPoolExecutor(8) as callers:
             assert all(callers.map(read_everything, sorted(written) * 6))
+
+
+def _write_in_child(policy, table_path: str, files: dict[str, bytes], boundaries: dict) -> None:
+    store = PartStore(policy, table_path)
+    store.write_part("202401_3_3_0", files, boundaries)
+    assert store.read_file("202401_3_3_0", "c0.bin") == files["c0.bin"]
+
+
+def test_forked_child_writes_through_the_shared_pool(tmp_path: Path) -> None:
+    """The parent's I/O threads do not exist in a forked child: its writes and reads must not wait
+    for them (they hung when the child reused the parent's pool)."""
+    import multiprocessing
+
+    from tests.storage.conftest import make_store
+
+    setup = make_store(tmp_path, "raid1", 3)
+    files, boundaries = synthetic_part(np.random.default_rng(14))
+    setup.store.write_part(PART, files, boundaries)  # the parent's pool now has threads
+    child = multiprocessing.get_context("fork").Process(
+        target=_write_in_child, args=(setup.policy, setup.store.table_path, files, boundaries))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    assert child.exitcode == 0
+    assert setup.store.read_file("202401_3_3_0", "c1.bin") == files["c1.bin"]

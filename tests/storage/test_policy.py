@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from spark_mergetree.errors import InvalidOptionError
-from spark_mergetree.storage import Disk, StoragePolicy, Volume, compressed_block_starts
+from spark_mergetree.storage import Disk, PartStore, StoragePolicy, Volume, compressed_block_starts
 from tests.storage.conftest import disk_files, synthetic_part
 
 
@@ -76,7 +76,7 @@ def test_policy_validation(tmp_path: Path) -> None:
 
 
 def test_single_policy_is_the_table_directory(tmp_path: Path) -> None:
-    store = StoragePolicy.single(tmp_path / "table").part_store()
+    store = PartStore(StoragePolicy.single(tmp_path / "table"))
     files, boundaries = synthetic_part(np.random.default_rng(0))
     store.write_part("all_1_1_0", files, boundaries)
     assert disk_files(tmp_path / "table" / "all_1_1_0") == files
@@ -87,14 +87,14 @@ def test_single_policy_is_the_table_directory(tmp_path: Path) -> None:
 
 def test_jbod_round_robin_and_least_used(tmp_path: Path) -> None:
     disks = [Disk(f"d{i}", str(tmp_path / f"d{i}")) for i in range(3)]
-    store = StoragePolicy("p", [Volume("v", disks, "jbod")]).part_store("t")
+    store = PartStore(StoragePolicy("p", [Volume("v", disks, "jbod")]), "t")
     for i in range(6):
         store.write_part(f"all_{i}_{i}_0", {"a.bin": b"x" * 10, "count.txt": b"1"})
     placed = [store.part_location(f"all_{i}_{i}_0").disks for i in range(6)]
     assert placed == [("d0",), ("d1",), ("d2",), ("d0",), ("d1",), ("d2",)]
     capped = [Disk("small", str(tmp_path / "s"), capacity_bytes=10_000),
               Disk("big", str(tmp_path / "b"), capacity_bytes=1_000_000)]
-    store = StoragePolicy("q", [Volume("v", capped, "jbod", jbod_placement="least_used")]).part_store()
+    store = PartStore(StoragePolicy("q", [Volume("v", capped, "jbod", jbod_placement="least_used")]))
     for i in range(3):
         store.write_part(f"all_{i}_{i}_0", {"a.bin": b"y" * 3000})
     assert {store.part_location(f"all_{i}_{i}_0").disks for i in range(3)} == {("big",)}
@@ -105,7 +105,7 @@ def test_placement_by_size_and_move_factor(tmp_path: Path) -> None:
                  "raid5", stripe_unit_bytes=8192, max_data_part_size=300_000)
     cold = Volume("cold", [Disk("c0", str(tmp_path / "c0")), Disk("c1", str(tmp_path / "c1"))], "jbod")
     policy = StoragePolicy("tiered", [hot, cold], move_factor=0.5)
-    store = policy.part_store("t")
+    store = PartStore(policy, "t")
     rng = np.random.default_rng(1)
     big = rng.integers(0, 256, 350_000, dtype=np.uint8).tobytes()
     store.write_part("all_1_1_0", {"a.bin": big}, {"a.bin": np.arange(0, 350_000, 7000)})
@@ -135,7 +135,7 @@ def test_placement_by_size_and_move_factor(tmp_path: Path) -> None:
 def test_move_keeps_cut_points(tmp_path: Path) -> None:
     raid0 = Volume("fast", [Disk(f"f{i}", str(tmp_path / f"f{i}")) for i in range(2)], "raid0", stripe_unit_bytes=4096)
     raid5 = Volume("safe", [Disk(f"s{i}", str(tmp_path / f"s{i}")) for i in range(3)], "raid5", stripe_unit_bytes=4096)
-    store = StoragePolicy("p", [raid0, raid5]).part_store("t")
+    store = PartStore(StoragePolicy("p", [raid0, raid5]), "t")
     files, boundaries = synthetic_part(np.random.default_rng(2))
     store.write_part("all_1_1_0", files, boundaries)
     store.move_part("all_1_1_0", "safe")
@@ -164,13 +164,13 @@ def test_clickhouse_part_through_raid5_and_back(tmp_path: Path) -> None:
 
     # A plain directory without a stripe map (as ClickHouse writes it) is listed, read, and scrubbed
     # as unverified.
-    plain = StoragePolicy.single(table_dir).part_store()
+    plain = PartStore(StoragePolicy.single(table_dir))
     assert plain.list_parts() == ["all_1_1_0"]
     assert plain.read_file("all_1_1_0", "id.bin") == original["id.bin"]
     assert plain.scrub().unverified_parts == ["all_1_1_0"]
 
     disks = [Disk(f"d{i}", str(tmp_path / f"d{i}")) for i in range(3)]
-    store = StoragePolicy("r", [Volume("v", disks, "raid5", stripe_unit_bytes=16384)]).part_store("t")
+    store = PartStore(StoragePolicy("r", [Volume("v", disks, "raid5", stripe_unit_bytes=16384)]), "t")
     cuts = {name: compressed_block_starts(data) for name, data in original.items() if name.endswith(".bin")}
     assert all(c is not None and len(c) >= 2 for c in cuts.values()), "several blocks per column"
     assert store.import_plain(table_dir / "all_1_1_0") == "all_1_1_0"

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark_mergetree.storage import DegradedReadWarning, cut_points, xor_parity
+from spark_mergetree.storage import DegradedReadWarning, PartStore, cut_points, xor_parity
 from tests.storage.conftest import make_store
 
 MIN_DISKS = {"single": 1, "jbod": 1, "raid0": 2, "raid1": 2, "raid5": 3}
@@ -64,7 +64,7 @@ def test_redundant_layouts_survive_any_single_disk(part, layout, n_disks, lost, 
         try:
             setup.store.write_part("all_1_1_0", files, boundaries)
             shutil.rmtree(setup.disks[lost % n_disks].path)
-            fresh = setup.policy.part_store(setup.store.table_path)
+            fresh = PartStore(setup.policy, setup.store.table_path)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegradedReadWarning)
                 for name, data in files.items():
