@@ -22,6 +22,7 @@ import numpy as np
 import zstandard
 
 from spark_mergetree.errors import CorruptPartError, InvalidOptionError, UnsupportedError
+from spark_mergetree.format import codecs
 from spark_mergetree.format.cityhash import FileHasher, cityhash128
 
 __all__ = [
@@ -64,14 +65,28 @@ DEFAULT_ZSTD_LEVEL = 1
 MAX_BLOCK_SIZE = 1 << 30
 
 _header = struct.Struct("<BII")
-_METHOD_NAMES = {METHOD_NONE: "NONE", METHOD_LZ4: "LZ4", METHOD_ZSTD: "ZSTD"}
 METHOD_MULTIPLE = 0x91
-# Method bytes of ClickHouse codecs this version does not decode (LZ4HC blocks carry the LZ4 byte).
-# A block that passes its checksum with one of these is valid data we cannot read, not damage.
+METHOD_DELTA = 0x92
+METHOD_T64 = 0x93
+METHOD_DOUBLE_DELTA = 0x94
+METHOD_GORILLA = 0x95
+METHOD_FPC = 0x98
+METHOD_GCD = 0x9A
+# Method bytes this version decodes (LZ4HC blocks carry the LZ4 byte).
+_METHOD_NAMES = {
+    METHOD_NONE: "NONE", METHOD_LZ4: "LZ4", METHOD_ZSTD: "ZSTD", METHOD_MULTIPLE: "Multiple", METHOD_DELTA: "Delta",
+    METHOD_T64: "T64", METHOD_DOUBLE_DELTA: "DoubleDelta", METHOD_GORILLA: "Gorilla", METHOD_FPC: "FPC",
+    METHOD_GCD: "GCD",
+}
+# Method bytes of ClickHouse codecs this version does not decode: encryption (its key lives in the
+# server's configuration) and hardware or experimental codecs. A block that passes its checksum
+# with one of these is valid data we cannot read, not damage.
 UNSUPPORTED_METHODS = {
-    METHOD_MULTIPLE: "Multiple", 0x92: "Delta", 0x93: "T64", 0x94: "DoubleDelta", 0x95: "Gorilla",
-    0x96: "AES_128_GCM_SIV", 0x97: "AES_256_GCM_SIV", 0x98: "FPC", 0x99: "DeflateQpl", 0x9A: "GCD",
-    0x9B: "ZSTD_QPL", 0x9C: "SZ3",
+    0x96: "AES_128_GCM_SIV", 0x97: "AES_256_GCM_SIV", 0x99: "DeflateQpl", 0x9B: "ZSTD_QPL", 0x9C: "SZ3",
+}
+_TRANSFORM_DECODERS = {
+    METHOD_DELTA: codecs.delta_decode, METHOD_T64: codecs.t64_decode, METHOD_DOUBLE_DELTA: codecs.double_delta_decode,
+    METHOD_GORILLA: codecs.gorilla_decode, METHOD_FPC: codecs.fpc_decode, METHOD_GCD: codecs.gcd_decode,
 }
 DEFAULT_LZ4HC_LEVEL = 9  # what LZ4HC and LZ4HC(0) mean, in ClickHouse as in liblz4
 MAX_LZ4HC_LEVEL = 12
@@ -268,7 +283,7 @@ def _read_block_at(view: memoryview, offset: int, path: str) -> BlockInfo:
     body = view[offset + CHECKSUM_SIZE : end]
     if cityhash128(body) != view[offset : offset + CHECKSUM_SIZE]:
         raise CorruptPartError(f"{path}: checksum mismatch in compressed block at byte offset {offset}")
-    if method not in _METHOD_NAMES:
+    if not _decodable(method, body[HEADER_SIZE:]):
         raise UnsupportedError(f"{path}: block at byte offset {offset} is compressed with "
                                f"{_codec_description(method, body[HEADER_SIZE:])}, which this version cannot "
                                f"decompress (supported: {', '.join(_METHOD_NAMES.values())})")
@@ -284,17 +299,32 @@ def _read_block_at(view: memoryview, offset: int, path: str) -> BlockInfo:
     return BlockInfo(offset, method, compressed_size, decompressed_size, body[HEADER_SIZE:])
 
 
+def _chain_methods(payload: memoryview) -> bytes | None:
+    """The method bytes a Multiple payload lists (None if it is too short to list them)."""
+    if len(payload) >= 1 and len(payload) > payload[0]:
+        return bytes(payload[1 : 1 + payload[0]])
+    return None
+
+
+def _decodable(method: int, payload: memoryview) -> bool:
+    if method == METHOD_MULTIPLE:
+        chain = _chain_methods(payload)
+        return chain is None or all(m in _METHOD_NAMES and m != METHOD_MULTIPLE for m in chain)
+    return method in _METHOD_NAMES
+
+
 def _codec_description(method: int, payload: memoryview) -> str:
     """How ClickHouse would spell the codec of an intact block we cannot decode, with its method byte.
 
     A chain (``CODEC(Delta, ZSTD)``) is method Multiple: its payload starts with the number of codecs
     and their method bytes, in the order they were applied."""
+    chain = _chain_methods(payload) if method == METHOD_MULTIPLE else None
+    if chain is not None:
+        names = [_METHOD_NAMES.get(b) or UNSUPPORTED_METHODS.get(b) or f"0x{b:02x}" for b in chain]
+        return f"codec chain CODEC({', '.join(names)}) (method byte 0x{method:02x})"
     name = UNSUPPORTED_METHODS.get(method)
     if name is None:
         return f"unknown compression method 0x{method:02x} (a codec newer than this version knows)"
-    if method == METHOD_MULTIPLE and len(payload) >= 1 and len(payload) > payload[0]:
-        chain = [_METHOD_NAMES.get(b) or UNSUPPORTED_METHODS.get(b) or f"0x{b:02x}" for b in payload[1 : 1 + payload[0]]]
-        return f"codec chain CODEC({', '.join(chain)}) (method byte 0x{method:02x})"
     return f"codec {name} (method byte 0x{method:02x})"
 
 
@@ -314,25 +344,51 @@ def read_blocks(buf: bytes | bytearray | memoryview, path: str) -> list[BlockInf
     return list(iter_blocks(buf, path))
 
 
-def decompress_block(block: BlockInfo, path: str) -> bytes | memoryview:
-    """The decompressed bytes of a verified block (a view of the file for NONE blocks)."""
+def _decode_payload(method: int, payload: memoryview, size: int, where: str) -> bytes | memoryview | np.ndarray:
+    """`size` bytes from the payload of a block (or of one stage of a codec chain) with `method`."""
     try:
-        if block.method == METHOD_LZ4:
-            data = lz4.block.decompress(block.payload, uncompressed_size=block.decompressed_size)
-        elif block.method == METHOD_ZSTD:
-            data = _zstd_decompressor().decompress(block.payload, max_output_size=block.decompressed_size)
+        if method == METHOD_LZ4:
+            data = lz4.block.decompress(payload, uncompressed_size=size)
+        elif method == METHOD_ZSTD:
+            data = _zstd_decompressor().decompress(payload, max_output_size=size)
+        elif method == METHOD_NONE:
+            data = payload
+        elif method == METHOD_MULTIPLE:
+            data = _decode_chain(payload, size, where)
         else:
-            return block.payload
+            data = _TRANSFORM_DECODERS[method](payload, size, where)
     except (lz4.block.LZ4BlockError, zstandard.ZstdError) as exc:
-        raise CorruptPartError(
-            f"{path}: cannot decompress {_METHOD_NAMES[block.method]} block at byte offset {block.offset}: {exc}"
-        ) from exc
-    if len(data) != block.decompressed_size:
-        raise CorruptPartError(
-            f"{path}: block at byte offset {block.offset} decompressed to {len(data)} bytes, "
-            f"header says {block.decompressed_size}"
-        )
+        raise CorruptPartError(f"{where}: cannot decompress: {exc}") from exc
+    if len(data) != size:
+        raise CorruptPartError(f"{where}: decompressed to {len(data)} bytes, header says {size}")
     return data
+
+
+def _decode_chain(payload: memoryview, size: int, where: str) -> bytes | memoryview | np.ndarray:
+    """A codec chain's payload: the codec count, their method bytes in the order they were applied,
+    then the last codec's output as a block without checksum (method, sizes, payload) whose bytes
+    are the previous codec's block, and so on down to the data."""
+    chain = _chain_methods(payload)
+    if chain is None or not chain:
+        raise CorruptPartError(f"{where}: codec chain lists no codecs")
+    data: bytes | memoryview | np.ndarray = payload[1 + len(chain) :]
+    for stage in reversed(range(len(chain))):
+        name = _METHOD_NAMES.get(chain[stage], f"0x{chain[stage]:02x}")
+        view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
+        if len(view) < HEADER_SIZE:
+            raise CorruptPartError(f"{where}: stage {stage + 1} of the codec chain ({name}) has no header")
+        method, compressed_size, decompressed_size = _header.unpack_from(view, 0)
+        if method != chain[stage] or compressed_size != len(view):
+            raise CorruptPartError(f"{where}: stage {stage + 1} of the codec chain should be {name} of {len(view)} "
+                                   f"bytes, its header says method 0x{method:02x} of {compressed_size} bytes")
+        data = _decode_payload(method, view[HEADER_SIZE:], decompressed_size, f"{where} (chain stage {stage + 1}: {name})")
+    return data
+
+
+def decompress_block(block: BlockInfo, path: str) -> bytes | memoryview | np.ndarray:
+    """The decompressed bytes of a verified block (a view of the file for NONE blocks)."""
+    return _decode_payload(block.method, block.payload, block.decompressed_size,
+                           f"{path}: {_METHOD_NAMES[block.method]} block at byte offset {block.offset}")
 
 
 def _load_system_decompressors() -> tuple[ctypes.CDLL | None, ctypes.CDLL | None]:

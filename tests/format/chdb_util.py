@@ -31,8 +31,10 @@ def make_chdb_table(
     tmp_path: Path | str,
     create_sql: str,
     inserts: Iterable[str] = (),
+    setup: Iterable[str] = (),
 ) -> tuple[chdb_session.Session, Path]:
-    """Run CREATE TABLE and the INSERT statements in a fresh chdb session under ``tmp_path``.
+    """Run CREATE TABLE and the INSERT statements in a fresh chdb session under ``tmp_path``
+    (after the ``setup`` statements, e.g. ``SET allow_suspicious_codecs = 1``).
 
     Returns the session and the table's data directory (``<tmp_path>/chdb/store/xxx/<uuid>/``).
     Call again with the same ``tmp_path`` and another CREATE to get more tables in the same session
@@ -47,6 +49,8 @@ def make_chdb_table(
         close_session()
     sess = chdb_session.Session(str(root))
     _open_session = sess
+    for statement in setup:
+        sess.query(statement)
     sess.query(create_sql)
     for statement in inserts:
         sess.query(statement)

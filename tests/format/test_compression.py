@@ -271,13 +271,13 @@ def test_every_decompression_path_agrees(monkeypatch, path):
 
 
 @pytest.mark.parametrize(("method", "payload", "named"), [
-    (0x91, bytes([2, 0x92, 0x90]) + b"xyz", r"codec chain CODEC\(Delta, ZSTD\) \(method byte 0x91\)"),
-    (0x91, bytes([2, 0x94, 0x82]) + b"xyz", r"codec chain CODEC\(DoubleDelta, LZ4\)"),
-    (0x98, b"xyz", r"codec FPC \(method byte 0x98\)"),
-    (0x92, b"xyz", r"codec Delta"),
-    (0x93, b"xyz", r"codec T64"),
-    (0x95, b"xyz", r"codec Gorilla"),
-    (0x9A, b"xyz", r"codec GCD"),
+    (0x91, bytes([2, 0x92, 0x96]) + b"xyz", r"codec chain CODEC\(Delta, AES_128_GCM_SIV\) \(method byte 0x91\)"),
+    (0x91, bytes([2, 0x94, 0xAB]) + b"xyz", r"codec chain CODEC\(DoubleDelta, 0xab\)"),
+    (0x96, b"xyz", r"codec AES_128_GCM_SIV \(method byte 0x96\)"),
+    (0x97, b"xyz", r"codec AES_256_GCM_SIV"),
+    (0x99, b"xyz", r"codec DeflateQpl"),
+    (0x9B, b"xyz", r"codec ZSTD_QPL"),
+    (0x9C, b"xyz", r"codec SZ3"),
     (0xAB, b"xyz", r"unknown compression method 0xab"),
 ])
 def test_intact_block_of_a_codec_we_lack_is_unsupported_not_corrupt(method, payload, named):
