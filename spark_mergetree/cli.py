@@ -154,7 +154,7 @@ def scrub(table_dir: str) -> None:
 @_table_argument
 @click.argument("disk")
 def rebuild(table_dir: str, disk: str) -> None:
-    """Restore the replaced (empty) DISK of a raid1/raid5 volume from the other disks."""
+    """Restore the replaced (empty) DISK of a raid1/raid5/raid6 volume from the other disks."""
     report = MergeTreeTable.open(table_dir).rebuild(disk, progress=True)
     click.echo(f"rebuilt disk {report.disk}: {report.parts_rebuilt} parts, {report.bytes_written:,} bytes")
 

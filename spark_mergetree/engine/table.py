@@ -783,7 +783,7 @@ class MergeTreeTable:
         return self.store.scrub(progress=progress)
 
     def rebuild(self, disk: str, progress: bool = True) -> RebuildReport:
-        """Restore a replaced (empty) disk of a raid1/raid5 volume from the other disks."""
+        """Restore a replaced (empty) disk of a raid1/raid5/raid6 volume from the other disks."""
         return self.store.rebuild(disk, progress=progress)
 
     def export_part(self, part: str, destination: str | os.PathLike[str]) -> Path:

@@ -21,17 +21,17 @@ from typing import Any, Literal, get_args
 
 from spark_mergetree.errors import InvalidOptionError
 
-Layout = Literal["single", "jbod", "raid0", "raid1", "raid5"]
+Layout = Literal["single", "jbod", "raid0", "raid1", "raid5", "raid6"]
 LAYOUTS: tuple[str, ...] = get_args(Layout)
 JbodPlacement = Literal["round_robin", "least_used"]
 JBOD_PLACEMENTS: tuple[str, ...] = get_args(JbodPlacement)
 
 #: Minimum number of disks per layout: raid5 and raid6 need two data disks beside their parity.
-MIN_DISKS: dict[str, int] = {"single": 1, "jbod": 1, "raid0": 2, "raid1": 2, "raid5": 3}
+MIN_DISKS: dict[str, int] = {"single": 1, "jbod": 1, "raid0": 2, "raid1": 2, "raid5": 3, "raid6": 4}
 #: Layouts that cut big files into units spread over every disk of the volume.
-STRIPED_LAYOUTS = frozenset({"raid0", "raid5"})
+STRIPED_LAYOUTS = frozenset({"raid0", "raid5", "raid6"})
 #: Parity units per stripe (how many disks a stripe survives losing).
-PARITY_UNITS: dict[str, int] = {"raid5": 1}
+PARITY_UNITS: dict[str, int] = {"raid5": 1, "raid6": 2}
 DEFAULT_STRIPE_UNIT_BYTES = 1 << 20
 MIN_STRIPE_UNIT_BYTES = 1 << 10
 

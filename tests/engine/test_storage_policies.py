@@ -17,7 +17,9 @@ from spark_mergetree.cli import main as cli
 from spark_mergetree.storage import DegradedReadWarning
 from tests.format.chdb_util import close_session, make_chdb_table
 
-LAYOUTS = {"jbod": 4, "raid0": 4, "raid1": 2, "raid5": 4}
+LAYOUTS = {"jbod": 4, "raid0": 4, "raid1": 2, "raid5": 4, "raid6": 4}
+#: Disks each layout survives losing.
+TOLERATES = {"raid1": 1, "raid5": 1, "raid6": 2}
 COLUMNS = [("id", "UInt64"), ("value", "Float64"), ("name", "String")]
 
 
@@ -64,20 +66,26 @@ def test_round_trip_merge_and_cleanup(table):
 
 
 def test_lost_disk(table):
+    """Lose as many disks as the layout tolerates (at least one): read, rebuild, scrub."""
     layout = table.storage_policy.volumes[0].layout
     expected = table.to_arrow().sort_by("id")
-    before = _snapshot_files(table.path.parent / "disk1")
+    lost = range(1, 1 + TOLERATES.get(layout, 1))
+    before = {i: _snapshot_files(table.path.parent / f"disk{i}") for i in lost}
     fresh = MergeTreeTable.open(table.path)
-    shutil.rmtree(table.path.parent / "disk1")
-    if layout in ("raid1", "raid5"):
+    for i in lost:
+        shutil.rmtree(table.path.parent / f"disk{i}")
+    if layout in TOLERATES:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             assert fresh.to_arrow().sort_by("id").equals(expected)
         assert any(issubclass(w.category, DegradedReadWarning) and "d1" in str(w.message) for w in caught)
-        (table.path.parent / "disk1").mkdir()
-        report = fresh.rebuild("d1", progress=False)
-        assert sorted(report.parts_rebuilt) == ["all_1_1_0", "all_2_2_0"]
-        assert _snapshot_files(table.path.parent / "disk1") == before
+        for i in lost:
+            (table.path.parent / f"disk{i}").mkdir()
+        for i in lost:
+            report = fresh.rebuild(f"d{i}", progress=False)
+            assert sorted(report.parts_rebuilt) == ["all_1_1_0", "all_2_2_0"]
+        for i in lost:
+            assert _snapshot_files(table.path.parent / f"disk{i}") == before[i]
         assert fresh.scrub().ok
     else:
         with pytest.raises((StorageError, OSError)) as error:
@@ -94,7 +102,7 @@ def test_flipped_byte_is_repaired_or_refused(table):
     target.write_bytes(bytes(data))
     fresh = MergeTreeTable.open(table.path)
     assert not fresh.scrub().ok or layout == "jbod"
-    if layout in ("raid1", "raid5"):
+    if layout in TOLERATES:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegradedReadWarning)
             assert fresh.to_arrow().num_rows == 10000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -227,10 +228,13 @@ def test_timestamps_are_instants_whatever_the_session_zone(spark, tmp_path: Path
     assert stored == instant
 
 
-def test_spark_reads_and_writes_a_raid5_table(spark, tmp_path: Path) -> None:
-    """Executors write their parts through the table's storage policy; reads and merges follow it."""
-    policy = {"name": "r5", "disks": {f"d{i}": {"path": str(tmp_path / f"disk{i}")} for i in range(3)},
-              "volumes": [{"name": "main", "disks": ["d0", "d1", "d2"], "layout": "raid5",
+@pytest.mark.parametrize("layout, n_disks, tolerates", [("raid5", 3, 1), ("raid6", 4, 2)])
+def test_spark_reads_and_writes_a_parity_raid_table(spark, tmp_path: Path, layout: str, n_disks: int,
+                                                    tolerates: int) -> None:
+    """Executors write their parts through the table's storage policy; reads and merges follow it,
+    and reads survive losing as many disks as the layout has parity units."""
+    policy = {"name": layout, "disks": {f"d{i}": {"path": str(tmp_path / f"disk{i}")} for i in range(n_disks)},
+              "volumes": [{"name": "main", "disks": [f"d{i}" for i in range(n_disks)], "layout": layout,
                            "stripe_unit_bytes": 4096}]}
     path = tmp_path / "raid_table"
     MergeTreeTable.create(path, [("id", "Int64"), ("name", "String")], order_by="id",
@@ -240,8 +244,12 @@ def test_spark_reads_and_writes_a_raid5_table(spark, tmp_path: Path) -> None:
     df.write.format("mergetree").mode("append").save(str(path))
     table = MergeTreeTable.open(path)
     assert not any(p.name.startswith("all_") for p in path.iterdir())  # parts live on the disks
-    assert all(table.store.part_location(p.name).layout == "raid5" for p in table.parts())
+    assert all(table.store.part_location(p.name).layout == layout for p in table.parts())
     assert table.optimize(final=True)
     assert spark.read.format("mergetree").load(str(path)).count() == 10000
     assert spark.read.format("mergetree").load(str(path)).filter("id BETWEEN 10 AND 19").count() == 20
     assert table.scrub().ok
+    for i in range(tolerates):
+        shutil.rmtree(tmp_path / f"disk{i}")
+    lost = spark.read.format("mergetree").load(str(path))
+    assert lost.selectExpr("count(*)", "sum(id)").first() == (10000, 2 * sum(range(5000)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import warnings
@@ -12,8 +13,9 @@ import pytest
 
 from spark_mergetree.errors import InvalidOptionError, StorageError
 from spark_mergetree.storage import DegradedReadWarning, PartStore
-from spark_mergetree.storage.stripe_map import IN_PLAIN_FILE, UNITS_FILE_NAME
-from tests.storage.conftest import Setup, disk_files, stored_map, synthetic_part
+from spark_mergetree.storage.parity import unit_checksum
+from spark_mergetree.storage.stripe_map import IN_PLAIN_FILE, STRIPED_MAP_NAME, UNITS_FILE_NAME
+from tests.storage.conftest import Setup, disk_files, make_store, reference_pq, stored_map, synthetic_part
 
 PART = "202401_1_1_0"
 
@@ -79,7 +81,7 @@ def test_units_follow_boundaries(setup: Setup) -> None:
         starts = smap.unit_offset[list(smap.units_of(name))]
         assert np.isin(starts, np.append(cuts, len(files[name]))).all()
         assert int(smap.unit_length[list(smap.units_of(name))].sum()) == len(files[name])
-    if setup.layout in ("raid0", "raid5"):
+    if setup.striped:
         used = set(smap.unit_disk[list(smap.units_of("c0.bin"))].tolist())
         assert len(used) >= 2, "a column's units are spread over disks"
         for disk in setup.disks:
@@ -90,7 +92,7 @@ def test_units_follow_boundaries(setup: Setup) -> None:
 
 def test_plain_copies_are_clickhouse_directories(setup: Setup) -> None:
     written = write_two_parts(setup)
-    if setup.layout in ("raid0", "raid5"):
+    if setup.striped:
         # Striped disks hold units, the replicated small files and the map, never a column whole.
         for disk in setup.disks:
             names = set(disk_files(setup.store.table_dir(disk) / PART))
@@ -193,7 +195,7 @@ def test_fault_recovered_or_reported(setup: Setup, fault: str) -> None:
     written = write_two_parts(setup)
     disk_name = _damage(setup, PART, fault)
     # A fresh store: nothing cached from before the damage.
-    store = PartStore(setup.policy, setup.store.table_path)
+    store = setup.fresh_store()
     if setup.redundant:
         with pytest.warns(DegradedReadWarning) as caught:
             assert store.read_file(PART, "c0.bin") == written[PART]["c0.bin"]
@@ -215,27 +217,100 @@ def test_fault_recovered_or_reported(setup: Setup, fault: str) -> None:
     store.close()
 
 
-def test_raid5_two_disks_lost_is_an_error(tmp_path: Path) -> None:
-    from tests.storage.conftest import make_store
+def _move_aside(disks: list, lost: tuple[int, ...]) -> list[tuple[Path, Path]]:
+    moved = []
+    for i in lost:
+        path = Path(disks[i].path)
+        if path.exists():
+            moved.append((path, path.with_name(path.name + ".aside")))
+            path.rename(moved[-1][1])
+    return moved
 
-    setup = make_store(tmp_path, "raid5", 4)
+
+def test_survives_losing_any_tolerated_disks(redundant_setup: Setup) -> None:
+    """Every combination of as many lost disks as the layout tolerates (raid6: any two; raid1: all
+    mirrors but one) reads back exactly, with a warning naming a lost disk."""
+    setup = redundant_setup
+    written = write_two_parts(setup)
+    for lost in itertools.combinations(range(len(setup.disks)), setup.tolerance):
+        moved = _move_aside(setup.disks, lost)
+        store = setup.fresh_store()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert_reads_equal(setup, written, np.random.default_rng(len(lost)))
+        degraded = [str(w.message) for w in caught if issubclass(w.category, DegradedReadWarning)]
+        assert degraded and any(setup.disks[i].name in m for m in degraded for i in lost), lost
+        store.close()
+        for original, aside in moved:
+            aside.rename(original)
+
+
+def test_losing_more_disks_than_tolerated_is_an_error(parity_setup: Setup) -> None:
+    setup = parity_setup
     files, boundaries = synthetic_part(np.random.default_rng(3), max_bytes=200_000)
     setup.store.write_part(PART, files, boundaries)
-    shutil.rmtree(setup.disks[1].path)
-    shutil.rmtree(setup.disks[2].path)
-    store = PartStore(setup.policy, setup.store.table_path)
+    lost = range(1, 2 + setup.parities)
+    for i in lost:
+        shutil.rmtree(setup.disks[i].path)
+    store = setup.fresh_store()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegradedReadWarning)
         assert store.read_file(PART, "count.txt") == files["count.txt"], "metadata is on every disk"
         with pytest.raises(StorageError) as error:
             store.read_file(PART, "c0.bin")
     message = str(error.value)
-    assert PART in message and "c0.bin" in message and "disk1" in message and "disk2" in message
+    assert PART in message and "c0.bin" in message
+    assert all(setup.disks[i].name in message for i in lost), message
+
+
+def _stripe_items(setup: Setup, part: str, stripe: int) -> list[tuple[str, int, int, int]]:
+    """(kind, disk index, offset in units.bin, length) of a stripe's data units, P and Q."""
+    smap = stored_map(setup, part)
+    items = [("data", int(smap.unit_disk[u]), int(smap.unit_disk_offset[u]), int(smap.unit_length[u]))
+             for u in smap.stripe_units(stripe)]
+    items.append(("P", int(smap.parity_disk[stripe]), int(smap.parity_disk_offset[stripe]),
+                  int(smap.parity_length[stripe])))
+    if setup.parities == 2:
+        items.append(("Q", int(smap.q_disk[stripe]), int(smap.q_disk_offset[stripe]),
+                      int(smap.parity_length[stripe])))
+    return items
+
+
+def _flip(setup: Setup, part: str, disk: int, offset: int, length: int) -> None:
+    path = setup.store.table_dir(setup.disks[disk]) / part / UNITS_FILE_NAME
+    raw = bytearray(path.read_bytes())
+    raw[offset + length // 2] ^= 0x5A
+    path.write_bytes(bytes(raw))
+
+
+def test_stripe_survives_any_tolerated_damaged_units(parity_setup: Setup) -> None:
+    """Damage (flipped bytes) in any set of units of a stripe up to its parity count — data and P,
+    data and Q, two data units, ... — is repaired on read; one more damaged unit is an error."""
+    setup = parity_setup
+    files, boundaries = synthetic_part(np.random.default_rng(11), max_bytes=200_000)
+    setup.store.write_part(PART, files, boundaries)
+    items = _stripe_items(setup, PART, 0)
+    assert sum(kind == "data" for kind, *_ in items) == len(setup.disks) - setup.parities, "stripe 0 is full"
+    pristine = {d.name: (setup.store.table_dir(d) / PART / UNITS_FILE_NAME).read_bytes() for d in setup.disks}
+    for count in range(1, setup.parities + 2):
+        for damaged in itertools.combinations(items, count):
+            if count > setup.parities and all(kind != "data" for kind, *_ in damaged):
+                continue  # losing only parity units loses no data
+            for _kind, disk, offset, length in damaged:
+                _flip(setup, PART, disk, offset, length)
+            store = setup.fresh_store()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DegradedReadWarning)
+                if count <= setup.parities:
+                    assert store.read_file(PART, "c0.bin") == files["c0.bin"], damaged
+                else:
+                    with pytest.raises(StorageError, match="c0.bin"):
+                        store.read_file(PART, "c0.bin")
+            for disk in setup.disks:
+                (setup.store.table_dir(disk) / PART / UNITS_FILE_NAME).write_bytes(pristine[disk.name])
 
 
 def test_replicated_metadata_survives_in_raid0(tmp_path: Path) -> None:
-    from tests.storage.conftest import make_store
-
     setup = make_store(tmp_path, "raid0", 3)
     files, boundaries = synthetic_part(np.random.default_rng(4))
     setup.store.write_part(PART, files, boundaries)
@@ -264,26 +339,28 @@ def test_damaged_map_copy_is_skipped(setup: Setup) -> None:
 # ---------------------------------------------------------------- rebuild and scrub
 
 
-def test_rebuild_restores_disk_byte_identically(setup: Setup) -> None:
+def test_rebuild_restores_disks_byte_identically(setup: Setup) -> None:
+    """A replaced disk (raid6: two replaced disks, one after the other) is rebuilt byte for byte."""
     write_two_parts(setup)
-    victim = setup.disks[-1]
-    before = disk_files(Path(victim.path))
-    shutil.rmtree(victim.path, ignore_errors=True)  # a jbod disk may never have received a part
-    os.makedirs(victim.path)
-    store = PartStore(setup.policy, setup.store.table_path)
+    victims = setup.disks[-min(max(setup.tolerance, 1), 2):]
+    before = {d.name: disk_files(Path(d.path)) for d in victims}
+    for victim in victims:
+        shutil.rmtree(victim.path, ignore_errors=True)  # a jbod disk may never have received a part
+        os.makedirs(victim.path)
+    store = setup.fresh_store()
     if not setup.redundant:
-        with pytest.raises(StorageError, match=victim.name):
-            store.rebuild(victim.name, progress=False)
+        with pytest.raises(StorageError, match=victims[0].name):
+            store.rebuild(victims[0].name, progress=False)
         return
-    report = store.rebuild(victim.name, progress=False)
-    assert sorted(report.parts_rebuilt) == [PART, "202401_2_2_0"]
-    assert disk_files(Path(victim.path)) == before
+    for victim in victims:
+        report = store.rebuild(victim.name, progress=False)
+        assert sorted(report.parts_rebuilt) == [PART, "202401_2_2_0"]
+    for victim in victims:
+        assert disk_files(Path(victim.path)) == before[victim.name], victim.name
     assert store.scrub().ok
 
 
 def test_rebuild_with_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.storage.conftest import make_store
-
     setup = make_store(tmp_path, "raid5", 3)
     files, boundaries = synthetic_part(np.random.default_rng(6))
     setup.store.write_part(PART, files, boundaries)
@@ -311,22 +388,44 @@ def test_scrub_finds_every_fault(setup: Setup) -> None:
     assert report.parts_checked == 2 and report.units_checked > 0
 
 
-def test_scrub_finds_bad_parity(tmp_path: Path) -> None:
-    from tests.storage.conftest import make_store
-
-    setup = make_store(tmp_path, "raid5", 3)
+def test_scrub_finds_bad_parity(parity_setup: Setup) -> None:
+    """A flipped byte in P (and in Q) of a stripe fails that parity unit's checksum."""
+    setup = parity_setup
     files, boundaries = synthetic_part(np.random.default_rng(7))
     setup.store.write_part(PART, files, boundaries)
     smap = stored_map(setup, PART)
-    disk = setup.disks[int(smap.parity_disk[0])]
-    units = setup.store.table_dir(disk) / PART / UNITS_FILE_NAME
-    raw = bytearray(units.read_bytes())
-    raw[int(smap.parity_disk_offset[0])] ^= 1
-    units.write_bytes(bytes(raw))
-    report = PartStore(setup.policy, setup.store.table_path).scrub()
-    assert [(p.disk, p.kind) for p in report.problems] == [(disk.name, "checksum")]
-    assert "parity of stripe 0" in report.problems[0].detail
-    assert report.parity_checked == smap.stripe_first_unit.size
+    parities = [(kind, disk, offset, length) for kind, disk, offset, length in _stripe_items(setup, PART, 0)
+                if kind != "data"]
+    for _kind, disk, offset, length in parities:
+        _flip(setup, PART, disk, offset, length)
+    report = setup.fresh_store().scrub()
+    assert sorted((p.disk, p.kind) for p in report.problems) == \
+        sorted((setup.disks[disk].name, "checksum") for _k, disk, _o, _n in parities)
+    details = sorted(p.detail.split(":")[0] for p in report.problems)
+    assert details == ["Q parity of stripe 0", "parity of stripe 0"][2 - setup.parities:]
+    assert report.parity_checked == smap.n_stripes * setup.parities
+
+
+def test_scrub_finds_parity_that_disagrees_with_its_data(parity_setup: Setup) -> None:
+    """A data unit rewritten together with its checksum reads back as written, but no longer
+    matches P (nor Q): scrub reports the stripe's parity units."""
+    setup = parity_setup
+    files, boundaries = synthetic_part(np.random.default_rng(12))
+    setup.store.write_part(PART, files, boundaries)
+    smap = stored_map(setup, PART)
+    unit = smap.stripe_units(1)[0]
+    disk, offset, length = int(smap.unit_disk[unit]), int(smap.unit_disk_offset[unit]), int(smap.unit_length[unit])
+    _flip(setup, PART, disk, offset, length)
+    path = setup.store.table_dir(setup.disks[disk]) / PART / UNITS_FILE_NAME
+    smap.unit_hash[unit] = unit_checksum(path.read_bytes()[offset:offset + length])
+    for d in setup.disks:
+        (setup.store.table_dir(d) / PART / STRIPED_MAP_NAME).write_bytes(smap.to_bytes())
+    report = setup.fresh_store().scrub()
+    expected = [(setup.disks[int(smap.parity_disk[1])].name, "parity")]
+    if setup.parities == 2:
+        expected.append((setup.disks[int(smap.q_disk[1])].name, "parity"))
+    assert sorted((p.disk, p.kind) for p in report.problems) == sorted(expected), report
+    assert all("stripe 1" in p.detail for p in report.problems)
 
 
 # ---------------------------------------------------------------- atomicity and layout details
@@ -363,28 +462,52 @@ def test_leftovers_are_not_parts_and_are_cleaned(setup: Setup) -> None:
     assert setup.store.scrub().ok
 
 
-def test_raid5_parity_rotates(tmp_path: Path) -> None:
-    from tests.storage.conftest import make_store
-
-    setup = make_store(tmp_path, "raid5", 4, unit_bytes=2048)
+def test_parity_rotates(parity_setup: Setup, tmp_path: Path) -> None:
+    """P on disk (n-1-s) mod n, Q on the next disk, data units after them round the ring."""
+    setup = make_store(tmp_path / "small", parity_setup.layout, len(parity_setup.disks), unit_bytes=2048)
     files, boundaries = synthetic_part(np.random.default_rng(9))
     setup.store.write_part(PART, files, boundaries)
     smap = stored_map(setup, PART)
-    n_stripes = smap.stripe_first_unit.size
-    assert n_stripes >= 8
-    np.testing.assert_array_equal(smap.parity_disk, (3 - np.arange(n_stripes)) % 4)
+    n, k = len(setup.disks), setup.parities
+    n_stripes = smap.n_stripes
+    assert n_stripes >= 2 * n
+    np.testing.assert_array_equal(smap.parity_disk, (n - 1 - np.arange(n_stripes)) % n)
+    if k == 2:
+        np.testing.assert_array_equal(smap.q_disk, (smap.parity_disk + 1) % n)
     for s in range(n_stripes):
-        members = range(int(smap.stripe_first_unit[s]), int(smap.stripe_first_unit[s] + smap.stripe_unit_count[s]))
-        disks = {int(smap.unit_disk[u]) for u in members} | {int(smap.parity_disk[s])}
-        assert len(disks) == len(members) + 1, "a stripe never puts two of its units on one disk"
+        members = smap.stripe_units(s)
+        data_disks = [int(smap.unit_disk[u]) for u in members]
+        assert data_disks == [(int(smap.parity_disk[s]) + k + i) % n for i in range(len(members))]
         assert smap.parity_length[s] == max(smap.unit_length[u] for u in members)
+    setup.store.close()
+
+
+def test_parity_units_hold_p_and_q(parity_setup: Setup) -> None:
+    """Reading units.bin as format_spec/storage.md lays it out, every stripe's P is the XOR and Q
+    the GF(2^8) syndrome of its data units, computed independently, byte for byte."""
+    setup = parity_setup
+    files, boundaries = synthetic_part(np.random.default_rng(13))
+    setup.store.write_part(PART, files, boundaries)
+    smap = stored_map(setup, PART)
+    raw = [(setup.store.table_dir(d) / PART / UNITS_FILE_NAME).read_bytes() for d in setup.disks]
+    for d in range(len(setup.disks)):
+        assert len(raw[d]) == smap.disk_units_bytes(d)
+    for s in range(smap.n_stripes):
+        data = [raw[int(smap.unit_disk[u])][int(smap.unit_disk_offset[u]):][:int(smap.unit_length[u])]
+                for u in smap.stripe_units(s)]
+        for u, unit in zip(smap.stripe_units(s), data):
+            name = smap.file_of(u)
+            assert unit == files[name][int(smap.unit_offset[u]):][:len(unit)]
+        length = int(smap.parity_length[s])
+        p, q = reference_pq(data, length)
+        assert raw[int(smap.parity_disk[s])][int(smap.parity_disk_offset[s]):][:length] == p, s
+        if setup.parities == 2:
+            assert raw[int(smap.q_disk[s])][int(smap.q_disk_offset[s]):][:length] == q, s
 
 
 def test_concurrent_degraded_reads(tmp_path: Path) -> None:
     """Many callers share the store's thread pool; degraded reads from all of them stay exact."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from tests.storage.conftest import make_store
 
     setup = make_store(tmp_path, "raid5", 3, unit_bytes=4096)
     rng = np.random.default_rng(10)
@@ -415,8 +538,6 @@ def test_forked_child_writes_through_the_shared_pool(tmp_path: Path) -> None:
     """The parent's I/O threads do not exist in a forked child: its writes and reads must not wait
     for them (they hung when the child reused the parent's pool)."""
     import multiprocessing
-
-    from tests.storage.conftest import make_store
 
     setup = make_store(tmp_path, "raid1", 3)
     files, boundaries = synthetic_part(np.random.default_rng(14))

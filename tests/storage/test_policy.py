@@ -38,8 +38,9 @@ def test_from_dict_and_json_round_trip(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("change, message", [
     ({"bogus": 1}, r"unknown key 'bogus' in volumes\[0\]; valid keys: name, disks, layout"),
-    ({"layout": "raid6"}, r"layout: 'raid6' is not one of single, jbod, raid0, raid1, raid5"),
+    ({"layout": "raid10"}, r"layout: 'raid10' is not one of single, jbod, raid0, raid1, raid5, raid6"),
     ({"disks": ["d0", "d1"]}, r"layout raid5 needs at least 3 disks, got 2"),
+    ({"layout": "raid6"}, r"layout raid6 needs at least 4 disks, got 3"),
     ({"disks": ["d0", "d9"]}, r"unknown disk 'd9'; defined disks: d0, d1, d2, d3"),
     ({"stripe_unit_bytes": 10}, r"stripe_unit_bytes must be an integer >= 1024"),
     ({"layout": "raid1", "disks": ["d0"]}, r"layout raid1 needs at least 2 disks, got 1"),
@@ -147,8 +148,10 @@ def test_move_keeps_cut_points(tmp_path: Path) -> None:
     np.testing.assert_array_equal(store.boundaries("all_1_1_0", "c0.bin"), boundaries["c0.bin"])
 
 
-def test_clickhouse_part_through_raid5_and_back(tmp_path: Path) -> None:
-    """A part ClickHouse wrote, striped over raid5, read with a disk lost, exported and attached back."""
+@pytest.mark.parametrize("layout, n_disks", [("raid5", 3), ("raid6", 4)])
+def test_clickhouse_part_through_parity_raid_and_back(tmp_path: Path, layout: str, n_disks: int) -> None:
+    """A part ClickHouse wrote, striped over raid5 (raid6), read with one disk (two disks) lost,
+    exported and attached back."""
     from chdb import session
 
     from tests.format.chdb_util import close_session
@@ -169,19 +172,21 @@ def test_clickhouse_part_through_raid5_and_back(tmp_path: Path) -> None:
     assert plain.read_file("all_1_1_0", "id.bin") == original["id.bin"]
     assert plain.scrub().unverified_parts == ["all_1_1_0"]
 
-    disks = [Disk(f"d{i}", str(tmp_path / f"d{i}")) for i in range(3)]
-    store = PartStore(StoragePolicy("r", [Volume("v", disks, "raid5", stripe_unit_bytes=16384)]), "t")
+    disks = [Disk(f"d{i}", str(tmp_path / f"d{i}")) for i in range(n_disks)]
+    store = PartStore(StoragePolicy("r", [Volume("v", disks, layout, stripe_unit_bytes=16384)]), "t")
     cuts = {name: compressed_block_starts(data) for name, data in original.items() if name.endswith(".bin")}
     assert all(c is not None and len(c) >= 2 for c in cuts.values()), "several blocks per column"
     assert store.import_plain(table_dir / "all_1_1_0") == "all_1_1_0"
     for name, starts in cuts.items():
         np.testing.assert_array_equal(store.boundaries("all_1_1_0", name), starts)
-    assert store.part_location("all_1_1_0").disks == ("d0", "d1", "d2")
-    shutil.rmtree(disks[1].path)
+    assert store.part_location("all_1_1_0").disks == tuple(d.name for d in disks)
+    lost = disks[1:1 + n_disks - 2]
+    for disk in lost:
+        shutil.rmtree(disk.path)
 
     s.query("ALTER TABLE t DETACH PART 'all_1_1_0'")
     shutil.rmtree(table_dir / "detached" / "all_1_1_0")  # attach our copy, not ClickHouse's own
-    with pytest.warns(UserWarning, match="d1"):
+    with pytest.warns(UserWarning, match="|".join(d.name for d in lost)):
         store.export_plain("all_1_1_0", table_dir / "detached" / "all_1_1_0")
     assert disk_files(table_dir / "detached" / "all_1_1_0") == original
     s.query("ALTER TABLE t ATTACH PART 'all_1_1_0'")
@@ -189,3 +194,14 @@ def test_clickhouse_part_through_raid5_and_back(tmp_path: Path) -> None:
     assert check and all(line.split(",")[1] == "1" for line in check), check
     assert s.query("SELECT count(), sum(id), sum(length(name)) FROM t", "CSV").bytes() == expected
     s.close()
+
+
+@pytest.mark.parametrize("layout, usable", [("jbod", 100_000), ("raid0", 40_000), ("raid1", 10_000),
+                                            ("raid5", 30_000), ("raid6", 20_000)])
+def test_usable_capacity_per_layout(tmp_path: Path, layout: str, usable: int) -> None:
+    """Disks of 10, 20, 30 and 40 kB: jbod adds them up; the others are limited by the smallest
+    disk times the disks holding data (raid1 one, raid0 all four, raid5 three, raid6 two)."""
+    disks = [Disk(f"d{i}", str(tmp_path / f"d{i}"), capacity_bytes=(i + 1) * 10_000) for i in range(4)]
+    volume = Volume("v", disks, layout)
+    assert volume.total_bytes() == usable
+    assert volume.free_bytes() == usable and volume.free_fraction() == 1.0

@@ -1,5 +1,6 @@
-"""Property tests: random files, cut points, unit sizes and disk counts round-trip through every layout,
-and raid1/raid5 survive the loss of any one disk."""
+"""Property tests: random files, cut points, unit sizes and disk counts round-trip through every layout;
+raid1/raid5 survive the loss of any one disk and raid6 of any two; P, Q and the recovery of lost units
+agree with an independent computation."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_mergetree.storage import DegradedReadWarning, PartStore, cut_points, xor_parity
-from tests.storage.conftest import make_store
-
-MIN_DISKS = {"single": 1, "jbod": 1, "raid0": 2, "raid1": 2, "raid5": 3}
+from spark_mergetree.storage.parity import q_parity, recover
+from spark_mergetree.storage.policy import MIN_DISKS
+from tests.storage.conftest import PARITY, make_store, reference_pq
 
 
 @st.composite
@@ -55,15 +56,17 @@ def test_round_trip_any_layout(part, layout, extra_disks, unit_bytes, ranges) ->
 
 
 @settings(max_examples=30, deadline=None)
-@given(part=parts(), layout=st.sampled_from(["raid1", "raid5"]), n_disks=st.integers(3, 5), lost=st.integers(0, 4),
-       unit_bytes=st.integers(1024, 8192))
-def test_redundant_layouts_survive_any_single_disk(part, layout, n_disks, lost, unit_bytes) -> None:
+@given(part=parts(), layout=st.sampled_from(["raid1", "raid5", "raid6"]), n_disks=st.integers(4, 6),
+       lost=st.lists(st.integers(0, 5), min_size=2, max_size=2, unique=True), unit_bytes=st.integers(1024, 8192))
+def test_redundant_layouts_survive_any_tolerated_disks(part, layout, n_disks, lost, unit_bytes) -> None:
+    """raid1 and raid5 lose any one disk, raid6 any two."""
     files, boundaries = part
     with tempfile.TemporaryDirectory() as root:
         setup = make_store(Path(root), layout, n_disks, unit_bytes)
         try:
             setup.store.write_part("all_1_1_0", files, boundaries)
-            shutil.rmtree(setup.disks[lost % n_disks].path)
+            for disk in {i % n_disks for i in lost[: PARITY.get(layout, 1)]}:
+                shutil.rmtree(setup.disks[disk].path)
             fresh = PartStore(setup.policy, setup.store.table_path)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegradedReadWarning)
@@ -95,3 +98,23 @@ def test_parity_rebuilds_any_unit(units) -> None:
     for lost in range(len(units)):
         others = [u for i, u in enumerate(units) if i != lost]
         assert xor_parity([parity, *others], length)[: len(units[lost])].tobytes() == units[lost]
+
+
+@given(units=st.lists(st.binary(max_size=300), min_size=1, max_size=8), extra=st.integers(0, 9))
+def test_p_and_q_match_the_field_definition(units, extra) -> None:
+    length = max(len(u) for u in units) + extra
+    p, q = reference_pq(units, length)
+    assert xor_parity(units, length).tobytes() == p
+    assert q_parity(units, length).tobytes() == q
+
+
+@given(units=st.lists(st.binary(min_size=1, max_size=200), min_size=2, max_size=8), data=st.data())
+def test_any_two_lost_units_are_recovered(units, data) -> None:
+    """From P, Q or both: one or two lost data units, with or without one lost parity unit."""
+    length = max(len(u) for u in units)
+    p, q = reference_pq(units, length)
+    lost = data.draw(st.lists(st.integers(0, len(units) - 1), min_size=1, max_size=2, unique=True))
+    parities = [(p, q)] if len(lost) == 2 else [(p, q), (p, None), (None, q)]
+    for p_left, q_left in parities:
+        rebuilt = recover([None if i in lost else u for i, u in enumerate(units)], p_left, q_left, length)
+        assert [r[: len(units[i])].tobytes() for i, r in zip(sorted(lost), rebuilt)] == [units[i] for i in sorted(lost)]

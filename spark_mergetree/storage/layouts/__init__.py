@@ -30,7 +30,7 @@ from spark_mergetree.storage.table_dirs import TableDirs
 
 LAYOUT_CLASSES: dict[str, type[Layout]] = {
     "single": PlainLayout, "jbod": PlainLayout, "raid1": MirrorLayout, "raid0": StripedLayout,
-    "raid5": StripedParityLayout,
+    "raid5": StripedParityLayout, "raid6": StripedParityLayout,
 }
 assert set(LAYOUT_CLASSES) == set(LAYOUTS), "every configurable layout has a strategy"
 

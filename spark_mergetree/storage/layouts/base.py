@@ -155,8 +155,8 @@ class Layout(ABC):
         """What each target disk receives for a new part."""
 
     def plan(self, views: Mapping[str, memoryview], boundaries: Mapping[str, np.ndarray] | None,
-             targets: list[Disk]) -> tuple[StripeMap, list[memoryview]]:
-        """The part's map with units placed and checksummed, and the bytes of every unit."""
+             targets: list[Disk], checksums: bool = True) -> tuple[StripeMap, list[memoryview]]:
+        """The part's map with units placed (and checksummed), and the bytes of every unit."""
         stripe_map = cut_files(self.volume.layout, [d.name for d in targets], self.volume.stripe_unit_bytes,
                                views, boundaries, self.stripes)
         self.place(stripe_map)
@@ -164,7 +164,8 @@ class Layout(ABC):
         unit_views = [views[names[f]][o:o + n] for f, o, n in
                       zip(stripe_map.unit_file.tolist(), stripe_map.unit_offset.tolist(),
                           stripe_map.unit_length.tolist())]
-        stripe_map.unit_hash = [unit_checksum(v) for v in unit_views]
+        if checksums:
+            stripe_map.unit_hash = [unit_checksum(v) for v in unit_views]
         return stripe_map, unit_views
 
     def place(self, stripe_map: StripeMap) -> None:

@@ -26,10 +26,11 @@ class PlainLayout(Layout):
 
     def stage(self, part: str, views: Mapping[str, memoryview], boundaries: Mapping[str, np.ndarray] | None,
               targets: list[Disk]) -> list[DiskWrite]:
-        stripe_map, _units = self.plan(views, boundaries, targets)  # also checks the boundaries
+        # A single disk keeps no map: the boundaries are only checked.
+        with_map = self.volume.layout != "single"
+        stripe_map, _units = self.plan(views, boundaries, targets, checksums=with_map)
         files = [(name, [views[name]]) for name in stripe_map.files]
-        map_bytes = None if self.volume.layout == "single" else stripe_map.to_bytes()
-        return [DiskWrite(disk, files, map_bytes) for disk in targets]
+        return [DiskWrite(disk, files, stripe_map.to_bytes() if with_map else None) for disk in targets]
 
     def whole_copy_disk(self, opened: OpenPart, start: int) -> Disk | None:
         # Copies take turns by range, so concurrent reads spread over the disks.
