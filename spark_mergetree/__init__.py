@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> object:
     # The Spark entry points import pyspark, which the engine, CLI and catalog do not need.
-    if name in ("register", "transaction"):
+    if name in ("configure", "register", "transaction"):
         from spark_mergetree import spark as spark_layer
 
         return getattr(spark_layer, name)
@@ -49,6 +49,7 @@ __all__ = [
     "TableNotFoundError",
     "TransactionError",
     "UnsupportedError",
+    "configure",
     "register",
     "transaction",
 ]

@@ -83,7 +83,9 @@ def spark() -> Iterator[object]:
     # Workers inherit HOME and the session's coordinator (set by pytest_configure), never the user's.
     from pyspark.sql import SparkSession
 
-    session = (
+    from spark_mergetree.spark.session import configure
+
+    session = configure(
         SparkSession.builder.master("local[2,3]")
         .appName("spark-mergetree-tests")
         .config("spark.sql.python.filterPushdown.enabled", "true")
@@ -94,8 +96,7 @@ def spark() -> Iterator[object]:
         .config("spark.driver.memory", "1g")
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
+    ).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

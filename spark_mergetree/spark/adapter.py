@@ -336,6 +336,29 @@ def check_where(ref: TableRef, where: Any) -> None:
         raise InvalidOptionError(f"option 'where': {error}") from error
 
 
+def conjunction(left: Any, right: Any) -> Any:
+    """AND of two predicates, either of which may be None (no condition)."""
+    if left is None or right is None:
+        return right if left is None else left
+    from spark_mergetree.expressions.predicate import And
+
+    return And((left, right))
+
+
+def usable_predicate(ref: TableRef, predicate: Any) -> Any:
+    """`predicate` (translated from Spark's pushed filters) if it binds to the table, else None:
+    such a predicate only prunes, so one the engine cannot use is simply not used."""
+    if predicate is None:
+        return None
+    from spark_mergetree.engine.select import bind_where
+
+    try:
+        bind_where(predicate, open_table(ref).metadata.column_types)
+    except Exception:  # noqa: BLE001 - pruning is optional; Spark applies every filter anyway
+        return None
+    return predicate
+
+
 def visible_for_task(ref: TableRef, parts: PartSets, txn: TxnContext | None) -> frozenset[str]:
     """The parts one read task may return: the planning snapshot's, or its transaction's view."""
     if txn is None:

@@ -4,12 +4,15 @@ Reading: the driver plans granule ranges grouped into input partitions of about 
 (so one big part still feeds every core); executors read their ranges as Arrow and cast them to
 Spark's Arrow schema in one step. The `where` option prunes partitions and granules.
 
-Spark's own filters never decide which rows a scan returns. PySpark 4.1–4.3 stores the planned read
-of a pushed-down scan (its partitions and pickled reader) on the data source provider, which every
-reference to one loaded DataFrame shares: two scans of one view in one query (a self-join, EXISTS,
-a union, a filtered and an unfiltered scan) all run the plan made last, and later queries on the
-DataFrame replay it. Nothing a Python task can see tells those scans apart, so the reader has no
-pushFilters: Spark keeps every filter and applies it to the full read of each scan.
+Spark's filters prune only where a scan has a plan of its own. PySpark 4.1–4.3 stores the planned
+read of a pushed-down scan (its partitions and pickled reader) on the data source provider, which
+every reference to one loaded DataFrame shares: two scans of one view in one query (a self-join,
+EXISTS, a union) would all run the plan made last. The session extension (spark/session.py,
+jvm/src) rebuilds every relation over this source with a provider of its own and with only the
+columns the query uses, and marks it with the read option SCAN_OPTION; only such a scan gets a
+reader with pushFilters. Without the extension the reader has no pushFilters (Spark applies every
+filter to a full read) and reads every column of its schema. Pushed filters only prune granules:
+every filter goes back to Spark, which applies it to the rows.
 
 Writing: tasks cast Spark's batches to the table schema and stage invisible parts (the engine
 sorts and splits by partition); the driver's commit() makes all of a job's parts visible in one step, once
@@ -19,6 +22,7 @@ per task partition id, and removes everything else the job staged.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +34,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -38,7 +43,9 @@ from pyspark.sql.types import StructType
 from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, TableNotFoundError
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
+from spark_mergetree.spark.filters import to_predicate
 from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, ReadOptions, WriteOptions
+from spark_mergetree.spark.session import ENABLE_HINT
 from spark_mergetree.spark.types import (
     check_readable_columns,
     check_writable,
@@ -96,6 +103,10 @@ class MergeTreeDataSource(DataSource):
         where = _parse_where(opts.where)
         if where is not None:
             adapter.check_where(ref, where)
+        if opts.scan is None:
+            _say_once(ENABLE_HINT)
+        if opts.scan == "pushdown" and opts.pushdown:
+            return MergeTreePushdownReader(ref, opts, schema, where)
         return MergeTreeReader(ref, opts, schema, where)
 
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
@@ -149,13 +160,15 @@ class MergeTreeReader(DataSourceReader):
         self.columns = schema.fieldNames()
         self.target = spark_arrow_schema(schema)
         self.where = where
+        self.pushed: Any = None  # the filters Spark pushed, as a predicate that prunes granules
         self.target_rows = opts.target_rows or _target_rows(schema)
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot)
         self.target_rows = _balanced_target(self.target_rows, adapter.visible_rows(self.ref, parts),
                                             explicit=self.opts.target_rows is not None)
-        planned = adapter.plan(self.ref, self.columns, self.where, self.target_rows, parts)
+        prune = self.where if self.pushed is None else adapter.conjunction(self.where, self.pushed)
+        planned = adapter.plan(self.ref, self.columns, prune, self.target_rows, parts)
         return [MergeTreePartition(i, share, parts) for i, share in enumerate(_spread(planned.tasks, parts))]
 
     def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
@@ -166,6 +179,27 @@ class MergeTreeReader(DataSourceReader):
             for batch in adapter.read(self.ref, task, self.columns, self.where):
                 if batch.num_rows:
                     yield conform_batch(batch, self.target)
+
+
+class MergeTreePushdownReader(MergeTreeReader):
+    """The reader of a scan with a plan of its own (the session extension made it): the filters
+    Spark pushes prune partitions and granules. All of them go back to Spark, which applies them to
+    the rows: a filter only ever narrows which granules are read."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        filters = list(filters)
+        self.pushed = adapter.usable_predicate(self.ref, to_predicate(filters, adapter.table_schema(self.ref)))
+        return iter(filters)
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """Print a hint once per process (Python workers pass their stderr on to Spark's log)."""
+    if message not in _said:
+        _said.add(message)
+        print(f"spark_mergetree: {message}", file=sys.stderr, flush=True)
 
 
 def _target_rows(schema: StructType) -> int:

@@ -1,21 +1,26 @@
 """Spark's filters over mergetree scans: every query returns what the same query over a Parquet copy
-returns, with Python filter pushdown on and off.
+returns, with and without the session extension and with Python filter pushdown on and off.
 
 PySpark 4.1–4.3 keeps the planned read of a pushed-down scan on the data source provider that every
-reference to one loaded DataFrame shares, so two scans of one view in one query (a self-join, a
-cross join, EXISTS, a scalar subquery, a union) run the same plan, and a later query on the same
-DataFrame replays it. The queries below catch a plan pruned for one scan serving another.
+reference to one loaded DataFrame shares, so without a provider of its own per scan two scans of one
+view in one query (a self-join, a cross join, EXISTS, a scalar subquery, a union) would run the same
+plan, and a later query on the same DataFrame would replay it. The session extension gives every
+scan its own provider, and only then do pushed filters prune. The queries below catch a plan pruned
+for one scan serving another.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.spark.session import ENABLED_CONF, PUSHDOWN_CONF
+from tests.spark.settings import spark_settings
+
 pytestmark = pytest.mark.spark
 
 ROWS = 100_000
 GRANULE = 1024
-PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 MERGETREE_VIEW, PARQUET_VIEW = "pushdown_mergetree", "pushdown_parquet"
 
 # Two scans of one view per query, with different filters or none.
@@ -37,6 +42,18 @@ QUERIES = {
         "(select id from {v} where id between 50 and 60) y on x.id = y.id",
 }
 
+# (session extension active, Python filter pushdown on)
+MODES = {
+    "extension, pushdown": ("true", "true"),
+    "extension, no pushdown": ("true", "false"),
+    "no extension, pushdown": ("false", "true"),
+    "no extension, no pushdown": ("false", "false"),
+}
+
+
+def _mode(spark, extension: str, pushdown: str):
+    return spark_settings(spark, {ENABLED_CONF: extension, PUSHDOWN_CONF: pushdown})
+
 
 def _collect_with_scan_rows(df) -> tuple[list, int]:
     """Rows of the query and how many rows the mergetree scans handed to Spark (their SQL metric)."""
@@ -48,6 +65,10 @@ def _collect_with_scan_rows(df) -> tuple[list, int]:
         if "BatchScan" in leaf.nodeName():
             scanned += leaf.metrics().apply("numOutputRows").value()
     return rows, scanned
+
+
+def _rows(spark, query: str) -> list[tuple]:
+    return sorted(tuple(row) for row in spark.sql(query).collect())
 
 
 @pytest.fixture(scope="module")
@@ -64,43 +85,61 @@ def table_path(spark, tmp_path_factory) -> str:
     return path
 
 
-@pytest.mark.parametrize("pushdown", ["true", "false"])
-@pytest.mark.parametrize("name", sorted(QUERIES))
-def test_two_scans_of_one_view_match_parquet(spark, table_path: str, name: str, pushdown: str) -> None:
-    query = QUERIES[name]
-    spark.conf.set(PUSHDOWN, pushdown)
-    try:
-        ours = sorted(tuple(row) for row in spark.sql(query.format(v=MERGETREE_VIEW)).collect())
-    finally:
-        spark.conf.set(PUSHDOWN, "true")
-    expected = sorted(tuple(row) for row in spark.sql(query.format(v=PARQUET_VIEW)).collect())
+@pytest.fixture(scope="module")
+def expected(spark, table_path: str) -> dict[str, list[tuple]]:
+    return {name: _rows(spark, query.format(v=PARQUET_VIEW)) for name, query in QUERIES.items()}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_two_scans_of_one_view_match_parquet(spark, table_path: str, expected, mode: str) -> None:
+    with _mode(spark, *MODES[mode]):
+        ours = {name: _rows(spark, query.format(v=MERGETREE_VIEW)) for name, query in QUERIES.items()}
     assert ours == expected
 
 
-def test_pushed_filters_never_narrow_the_scan(spark, table_path: str) -> None:
-    """A pushed filter never decides which rows a scan returns: Spark filters them itself."""
+def _engine_rows(path: str, where: str) -> int:
+    """Rows in the granules the engine itself reads for `where` (the oracle of a pruned scan)."""
+    return sum(task.rows for task in MergeTreeTable.open(path).explain(where).tasks)
+
+
+def test_pushed_filters_prune_granules_when_each_scan_has_its_own_plan(spark, table_path: str) -> None:
     df = spark.read.format("mergetree").load(table_path)
-    rows, scanned = _collect_with_scan_rows(df.filter("id >= 1000 AND id < 1100"))
+    with _mode(spark, "true", "true"):
+        rows, scanned = _collect_with_scan_rows(df.filter("id >= 1000 AND id < 1100"))
+    assert sorted(r["id"] for r in rows) == list(range(1000, 1100))
+    assert scanned == _engine_rows(table_path, "id >= 1000 AND id < 1100") < ROWS
+
+
+@pytest.mark.parametrize("mode", ["extension, no pushdown", "no extension, pushdown", "no extension, no pushdown"])
+def test_pushed_filters_never_narrow_a_shared_or_unpushed_scan(spark, table_path: str, mode: str) -> None:
+    """Without a plan per scan (or without pushdown) Spark filters a full read itself."""
+    df = spark.read.format("mergetree").load(table_path)
+    with _mode(spark, *MODES[mode]):
+        rows, scanned = _collect_with_scan_rows(df.filter("id >= 1000 AND id < 1100"))
     assert sorted(r["id"] for r in rows) == list(range(1000, 1100))
     assert scanned == ROWS
 
 
-def test_reused_dataframe_after_a_filtered_query_sees_every_row(spark, table_path: str) -> None:
-    df = spark.read.format("mergetree").load(table_path)
-    assert df.filter("id > 99000").count() == ROWS - 99001
-    # PySpark replays the plan of the query above for these: they must still see every row.
-    assert df.count() == ROWS
-    assert len(df.collect()) == ROWS
-    assert df.filter("tag = '3'").count() == len([i for i in range(ROWS) if i % 7 == 3])
-    assert df.filter("id < 10").count() == 10
-    assert df.count() == ROWS
+@pytest.mark.parametrize("extension", ["true", "false"])
+def test_reused_dataframe_after_a_filtered_query_sees_every_row(spark, table_path: str, extension: str) -> None:
+    with _mode(spark, extension, "true"):
+        df = spark.read.format("mergetree").load(table_path)
+        assert df.filter("id > 99000").count() == ROWS - 99001
+        # PySpark replays the plan of the query above for these: they must still see every row.
+        assert df.count() == ROWS
+        assert len(df.collect()) == ROWS
+        assert df.filter("tag = '3'").count() == len([i for i in range(ROWS) if i % 7 == 3])
+        assert df.filter("id < 10").count() == 10
+        assert df.count() == ROWS
 
 
-def test_dataframe_after_explain_of_a_filtered_query(spark, table_path: str, capsys) -> None:
-    df = spark.read.format("mergetree").load(table_path)
-    df.filter("id < 10").explain()  # plans a scan that never runs; the next action replays it
-    assert df.count() == ROWS
-    assert df.filter("id >= 99990").count() == 10
+@pytest.mark.parametrize("extension", ["true", "false"])
+def test_dataframe_after_explain_of_a_filtered_query(spark, table_path: str, extension: str) -> None:
+    with _mode(spark, extension, "true"):
+        df = spark.read.format("mergetree").load(table_path)
+        df.filter("id < 10").explain()  # plans a scan that never runs; the next action replays it
+        assert df.count() == ROWS
+        assert df.filter("id >= 99990").count() == 10
 
 
 def test_filtered_dataframe_reused_many_times(spark, table_path: str) -> None:
@@ -109,14 +148,3 @@ def test_filtered_dataframe_reused_many_times(spark, table_path: str) -> None:
     for _ in range(3):
         assert small.count() == 100
     assert df.where("id >= 0").count() == ROWS
-
-
-def test_reads_work_with_session_pushdown_disabled(spark, table_path: str) -> None:
-    spark.conf.set(PUSHDOWN, "false")
-    try:
-        df = spark.read.format("mergetree").load(table_path)
-        rows, scanned = _collect_with_scan_rows(df.filter("id < 5"))
-        assert len(rows) == 5 and scanned == ROWS
-        assert df.count() == ROWS
-    finally:
-        spark.conf.set(PUSHDOWN, "true")

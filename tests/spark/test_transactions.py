@@ -9,6 +9,7 @@ import pytest
 from spark_mergetree.engine.table import MergeTreeTable
 from spark_mergetree.errors import TransactionError
 from spark_mergetree.spark import transaction
+from spark_mergetree.spark.session import ENABLED_CONF
 
 pytestmark = pytest.mark.spark
 
@@ -77,14 +78,31 @@ def test_reads_inside_a_transaction_are_repeatable(spark, tmp_path: Path) -> Non
 def test_dataframe_planned_before_the_transaction_fails_clearly(spark, tmp_path: Path) -> None:
     a = tmp_path / "a"
     _make(spark, a, 10)
+    spark.conf.set(ENABLED_CONF, "false")  # without the session extension: one plan per DataFrame
+    try:
+        early = spark.read.format("mergetree").load(str(a))
+        assert early.count() == 10  # planned now; PySpark 4.3 replays this plan for later actions
+        with transaction(spark):
+            spark.range(100, 105).write.format("mergetree").mode("append").save(str(a))
+            with pytest.raises(Exception, match="load it again"):
+                early.count()
+            assert _count(spark, a) == 15
+        assert _count(spark, a) == 15
+    finally:
+        spark.conf.unset(ENABLED_CONF)
+
+
+def test_dataframe_loaded_before_the_transaction_is_planned_again_with_the_extension(spark, tmp_path: Path) -> None:
+    """The session extension plans every query's scans afresh: a query on a DataFrame loaded before
+    the transaction sees the transaction's view."""
+    a = tmp_path / "a"
+    _make(spark, a, 10)
     early = spark.read.format("mergetree").load(str(a))
-    assert early.count() == 10  # planned now; PySpark 4.3 replays this plan for later actions
+    assert early.count() == 10
     with transaction(spark):
         spark.range(100, 105).write.format("mergetree").mode("append").save(str(a))
-        with pytest.raises(Exception, match="load it again"):
-            early.count()
-        assert _count(spark, a) == 15
-    assert _count(spark, a) == 15
+        assert early.count() == 15
+    assert early.count() == 15
 
 
 def test_time_travel_with_the_snapshot_option(spark, tmp_path: Path) -> None:

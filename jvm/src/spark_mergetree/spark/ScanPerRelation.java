@@ -1,0 +1,194 @@
+package spark_mergetree.spark;
+
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.spark.sql.catalyst.expressions.AttributeReference;
+import org.apache.spark.sql.catalyst.expressions.AttributeSet;
+import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Gives every scan of the Python data source {@code mergetree} a data source provider of its own,
+ * reading only the columns the plan above it needs.
+ *
+ * <p>Each {@code DataSourceV2Relation} over the source is replaced by one built by a fresh
+ * {@code PythonDataSourceV2} whose table schema holds the columns that the {@code Project} (and the
+ * {@code Filter}s between it and the relation) reference; the attribute references are kept, so
+ * nothing above changes. The Python reader is created with that narrower schema, and the planned
+ * read PySpark 4.1–4.3 stores on the provider belongs to this scan alone, which makes pushed
+ * filters safe. The rebuilt relation carries the option {@value #MARKER} (whether Spark pushes
+ * filters to Python in this query), by which the reader knows.
+ *
+ * <p>Spark's internal classes are matched by name and rebuilt by reflection ({@code makeCopy}
+ * with the relation's own constructor arguments), so a Spark whose classes differ gets the plan
+ * unchanged: correct, unpruned.
+ */
+public final class ScanPerRelation extends Rule<LogicalPlan> {
+    /** Read option set on every relation this rule rebuilt: "pushdown" or "scan". */
+    public static final String MARKER = "spark_mergetree.scan";
+    static final String SOURCE_NAME = "mergetree";
+    static final String RELATION = "org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation";
+    static final String PYTHON_TABLE = "org.apache.spark.sql.execution.datasources.v2.python.PythonTable";
+    static final String PYTHON_PROVIDER = "org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2";
+    static final String PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled";
+    /** Runtime switch: "false" leaves plans as Spark made them (one shared provider, no pruning). */
+    static final String ENABLED_CONF = "spark.mergetree.extension.enabled";
+
+    @Override
+    public String ruleName() {
+        return "spark_mergetree.ScanPerRelation";
+    }
+
+    @Override
+    public LogicalPlan apply(LogicalPlan plan) {
+        if (!conf().getConfString(ENABLED_CONF, "true").trim().equalsIgnoreCase("true")) {
+            return plan;
+        }
+        try {
+            return rewrite(plan);
+        } catch (ReflectiveOperationException | RuntimeException | LinkageError unexpected) {
+            // Another Spark than the one this was written for: the plan stays as Spark made it.
+            return plan;
+        }
+    }
+
+    private LogicalPlan rewrite(LogicalPlan plan) throws ReflectiveOperationException {
+        if (plan instanceof Project) {
+            // Project over Filters over the relation: the columns the Project and the Filters use.
+            List<LogicalPlan> chain = new ArrayList<>();
+            chain.add(plan);
+            LogicalPlan node = ((Project) plan).child();
+            while (node instanceof Filter) {
+                chain.add(node);
+                node = ((Filter) node).child();
+            }
+            if (isOurs(node)) {
+                AttributeSet needed = plan.references();
+                for (LogicalPlan step : chain) {
+                    needed = needed.$plus$plus(step.references());
+                }
+                LogicalPlan rebuilt = rebuild(node, needed);
+                for (int i = chain.size() - 1; i >= 0; i--) {
+                    rebuilt = chain.get(i).withNewChildren(seq(List.of(rebuilt)));
+                }
+                return rebuilt;
+            }
+        }
+        if (isOurs(plan)) {
+            return rebuild(plan, null);
+        }
+        List<LogicalPlan> children = CollectionConverters.asJava(plan.children());
+        List<LogicalPlan> rewritten = new ArrayList<>(children.size());
+        boolean changed = false;
+        for (LogicalPlan child : children) {
+            LogicalPlan next = rewrite(child);
+            changed |= next != child;
+            rewritten.add(next);
+        }
+        return changed ? plan.withNewChildren(seq(rewritten)) : plan;
+    }
+
+    /** A relation over the Python source `mergetree` that this rule has not rebuilt yet. */
+    private static boolean isOurs(LogicalPlan plan) throws ReflectiveOperationException {
+        if (!plan.getClass().getName().equals(RELATION)) {
+            return false;
+        }
+        Object table = call(plan, "table");
+        if (!table.getClass().getName().equals(PYTHON_TABLE) || !SOURCE_NAME.equals(((Table) table).name())) {
+            return false;
+        }
+        return !((CaseInsensitiveStringMap) call(plan, "options")).containsKey(MARKER);
+    }
+
+    /** The relation read through a provider of its own, with the attributes in `needed` (all when null). */
+    @SuppressWarnings("deprecation") // Table.schema(): what PythonTable implements in every 4.x
+    private LogicalPlan rebuild(LogicalPlan relation, AttributeSet needed) throws ReflectiveOperationException {
+        Table table = (Table) call(relation, "table");
+        @SuppressWarnings("unchecked")
+        Seq<AttributeReference> output = (Seq<AttributeReference>) call(relation, "output");
+        CaseInsensitiveStringMap options = (CaseInsensitiveStringMap) call(relation, "options");
+        List<AttributeReference> all = CollectionConverters.asJava(output);
+        List<AttributeReference> kept = new ArrayList<>();
+        for (AttributeReference attribute : all) {
+            if (needed == null || needed.contains(attribute)) {
+                kept.add(attribute);
+            }
+        }
+        if (kept.isEmpty() && !all.isEmpty()) {
+            // A reader asked for no column returns no rows: keep the narrowest (count(*)).
+            AttributeReference narrowest = all.get(0);
+            for (AttributeReference attribute : all) {
+                if (attribute.dataType().defaultSize() < narrowest.dataType().defaultSize()) {
+                    narrowest = attribute;
+                }
+            }
+            kept.add(narrowest);
+        }
+        StructType tableSchema = table.schema();
+        List<StructField> fields = new ArrayList<>();
+        for (AttributeReference attribute : kept) {
+            int index = tableSchema.getFieldIndex(attribute.name()).getOrElse(() -> -1);
+            if (index < 0) {
+                return relation;
+            }
+            fields.add(tableSchema.fields()[index]);
+        }
+        StructType schema = new StructType(fields.toArray(new StructField[0]));
+
+        Object provider = Class.forName(PYTHON_PROVIDER).getConstructor().newInstance();
+        provider.getClass().getMethod("setShortName", String.class).invoke(provider, table.name());
+        Table ownTable = ((TableProvider) provider).getTable(schema, new Transform[0], table.properties());
+
+        Map<String, String> ownOptions = new HashMap<>(options.asCaseSensitiveMap());
+        ownOptions.put(MARKER, conf().getConfString(PUSHDOWN_CONF, "false").trim().equalsIgnoreCase("true")
+                ? "pushdown" : "scan");
+
+        // Rebuild with the relation's own constructor arguments (their number differs between
+        // Spark versions), replacing the table, the output and the options.
+        int arity = relation.productArity();
+        Object[] arguments = new Object[arity];
+        int replaced = 0;
+        for (int i = 0; i < arity; i++) {
+            Object argument = relation.productElement(i);
+            if (argument == table) {
+                argument = ownTable;
+                replaced |= 1;
+            } else if (argument == output) {
+                argument = seq(kept);
+                replaced |= 2;
+            } else if (argument == options) {
+                argument = new CaseInsensitiveStringMap(ownOptions);
+                replaced |= 4;
+            }
+            arguments[i] = argument;
+        }
+        if (replaced != 7) {
+            return relation;
+        }
+        return relation.makeCopy(arguments);
+    }
+
+    private static Object call(Object target, String method) throws ReflectiveOperationException {
+        Method getter = target.getClass().getMethod(method);
+        return getter.invoke(target);
+    }
+
+    private static <T> Seq<T> seq(List<T> items) {
+        return CollectionConverters.asScala(items).toList();
+    }
+}
