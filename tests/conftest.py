@@ -1,8 +1,10 @@
 """Shared fixtures: one local SparkSession for the whole test session, created on first use.
 
 The session runs `local[2,3]`: two cores, and up to three attempts per task, so a test can make a
-task fail on its first attempt and watch Spark retry it. Filter pushdown is on, as users who want
-pruning would set it. Workers run this interpreter and import the package from the repository.
+task fail on its first attempt and watch Spark retry it. It is set up by spark_mergetree.configure
+(the session extension: column pruning, a plan per scan, filter pushdown on), as users would;
+tests turn the extension off per query with `spark.mergetree.extension.enabled=false`. Workers run
+this interpreter and import the package from the repository.
 
 No test touches the user's home: the session runs with HOME pointing at a temporary directory, every
 test gets a coordinator of its own (Spark tests share the session's, which the Spark workers were
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -85,6 +88,8 @@ def spark() -> Iterator[object]:
 
     from spark_mergetree.spark.session import configure
 
+    # The session extension's jar, built from jvm/src when missing or older than its sources.
+    subprocess.run([str(REPO_ROOT / "scripts" / "build-jvm")], check=True)
     session = configure(
         SparkSession.builder.master("local[2,3]")
         .appName("spark-mergetree-tests")
