@@ -181,6 +181,27 @@ def remove_tree(path: Path) -> None:
         pass
 
 
+class Subdirectories:
+    """The subdirectories of one directory, listed, probed and deleted (`remove_directory`)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def names(self) -> set[str]:
+        """Names of the subdirectories (symbolic links are not followed); none if `path` is absent."""
+        try:
+            with os.scandir(self.path) as entries:
+                return {entry.name for entry in entries if entry.is_dir(follow_symlinks=False)}
+        except (FileNotFoundError, NotADirectoryError):
+            return set()
+
+    def exists(self, name: str) -> bool:
+        return (self.path / name).is_dir()
+
+    def remove(self, name: str) -> None:
+        remove_directory(self.path / name)
+
+
 SYMLINK_TEMPORARY = re.compile(r"\Asymlink_tmp\.(\d+)\.")
 
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
 from spark_mergetree.engine import select as selecting
+from spark_mergetree.engine.directories import TableDirectories, remove_table_directory
 from spark_mergetree.engine.metadata import (
     META_DIR,
     SETTINGS_FILE,
@@ -40,7 +41,6 @@ from spark_mergetree.errors import (
     InvalidOptionError,
     SchemaMismatchError,
     SerializationError,
-    StorageError,
     TableExistsError,
     TableNotFoundError,
     TransactionError,
@@ -55,16 +55,14 @@ from spark_mergetree.expressions.ddl import (
     parse_create,
 )
 from spark_mergetree.expressions.predicate import Expr
-from spark_mergetree.fileops import fsync_dir, remove_tree, write_file_atomically
+from spark_mergetree.fileops import fsync_dir, write_file_atomically
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader, verify_part
 from spark_mergetree.format.types import from_arrow, parse_type
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
 from spark_mergetree.storage.policy import StoragePolicy
-from spark_mergetree.storage.stripe_map import PLAIN_MAP_SUFFIX
 from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
-from spark_mergetree.txn.table_log import PART_ROOTS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +146,12 @@ class MergeTreeTable:
         self.path = Path(path).resolve()
         self.metadata = metadata
         self._coordinator = coordinator
-        self.log = TableLog(self.path)
         policy_config = metadata.setting("storage_policy")
         self.storage_policy = (StoragePolicy.from_dict(policy_config) if policy_config
                                else StoragePolicy.single(self.path))
         self.store = PartStore(self.storage_policy, "" if not policy_config else self._relative_table_path())
+        self.directories = TableDirectories(self.store)
+        self.log = TableLog(self.path, self.directories)
         self._readers: dict[str, PartReader] = {}
         self._readers_lock = threading.Lock()
         self._external_definition = False
@@ -161,12 +160,6 @@ class MergeTreeTable:
     def _relative_table_path(self) -> str:
         uuid = self.definition.uuid or "table"
         return f"store/{uuid[:3]}/{uuid}"
-
-    def _record_part_roots(self) -> None:
-        """Tell the commit log where this table's part directories live (every disk of the policy)."""
-        roots = [str(self.store.table_dir(disk)) for volume in self.storage_policy.volumes for disk in volume.disks]
-        payload = {"roots": roots, "sidecar_suffixes": [PLAIN_MAP_SUFFIX]}
-        write_file_atomically(self.path / PART_ROOTS_FILE, json.dumps(payload, indent=1).encode())
 
     # ------------------------------------------------------------------ create / open
 
@@ -223,7 +216,7 @@ class MergeTreeTable:
         """
         self._write_layout(self.path, self.definition, self.metadata.engine_settings, with_statement=with_statement)
         if self.metadata.setting("storage_policy"):
-            self._record_part_roots()
+            self.directories.record(self.path)
         self._external_definition = not with_statement
         self._statement_text = format_attach(self.definition) if with_statement else None
 
@@ -314,7 +307,7 @@ class MergeTreeTable:
                       ) -> tuple[int | None, set[str]]:
         """(snapshot csn, names of visible parts): the transaction's view, the given csn's, or now's."""
         if transaction is not None:
-            return transaction.snapshot, transaction.visible_parts(self.path)
+            return transaction.snapshot, transaction.visible_parts(self.log)
         if self.log.identity() is None:
             # Never written through a transaction: a ClickHouse-made table or an empty new one.
             return None, self._directory_parts()
@@ -500,23 +493,13 @@ class MergeTreeTable:
         duplicate task attempts, or of the whole job when it gave up)."""
         prefix = f"{inserting.STAGING_PREFIX}{tag}_"
         removed = []
-        for name in self._staged_names():
+        for name in sorted(n for n in self.directories.names() if n.startswith(inserting.STAGING_PREFIX)):
             if name.startswith(prefix) and name not in keep:
                 self.store.remove_part(name, missing_ok=True)
                 removed.append(name)
         if not keep:
             self.log.end_job(tag)
         return removed
-
-    def _staged_names(self) -> list[str]:
-        names = set()
-        for volume in self.storage_policy.volumes:
-            for disk in volume.disks:
-                table_dir = self.store.table_dir(disk)
-                if table_dir.is_dir():
-                    names.update(e.name for e in os.scandir(table_dir)
-                                 if e.is_dir() and e.name.startswith(inserting.STAGING_PREFIX))
-        return sorted(names)
 
     def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode = "append",
                       transaction: Transaction | None = None) -> list[str]:
@@ -563,14 +546,14 @@ class MergeTreeTable:
         with self.log.commit_lock():
             if self._log_is_empty():
                 self._adopt_unlogged_parts(tx)
-            visible = tx.visible_parts(self.path)
+            visible = tx.visible_parts(self.log)
             removed: list[str] = []
             if mode == "overwrite":
                 removed = sorted(visible)
             elif mode == "overwrite_partitions":
                 touched = {s.partition_id for s in staged}
                 removed = sorted(p for p in visible if PartInfo.parse(p).partition_id in touched)
-            tx.remove_parts(self.path, removed)
+            tx.remove_parts(self.log, removed)
             if not staged:
                 return []
             lost = [part.name for part in staged if not self.store.exists(part.name)]
@@ -580,7 +563,7 @@ class MergeTreeTable:
                     "parts of write jobs idle for longer than the staged-part lifetime); write the data again")
             first = self._allocate_blocks(tx, table_id, len(staged))
             finals = self._new_part_names(staged, removed, first, tx)
-            tx.add_parts(self.path, finals)
+            tx.add_parts(self.log, finals)
             for part, final in zip(staged, finals):
                 self.store.rename_part(part.name, final)
                 placed.add(part.name)
@@ -625,9 +608,9 @@ class MergeTreeTable:
 
     def _adopt_unlogged_parts(self, tx: Transaction) -> None:
         """A table ClickHouse wrote has parts but no log: the first write takes them into the log."""
-        existing = self._directory_parts() - tx.visible_parts(self.path)
+        existing = self._directory_parts() - tx.visible_parts(self.log)
         if existing:
-            tx.add_parts(self.path, sorted(existing))
+            tx.add_parts(self.log, sorted(existing))
 
     def _write(self, data: Any, mode: WriteMode, transaction: Transaction | None) -> list[str]:
         own = transaction is None
@@ -703,7 +686,7 @@ class MergeTreeTable:
                 reserved = self.log.reserved_blocks(self.coordinator)
                 tx = Transaction(self.coordinator)
                 try:
-                    visible = tx.visible_parts(self.path)
+                    visible = tx.visible_parts(self.log)
                 except BaseException:
                     tx.rollback()
                     raise
@@ -729,12 +712,12 @@ class MergeTreeTable:
         try:
             # Removal locks first: of two concurrent merges of the same parts, one fails here,
             # before writing anything.
-            tx.remove_parts(self.path, candidate.parts)
+            tx.remove_parts(self.log, candidate.parts)
             files = merging.merge_parts([self.reader(p) for p in candidate.parts], self.metadata)
             self.store.write_part(staged_name, files.files, files.boundaries)
             with self.log.commit_lock():
                 self.log.claim_name(result, tx.coordinator, tx.tid)
-                tx.add_parts(self.path, [result])
+                tx.add_parts(self.log, [result])
                 self.store.rename_part(staged_name, result)
                 placed = True
             tx.commit()
@@ -796,30 +779,3 @@ class MergeTreeTable:
         """Delete the table's data on every disk of its storage policy, then the table directory
         (the table object is unusable after)."""
         remove_table_directory(self.path)
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        return str(uuid_module.UUID(text)) == text
-    except ValueError:
-        return False
-
-
-def remove_table_directory(path: str | os.PathLike[str]) -> None:
-    """Delete a table directory and its directories on the disks of its storage policy (as
-    `_mergetree/part_roots.json` names them). The table directory goes last, so an interrupted
-    deletion is finished by calling this again; it may have been renamed since it was written."""
-    path = Path(path)
-    try:
-        roots = json.loads((path / PART_ROOTS_FILE).read_bytes())["roots"]
-    except FileNotFoundError:
-        roots = []
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StorageError(f"{path / PART_ROOTS_FILE} is damaged ({exc}): cannot tell which disks hold the "
-                           "table's parts; nothing was deleted") from None
-    for root in map(Path, roots):
-        # Only what the engine lays out, `<disk>/store/<first 3>/<uuid>`: never whatever a damaged
-        # file might name.
-        if root.is_absolute() and _is_uuid(root.name) and root.parent.name == root.name[:3]:
-            remove_tree(root)
-    remove_tree(path)

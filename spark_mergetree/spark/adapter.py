@@ -23,6 +23,7 @@ import pyarrow as pa
 from spark_mergetree.errors import (
     ExpressionError,
     InvalidOptionError,
+    MergeTreeError,
     SchemaMismatchError,
     TableNotFoundError,
     TransactionError,
@@ -381,7 +382,7 @@ def read(ref: TableRef, task: Any, columns: list[str], where: Any) -> Iterator[p
         # Decoding of the next chunk overlaps with Spark taking the current one.
         yield from table.iter_task(task, columns, where)
         return
-    from spark_mergetree.catalog.catalog import ReaderLease
+    from spark_mergetree.catalog.leases import ReaderLease
 
     # A catalog table: hold its data directory (by UUID, not by name) while reading, so a DROP
     # ... SYNC in another process waits for this task instead of deleting under it.
@@ -407,7 +408,7 @@ def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None) 
         return list(table.commit_staged(staged, mode=mode))
     job = _JobTransaction(txn)
     names = list(table.commit_staged(staged, mode=mode, transaction=job))
-    _journal(txn, job.write_pending())
+    _journal(txn, [dict(record, ref=asdict(ref)) for record in job.write_pending()])
     return names
 
 
@@ -446,22 +447,28 @@ class _JobTransaction:
     def snapshot(self) -> int:
         return self.context.snapshot
 
-    def _changes(self, table_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
-        return self.changes.setdefault(Path(table_dir).resolve(), ([], []))
+    def _changes(self, table: Any) -> tuple[list[str], list[str]]:
+        from spark_mergetree.txn.table_log import table_dir_of
 
-    def visible_parts(self, table_dir: str | os.PathLike) -> set[str]:
-        visible = visible_in_transaction(table_dir, self.context)
-        added, removed = self._changes(table_dir)
+        return self.changes.setdefault(table_dir_of(table), ([], []))
+
+    def visible_parts(self, table: Any) -> set[str]:
+        from spark_mergetree.txn.table_log import table_dir_of
+
+        visible = visible_in_transaction(table_dir_of(table), self.context)
+        added, removed = self._changes(table)
         return (visible | set(added)) - set(removed)
 
-    def add_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
+    def add_parts(self, table: Any, names: Iterable[str]) -> None:
         """Record new parts and name them in the table's pending entry for the tid now: the engine
         calls this under the table's commit lock, before the directories get these names."""
-        self._changes(table_dir)[0].extend(names)
-        self._write_table_pending(Path(table_dir).resolve())
+        from spark_mergetree.txn.table_log import table_dir_of
 
-    def remove_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
-        self._changes(table_dir)[1].extend(names)
+        self._changes(table)[0].extend(names)
+        self._write_table_pending(table_dir_of(table))
+
+    def remove_parts(self, table: Any, names: Iterable[str]) -> None:
+        self._changes(table)[1].extend(names)
 
     def _write_table_pending(self, table_dir: Path) -> None:
         from spark_mergetree.txn.table_log import TableLog
@@ -513,19 +520,29 @@ def begin(coordinator_url: str | None) -> tuple[Any, TxnContext]:
     return handle, TxnContext(handle.coordinator.url, int(handle.tid), int(handle.snapshot), journal)
 
 
+def _log_of(record: dict[str, Any]) -> Any:
+    """The table's log as its engine opens it (it knows on which disks the table's parts are); the
+    bare log of the table directory if the table cannot be opened any more."""
+    try:
+        return open_table(TableRef(**record["ref"])).log
+    except (MergeTreeError, OSError):
+        from spark_mergetree.txn.table_log import TableLog
+
+        return TableLog(record["path"])
+
+
 def finish(handle: Any, txn: TxnContext, commit_it: bool) -> None:
     """Commit (replaying every job's changes into the user's Transaction) or roll back."""
-    from spark_mergetree.txn.table_log import TableLog
-
     records = journal_entries(txn)
+    logs = {record["path"]: _log_of(record) for record in records}
     try:
         if commit_it:
             try:
                 for record in records:
                     if record["removed"]:
-                        handle.remove_parts(record["path"], record["removed"])
+                        handle.remove_parts(logs[record["path"]], record["removed"])
                     if record["added"]:
-                        handle.add_parts(record["path"], record["added"])
+                        handle.add_parts(logs[record["path"]], record["added"])
             except BaseException:
                 handle.rollback()
                 raise
@@ -534,8 +551,8 @@ def finish(handle: Any, txn: TxnContext, commit_it: bool) -> None:
             handle.rollback()
     finally:
         if handle.state != "committed":
-            for path in dict.fromkeys(record["path"] for record in records):
-                TableLog(path).discard(txn.tid, delete_added_parts=True)
+            for log in logs.values():
+                log.discard(txn.tid, delete_added_parts=True)
         import shutil
 
         shutil.rmtree(txn.journal, ignore_errors=True)

@@ -10,9 +10,11 @@ Files (see format_spec/transactions.md):
   ../jobs/<tag>.json a write job that stages parts with no transaction yet (a Spark job): while it
                      is registered and recently active, its staged directories are not garbage
 
-The log also decides who owns a directory in the table directory: a part directory no entry names
-is garbage; `staged_t<tid>_*` directories belong to transaction `tid` (garbage once it is not
-running); `staged_<tag>_*` directories belong to the registered job `tag`.
+The log also decides who owns a part directory: a part directory no entry names is garbage;
+`staged_t<tid>_*` directories belong to transaction `tid` (garbage once it is not running);
+`staged_<tag>_*` directories belong to the registered job `tag`. It never finds or deletes a
+directory itself: it is given a `PartDirectories` (the engine's, over the table's storage; by
+default the table directory's own subdirectories) and asks it to.
 
 Every part has a creation csn and (once removed) a removal csn. Snapshot S sees a part iff
 created ≤ S < removed. Folding entries is order-independent and idempotent, so a checkpoint can
@@ -32,10 +34,10 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
-from spark_mergetree.fileops import fsync_dir, remove_directory, write_file_atomically
+from spark_mergetree.fileops import Subdirectories, fsync_dir, write_file_atomically
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 
@@ -53,15 +55,29 @@ _JOB_STAGED = re.compile(r"^(?:tmp_)?staged_([0-9A-Za-z]+)_")
 _JOB_TAG = re.compile(r"(?!t\d+$)[0-9A-Za-z]{1,64}")
 _TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp)[_-]")
 JOBS_DIRECTORY = Path("_mergetree") / "jobs"
-# Where a table's part directories live when they are not (only) in the table directory: written by
-# the engine for tables on multi-disk storage policies. {"roots": [dirs], "sidecar_suffixes": [...]}
-PART_ROOTS_FILE = Path("_mergetree") / "part_roots.json"
 # Seconds after its last activity that a registered write job (and its staged parts) counts as
 # abandoned: a Spark job has no process that lives from its first task to its commit.
 STAGED_LIFETIME = 3600.0
 # Locks this thread holds, per log directory: [exclusive, depth]. flock locks belong to an open
 # file, so a nested acquisition through another descriptor would wait for itself.
 _held_locks = threading.local()
+
+
+class PartDirectories(Protocol):
+    """The directories a table's parts are written in, wherever they live (one directory, or the
+    same name on several disks). The commit log lists and probes them, and deletes those it has
+    decided are garbage, only through this."""
+
+    def names(self) -> set[str]:
+        """Every directory name (parts, staged parts, `tmp_*` and `delete_tmp_*` leftovers)."""
+        ...
+
+    def exists(self, name: str) -> bool:
+        ...
+
+    def remove(self, name: str) -> None:
+        """Delete the directory `name` everywhere it is, each deletion atomic; nothing if absent."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -101,39 +117,16 @@ class RecoveryReport:
 
 
 class TableLog:
-    """The commit log of one table directory."""
+    """The commit log of one table directory.
 
-    def __init__(self, table_dir: str | os.PathLike) -> None:
+    `directories` owns the table's part directories (the engine passes its storage's); without
+    it, they are the subdirectories of the table directory.
+    """
+
+    def __init__(self, table_dir: str | os.PathLike, directories: PartDirectories | None = None) -> None:
         self.table_dir = Path(table_dir)
         self.directory = self.table_dir / LOG_DIRECTORY
-        self._roots: tuple[list[Path], list[str]] | None = None
-
-    # ---- part directories ------------------------------------------------------------------------
-
-    def _part_roots(self) -> tuple[list[Path], list[str]]:
-        """(directories holding part directories, suffixes of files kept beside a part directory)."""
-        if self._roots is None:
-            try:
-                raw = json.loads((self.table_dir / PART_ROOTS_FILE).read_bytes())
-                roots = [self.table_dir / r for r in raw.get("roots", [])] or [self.table_dir]
-                self._roots = (roots, list(raw.get("sidecar_suffixes", [])))
-            except FileNotFoundError:
-                self._roots = ([self.table_dir], [])
-        return self._roots
-
-    def part_directory_exists(self, name: str) -> bool:
-        return any((root / name).is_dir() for root in self._part_roots()[0])
-
-    def remove_part_directory(self, name: str) -> None:
-        """Delete a part directory on every root (and its sidecar files), each removal atomic."""
-        roots, suffixes = self._part_roots()
-        for root in roots:
-            for suffix in suffixes:
-                try:
-                    os.unlink(root / (name + suffix))
-                except FileNotFoundError:
-                    pass
-            remove_directory(root / name)
+        self.directories: PartDirectories = directories if directories is not None else Subdirectories(self.table_dir)
 
     # ---- files ---------------------------------------------------------------------------------
 
@@ -331,7 +324,7 @@ class TableLog:
                         held.update(other.added)
                 for name in names:
                     if name not in held:
-                        self.remove_part_directory(name)
+                        self.directories.remove(name)
             if entry is not None:
                 path.unlink(missing_ok=True)
                 fsync_dir(self.directory)
@@ -477,27 +470,18 @@ class TableLog:
             # entry names is garbage.
             for name in staged.added:
                 if name not in named:
-                    self.remove_part_directory(name)
+                    self.directories.remove(name)
                     report.deleted_directories.append(name)
             path.unlink(missing_ok=True)
         states: dict[int, TxnState] = {}
-        for name in sorted(self._directory_names()):
+        for name in sorted(self.directories.names()):
             if name in named or not self._is_garbage(name, coordinator, states, job_lifetime):
                 continue
-            self.remove_part_directory(name)
+            self.directories.remove(name)
             if name not in report.deleted_directories:
                 report.deleted_directories.append(name)
         self._forget_finished_jobs(job_lifetime)
         return report
-
-    def _directory_names(self) -> set[str]:
-        names: set[str] = set()
-        for root in self._part_roots()[0]:
-            try:
-                names.update(item.name for item in os.scandir(root) if item.is_dir(follow_symlinks=False))
-            except FileNotFoundError:
-                continue
-        return names
 
     def _is_garbage(self, name: str, coordinator: Coordinator, states: dict[int, TxnState],
                     job_lifetime: float) -> bool:
@@ -599,8 +583,8 @@ class TableLog:
         _, checkpointed = self._load_checkpoint()
         if name in checkpointed:
             raise TransactionError(f"part {name!r} of {self.table_dir} is already in the table's log")
-        if self.part_directory_exists(name):
-            self.remove_part_directory(name)  # named by nobody: garbage of a crash
+        if self.directories.exists(name):
+            self.directories.remove(name)  # named by nobody: garbage of a crash
 
     def recover(self, coordinator: Coordinator, job_lifetime: float = STAGED_LIFETIME) -> RecoveryReport:
         """Finalize entries whose transaction committed; roll back aborted or dead ones with the
@@ -641,8 +625,18 @@ class TableLog:
             floor = max((versions[name].removed for name in drop), default=None)
             self._checkpoint_locked(drop=drop, floor=floor)
             for name in drop:
-                self.remove_part_directory(name)
+                self.directories.remove(name)
             identity = self.identity()
             if drop and identity is not None:
                 coordinator.forget_removals(identity["table_id"], drop)
             return sorted(drop)
+
+
+TableLike = str | os.PathLike[str] | TableLog
+"""How transactions name a table: its directory, or its `TableLog` (which knows where its part
+directories live; the engine passes that)."""
+
+
+def table_dir_of(table: TableLike) -> Path:
+    """The resolved table directory of a path or a `TableLog`."""
+    return (table.table_dir if isinstance(table, TableLog) else Path(table)).resolve()

@@ -10,7 +10,6 @@ finalizes them).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,7 +22,7 @@ from spark_mergetree.txn.coordinator import (
     TxnState,
     default_coordinator,
 )
-from spark_mergetree.txn.table_log import TableLog
+from spark_mergetree.txn.table_log import TableLike, TableLog, table_dir_of
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +78,13 @@ class Transaction:
         if self.read_only:
             raise TransactionError(f"transaction {self.tid} reads the past (as_of={self.snapshot}) and cannot write")
 
-    def _table(self, table_dir: str | os.PathLike) -> _TableChanges:
-        key = Path(table_dir).resolve()
+    def _table(self, table: TableLike) -> _TableChanges:
+        key = table_dir_of(table)
         changes = self._tables.get(key)
+        if changes is not None and isinstance(table, TableLog):
+            changes.log = table  # the engine's log, with the owner of the table's directories
         if changes is None:
-            changes = _TableChanges(TableLog(key))
+            changes = _TableChanges(table if isinstance(table, TableLog) else TableLog(key))
             identity = changes.log.identity()
             if identity is not None and identity["coordinator"] != self.coordinator.url:
                 raise TransactionError(
@@ -98,23 +99,23 @@ class Transaction:
             changes.base = changes.log.snapshot(self.snapshot, self.coordinator)
         return changes.base
 
-    def visible_parts(self, table_dir: str | os.PathLike) -> set[str]:
+    def visible_parts(self, table: TableLike) -> set[str]:
         """Parts of the table at this transaction's snapshot, with its own changes applied."""
         self._require_running()
-        changes = self._table(table_dir)
+        changes = self._table(table)
         visible = set(self._base(changes))
         visible.update(changes.added)
         visible.difference_update(changes.removed)
         return visible
 
-    def add_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
+    def add_parts(self, table: TableLike, names: Iterable[str]) -> None:
         """Name new parts of the table in this transaction's pending entry (durably, now).
 
         Call it before the directories get their final names (under the table's `commit_lock`):
         from then on the log says who owns them, so cleanup never takes them for garbage. They
         must exist when the transaction commits."""
         self._require_writable()
-        changes = self._table(table_dir)
+        changes = self._table(table)
         for name in names:
             if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
                 raise InvalidOptionError(f"bad part name {name!r} for table {changes.log.table_dir}")
@@ -132,11 +133,11 @@ class Transaction:
         changes.log.write_pending(self.tid, self.coordinator.url, changes.added, changes.removed)
         changes.written = content
 
-    def remove_parts(self, table_dir: str | os.PathLike, names: Iterable[str]) -> None:
+    def remove_parts(self, table: TableLike, names: Iterable[str]) -> None:
         """Remove visible parts, taking their removal locks now. If another transaction removed
         or is removing one of them, raise SerializationError and roll this transaction back."""
         self._require_writable()
-        changes = self._table(table_dir)
+        changes = self._table(table)
         for name in names:
             if name in changes.added:
                 # Added and removed by us: record both, so the directory is cleaned up like any
@@ -155,11 +156,11 @@ class Transaction:
                 raise
             changes.removed.append(name)
 
-    def adopt_staged(self, table_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
+    def adopt_staged(self, table: TableLike) -> tuple[list[str], list[str]]:
         """Take in the changes other processes staged for this transaction in the table
         (`TableLog.stage`); return (added, removed) part names."""
         self._require_writable()
-        changes = self._table(table_dir)
+        changes = self._table(table)
         added: list[str] = []
         removed: list[str] = []
         for path, staged in changes.log.staged(self.tid):
@@ -168,17 +169,17 @@ class Transaction:
             if staged.coordinator != self.coordinator.url:
                 raise TransactionError(f"{path} was staged for coordinator {staged.coordinator}, "
                                        f"not {self.coordinator.url}")
-            self.add_parts(table_dir, staged.added)
-            self.remove_parts(table_dir, staged.removed)
+            self.add_parts(table, staged.added)
+            self.remove_parts(table, staged.removed)
             changes.adopted.append(path)
             added.extend(staged.added)
             removed.extend(staged.removed)
         return added, removed
 
-    def allocate_blocks(self, table_dir: str | os.PathLike, count: int = 1) -> int:
+    def allocate_blocks(self, table: TableLike, count: int = 1) -> int:
         """Reserve `count` block numbers for new parts of the table; return the first."""
         self._require_writable()
-        table_id = self._table(table_dir).log.bind(self.coordinator.url)
+        table_id = self._table(table).log.bind(self.coordinator.url)
         return self.coordinator.allocate_blocks(table_id, count)
 
     def commit(self) -> int | None:
@@ -198,7 +199,7 @@ class Transaction:
             for changes in touched.values():
                 table_id = changes.log.bind(self.coordinator.url)
                 missing = [n for n in changes.added if n not in changes.removed
-                           and not changes.log.part_directory_exists(n)]
+                           and not changes.log.directories.exists(n)]
                 if missing:
                     raise InvalidOptionError(
                         f"transaction {self.tid} adds part(s) {', '.join(missing)} to {changes.log.table_dir} "

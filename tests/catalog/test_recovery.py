@@ -49,7 +49,7 @@ def test_create_in_progress_elsewhere_is_left_alone(tmp_path: Path) -> None:
     catalog = _fresh(tmp_path)
     temporary, data_path = _crashed_create(catalog, "t")
     # A live creator holds the name's guard (as another process's CREATE would).
-    with FileLock(catalog._guard_path("table", "db", "t"), exclusive=True, blocking=True):
+    with FileLock(catalog.layout.guard_path("table", "db", "t"), exclusive=True, blocking=True):
         report = Catalog(tmp_path).last_recovery
         assert report is not None and report.removed_temporary_files == []
         assert temporary.exists() and data_path.exists()

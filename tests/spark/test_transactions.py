@@ -113,3 +113,23 @@ def test_time_travel_with_the_snapshot_option(spark, tmp_path: Path) -> None:
     spark.range(10, 15).write.format("mergetree").mode("append").save(str(a))
     old = spark.read.format("mergetree").option("snapshot", str(before)).load(str(a))
     assert old.count() == 10 and _count(spark, a) == 15
+
+
+def test_a_transaction_on_a_table_spread_over_disks(spark, tmp_path: Path) -> None:
+    """The user's process commits or rolls back parts it never wrote itself, on every disk of the
+    table's storage policy (the journal names the table; its engine knows where the parts are)."""
+    policy = {"name": "j", "disks": {f"d{i}": {"path": str(tmp_path / f"disk{i}")} for i in range(2)},
+              "volumes": [{"name": "main", "disks": ["d0", "d1"], "layout": "raid1"}]}
+    path = tmp_path / "mirrored"
+    MergeTreeTable.create(path, [("id", "Int64")], order_by="id", settings={"storage_policy": policy})
+    with transaction(spark):
+        spark.range(0, 7).write.format("mergetree").mode("append").save(str(path))
+    assert _engine_count(path) == 7
+    with pytest.raises(RuntimeError, match="boom"):
+        with transaction(spark):
+            spark.range(100, 105).write.format("mergetree").mode("append").save(str(path))
+            raise RuntimeError("boom")
+    assert _engine_count(path) == 7
+    parts = {p.name for disk in ("disk0", "disk1") for p in (tmp_path / disk).glob("store/*/*/*")
+             if p.is_dir() and not p.name.startswith("delete_tmp")}
+    assert parts == {p.name for p in MergeTreeTable.open(path).parts()}, "the rolled back part is gone from both disks"

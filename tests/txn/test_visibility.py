@@ -8,6 +8,7 @@ read skew, phantoms and lost updates must not happen; write skew is allowed (sna
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -332,3 +333,29 @@ def test_reading_a_table_without_a_log_creates_nothing(coordinator: Coordinator,
     assert list(table.iterdir()) == []
     assert TableLog(table).snapshot(coordinator.current_timestamp(), coordinator) == set()
     assert list(table.iterdir()) == []
+
+
+def test_the_log_finds_and_deletes_part_directories_only_through_its_owner(coordinator, tmp_path: Path) -> None:
+    """Where part directories live is not the log's business: it lists, probes and deletes them through
+    the `PartDirectories` it is given (here: another directory than the table's)."""
+    from spark_mergetree.fileops import Subdirectories
+
+    table, elsewhere = tmp_path / "table", tmp_path / "disk"
+    log = TableLog(table, Subdirectories(elsewhere))
+    with Transaction(coordinator) as transaction:
+        staged = write_part(elsewhere, f"staged_t{transaction.tid}_a")
+        with log.commit_lock():
+            transaction.add_parts(log, ["all_1_1_0"])
+            os.rename(elsewhere / staged, elsewhere / "all_1_1_0")
+    assert log.snapshot(coordinator.current_timestamp(), coordinator) == {"all_1_1_0"}
+    loser = Transaction(coordinator)
+    write_part(elsewhere, f"staged_t{loser.tid}_b")
+    loser.add_parts(log, ["all_2_2_0"])
+    write_part(elsewhere, "all_2_2_0")
+    loser.rollback()  # deletes what its entry named, where the owner keeps it
+    write_part(elsewhere, "all_9_9_0")  # named by nobody: garbage
+    write_part(table, "all_9_9_0")  # not a directory of this owner: never touched
+    report = log.recover(coordinator)
+    assert sorted(report.deleted_directories) == sorted(["all_9_9_0", f"staged_t{loser.tid}_b"])
+    assert part_directories(elsewhere) == {"all_1_1_0"}
+    assert "all_9_9_0" in part_directories(table)
