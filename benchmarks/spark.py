@@ -1,13 +1,25 @@
-"""Spark benchmark: mergetree against Parquet on the same data, one SparkSession.
+"""Spark benchmark: mergetree against Parquet and against the floor of a Python data source, on the
+same data, in one SparkSession set up with spark_mergetree.configure (the session extension).
 
-    python benchmarks/spark.py [--rows 10000000] [--runs 3] [--dir /tmp/mt-bench] [--profile]
+    python benchmarks/spark.py [--rows 10000000] [--runs 3] [--dir /tmp/mergetree-benchmark] [--profile]
 
 Data: `rows` rows of (id long, ts long, value double, name string), written as Parquet and as a
-mergetree table ORDER BY id. Each measurement is the median of `runs` runs; the report prints
-seconds for both formats and the ratio mergetree / Parquet for: write, a full scan of all four
-columns, a projected sum(value), and the key range `id BETWEEN 5000000 AND 5010000` (with the
-granules the range reads). `--profile` runs the mergetree reads once more under cProfile inside
-the Python workers (spark.python.profile) and prints the top functions.
+mergetree table ORDER BY id (merged into one part), plus the same rows as a partitioned table of many
+parts (PARTITION BY intDiv(id, rows / 84), written by two tasks that each hold rows of every
+partition: 168 parts, as a Spark write into a table partitioned by month makes them).
+
+The floors are what any Python data source costs in this PySpark, measured in the same run
+(benchmarks/spark_floors.py):
+* reads: a Python source that yields ready Arrow batches (the Parquet copy, loaded into the worker
+  once and cached) of the same columns — all rows for scans, only the rows of the granules a pruned
+  read returns for the key range;
+* write: a Python Arrow writer that only counts the rows it is handed.
+
+Every measurement is warmed up once, then the median of `runs` is taken; Python workers never idle
+a minute between runs (Spark kills idle workers after 60 s). The report prints seconds and the
+ratios mergetree / floor and mergetree / Parquet. Key ranges are Spark filters (`.filter(...)`),
+which prune granules through pushed filters when the extension is on. `--profile` runs the
+mergetree reads once more under cProfile inside the Python workers and prints the top functions.
 """
 
 from __future__ import annotations
@@ -20,35 +32,66 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # this checkout's package, in the driver as in the workers
+MANY_PARTITIONS = 84
+
+
+# ------------------------------------------------------------------------------------ harness
 
 
 def _session(profile: bool):
+    paths = [str(REPO_ROOT), str(REPO_ROOT / "benchmarks")]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     from pyspark.sql import SparkSession
 
+    import spark_mergetree
+
     builder = (SparkSession.builder.master("local[2]").appName("mergetree-benchmark")
-               .config("spark.sql.python.filterPushdown.enabled", "true")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", "3g"))
     if profile:
         builder = builder.config("spark.python.profile", "true")
-    spark = builder.getOrCreate()
+    spark = spark_mergetree.configure(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 def _median(runs: int, action: Callable[[], object]) -> tuple[float, object]:
-    times, result = [], None
+    """Median seconds of `runs` timed runs after one untimed warm-up run, and the last result."""
+    result = action()
+    times = []
     for _ in range(runs):
         started = time.perf_counter()
         result = action()
         times.append(time.perf_counter() - started)
     return statistics.median(times), result
+
+
+class Report:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, float, float | None, str]] = []
+
+    def add(self, name: str, parquet: float, mergetree: float, floor: float | None, notes: str = "") -> None:
+        self.rows.append((name, parquet, mergetree, floor, notes))
+        shown = "" if floor is None else f", floor {floor:.2f}s"
+        print(f"{name}: parquet {parquet:.2f}s, mergetree {mergetree:.2f}s{shown}", flush=True)
+
+    def print(self, title: str) -> None:
+        print(f"\n{title}")
+        print(f"{'measurement':<44} {'parquet s':>9} {'mergetree s':>11} {'floor s':>8} "
+              f"{'mt/floor':>8} {'mt/parquet':>10}  notes")
+        for name, parquet, mergetree, floor, notes in self.rows:
+            floor_text = "" if floor is None else f"{floor:.2f}"
+            ratio = "" if floor is None else f"{mergetree / floor:.2f}"
+            print(f"{name:<44} {parquet:>9.2f} {mergetree:>11.2f} {floor_text:>8} {ratio:>8} "
+                  f"{mergetree / parquet:>10.2f}  {notes}")
 
 
 def main(argv: list[str]) -> int:
@@ -61,60 +104,88 @@ def main(argv: list[str]) -> int:
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    parquet_path, mergetree_path = str(root / "parquet"), str(root / "mergetree")
+    parquet_path, mergetree_path, many_path = str(root / "parquet"), str(root / "mergetree"), str(root / "many")
 
     spark = _session(args.profile)
-    from spark_mergetree.engine.table import MergeTreeTable
-    from spark_mergetree.spark import register
+    from spark_floors import FloorSource  # benchmarks/ is on sys.path: the script's directory
+
+    from spark_mergetree import MergeTreeTable, register
+    from spark_mergetree.spark.session import extension_jar
 
     register(spark)
-    data = spark.range(0, args.rows, numPartitions=2).selectExpr(
+    spark.dataSource.register(FloorSource)
+    print(f"session extension: {'on' if extension_jar() else 'NOT BUILT (run scripts/build-jvm)'}", flush=True)
+
+    rows = args.rows
+    data = spark.range(0, rows, numPartitions=2).selectExpr(
         "id", "1700000000000 + id * 10 as ts", "rand(42) * 1000 as value",
         "concat('name-', cast(id % 10000 as string)) as name")
-    low = args.rows // 2
+    low = rows // 2
     high = low + 10_000
     key_range = f"id BETWEEN {low} AND {high}"
-    results: list[tuple[str, float, float, str]] = []
+    report = Report()
 
-    def write_parquet() -> None:
-        data.write.mode("overwrite").parquet(parquet_path)
+    def floor_read(columns: str, start: int = 0, stop: int = rows, partitions: int = 2) -> Any:
+        return (spark.read.format("mergetree_floor").option("path", parquet_path).option("columns", columns)
+                .option("start", str(start)).option("stop", str(stop)).option("partitions", str(partitions)).load())
 
-    def write_mergetree() -> None:
-        data.write.format("mergetree").option("order_by", "id").mode("overwrite").save(mergetree_path)
+    # Writes.
+    parquet_write, _ = _median(args.runs, lambda: data.write.mode("overwrite").parquet(parquet_path))
+    mergetree_write, _ = _median(args.runs, lambda: data.write.format("mergetree").option("order_by", "id")
+                                 .mode("overwrite").save(mergetree_path))
+    floor_write, _ = _median(args.runs, lambda: data.write.format("mergetree_floor").option("columns", "id")
+                             .mode("append").save())
+    report.add("write", parquet_write, mergetree_write, floor_write, "floor: an Arrow writer that only counts")
 
-    parquet_write, _ = _median(args.runs, write_parquet)
-    mergetree_write, _ = _median(args.runs, write_mergetree)
-    results.append(("write", parquet_write, mergetree_write, ""))
-    print(f"write: parquet {parquet_write:.2f}s, mergetree {mergetree_write:.2f}s", flush=True)
+    # The many-part table: every write task holds rows of every partition.
+    (data.repartition(2).write.format("mergetree").option("order_by", "id")
+     .option("partition_by", f"intDiv(id, {-(-rows // MANY_PARTITIONS)})").mode("overwrite").save(many_path))
+    MergeTreeTable.open(mergetree_path).optimize(final=True)
+    parts_one, parts_many = len(MergeTreeTable.open(mergetree_path).parts()), len(MergeTreeTable.open(many_path).parts())
 
     parquet = spark.read.parquet(parquet_path)
     mergetree = spark.read.format("mergetree").load(mergetree_path)
-    full_scan = "sum(id)", "sum(ts - 1700000000000)", "sum(value)", "sum(length(name))"
-    p_full, p_full_result = _median(args.runs, lambda: parquet.selectExpr(*full_scan).collect())
-    m_full, m_full_result = _median(args.runs, lambda: mergetree.selectExpr(*full_scan).collect())
-    assert p_full_result[0][0] == m_full_result[0][0], (p_full_result, m_full_result)
-    results.append(("full scan, 4 columns", p_full, m_full, ""))
+    many = spark.read.format("mergetree").load(many_path)
+    full_scan = ("sum(id)", "sum(ts - 1700000000000)", "sum(value)", "sum(length(name))")
 
-    projected = spark.read.format("mergetree").option("columns", "value").load(mergetree_path)
+    p_full, p_result = _median(args.runs, lambda: parquet.selectExpr(*full_scan).collect())
+    m_full, m_result = _median(args.runs, lambda: mergetree.selectExpr(*full_scan).collect())
+    f_full, f_result = _median(args.runs, lambda: floor_read("id,ts,value,name").selectExpr(*full_scan).collect())
+    assert p_result[0][0] == m_result[0][0] == f_result[0][0], (p_result, m_result, f_result)
+    report.add("full scan, 4 columns", p_full, m_full, f_full, f"{parts_one} part")
+    many_full, many_result = _median(args.runs, lambda: many.selectExpr(*full_scan).collect())
+    assert many_result[0][0] == p_result[0][0], (many_result, p_result)
+    report.add(f"full scan, 4 columns, {parts_many} parts", p_full, many_full, f_full,
+               f"{many_full / m_full:.2f}x the one-part table")
+
     p_sum, p_sum_result = _median(args.runs, lambda: parquet.selectExpr("sum(value)").collect())
-    m_sum, m_sum_result = _median(args.runs, lambda: projected.selectExpr("sum(value)").collect())
+    m_sum, m_sum_result = _median(args.runs, lambda: mergetree.selectExpr("sum(value)").collect())
+    f_sum, _ = _median(args.runs, lambda: floor_read("value").selectExpr("sum(value)").collect())
     assert abs(p_sum_result[0][0] - m_sum_result[0][0]) < 1e-6 * abs(p_sum_result[0][0])
-    results.append(("projected sum(value)", p_sum, m_sum, "columns=value"))
+    report.add("projected sum(value)", p_sum, m_sum, f_sum, "pruned by the extension")
+    many_sum, _ = _median(args.runs, lambda: many.selectExpr("sum(value)").collect())
+    report.add(f"projected sum(value), {parts_many} parts", p_sum, many_sum, f_sum,
+               f"{many_sum / m_sum:.2f}x the one-part table")
 
+    one_part = MergeTreeTable.open(mergetree_path)
+    plan = one_part.explain(where=key_range)
+    granule_rows = sum(task.rows for task in plan.tasks)
+    first_row = int(one_part.reader(plan.tasks[0].part).granule_starts[plan.tasks[0].ranges[0][0]])
     p_range, p_count = _median(args.runs, lambda: parquet.filter(key_range).count())
     m_range, m_count = _median(args.runs,
                                lambda: spark.read.format("mergetree").load(mergetree_path).filter(key_range).count())
+    f_range, _ = _median(args.runs, lambda: floor_read("id,ts,value,name", first_row, first_row + granule_rows, 1)
+                         .filter(key_range).count())
     assert p_count == m_count == high - low + 1, (p_count, m_count)
-    table = MergeTreeTable.open(mergetree_path)
-    plan = table.explain(where=key_range)
-    granules = f"granules read {getattr(plan, 'granules_read', '?')} of {getattr(plan, 'granules_total', '?')}"
-    results.append((f"key range {key_range}", p_range, m_range, granules))
+    report.add(f"key range {key_range}", p_range, m_range, f_range,
+               f"{plan.granules_read} of {plan.granules_total} granules ({granule_rows:,} rows)")
+    many_range, many_count = _median(args.runs,
+                                     lambda: spark.read.format("mergetree").load(many_path).filter(key_range).count())
+    assert many_count == p_count
+    report.add(f"key range, {parts_many} parts", p_range, many_range, f_range, "")
 
-    print(f"\n{args.rows:,} rows, median of {args.runs} runs, local[2]")
-    print(f"{'measurement':<48} {'parquet s':>10} {'mergetree s':>12} {'ratio':>7}  notes")
-    for name, p_seconds, m_seconds, notes in results:
-        print(f"{name:<48} {p_seconds:>10.2f} {m_seconds:>12.2f} {m_seconds / p_seconds:>7.2f}  {notes}")
-
+    report.print(f"{rows:,} rows, warm, median of {args.runs} runs, local[2], "
+                 f"{'with' if extension_jar() else 'WITHOUT'} the session extension")
     if args.profile:
         mergetree.selectExpr(*full_scan).collect()
         spark.sparkContext.show_profiles()

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.errors import MergeTreeError, UnsupportedError
@@ -159,26 +160,37 @@ def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partit
 
 
 def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows: int) -> list[ReadTask]:
-    """Cut a part's ranges into tasks of about `target_rows` rows, at granule boundaries."""
+    """Cut a part's ranges into tasks of about `target_rows` rows, at granule boundaries (a task
+    ends at the first granule that reaches a multiple of `target_rows` rows; one granule bigger than
+    that is a task of its own). Vectorised: a part may have millions of granules."""
+    if not ranges:
+        return []
+    if len(ranges) == 1:
+        begin, end = ranges[0]
+        granules = np.arange(begin, end, dtype=np.int64)
+    else:
+        granules = np.concatenate([np.arange(begin, end, dtype=np.int64) for begin, end in ranges])
+    if len(granules) == 0:
+        return []
+    rows = reader.granule_rows[granules]
+    ends = np.cumsum(rows)
+    # The task of a granule: how many whole targets the rows before it fill.
+    task_of = (ends - rows) // max(1, target_rows)
+    # A new range where granules stop being consecutive or a new task starts.
+    breaks = np.flatnonzero((np.diff(granules) != 1) | (np.diff(task_of) != 0)) + 1
+    run_starts = np.concatenate(([0], breaks))
+    run_ends = np.concatenate((breaks, [len(granules)]))
     tasks: list[ReadTask] = []
-    starts = reader.granule_starts
     current: list[GranuleRange] = []
     current_rows = 0
-    for begin, end in ranges:
-        g = begin
-        while g < end:
-            # Extend this piece granule by granule until the task is full (cheap: per granule).
-            stop = g
-            while stop < end and (current_rows + int(starts[stop + 1] - starts[g]) <= target_rows or stop == g):
-                stop += 1
-            current.append((g, stop))
-            current_rows += int(starts[stop] - starts[g])
-            g = stop
-            if current_rows >= target_rows:
-                tasks.append(ReadTask(reader.part, tuple(current), current_rows))
-                current, current_rows = [], 0
-    if current:
-        tasks.append(ReadTask(reader.part, tuple(current), current_rows))
+    current_task = task_of[0]
+    for first, last in zip(run_starts.tolist(), run_ends.tolist()):
+        if task_of[first] != current_task:
+            tasks.append(ReadTask(reader.part, tuple(current), current_rows))
+            current, current_rows, current_task = [], 0, task_of[first]
+        current.append((int(granules[first]), int(granules[last - 1]) + 1))
+        current_rows += int(ends[last - 1] - ends[first] + rows[first])
+    tasks.append(ReadTask(reader.part, tuple(current), current_rows))
     return tasks
 
 

@@ -366,11 +366,19 @@ class MergeTreeTable:
 
     def iter_task(self, task: selecting.ReadTask, columns: Sequence[str] | None = None,
                   where: str | Expr | None = None, chunk_rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
-        """Batches of one ReadTask, decoded a chunk ahead in a background thread, so decoding the
-        next chunk overlaps with whatever consumes the current one (Spark's transfer to the JVM)."""
-        chunks = selecting.split_tasks(self.reader(task.part), task.ranges, chunk_rows)
+        """Batches of one ReadTask (see iter_tasks)."""
+        return self.iter_tasks([task], columns, where, chunk_rows)
+
+    def iter_tasks(self, tasks: Sequence[selecting.ReadTask], columns: Sequence[str] | None = None,
+                   where: str | Expr | None = None, chunk_rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
+        """Batches of ReadTasks in order, decoded a chunk ahead in a background thread, so decoding
+        the next chunk (of this part or the next) overlaps with whatever consumes the current one
+        (Spark's transfer to the JVM)."""
+        chunks = [chunk for task in tasks
+                  for chunk in selecting.split_tasks(self.reader(task.part), task.ranges, chunk_rows)]
         if len(chunks) < 2:
-            yield from self.read_task(task, columns, where).to_batches()
+            for chunk in chunks:
+                yield from self.read_task(chunk, columns, where).to_batches()
             return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mergetree-prefetch") as pool:
             pending = pool.submit(self.read_task, chunks[0], columns, where)

@@ -20,6 +20,7 @@ the feature, the part and the file. See format_spec/part.md.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Protocol
@@ -135,6 +136,38 @@ def verify_part(source: FileSource, part: str, location: str = "") -> list[str]:
                               where)
 
 
+class _IndexCache:
+    """Parsed primary indexes of this process, least recently used first out, bounded by keys."""
+
+    def __init__(self, max_keys: int) -> None:
+        self.max_keys = max_keys
+        self._entries: OrderedDict[tuple[object, ...], tuple[list[pa.Array], int]] = OrderedDict()
+        self._keys = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[object, ...]) -> list[pa.Array] | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: tuple[object, ...], index: list[pa.Array], keys: int) -> None:
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = (index, keys)
+            self._keys += keys
+            while self._keys > self.max_keys and len(self._entries) > 1:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._keys -= dropped
+
+
+# Primary index keys kept parsed in a process (about 16 bytes each for a numeric key).
+_PRIMARY_INDEXES = _IndexCache(max_keys=16 << 20)
+
+
 class PartReader:
     """One part, opened for reading. Cheap to create; metadata is loaded once and cached."""
 
@@ -144,6 +177,7 @@ class PartReader:
         self.location = location or part
         self._lock = threading.Lock()
         self._marks_cache: dict[str, np.ndarray] = {}
+        self._primary: dict[tuple[str, ...], list[pa.Array]] = {}
         self._checked_types: set[tuple[str, str]] = set()
         self.files = set(source.list_files(part))
         self._refuse_row_changing_features()
@@ -370,7 +404,25 @@ class PartReader:
     # ------------------------------------------------------------------ indexes
 
     def primary_index(self, key_types: Sequence[str]) -> list[pa.Array]:
-        """The sparse index: per key column, the key of each granule's first row (+ the last row's)."""
+        """The sparse index: per key column, the key of each granule's first row (+ the last row's).
+
+        Parsed once per content in a process: cached by the index file's checksum (parts never
+        change, and the same bytes are the same index in any part or table object)."""
+        types = tuple(key_types)
+        cached = self._primary.get(types)
+        if cached is None:
+            name = "primary.idx" if "primary.idx" in self.files else "primary.cidx"
+            entry = self.checksums.files.get(name) if self.checksums is not None else None
+            identity = None if entry is None else (name, entry.file_hash, entry.file_size, types)
+            cached = None if identity is None else _PRIMARY_INDEXES.get(identity)
+            if cached is None:
+                cached = self._parse_primary_index(types)
+                if identity is not None:
+                    _PRIMARY_INDEXES.put(identity, cached, len(cached[0]) if cached else 0)
+            self._primary[types] = cached
+        return cached
+
+    def _parse_primary_index(self, key_types: Sequence[str]) -> list[pa.Array]:
         if "primary.idx" in self.files:
             data = self._read("primary.idx")
         elif "primary.cidx" in self.files:

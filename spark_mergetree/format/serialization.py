@@ -1120,6 +1120,78 @@ def _split_row(dt: DataType, base: str, level: int, buf: memoryview, pos: int, o
     return pos + width
 
 
+def _split_rows_vectorised(plain: Sequence[DataType], view: memoryview, n_rows: int) -> list[bytes] | None:
+    """Row-binary rows of fixed-width and String values → one column stream per value, without a
+    Python loop per row (primary indexes hold a row per granule: millions in a big table). None
+    for other types (Nullable, arrays, tuples), which take the general path."""
+    widths = []
+    for dt in plain:
+        if _is_string(dt):
+            widths.append(-1)
+        elif isinstance(dt, (Primitive, FixedString, DateTime, DateTime64, Decimal, Enum)):
+            widths.append(_fixed_width(dt))
+        else:
+            return None
+    data = np.frombuffer(view, np.uint8)
+    if -1 not in widths:
+        row = sum(widths)
+        if row * n_rows != len(data):
+            raise CorruptPartError(f"row data: {len(data)} bytes are not {n_rows} rows of {row} bytes")
+        if len(widths) == 1:
+            return [data.tobytes()]
+        matrix = data.reshape(n_rows, row)
+        offsets = np.cumsum([0, *widths])
+        return [matrix[:, offsets[i]:offsets[i + 1]].tobytes() for i in range(len(widths))]
+    starts, end = _row_value_starts(data, np.array(widths, np.int64), n_rows)
+    if end < 0:
+        raise CorruptPartError(f"row data: a value of row {-1 - end} runs past the end of {len(data)} bytes")
+    if end != len(data):
+        raise CorruptPartError(f"row data: {len(data) - end} bytes left after {n_rows} rows")
+    ends = np.empty_like(starts)
+    ends[:, :-1] = starts[:, 1:]
+    ends[:-1, -1] = starts[1:, 0]
+    if n_rows:
+        ends[-1, -1] = end
+    streams = []
+    for i in range(len(widths)):
+        lengths = ends[:, i] - starts[:, i]
+        total = int(lengths.sum())
+        # Positions of every byte of the column's values, in row order.
+        shift = np.repeat(starts[:, i] - (np.cumsum(lengths) - lengths), lengths)
+        streams.append(data[shift + np.arange(total)].tobytes())
+    return streams
+
+
+@lazy_njit
+def _row_value_starts(buf, widths, n):  # pragma: no cover - compiled
+    """Byte offset of every value of n row-binary rows (width -1: a String, varint length first);
+    and the end offset, or -1 - row when that row runs past the buffer."""
+    starts = np.empty((n, widths.shape[0]), np.int64)
+    pos = 0
+    size = buf.shape[0]
+    for i in range(n):
+        for j in range(widths.shape[0]):
+            starts[i, j] = pos
+            width = widths[j]
+            if width < 0:
+                value = 0
+                shift = 0
+                while True:
+                    if pos >= size or shift > 63:
+                        return starts, -1 - i
+                    b = buf[pos]
+                    pos += 1
+                    value |= (b & 0x7F) << shift
+                    shift += 7
+                    if b < 0x80:
+                        break
+                width = value
+            pos += width
+            if pos > size:
+                return starts, -1 - i
+    return starts, pos
+
+
 def _write_default(dt: DataType, base: str, out: dict[str, bytearray]) -> None:
     if _is_string(dt):
         out[base].append(0)
@@ -1133,6 +1205,10 @@ def deserialize_rows(dts: Sequence[DataType], buf: bytes | memoryview, n_rows: i
     """Inverse of serialize_rows: `n_rows` rows of row-binary values → one Arrow array per column."""
     plain = [_strip_low_cardinality(dt) for dt in dts]
     view = memoryview(buf).cast("B")
+    streams = _split_rows_vectorised(plain, view, n_rows)
+    if streams is not None:
+        return [deserialize_column(dt, f"c{i}", {f"c{i}": streams[i]}, n_rows, string_sizes=False)
+                for i, dt in enumerate(plain)]
     columns = [{name: bytearray() for name in stream_names(dt, f"c{i}", string_sizes=False)} for i, dt in enumerate(plain)]
     pos = 0
     for _ in range(n_rows):

@@ -376,18 +376,19 @@ def visible_for_task(ref: TableRef, parts: PartSets, txn: TxnContext | None) -> 
     return visible
 
 
-def read(ref: TableRef, task: Any, columns: list[str], where: Any) -> Iterator[pa.RecordBatch]:
+def read(ref: TableRef, tasks: Sequence[Any], columns: list[str], where: Any) -> Iterator[pa.RecordBatch]:
+    """Batches of read tasks (of any parts of the table), in order."""
     table = open_table(ref)
     if ref.name is None:
         # Decoding of the next chunk overlaps with Spark taking the current one.
-        yield from table.iter_task(task, columns, where)
+        yield from table.iter_tasks(tasks, columns, where)
         return
     from spark_mergetree.catalog.leases import ReaderLease
 
     # A catalog table: hold its data directory (by UUID, not by name) while reading, so a DROP
     # ... SYNC in another process waits for this task instead of deleting under it.
     with ReaderLease(ref.name, Path(ref.path)):
-        yield from table.iter_task(task, columns, where)
+        yield from table.iter_tasks(tasks, columns, where)
 
 
 def table_schema(ref: TableRef) -> pa.Schema:

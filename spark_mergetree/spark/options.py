@@ -17,6 +17,10 @@ from spark_mergetree.storage.location import local_path
 # Uncompressed bytes one input partition should cover (Spark's spark.sql.files.maxPartitionBytes
 # default); granule ranges are grouped up to that many rows of the columns read.
 DEFAULT_TARGET_BYTES = 128 << 20
+# What opening one part costs an input partition, in bytes of rows read (as Spark's
+# spark.sql.files.openCostInBytes, measured: opening and reading a part's files costs a read task
+# about as much as decoding and handing over ~100 KiB of rows): small parts share partitions.
+OPEN_COST_BYTES = 256 << 10
 # Rows a write task buffers before staging parts: bounds task memory while keeping parts large.
 DEFAULT_STAGE_ROWS = 4 << 20
 

@@ -21,6 +21,7 @@ per task partition id, and removes everything else the job staged.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import uuid
@@ -29,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -44,7 +46,7 @@ from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, Tabl
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
 from spark_mergetree.spark.filters import to_predicate
-from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, ReadOptions, WriteOptions
+from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, OPEN_COST_BYTES, ReadOptions, WriteOptions
 from spark_mergetree.spark.session import ENABLE_HINT
 from spark_mergetree.spark.types import (
     check_readable_columns,
@@ -165,20 +167,43 @@ class MergeTreeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot)
-        self.target_rows = _balanced_target(self.target_rows, adapter.visible_rows(self.ref, parts),
-                                            explicit=self.opts.target_rows is not None)
+        explicit = self.opts.target_rows is not None
+        # Big parts are cut into tasks of a share of the rows (so one part feeds every core); the
+        # tasks are then packed into partitions of about `target_rows` rows, counting a cost for
+        # every part opened.
+        split_rows = _balanced_target(self.target_rows, adapter.visible_rows(self.ref, parts), explicit)
         prune = self.where if self.pushed is None else adapter.conjunction(self.where, self.pushed)
-        planned = adapter.plan(self.ref, self.columns, prune, self.target_rows, parts)
-        return [MergeTreePartition(i, share, parts) for i, share in enumerate(_spread(planned.tasks, parts))]
+        planned = adapter.plan(self.ref, self.columns, prune, split_rows, parts)
+        open_rows = max(1, OPEN_COST_BYTES // _row_bytes(self.target))
+        shares = _pack(planned.tasks, parts, self.target_rows, open_rows, None if explicit else _cores())
+        return [MergeTreePartition(i, share, parts) for i, share in enumerate(shares)]
 
     def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         visible = adapter.visible_for_task(self.ref, partition.parts, adapter.current_txn_from_task())
-        for task in partition.tasks:
-            if task.part not in visible:
+        tasks = [task for task in partition.tasks if task.part in visible]
+        # Batches of small parts are handed over together: Spark pays per batch, not per row only.
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for batch in adapter.read(self.ref, tasks, self.columns, self.where):
+            if not batch.num_rows:
                 continue
-            for batch in adapter.read(self.ref, task, self.columns, self.where):
-                if batch.num_rows:
-                    yield conform_batch(batch, self.target)
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows >= _BATCH_ROWS:
+                yield conform_batch(_combined(pending), self.target)
+                pending, pending_rows = [], 0
+        if pending:
+            yield conform_batch(_combined(pending), self.target)
+
+
+# Rows per batch handed to Spark when parts are smaller than that.
+_BATCH_ROWS = 1 << 16
+
+
+def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 class MergeTreePushdownReader(MergeTreeReader):
@@ -202,19 +227,28 @@ def _say_once(message: str) -> None:
         print(f"spark_mergetree: {message}", file=sys.stderr, flush=True)
 
 
+def _row_bytes(arrow: pa.Schema) -> int:
+    """Estimated bytes of one row of the columns read (strings and nested values: 32)."""
+    total = 0
+    for field in arrow:
+        try:
+            total += max(1, field.type.bit_width // 8)
+        except ValueError:  # variable width: strings, binaries, nested values
+            total += 32
+    return max(1, total)
+
+
 def _target_rows(schema: StructType) -> int:
     """Rows per input partition: ~128 MiB of the columns read, between 64 Ki and 16 Mi rows.
 
     Every Python task costs Spark a fixed ~0.1 s, so partitions should be big; the byte target
     keeps them as big as Spark's own file splits.
     """
-    row_bytes = 0
-    for field in spark_arrow_schema(schema):
-        try:
-            row_bytes += max(1, field.type.bit_width // 8)
-        except ValueError:  # variable width: strings, binaries, nested values
-            row_bytes += 32
-    return max(1 << 16, min(1 << 24, DEFAULT_TARGET_BYTES // max(1, row_bytes)))
+    return max(1 << 16, min(1 << 24, DEFAULT_TARGET_BYTES // _row_bytes(spark_arrow_schema(schema))))
+
+
+def _cores() -> int:
+    return max(2, os.cpu_count() or 2)
 
 
 def _balanced_target(target_rows: int, total_rows: int, explicit: bool) -> int:
@@ -222,18 +256,35 @@ def _balanced_target(target_rows: int, total_rows: int, explicit: bool) -> int:
     one-column read must not run as one task on one core, nor five tasks on two cores."""
     if explicit or total_rows <= 0:
         return target_rows
-    cores = max(2, os.cpu_count() or 2)
     count = max(1, -(-total_rows // target_rows))
-    count = -(-count // cores) * cores
+    count = -(-count // _cores()) * _cores()
     return max(1 << 16, -(-total_rows // count))
 
 
-def _spread(tasks: list[Any], parts: adapter.PartSets) -> list[list[Any]]:
-    """One partition per task of a visible part; tasks of parts only a transaction may see ride
-    along (outside transactions they are skipped, so they must not cost partitions of their own)."""
+def _pack(tasks: list[Any], parts: adapter.PartSets, target_rows: int, open_rows: int,
+          cores: int | None) -> list[list[Any]]:
+    """Input partitions of read tasks, as Spark packs small files into splits: each task costs its
+    rows plus `open_rows` (opening a part, like spark.sql.files.openCostInBytes), and the tasks,
+    in order, are cut into as many partitions as `target_rows` of cost needs, rounded up to whole
+    waves over `cores` (None: `target_rows` was given explicitly), each of an equal share of the cost.
+    Hundreds of small parts then make a few partitions, not a Python task each. Tasks of parts only
+    a transaction may see ride along (outside transactions they are skipped, so they must not cost
+    partitions of their own)."""
     visible = [task for task in tasks if task.part in parts.visible]
     others = [task for task in tasks if task.part not in parts.visible]
-    shares = [[task] for task in visible] or [[]]
+    shares: list[list[Any]] = []
+    if visible:
+        costs = np.array([task.rows + open_rows for task in visible], np.float64)
+        total = float(costs.sum())
+        count = max(1, math.ceil(total / max(1, target_rows)))
+        if cores is not None:
+            count = -(-count // cores) * cores
+        # A task goes to the share its cost's midpoint falls in: contiguous, balanced, `count` at most.
+        middles = np.cumsum(costs) - costs / 2
+        bins = np.minimum(count - 1, (middles * count / total).astype(np.int64))
+        for share in np.split(np.arange(len(visible)), np.flatnonzero(np.diff(bins)) + 1):
+            shares.append([visible[i] for i in share.tolist()])
+    shares = shares or [[]]
     for position, task in enumerate(others):
         shares[position % len(shares)].append(task)
     return shares
