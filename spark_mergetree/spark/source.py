@@ -36,7 +36,6 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -45,7 +44,6 @@ from pyspark.sql.types import StructType
 from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, TableNotFoundError
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
-from spark_mergetree.spark.filters import to_predicate
 from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, OPEN_COST_BYTES, ReadOptions, WriteOptions
 from spark_mergetree.spark.session import ENABLE_HINT
 from spark_mergetree.spark.types import (
@@ -211,7 +209,10 @@ class MergeTreePushdownReader(MergeTreeReader):
     Spark pushes prune partitions and granules. All of them go back to Spark, which applies them to
     the rows: a filter only ever narrows which granules are read."""
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        # PySpark 4.1+ only (4.0 has no Filter classes and never pushes filters to Python).
+        from spark_mergetree.spark.filters import to_predicate
+
         filters = list(filters)
         self.pushed = adapter.usable_predicate(self.ref, to_predicate(filters, adapter.table_schema(self.ref)))
         return iter(filters)
