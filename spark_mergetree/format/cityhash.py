@@ -6,14 +6,23 @@ seeded variant, so the seeded hash is derived from the unseeded one: in CityHash
 input of at least 16 bytes, ``CityHash128(s)`` equals ``CityHash128WithSeed(s[16:], (Fetch64(s) ^ k3,
 Fetch64(s + 8)))``. Prefixing the data with the seed (first half xor k3) therefore yields the seeded
 hash of the data.
+
+The package's Python function keeps a reference to every buffer other than `bytes` it is given
+(it never releases the buffer it requests), so hashing a memoryview or a numpy array would pin
+that memory for the life of the process. Its C++ `CityHash128(const char*, size_t)` is called
+through ctypes instead (no copy, and the GIL is released while it runs); `bytes` are copied for
+the Python function only where that symbol cannot be found.
 """
 
 from __future__ import annotations
 
+import ctypes
 import struct
+from collections.abc import Callable
 
 import numpy as np
-from clickhouse_cityhash.cityhash import CityHash128 as _city_hash_128_int
+from clickhouse_cityhash import cityhash as _extension
+from clickhouse_cityhash.cityhash import CityHash128 as _package_hash
 
 from spark_mergetree.errors import InvalidOptionError
 
@@ -21,6 +30,7 @@ __all__ = [
     "HASHING_BLOCK_SIZE",
     "ZERO_HASH",
     "cityhash128",
+    "cityhash128_int",
     "cityhash128_with_seed",
     "FileHasher",
     "file_hash",
@@ -36,6 +46,40 @@ _COMPILED_MIN_BYTES = 16 * HASHING_BLOCK_SIZE
 _MASK64 = (1 << 64) - 1
 _pack_halves = struct.Struct("<QQ").pack
 _unpack_halves = struct.Struct("<QQ").unpack
+
+
+class _Halves(ctypes.Structure):
+    """CityHash's uint128: std::pair<uint64, uint64> (first, second), returned in registers."""
+
+    _fields_ = [("first", ctypes.c_uint64), ("second", ctypes.c_uint64)]
+
+
+def _c_function() -> Callable[..., _Halves] | None:
+    try:
+        function = ctypes.CDLL(_extension.__file__)._Z11CityHash128PKcm  # CityHash128(const char*, size_t)
+    except (OSError, AttributeError):
+        return None
+    function.restype = _Halves
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return function
+
+
+_C_HASH = _c_function()
+
+
+def cityhash128_int(data: bytes | bytearray | memoryview | np.ndarray) -> int:
+    """CityHash128 v1.0.2 of ``data`` as the integer ``first << 64 | second``; holds no reference to it."""
+    if _C_HASH is None:
+        return int(_package_hash(data if isinstance(data, bytes) else bytes(data)))
+    if isinstance(data, bytes):
+        halves = _C_HASH(data, len(data))
+    else:
+        array = np.frombuffer(data, dtype=np.uint8)  # released when the array goes, unlike the package's
+        halves = _C_HASH(array.ctypes.data if array.size else None, array.size)
+    return int(halves.first) << 64 | int(halves.second)
+
+
+_city_hash_128_int = cityhash128_int
 
 
 def _int_to_bytes(value: int) -> bytes:

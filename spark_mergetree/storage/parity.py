@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from clickhouse_cityhash.cityhash import CityHash128
 
 from spark_mergetree.errors import StorageError
+from spark_mergetree.format.cityhash import cityhash128_int
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.storage.filesystem import Buffer
 
@@ -60,7 +60,7 @@ def gf_inverse(a: int) -> int:
 
 def unit_checksum(data: Buffer) -> str:
     """CityHash128 of a unit as 32 hex digits (the form recorded in the stripe map)."""
-    return f"{CityHash128(data):032x}"
+    return f"{cityhash128_int(data):032x}"
 
 
 def _as_bytes(data: Buffer) -> np.ndarray:

@@ -117,3 +117,25 @@ def test_long_files_hash_the_same_through_the_compiled_chain():
     for start in range(0, len(data), 1000):  # short updates take the per-block path
         hasher.update(data[start:start + 1000])
     assert hasher.digest() == one_go
+
+
+def test_hashing_keeps_no_reference_to_the_buffer() -> None:
+    """The package's own function never releases a buffer it hashes: every memoryview, bytearray or
+    numpy array hashed stayed pinned for the life of the process (each read leaked the bytes it
+    verified). After hashing, a bytearray can be resized and a numpy array's count is unchanged."""
+    import sys
+
+    from spark_mergetree.format.cityhash import FileHasher, cityhash128, cityhash128_int
+
+    data = bytearray(b"block of column bytes" * 200)
+    cityhash128(memoryview(data))
+    cityhash128_int(data)
+    hasher = FileHasher()
+    hasher.update(memoryview(data))
+    hasher.digest()
+    data.extend(b"more")  # BufferError if any export of `data` is still held
+    array = np.arange(5000, dtype=np.uint8)
+    before = sys.getrefcount(array)
+    cityhash128_int(array)
+    cityhash128(array.data)
+    assert sys.getrefcount(array) == before

@@ -118,3 +118,12 @@ def test_any_two_lost_units_are_recovered(units, data) -> None:
     for p_left, q_left in parities:
         rebuilt = recover([None if i in lost else u for i, u in enumerate(units)], p_left, q_left, length)
         assert [r[: len(units[i])].tobytes() for i, r in zip(sorted(lost), rebuilt)] == [units[i] for i in sorted(lost)]
+
+
+def test_unit_checksum_keeps_no_reference_to_the_unit() -> None:
+    """Verifying a unit must not pin its buffer (every verified read leaked its bytes)."""
+    from spark_mergetree.storage import unit_checksum
+
+    unit = bytearray(range(256)) * 40
+    assert unit_checksum(memoryview(unit)) == unit_checksum(bytes(unit))
+    unit.extend(b"x")  # BufferError if an export of `unit` is still held
