@@ -2,9 +2,10 @@
 raid5 and raid6 over several disk directories, degraded reads (raid5 with one disk gone, raid6 with
 two), and the speed of P (XOR) and Q (Reed–Solomon) parity on one core.
 
-Times are medians, printed as ratios against a plain single-disk table measured in the same run;
-the last lines compare raid6 with its goals (write ≤ 1.5× plain, healthy read ≤ 1.1×, read with
-two disks lost ≤ 3×, Q parity ≥ 1 GB/s per core).
+Times are medians. Each layout's runs alternate with runs of a plain single-disk table, and its
+ratio is against the plain runs of that same window, so a machine busy with other work slows both
+sides alike. The last lines compare raid6 with its goals (write ≤ 1.5× plain, healthy read ≤ 1.1×,
+read with two disks lost ≤ 3×, Q parity ≥ 1 GB/s per core).
 
     python benchmarks/raid.py                          # 10M rows, 4 disk directories in a temp dir
     python benchmarks/raid.py --rows 2000000 --root /mnt/bench
@@ -47,16 +48,18 @@ def policy(root: Path, layout: str, disks: int, unit_bytes: int) -> dict:
                          "stripe_unit_bytes": unit_bytes}]}
 
 
-def median_time(action: Callable[[], object], repeats: int) -> float:
-    times = []
+def paired(baseline: Callable[[], object], action: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median seconds of `action` and its ratio to `baseline`, the two run alternately."""
+    base_times, times = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for run, into in ((baseline, base_times), (action, times)):
+            start = time.perf_counter()
+            run()
+            into.append(time.perf_counter() - start)
+    return statistics.median(times), statistics.median(times) / statistics.median(base_times)
 
 
-def measure(root: Path, name: str, settings: dict, data: pa.Table, repeats: int) -> tuple[float, float, MergeTreeTable]:
+def writer(root: Path, name: str, settings: dict, data: pa.Table) -> Callable[[], None]:
     def write() -> None:
         shutil.rmtree(root / name, ignore_errors=True)
         for disk in root.glob(f"{name}-disk*"):
@@ -64,10 +67,7 @@ def measure(root: Path, name: str, settings: dict, data: pa.Table, repeats: int)
         MergeTreeTable.create(root / name, COLUMNS, order_by="id", settings={"auto_merge": False, **settings}) \
             .insert(data)
 
-    write_time = median_time(write, repeats)
-    table = MergeTreeTable.open(root / name)
-    read_time = median_time(table.to_arrow, repeats)
-    return write_time, read_time, table
+    return write
 
 
 def parity_throughput(parity: Callable[[list[np.ndarray], int], np.ndarray], unit_bytes: int = 1 << 20,
@@ -97,17 +97,22 @@ def main() -> None:
     os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (root / "coordinator").as_uri())
     data = make_data(args.rows)
 
-    base_write, base_read, _ = measure(root, "plain", {}, data, args.repeats)
+    write_plain = writer(root, "plain", {}, data)
+    write_plain()
+    read_plain = MergeTreeTable.open(root / "plain").to_arrow
     print(f"rows: {args.rows:,}  disks: {args.disks}  stripe unit: {args.unit_bytes:,} B  (medians of {args.repeats})")
     print(f"{'layout':22}{'write s':>9}{'ratio':>7}{'read s':>9}{'ratio':>7}")
-    print(f"{'plain (1 disk)':22}{base_write:9.2f}{1:7.2f}{base_read:9.2f}{1:7.2f}")
+    write, _ = paired(write_plain, write_plain, args.repeats)
+    read, _ = paired(read_plain, read_plain, args.repeats)
+    print(f"{'plain (1 disk)':22}{write:9.2f}{1:7.2f}{read:9.2f}{1:7.2f}")
     ratios: dict[str, float] = {}
     for layout in LAYOUTS:
         disks = 2 if layout == "raid1" else args.disks
-        write, read, table = measure(root, layout, {"storage_policy": policy(root, layout, disks, args.unit_bytes)},
-                                     data, args.repeats)
-        print(f"{layout:22}{write:9.2f}{write / base_write:7.2f}{read:9.2f}{read / base_read:7.2f}")
-        ratios[f"{layout} write"], ratios[f"{layout} read"] = write / base_write, read / base_read
+        write_layout = writer(root, layout, {"storage_policy": policy(root, layout, disks, args.unit_bytes)}, data)
+        write, ratios[f"{layout} write"] = paired(write_plain, write_layout, args.repeats)
+        table = MergeTreeTable.open(root / layout)
+        read, ratios[f"{layout} read"] = paired(read_plain, table.to_arrow, args.repeats)
+        print(f"{layout:22}{write:9.2f}{ratios[f'{layout} write']:7.2f}{read:9.2f}{ratios[f'{layout} read']:7.2f}")
         lost = DEGRADED.get(layout, 0)
         if lost:
             for disk in range(1, 1 + lost):
@@ -117,10 +122,9 @@ def main() -> None:
                 warnings.simplefilter("ignore", DegradedReadWarning)
                 rows = degraded.to_arrow().num_rows
                 assert rows == args.rows, rows
-                read = median_time(degraded.to_arrow, args.repeats)
+                read, ratios[f"{layout} degraded read"] = paired(read_plain, degraded.to_arrow, args.repeats)
             label = f"{layout} {lost} disk{'s' if lost > 1 else ''} lost"
-            print(f"{label:22}{'':16}{read:9.2f}{read / base_read:7.2f}")
-            ratios[f"{layout} degraded read"] = read / base_read
+            print(f"{label:22}{'':16}{read:9.2f}{ratios[f'{layout} degraded read']:7.2f}")
     p_speed = parity_throughput(xor_parity)
     q_speed = parity_throughput(q_parity)
     print(f"P parity (XOR): {p_speed:.2f} GB/s per core")
