@@ -30,7 +30,7 @@ from spark_mergetree.expressions.key_condition import key_columns_for
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 from spark_mergetree.format import granularity
-from spark_mergetree.format.compression import parse_codec
+from spark_mergetree.format.compression import CodecChain, parse_codec, parse_column_codec
 from spark_mergetree.format.part_writer import WriterSettings
 from spark_mergetree.format.types import parse_type, to_arrow_field
 
@@ -177,10 +177,20 @@ class TableMetadata:
             index_granularity=int(s.get("index_granularity", granularity.DEFAULT_INDEX_GRANULARITY)),
             index_granularity_bytes=int(s.get("index_granularity_bytes", granularity.DEFAULT_INDEX_GRANULARITY_BYTES)),
             codec=parse_codec(str(self.setting("codec"))),
+            column_codecs=tuple((column.name, self._column_codec(column.name, column.codec, column.type))
+                                for column in self.definition.columns if column.codec and column.is_stored),
             # 0 (ClickHouse's own default for these table settings) means the default block sizes.
             min_compress_block_size=int(s.get("min_compress_block_size", 0)) or WriterSettings.min_compress_block_size,
             max_compress_block_size=int(s.get("max_compress_block_size", 0)) or WriterSettings.max_compress_block_size,
         )
+
+    @staticmethod
+    def _column_codec(name: str, codec: str, type_text: str) -> CodecChain:
+        """A column's CODEC(...) as the statement has it (no CREATE-time checks: the table exists)."""
+        try:
+            return parse_column_codec(codec, parse_type(type_text), check=False)
+        except (InvalidOptionError, UnsupportedError) as error:
+            raise type(error)(f"column {name!r}: {error}") from None
 
     def sort(self, table: pa.Table) -> pa.Table:
         """Rows in the order ClickHouse stores them: by ORDER BY, ClickHouse's comparison."""

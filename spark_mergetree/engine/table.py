@@ -56,6 +56,7 @@ from spark_mergetree.expressions.ddl import (
 )
 from spark_mergetree.expressions.predicate import Expr
 from spark_mergetree.fileops import fsync_dir, write_file_atomically
+from spark_mergetree.format.compression import split_codec_clause
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader, verify_part
 from spark_mergetree.format.types import from_arrow, parse_type
@@ -105,7 +106,8 @@ class CheckReport:
 
 
 def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[str, str]]:
-    """(name, ClickHouse type) pairs from an Arrow schema, pairs, or a mapping."""
+    """(name, ClickHouse type) pairs from an Arrow schema, pairs, or a mapping; a pair's type may end
+    with a CODEC(...) clause (`Int64 CODEC(Delta, ZSTD)`), kept after the normalised type."""
     if isinstance(schema, pa.Schema):
         return [(f.name, from_arrow(f.type, f.nullable, nullable_scalars=f.name not in key_columns).to_clickhouse())
                 for f in schema]
@@ -114,8 +116,8 @@ def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[s
     for pair in pairs:
         if len(pair) != 2:
             raise InvalidOptionError(f"schema entries must be (name, ClickHouse type), got {pair!r}")
-        name, type_text = str(pair[0]), str(pair[1])
-        out.append((name, parse_type(type_text).to_clickhouse()))
+        name, (type_text, codec) = str(pair[0]), split_codec_clause(str(pair[1]))
+        out.append((name, parse_type(type_text).to_clickhouse() + (f" CODEC({codec})" if codec else "")))
     if not out:
         raise InvalidOptionError("a table needs at least one column")
     return out

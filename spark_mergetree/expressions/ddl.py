@@ -21,7 +21,8 @@ from sqlglot.tokens import Token, TokenType
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, UnsupportedError
 from spark_mergetree.expressions.functions import type_info
 from spark_mergetree.expressions.predicate import Column, Func, bind, columns_of, parse_expression
-from spark_mergetree.format.compression import parse_codec
+from spark_mergetree.format.compression import parse_codec, parse_column_codec
+from spark_mergetree.format.types import parse_type
 
 SUPPORTED_ENGINES = ("MergeTree",)
 DEFAULT_INDEX_GRANULARITY = "8192"
@@ -720,7 +721,18 @@ def build_definition(
         lines.append("SETTINGS " + ", ".join(_setting_text(k, v) for k, v in rendered.items()))
     definition = parse_create("\n".join(lines))
     _check_nullable_keys(definition)
+    _check_codecs(definition)
     return replace(definition, uuid=uuid) if uuid else definition
+
+
+def _check_codecs(definition: TableDefinition) -> None:
+    """A new table's column CODEC(...) clauses are checked as ClickHouse's CREATE checks them."""
+    for column in definition.columns:
+        if column.codec:
+            try:
+                parse_column_codec(column.codec, parse_type(column.type), check=True)
+            except (InvalidOptionError, UnsupportedError) as error:
+                raise type(error)(f"column {column.name!r}: {error}") from None
 
 
 def _check_nullable_keys(definition: TableDefinition) -> None:

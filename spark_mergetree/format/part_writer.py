@@ -31,6 +31,7 @@ from spark_mergetree.format.compression import (
     DEFAULT_MIN_COMPRESS_BLOCK_SIZE,
     LZ4,
     Codec,
+    CodecChain,
     CompressedStreamWriter,
 )
 from spark_mergetree.format.marks import wide_marks_with_rows, write_wide_marks
@@ -52,6 +53,7 @@ from spark_mergetree.format.serialization import (
     escape_for_file_name,
     serialize_column,
     serialize_rows,
+    stream_value_types,
 )
 from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type
 
@@ -77,6 +79,16 @@ class WriterSettings:
     min_compress_block_size: int = DEFAULT_MIN_COMPRESS_BLOCK_SIZE
     max_compress_block_size: int = DEFAULT_MAX_COMPRESS_BLOCK_SIZE
     string_sizes: bool = True  # the 26.x String encoding: lengths in `<col>.size.bin`
+    # (column, its CODEC(...) chain) for columns with a codec clause; the others use `codec`.
+    column_codecs: tuple[tuple[str, CodecChain], ...] = ()
+
+    def stream_codecs(self, column: str, dt: DataType) -> dict[str, Codec | CodecChain]:
+        """The codec of each stream of a column, as ClickHouse picks it: the column's chain bound to
+        the stream's value type, its generic codecs only for sizes, null maps and indexes."""
+        chain = dict(self.column_codecs).get(column)
+        types = stream_value_types(dt, column, self.string_sizes)
+        return {stream: chain.for_stream(value_type, self.codec) if chain is not None else self.codec
+                for stream, value_type in types.items()}
 
 
 @dataclass(frozen=True)
@@ -122,9 +134,9 @@ def plan_granules(table: pa.Table, types: Sequence[DataType], settings: WriterSe
 
 
 def _write_stream(files: PartFiles, checksums: dict[str, FileChecksum], stream: str, data: memoryview,
-                  offsets: np.ndarray, granule_rows: np.ndarray, settings: WriterSettings) -> None:
-    writer = CompressedStreamWriter(settings.codec, settings.min_compress_block_size,
-                                    settings.max_compress_block_size)
+                  offsets: np.ndarray, granule_rows: np.ndarray, settings: WriterSettings,
+                  codec: Codec | CodecChain) -> None:
+    writer = CompressedStreamWriter(codec, settings.min_compress_block_size, settings.max_compress_block_size)
     if offsets[0]:  # a stream prefix (LowCardinality keys version) precedes the first granule
         writer.write(data[: offsets[0]])
     for g in range(len(granule_rows)):
@@ -169,10 +181,10 @@ def write_wide_part(
         (name, _), dt, column = item
         return serialize_column(dt, name, column, granule_rows, string_sizes=settings.string_sizes)
 
-    def compress(stream: str, stream_bytes: StreamBytes) -> PartFiles:
+    def compress(stream: str, stream_bytes: StreamBytes, codec: Codec | CodecChain) -> PartFiles:
         out = PartFiles()
         _write_stream(out, checksums, stream, memoryview(stream_bytes.data), stream_bytes.granule_offsets,
-                      granule_rows, settings)
+                      granule_rows, settings, codec)
         return out
 
     # Columns are independent: serialize and compress them on all cores (LZ4, ZSTD and the hash
@@ -181,12 +193,13 @@ def write_wide_part(
     parallel = n >= PARALLEL_MIN_ROWS and len(items) > 1
     with ThreadPoolExecutor(max_workers=WRITER_THREADS if parallel else 1) as pool:
         all_streams = list(pool.map(serialize, items)) if parallel else [serialize(i) for i in items]
-        jobs: list[tuple[str, StreamBytes]] = []
-        for streams in all_streams:
+        jobs: list[tuple[str, StreamBytes, Codec | CodecChain]] = []
+        for ((name, _), dt, _), streams in zip(items, all_streams, strict=True):
+            codecs = settings.stream_codecs(name, dt)
             for stream, stream_bytes in streams.items():
                 # Columns of one Nested table share their sizes stream (n.size0): write it once.
-                if all(stream != s for s, _ in jobs):
-                    jobs.append((stream, stream_bytes))
+                if all(stream != s for s, _, _ in jobs):
+                    jobs.append((stream, stream_bytes, codecs[stream]))
         results = list(pool.map(lambda job: compress(*job), jobs)) if parallel else [compress(*j) for j in jobs]
     for result in results:
         files.files.update(result.files)

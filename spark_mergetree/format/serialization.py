@@ -42,6 +42,7 @@ from spark_mergetree.format.types import (
 __all__ = [
     "StreamBytes", "escape_for_file_name", "stream_names", "serialize_column", "deserialize_column",
     "serialize_rows", "deserialize_rows", "sparse_streams", "SparseSpec", "LOW_CARDINALITY_MAX_DICTIONARY_SIZE",
+    "stream_value_types", "value_width",
 ]
 
 # ClickHouse writes a shared LowCardinality dictionary once it holds this many keys.
@@ -137,29 +138,46 @@ def _external_name(dt: DataType, column_name: str, internal: str) -> str:
 
 def _collect_names(dt: DataType, base: str, level: int, string_sizes: bool, out: list[str],
                    sparse: frozenset[str] = frozenset()) -> None:
+    streams: list[tuple[str, DataType | None]] = []
+    _collect_streams(dt, base, level, string_sizes, streams, sparse)
+    out.extend(name for name, _ in streams)
+
+
+def _collect_streams(dt: DataType, base: str, level: int, string_sizes: bool, out: list[tuple[str, DataType | None]],
+                     sparse: frozenset[str] = frozenset()) -> None:
+    """(stream, type of its values) in file order; the type is None for streams of positions and
+    sizes (sparse offsets, null maps, array sizes, LowCardinality indexes)."""
     if base in sparse and level == 0:
         if not _sparse_capable(dt):
             raise UnsupportedError(f"stream {base!r}: sparse serialization of {dt.to_clickhouse()} is not supported")
-        out.append(base + ".sparse.idx")
+        out.append((base + ".sparse.idx", None))
     if isinstance(dt, Nullable):
-        out.append(base + ".null")
-        _collect_names(dt.inner, base, level, string_sizes, out)
+        out.append((base + ".null", None))
+        _collect_streams(dt.inner, base, level, string_sizes, out)
     elif isinstance(dt, Array):
-        out.append(f"{base}.size{level}")
-        _collect_names(dt.inner, base, level + 1, string_sizes, out)
+        out.append((f"{base}.size{level}", None))
+        _collect_streams(dt.inner, base, level + 1, string_sizes, out)
     elif isinstance(dt, Map):
-        out.append(f"{base}.size{level}")
-        _collect_names(dt.key, _element_base(base, "keys"), level + 1, string_sizes, out)
-        _collect_names(dt.value, _element_base(base, "values"), level + 1, string_sizes, out)
+        out.append((f"{base}.size{level}", None))
+        _collect_streams(dt.key, _element_base(base, "keys"), level + 1, string_sizes, out)
+        _collect_streams(dt.value, _element_base(base, "values"), level + 1, string_sizes, out)
     elif isinstance(dt, Tuple):
         for name, element in zip(dt.element_names, dt.elements, strict=True):
-            _collect_names(element, _element_base(base, name), level, string_sizes, out, sparse)
+            _collect_streams(element, _element_base(base, name), level, string_sizes, out, sparse)
     elif isinstance(dt, LowCardinality):
-        out.extend([base + ".dict", base])
+        out.extend([(base + ".dict", _dictionary_base(dt)[0]), (base, None)])
     elif _is_string(dt) and string_sizes:
-        out.extend([base + ".size", base])
+        out.extend([(base + ".size", dt), (base, dt)])
     else:
-        out.append(base)
+        out.append((base, dt))
+
+
+def stream_value_types(dt: DataType, column_name: str, string_sizes: bool = True) -> dict[str, DataType | None]:
+    """Each stream of a column → the type of its values, or None for streams of sizes and positions:
+    ClickHouse applies a column's type-specific codecs (Delta, T64, ...) to the former only."""
+    streams: list[tuple[str, DataType | None]] = []
+    _collect_streams(dt, escape_for_file_name(column_name), 0, string_sizes, streams)
+    return {_external_name(dt, column_name, name): value_type for name, value_type in streams}
 
 
 def _is_string(dt: DataType) -> bool:
@@ -167,6 +185,14 @@ def _is_string(dt: DataType) -> bool:
 
 
 # ------------------------------------------------------------------------ Arrow values → storage
+
+def value_width(dt: DataType) -> int | None:
+    """Bytes per value on disk of a fixed-width type, None for any other type."""
+    try:
+        return _fixed_width(dt)
+    except UnsupportedError:
+        return None
+
 
 def _fixed_width(dt: DataType) -> int | None:
     """Bytes per value on disk, or None for String."""

@@ -27,6 +27,22 @@ def close_session() -> None:
             _open_session = None
 
 
+def open_session(tmp_path: Path | str, setup: Iterable[str] = ()) -> chdb_session.Session:
+    """A fresh chdb session on ``<tmp_path>/chdb`` (tables made there before stay), after running
+    the ``setup`` statements. Only one session is open at a time: the previous one is closed."""
+    global _open_session
+    root = Path(tmp_path) / "chdb"
+    root.mkdir(parents=True, exist_ok=True)
+    # chdb runs one embedded server per process: a session on another path needs the old one closed.
+    if _open_session is not None:
+        close_session()
+    sess = chdb_session.Session(str(root))
+    _open_session = sess
+    for statement in setup:
+        sess.query(statement)
+    return sess
+
+
 def make_chdb_table(
     tmp_path: Path | str,
     create_sql: str,
@@ -41,16 +57,7 @@ def make_chdb_table(
     (the previous session is closed and reopened on the same path, so earlier tables stay). Only one
     session is open at a time: creating a table elsewhere closes the previous session.
     """
-    global _open_session
-    root = Path(tmp_path) / "chdb"
-    root.mkdir(parents=True, exist_ok=True)
-    # chdb runs one embedded server per process: a session on another path needs the old one closed.
-    if _open_session is not None:
-        close_session()
-    sess = chdb_session.Session(str(root))
-    _open_session = sess
-    for statement in setup:
-        sess.query(statement)
+    sess = open_session(tmp_path, setup)
     sess.query(create_sql)
     for statement in inserts:
         sess.query(statement)

@@ -16,7 +16,7 @@ from spark_mergetree.spark.options import WriteOptions
 from tests.catalog.chdb_runner import rows, run_chdb
 
 ACCEPTED = ["LZ4", "lz4", "LZ4HC", "LZ4HC(0)", "LZ4HC(12)", "CODEC(LZ4HC(9))", "ZSTD", "ZSTD(3)", "NONE"]
-REFUSED = ["LZ4HC(13)", "LZ4HC(x)", "LZ4(1)", "ZSTD(23)", "ZSTD(0)", "Delta", "Delta, LZ4", "GZIP", ""]
+REFUSED = ["LZ4HC(13)", "LZ4HC(x)", "LZ4(1)", "ZSTD(23)", "ZSTD(-200000)", "Delta", "Delta, LZ4", "GZIP", ""]
 
 
 def _spark_option(text: str) -> str:

@@ -9,7 +9,9 @@ encrypted and hardware codecs raise UnsupportedError naming the codec.
 
 from __future__ import annotations
 
+import shutil
 import struct
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,11 +19,11 @@ import pyarrow.compute as pc
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.errors import CorruptPartError, UnsupportedError
+from spark_mergetree.errors import CorruptPartError, InvalidOptionError, UnsupportedError
 from spark_mergetree.format import codecs
 from spark_mergetree.format.cityhash import cityhash128
 from spark_mergetree.format.compression import decompress_all
-from tests.format.chdb_util import active_part_dirs, close_session, make_chdb_table
+from tests.format.chdb_util import active_part_dirs, close_session, open_session
 
 ROWS = 10000
 WIDE = "min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0, index_granularity = 1024"
@@ -96,7 +98,10 @@ def _scalar_sql(type_text: str, n: str) -> str:
 
 def _value_sql(type_text: str, n: str = "number") -> str:
     if type_text.startswith("Nullable("):
-        return f"if({n} % 5 = 0, NULL, {_scalar_sql(type_text[len('Nullable('):-1], n)})"
+        # The type's default under each NULL, as our writer stores it (ClickHouse keeps whatever was there).
+        inner = type_text[len("Nullable("):-1]
+        zero = f"defaultValueOfTypeName('{inner}')"
+        return f"if({n} % 5 = 0, NULL, if({n} % 5 = 0, {zero}, {_scalar_sql(inner, n)}))"
     if type_text.startswith("Array("):
         return f"arrayMap(i -> {_scalar_sql(type_text[len('Array('):-1], '(number + i)')}, range({n} % 4))"
     if type_text.startswith("LowCardinality("):
@@ -138,12 +143,16 @@ def _normalise(value, type_text: str):
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def chdb_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("codecs")
+
+
+@pytest.fixture(scope="module")
+def corpus(chdb_root):
     """(family, layout) → (data directory, statement, {column: expected values}, column types)."""
-    tmp = tmp_path_factory.mktemp("codecs")
+    tmp = chdb_root
     made = {}
-    sess, _ = make_chdb_table(tmp, "CREATE TABLE anchor (x UInt8) ENGINE = MergeTree ORDER BY x",
-                              setup=["SET allow_suspicious_codecs = 1"])
+    sess = open_session(tmp, ["SET allow_suspicious_codecs = 1"])
     for family, columns in FAMILIES.items():
         for layout, settings in (("wide", WIDE), ("compact", COMPACT)):
             name = f"{family}_{layout}"
@@ -291,3 +300,127 @@ def test_encoders_reproduce_every_block_clickhouse_wrote(corpus):
                     checked[stage_method] = checked.get(stage_method, 0) + 1
                 offset += 16 + compressed
     assert set(checked) == {*_ENCODERS, 0x9A}, checked
+
+
+# ---------------------------------------------------------------------------------------------- our parts
+
+
+def _bins(part: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(part.iterdir()) if f.name.endswith(".bin")}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_our_parts_equal_clickhouses_and_clickhouse_checks_them(corpus, chdb_root, tmp_path, family):
+    """The same rows written by us into a table with the same CODEC clauses: every column file is
+    byte-identical to ClickHouse's; a merge keeps the codecs; ClickHouse attaches both parts,
+    CHECK TABLE says 1 and SELECT returns the rows."""
+    data_dir, statement, expected, types = corpus[(family, "wide")]
+    rows = MergeTreeTable.open(data_dir, create_statement=statement).to_arrow().sort_by("k")
+    (theirs,) = [p for p in Path(data_dir).iterdir() if p.name.startswith("all_")]
+    single, merged = tmp_path / "single", tmp_path / "merged"
+    single.mkdir()
+    merged.mkdir()
+    ours = MergeTreeTable.open(single, create_statement=statement)
+    ours.insert(rows)
+    (part,) = [single / p.name for p in ours.parts()]
+    assert _bins(part) == _bins(theirs)
+    two = MergeTreeTable.open(merged, create_statement=statement)
+    two.insert(rows.slice(0, ROWS // 3))
+    two.insert(rows.slice(ROWS // 3))
+    (result,) = two.optimize(final=True)
+    for name, data in _bins(merged / result).items():
+        assert data[16] == _bins(theirs)[name][16], (name, "the merged part keeps the column's codec")
+    definition = ", ".join(f"c{i} {t} CODEC({codec})" for i, (t, codec) in enumerate(FAMILIES[family]))
+    sess = open_session(chdb_root, ["SET allow_suspicious_codecs = 1"])
+    try:
+        for label, source in (("single", part), ("merged", merged / result)):
+            name = f"{family}_{label}"
+            sess.query(f"CREATE TABLE {name} (k UInt32, {definition}) ENGINE = MergeTree ORDER BY k SETTINGS {WIDE}")
+            target = Path(sess.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{name}'",
+                                     "TabSeparatedRaw").bytes().decode().strip())
+            shutil.copytree(source, target / "detached" / source.name)
+            sess.query(f"ALTER TABLE {name} ATTACH PART '{source.name}'")
+            checked = sess.query(f"CHECK TABLE {name} SETTINGS check_query_single_value_result = 1",
+                                 "TabSeparatedRaw").bytes().decode().strip()
+            assert checked == "1", (name, checked)
+            selected = ", ".join(_select_sql(t, f"c{i}") for i, (t, _) in enumerate(FAMILIES[family]))
+            table = pa.ipc.open_file(pa.py_buffer(sess.query(f"SELECT {selected} FROM {name} ORDER BY k", "Arrow")
+                                                  .bytes())).read_all()
+            for i, (t, _) in enumerate(FAMILIES[family]):
+                assert _normalise(table.column(i).to_pylist(), t) == expected[f"c{i}"], (name, i, t)
+    finally:
+        close_session()
+
+
+# ---------------------------------------------------------------------------------------------- create()
+
+REFUSED_AT_CREATE = [  # (type, codec clause, error raised by create(), what its message names)
+    ("String", "Delta, LZ4", InvalidOptionError, r"codec Delta does not apply to String"),
+    ("Float64", "T64, LZ4", InvalidOptionError, r"codec T64 does not apply to Float64"),
+    ("Int64", "FPC, ZSTD", InvalidOptionError, r"codec FPC does not apply to Int64"),
+    ("Float64", "GCD, LZ4", InvalidOptionError, r"codec GCD does not apply to Float64"),
+    ("Int64", "Delta", InvalidOptionError, r"does not compress anything"),
+    ("Int64", "GCD", InvalidOptionError, r"does not compress anything"),
+    ("Int64", "LZ4, Delta", InvalidOptionError, r"a generic codec \(LZ4, LZ4HC, ZSTD\) can only come last"),
+    ("Int64", "NONE, LZ4", InvalidOptionError, r"NONE along with other codecs"),
+    ("Int64", "Gorilla", InvalidOptionError, r"floating-point time series codecs \(Gorilla, FPC\) on Int64"),
+    ("Float64", "Delta, Gorilla", InvalidOptionError, r"a delta before them makes no sense"),
+    ("Int64", "Delta(3), LZ4", InvalidOptionError, r"bad arguments to Delta"),
+    ("Int64", "Brotli", InvalidOptionError, r"unknown compression codec 'Brotli'"),
+    ("Int64", "ZSTD(23)", InvalidOptionError, r"ZSTD level must be between"),
+]
+
+
+@pytest.mark.parametrize(("type_text", "clause", "error", "named"), REFUSED_AT_CREATE)
+def test_create_refuses_codecs_clickhouse_refuses(chdb_root, tmp_path, type_text, clause, error, named):
+    with pytest.raises(error, match=rf"column 'x': .*{named}"):
+        MergeTreeTable.create(tmp_path / "t", [("k", "UInt64"), ("x", f"{type_text} CODEC({clause})")], order_by="k")
+    assert not (tmp_path / "t").exists()
+    # ClickHouse's CREATE refuses the same column.
+    sess = open_session(chdb_root)
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - chdb raises its own error type
+            sess.query(f"CREATE TABLE refused (k UInt64, x {type_text} CODEC({clause})) ENGINE = MergeTree ORDER BY k")
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize(("clause", "named"), [
+    ("AES_128_GCM_SIV", "AES_128_GCM_SIV .* is an encryption codec"),
+    ("Delta, AES_256_GCM_SIV", "AES_256_GCM_SIV .* is an encryption codec"),
+    ("ZSTD_QAT", "ZSTD_QAT .* is a hardware codec"), ("DEFLATE_QPL", "DEFLATE_QPL .* is a hardware codec"),
+])
+def test_encrypted_and_hardware_codecs_are_refused_by_name(tmp_path, clause, named):
+    with pytest.raises(UnsupportedError, match=rf"column 'x': codec {named} .*: this version neither writes nor reads it"):
+        MergeTreeTable.create(tmp_path / "t", [("k", "UInt64"), ("x", f"Int64 CODEC({clause})")], order_by="k")
+    assert not (tmp_path / "t").exists()
+
+
+def test_create_writes_the_codec_clauses_and_merges_keep_them(tmp_path):
+    columns = [("k", "UInt64"), ("a", "Int64 CODEC(Delta, ZSTD(-3))"), ("b", "Float64 CODEC(Gorilla, LZ4HC(5))"),
+               ("c", "Nullable(UInt32) CODEC(T64, LZ4)"), ("d", "Array(Float32) CODEC(FPC(5), ZSTD)"),
+               ("e", "DateTime64(3) CODEC(DoubleDelta)"), ("f", "Decimal(18, 2) CODEC(GCD, ZSTD(3, 24))")]
+    table = MergeTreeTable.create(tmp_path / "t", columns, order_by="k", settings={"auto_merge": False})
+    keys = list(range(5000))
+    rows = pa.table({
+        "k": pa.array(keys, pa.uint64()), "a": pa.array([k * 7 for k in keys], pa.int64()),
+        "b": pa.array([k / 3 for k in keys]), "c": pa.array([None if k % 4 == 0 else k % 500 for k in keys], pa.uint32()),
+        "d": pa.array([[k / 2, -k] for k in keys], pa.list_(pa.float32())),
+        "e": pa.array([1_600_000_000_000 + k * 1000 for k in keys], pa.timestamp("ms")),
+        "f": pa.array([Decimal(k * 5) / 100 for k in keys], pa.decimal128(18, 2)),
+    })
+    table.insert(rows.slice(0, 2000))
+    table.insert(rows.slice(2000))
+    (merged,) = table.optimize(final=True)
+    assert table.to_arrow().sort_by("k").equals(rows.cast(table.schema))
+    statement = (table.path / "_mergetree" / "table.sql").read_text()
+    for name, type_text in columns[1:]:
+        assert f"`{name}` {type_text}" in statement
+    methods = {f.name: f.read_bytes()[16] for f in (table.path / merged).iterdir() if f.name.endswith(".bin")}
+    chains = {f.name: f.read_bytes()[26:26 + f.read_bytes()[25]] for f in (table.path / merged).iterdir()
+              if f.name.endswith(".bin") and f.read_bytes()[16] == 0x91}
+    assert methods == {"k.bin": 0x82, "a.bin": 0x91, "b.bin": 0x91, "c.bin": 0x91, "c.null.bin": 0x82, "d.bin": 0x91,
+                       "d.size0.bin": 0x90, "e.bin": 0x94, "f.bin": 0x91}
+    assert chains == {"a.bin": bytes([0x92, 0x90]), "b.bin": bytes([0x95, 0x82]), "c.bin": bytes([0x93, 0x82]),
+                      "d.bin": bytes([0x98, 0x90]), "f.bin": bytes([0x9A, 0x90])}
+    assert table.check().ok

@@ -73,6 +73,10 @@ def parts(tmp_path_factory):
         ("LZ4HC", "LZ4HC", None, "CODEC(LZ4HC)"),
         ("lz4hc(12)", "LZ4HC", 12, "CODEC(LZ4HC(12))"),
         ("CODEC(LZ4HC(0))", "LZ4HC", 0, "CODEC(LZ4HC(0))"),
+        # As in ClickHouse: level 0 is zstd's default, negative levels its fast ones; LZ4HC below 1 its default.
+        ("ZSTD(0)", "ZSTD", 0, "CODEC(ZSTD(0))"),
+        ("ZSTD(-7)", "ZSTD", -7, "CODEC(ZSTD(-7))"),
+        ("LZ4HC(-1)", "LZ4HC", 0, "CODEC(LZ4HC(0))"),
     ],
 )
 def test_parse_codec(text, name, level, spelling):
@@ -81,8 +85,8 @@ def test_parse_codec(text, name, level, spelling):
     assert parse_codec(codec.text) == codec
 
 
-@pytest.mark.parametrize("text", ["", "GZIP", "ZSTD(0)", "ZSTD(23)", "ZSTD(x)", "LZ4(1)", "CODEC(LZ4", "Delta, LZ4",
-                                  "LZ4HC(13)", "LZ4HC(-1)"])
+@pytest.mark.parametrize("text", ["", "GZIP", "ZSTD(-200000)", "ZSTD(23)", "ZSTD(x)", "LZ4(1)", "CODEC(LZ4", "Delta, LZ4",
+                                  "LZ4HC(13)", "Delta", "ZSTD(3, 24)", "Default"])
 def test_parse_codec_rejects(text):
     with pytest.raises(InvalidOptionError, match="valid codecs: NONE, LZ4, LZ4HC"):
         parse_codec(text)
