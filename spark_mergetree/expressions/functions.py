@@ -111,9 +111,16 @@ def _wrap_nullable(result: str, arg: TypeInfo) -> str:
     return f"Nullable({result})" if arg.nullable else result
 
 
+# Date functions of one Date/DateTime argument, and what they return.
+_DATE_FUNCTIONS = {
+    "toYYYYMM": "UInt32", "toYYYYMMDD": "UInt32", "toYear": "UInt16", "toQuarter": "UInt8", "toMonth": "UInt8",
+    "toDate": "Date", "toStartOfYear": "Date", "toStartOfQuarter": "Date", "toStartOfMonth": "Date",
+    "toMonday": "Date", "toStartOfWeek": "Date",
+}
 # Functions that keep the order of their (first) argument: a range [lo, hi] maps to [f(lo), f(hi)].
-MONOTONIC_FUNCTIONS = frozenset({"toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfMonth", "toMonday", "intDiv"})
-SUPPORTED_FUNCTIONS = MONOTONIC_FUNCTIONS | {"modulo", "moduloLegacy"}
+# (toQuarter and toMonth repeat every year: not monotonic.)
+MONOTONIC_FUNCTIONS = frozenset(set(_DATE_FUNCTIONS) - {"toQuarter", "toMonth"} | {"intDiv"})
+SUPPORTED_FUNCTIONS = MONOTONIC_FUNCTIONS | {"toQuarter", "toMonth", "modulo", "moduloLegacy", "intHash32"}
 
 
 def result_type(name: str, arg_type: str, constant: int | None = None, *, in_partition_key: bool = False) -> str:
@@ -123,10 +130,16 @@ def result_type(name: str, arg_type: str, constant: int | None = None, *, in_par
     the width of the divisor's literal type; `in_partition_key` selects that behaviour.
     """
     arg = type_info(arg_type)
-    if name in ("toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfMonth", "toMonday"):
+    if name in _DATE_FUNCTIONS:
         if arg.base not in DATE_LIKE:
             raise UnsupportedError(f"{name}() of a {arg_type} value is not supported (needs Date, Date32, DateTime or DateTime64)")
-        return _wrap_nullable("UInt32" if name.startswith("toYYYY") else "Date", arg)
+        if constant is not None:
+            raise UnsupportedError(f"{name}() with a second argument (a mode or time zone) is not supported in keys")
+        return _wrap_nullable(_DATE_FUNCTIONS[name], arg)
+    if name == "intHash32":
+        if not arg.is_integer or INTEGER_BITS[arg.base] > 64:
+            raise UnsupportedError(f"intHash32() of a {arg_type} value is not supported (needs an integer of at most 64 bits)")
+        return _wrap_nullable("UInt32", arg)
     if name in ("intDiv", "modulo", "moduloLegacy"):
         if not arg.is_integer:
             raise UnsupportedError(f"{name}() of a {arg_type} value is not supported (needs an integer type)")
@@ -211,21 +224,11 @@ def apply_function(
 ) -> pa.Array:
     """Evaluate `name(array[, constant])` over a whole array; NULL in gives NULL out."""
     out_type = result_type(name, arg_type, constant, in_partition_key=in_partition_key)
-    if name in ("toYYYYMM", "toYYYYMMDD", "toDate", "toStartOfMonth", "toMonday"):
-        days, mask = day_numbers(array, arg_type)
-        if name == "toDate":
-            # ClickHouse's toDate keeps the low 16 bits of the day number (dates before 1970 wrap around).
-            return _date_array(days.astype(np.uint16).astype(np.int64), mask)
-        if name == "toMonday":
-            # 1970-01-01 was a Thursday, so (days + 3) % 7 counts days since the last Monday.
-            return _date_array(np.clip(days - (days + 3) % 7, 0, _MAX_DATE), mask)
-        year, month, day = _calendar(days)
-        if name == "toStartOfMonth":
-            return _date_array(np.clip(days - day + 1, 0, _MAX_DATE), mask)
-        if name == "toYYYYMM":
-            return _uint32_array(year * 100 + month, mask)
-        return _uint32_array(year * 10000 + month * 100 + day, mask)
+    if name in _DATE_FUNCTIONS:
+        return _date_function(name, *day_numbers(array, arg_type))
     values, mask = _integer_numpy(array)
+    if name == "intHash32":
+        return pa.array(_int_hash32(values), pa.uint32(), mask=mask)
     assert constant is not None
     wide = values.astype(np.int64) if values.dtype != np.uint64 else values
     if values.dtype == np.uint64 and constant < 0:
@@ -242,6 +245,55 @@ def apply_function(
         result = np.fmod(wide, divisor)
     arrow_type = _arrow_integer(out_type)
     return pa.array(result.astype(arrow_type.to_pandas_dtype()), arrow_type, mask=mask)
+
+
+def _date_function(name: str, days: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    """A date function of day numbers (days since 1970-01-01 in the argument's time zone).
+
+    Functions returning Date saturate at its ends (1970-01-01 and 2149-06-06), as ClickHouse does."""
+    if name == "toDate":
+        # ClickHouse's toDate keeps the low 16 bits of the day number (dates before 1970 wrap around).
+        return _date_array(days.astype(np.uint16).astype(np.int64), mask)
+    if name == "toMonday":
+        # 1970-01-01 was a Thursday, so (days + 3) % 7 counts days since the last Monday.
+        return _date_array(np.clip(days - (days + 3) % 7, 0, _MAX_DATE), mask)
+    if name == "toStartOfWeek":
+        # Mode 0, the default: weeks start on Sunday, (days + 4) % 7 days ago.
+        return _date_array(np.clip(days - (days + 4) % 7, 0, _MAX_DATE), mask)
+    year, month, day = _calendar(days)
+    if name == "toYear":
+        return pa.array(year.astype(np.uint16), pa.uint16(), mask=mask)
+    if name in ("toQuarter", "toMonth"):
+        value = (month - 1) // 3 + 1 if name == "toQuarter" else month
+        return pa.array(value.astype(np.uint8), pa.uint8(), mask=mask)
+    if name in ("toStartOfYear", "toStartOfQuarter", "toStartOfMonth"):
+        first_month = {"toStartOfYear": np.ones_like(month), "toStartOfQuarter": (month - 1) // 3 * 3 + 1,
+                       "toStartOfMonth": month}[name]
+        starts = (((year - 1970) * 12 + first_month - 1).astype("datetime64[M]").astype("datetime64[D]")
+                  .astype(np.int64))
+        return _date_array(np.clip(starts, 0, _MAX_DATE), mask)
+    if name == "toYYYYMM":
+        return _uint32_array(year * 100 + month, mask)
+    return _uint32_array(year * 10000 + month * 100 + day, mask)
+
+
+# The salt ClickHouse's SQL function intHash32 mixes into every value.
+_INT_HASH32_SALT = np.uint64(0x75D9543DE018BF45)
+
+
+def _int_hash32(values: np.ndarray) -> np.ndarray:
+    """ClickHouse's intHash32 of integers (taken as UInt64: negative values two's complement): the
+    value xor a fixed salt, through a 64-bit integer mix (Thomas Wang's); the low 32 bits."""
+    key = values.astype(np.int64).astype(np.uint64) if values.dtype != np.uint64 else values.copy()
+    key ^= _INT_HASH32_SALT
+    with np.errstate(over="ignore"):
+        key = ~key + (key << np.uint64(18))
+        key ^= (key >> np.uint64(31)) | (key << np.uint64(33))
+        key *= np.uint64(21)
+        key ^= (key >> np.uint64(11)) | (key << np.uint64(53))
+        key += key << np.uint64(6)
+        key ^= (key >> np.uint64(22)) | (key << np.uint64(42))
+    return key.astype(np.uint32)
 
 
 def needs_ordering_map(type_text: str) -> bool:

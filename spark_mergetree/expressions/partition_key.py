@@ -86,19 +86,7 @@ class PartitionKey:
 
     def evaluate(self, table: pa.Table) -> list[pa.Array]:
         """The key values of every row: one array per key element."""
-        results = []
-        for element in self.elements:
-            if isinstance(element, Column):
-                results.append(_column(table, element.name))
-            else:
-                assert isinstance(element, Func) and isinstance(element.args[0], Column)
-                source = element.args[0]
-                constant = element.args[1].value if len(element.args) > 1 else None  # type: ignore[union-attr]
-                results.append(
-                    apply_function(element.name, _column(table, source.name), source.type or "", constant,  # type: ignore[arg-type]
-                                   in_partition_key=True)
-                )
-        return results
+        return [_evaluate(element, table) for element in self.elements]
 
     def partition_id(self, values: Sequence[object]) -> str:
         """ClickHouse's partition id of one tuple of key values (Python values, one per element)."""
@@ -143,6 +131,17 @@ class PartitionKey:
         return groups
 
 
+def _evaluate(element: Expr, table: pa.Table) -> pa.Array:
+    """Values of one resolved key element (a column, or key functions over one, nested)."""
+    if isinstance(element, Column):
+        return _column(table, element.name)
+    assert isinstance(element, Func)
+    source = element.args[0]
+    constant = element.args[1].value if len(element.args) > 1 else None  # type: ignore[union-attr]
+    return apply_function(element.name, _evaluate(source, table), source.type or "", constant,  # type: ignore[arg-type, union-attr]
+                          in_partition_key=True)
+
+
 def _column(table: pa.Table, name: str) -> pa.Array:
     if name not in table.column_names:
         raise ExpressionError(f"partition key reads column {name!r}, which the data lacks (has: {', '.join(table.column_names)})")
@@ -154,39 +153,39 @@ def _element_columns(element: Expr) -> list[str]:
     if isinstance(element, Column):
         return [element.name]
     assert isinstance(element, Func)
-    return [arg.name for arg in element.args if isinstance(arg, Column)]
+    return [name for arg in element.args if isinstance(arg, (Column, Func)) for name in _element_columns(arg)]
 
 
 def _resolve_element(element: Expr, schema: Mapping[str, str], expression: str) -> tuple[Expr, str]:
-    def column(node: Expr) -> Column:
-        if not isinstance(node, Column):
-            raise UnsupportedError(f"partition key {expression!r}: expected a column inside a key function, got {node!r}")
-        if node.name not in schema:
-            raise ExpressionError(
-                f"partition key {expression!r} reads unknown column {node.name!r}; known columns: {', '.join(schema)}"
-            )
-        return Column(node.name, schema[node.name])
-
-    if isinstance(element, Column):
-        resolved = column(element)
-        element_type = schema[resolved.name]
-    elif isinstance(element, Func) and element.name in SUPPORTED_FUNCTIONS and element.args:
-        source = column(element.args[0])
-        constant = None
-        if len(element.args) == 2:
-            second = element.args[1]
-            if not isinstance(second, Literal) or not isinstance(second.value, int) or isinstance(second.value, bool):
-                raise UnsupportedError(f"partition key {expression!r}: {element.name}() needs an integer constant")
-            constant = second.value
-        elif len(element.args) > 2:
-            raise ExpressionError(f"partition key {expression!r}: too many arguments to {element.name}()")
-        element_type = result_type(element.name, source.type or "", constant, in_partition_key=True)
-        resolved = Func(element.name, (source, *element.args[1:]), element_type)
-    else:
+    def resolve(node: Expr, inside: str | None) -> tuple[Expr, str]:
+        """`node` typed: a column, or a key function of a resolved argument (`intHash32(x) % 4`)."""
+        if isinstance(node, Column):
+            if node.name not in schema:
+                raise ExpressionError(
+                    f"partition key {expression!r} reads unknown column {node.name!r}; known columns: {', '.join(schema)}"
+                )
+            return Column(node.name, schema[node.name]), schema[node.name]
+        if isinstance(node, Func) and node.name in SUPPORTED_FUNCTIONS and node.args:
+            source, source_type = resolve(node.args[0], node.name)
+            constant = None
+            if len(node.args) == 2:
+                second = node.args[1]
+                if not isinstance(second, Literal) or not isinstance(second.value, int) or isinstance(second.value, bool):
+                    raise UnsupportedError(f"partition key {expression!r}: {node.name}() needs an integer constant")
+                constant = second.value
+            elif len(node.args) > 2:
+                raise ExpressionError(f"partition key {expression!r}: too many arguments to {node.name}()")
+            node_type = result_type(node.name, source_type, constant, in_partition_key=True)
+            return Func(node.name, (source, *node.args[1:]), node_type), node_type
+        if inside is not None:
+            raise UnsupportedError(f"partition key {expression!r}: expected a column or a key function inside "
+                                   f"{inside}(), got {node!r}")
         raise UnsupportedError(
-            f"partition key {expression!r}: {element!r} is not supported; use columns, tuples and "
-            f"{', '.join(sorted(SUPPORTED_FUNCTIONS))}, or x % N"
+            f"partition key {expression!r}: {node!r} is not supported; use columns, tuples and "
+            f"{', '.join(sorted(SUPPORTED_FUNCTIONS))} (of columns or of each other), or x % N"
         )
+
+    resolved, element_type = resolve(element, None)
     base = type_info(element_type).base
     if base.startswith("Float") or base == "BFloat16":
         raise ExpressionError(f"partition key {expression!r}: floating point partition keys are not supported (ClickHouse refuses them)")

@@ -62,6 +62,19 @@ CASES = [
      {"t": pa.array([dt.datetime(2024, 1, 15, 10, 0, 0, 500000, tzinfo=UTC)], pa.timestamp("ms", "UTC"))}),
     ("ipv4", {"ip": "IPv4"}, "ip", {"ip": pa.array([16909060, 1], pa.uint32())}),
     ("unpartitioned", {"x": "UInt8"}, None, {"x": pa.array([1, 2], pa.uint8())}),
+    ("year", {"d": "Date"}, "toYear(d)",
+     {"d": pa.array([dt.date(1992, 1, 2), dt.date(1992, 12, 31), dt.date(1998, 8, 2)])}),
+    ("year_of_datetime_in_zone", {"t": "DateTime('America/New_York')"}, "toYear(t)",
+     {"t": pa.array([dt.datetime(2024, 1, 1, 3, tzinfo=UTC), dt.datetime(2024, 1, 1, 6, tzinfo=UTC)],
+                    pa.timestamp("s", "UTC"))}),
+    ("start_of_year_quarter_week", {"d": "Date32"}, "(toStartOfYear(d), toStartOfQuarter(d), toStartOfWeek(d))",
+     {"d": pa.array([dt.date(2024, 3, 31), dt.date(2024, 4, 1), dt.date(2024, 4, 6), dt.date(2024, 4, 7)])}),
+    ("quarter_and_month", {"d": "Date"}, "(toYear(d), toQuarter(d), toMonth(d))",
+     {"d": pa.array([dt.date(2023, 12, 31), dt.date(2024, 1, 1), dt.date(2024, 5, 17)])}),
+    ("int_hash_modulo", {"user": "UInt64"}, "intHash32(user) % 8",
+     {"user": pa.array(list(range(20)) + [2**64 - 1], pa.uint64())}),
+    ("int_hash_of_signed_in_tuple", {"x": "Int32", "d": "Date"}, "(toYYYYMM(d), intHash32(x) % 3)",
+     {"x": pa.array([-7, -1, 0, 5, 1000], pa.int32()), "d": pa.array([dt.date(2024, 1, 5)] * 5)}),
 ]
 
 
@@ -134,6 +147,9 @@ def _binary_width(type_text: str) -> int:
         ({"x": "UInt16"}, "(modulo(x, 7), intDiv(x, -3))"),
         ({"x": "Nullable(Int32)"}, "(x % 4, intDiv(x, 2))"),
         ({"d": "Nullable(Date)"}, "toYYYYMM(d)"),
+        ({"d": "Date"}, "(toYear(d), toQuarter(d), toMonth(d), toStartOfYear(d), toStartOfQuarter(d))"),
+        ({"d": "Date32"}, "toStartOfWeek(d)"),
+        ({"x": "Int64"}, "(intHash32(x), intHash32(x) % 16, intHash32(x) % 1000)"),
     ],
 )
 def test_result_types_match_partition_dat(clickhouse, types, expression):
@@ -220,7 +236,8 @@ def test_wrong_values_are_refused():
         key.partition_id((None, "x"))
 
 
-@pytest.mark.parametrize("function", ["toDate", "toMonday", "toStartOfMonth", "toYYYYMM", "toYYYYMMDD"])
+@pytest.mark.parametrize("function", ["toDate", "toMonday", "toStartOfMonth", "toYYYYMM", "toYYYYMMDD", "toYear",
+                                      "toQuarter", "toMonth", "toStartOfYear", "toStartOfQuarter", "toStartOfWeek"])
 def test_date_functions_at_the_edges_match_clickhouse(clickhouse, function):
     from spark_mergetree.expressions.functions import apply_function
 
