@@ -66,7 +66,7 @@ def test_a_running_read_keeps_its_data_through_drop_sync(catalog) -> None:
     ref = adapter.resolve("db.events", str(root), None, None)
     parts = adapter.part_sets(ref)
     (task,) = adapter.plan(ref, ["id"], None, 10_000_000, parts).tasks
-    batches = adapter.read(ref, task, ["id"], None)
+    batches = adapter.read(ref, [task], ["id"], None)
     first = next(batches)  # the task is reading: it holds the table's reader lease
     _ddl(root, "rename:db.events:db.moved", "exchange:db.moved:db.other")
     assert _ddl(root, "drop-sync:db.other") == "False"  # data kept: a reader holds it
