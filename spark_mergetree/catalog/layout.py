@@ -335,7 +335,10 @@ class CatalogLayout:
         """UUIDs named by any committed metadata: databases, tables (attached/detached), dropped."""
         referenced: set[str] = set()
         for database in self.databases():
-            database_uuid = self.database_uuid(database)
+            try:
+                database_uuid = self.database_uuid(database)
+            except TableNotFoundError:
+                continue  # dropped since it was listed: its DROP owns its directory now
             referenced.add(database_uuid)
             try:
                 referenced.update(info.uuid for info in self.table_entries(database, self.store_path(database_uuid)))
