@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from tqdm import tqdm
@@ -17,6 +17,9 @@ from tqdm import tqdm
 from spark_mergetree.engine.table import MergeTreeTable
 from spark_mergetree.errors import MergeTreeError
 from spark_mergetree.storage.location import local_path
+
+if TYPE_CHECKING:
+    from spark_mergetree.catalog import Catalog
 
 
 def _open(path: str, create_statement: str | None) -> MergeTreeTable:
@@ -205,7 +208,7 @@ def _when(epoch_seconds: float) -> str:
 
 @catalog.command("databases")
 @click.pass_obj
-def catalog_databases(cat) -> None:
+def catalog_databases(cat: Catalog) -> None:
     """List databases."""
     for name in cat.databases():
         click.echo(name)
@@ -214,7 +217,7 @@ def catalog_databases(cat) -> None:
 @catalog.command("tables")
 @click.argument("database")
 @click.pass_obj
-def catalog_tables(cat, database: str) -> None:
+def catalog_tables(cat: Catalog, database: str) -> None:
     """List the tables of DATABASE (with their UUIDs), detached and dropped ones marked."""
     for name in cat.tables(database):
         click.echo(f"{database}.{name}\t{cat.table_uuid(f'{database}.{name}')}")
@@ -229,7 +232,7 @@ def catalog_tables(cat, database: str) -> None:
 @click.argument("database")
 @click.option("--if-not-exists", is_flag=True)
 @click.pass_obj
-def catalog_create_database(cat, database: str, if_not_exists: bool) -> None:
+def catalog_create_database(cat: Catalog, database: str, if_not_exists: bool) -> None:
     """CREATE DATABASE (ENGINE = Atomic)."""
     click.echo(cat.create_database(database, if_not_exists=if_not_exists))
 
@@ -237,7 +240,7 @@ def catalog_create_database(cat, database: str, if_not_exists: bool) -> None:
 @catalog.command("drop-database")
 @click.argument("database")
 @click.pass_obj
-def catalog_drop_database(cat, database: str) -> None:
+def catalog_drop_database(cat: Catalog, database: str) -> None:
     """DROP DATABASE: its tables are dropped (data deleted after the delay)."""
     cat.drop_database(database)
 
@@ -250,7 +253,7 @@ def catalog_drop_database(cat, database: str) -> None:
 @click.option("--primary-key", default=None)
 @click.option("--if-not-exists", is_flag=True)
 @click.pass_obj
-def catalog_create_table(cat, name: str, columns: tuple[str, ...], order_by: str, partition_by: str | None,
+def catalog_create_table(cat: Catalog, name: str, columns: tuple[str, ...], order_by: str, partition_by: str | None,
                          primary_key: str | None, if_not_exists: bool) -> None:
     """CREATE TABLE db.t (columns) ORDER BY ... [PARTITION BY ...]."""
     schema = []
@@ -267,7 +270,7 @@ def catalog_create_table(cat, name: str, columns: tuple[str, ...], order_by: str
 @click.argument("old")
 @click.argument("new")
 @click.pass_obj
-def catalog_rename(cat, old: str, new: str) -> None:
+def catalog_rename(cat: Catalog, old: str, new: str) -> None:
     """RENAME TABLE old TO new (also across databases); never overwrites."""
     cat.rename_table(old, new)
 
@@ -276,7 +279,7 @@ def catalog_rename(cat, old: str, new: str) -> None:
 @click.argument("first")
 @click.argument("second")
 @click.pass_obj
-def catalog_exchange(cat, first: str, second: str) -> None:
+def catalog_exchange(cat: Catalog, first: str, second: str) -> None:
     """EXCHANGE TABLES first AND second, atomically."""
     cat.exchange_tables(first, second)
 
@@ -285,7 +288,7 @@ def catalog_exchange(cat, first: str, second: str) -> None:
 @click.argument("name")
 @click.option("--sync", is_flag=True, help="Delete the data now (once no reader holds it).")
 @click.pass_obj
-def catalog_drop(cat, name: str, sync: bool) -> None:
+def catalog_drop(cat: Catalog, name: str, sync: bool) -> None:
     """DROP TABLE: metadata moves to metadata_dropped/, data is deleted after the delay."""
     dropped = cat.drop_table(name, sync=sync)
     if dropped is not None:
@@ -296,7 +299,7 @@ def catalog_drop(cat, name: str, sync: bool) -> None:
 @catalog.command("undrop")
 @click.argument("name")
 @click.pass_obj
-def catalog_undrop(cat, name: str) -> None:
+def catalog_undrop(cat: Catalog, name: str) -> None:
     """UNDROP TABLE within the drop delay."""
     cat.undrop_table(name)
 
@@ -304,7 +307,7 @@ def catalog_undrop(cat, name: str) -> None:
 @catalog.command("detach")
 @click.argument("name")
 @click.pass_obj
-def catalog_detach(cat, name: str) -> None:
+def catalog_detach(cat: Catalog, name: str) -> None:
     """DETACH TABLE (permanently, as ClickHouse's DETACH ... PERMANENTLY)."""
     cat.detach_table(name)
 
@@ -312,7 +315,7 @@ def catalog_detach(cat, name: str) -> None:
 @catalog.command("attach")
 @click.argument("name")
 @click.pass_obj
-def catalog_attach(cat, name: str) -> None:
+def catalog_attach(cat: Catalog, name: str) -> None:
     """ATTACH TABLE a detached table."""
     cat.attach_table(name)
 

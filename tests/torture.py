@@ -161,7 +161,7 @@ def _overwriter(root: Locations, journal: Journal, rng: random.Random, coordinat
         try:
             table.overwrite(pa.table({"id": pa.array(ids, pa.uint64()),
                                       "p": pa.array([OVERWRITTEN_PARTITION] * VERSION_ROWS, pa.uint8())}),
-                            partitions_only=True)
+                            partition_overwrite_mode="dynamic")
         except Exception as error:  # noqa: BLE001
             kind = _classify(error)
             journal.write(kind, version, VERSION_ROWS, "" if kind != "e" else _describe(error))

@@ -9,7 +9,7 @@ from spark_mergetree.catalog.catalog import DEFAULT_DROP_DELAY_SECONDS, Catalog
 from spark_mergetree.catalog.drops import DropCollector
 from spark_mergetree.catalog.layout import DroppedTable, TableInfo
 from spark_mergetree.catalog.leases import READER_LEASE_FILE, ReaderLease
-from spark_mergetree.catalog.recovery import RecoveryReport
+from spark_mergetree.recovery import RecoveryReport
 
 __all__ = [
     "DEFAULT_DROP_DELAY_SECONDS",

@@ -22,8 +22,8 @@ from spark_mergetree.catalog import ddl, drops, leases, recovery
 from spark_mergetree.catalog.drops import DropCollector
 from spark_mergetree.catalog.layout import CatalogLayout, DroppedTable, TableInfo, TableName
 from spark_mergetree.catalog.leases import ReaderLease
-from spark_mergetree.catalog.recovery import RecoveryReport
 from spark_mergetree.errors import InvalidOptionError
+from spark_mergetree.recovery import RecoveryReport
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
@@ -35,23 +35,23 @@ class Catalog:
     """Atomic databases and tables under ``root`` (a ClickHouse server path; chdb can share it).
 
     ``drop_delay`` seconds pass between DROP and deleting the data (ClickHouse's default: 480).
-    Opening runs ``recover()``: discards half-done DDL, repairs symlinks, collects due drops.
+    Opening and reading never delete anything. ``recover()`` (discards half-done DDL, repairs
+    symlinks, collects due drops) runs when called, and before this object's first DDL statement.
     """
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        drop_delay: float = DEFAULT_DROP_DELAY_SECONDS,
-        recover: bool = True,
-    ) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, drop_delay: float = DEFAULT_DROP_DELAY_SECONDS) -> None:
         if drop_delay < 0:
             raise InvalidOptionError(f"drop_delay={drop_delay!r} must be >= 0 seconds")
         self.layout = CatalogLayout(root)
         self.root = self.layout.root
         self.drop_delay = float(drop_delay)
         self.layout.make_directories()
-        self.last_recovery: RecoveryReport | None = self.recover() if recover else None
+        self.last_recovery: RecoveryReport | None = None  # set by recover()
+
+    def _before_writing(self) -> None:
+        """The first DDL through this object repairs what crashes left (recovery, once)."""
+        if self.last_recovery is None:
+            self.recover()
 
     # ----------------------------------------------------------------- paths
 
@@ -82,6 +82,7 @@ class Catalog:
 
     def create_database(self, database: str, *, if_not_exists: bool = False) -> str:
         """Create an Atomic database; returns its UUID. Commit point: rename of `<db>.sql.tmp`."""
+        self._before_writing()
         return ddl.create_database(self.layout, database, if_not_exists=if_not_exists)
 
     def drop_database(self, database: str, *, if_exists: bool = False) -> list[DroppedTable]:
@@ -90,6 +91,7 @@ class Catalog:
         Commit point of the database removal: unlinking `metadata/<db>.sql`. Returns the tables
         moved to metadata_dropped/ (their data is deleted later, as for DROP TABLE).
         """
+        self._before_writing()
         return ddl.drop_database(self.layout, database, self.drop_delay, if_exists=if_exists)
 
     # ----------------------------------------------------------------- tables: reading
@@ -158,15 +160,18 @@ class Catalog:
         `<t>.sql`, RENAME_NOREPLACE): of two concurrent creators exactly one wins, the other gets
         TableExistsError (or the winner's table with ``if_not_exists``).
         """
+        self._before_writing()
         return ddl.define_table(self.layout, name, schema, order_by, partition_by, primary_key, settings,
                                 if_not_exists=if_not_exists)
 
     def rename_table(self, source: TableName, target: TableName) -> TableInfo:
         """RENAME TABLE (also to another database): one renameat2 RENAME_NOREPLACE of the metadata file."""
+        self._before_writing()
         return ddl.rename_table(self.layout, source, target)
 
     def exchange_tables(self, first: TableName, second: TableName) -> None:
         """EXCHANGE TABLES: swap two metadata files with one renameat2 RENAME_EXCHANGE."""
+        self._before_writing()
         ddl.exchange_tables(self.layout, first, second)
 
     def detach_table(self, name: TableName) -> TableInfo:
@@ -175,6 +180,7 @@ class Catalog:
         The name stays taken (CREATE/RENAME onto it fail) until ATTACH or DROP; readers holding
         the UUID are unaffected.
         """
+        self._before_writing()
         return ddl.detach_table(self.layout, name)
 
     def attach_table(self, name: TableName, statement: str | None = None) -> TableInfo:
@@ -186,6 +192,7 @@ class Catalog:
         from another server) and its UUID must not belong to any table of this root; the
         metadata file is then committed exactly as CREATE does, without touching the data.
         """
+        self._before_writing()
         return ddl.attach_table(self.layout, name, statement)
 
     # ----------------------------------------------------------------- drops
@@ -198,6 +205,7 @@ class Catalog:
         left due for the next collection); ``data_removed`` in the result tells which happened.
         Never waits for readers.
         """
+        self._before_writing()
         return drops.drop_table(self.layout, name, self.drop_delay, sync=sync, if_exists=if_exists)
 
     def purge_dropped(self, table_uuid: str) -> DroppedTable:
@@ -206,6 +214,7 @@ class Catalog:
         If a reader holds it, nothing is deleted and the entry is made due, so the first
         collection after the last reader leaves removes it; ``data_removed`` says which happened.
         """
+        self._before_writing()
         return drops.purge_dropped(self.layout, table_uuid, self.drop_delay)
 
     def dropped_tables(self) -> list[DroppedTable]:
@@ -214,12 +223,14 @@ class Catalog:
 
     def undrop_table(self, name: TableName, *, uuid: str | None = None) -> TableInfo:
         """UNDROP TABLE: move the newest (or the given ``uuid``) dropped entry back under its name."""
+        self._before_writing()
         return drops.undrop_table(self.layout, name, uuid=uuid)
 
     def collect_dropped(self, now: float | None = None) -> list[str]:
         """Delete the data of dropped tables that are due and unused; returns their UUIDs.
 
         Safe to run from several processes at once; a table in use is skipped, not waited for.
+        (This is the last step of `recover()`; it does not run the rest of it.)
         """
         return drops.collect_dropped(self.layout, self.drop_delay, now)
 
@@ -253,7 +264,8 @@ class Catalog:
         Every step takes the guard of what it repairs without waiting and skips what is busy:
         a busy guard means a live process, not a crash.
         """
-        return recovery.recover(self.layout, self.drop_delay)
+        self.last_recovery = recovery.recover(self.layout, self.drop_delay)
+        return self.last_recovery
 
     def unreferenced_store_dirs(self) -> list[Path]:
         """`store/xxx/<uuid>` directories no metadata names and no create in progress claims."""

@@ -30,7 +30,6 @@ from spark_mergetree.catalog.layout import (
     split_name,
 )
 from spark_mergetree.catalog.recovery import (
-    RecoveryReport,
     discard_database_temporary,
     discard_table_temporary,
     remove_database_leftovers,
@@ -41,6 +40,7 @@ from spark_mergetree.engine.table import MergeTreeTable
 from spark_mergetree.errors import InvalidOptionError, StorageError, TableExistsError, TableNotFoundError
 from spark_mergetree.expressions.ddl import format_attach, parse_create
 from spark_mergetree.fileops import escape_for_file_name
+from spark_mergetree.recovery import RecoveryReport
 
 
 def create_database(layout: CatalogLayout, database: str, *, if_not_exists: bool = False) -> str:
@@ -126,26 +126,12 @@ def drop_database(layout: CatalogLayout, database: str, drop_delay: float, *, if
 
 
 
-def define_table(
-    layout: CatalogLayout,
-    name: TableName,
-    schema: Sequence[tuple[str, str]] | Any,
-    order_by: str | Sequence[str] | None = None,
-    partition_by: str | Sequence[str] | None = None,
-    primary_key: str | Sequence[str] | None = None,
-    settings: Mapping[str, Any] | None = None,
-    *,
-    if_not_exists: bool = False,
-) -> TableInfo:
-    """CREATE TABLE without opening it: data directory first, metadata rename last.
-
-    ``schema`` is ``[(column, ClickHouse type), ...]`` or a parsed TableDefinition.
-    ``settings``: ClickHouse MergeTree settings go into the statement; the engine's own
-    (codec, auto_merge, storage_policy, ...) into `_mergetree/settings.json` of the data
-    directory, where ClickHouse never looks. The commit point is renameat2(`<t>.sql.tmp`, `<t>.sql`, RENAME_NOREPLACE): of two concurrent
-    creators exactly one wins, the other gets TableExistsError (or the winner's table with
-    ``if_not_exists``).
-    """
+def define_table(layout: CatalogLayout, name: TableName, schema: Sequence[tuple[str, str]] | Any,
+                 order_by: str | Sequence[str] | None, partition_by: str | Sequence[str] | None,
+                 primary_key: str | Sequence[str] | None, settings: Mapping[str, Any] | None, *,
+                 if_not_exists: bool) -> TableInfo:
+    """CREATE TABLE (`Catalog.define_table`): the data directory first, through the engine; the
+    metadata rename (RENAME_NOREPLACE: of two concurrent creators exactly one wins) last."""
     database, table = split_name(name)
     table_uuid = statements.new_uuid()
     clickhouse, engine_settings = split_settings(settings)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_mergetree import fileops
@@ -30,20 +29,7 @@ from spark_mergetree.engine.directories import PART_ROOTS_FILE, remove_table_dir
 from spark_mergetree.engine.metadata import META_DIR, SETTINGS_FILE
 from spark_mergetree.errors import FormatError, StorageError, TableNotFoundError
 from spark_mergetree.fileops import escape_for_file_name, unescape_for_file_name
-
-
-@dataclass
-class RecoveryReport:
-    """What opening the catalog repaired; ``unreferenced_store_dirs`` are reported, never removed."""
-
-    removed_temporary_files: list[Path] = field(default_factory=list)
-    removed_orphan_store_dirs: list[Path] = field(default_factory=list)
-    repaired_symlinks: list[Path] = field(default_factory=list)
-    removed_leftovers: list[Path] = field(default_factory=list)
-    collected: list[str] = field(default_factory=list)
-    unreferenced_store_dirs: list[Path] = field(default_factory=list)
-    # `metadata/<db>` symlinks pointing at a directory with tables that `<db>.sql` does not name: left alone.
-    conflicting_database_links: list[Path] = field(default_factory=list)
+from spark_mergetree.recovery import RecoveryReport
 
 
 def recover(layout: CatalogLayout, drop_delay: float) -> RecoveryReport:

@@ -9,7 +9,7 @@ numbers, final names and a log entry (see table.py).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ import pyarrow as pa
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format.conform import conform_column
+from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_writer import PartitionValue, write_wide_part
 from spark_mergetree.format.types import parse_type, to_arrow
 
@@ -86,7 +87,8 @@ def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=wanted)
 
 
-def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part, tag: str) -> list[StagedPart]:
+def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Callable[[str, PartFiles], None],
+                          tag: str) -> list[StagedPart]:
     """Split `table` (conformed) by partition and write each group as one sorted part.
 
     `write_part(name, PartFiles)` places a part's files (storage's job).

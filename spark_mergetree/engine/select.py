@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from spark_mergetree.errors import MergeTreeError, UnsupportedError
 from spark_mergetree.expressions.key_condition import granule_ranges, may_match_partition
+from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.predicate import Expr, bind, columns_of, filter_table, parse_predicate
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PATCH_PART_PREFIX, GranuleRange, PartReader, merge_ranges
@@ -135,7 +136,7 @@ def bind_where(where: str | Expr | None, column_types: dict[str, str]) -> Expr |
     return bind(expr, column_types)
 
 
-def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key,
+def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key: PartitionKey,
               primary_key: Sequence[tuple[str, str]]) -> PartPlan:
     """Prune one part by partition/minmax, then by the sparse primary index."""
     plan = PartPlan(reader.part, info.partition_id, reader.existing_rows, reader.n_granules, [])

@@ -1,49 +1,57 @@
-"""MergeTreeTable: the public face of one table directory.
+"""MergeTreeTable: the user-facing face of one table (create, open, read, write, merge, check).
 
 A table directory holds ClickHouse part directories (plus `format_version.txt` and `detached/`, as
 ClickHouse lays out a table's data) and our own `_mergetree/` folder: `table.sql` (the table's
 ATTACH TABLE statement, the same text the catalog keeps), `settings.json` (engine settings that are
 not ClickHouse's), and `log/` (the commit log that decides which parts are visible; see txn/).
 
-The work is done elsewhere: insert.py (staging parts), select.py (pruning and reading),
-merge.py (choosing and merging parts), txn/ (snapshots and commits), storage/ (placing bytes).
+This class holds a table's handles (metadata, storage, commit log, coordinator, part readers) and
+delegates the work: directories.py (creating and deleting table directories), staging.py and
+insert.py (writing staged parts), commit.py (publishing them: the commit protocol), select.py
+(pruning and reading), optimize.py and merge.py (running, choosing and writing merges), check.py
+(CHECK TABLE); txn/ decides visibility, storage/ places bytes.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import threading
 import uuid as uuid_module
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 
+from spark_mergetree.engine import check as checking
+from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import insert as inserting
-from spark_mergetree.engine import merge as merging
+from spark_mergetree.engine import optimize as optimizing
 from spark_mergetree.engine import select as selecting
-from spark_mergetree.engine.directories import TableDirectories, remove_table_directory
+from spark_mergetree.engine import staging
+from spark_mergetree.engine.check import CheckReport
+from spark_mergetree.engine.commit import (
+    PARTITION_OVERWRITE_MODES,
+    WRITE_MODES,
+    PartitionOverwriteMode,
+    WriteMode,
+)
+from spark_mergetree.engine.directories import TableDirectories, remove_table_directory, write_table_directory
 from spark_mergetree.engine.metadata import (
     META_DIR,
-    SETTINGS_FILE,
     STATEMENT_FILE,
     TableMetadata,
     read_engine_settings,
     split_settings,
 )
 from spark_mergetree.errors import (
-    CorruptPartError,
     InvalidOptionError,
     SchemaMismatchError,
-    SerializationError,
     TableExistsError,
     TableNotFoundError,
-    TransactionError,
     UnsupportedError,
 )
 from spark_mergetree.expressions.ddl import (
@@ -55,21 +63,17 @@ from spark_mergetree.expressions.ddl import (
     parse_create,
 )
 from spark_mergetree.expressions.predicate import Expr
-from spark_mergetree.fileops import fsync_dir, write_file_atomically
+from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.format.compression import split_codec_clause
 from spark_mergetree.format.part_info import PartInfo
-from spark_mergetree.format.part_reader import PartReader, verify_part
+from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_type
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
 from spark_mergetree.storage.policy import StoragePolicy
 from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
 
-log = logging.getLogger(__name__)
-
-WriteMode = Literal["append", "overwrite", "overwrite_partitions"]
-WRITE_MODES = ("append", "overwrite", "overwrite_partitions")
-SchemaLike = pa.Schema | Sequence[tuple[str, str]] | Mapping[str, str]
+SchemaLike: TypeAlias = "pa.Schema | Sequence[tuple[str, str]] | Mapping[str, str]"
 
 
 @dataclass(frozen=True)
@@ -85,24 +89,6 @@ class PartSummary:
     bytes_on_disk: int
     granules: int
     deleted_rows: int = 0  # rows the part still stores but a ClickHouse lightweight DELETE removed
-
-
-@dataclass
-class CheckReport:
-    """Result of `check()`: every visible part's files re-hashed against checksums.txt."""
-
-    parts_checked: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def __str__(self) -> str:
-        if self.ok:
-            return f"{self.parts_checked} parts checked: all files match checksums.txt"
-        return f"{self.parts_checked} parts checked, {len(self.problems)} problem(s):\n" + "\n".join(
-            "  " + p for p in self.problems)
 
 
 def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[str, str]]:
@@ -123,14 +109,13 @@ def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[s
     return out
 
 
-def _covering_ranges(removed: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """Per partition: (lowest block, level above every removed part) for a part covering them."""
-    out: dict[str, tuple[int, int]] = {}
-    for name in removed:
-        info = PartInfo.parse(name)
-        low, level = out.get(info.partition_id, (info.min_block, 0))
-        out[info.partition_id] = (min(low, info.min_block), max(level, info.level + 1))
-    return out
+def _check_modes(mode: str, partition_overwrite_mode: str) -> WriteMode:
+    if mode not in WRITE_MODES:
+        raise InvalidOptionError(f"mode {mode!r} is not valid; use one of {', '.join(WRITE_MODES)}")
+    if partition_overwrite_mode not in PARTITION_OVERWRITE_MODES:
+        raise InvalidOptionError(f"partition_overwrite_mode {partition_overwrite_mode!r} is not valid; use one of "
+                                 f"{', '.join(PARTITION_OVERWRITE_MODES)}")
+    return cast(WriteMode, mode)
 
 
 class MergeTreeTable:
@@ -216,30 +201,12 @@ class MergeTreeTable:
         directory may already exist; without it (a catalog keeps the statement in its own metadata
         file, and names the directory by a new UUID) the directory must not exist yet.
         """
-        self._write_layout(self.path, self.definition, self.metadata.engine_settings, with_statement=with_statement)
+        statement = format_attach(self.definition) if with_statement else None
+        write_table_directory(self.path, statement, self.metadata.engine_settings)
         if self.metadata.setting("storage_policy"):
             self.directories.record(self.path)
         self._external_definition = not with_statement
-        self._statement_text = format_attach(self.definition) if with_statement else None
-
-    @staticmethod
-    def _write_layout(target: Path, definition: TableDefinition, engine_settings: Mapping[str, Any], *,
-                      with_statement: bool) -> None:
-        """What ClickHouse puts in a new MergeTree directory (format_version.txt, detached/), plus our
-        engine settings and (with_statement) the statement, the commit point of a standalone table."""
-        target.mkdir(parents=True, exist_ok=with_statement)
-        meta_dir = target / META_DIR
-        (target / "detached").mkdir(exist_ok=True)
-        if not (target / "format_version.txt").exists():
-            write_file_atomically(target / "format_version.txt", b"1")
-        if engine_settings or with_statement:
-            meta_dir.mkdir(exist_ok=True)
-        if engine_settings:
-            write_file_atomically(meta_dir / SETTINGS_FILE, json.dumps(dict(engine_settings), sort_keys=True).encode())
-        fsync_dir(target.parent)
-        if with_statement and not write_file_atomically(meta_dir / STATEMENT_FILE, format_attach(definition).encode(),
-                                                        replace=False):
-            raise TableExistsError(f"a table already exists at {target} (created concurrently)")
+        self._statement_text = statement
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], create_statement: str | None = None, *,
@@ -299,7 +266,7 @@ class MergeTreeTable:
 
     # ------------------------------------------------------------------ snapshots
 
-    def _directory_parts(self) -> set[str]:
+    def directory_parts(self) -> set[str]:
         """Active parts by directory listing, as ClickHouse finds them on start (for tables with no
         log): a part covered by another (a merge's result, or a mutation's: `all_1_1_0_3` over
         `all_1_1_0`) is outdated. Patch parts of lightweight UPDATEs are refused, never read past."""
@@ -312,7 +279,7 @@ class MergeTreeTable:
             return transaction.snapshot, transaction.visible_parts(self.log)
         if self.log.identity() is None:
             # Never written through a transaction: a ClickHouse-made table or an empty new one.
-            return None, self._directory_parts()
+            return None, self.directory_parts()
         coordinator = self.coordinator
         csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
         return csn, self.log.snapshot(csn, coordinator)
@@ -447,7 +414,7 @@ class MergeTreeTable:
 
     # ------------------------------------------------------------------ writing
 
-    def _check_same_table(self) -> None:
+    def check_same_table(self) -> None:
         """Refuse to write through this handle if its table was dropped, or dropped and re-created
         at the same path: `_mergetree/table.sql` must still name the UUID the handle opened."""
         if self._external_definition:
@@ -475,154 +442,36 @@ class MergeTreeTable:
         garbage once it ends), or else the write job `tag` (letters and digits, one per Spark
         job; registered in the table's log each time it stages, and ended by `discard_staged`).
         """
-        self._check_same_table()
-        table = inserting.conform(inserting.to_arrow_table(data), self.metadata)
-        if table.num_rows == 0:
-            return []
-        if transaction is not None:
-            owner = f"t{transaction.tid}"
-        else:
-            owner = tag or inserting.new_tag()
-            self.log.register_job(owner)
-        unique = f"{owner}_{uuid_module.uuid4().hex[:8]}"
-        written: list[str] = []
-
-        def write(name: str, files: Any) -> None:
-            written.append(name)
-            self.store.write_part(name, files.files, files.boundaries)
-
-        try:
-            return inserting.write_partition_parts(self.metadata, table, write, unique)
-        except BaseException:
-            for name in written:
-                self.store.remove_part(name, missing_ok=True)
-            raise
+        return staging.stage(self, data, tag, transaction=transaction)
 
     def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
         """End the write job `tag`: delete its staged parts except `keep` (leftovers of failed or
         duplicate task attempts, or of the whole job when it gave up)."""
-        prefix = f"{inserting.STAGING_PREFIX}{tag}_"
-        removed = []
-        for name in sorted(n for n in self.directories.names() if n.startswith(inserting.STAGING_PREFIX)):
-            if name.startswith(prefix) and name not in keep:
-                self.store.remove_part(name, missing_ok=True)
-                removed.append(name)
-        if not keep:
-            self.log.end_job(tag)
-        return removed
+        return staging.discard_staged(self, tag, keep)
 
-    def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode = "append",
+    def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode | str = "append",
+                      partition_overwrite_mode: PartitionOverwriteMode = "static",
                       transaction: Transaction | None = None) -> list[str]:
         """Make staged parts visible in one atomic step (driver side in Spark).
 
         Parts get block numbers and final names `<partition>_<n>_<n>_0`. `mode="overwrite"` also
-        removes every visible part; `"overwrite_partitions"` removes the visible parts of the
-        partitions the new data touches. Inside `transaction`, nothing is visible before it commits.
-        Once the commit happened this never raises; a `CommitOutcomeUnknownError` leaves every
-        directory in place for recovery to resolve.
+        removes every visible part, or with `partition_overwrite_mode="dynamic"` the visible parts of
+        the partitions the new data touches. Inside `transaction`, nothing is visible before it
+        commits. Once the commit happened this never raises; a `CommitOutcomeUnknownError` leaves
+        every directory in place for recovery to resolve.
         """
-        if mode not in WRITE_MODES:
-            raise InvalidOptionError(f"mode {mode!r} is not valid; use one of {', '.join(WRITE_MODES)}")
-        self._check_same_table()
+        if mode == "overwrite_partitions":
+            warnings.warn('mode="overwrite_partitions" is deprecated; use mode="overwrite", '
+                          'partition_overwrite_mode="dynamic"', DeprecationWarning, stacklevel=2)
+            mode, partition_overwrite_mode = "overwrite", "dynamic"
+        write_mode = _check_modes(mode, partition_overwrite_mode)
+        self.check_same_table()
         own = transaction is None
-        return self._commit(staged, mode, transaction if transaction is not None else Transaction(self.coordinator),
-                            own)
+        tx = transaction if transaction is not None else Transaction(self.coordinator)
+        return committing.commit(self, staged, write_mode, partition_overwrite_mode, tx, own)
 
-    def _commit(self, staged: Sequence[inserting.StagedPart], mode: WriteMode, tx: Any, own: bool) -> list[str]:
-        placed: set[str] = set()
-        try:
-            finals = self._publish(staged, mode, tx, placed)
-            if own:
-                tx.commit()
-        except BaseException:
-            if getattr(tx, "state", None) == "unknown":
-                raise  # the coordinator may have committed: nothing is deleted before it says
-            if own and tx.state == "running":
-                tx.rollback()  # deletes what its pending entry named (the placed parts)
-            for part in staged:
-                if part.name not in placed:
-                    self.store.remove_part(part.name, missing_ok=True)
-            raise
-        if own and self.metadata.setting("auto_merge"):
-            self._auto_merge()
-        return finals
-
-    def _publish(self, staged: Sequence[inserting.StagedPart], mode: WriteMode, tx: Any,
-                 placed: set[str]) -> list[str]:
-        """Under the table's commit lock: removals, block numbers, the pending entry naming the
-        new parts, then their renames into place (see format_spec/transactions.md)."""
-        coordinator = tx.coordinator
-        table_id = self.log.bind(coordinator.url)
-        with self.log.commit_lock():
-            if self._log_is_empty():
-                self._adopt_unlogged_parts(tx)
-            visible = tx.visible_parts(self.log)
-            removed: list[str] = []
-            if mode == "overwrite":
-                removed = sorted(visible)
-            elif mode == "overwrite_partitions":
-                touched = {s.partition_id for s in staged}
-                removed = sorted(p for p in visible if PartInfo.parse(p).partition_id in touched)
-            tx.remove_parts(self.log, removed)
-            if not staged:
-                return []
-            lost = [part.name for part in staged if not self.store.exists(part.name)]
-            if lost:
-                raise TransactionError(
-                    f"{self.path}: staged part(s) {', '.join(lost)} no longer exist (a cleanup removes the "
-                    "parts of write jobs idle for longer than the staged-part lifetime); write the data again")
-            first = self._allocate_blocks(tx, table_id, len(staged))
-            finals = self._new_part_names(staged, removed, first, tx)
-            tx.add_parts(self.log, finals)
-            for part, final in zip(staged, finals):
-                self.store.rename_part(part.name, final)
-                placed.add(part.name)
-        return finals
-
-    def _new_part_names(self, staged: Sequence[inserting.StagedPart], removed: Sequence[str], first: int,
-                        tx: Any) -> list[str]:
-        """`<partition>_<n>_<n>_0` per staged part. The first new part of a replaced partition
-        covers the parts it replaces (as ClickHouse's REPLACE PARTITION does), so a ClickHouse
-        opening the directory before our cleanup shows only the new rows, unless the range would
-        also cover a part another transaction may still commit or committed after our snapshot."""
-        covering = _covering_ranges(removed)
-        blocking: dict[str, list[tuple[int, int]]] = {}
-        if covering:
-            blocking = self.log.reserved_blocks(tx.coordinator, exclude_tid=tx.tid)
-            latest = self.log.snapshot(tx.coordinator.current_timestamp(), tx.coordinator)
-            for name in latest - set(removed):
-                info = PartInfo.parse(name)
-                blocking.setdefault(info.partition_id, []).append((info.min_block, info.max_block))
-        finals = []
-        for number, part in enumerate(staged):
-            block = first + number
-            low, level = covering.pop(part.partition_id, (block, 0))
-            if any(a <= block and low <= b for a, b in blocking.get(part.partition_id, ())):
-                low, level = block, 0
-            finals.append(PartInfo(part.partition_id, low, block, level).name)
-        return finals
-
-    def _allocate_blocks(self, tx: Transaction, table_id: str, count: int) -> int:
-        """`count` block numbers for new parts, above every block and mutation version already in
-        the directory (a table ClickHouse wrote, or writes beside us), skipping the numbers below."""
-        first = tx.coordinator.allocate_blocks(table_id, count)
-        floor = selecting.first_free_block(self.path, self.store.list_parts())
-        if first < floor:
-            if floor > first + count:
-                tx.coordinator.allocate_blocks(table_id, floor - first - count)
-            first = tx.coordinator.allocate_blocks(table_id, count)
-        return first
-
-    def _log_is_empty(self) -> bool:
-        return not self.log.entries() and not (self.log.directory / "checkpoint.json").exists()
-
-    def _adopt_unlogged_parts(self, tx: Transaction) -> None:
-        """A table ClickHouse wrote has parts but no log: the first write takes them into the log."""
-        existing = self._directory_parts() - tx.visible_parts(self.log)
-        if existing:
-            tx.add_parts(self.log, sorted(existing))
-
-    def _write(self, data: Any, mode: WriteMode, transaction: Transaction | None) -> list[str]:
+    def _write(self, data: Any, mode: WriteMode, partition_overwrite_mode: PartitionOverwriteMode,
+               transaction: Transaction | None) -> list[str]:
         own = transaction is None
         tx = transaction if transaction is not None else Transaction(self.coordinator)
         try:
@@ -631,19 +480,26 @@ class MergeTreeTable:
             if own:
                 tx.rollback()
             raise
-        return self._commit(staged, mode, tx, own)
+        return committing.commit(self, staged, mode, partition_overwrite_mode, tx, own)
 
     def insert(self, data: Any, *, transaction: Transaction | None = None) -> list[str]:
         """Insert rows (pyarrow Table/RecordBatch(es), pandas DataFrame): one part per partition.
 
         Visible atomically when this returns (or when `transaction` commits). Returns part names.
         """
-        return self._write(data, "append", transaction)
+        return self._write(data, "append", "static", transaction)
 
-    def overwrite(self, data: Any, *, partitions_only: bool = False,
-                  transaction: Transaction | None = None) -> list[str]:
-        """Replace the table's rows (or only the partitions present in `data`) atomically."""
-        return self._write(data, "overwrite_partitions" if partitions_only else "overwrite", transaction)
+    def overwrite(self, data: Any, *, partition_overwrite_mode: PartitionOverwriteMode = "static",
+                  transaction: Transaction | None = None, partitions_only: bool | None = None) -> list[str]:
+        """Replace the table's rows atomically; with `partition_overwrite_mode="dynamic"` only the
+        partitions present in `data` (Spark's spelling; ClickHouse's REPLACE PARTITION).
+        `partitions_only=True` is the deprecated spelling of `partition_overwrite_mode="dynamic"`."""
+        if partitions_only is not None:
+            warnings.warn('overwrite(partitions_only=...) is deprecated; use partition_overwrite_mode="dynamic"',
+                          DeprecationWarning, stacklevel=2)
+            partition_overwrite_mode = "dynamic" if partitions_only else "static"
+        _check_modes("overwrite", partition_overwrite_mode)
+        return self._write(data, "overwrite", partition_overwrite_mode, transaction)
 
     # ------------------------------------------------------------------ schema
 
@@ -660,7 +516,7 @@ class MergeTreeTable:
             raise SchemaMismatchError(f"column(s) {', '.join(clash)} already exist in {self.path}")
         added = tuple(ColumnDefinition(name, parse_type(type_text).to_clickhouse()) for name, type_text in columns)
         definition = replace(self.definition, columns=self.definition.columns + added)
-        self._check_same_table()
+        self.check_same_table()
         statement = format_attach(definition)
         write_file_atomically(self.path / META_DIR / STATEMENT_FILE, statement.encode())
         self.metadata = self.metadata.with_definition(definition)
@@ -668,77 +524,13 @@ class MergeTreeTable:
 
     # ------------------------------------------------------------------ merges and upkeep
 
-    def _auto_merge(self) -> None:
-        """Merges after a commit: housekeeping that must never turn a done commit into an error."""
-        try:
-            self._run_merges(final=False, force=False)
-        except SerializationError as exc:
-            log.info("automatic merge of %s lost to a concurrent transaction: %s", self.path, exc)
-        except Exception as exc:  # noqa: BLE001 - the commit already happened; report, do not raise
-            log.warning("automatic merge of %s failed (the commit stands): %r", self.path, exc)
-
     def optimize(self, final: bool = False) -> list[str]:
         """Merge parts, as ClickHouse's OPTIMIZE TABLE: one merge per partition with ≥ 2 parts
         (`final=True`: every partition down to one part). Returns the new parts' names.
 
         Parts are never merged across a block number that a running transaction holds (an insert
         between allocating its number and committing): such a partition merges up to that gap."""
-        return self._run_merges(final=final, force=True)
-
-    def _run_merges(self, final: bool, force: bool) -> list[str]:
-        self._check_same_table()
-        created: list[str] = []
-        done: set[str] = set()
-        while True:
-            # Reserved blocks and the snapshot are read together under the commit lock, where
-            # block numbers are allocated: every block below is committed, reserved, or lost.
-            with self.log.commit_lock():
-                reserved = self.log.reserved_blocks(self.coordinator)
-                tx = Transaction(self.coordinator)
-                try:
-                    visible = tx.visible_parts(self.log)
-                except BaseException:
-                    tx.rollback()
-                    raise
-            try:
-                rows = {p: self.reader(p).rows for p in visible}
-                candidates = [c for c in merging.select_merges(sorted(visible), rows, self.metadata, final=final,
-                                                               force=force, reserved=reserved)
-                              if c.partition_id not in done]
-            except BaseException:
-                tx.rollback()
-                raise
-            if not candidates:
-                tx.rollback()
-                return created
-            created.append(self._merge(candidates[0], tx))
-            if final or force:
-                done.add(candidates[0].partition_id)
-
-    def _merge(self, candidate: merging.MergeCandidate, tx: Transaction) -> str:
-        result = candidate.result_name
-        staged_name = f"{inserting.STAGING_PREFIX}t{tx.tid}_merge_{uuid_module.uuid4().hex[:12]}"
-        placed = False
-        try:
-            # Removal locks first: of two concurrent merges of the same parts, one fails here,
-            # before writing anything.
-            tx.remove_parts(self.log, candidate.parts)
-            files = merging.merge_parts([self.reader(p) for p in candidate.parts], self.metadata)
-            self.store.write_part(staged_name, files.files, files.boundaries)
-            with self.log.commit_lock():
-                self.log.claim_name(result, tx.coordinator, tx.tid)
-                tx.add_parts(self.log, [result])
-                self.store.rename_part(staged_name, result)
-                placed = True
-            tx.commit()
-        except BaseException:
-            if tx.state == "unknown":
-                raise
-            tx.rollback()  # deletes the result only if this transaction's entry still names it
-            if not placed:
-                self.store.remove_part(staged_name, missing_ok=True)
-            raise
-        return result
+        return optimizing.run_merges(self, final=final, force=True)
 
     def cleanup(self) -> list[str]:
         """Delete parts no snapshot can see and that are older than `old_parts_lifetime` seconds;
@@ -755,19 +547,7 @@ class MergeTreeTable:
         """Like CHECK TABLE: re-hash every file of every visible part against its checksums.txt.
 
         `on_part(name)` is called after each part (progress reporting)."""
-        report = CheckReport()
-        _, visible = self.visible_parts()
-        for part in sorted(visible):
-            if report.parts_checked and on_part is not None:
-                on_part(part)
-            report.parts_checked += 1
-            try:
-                report.problems += verify_part(self.store, part, str(self.path / part))
-            except (CorruptPartError, OSError) as exc:
-                report.problems.append(f"{part}: {exc}")
-        if report.parts_checked and on_part is not None:
-            on_part("")
-        return report
+        return checking.check(self, on_part)
 
     # ------------------------------------------------------------------ storage upkeep
 

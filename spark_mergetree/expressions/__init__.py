@@ -1,4 +1,9 @@
-"""SQL text to expression trees: CREATE statements, WHERE predicates, partition and sort keys."""
+"""SQL text to expression trees: CREATE statements, WHERE predicates, partition and sort keys.
+
+Owns parsing, binding to a schema, evaluating over Arrow arrays, and what a predicate says about
+partitions and primary-key ranges. May import format/ (types, partition-id hashing), fileops and
+errors; never txn/, engine/ or above.
+"""
 
 from spark_mergetree.expressions.ddl import (
     ColumnDefinition,

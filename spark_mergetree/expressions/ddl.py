@@ -677,7 +677,7 @@ def _check_column_names(names: Sequence[object]) -> None:
         if _ESCAPED_IN_NAMES.search(name):
             raise InvalidOptionError(f"column name {name!r} is not supported: it holds a control character "
                                      "(NUL, backspace, form feed, newline, carriage return or tab)")
-    duplicates = sorted({name for name in names if names.count(name) > 1})  # type: ignore[misc]
+    duplicates = sorted({name for name in names if names.count(name) > 1})  # type: ignore[type-var]
     if duplicates:
         raise InvalidOptionError(f"schema has duplicate columns {duplicates}")
 

@@ -261,7 +261,9 @@ class _Evaluator:
         if not present:
             # ClickHouse drops NULLs from IN lists: x IN (NULL) is false for every non-NULL x.
             return self.all(False), self.all(True)
-        scalars = [self.scalar(v, key) for v in present]
+        scalars = [scalar for v in present if (scalar := self.scalar(v, key)) is not None]
+        if len(scalars) < len(present):
+            return self.unknown()
         values = pa.array([s.as_py() for s in scalars], scalars[0].type)
         if values.type != key.lo.type:
             values = values.cast(key.lo.type)
@@ -414,7 +416,7 @@ def may_match_minmax(
     if predicate is None:
         return True
     types = column_types or {}
-    keyed = {Column(name): pair for name, pair in minmax.items()}
+    keyed: dict[Expr, tuple[object, object]] = {Column(name): pair for name, pair in minmax.items()}
     bounds = _single_bounds(keyed, {Column(name): types.get(name) for name in minmax})
     may_true, _ = _Evaluator(bounds, 1).evaluate(predicate)
     return bool(may_true[0])

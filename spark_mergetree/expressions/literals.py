@@ -22,6 +22,7 @@ import re
 import sys
 import uuid
 import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -344,7 +345,7 @@ def _zone(name: str | None) -> dt.tzinfo:
         raise ExpressionError(f"unknown time zone {name!r}") from None
 
 
-def _parse_date(text: str, base: str, fail) -> dt.date:  # noqa: ANN001 - fail builds the error
+def _parse_date(text: str, base: str, fail: Callable[[str], ExpressionError]) -> dt.date:
     match = _DATE_TEXT.fullmatch(text)
     if not match:
         raise fail("expected a date as 'YYYY-MM-DD' or 'YYYYMMDD'")
@@ -361,7 +362,7 @@ def _parse_date(text: str, base: str, fail) -> dt.date:  # noqa: ANN001 - fail b
     return value
 
 
-def _parse_datetime(text: str, zone_name: str | None, fail) -> dt.datetime:  # noqa: ANN001
+def _parse_datetime(text: str, zone_name: str | None, fail: Callable[[str], ExpressionError]) -> dt.datetime:
     match = _DATETIME_TEXT.fullmatch(text)
     if not match:
         raise fail("expected 'YYYY-MM-DD hh:mm:ss' or 'YYYY-MM-DD'")

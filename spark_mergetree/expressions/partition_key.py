@@ -137,8 +137,8 @@ def _evaluate(element: Expr, table: pa.Table) -> pa.Array:
         return _column(table, element.name)
     assert isinstance(element, Func)
     source = element.args[0]
-    constant = element.args[1].value if len(element.args) > 1 else None  # type: ignore[union-attr]
-    return apply_function(element.name, _evaluate(source, table), source.type or "", constant,  # type: ignore[arg-type, union-attr]
+    constant = element.args[1].value if len(element.args) > 1 else None  # type: ignore[attr-defined]
+    return apply_function(element.name, _evaluate(source, table), source.type or "", constant,  # type: ignore[attr-defined]
                           in_partition_key=True)
 
 
@@ -243,10 +243,10 @@ def _field(value: object, type_text: str) -> tuple[int, bytes, int | None]:
             return _TAG_UINT128, raw[7::-1] + raw[15:7:-1], None
         if base == "IPv6":
             # Hashed like a 16-byte String holding the address in network byte order.
-            raw = value if isinstance(value, bytes) else ipaddress.IPv6Address(value).packed  # type: ignore[arg-type]
+            raw = value if isinstance(value, bytes) else ipaddress.IPv6Address(value).packed
             return _TAG_STRING, struct.pack("<Q", len(raw)) + raw, None
         if base in ("String", "FixedString"):
-            data = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[arg-type]
+            data = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[call-overload]
             if base == "FixedString":
                 data = data.ljust(int(info.args), b"\0")
             return _TAG_STRING, struct.pack("<Q", len(data)) + data, None
@@ -278,7 +278,7 @@ def _integer_value(value: object, info: TypeInfo) -> int:
             raise ValueError(f"{value!r} is not one of {sorted(mapping)}")
         return mapping[value]
     if base == "IPv4" and not isinstance(value, int):
-        return int(ipaddress.IPv4Address(value))  # type: ignore[arg-type]
+        return int(ipaddress.IPv4Address(value))
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, (int, np.integer)):

@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -246,11 +247,12 @@ class _Dialect(ClickHouse):
     """ClickHouse as sqlglot reads it, telling `x NOT BETWEEN a AND b` apart from `NOT x BETWEEN a AND b`
     (ClickHouse gives them different answers for NaN)."""
 
-    class Parser(ClickHouse.Parser):
+    class Parser(ClickHouse.Parser):  # type: ignore[misc,valid-type]
         def _negate_range(self, this: exp.Expression | None = None) -> exp.Expression | None:
             if isinstance(this, exp.Between):
                 return exp.Anonymous(this=_NOT_BETWEEN, expressions=[this.this, this.args["low"], this.args["high"]])
-            return super()._negate_range(this)  # type: ignore[misc]
+            result: exp.Expression | None = super()._negate_range(this)
+            return result
 
 
 _DIALECT = _Dialect()
@@ -301,7 +303,8 @@ def _negated(value: int | float) -> int | float:
     return float(value) if isinstance(value, int) and value < -(1 << 63) else value
 
 
-def _convert(node: exp.Expression, source: str) -> Expr:
+def _convert(node: Any, source: str) -> Expr:
+    """Our tree of an sqlglot tree (`node` is typed Any: sqlglot's base class differs between versions)."""
     if isinstance(node, (exp.Like, exp.ILike, exp.In, exp.Between, exp.Is)) and node.args.get("negate"):
         # Some sqlglot versions mark `x NOT LIKE y` with a flag instead of wrapping it in NOT.
         positive = node.copy()
@@ -311,19 +314,19 @@ def _convert(node: exp.Expression, source: str) -> Expr:
     if isinstance(node, exp.Paren):
         return _convert(node.this, source)
     if isinstance(node, (exp.And, exp.Or)):
-        cls = And if isinstance(node, exp.And) else Or
-        parts: list[Expr] = []
+        junction = And if isinstance(node, exp.And) else Or
+        operands: list[Expr] = []
         for side in (node.this, node.expression):
             converted = _convert(side, source)
-            parts.extend(converted.args if isinstance(converted, cls) else (converted,))
-        return cls(tuple(parts))
+            operands.extend(converted.args if isinstance(converted, junction) else (converted,))
+        return junction(tuple(operands))
     if isinstance(node, exp.Not):
-        inner = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
-        if isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null):
-            return IsNotNull(_convert(inner.this, source))
-        return Not(_convert(inner, source))
-    for cls, op in _SQLGLOT_COMPARE.items():
-        if isinstance(node, cls):
+        negated = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
+        if isinstance(negated, exp.Is) and isinstance(negated.expression, exp.Null):
+            return IsNotNull(_convert(negated.this, source))
+        return Not(_convert(negated, source))
+    for compare_class, op in _SQLGLOT_COMPARE.items():
+        if isinstance(node, compare_class):
             left, right = _convert(node.this, source), _convert(node.expression, source)
             if isinstance(left, Literal) and not isinstance(right, Literal):
                 return Compare(_FLIPPED[op], right, left)
@@ -358,10 +361,10 @@ def _convert(node: exp.Expression, source: str) -> Expr:
             raise UnsupportedError(f"startsWith needs a string constant in {source!r}")
         return StartsWith(_convert(node.this, source), prefix.value)
     if isinstance(node, exp.Column):
-        parts = [part.name for part in node.parts]
-        if len(parts) == 1 and not node.this.quoted and parts[0].lower() in NAMED_FLOATS:
-            return Literal(NAMED_FLOATS[parts[0].lower()])  # inf, nan: number literals in ClickHouse
-        return Column(".".join(parts))
+        names = [part.name for part in node.parts]
+        if len(names) == 1 and not node.this.quoted and names[0].lower() in NAMED_FLOATS:
+            return Literal(NAMED_FLOATS[names[0].lower()])  # inf, nan: number literals in ClickHouse
+        return Column(".".join(names))
     if isinstance(node, exp.Identifier):
         return Column(node.name)
     if isinstance(node, exp.Literal):
@@ -375,25 +378,25 @@ def _convert(node: exp.Expression, source: str) -> Expr:
         if isinstance(inner, Literal) and isinstance(inner.value, (int, float)) and not isinstance(inner.value, bool):
             return Literal(_negated(inner.value))
         return Func("negate", (inner,))
-    for cls, name in _SQLGLOT_ARITHMETIC.items():
-        if isinstance(node, cls):
+    for arithmetic_class, name in _SQLGLOT_ARITHMETIC.items():
+        if isinstance(node, arithmetic_class):
             return Func(name, (_convert(node.this, source), _convert(node.expression, source)))
     if isinstance(node, exp.TimestampTrunc) and node.unit and node.unit.name.upper() in _TRUNC_UNITS:
         return Func(_TRUNC_UNITS[node.unit.name.upper()], (_convert(node.this, source),))
     if isinstance(node, exp.Anonymous):
-        args = tuple(_convert(arg, source) for arg in node.expressions)
+        converted_args = tuple(_convert(arg, source) for arg in node.expressions)
         if node.name == _NOT_BETWEEN:
-            return not_between(*args)
-        return _function(node.name, args, source)
+            return not_between(*converted_args)
+        return _function(node.name, converted_args, source)
     if isinstance(node, exp.Tuple):
         return Func("tuple", tuple(_convert(arg, source) for arg in node.expressions))
     if isinstance(node, exp.Func):
         # A function sqlglot knows by another name: keep ClickHouse's spelling of it.
         rendered = node.sql("clickhouse")
         name = rendered.split("(", 1)[0].strip()
-        args = [arg for arg in node.args.values() if isinstance(arg, exp.Expression)]
-        args += [arg for value in node.args.values() if isinstance(value, list) for arg in value]
-        return _function(name, tuple(_convert(arg, source) for arg in args), source)
+        operand_nodes = [arg for arg in node.args.values() if isinstance(arg, exp.Expression)]
+        operand_nodes += [arg for value in node.args.values() if isinstance(value, list) for arg in value]
+        return _function(name, tuple(_convert(arg, source) for arg in operand_nodes), source)
     raise UnsupportedError(f"unsupported syntax {node.sql('clickhouse')!r} in {source!r}")
 
 
@@ -416,7 +419,8 @@ def _function(name: str, args: tuple[Expr, ...], source: str) -> Expr:
         return IsNotNull(args[0])
     if name in ("toDate", "toDate32", "toDateTime") and args and all(
             isinstance(arg, Literal) and isinstance(arg.value, str) for arg in args):
-        return _constant_conversion(name, [arg.value for arg in args], source)  # type: ignore[misc]
+        return _constant_conversion(name, [arg.value for arg in args
+                                           if isinstance(arg, Literal) and isinstance(arg.value, str)], source)
     return Func(name, args)
 
 
@@ -813,7 +817,7 @@ def _eval_in(expr: In, table: pa.Table) -> pa.Array:
         # ClickHouse's sets compare floats bit for bit: NaN matches NaN, -0.0 does not match 0.0.
         bits = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[inner.type.bit_width]
         try:
-            values = pa.array([float(v) for v in present], pa.float64()).cast(inner.type)
+            values = pa.array([float(v) for v in present], pa.float64()).cast(inner.type)  # type: ignore[arg-type]
         except (TypeError, ValueError, *_ARROW_ERRORS):
             raise ExpressionError(f"{to_sql(expr)}: IN list values must be numbers for {to_sql(expr.expr)}") from None
         found = pc.is_in(inner.view(bits), value_set=values.view(bits), skip_nulls=True)

@@ -1,3 +1,5 @@
+# mypy: allow-untyped-defs
+# (numba kernels: numba types their arguments when it compiles them)
 """CityHash128WithSeed v1.0.2 compiled with numba, for the 2048-byte hash chains of checksums.txt.
 
 Hashing a 300 MB column file block by block through the C extension costs one Python call per

@@ -13,6 +13,7 @@ what each type accepts.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -469,7 +470,7 @@ def _tuple(arr: pa.Array, dt: Tuple, column: str) -> pa.Array:
     return pa.StructArray.from_arrays(converted, fields=list(target))
 
 
-_HANDLERS: dict[type, Callable[[pa.Array, DataType, str], pa.Array]] = {
+_HANDLERS: dict[type[DataType], Callable[[pa.Array, Any, str], pa.Array]] = {
     Primitive: _primitive, Decimal: _decimal, FixedString: _fixed_string, Enum: _enum,
     DateTime: _datetime, DateTime64: _datetime64, Array: _array, Map: _map, Tuple: _tuple,
 }

@@ -52,7 +52,7 @@ COMPACT_EXTENSIONS = {".mrk3": (False, False), ".cmrk3": (False, True), ".mrk4":
 _LE_U64 = np.dtype("<u8")
 
 
-def marks_payload(data: bytes | bytearray | memoryview, path: str, compressed: bool) -> bytes | memoryview:
+def marks_payload(data: bytes | bytearray | memoryview, path: str, compressed: bool) -> bytes | bytearray | memoryview:
     """The raw mark bytes of a marks file, decompressed (and every block verified) if ``compressed``."""
     if compressed:
         return decompress_all(data, path)
@@ -71,7 +71,7 @@ def encode_marks_payload(payload: bytes | bytearray | memoryview, compressed: bo
     return writer.getvalue()
 
 
-def _as_u64_rows(payload: bytes | memoryview, width: int, path: str, what: str) -> np.ndarray:
+def _as_u64_rows(payload: bytes | bytearray | memoryview, width: int, path: str, what: str) -> np.ndarray:
     row_bytes = 8 * width
     if len(payload) % row_bytes:
         raise CorruptPartError(

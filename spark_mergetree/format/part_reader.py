@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import pyarrow as pa
@@ -375,14 +375,13 @@ class PartReader:
         if not self.columns:
             return np.zeros(0, np.int64)
         if self.is_compact:
-            marks, _ = self.compact_layout
-            rows = marks.rows.astype(np.int64)
+            compact, _ = self.compact_layout
+            rows = compact.rows.astype(np.int64)
         else:
             column = self.columns[0][0]
             first = stream_names(self.types[column], column, self.serialization.string_sizes,
                                  self.serialization.sparse_spec(column))[0]
-            marks = self.wide_marks(first)
-            rows = marks[:, 2].astype(np.int64)
+            rows = self.wide_marks(first)[:, 2].astype(np.int64)
             if not rows.any() and self.rows:
                 raise FormatError(f"{self._path(first)}: non-adaptive marks are not supported; "
                                   "write the table with index_granularity_bytes > 0")
@@ -423,6 +422,7 @@ class PartReader:
         return cached
 
     def _parse_primary_index(self, key_types: Sequence[str]) -> list[pa.Array]:
+        data: bytes | bytearray
         if "primary.idx" in self.files:
             data = self._read("primary.idx")
         elif "primary.cidx" in self.files:
@@ -432,7 +432,7 @@ class PartReader:
         types = [parse_type(t) for t in key_types]
         for rows in (self.n_granules + 1, self.n_granules):
             try:
-                return deserialize_rows(types, data, rows)
+                return deserialize_rows(types, cast(bytes, data), rows)
             except CorruptPartError:
                 continue
         raise CorruptPartError(f"{self._path('primary.idx')}: does not hold {self.n_granules} keys "
@@ -455,7 +455,8 @@ class PartReader:
 
     # ------------------------------------------------------------------ data
 
-    def _read_verified_blocks(self, file: str, start: int, stop: int, decode: Callable[[bytes], bytes]) -> bytes:
+    def _read_verified_blocks(self, file: str, start: int, stop: int,
+                              decode: Callable[[bytes | memoryview], bytearray]) -> bytearray:
         """Read compressed bytes [start, stop) and decode them. Storage skips its own unit checksums
         (every block carries one); if a block is damaged, the bytes are read again with storage
         verifying each unit, which repairs them from a mirror or parity where the layout can."""
@@ -464,7 +465,7 @@ class PartReader:
         except CorruptPartError:
             return decode(self.source.read_range(self.part, file, start, stop, verify=True))
 
-    def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> bytes:
+    def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> bytearray:
         marks = self.wide_marks(stream)
         file = stream + ".bin"
         self._require(file)
@@ -516,11 +517,14 @@ class PartReader:
         for begin, end in ranges:
             rows = int(self.granule_starts[end] - self.granule_starts[begin])
             try:
+                streams: Mapping[str, bytes | bytearray]
                 if self.is_compact:
                     streams = self._compact_streams(names, begin, end)
                 else:
                     streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
-                chunks.append(deserialize_column(dt, name, streams, rows, self.serialization.string_sizes, sparse,
+                # (deserialize_column reads bytearrays as it reads bytes)
+                chunks.append(deserialize_column(dt, name, cast(Mapping[str, bytes], streams), rows,
+                                                 self.serialization.string_sizes, sparse,
                                                  exact=True))
             except CorruptPartError as exc:
                 raise self._explain_read_error(name, names, begin, end, exc) from exc

@@ -245,6 +245,7 @@ class _Parser:
             if match is None or match.end() == pos:
                 raise FormatError(f"cannot parse type {text!r}: unexpected character at offset {pos}")
             kind = match.lastgroup
+            assert kind is not None  # every alternative of _TOKEN is a named group
             value = match.group(kind)
             if kind == "str":
                 value = _unescape(value[1:-1].replace("''", "\\'"))

@@ -4,6 +4,11 @@
 session extension, fast worker sockets); `register(spark)` registers the source explicitly (pip
 installs auto-register it through the top-level module `pyspark_mergetree`); `transaction(spark)`
 makes several Spark writes atomic.
+
+Owns the DataSource contract (source.py), its options (options.py), Spark ↔ Arrow types
+(types.py), Spark filters (filters.py), the session set-up (session.py) and Spark transactions
+(transaction.py); every call into the layers below goes through adapter.py. May import every
+package below; the only one that imports pyspark.
 """
 
 from spark_mergetree.spark.session import configure

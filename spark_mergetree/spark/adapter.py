@@ -83,7 +83,7 @@ def current_txn_from_task() -> TxnContext | None:
 def _coordinator(url: str | None) -> Any:
     if not url:
         return None
-    from spark_mergetree.txn.coordinator import coordinator_from_url
+    from spark_mergetree.txn import coordinator_from_url
 
     return coordinator_from_url(url)
 
@@ -107,7 +107,7 @@ def resolve(path: str, catalog: str | None, create_statement: str | None, coordi
                 f"first with spark_mergetree.Catalog({catalog!r}) or `mergetree catalog --root {catalog} "
                 "create-database <db>`")
         try:
-            info = Catalog(catalog, recover=False).table_info(path)
+            info = Catalog(catalog).table_info(path)
         except TableNotFoundError:
             return TableRef("", None, coordinator, name=path)
         return TableRef(str(info.data_path), info.statement, coordinator, name=path)
@@ -163,7 +163,7 @@ def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: st
     if catalog:
         from spark_mergetree.catalog.catalog import Catalog
 
-        cat = Catalog(catalog, recover=False)
+        cat = Catalog(catalog)
         assert ref.name is not None
         cat.create_database(ref.name.partition(".")[0], if_not_exists=True)
         cat.define_table(ref.name, list(columns), order, partition_by, primary_key, engine_settings or None,
@@ -402,13 +402,15 @@ def stage(ref: TableRef, data: pa.Table, tag: str) -> list[Any]:
     return list(open_table(ref).stage(data, tag))
 
 
-def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None) -> list[str]:
+def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None,
+           partition_overwrite_mode: str = "static") -> list[str]:
     """Make a job's staged parts visible (or, inside a transaction, pending under its tid)."""
     table = open_table(ref)
     if txn is None:
-        return list(table.commit_staged(staged, mode=mode))
+        return list(table.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode))
     job = _JobTransaction(txn)
-    names = list(table.commit_staged(staged, mode=mode, transaction=job))
+    names = list(table.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode,
+                                     transaction=job))
     _journal(txn, [dict(record, ref=asdict(ref)) for record in job.write_pending()])
     return names
 
@@ -431,7 +433,7 @@ class _JobTransaction:
     """What one job's commit() changes in one transaction, seen through the Transaction interface."""
 
     def __init__(self, txn: TxnContext) -> None:
-        from spark_mergetree.txn.coordinator import TxnInfo, coordinator_from_url
+        from spark_mergetree.txn import TxnInfo, coordinator_from_url
 
         self.context = txn
         self.coordinator = coordinator_from_url(txn.coordinator)
@@ -493,7 +495,7 @@ class _JobTransaction:
 
 def visible_in_transaction(table_dir: str | os.PathLike, txn: TxnContext) -> set[str]:
     """Parts a transaction sees in a table: its snapshot plus its own pending entry."""
-    from spark_mergetree.txn.coordinator import coordinator_from_url
+    from spark_mergetree.txn import coordinator_from_url
     from spark_mergetree.txn.table_log import TableLog
 
     return TableLog(table_dir).snapshot(txn.snapshot, coordinator_from_url(txn.coordinator), own_tid=txn.tid)
@@ -513,7 +515,7 @@ def journal_entries(txn: TxnContext) -> list[dict[str, Any]]:
 
 def begin(coordinator_url: str | None) -> tuple[Any, TxnContext]:
     """Begin a transaction in the user's process; returns the txn layer's handle and its context."""
-    from spark_mergetree.txn.coordinator import coordinator_from_url
+    from spark_mergetree.txn import coordinator_from_url
     from spark_mergetree.txn.transaction import Transaction
 
     handle = Transaction(coordinator_from_url(coordinator_url) if coordinator_url else None)

@@ -61,7 +61,7 @@ def _convert(f: Filter, schema: pa.Schema) -> p.Expr | None:
     if isinstance(f, Not):
         inner = _convert(f.child, schema)
         return None if inner is None else p.Not(inner)
-    attribute = getattr(f, "attribute", ())
+    attribute: tuple[str, ...] = getattr(f, "attribute", ())
     if len(attribute) != 1 or schema.get_field_index(attribute[0]) < 0:
         return None  # nested struct fields and unknown names are left to Spark
     name = attribute[0]
@@ -72,9 +72,10 @@ def _convert(f: Filter, schema: pa.Schema) -> p.Expr | None:
     if isinstance(f, IsNotNull):
         return p.IsNotNull(column)
     if type(f) in _COMPARISONS:
-        if not _literal_ok(f.value, column_type):
+        value = getattr(f, "value", None)
+        if not _literal_ok(value, column_type):
             return None
-        return p.Compare(_COMPARISONS[type(f)], column, p.Literal(_plain(f.value)))
+        return p.Compare(_COMPARISONS[type(f)], column, p.Literal(_plain(value)))
     if isinstance(f, EqualNullSafe):
         if f.value is None:
             return p.IsNull(column)

@@ -154,7 +154,7 @@ class WriteOptions:
     partition_by: str | None = None
     primary_key: str | None = None
     settings: dict[str, str] = field(default_factory=dict)
-    dynamic_partition_overwrite: bool = False
+    partition_overwrite_mode: str = "static"  # "dynamic": replace only the partitions written
     merge_schema: bool = False
     stage_rows: int = DEFAULT_STAGE_ROWS
 
@@ -198,9 +198,9 @@ class WriteOptions:
             partition_by=options.get("partition_by"),
             primary_key=options.get("primary_key"),
             settings=settings,
-            dynamic_partition_overwrite=mode == "dynamic",
+            partition_overwrite_mode=mode,
             merge_schema=parse_bool(options, "merge_schema", False),
-            stage_rows=parse_int(options, "stage_rows", DEFAULT_STAGE_ROWS, minimum=1),
+            stage_rows=parse_int(options, "stage_rows", DEFAULT_STAGE_ROWS, minimum=1) or DEFAULT_STAGE_ROWS,
         )
 
 

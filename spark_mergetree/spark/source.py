@@ -127,11 +127,8 @@ class MergeTreeDataSource(DataSource):
             subset = StructType([schema[name] for name in new_columns])
             adapter.add_columns(ref, clickhouse_columns(subset, set()))
             table_arrow = adapter.table_schema(ref)
-        if overwrite:
-            mode = "overwrite_partitions" if opts.dynamic_partition_overwrite else "overwrite"
-        else:
-            mode = "append"
-        return MergeTreeWriter(ref, table_arrow, mode, uuid.uuid4().hex, opts.stage_rows)
+        return MergeTreeWriter(ref, table_arrow, "overwrite" if overwrite else "append", uuid.uuid4().hex,
+                               opts.stage_rows, opts.partition_overwrite_mode)
 
 
 # ------------------------------------------------------------------------------------------ read
@@ -303,17 +300,20 @@ class MergeTreeCommitMessage(WriterCommitMessage):
 
 
 class MergeTreeWriter(DataSourceArrowWriter):
-    def __init__(self, ref: TableRef, table_arrow: pa.Schema, mode: str, tag: str, stage_rows: int) -> None:
+    def __init__(self, ref: TableRef, table_arrow: pa.Schema, mode: str, tag: str, stage_rows: int,
+                 partition_overwrite_mode: str = "static") -> None:
         self.ref = ref
         self.stage_rows = stage_rows
         self.table_arrow = table_arrow
         self.mode = mode
+        self.partition_overwrite_mode = partition_overwrite_mode
         self.tag = tag  # names every tmp part of this job, so abort() and commit() can find leftovers
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MergeTreeCommitMessage:
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        assert context is not None, "write() runs in a Spark task"
         txn = adapter.current_txn_from_task()
         staged: list[Any] = []
         pending: list[pa.RecordBatch] = []
@@ -350,7 +350,7 @@ class MergeTreeWriter(DataSourceArrowWriter):
         txn = next(iter(contexts), None)
         staged = [part for message in chosen.values() for part in message.staged]
         try:
-            adapter.commit(self.ref, staged, self.mode, txn)
+            adapter.commit(self.ref, staged, self.mode, txn, self.partition_overwrite_mode)
         except BaseException:
             adapter.discard(self.ref, self.tag)
             raise

@@ -1,17 +1,22 @@
-"""Transactions: timestamps, snapshots, per-table commit logs, local and ZooKeeper coordinators."""
+"""Transactions: timestamps, snapshots, per-table commit logs, local and ZooKeeper coordinators.
 
+Owns which parts a snapshot sees and every file of `<table>/_mergetree/log/` and of a coordinator
+(format_spec/transactions.md). Decides which part directories are garbage but finds and deletes
+them only through the `PartDirectories` it is given. May import format/ (part names), storage/,
+fileops, recovery and errors; never expressions/, engine/ or above.
+"""
+
+from spark_mergetree.recovery import RecoveryReport
+from spark_mergetree.txn.connect import COORDINATOR_ENV, coordinator_from_url, default_coordinator
 from spark_mergetree.txn.coordinator import (
-    COORDINATOR_ENV,
     CommitOutcomeUnknownError,
     Coordinator,
     TxnInfo,
     TxnRecord,
     TxnState,
-    coordinator_from_url,
-    default_coordinator,
 )
 from spark_mergetree.txn.local import LocalCoordinator
-from spark_mergetree.txn.table_log import LogEntry, PartVersion, RecoveryReport, TableLog
+from spark_mergetree.txn.table_log import LogEntry, PartVersion, TableLog
 from spark_mergetree.txn.transaction import Transaction, begin
 
 

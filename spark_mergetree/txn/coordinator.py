@@ -3,24 +3,17 @@
 A coordinator hands out one increasing sequence of timestamps used both as transaction ids
 (taken at begin) and as commit sequence numbers (taken at commit), and durably records each
 transaction's fate. Backends: `LocalCoordinator` (files, one machine) and `ZooKeeperCoordinator`
-(kazoo). `coordinator_from_url` / `default_coordinator` pick one by URL.
+(kazoo). `connect.coordinator_from_url` / `connect.default_coordinator` pick one by URL.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-import os
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from spark_mergetree.errors import InvalidOptionError, TransactionError
-
-COORDINATOR_ENV = "SPARK_MERGETREE_COORDINATOR"
-DEFAULT_LOCAL_DIRECTORY = Path("~/.spark_mergetree/coordinator")
 
 
 class TxnState(str, enum.Enum):
@@ -144,52 +137,3 @@ class Coordinator(abc.ABC):
 def _check_count(count: int) -> None:
     if not isinstance(count, int) or count < 1:
         raise InvalidOptionError(f"allocate_blocks count must be a positive integer, got {count!r}")
-
-
-_instances: dict[tuple[int, str], Coordinator] = {}
-_instances_lock = threading.Lock()
-
-
-def coordinator_from_url(url: str) -> Coordinator:
-    """`file:///abs/dir` or a plain directory path → LocalCoordinator, `zk://host:port[,host:port]/root`
-    → ZooKeeperCoordinator. A relative path is taken from the current directory.
-
-    One instance per URL per process is shared (a ZooKeeper session is costly to open).
-    """
-    if not url or not url.strip():
-        raise InvalidOptionError("coordinator url is empty; use file:///path, a directory path or zk://host:port/path")
-    parsed = urlparse(url)
-    if parsed.scheme in ("", "file"):
-        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
-            raise InvalidOptionError(f"coordinator url {url!r}: file URLs must be file:///path")
-        from spark_mergetree.txn.local import LocalCoordinator
-        directory = unquote(parsed.path) if parsed.scheme == "file" else url
-        key_url = LocalCoordinator.url_for(directory)
-        factory = lambda: LocalCoordinator(directory)  # noqa: E731
-    elif parsed.scheme in ("zk", "zookeeper"):
-        if not parsed.netloc:
-            raise InvalidOptionError(f"coordinator url {url!r}: zk URLs need hosts: zk://host:port/root")
-        from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
-        root = parsed.path or "/spark_mergetree"
-        key_url = ZooKeeperCoordinator.url_for(parsed.netloc, root)
-        factory = lambda: ZooKeeperCoordinator(parsed.netloc, root)  # noqa: E731
-    else:
-        raise InvalidOptionError(
-            f"coordinator url {url!r}: unknown scheme {parsed.scheme!r}; use file:///path, a directory path "
-            "or zk://host:port/path")
-    # Keyed by pid: a ZooKeeper client or an fcntl lock does not survive fork().
-    key = (os.getpid(), key_url)
-    with _instances_lock:
-        instance = _instances.get(key)
-        if instance is None or instance.closed:
-            instance = factory()
-            _instances[key] = instance
-        return instance
-
-
-def default_coordinator() -> Coordinator:
-    """The process default: $SPARK_MERGETREE_COORDINATOR, else a LocalCoordinator in ~/.spark_mergetree."""
-    url = os.environ.get(COORDINATOR_ENV)
-    if url:
-        return coordinator_from_url(url)
-    return coordinator_from_url(DEFAULT_LOCAL_DIRECTORY.expanduser().resolve().as_uri())

@@ -32,13 +32,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
 from spark_mergetree.fileops import Subdirectories, fsync_dir, write_file_atomically
 from spark_mergetree.format.part_info import PartInfo
+from spark_mergetree.recovery import RecoveryReport
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 
 LOG_DIRECTORY = Path("_mergetree") / "log"
@@ -107,13 +108,6 @@ class PartVersion:
     def visible_at(self, snapshot: int) -> bool:
         return (self.created is not None and self.created <= snapshot
                 and (self.removed is None or snapshot < self.removed))
-
-
-@dataclass
-class RecoveryReport:
-    finalized: list[int] = field(default_factory=list)
-    rolled_back: list[int] = field(default_factory=list)
-    deleted_directories: list[str] = field(default_factory=list)
 
 
 class TableLog:
@@ -622,7 +616,7 @@ class TableLog:
             drop = [name for name, version in versions.items()
                     if version.removed is not None and version.removed <= horizon
                     and now - (version.removed_time or 0.0) >= retention_seconds]
-            floor = max((versions[name].removed for name in drop), default=None)
+            floor = max((removed for name in drop if (removed := versions[name].removed) is not None), default=None)
             self._checkpoint_locked(drop=drop, floor=floor)
             for name in drop:
                 self.directories.remove(name)

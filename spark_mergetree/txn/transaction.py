@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
+from spark_mergetree.txn.connect import default_coordinator
 from spark_mergetree.txn.coordinator import (
     CommitOutcomeUnknownError,
     Coordinator,
     TxnInfo,
     TxnState,
-    default_coordinator,
 )
 from spark_mergetree.txn.table_log import TableLike, TableLog, table_dir_of
 
@@ -41,19 +42,28 @@ class Transaction:
     """A transaction of one coordinator. Use as a context manager: commit on success,
     rollback on exception."""
 
-    def __init__(self, coordinator: Coordinator | None = None, *, as_of: int | None = None) -> None:
-        """Begin a transaction. `as_of` makes it a read-only transaction reading the older
-        snapshot `as_of` (a csn; time travel within the tables' retention)."""
+    def __init__(self, coordinator: Coordinator | None = None, *, snapshot: int | None = None,
+                 as_of: int | None = None) -> None:
+        """Begin a transaction. `snapshot` makes it a read-only transaction reading that older
+        snapshot (a csn; time travel within the tables' retention), as `snapshot=` does on reads.
+        `as_of` is the deprecated name of `snapshot`."""
+        if as_of is not None:
+            warnings.warn("Transaction(as_of=...) is deprecated; use snapshot=...", DeprecationWarning, stacklevel=2)
+            if snapshot is not None:
+                raise InvalidOptionError("give snapshot= only (as_of is its deprecated name), not both")
+            snapshot = as_of
+        if snapshot is not None and (isinstance(snapshot, bool) or not isinstance(snapshot, int) or snapshot < 0):
+            raise InvalidOptionError(f"snapshot must be a csn (an integer ≥ 0), got {snapshot!r}")
         self.coordinator = coordinator if coordinator is not None else default_coordinator()
         self.info: TxnInfo = self.coordinator.begin()
-        self.read_only = as_of is not None
+        self.read_only = snapshot is not None
         self._snapshot = self.info.snapshot
-        if as_of is not None:
-            if not isinstance(as_of, int) or not 0 <= as_of <= self.info.snapshot:
+        if snapshot is not None:
+            if snapshot > self.info.snapshot:
                 self.coordinator.abort(self.tid)
                 raise InvalidOptionError(
-                    f"as_of must be a csn between 0 and the current snapshot {self.info.snapshot}, got {as_of!r}")
-            self._snapshot = as_of
+                    f"snapshot must be a csn between 0 and the current snapshot {self.info.snapshot}, got {snapshot!r}")
+            self._snapshot = snapshot
         self._tables: dict[Path, _TableChanges] = {}
         self.state = "running"
         self.csn: int | None = None
@@ -76,7 +86,7 @@ class Transaction:
     def _require_writable(self) -> None:
         self._require_running()
         if self.read_only:
-            raise TransactionError(f"transaction {self.tid} reads the past (as_of={self.snapshot}) and cannot write")
+            raise TransactionError(f"transaction {self.tid} reads the past (snapshot={self.snapshot}) and cannot write")
 
     def _table(self, table: TableLike) -> _TableChanges:
         key = table_dir_of(table)

@@ -20,6 +20,7 @@ when the session expires in the middle.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -329,7 +330,7 @@ class ZooKeeperCoordinator(Coordinator):
         if not failures:
             csn = _sequence(results[1])
             return self._finish_commit(tid, csn)
-        index, error = failures[0]
+        index, failure = failures[0]
         if index == 0 or index == 2:
             # Running node gone, or the decision exists already (a retried multi).
             if self._exists(self._path("txn", f"{tid:010d}")) is not None:
@@ -349,7 +350,7 @@ class ZooKeeperCoordinator(Coordinator):
                     f"{table_id!r} conflicts: {description}")
             position += width
         self.abort(tid)
-        raise TransactionError(f"commit of transaction {tid} failed: {error!r}")
+        raise TransactionError(f"commit of transaction {tid} failed: {failure!r}")
 
     def _finish_commit(self, tid: int, csn: int) -> int:
         self._forget(tid)
@@ -393,8 +394,8 @@ class ZooKeeperCoordinator(Coordinator):
                 csn = _sequence(name)
                 self._known_csn[tid] = csn
                 try:
-                    self._retrying("record csn", lambda csn=csn: self.client.set_async(
-                        self._path("txn", f"{tid:010d}"), _json({"state": "committed", "csn": csn})))
+                    self._retrying("record csn", functools.partial(
+                        self.client.set_async, self._path("txn", f"{tid:010d}"), _json({"state": "committed", "csn": csn})))
                 except (TransactionError, KazooException):
                     pass
                 return csn
@@ -444,8 +445,8 @@ class ZooKeeperCoordinator(Coordinator):
             if found is None or found[1].ephemeralOwner:
                 continue  # never removed, or only locked by a running transaction
             try:
-                self._retrying(f"delete {path}", lambda path=path, version=found[1].version:
-                               self.client.delete_async(path, version=version))
+                self._retrying(f"delete {path}", functools.partial(self.client.delete_async, path,
+                                                                   version=found[1].version))
             except (NoNodeError, BadVersionError):
                 pass
 
@@ -483,8 +484,8 @@ class ZooKeeperCoordinator(Coordinator):
                     return 1
                 first = int(found[0])
                 version = found[1].version
-                self._retrying(f"set {path}", lambda first=first, version=version: self.client.set_async(
-                    path, str(first + count).encode(), version=version))
+                self._retrying(f"set {path}", functools.partial(
+                    self.client.set_async, path, str(first + count).encode(), version=version))
                 return first
             except (NodeExistsError, BadVersionError):
                 continue  # somebody else allocated meanwhile
@@ -534,7 +535,7 @@ class ZooKeeperCoordinator(Coordinator):
                 if found is None or json.loads(found[0]).get("csn") is None:
                     self._csn_of(tid)  # writes the csn into txn/<tid> first
             try:
-                self._retrying(f"delete {name}", lambda name=name: self.client.delete_async(self._path("log", name)))
+                self._retrying(f"delete {name}", functools.partial(self.client.delete_async, self._path("log", name)))
                 deleted += 1
             except NoNodeError:
                 pass

@@ -148,6 +148,6 @@ def test_recovery_reports_a_database_link_that_disagrees(tmp_path: Path) -> None
     link = root / "metadata" / "db"
     link_target = os.readlink(link)
     (root / "metadata" / "db.sql").write_text(database_statement(new_uuid()))
-    report = Catalog(root).last_recovery
+    report = Catalog(root).recover()
     assert report is not None and report.conflicting_database_links == [link]
     assert os.readlink(link) == link_target

@@ -180,7 +180,7 @@ def test_corrupt_metadata_is_reported(catalog: Catalog) -> None:
 
 
 def _create_racer(root: str, name: str, barrier: multiprocessing.synchronize.Barrier, queue: multiprocessing.Queue) -> None:
-    catalog = Catalog(root, drop_delay=3600, recover=False)
+    catalog = Catalog(root, drop_delay=3600)
     barrier.wait()
     try:
         queue.put(("won", catalog.define_table(name, COLUMNS, "id").uuid))

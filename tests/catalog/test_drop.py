@@ -19,7 +19,7 @@ COLUMNS = [("id", "UInt64")]
 _HOLDER = r"""
 import sys
 from spark_mergetree.catalog import Catalog
-lease = Catalog(sys.argv[1], recover=False).pin(sys.argv[2])
+lease = Catalog(sys.argv[1]).pin(sys.argv[2])
 print("pinned", flush=True)
 sys.stdin.read()  # hold until the test closes our stdin
 lease.release()
@@ -69,11 +69,11 @@ def test_drop_time_survives_reopen(tmp_path: Path) -> None:
     again = Catalog(tmp_path, drop_delay=3600)
     assert [d.drop_time for d in again.dropped_tables()] == [pytest.approx(dropped.drop_time, abs=0.01)]
     assert info.data_path.is_dir()
-    # An hour later (mtime moved back), opening the catalog finishes the drop by itself.
+    # An hour later (mtime moved back), recovery finishes the drop.
     past = time.time() - 3601
     os.utime(dropped.metadata_path, (past, past))
     reopened = Catalog(tmp_path, drop_delay=3600)
-    assert reopened.last_recovery is not None and reopened.last_recovery.collected == [info.uuid]
+    assert reopened.recover().collected == [info.uuid]
     assert not info.data_path.exists()
 
 

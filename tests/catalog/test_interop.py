@@ -121,7 +121,7 @@ def test_clickhouse_ddl_is_what_we_see(tmp_path: Path) -> None:
         assert catalog.data_path((database, name)) == Path(path.rstrip("/"))
     assert [(d.database, d.name) for d in catalog.dropped_tables()] == [("db", "gone")]
     assert catalog.unreferenced_store_dirs() == []
-    assert catalog.last_recovery is not None and catalog.last_recovery.removed_orphan_store_dirs == []
+    assert catalog.recover().removed_orphan_store_dirs == []
 
     # Our DDL on their tables, then their server again.
     with pytest.raises(TableExistsError):

@@ -87,7 +87,7 @@ def test_drop_sync_while_read_waits_for_the_reader(tmp_path: Path, storage_setti
     with catalog.pin("db.t"):
         dropped = catalog.drop_table("db.t", sync=True)
         assert dropped is not None and not dropped.data_removed
-        assert Catalog(tmp_path / "root", recover=False).collect_dropped() == []
+        assert Catalog(tmp_path / "root").collect_dropped() == []
         held = MergeTreeTable.open(info.data_path, create_statement=info.statement)
         assert held.to_arrow().sort_by("id").to_pydict() == expected.to_pydict()
     assert catalog.collect_dropped() == [info.uuid]
@@ -105,7 +105,7 @@ def test_undrop_then_delayed_drop(tmp_path: Path, storage_settings: dict[str, An
     catalog.table("db.t").insert(_rows(5000, 10))
     assert catalog.table("db.t").count() == expected.num_rows + 10
     catalog.drop_table("db.t")
-    report = Catalog(root, drop_delay=0).last_recovery  # opening collects what is due
+    report = Catalog(root, drop_delay=0).recover()  # recovery collects what is due
     assert report is not None and report.collected == [info.uuid]
     assert [d for d in [info.data_path, *_disk_dirs(storage_settings, info.uuid)] if d.exists()] == []
 
@@ -117,7 +117,7 @@ def test_interrupted_deletion_is_finished_on_every_disk(tmp_path: Path, storage_
     catalog.drop_table("db.t")
     # What a deletion killed right after its first step leaves: the data directory in tmp/.
     os.rename(info.data_path, root / "tmp" / f"mergetree_dropping.{info.uuid}")
-    Catalog(root, drop_delay=3600)
+    Catalog(root, drop_delay=3600).recover()
     assert _files([root / "tmp" / f"mergetree_dropping.{info.uuid}", *_disk_dirs(storage_settings, info.uuid)]) == []
     assert catalog.dropped_tables() == []
 
@@ -134,7 +134,7 @@ def test_crashed_create_is_undone(tmp_path: Path, storage_settings: dict[str, An
     temporary.write_text(format_attach(definition))
     data_path = catalog.store_path(table_uuid)
     MergeTreeTable.new(data_path, definition, engine_settings).write_directory(with_statement=False)
-    report = Catalog(root).last_recovery
+    report = Catalog(root).recover()
     assert report is not None and report.removed_orphan_store_dirs == [data_path]
     assert not data_path.exists() and not temporary.exists()
     catalog.create_table("db.t", COLUMNS, "id", settings=storage_settings).insert(_rows(0, 5))

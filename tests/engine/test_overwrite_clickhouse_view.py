@@ -22,7 +22,7 @@ def test_replaced_parts_are_covered_by_the_new_ones(tmp_path):
     table.insert(_batch(range(0, 10), 1))
     table.insert(_batch(range(10, 20), 1))
     table.insert(_batch(range(20, 30), 2))
-    table.overwrite(_batch(range(100, 103), 1), partitions_only=True)   # replaces month 1 only
+    table.overwrite(_batch(range(100, 103), 1), partition_overwrite_mode="dynamic")   # replaces month 1 only
     names = {p.name: PartInfo.parse(p.name) for p in table.parts()}
     month1 = [info for info in names.values() if info.partition_id == "1"]
     assert len(month1) == 1 and month1[0].min_block == 1 and month1[0].level == 1

@@ -109,7 +109,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def overwrite_partition(self, partition: int) -> None:
         ids = self._new_ids(1)
         try:
-            self.table.overwrite(_rows(ids, partition), partitions_only=True)
+            self.table.overwrite(_rows(ids, partition), partition_overwrite_mode="dynamic")
         except SerializationError:
             return
         self.visible = {i: p for i, p in self.visible.items() if p != partition}

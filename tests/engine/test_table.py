@@ -228,11 +228,28 @@ def test_time_travel_to_an_older_snapshot(table):
 def test_overwrite_partitions_replaces_only_touched_partitions(table):
     table.insert(rows(0, 100))  # Jan..Apr 10 (ids 0..99 → days 0..89, 90..99 → days 0..9)
     january = rows(1000, 5).set_column(1, "d", pa.array([dt.date(2024, 1, 3)] * 5, pa.date32()))
-    table.overwrite(january, partitions_only=True)
+    table.overwrite(january, partition_overwrite_mode="dynamic")
     out = table.to_arrow()
     jan = out.filter(pc.equal(pc.strftime(out["d"], "%Y%m"), "202401"))
     assert sorted(jan.column("id").to_pylist()) == list(range(1000, 1005))
     assert out.num_rows == 100 - 41 + 5  # 31 + 10 January rows replaced by 5
+
+
+def test_partition_overwrite_has_one_spelling(table):
+    """`partition_overwrite_mode` (Spark's word) everywhere; the older spellings still work, with a warning."""
+    table.insert(rows(0, 100))
+    january = rows(1000, 5).set_column(1, "d", pa.array([dt.date(2024, 1, 3)] * 5, pa.date32()))
+    with pytest.warns(DeprecationWarning, match="partition_overwrite_mode"):
+        table.overwrite(january, partitions_only=True)
+    assert table.count() == 100 - 41 + 5
+    staged = table.stage(january, "job1")
+    with pytest.warns(DeprecationWarning, match="partition_overwrite_mode"):
+        table.commit_staged(staged, mode="overwrite_partitions")
+    assert table.count() == 100 - 41 + 5
+    with pytest.raises(InvalidOptionError, match="partition_overwrite_mode 'sometimes'"):
+        table.overwrite(january, partition_overwrite_mode="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="mode 'overwrite_all'"):
+        table.commit_staged(staged, mode="overwrite_all")
 
 
 # ---------------------------------------------------------------------------------- corruption

@@ -63,7 +63,7 @@ def test_write_options_parse_and_reject() -> None:
                                "setting.min_bytes_for_wide_part": "0", "partition_overwrite_mode": "dynamic"},
                               overwrite=True)
     assert opts.settings == {"codec": "ZSTD(3)", "index_granularity": "128", "min_bytes_for_wide_part": "0"}
-    assert opts.dynamic_partition_overwrite
+    assert opts.partition_overwrite_mode == "dynamic"
     with pytest.raises(InvalidOptionError, match="codec"):
         WriteOptions.parse({"path": "/t", "codec": "snappy"}, overwrite=False)
     with pytest.raises(InvalidOptionError, match="partition_overwrite_mode"):

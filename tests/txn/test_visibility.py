@@ -239,12 +239,15 @@ def test_time_travel_and_retention(coordinator: Coordinator, table: Path) -> Non
     assert log.cleanup(coordinator, retention_seconds=3600) == []
     assert log.snapshot(first, coordinator) == {"all_1_1_0"}
     assert log.snapshot(replace.csn, coordinator) == {"all_2_2_0"}
-    with Transaction(coordinator, as_of=first) as past:
+    with Transaction(coordinator, snapshot=first) as past:
         assert past.visible_parts(table) == {"all_1_1_0"}
         with pytest.raises(TransactionError, match="cannot write"):
             past.remove_parts(table, ["all_1_1_0"])
-    with pytest.raises(InvalidOptionError, match="as_of"):
-        Transaction(coordinator, as_of=10**9)
+    with pytest.raises(InvalidOptionError, match="snapshot"):
+        Transaction(coordinator, snapshot=10**9)
+    with pytest.warns(DeprecationWarning, match="snapshot"):
+        with Transaction(coordinator, as_of=first) as deprecated:
+            assert deprecated.snapshot == first and deprecated.read_only
     assert log.cleanup(coordinator, retention_seconds=0) == ["all_1_1_0"]
     with pytest.raises(TransactionError, match="older than the retained history"):
         log.snapshot(first, coordinator)

@@ -1,0 +1,58 @@
+"""Staged parts: rows written as invisible parts before a commit names them, and their cleanup.
+
+A staged part (`staged_<owner>_<random>_<n>`) has an owner that keeps cleanup away from it: a
+transaction (`t<tid>`: garbage once it ends), or a write job (a Spark job's tag, registered in the
+table's log each time it stages; its parts are garbage once it ends or idles past the lifetime).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from spark_mergetree.engine import insert as inserting
+
+if TYPE_CHECKING:
+    from spark_mergetree.engine.table import MergeTreeTable
+    from spark_mergetree.txn import Transaction
+
+
+def stage(table: MergeTreeTable, data: Any, tag: str | None = None, *,
+          transaction: Transaction | None = None) -> list[inserting.StagedPart]:
+    """Write rows as staged parts, one per partition, owned by `transaction` or else the job `tag`."""
+    table.check_same_table()
+    rows = inserting.conform(inserting.to_arrow_table(data), table.metadata)
+    if rows.num_rows == 0:
+        return []
+    if transaction is not None:
+        owner = f"t{transaction.tid}"
+    else:
+        owner = tag or inserting.new_tag()
+        table.log.register_job(owner)
+    unique = f"{owner}_{uuid.uuid4().hex[:8]}"
+    written: list[str] = []
+
+    def write(name: str, files: Any) -> None:
+        written.append(name)
+        table.store.write_part(name, files.files, files.boundaries)
+
+    try:
+        return inserting.write_partition_parts(table.metadata, rows, write, unique)
+    except BaseException:
+        for name in written:
+            table.store.remove_part(name, missing_ok=True)
+        raise
+
+
+def discard_staged(table: MergeTreeTable, tag: str, keep: Sequence[str] = ()) -> list[str]:
+    """End the write job `tag`: delete its staged parts except `keep`; return the deleted names."""
+    prefix = f"{inserting.STAGING_PREFIX}{tag}_"
+    removed = []
+    for name in sorted(n for n in table.directories.names() if n.startswith(prefix)):
+        if name not in keep:
+            table.store.remove_part(name, missing_ok=True)
+            removed.append(name)
+    if not keep:
+        table.log.end_job(tag)
+    return removed
