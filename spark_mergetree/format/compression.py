@@ -431,6 +431,8 @@ def _one_codec(call_text: str, text: str, valid: str) -> Codec:
     if name == "FPC" and len(numbers) <= 2 and all(1 <= n <= codecs.FPC_MAX_LEVEL for n in numbers[:1]):
         # FPC(level, float width): the width is the column's float size whenever the type is known.
         return Codec("FPC", METHOD_FPC, level=numbers[0] if numbers else None)
+    if name == "DoubleDelta" and numbers in ([1], [2], [4], [8]):
+        numbers = []  # ClickHouse accepts a width and compresses with the column's (its SHOW CREATE drops it)
     if not numbers and name in ("NONE", "LZ4", "DoubleDelta", "GCD", "Default"):
         return {"NONE": NONE, "LZ4": LZ4, "Default": Codec("Default", METHOD_NONE),
                 "DoubleDelta": Codec("DoubleDelta", METHOD_DOUBLE_DELTA), "GCD": Codec("GCD", METHOD_GCD)}[name]

@@ -528,6 +528,10 @@ class PartReader:
                                                  exact=True))
             except CorruptPartError as exc:
                 raise self._explain_read_error(name, names, begin, end, exc) from exc
+            except UnsupportedError as exc:
+                if self.location in str(exc):
+                    raise
+                raise UnsupportedError(f"{self.location}/{exc}") from exc
         if not chunks:
             return pa.array([], type=to_arrow(dt))
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)

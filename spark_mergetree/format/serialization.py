@@ -896,6 +896,24 @@ def _apply_nulls(values: pa.Array, nulls: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(nulls), pa.nulls(len(values), values.type), values)
 
 
+_DECIMAL256_LIMIT = 10**76  # Arrow's decimal256 holds 76 digits
+_DECIMAL256_TOP = _DECIMAL256_LIMIT >> 192
+
+
+def _check_decimal256_digits(words: np.ndarray, name: str, stream: str) -> None:
+    """Int256/UInt256 values (n, 4) little-endian words, read as Arrow's decimal256(76, 0): a value of
+    77 or 78 digits cannot be held (UInt256's upper half would even read as negative), so it is
+    refused rather than returned wrong. Only rows whose top word is that large are looked at exactly."""
+    top = words[:, 3]
+    negative = (top >> np.uint64(63)).astype(bool) if name == "Int256" else np.zeros(len(top), bool)
+    magnitude_top = np.where(negative, ~top, top)
+    for row in np.flatnonzero(magnitude_top >= np.uint64(_DECIMAL256_TOP - 1)):
+        value = int.from_bytes(words[row].tobytes(), "little", signed=name == "Int256")
+        if abs(value) >= _DECIMAL256_LIMIT:
+            raise UnsupportedError(f"{stream}.bin: {name} value {value} at row {int(row)} of the granules read has "
+                                   f"{len(str(abs(value)))} digits; Arrow's decimal256 holds 76 (types.md)")
+
+
 def _fixed_to_arrow(dt: DataType, raw: np.ndarray, n: int, stream: str) -> pa.Array:
     target = to_arrow(dt)
     if isinstance(dt, Primitive):
@@ -904,6 +922,8 @@ def _fixed_to_arrow(dt: DataType, raw: np.ndarray, n: int, stream: str) -> pa.Ar
             return _uuid_to_arrow(raw.reshape(n, 16))
         if name in ("Int128", "UInt128", "Int256", "UInt256"):
             words = raw.view("<u8").reshape(n, dt.width // 8)
+            if words.shape[1] == 4:
+                _check_decimal256_digits(words, name, stream)
             if words.shape[1] == 2:
                 fill = (words[:, 1] >> np.uint64(63)) * np.uint64(0xFFFFFFFFFFFFFFFF) if name == "Int128" \
                     else np.zeros(n, np.uint64)

@@ -401,6 +401,14 @@ def test_create_writes_the_codec_clauses_and_merges_keep_them(tmp_path):
                ("c", "Nullable(UInt32) CODEC(T64, LZ4)"), ("d", "Array(Float32) CODEC(FPC(5), ZSTD)"),
                ("e", "DateTime64(3) CODEC(DoubleDelta)"), ("f", "Decimal(18, 2) CODEC(GCD, ZSTD(3, 24))")]
     table = MergeTreeTable.create(tmp_path / "t", columns, order_by="k", settings={"auto_merge": False})
+    # DoubleDelta's width argument is accepted and, as in ClickHouse, the column's width is used.
+    dd = MergeTreeTable.create(tmp_path / "dd", [("k", "UInt64"), ("x", "Int32 CODEC(DoubleDelta(8), LZ4)")],
+                               order_by="k")
+    (written,) = dd.insert(pa.table({"k": pa.array([1, 2, 3], pa.uint64()), "x": pa.array([5, 7, 9], pa.int32())}))
+    block = (dd.path / written / "x.bin").read_bytes()
+    method, compressed, decompressed = struct.unpack_from("<BII", block, 16)
+    stages = list(_stages(method, block[25 : 16 + compressed], decompressed))
+    assert [(m, payload[0]) for m, payload, _ in stages if m == 0x94] == [(0x94, 4)]
     keys = list(range(5000))
     rows = pa.table({
         "k": pa.array(keys, pa.uint64()), "a": pa.array([k * 7 for k in keys], pa.int64()),

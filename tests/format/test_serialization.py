@@ -602,3 +602,28 @@ def test_damaged_sizes_are_detected():
     streams["l"][0] = 0x07  # index width code 7 does not exist
     with pytest.raises(CorruptPartError, match="flags"):
         deserialize_column(lc, "l", streams, 2)
+
+
+def test_256_bit_values_arrow_cannot_hold_are_refused_not_misread(tmp_path):
+    """Arrow's decimal256 holds 76 digits: Int256/UInt256 values from 10^76 up (UInt256's top half,
+    read as two's complement, would even turn negative) raise UnsupportedError naming the stream;
+    values up to 10^76 − 1 read as ClickHouse returns them."""
+    from spark_mergetree import MergeTreeTable
+
+    edge = 10**76 - 1
+    sess, data_dir = make_chdb_table(
+        tmp_path, "CREATE TABLE wide (k UInt8, u UInt256, s Int256) ENGINE = MergeTree ORDER BY k "
+                  "SETTINGS min_bytes_for_wide_part = 0",
+        [f"INSERT INTO wide VALUES (1, {edge}, -{edge}), (2, 5, -5)"])
+    statement = sess.query("SHOW CREATE TABLE wide", "TabSeparatedRaw").bytes().decode()
+    expected = sess.query("SELECT toString(u), toString(s) FROM wide ORDER BY k", "TabSeparatedRaw").bytes().decode()
+    table = MergeTreeTable.open(data_dir, create_statement=statement)
+    got = table.to_arrow(["u", "s"])
+    assert "\n".join(f"{u}\t{s}" for u, s in zip(*(got[c].to_pylist() for c in ("u", "s")))) + "\n" == expected
+    sess.query("INSERT INTO wide VALUES (3, 115792089237316195423570985008687907853269984665640564039457584007913129639935, 0)")
+    sess.query(f"INSERT INTO wide VALUES (4, 0, -{edge + 1})")
+    close_session()
+    table = MergeTreeTable.open(data_dir, create_statement=statement)
+    for column, stream in (("u", "u"), ("s", "s")):
+        with pytest.raises(UnsupportedError, match=rf"{stream}\.bin.*7[78] digits.*76"):
+            table.to_arrow([column])
