@@ -68,19 +68,21 @@ def _write(dst, pos, count, value):
 
 @njit(cache=True)
 def _bit_length(value):
+    """Bits up to the highest set bit (0 for 0), by halving."""
     n = 0
-    while value:
-        value >>= ONE
-        n += 1
-    return n
+    for shift in (32, 16, 8, 4, 2, 1):
+        if value >> uint64(shift):
+            value >>= uint64(shift)
+            n += shift
+    return n + (1 if value else 0)
 
 
 @njit(cache=True)
 def _trailing_zeros(value):
-    n = 0
-    while n < 64 and not (value & (ONE << uint64(n))):
-        n += 1
-    return n
+    """Zero bits below the lowest set bit (64 for 0)."""
+    if value == 0:
+        return 64
+    return _bit_length(value & (ZERO - value)) - 1
 
 
 # ------------------------------------------------------------------ DoubleDelta
