@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.errors import MergeTreeError, UnsupportedError
-from spark_mergetree.expressions.key_condition import granule_ranges, may_match_partition
+from spark_mergetree.expressions.key_condition import granule_ranges_of_parts, may_match_partitions
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.predicate import Expr, bind, columns_of, filter_table, parse_predicate
 from spark_mergetree.format.part_info import PartInfo
@@ -139,25 +139,37 @@ def bind_where(where: str | Expr | None, column_types: dict[str, str]) -> Expr |
 def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key: PartitionKey,
               primary_key: Sequence[tuple[str, str]]) -> PartPlan:
     """Prune one part by partition/minmax, then by the sparse primary index."""
-    plan = PartPlan(reader.part, info.partition_id, reader.existing_rows, reader.n_granules, [])
-    if reader.n_granules == 0:
-        return plan
-    if predicate is not None and partition_key.is_partitioned:
+    return plan_parts([reader], [info], predicate, partition_key, primary_key)[0]
+
+
+def plan_parts(readers: Sequence[PartReader], infos: Sequence[PartInfo], predicate: Expr | None, partition_key: PartitionKey,
+               primary_key: Sequence[tuple[str, str]]) -> list[PartPlan]:
+    """Prune parts by partition/minmax, then by their sparse primary indexes: each step evaluates
+    the predicate once over all parts (or all their granules), not once per part."""
+    plans = [PartPlan(reader.part, info.partition_id, reader.existing_rows, reader.n_granules, [])
+             for reader, info in zip(readers, infos, strict=True)]
+    candidates = [i for i, reader in enumerate(readers) if reader.n_granules]
+    if predicate is not None and partition_key.is_partitioned and candidates:
         wanted = columns_of(predicate)
-        values = reader.partition_values(partition_key.result_types)
-        minmax = {c: reader.minmax(c) for c in partition_key.columns if c in wanted}
-        if not may_match_partition(predicate, partition_key, values, minmax):
-            plan.pruned_by = "partition"
-            return plan
-    if predicate is not None and primary_key:
-        index = reader.primary_index([type_text for _, type_text in primary_key])
-        ranges = granule_ranges(predicate, list(primary_key), index, reader.n_granules)
-        plan.ranges = merge_ranges(ranges)
-        if not plan.ranges:
-            plan.pruned_by = "primary key"
+        values = [readers[i].partition_values(partition_key.result_types) for i in candidates]
+        minmax = [{c: readers[i].minmax(c) for c in partition_key.columns if c in wanted} for i in candidates]
+        may = may_match_partitions(predicate, partition_key, values, minmax)
+        for i in (i for i, keep in zip(candidates, may.tolist(), strict=True) if not keep):
+            plans[i].pruned_by = "partition"
+        candidates = [i for i, keep in zip(candidates, may.tolist(), strict=True) if keep]
+    if predicate is not None and primary_key and candidates:
+        key_types = [type_text for _, type_text in primary_key]
+        ranges = granule_ranges_of_parts(predicate, list(primary_key),
+                                         [readers[i].primary_index(key_types) for i in candidates],
+                                         [readers[i].n_granules for i in candidates])
+        for i, part_ranges in zip(candidates, ranges, strict=True):
+            plans[i].ranges = merge_ranges(part_ranges)
+            if not plans[i].ranges:
+                plans[i].pruned_by = "primary key"
     else:
-        plan.ranges = [(0, reader.n_granules)]
-    return plan
+        for i in candidates:
+            plans[i].ranges = [(0, readers[i].n_granules)]
+    return plans
 
 
 def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows: int) -> list[ReadTask]:

@@ -316,11 +316,12 @@ class MergeTreeTable:
             snapshot=snapshot, transaction=transaction)
         plan = selecting.ReadPlan(csn, str(where) if where is not None else None)
         meta = self.metadata
-        for name in sorted(visible, key=lambda n: (PartInfo.parse(n).partition_id, PartInfo.parse(n).min_block)):
-            reader = self.reader(name)
-            part_plan = selecting.plan_part(reader, PartInfo.parse(name), predicate, meta.partition_key,
-                                            meta.primary_key_types)
-            plan.parts.append(part_plan)
+        named = sorted(((PartInfo.parse(name), name) for name in visible),
+                       key=lambda pair: (pair[0].partition_id, pair[0].min_block))
+        infos = [info for info, _ in named]
+        readers = [self.reader(name) for _, name in named]
+        plan.parts = selecting.plan_parts(readers, infos, predicate, meta.partition_key, meta.primary_key_types)
+        for reader, part_plan in zip(readers, plan.parts, strict=True):
             plan.tasks.extend(selecting.split_tasks(reader, part_plan.ranges, target_rows))
         return plan
 

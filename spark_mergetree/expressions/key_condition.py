@@ -75,6 +75,8 @@ def _strip_types(expr: Expr) -> Expr:
 
 
 def _valid(array: pa.Array) -> np.ndarray:
+    if array.null_count == 0 and not pa.types.is_floating(array.type):
+        return np.ones(len(array), dtype=bool)
     valid = np.asarray(array.is_valid())
     if pa.types.is_floating(array.type):
         # NaN sorts after every number in ClickHouse keys; treat it as "unknown" rather than compare it.
@@ -344,30 +346,68 @@ def primary_key_bounds(
     last row's key as a final entry. Granule g's keys lie in [index[g], index[g+1]] lexicographically, so
     element k is bounded there only when elements 0..k-1 are equal at both ends.
     """
-    if len(index) != len(key_columns):
-        raise ExpressionError(f"primary index has {len(index)} columns, the key has {len(key_columns)}")
-    if not index:
-        return {}, n_granules or 0
-    arrays = [column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column for column in index]
-    arrays = [a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in arrays]
-    marks = len(arrays[0])
-    if any(len(a) != marks for a in arrays):
-        raise ExpressionError("primary index columns differ in length")
-    granules = marks - 1 if n_granules is None else n_granules
-    if granules not in (marks - 1, marks) or granules < 0:
-        raise ExpressionError(f"primary index has {marks} entries, which does not fit {granules} granules")
-    has_final = granules == marks - 1
+    bounds, (granules,) = _many_primary_key_bounds(key_columns, [index], [n_granules])
+    return bounds, granules
+
+
+def _many_primary_key_bounds(
+    key_columns: Sequence[tuple[str | Expr, str]], indexes: Sequence[Sequence[pa.Array]],
+    n_granules: Sequence[int | None],
+) -> tuple[dict[Expr, KeyBounds], list[int]]:
+    """primary_key_bounds of several parts' indexes, one after another: the bounds of every granule of
+    every part in one array per key element, and each part's number of granules."""
+    los: list[list[pa.Array]] = [[] for _ in key_columns]
+    his: list[list[pa.Array]] = [[] for _ in key_columns]
+    counts = []
+    for index, declared in zip(indexes, n_granules, strict=True):
+        if len(index) != len(key_columns):
+            raise ExpressionError(f"primary index has {len(index)} columns, the key has {len(key_columns)}")
+        arrays = [column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column for column in index]
+        arrays = [a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in arrays]
+        marks = len(arrays[0]) if arrays else 0
+        if any(len(a) != marks for a in arrays):
+            raise ExpressionError("primary index columns differ in length")
+        granules = (marks - 1 if declared is None else declared) if arrays else (declared or 0)
+        if arrays and (granules not in (marks - 1, marks) or granules < 0):
+            raise ExpressionError(f"primary index has {marks} entries, which does not fit {granules} granules")
+        counts.append(granules)
+        has_final = granules == marks - 1
+        for k, array in enumerate(arrays):
+            los[k].append(array.slice(0, granules))
+            his[k].append(array.slice(1, granules) if has_final else
+                          pa.concat_arrays([array.slice(1), pa.nulls(1, array.type)]))
+    if not key_columns:
+        return {}, counts
+    total = sum(counts)
     bounds: dict[Expr, KeyBounds] = {}
-    prefix_equal = np.ones(granules, dtype=bool)
-    for (key, type_text), array in zip(key_columns, arrays, strict=True):
-        lo = array.slice(0, granules)
-        hi = array.slice(1, granules) if has_final else pa.concat_arrays([array.slice(1), pa.nulls(1, array.type)])
+    prefix_equal = np.ones(total, dtype=bool)
+    for k, (key, type_text) in enumerate(key_columns):
+        lo, hi = _joined(los[k]), _joined(his[k])
         if needs_ordering_map(type_text):
             lo, hi = orderable(lo, type_text), orderable(hi, type_text)
         valid = _valid(lo) & _valid(hi)
         bounds[_key_expr(key)] = KeyBounds(lo, hi, prefix_equal & valid, type_text)
         prefix_equal = prefix_equal & valid & _mask(pc.equal(lo, hi))
-    return bounds, granules
+    return bounds, counts
+
+
+def _joined(arrays: list[pa.Array]) -> pa.Array:
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def granule_ranges_of_parts(
+    predicate: Expr | None,
+    key_columns: Sequence[tuple[str | Expr, str]],
+    indexes: Sequence[Sequence[pa.Array]],
+    n_granules: Sequence[int | None],
+) -> list[list[tuple[int, int]]]:
+    """`granule_ranges` of several parts with the same key, evaluated once over all their granules."""
+    bounds, counts = _many_primary_key_bounds(key_columns, indexes, n_granules)
+    if predicate is None or not bounds:
+        return [[(0, granules)] if granules else [] for granules in counts]
+    may_true, _ = _Evaluator(bounds, sum(counts)).evaluate(predicate)
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    return [_runs(may_true[begin:end]) for begin, end in zip(starts[:-1].tolist(), starts[1:].tolist())]
 
 
 def granule_ranges(
@@ -381,26 +421,25 @@ def granule_ranges(
     `key_columns` lists the primary key elements as (expression text or tree, ClickHouse type);
     `index` holds one array per element (see `primary_key_bounds`).
     """
-    bounds, granules = primary_key_bounds(key_columns, index, n_granules)
-    if granules == 0:
-        return []
-    if predicate is None or not bounds:
-        return [(0, granules)]
-    may_true, _ = _Evaluator(bounds, granules).evaluate(predicate)
-    return _runs(may_true)
+    return granule_ranges_of_parts(predicate, key_columns, [index], [n_granules])[0]
 
 
-def _single_bounds(values: Mapping[Expr, tuple[object, object]], types: Mapping[Expr, str | None]) -> dict[Expr, KeyBounds]:
+def _single_bounds(values: Mapping[Expr, Sequence[tuple[object, object]]],
+                   types: Mapping[Expr, str | None]) -> dict[Expr, KeyBounds]:
+    """Bounds of key expressions in n parts, from each part's (low, high) pair per expression."""
     bounds = {}
-    for key, (low, high) in values.items():
+    for key, pairs in values.items():
         type_text = types.get(key)
-        if type_text is not None:
-            low, high = coerce_literal(low, type_text), coerce_literal(high, type_text)
+        lows = [low for low, _ in pairs]
+        highs = [high for _, high in pairs]
         try:
-            pair = pa.array([low, high])
+            if type_text is not None:
+                lows = [coerce_literal(low, type_text) for low in lows]
+                highs = [coerce_literal(high, type_text) for high in highs]
+            both = pa.array(lows + highs)
         except _ARROW_ERRORS:
             continue
-        lo, hi = pair.slice(0, 1), pair.slice(1, 1)
+        lo, hi = both.slice(0, len(pairs)), both.slice(len(pairs))
         if type_text is not None and needs_ordering_map(type_text):
             lo, hi = orderable(lo, type_text), orderable(hi, type_text)
         bounds[key] = KeyBounds(lo, hi, _valid(lo) & _valid(hi), type_text)
@@ -416,7 +455,7 @@ def may_match_minmax(
     if predicate is None:
         return True
     types = column_types or {}
-    keyed: dict[Expr, tuple[object, object]] = {Column(name): pair for name, pair in minmax.items()}
+    keyed: dict[Expr, list[tuple[object, object]]] = {Column(name): [pair] for name, pair in minmax.items()}
     bounds = _single_bounds(keyed, {Column(name): types.get(name) for name in minmax})
     may_true, _ = _Evaluator(bounds, 1).evaluate(predicate)
     return bool(may_true[0])
@@ -433,25 +472,40 @@ def may_match_partition(
     Conditions on the partition expression itself (`toYYYYMM(d) = 202402`) are decided by the exact
     partition values; conditions on columns by the minmax ranges, also through monotonic functions.
     """
-    if predicate is None:
-        return True
-    if len(partition_values) != len(partition_key.elements):
-        raise ExpressionError(
-            f"partition key {partition_key.expression!r} has {len(partition_key.elements)} values, got {len(partition_values)}"
-        )
-    keyed: dict[Expr, tuple[object, object]] = {}
+    return bool(may_match_partitions(predicate, partition_key, [partition_values], [minmax or {}])[0])
+
+
+def may_match_partitions(
+    predicate: Expr | None,
+    partition_key: PartitionKey,
+    partition_values: Sequence[Sequence[object]],
+    minmax: Sequence[Mapping[str, tuple[object, object]]],
+) -> np.ndarray:
+    """`may_match_partition` of n parts (their partition values and minmax ranges), evaluated once."""
+    count = len(partition_values)
+    if predicate is None or count == 0:
+        return np.ones(count, dtype=bool)
+    for values in partition_values:
+        if len(values) != len(partition_key.elements):
+            raise ExpressionError(
+                f"partition key {partition_key.expression!r} has {len(partition_key.elements)} values, got {len(values)}"
+            )
+    keyed: dict[Expr, list[tuple[object, object]]] = {}
     types: dict[Expr, str | None] = {}
     column_types = dict(zip(partition_key.columns, partition_key.column_types, strict=True))
-    for name, pair in (minmax or {}).items():
-        keyed[Column(name)] = pair
-        types[Column(name)] = column_types.get(name)
-    for element, value, type_text in zip(partition_key.elements, partition_values, partition_key.result_types, strict=True):
+    names = set(minmax[0]) if minmax else set()
+    if all(set(ranges) == names for ranges in minmax):
+        for name in names:
+            keyed[Column(name)] = [ranges[name] for ranges in minmax]
+            types[Column(name)] = column_types.get(name)
+    for position, (element, type_text) in enumerate(zip(partition_key.elements, partition_key.result_types,
+                                                        strict=True)):
         stripped = _strip_types(element)
-        keyed[stripped] = (value, value)
+        keyed[stripped] = [(values[position], values[position]) for values in partition_values]
         types[stripped] = type_text
     bounds = _single_bounds(keyed, types)
-    may_true, _ = _Evaluator(bounds, 1).evaluate(predicate)
-    return bool(may_true[0])
+    may_true, _ = _Evaluator(bounds, count).evaluate(predicate)
+    return may_true
 
 
 def key_columns_for(elements: Sequence[str], schema: Mapping[str, str]) -> list[tuple[str, str]]:

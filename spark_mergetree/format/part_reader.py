@@ -178,6 +178,7 @@ class PartReader:
         self._lock = threading.Lock()
         self._marks_cache: dict[str, np.ndarray] = {}
         self._primary: dict[tuple[str, ...], list[pa.Array]] = {}
+        self._decoded: dict[tuple[str, ...], object] = {}  # partition values and minmax ranges
         self._checked_types: set[tuple[str, str]] = set()
         self.files = set(source.list_files(part))
         self._refuse_row_changing_features()
@@ -440,6 +441,12 @@ class PartReader:
                                "ORDER BY / PRIMARY KEY the one the part was written with?)")
 
     def partition_values(self, result_types: Sequence[str]) -> list[object]:
+        key = ("partition", *result_types)
+        if key not in self._decoded:
+            self._decoded[key] = self._partition_values(result_types)
+        return list(self._decoded[key])  # type: ignore[arg-type]
+
+    def _partition_values(self, result_types: Sequence[str]) -> list[object]:
         if not result_types:
             return []
         if PARTITION_FILE not in self.files:
@@ -449,9 +456,12 @@ class PartReader:
         return [array[0].as_py() for array in arrays]
 
     def minmax(self, column: str) -> tuple[object, object]:
-        name = f"{MINMAX_PREFIX}{escape_for_file_name(column)}.idx"
-        (array,) = deserialize_rows([self.types[column]], self._read(name), 2)
-        return array[0].as_py(), array[1].as_py()
+        key = ("minmax", column)
+        if key not in self._decoded:
+            name = f"{MINMAX_PREFIX}{escape_for_file_name(column)}.idx"
+            (array,) = deserialize_rows([self.types[column]], self._read(name), 2)
+            self._decoded[key] = (array[0].as_py(), array[1].as_py())
+        return self._decoded[key]  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ data
 
