@@ -30,12 +30,7 @@ _FALSE = {"false", "0", "no", "off"}
 # Options that only name the table; shared by reads and writes.
 _LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator"}
 
-# Set by the session extension (jvm/src, spark/session.py) on every scan it gave a plan of its own:
-# "pushdown" when Spark pushes filters to Python in that query, "scan" when it does not.
-SCAN_OPTION = "spark_mergetree.scan"
-_SCAN_VALUES = ("pushdown", "scan")
-
-READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot", SCAN_OPTION}
+READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot"}
 
 # Options that shape a table when the first write creates it.
 CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity", "codec"}
@@ -116,7 +111,6 @@ class ReadOptions:
     target_rows: int | None = None
     pushdown: bool = True
     snapshot: int | None = None
-    scan: str | None = None  # SCAN_OPTION: None without the session extension
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -126,10 +120,6 @@ class ReadOptions:
         where = options.get("where")
         if where is not None and not where.strip():
             raise InvalidOptionError("option 'where' is empty; leave it out to read every row")
-        scan = options.get(SCAN_OPTION)
-        if scan is not None and scan not in _SCAN_VALUES:
-            raise InvalidOptionError(f"option {SCAN_OPTION!r} is set by the session extension to one of "
-                                     f"{list(_SCAN_VALUES)}, got {scan!r}")
         return cls(
             path=path,
             catalog=catalog,
@@ -140,7 +130,6 @@ class ReadOptions:
             target_rows=parse_int(options, "target_rows", None, minimum=1),
             pushdown=parse_bool(options, "pushdown", True),
             snapshot=parse_int(options, "snapshot", None),
-            scan=scan,
         )
 
 

@@ -121,20 +121,3 @@ def build_extension(sources: Path, jar: Path = JAR_PATH, javac: str = "javac") -
                 archive.write(path, path.relative_to(classes).as_posix())
         os.replace(partial, jar)
     return jar
-
-
-def _main(argv: list[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Build spark-mergetree's Spark session extension jar.")
-    parser.add_argument("sources", type=Path, help="directory of the Java sources (jvm/src in the checkout)")
-    parser.add_argument("--jar", type=Path, default=JAR_PATH)
-    args = parser.parse_args(argv)
-    print(build_extension(args.sources, args.jar))
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    raise SystemExit(_main(sys.argv[1:]))

@@ -9,8 +9,8 @@ read of a pushed-down scan (its partitions and pickled reader) on the data sourc
 every reference to one loaded DataFrame shares: two scans of one view in one query (a self-join,
 EXISTS, a union) would all run the plan made last. The session extension (spark/session.py,
 jvm/src) rebuilds every relation over this source with a provider of its own and with only the
-columns the query uses, and marks it with the read option SCAN_OPTION; only such a scan gets a
-reader with pushFilters. Without the extension the reader has no pushFilters (Spark applies every
+columns the query uses, and marks the fields of its schema with SCAN_MARKER; only such a scan
+gets a reader with pushFilters. Without the extension the reader has no pushFilters (Spark applies every
 filter to a full read) and reads every column of its schema. Pushed filters only prune granules:
 every filter goes back to Spark, which applies it to the rows.
 
@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, TableNotFoundError
 from spark_mergetree.spark import adapter
@@ -93,6 +93,7 @@ class MergeTreeDataSource(DataSource):
         return spark_schema(arrow)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        scan, schema = _scan_marker(schema)
         opts, ref = self._read_options()
         table_arrow = adapter.table_schema(ref)
         check_readable_columns(table_arrow, schema)
@@ -103,9 +104,9 @@ class MergeTreeDataSource(DataSource):
         where = _parse_where(opts.where)
         if where is not None:
             adapter.check_where(ref, where)
-        if opts.scan is None:
+        if scan is None:
             _say_once(ENABLE_HINT)
-        if opts.scan == "pushdown" and opts.pushdown:
+        if scan == "pushdown" and opts.pushdown:
             return MergeTreePushdownReader(ref, opts, schema, where)
         return MergeTreeReader(ref, opts, schema, where)
 
@@ -132,6 +133,23 @@ class MergeTreeDataSource(DataSource):
 
 
 # ------------------------------------------------------------------------------------------ read
+
+# Field metadata the session extension (jvm/src) puts on the schema of every scan it gave a plan of
+# its own: "pushdown" when Spark pushes filters to Python in that query, "scan" when it does not.
+SCAN_MARKER = "spark_mergetree.scan"
+
+
+def _scan_marker(schema: StructType) -> tuple[str | None, StructType]:
+    """The extension's marker of a read schema (None without the extension), and the schema without it."""
+    marks = {field.metadata.get(SCAN_MARKER) for field in schema.fields}
+    if marks == {None} or not marks:
+        return None, schema
+    fields = [StructField(field.name, field.dataType, field.nullable,
+                          {key: value for key, value in field.metadata.items() if key != SCAN_MARKER} or None)
+              for field in schema.fields]
+    mark = next(iter(marks - {None}))
+    return (mark if mark in ("pushdown", "scan") else None), StructType(fields)
+
 
 
 class MergeTreePartition(InputPartition):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from spark_mergetree.spark.session import ENABLED_CONF
 from tests.spark.settings import spark_settings
@@ -143,9 +144,12 @@ def test_a_read_without_the_extension_says_once_how_to_enable_it(paths, capfd, m
         reader = plain.reader(plain.schema())
         assert type(reader).pushFilters is source_module.DataSourceReader.pushFilters
     assert capfd.readouterr().err.count("spark_mergetree.configure(") == 1
-    # A scan the extension planned says nothing, and pushes filters only when Spark pushes them.
+    # A scan the extension planned (its schema's fields marked) says nothing, and pushes filters
+    # only when Spark pushes them; the reader's schema is the plain one.
     for scan, pushes in (("scan", False), ("pushdown", True)):
-        own = source_module.MergeTreeDataSource({"path": mergetree, "spark_mergetree.scan": scan})
-        reader = own.reader(own.schema())
+        marked = StructType([StructField(f.name, f.dataType, f.nullable, {source_module.SCAN_MARKER: scan})
+                             for f in plain.schema().fields])
+        reader = plain.reader(marked)
         assert (type(reader).pushFilters is not source_module.DataSourceReader.pushFilters) == pushes
-    assert capfd.readouterr().err == ""
+        assert reader.target == plain.reader(plain.schema()).target
+    assert "configure(" not in capfd.readouterr().err

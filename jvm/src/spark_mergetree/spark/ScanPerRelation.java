@@ -1,10 +1,9 @@
 package spark_mergetree.spark;
 
+import java.lang.reflect.Field;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeSet;
@@ -15,9 +14,10 @@ import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.types.Metadata;
+import org.apache.spark.sql.types.MetadataBuilder;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
@@ -31,15 +31,17 @@ import scala.jdk.javaapi.CollectionConverters;
  * {@code Filter}s between it and the relation) reference; the attribute references are kept, so
  * nothing above changes. The Python reader is created with that narrower schema, and the planned
  * read PySpark 4.1–4.3 stores on the provider belongs to this scan alone, which makes pushed
- * filters safe. The rebuilt relation carries the option {@value #MARKER} (whether Spark pushes
- * filters to Python in this query), by which the reader knows.
+ * filters safe. The fields of that schema carry the metadata key {@value #MARKER} (whether Spark
+ * pushes filters to Python in this query), by which the reader knows. The new provider starts from
+ * the Python data source the original one already created (when it did), which saves a Python
+ * round trip per scan.
  *
  * <p>Spark's internal classes are matched by name and rebuilt by reflection ({@code makeCopy}
  * with the relation's own constructor arguments), so a Spark whose classes differ gets the plan
  * unchanged: correct, unpruned.
  */
 public final class ScanPerRelation extends Rule<LogicalPlan> {
-    /** Read option set on every relation this rule rebuilt: "pushdown" or "scan". */
+    /** Field metadata key of every schema this rule made: "pushdown" or "scan". */
     public static final String MARKER = "spark_mergetree.scan";
     static final String SOURCE_NAME = "mergetree";
     static final String RELATION = "org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation";
@@ -112,16 +114,20 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
         if (!table.getClass().getName().equals(PYTHON_TABLE) || !SOURCE_NAME.equals(((Table) table).name())) {
             return false;
         }
-        return !((CaseInsensitiveStringMap) call(plan, "options")).containsKey(MARKER);
+        StructField[] fields = schemaOf((Table) table).fields();
+        return fields.length > 0 && !fields[0].metadata().contains(MARKER);
+    }
+
+    @SuppressWarnings("deprecation") // Table.schema(): what PythonTable implements in every 4.x
+    private static StructType schemaOf(Table table) {
+        return table.schema();
     }
 
     /** The relation read through a provider of its own, with the attributes in `needed` (all when null). */
-    @SuppressWarnings("deprecation") // Table.schema(): what PythonTable implements in every 4.x
     private LogicalPlan rebuild(LogicalPlan relation, AttributeSet needed) throws ReflectiveOperationException {
         Table table = (Table) call(relation, "table");
         @SuppressWarnings("unchecked")
         Seq<AttributeReference> output = (Seq<AttributeReference>) call(relation, "output");
-        CaseInsensitiveStringMap options = (CaseInsensitiveStringMap) call(relation, "options");
         List<AttributeReference> all = CollectionConverters.asJava(output);
         List<AttributeReference> kept = new ArrayList<>();
         for (AttributeReference attribute : all) {
@@ -139,27 +145,27 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
             }
             kept.add(narrowest);
         }
-        StructType tableSchema = table.schema();
+        String marker = conf().getConfString(PUSHDOWN_CONF, "false").trim().equalsIgnoreCase("true") ? "pushdown" : "scan";
+        StructType tableSchema = schemaOf(table);
         List<StructField> fields = new ArrayList<>();
         for (AttributeReference attribute : kept) {
             int index = tableSchema.getFieldIndex(attribute.name()).getOrElse(() -> -1);
             if (index < 0) {
                 return relation;
             }
-            fields.add(tableSchema.fields()[index]);
+            StructField field = tableSchema.fields()[index];
+            Metadata metadata = new MetadataBuilder().withMetadata(field.metadata()).putString(MARKER, marker).build();
+            fields.add(new StructField(field.name(), field.dataType(), field.nullable(), metadata));
         }
         StructType schema = new StructType(fields.toArray(new StructField[0]));
 
         Object provider = Class.forName(PYTHON_PROVIDER).getConstructor().newInstance();
         provider.getClass().getMethod("setShortName", String.class).invoke(provider, table.name());
+        shareCreatedSource(table, provider);
         Table ownTable = ((TableProvider) provider).getTable(schema, new Transform[0], table.properties());
 
-        Map<String, String> ownOptions = new HashMap<>(options.asCaseSensitiveMap());
-        ownOptions.put(MARKER, conf().getConfString(PUSHDOWN_CONF, "false").trim().equalsIgnoreCase("true")
-                ? "pushdown" : "scan");
-
         // Rebuild with the relation's own constructor arguments (their number differs between
-        // Spark versions), replacing the table, the output and the options.
+        // Spark versions), replacing the table and the output.
         int arity = relation.productArity();
         Object[] arguments = new Object[arity];
         int replaced = 0;
@@ -171,16 +177,34 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
             } else if (argument == output) {
                 argument = seq(kept);
                 replaced |= 2;
-            } else if (argument == options) {
-                argument = new CaseInsensitiveStringMap(ownOptions);
-                replaced |= 4;
             }
             arguments[i] = argument;
         }
-        if (replaced != 7) {
+        if (replaced != 3) {
             return relation;
         }
         return relation.makeCopy(arguments);
+    }
+
+    /**
+     * The new provider starts with the Python data source the table's provider created when the
+     * DataFrame was loaded (the pickled instance and its options), instead of asking a Python
+     * worker to create it again. Where the fields differ (another Spark), it creates its own.
+     */
+    private static void shareCreatedSource(Table table, Object provider) {
+        try {
+            Field ds = table.getClass().getDeclaredField("ds");
+            ds.setAccessible(true);
+            Object original = ds.get(table);
+            Field created = original.getClass().getDeclaredField("dataSourceInPython");
+            created.setAccessible(true);
+            Object source = created.get(original);
+            if (source != null && provider.getClass() == original.getClass()) {
+                created.set(provider, source);
+            }
+        } catch (ReflectiveOperationException | RuntimeException unexpected) {
+            // The new provider creates the Python data source itself.
+        }
     }
 
     private static Object call(Object target, String method) throws ReflectiveOperationException {
