@@ -25,16 +25,13 @@ mergetree reads once more under cProfile inside the Python workers and prints th
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from harness import REPO_ROOT, local_session, warm_median  # benchmarks/ is the script's directory
+
 sys.path.insert(0, str(REPO_ROOT))  # this checkout's package, in the driver as in the workers
 MANY_PARTITIONS = 84
 
@@ -43,35 +40,10 @@ MANY_PARTITIONS = 84
 
 
 def _session(profile: bool):
-    paths = [str(REPO_ROOT), str(REPO_ROOT / "benchmarks")]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    from pyspark.sql import SparkSession
-
-    import spark_mergetree
-
-    builder = (SparkSession.builder.master("local[2]").appName("mergetree-benchmark")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "3g"))
+    settings = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "3g"}
     if profile:
-        builder = builder.config("spark.python.profile", "true")
-    spark = spark_mergetree.configure(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def _median(runs: int, action: Callable[[], object]) -> tuple[float, object]:
-    """Median seconds of `runs` timed runs after one untimed warm-up run, and the last result."""
-    result = action()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
+        settings["spark.python.profile"] = "true"
+    return local_session("mergetree-benchmark", settings, (str(REPO_ROOT / "benchmarks"),))
 
 
 class Report:
@@ -130,10 +102,10 @@ def main(argv: list[str]) -> int:
                 .option("start", str(start)).option("stop", str(stop)).option("partitions", str(partitions)).load())
 
     # Writes.
-    parquet_write, _ = _median(args.runs, lambda: data.write.mode("overwrite").parquet(parquet_path))
-    mergetree_write, _ = _median(args.runs, lambda: data.write.format("mergetree").option("order_by", "id")
+    parquet_write, _ = warm_median(args.runs, lambda: data.write.mode("overwrite").parquet(parquet_path))
+    mergetree_write, _ = warm_median(args.runs, lambda: data.write.format("mergetree").option("order_by", "id")
                                  .mode("overwrite").save(mergetree_path))
-    floor_write, _ = _median(args.runs, lambda: data.write.format("mergetree_floor").option("columns", "id")
+    floor_write, _ = warm_median(args.runs, lambda: data.write.format("mergetree_floor").option("columns", "id")
                              .mode("append").save())
     report.add("write", parquet_write, mergetree_write, floor_write, "floor: an Arrow writer that only counts")
 
@@ -148,22 +120,22 @@ def main(argv: list[str]) -> int:
     many = spark.read.format("mergetree").load(many_path)
     full_scan = ("sum(id)", "sum(ts - 1700000000000)", "sum(value)", "sum(length(name))")
 
-    p_full, p_result = _median(args.runs, lambda: parquet.selectExpr(*full_scan).collect())
-    m_full, m_result = _median(args.runs, lambda: mergetree.selectExpr(*full_scan).collect())
-    f_full, f_result = _median(args.runs, lambda: floor_read("id,ts,value,name").selectExpr(*full_scan).collect())
+    p_full, p_result = warm_median(args.runs, lambda: parquet.selectExpr(*full_scan).collect())
+    m_full, m_result = warm_median(args.runs, lambda: mergetree.selectExpr(*full_scan).collect())
+    f_full, f_result = warm_median(args.runs, lambda: floor_read("id,ts,value,name").selectExpr(*full_scan).collect())
     assert p_result[0][0] == m_result[0][0] == f_result[0][0], (p_result, m_result, f_result)
     report.add("full scan, 4 columns", p_full, m_full, f_full, f"{parts_one} part")
-    many_full, many_result = _median(args.runs, lambda: many.selectExpr(*full_scan).collect())
+    many_full, many_result = warm_median(args.runs, lambda: many.selectExpr(*full_scan).collect())
     assert many_result[0][0] == p_result[0][0], (many_result, p_result)
     report.add(f"full scan, 4 columns, {parts_many} parts", p_full, many_full, f_full,
                f"{many_full / m_full:.2f}x the one-part table")
 
-    p_sum, p_sum_result = _median(args.runs, lambda: parquet.selectExpr("sum(value)").collect())
-    m_sum, m_sum_result = _median(args.runs, lambda: mergetree.selectExpr("sum(value)").collect())
-    f_sum, _ = _median(args.runs, lambda: floor_read("value").selectExpr("sum(value)").collect())
+    p_sum, p_sum_result = warm_median(args.runs, lambda: parquet.selectExpr("sum(value)").collect())
+    m_sum, m_sum_result = warm_median(args.runs, lambda: mergetree.selectExpr("sum(value)").collect())
+    f_sum, _ = warm_median(args.runs, lambda: floor_read("value").selectExpr("sum(value)").collect())
     assert abs(p_sum_result[0][0] - m_sum_result[0][0]) < 1e-6 * abs(p_sum_result[0][0])
     report.add("projected sum(value)", p_sum, m_sum, f_sum, "pruned by the extension")
-    many_sum, _ = _median(args.runs, lambda: many.selectExpr("sum(value)").collect())
+    many_sum, _ = warm_median(args.runs, lambda: many.selectExpr("sum(value)").collect())
     report.add(f"projected sum(value), {parts_many} parts", p_sum, many_sum, f_sum,
                f"{many_sum / m_sum:.2f}x the one-part table")
 
@@ -171,15 +143,15 @@ def main(argv: list[str]) -> int:
     plan = one_part.explain(where=key_range)
     granule_rows = sum(task.rows for task in plan.tasks)
     first_row = int(one_part.reader(plan.tasks[0].part).granule_starts[plan.tasks[0].ranges[0][0]])
-    p_range, p_count = _median(args.runs, lambda: parquet.filter(key_range).count())
-    m_range, m_count = _median(args.runs,
+    p_range, p_count = warm_median(args.runs, lambda: parquet.filter(key_range).count())
+    m_range, m_count = warm_median(args.runs,
                                lambda: spark.read.format("mergetree").load(mergetree_path).filter(key_range).count())
-    f_range, _ = _median(args.runs, lambda: floor_read("id,ts,value,name", first_row, first_row + granule_rows, 1)
+    f_range, _ = warm_median(args.runs, lambda: floor_read("id,ts,value,name", first_row, first_row + granule_rows, 1)
                          .filter(key_range).count())
     assert p_count == m_count == high - low + 1, (p_count, m_count)
     report.add(f"key range {key_range}", p_range, m_range, f_range,
                f"{plan.granules_read} of {plan.granules_total} granules ({granule_rows:,} rows)")
-    many_range, many_count = _median(args.runs,
+    many_range, many_count = warm_median(args.runs,
                                      lambda: spark.read.format("mergetree").load(many_path).filter(key_range).count())
     assert many_count == p_count
     report.add(f"key range, {parts_many} parts", p_range, many_range, f_range, "")

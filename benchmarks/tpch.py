@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import argparse
 import decimal
-import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from harness import REPO_ROOT, local_session, warm_median  # benchmarks/ is the script's directory
+
 sys.path.insert(0, str(REPO_ROOT))  # this checkout's package, in the driver as in the workers
 
 # table → (ORDER BY, PARTITION BY) of its mergetree copy
@@ -260,22 +259,8 @@ def _generate(scale: float, target: Path) -> None:
 
 
 def _session():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    from pyspark.sql import SparkSession
-
-    import spark_mergetree
-
-    builder = (SparkSession.builder.master("local[2]").appName("mergetree-tpch")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "4g"))
-    spark = spark_mergetree.configure(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("mergetree-tpch", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "4g",
+                                            "spark.sql.session.timeZone": "UTC"})
 
 
 def _normalized(rows: list) -> list[tuple]:
@@ -288,16 +273,6 @@ def _normalized(rows: list) -> list[tuple]:
         return item
 
     return sorted((tuple(value(item) for item in row) for row in rows), key=repr)
-
-
-def _timed(runs: int, action) -> tuple[float, object]:
-    result = action()  # warm-up
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
 
 
 def main(argv: list[str]) -> int:
@@ -349,8 +324,8 @@ def main(argv: list[str]) -> int:
     results: list[tuple[int, float, float, bool]] = []
     for number in (int(q) for q in args.queries.split(",")):
         text = QUERIES[number].format(fraction=f"{0.0001 / args.scale:.10f}")
-        parquet_seconds, parquet_rows = _timed(args.runs, lambda text=text: run("parquet", text))
-        mergetree_seconds, mergetree_rows = _timed(args.runs, lambda text=text: run("mergetree", text))
+        parquet_seconds, parquet_rows = warm_median(args.runs, lambda text=text: run("parquet", text))
+        mergetree_seconds, mergetree_rows = warm_median(args.runs, lambda text=text: run("mergetree", text))
         same = _normalized(parquet_rows) == _normalized(mergetree_rows)
         results.append((number, parquet_seconds, mergetree_seconds, same))
         print(f"Q{number:<2} parquet {parquet_seconds:6.2f}s  mergetree {mergetree_seconds:6.2f}s  "
