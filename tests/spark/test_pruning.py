@@ -153,3 +153,20 @@ def test_a_read_without_the_extension_says_once_how_to_enable_it(paths, capfd, m
         assert (type(reader).pushFilters is not source_module.DataSourceReader.pushFilters) == pushes
         assert reader.target == plain.reader(plain.schema()).target
     assert "configure(" not in capfd.readouterr().err
+
+
+def test_configure_adds_to_what_the_builder_already_has(spark) -> None:
+    """(The `spark` fixture builds the extension's jar.)"""
+    from pyspark.sql import SparkSession
+
+    from spark_mergetree.spark.session import EXTENSION_CLASS, PUSHDOWN_CONF, configure, extension_jar
+
+    builder = (SparkSession.builder.config("spark.jars", "/opt/other.jar")
+               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+               .config(PUSHDOWN_CONF, "false"))
+    options = configure(configure(builder))._options
+    assert options["spark.jars"] == f"/opt/other.jar,{extension_jar()}"
+    assert options["spark.sql.extensions"] == f"io.delta.sql.DeltaSparkSessionExtension,{EXTENSION_CLASS}"
+    assert options[PUSHDOWN_CONF] == "false"  # the user's choice stays
+    plain = configure(SparkSession.builder, extension=False, unix_socket=False)._options
+    assert "spark.sql.extensions" not in plain and "spark.jars" not in plain
