@@ -170,3 +170,23 @@ def test_configure_adds_to_what_the_builder_already_has(spark) -> None:
     assert options[PUSHDOWN_CONF] == "false"  # the user's choice stays
     plain = configure(SparkSession.builder, extension=False, unix_socket=False)._options
     assert "spark.sql.extensions" not in plain and "spark.jars" not in plain
+
+
+def test_scans_report_their_size_so_small_tables_are_broadcast_as_parquet_ones(spark, paths, tmp_path) -> None:
+    """A Python scan reports no size, which Spark takes as huge: joins with small tables would
+    shuffle both sides. With the extension a mergetree scan reports its files' size."""
+    small = str(tmp_path / "small")
+    spark.range(0, 50).selectExpr("id", "cast(id as string) as label").write.format("mergetree") \
+        .option("order_by", "id").mode("append").save(small)
+    spark.range(0, 50).selectExpr("id", "cast(id as string) as label").write.parquet(small + ".parquet")
+    spark.read.format("mergetree").load(small).createOrReplaceTempView("pruning_small_mergetree")
+    spark.read.parquet(small + ".parquet").createOrReplaceTempView("pruning_small_parquet")
+    query = "select b.label, sum(a.v) from {big} a join {small} b on a.id = b.id group by b.label"
+
+    def joins(big: str, small_view: str) -> list[str]:
+        with spark_settings(spark, {**PLAN_SETTINGS, "spark.sql.autoBroadcastJoinThreshold": str(1 << 20)}):
+            plan = spark.sql(query.format(big=big, small=small_view))._jdf.queryExecution().executedPlan().toString()
+        return re.findall(r"(BroadcastHashJoin|SortMergeJoin|ShuffledHashJoin)", plan)
+
+    assert joins(MERGETREE_VIEW, "pruning_small_mergetree") == joins(PARQUET_VIEW, "pruning_small_parquet") \
+        == ["BroadcastHashJoin"]

@@ -18,6 +18,7 @@ import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.MetadataBuilder;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
@@ -34,7 +35,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * filters safe. The fields of that schema carry the metadata key {@value #MARKER} (whether Spark
  * pushes filters to Python in this query), by which the reader knows. The new provider starts from
  * the Python data source the original one already created (when it did), which saves a Python
- * round trip per scan.
+ * round trip per scan. Its scans report the size of the table's files (of the columns read), so
+ * Spark broadcasts small mergetree tables in joins as it does small Parquet ones.
  *
  * <p>Spark's internal classes are matched by name and rebuilt by reflection ({@code makeCopy}
  * with the relation's own constructor arguments), so a Spark whose classes differ gets the plan
@@ -163,6 +165,11 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
         provider.getClass().getMethod("setShortName", String.class).invoke(provider, table.name());
         shareCreatedSource(table, provider);
         Table ownTable = ((TableProvider) provider).getTable(schema, new Transform[0], table.properties());
+        long size = TableSizes.bytesOnDisk((CaseInsensitiveStringMap) call(relation, "options"));
+        if (size >= 0) {
+            // Of the columns read, as Spark scales a Parquet relation's file size under a projection.
+            ownTable = new SizedTable(ownTable, Math.max(1L, (long) (size * width(kept) / Math.max(1.0, width(all)))));
+        }
 
         // Rebuild with the relation's own constructor arguments (their number differs between
         // Spark versions), replacing the table and the output.
@@ -184,6 +191,14 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
             return relation;
         }
         return relation.makeCopy(arguments);
+    }
+
+    private static double width(List<AttributeReference> attributes) {
+        double total = 0;
+        for (AttributeReference attribute : attributes) {
+            total += attribute.dataType().defaultSize();
+        }
+        return total;
     }
 
     /**
