@@ -114,6 +114,18 @@ class Coordinator(abc.ABC):
         """Reserve `count` consecutive block numbers for a table; return the first one (≥ 1)."""
 
     @abc.abstractmethod
+    def add_staged_table(self, tid: int, table: str) -> None:
+        """Record, for the owner of running transaction `tid`, that another process (a Spark job's
+        commit()) staged changes for it in `table` (text that names the table, e.g. its directory).
+
+        Raises TransactionError once `tid` is no longer running. Recording twice is harmless. The
+        records end with the transaction (commit, abort or its owner's death)."""
+
+    @abc.abstractmethod
+    def staged_tables(self, tid: int) -> list[str]:
+        """The tables recorded by `add_staged_table` for `tid` (its owner reads them before committing)."""
+
+    @abc.abstractmethod
     def list_transactions(self, limit: int = 100) -> list[TxnRecord]:
         """Running transactions and the most recent decided ones, newest first."""
 

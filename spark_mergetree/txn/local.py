@@ -6,6 +6,7 @@ Layout (see format_spec/transactions.md):
   log.jsonl     append-only, fsynced decisions: commits (with removals), aborts, block allocations
   running/<tid> one file per running transaction, flock'ed by its owner for its whole life;
                 a lock anybody else can take means the owner died, so the transaction is aborted
+  staged/<tid>/ tables other processes staged changes in for the running transaction tid
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
+import shutil
 import socket
 import struct
 import threading
@@ -230,12 +233,14 @@ class LocalCoordinator(Coordinator):
             if tid not in self._committed and tid not in self._aborted:
                 self._append({"op": "abort", "tid": tid, "time": time.time(), "reason": "owner died"},
                              durable=False)
+            self._drop_staged_tables(tid)
             path.unlink(missing_ok=True)
             return False
         finally:
             os.close(probe)
 
     def _release(self, tid: int) -> None:
+        self._drop_staged_tables(tid)
         descriptor = self._owned.pop(tid, None)
         self._owned_locks.pop(tid, None)
         if descriptor is not None:
@@ -261,6 +266,12 @@ class LocalCoordinator(Coordinator):
             if content is not None and key in content[1] and self._is_alive(other):
                 return f"transaction {other} holds its removal lock"
         return None
+
+    def _staged_tables_dir(self, tid: int) -> Path:
+        return self.directory / "staged" / f"{tid:020d}"
+
+    def _drop_staged_tables(self, tid: int) -> None:
+        shutil.rmtree(self._staged_tables_dir(tid), ignore_errors=True)
 
     # ---- the Coordinator interface -------------------------------------------------------------
 
@@ -352,6 +363,28 @@ class LocalCoordinator(Coordinator):
                 raise TransactionError(f"cannot abort transaction {tid}: another process owns it")
             self._abort_locked(tid, "aborted")
 
+    def add_staged_table(self, tid: int, table: str) -> None:
+        with self._locked():
+            state, csn = self.status(tid)
+            if state is not TxnState.RUNNING:
+                raise TransactionError(f"transaction {tid} is {state.value}"
+                                       + (f" at csn {csn}" if csn is not None else "")
+                                       + f": nothing can be staged for it any more (table {table})")
+            directory = self._staged_tables_dir(tid)
+            with self._file(f"staged/{tid:020d}"):
+                directory.mkdir(parents=True, exist_ok=True)
+                # Under the lock that decides the transaction: a record is never left behind by a
+                # commit or abort that ran first.
+                write_file_atomically(directory / hashlib.sha256(table.encode()).hexdigest()[:32], table.encode())
+
+    def staged_tables(self, tid: int) -> list[str]:
+        with self._locked():
+            try:
+                paths = sorted(self._staged_tables_dir(tid).iterdir())
+            except FileNotFoundError:
+                return []
+            return [path.read_text() for path in paths if not path.name.startswith(".")]
+
     def status(self, tid: int) -> tuple[TxnState, int | None]:
         with self._locked():
             csn = self._committed.get(tid)
@@ -391,6 +424,11 @@ class LocalCoordinator(Coordinator):
             os.close(self._log_fd)
             self._log_fd = os.open(log_path, os.O_RDWR | os.O_APPEND)
             self._log_offset = self._compacted_size = len(data)
+            # Records of transactions whose end nobody observed (an owner died unnoticed).
+            staged = self.directory / "staged"
+            for directory in staged.iterdir() if staged.is_dir() else ():
+                if directory.name.isdigit() and self.status(int(directory.name))[0] is not TxnState.RUNNING:
+                    self._drop_staged_tables(int(directory.name))
             return len(data)
 
     def _maybe_compact(self) -> None:

@@ -297,6 +297,24 @@ class TableLog:
                     continue
         return result
 
+    def discard_staged(self, tid: int) -> None:
+        """Delete the proposals staged for a transaction that ended without adopting them, with the
+        directories they name that no entry or checkpoint names (under the exclusive lock)."""
+        with self._lock(exclusive=True):
+            proposals = self.staged(tid)
+            if not proposals:
+                return
+            _, checkpointed = self._load_checkpoint()
+            held = set(checkpointed)
+            for entry in self.entries():
+                held.update(entry.added)
+            for path, proposal in proposals:
+                for name in proposal.added:
+                    if name not in held:
+                        self.remove_part_directory(name)
+                path.unlink(missing_ok=True)
+            fsync_dir(self.directory)
+
     def discard(self, tid: int, delete_added_parts: bool = True, also: Iterable[str] = ()) -> None:
         """Roll back the pending entry of a transaction that did not commit, with the directories it
         added (and `also`, names it may have placed). Under the exclusive lock, and only names no
@@ -364,10 +382,12 @@ class TableLog:
         return floor, versions
 
     def snapshot(self, snapshot_csn: int, coordinator: Coordinator, own_tid: int | None = None) -> set[str]:
-        """Names of the parts visible at `snapshot_csn` (plus own_tid's pending changes)."""
+        """Names of the parts visible at `snapshot_csn`, plus the changes of running transaction
+        `own_tid`: its pending entry and the proposals staged for it (a reader inside it sees them)."""
         with self._lock(exclusive=False):
             floor, versions = self._load_checkpoint()
             entries = self.entries()
+            proposals = [proposal for _, proposal in self.staged(own_tid)] if own_tid is not None else []
         if snapshot_csn < floor:
             raise TransactionError(
                 f"table {self.table_dir}: snapshot {snapshot_csn} is older than the retained history "
@@ -379,9 +399,13 @@ class TableLog:
             elif csn is not None:
                 self._fold(versions, entry, csn)
         visible = {name for name, version in versions.items() if version.visible_at(snapshot_csn)}
-        if own is not None:
-            visible.update(own.added)
-            visible.difference_update(own.removed)
+        # Part names are never reused, so applying every addition before every removal is right in
+        # whatever order the changes were made.
+        own_changes = ([own] if own is not None else []) + proposals
+        for change in own_changes:
+            visible.update(change.added)
+        for change in own_changes:
+            visible.difference_update(change.removed)
         return visible
 
     # ---- maintenance ---------------------------------------------------------------------------

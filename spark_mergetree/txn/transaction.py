@@ -171,19 +171,20 @@ class Transaction:
         (`TableLog.stage`); return (added, removed) part names."""
         self._require_writable()
         changes = self._table(table)
-        added: list[str] = []
-        removed: list[str] = []
-        for path, staged in changes.log.staged(self.tid):
-            if path in changes.adopted:
-                continue
+        proposals = [(path, staged) for path, staged in changes.log.staged(self.tid) if path not in changes.adopted]
+        for path, staged in proposals:
             if staged.coordinator != self.coordinator.url:
                 raise TransactionError(f"{path} was staged for coordinator {staged.coordinator}, "
                                        f"not {self.coordinator.url}")
-            self.add_parts(table, staged.added)
-            self.remove_parts(table, staged.removed)
-            changes.adopted.append(path)
-            added.extend(staged.added)
-            removed.extend(staged.removed)
+        # Every addition before every removal: a later proposal may remove a part an earlier one
+        # added, and proposals carry no order (part names are never reused, so this is exact).
+        added = [name for _, staged in proposals for name in staged.added]
+        removed = [name for _, staged in proposals for name in staged.removed]
+        if added:
+            self.add_parts(table, added)
+        if removed:
+            self.remove_parts(table, removed)
+        changes.adopted.extend(path for path, _ in proposals)
         return added, removed
 
     def allocate_blocks(self, table: TableLike, count: int = 1) -> int:

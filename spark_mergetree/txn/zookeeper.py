@@ -10,6 +10,8 @@ Layout under the root path (see format_spec/transactions.md):
   removals/<table>/<part> EPHEMERAL while a running transaction holds the removal lock,
                           PERSISTENT once the removal committed
   blocks/<table>          next free block number (compare-and-set on the znode version)
+  staged/<tid>/<hash>     a table other processes staged changes in for the running transaction
+                          tid (data: the table); created only while log/r-<tid> exists
 
 Transaction ids and commit sequence numbers are both sequence numbers of children of `log/`, so
 they share one sequence, and every commit with csn < tid was decided before `tid` began: the
@@ -21,6 +23,7 @@ when the session expires in the middle.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import socket
@@ -149,7 +152,7 @@ class ZooKeeperCoordinator(Coordinator):
         self._retrying(f"create {path}", lambda: self.client.ensure_path_async(path))
 
     def _ensure_layout(self) -> None:
-        for child in ("log", "txn", "removals", "blocks"):
+        for child in ("log", "txn", "removals", "blocks", "staged"):
             self._ensure(self._path(child))
         stat = self._exists(self._path("log"))
         if stat is not None and stat.cversion == 0:
@@ -264,6 +267,55 @@ class ZooKeeperCoordinator(Coordinator):
         with self._mutex:
             self._locks.setdefault(tid, set()).add((table_id, part_name))
 
+    def _staged_tables_path(self, tid: int) -> str:
+        return self._path("staged", f"{tid:010d}")
+
+    def add_staged_table(self, tid: int, table: str) -> None:
+        parent = self._staged_tables_path(tid)
+        self._ensure(parent)
+        path = f"{parent}/{hashlib.sha256(table.encode()).hexdigest()[:32]}"
+
+        def send() -> Any:
+            # In one multi with a check of the running node: never recorded for an ended transaction.
+            request = self.client.transaction()
+            request.check(self._running_path(tid), 0)
+            request.create(path, table.encode())
+            return request.commit_async()
+
+        results = self._retrying(f"record {path}", send)
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            state, csn = self.status(tid)
+            raise TransactionError(f"transaction {tid} is {state.value}"
+                                   + (f" at csn {csn}" if csn is not None else "")
+                                   + f": nothing can be staged for it any more (table {table})")
+        if isinstance(results[1], Exception) and not isinstance(results[1], NodeExistsError):
+            raise TransactionError(f"recording {path} failed: {results[1]!r}")
+
+    def staged_tables(self, tid: int) -> list[str]:
+        parent = self._staged_tables_path(tid)
+        try:
+            names = self._children(parent)
+        except NoNodeError:
+            return []
+        tables = []
+        for name in sorted(names):
+            found = self._get(f"{parent}/{name}")
+            if found is not None:
+                tables.append(found[0].decode())
+        return tables
+
+    def _drop_staged_tables(self, tid: int) -> None:
+        """Best effort: an ended transaction's records (prune_log removes what is left)."""
+        parent = self._staged_tables_path(tid)
+        try:
+            for path in [f"{parent}/{name}" for name in self._children(parent)] + [parent]:
+                try:
+                    self._retrying(f"delete {path}", lambda path=path: self.client.delete_async(path))
+                except NoNodeError:
+                    pass
+        except (NoNodeError, TransactionError, KazooException):
+            pass
+
     def commit(self, tid: int, removals: Iterable[tuple[str, str]] = (),
                tables: Iterable[str] = ()) -> int:
         removal_list = sorted({(str(table), str(part)) for table, part in removals})
@@ -354,6 +406,7 @@ class ZooKeeperCoordinator(Coordinator):
 
     def _finish_commit(self, tid: int, csn: int) -> int:
         self._forget(tid)
+        self._drop_staged_tables(tid)
         self._known_csn[tid] = csn
         try:
             self._retrying("record csn", lambda: self.client.set_async(
@@ -424,6 +477,7 @@ class ZooKeeperCoordinator(Coordinator):
             pass  # an unreachable server: the session's end aborts it anyway
         finally:
             self._forget(tid)
+        self._drop_staged_tables(tid)
 
     def status(self, tid: int) -> tuple[TxnState, int | None]:
         if tid in self._known_csn:
@@ -539,6 +593,10 @@ class ZooKeeperCoordinator(Coordinator):
                 deleted += 1
             except NoNodeError:
                 pass
+        # Staged-table records of transactions that ended without removing them (an owner died).
+        for name in self._children(self._path("staged")):
+            if name.isdigit() and self.status(int(name))[0] is not TxnState.RUNNING:
+                self._drop_staged_tables(int(name))
         return deleted
 
     def close(self) -> None:

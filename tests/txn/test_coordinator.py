@@ -269,6 +269,44 @@ def test_local_log_with_a_torn_tail(tmp_path) -> None:
         broken.begin()
 
 
+def test_tables_staged_for_a_transaction_by_other_processes(coordinator_url: str,
+                                                            make_coordinator: Callable[[], Coordinator]) -> None:
+    owner, other = make_coordinator(), make_coordinator()
+    info = owner.begin()
+    assert owner.staged_tables(info.tid) == []
+    for table in ("/data/a", "/data/b", "/data/a"):
+        other.add_staged_table(info.tid, table)
+    assert sorted(owner.staged_tables(info.tid)) == ["/data/a", "/data/b"]
+    csn = owner.commit(info.tid)
+    assert owner.staged_tables(info.tid) == [] and other.staged_tables(info.tid) == []
+    with pytest.raises(TransactionError, match=f"committed at csn {csn}"):
+        other.add_staged_table(info.tid, "/data/c")
+    assert owner.staged_tables(info.tid) == []
+    aborted = owner.begin()
+    other.add_staged_table(aborted.tid, "/data/a")
+    owner.abort(aborted.tid)
+    assert other.staged_tables(aborted.tid) == []
+    with pytest.raises(TransactionError, match="aborted"):
+        other.add_staged_table(aborted.tid, "/data/a")
+    # A dead owner's records go too (ZooKeeper: once the session expired, by log pruning).
+    queue = FORK.Queue()
+    child = FORK.Process(target=_begin_lock_and_hang, args=(coordinator_url, queue, 1.0))
+    child.start()
+    tid = queue.get(timeout=60)
+    other.add_staged_table(tid, "/data/a")
+    assert owner.staged_tables(tid) == ["/data/a"]
+    os.kill(child.pid, signal.SIGKILL)
+    child.join()
+    deadline = time.monotonic() + 20
+    while owner.status(tid)[0] is TxnState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with pytest.raises(TransactionError, match="aborted"):
+        other.add_staged_table(tid, "/data/b")
+    if coordinator_url.startswith("zk://"):
+        owner.prune_log()  # type: ignore[attr-defined]
+    assert owner.staged_tables(tid) == []
+
+
 def test_zookeeper_log_pruning_keeps_every_status(zookeeper) -> None:
     from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
 

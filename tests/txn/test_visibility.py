@@ -329,6 +329,35 @@ def test_changes_staged_by_another_process(coordinator: Coordinator, table: Path
         assert part_directories(each) == ({"all_1_1_0", "all_2_2_0"} if each == table else {"all_2_2_0"})
 
 
+def test_proposals_seen_by_their_transaction_and_adopted_in_any_order(coordinator: Coordinator,
+                                                                      table: Path) -> None:
+    insert(coordinator, table, "all_1_1_0")
+    owner = Transaction(coordinator)
+    log = TableLog(table)
+    # Two jobs of one transaction: an append, then an overwrite that replaces the append too. The
+    # later proposal's file name sorts first, as a random one may.
+    write_part(table, "all_2_2_0")
+    first = log.stage(owner.tid, coordinator.url, ["all_2_2_0"])
+    first.rename(first.with_name(f"{owner.tid:020d}.staged-ffffffffffff.json"))
+    write_part(table, "all_3_3_0")
+    second = log.stage(owner.tid, coordinator.url, ["all_3_3_0"], ["all_1_1_0", "all_2_2_0"])
+    second.rename(second.with_name(f"{owner.tid:020d}.staged-000000000000.json"))
+    assert log.snapshot(owner.snapshot, coordinator, own_tid=owner.tid) == {"all_3_3_0"}
+    assert log.snapshot(owner.snapshot, coordinator) == {"all_1_1_0"}
+    assert owner.adopt_staged(table) == (["all_3_3_0", "all_2_2_0"], ["all_1_1_0", "all_2_2_0"])
+    owner.commit()
+    assert Transaction(coordinator).visible_parts(table) == {"all_3_3_0"}
+    # Proposals of a transaction that ends without adopting them are discarded with their parts.
+    quitter = Transaction(coordinator)
+    write_part(table, "all_4_4_0")
+    log.stage(quitter.tid, coordinator.url, ["all_4_4_0"], ["all_3_3_0"])
+    assert log.snapshot(quitter.snapshot, coordinator, own_tid=quitter.tid) == {"all_4_4_0"}
+    quitter.rollback()
+    log.discard_staged(quitter.tid)
+    assert log.staged() == []
+    assert "all_4_4_0" not in part_directories(table) and "all_3_3_0" in part_directories(table)
+
+
 def test_reading_a_table_without_a_log_creates_nothing(coordinator: Coordinator, table: Path) -> None:
     table.mkdir()
     with Transaction(coordinator) as reader:
