@@ -25,20 +25,41 @@ def test_demo_runs_and_reports_consistent_figures(spark, tmp_path):
     assert figures["check_ok"]
 
 
+def _job_env(tmp_path: Path) -> dict[str, str]:
+    import os
+    import sys
+
+    # Nothing of the tests' own Spark session (a Connect one sets variables of its own) leaks in.
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("SPARK_CONNECT", "SPARK_LOCAL_REMOTE", "SPARK_REMOTE", "PYSPARK_"))}
+    return dict(env, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                PYTHONPATH=str(EXAMPLES.parent), SPARK_MERGETREE_COORDINATOR=(tmp_path / "coord").as_uri())
+
+
 def test_spark_submit_job_runs(tmp_path):
     """examples/spark_job.py as users run it: spark-submit, its own SparkSession."""
-    import os
     import subprocess
-    import sys
 
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=str(EXAMPLES.parent), SPARK_MERGETREE_COORDINATOR=(tmp_path / "coord").as_uri())
     result = subprocess.run(
         [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
          str(EXAMPLES / "spark_job.py"), str(tmp_path / "tables"), "--rows", "20000"],
-        capture_output=True, text=True, env=env, timeout=300)
+        capture_output=True, text=True, env=_job_env(tmp_path), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "after the transaction: 40000 events" in result.stdout
+    assert "classic session" in result.stdout
+    assert "after the transaction: 40000 events, 90 daily totals" in result.stdout
+
+
+def test_the_same_job_runs_against_a_spark_connect_server(tmp_path):
+    """Unchanged, as a Spark Connect client (SPARK_REMOTE; `local[2]` starts a local server)."""
+    import subprocess
+    import sys
+
+    env = dict(_job_env(tmp_path), SPARK_REMOTE="local[2]")
+    result = subprocess.run([sys.executable, str(EXAMPLES / "spark_job.py"), str(tmp_path / "tables"),
+                             "--rows", "20000"], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Spark Connect session" in result.stdout
+    assert "after the transaction: 40000 events, 90 daily totals" in result.stdout

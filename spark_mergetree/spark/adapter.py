@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-import time
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,10 +26,15 @@ from spark_mergetree.errors import (
     TransactionError,
     UnsupportedError,
 )
-from spark_mergetree.fileops import write_file_atomically
+from spark_mergetree.txn.table_log import table_dir_of
 
-# The local property a transaction sets in the user's driver thread; tasks read it from TaskContext.
-TXN_PROPERTY = "spark_mergetree.transaction"
+# How a Spark job learns its transaction. `transaction(spark)` sets this session conf where the
+# session allows it; Spark hands `spark.*` session confs to every task as local properties (classic
+# and Connect alike), but not to the planner nor to a write's commit(), so write tasks copy it into
+# their commit messages. The read/write option `transaction` carries the same value explicitly, to
+# the planner, every task and commit(): the way that works wherever confs are restricted.
+TXN_CONF = "spark.mergetree.transaction"
+TXN_OPTION = "transaction"
 
 
 @dataclass(frozen=True)
@@ -50,31 +52,72 @@ class TableRef:
 
 @dataclass(frozen=True)
 class TxnContext:
-    """A running transaction as seen from tasks and from the driver-side commit worker."""
+    """A running transaction as seen from Spark's processes: its coordinator, tid and snapshot."""
 
     coordinator: str
     tid: int
     snapshot: int
-    journal: str  # directory (on the driver host) where commits of this transaction are recorded
 
-    def to_property(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+    @property
+    def id(self) -> str:
+        """The text of the option / session conf: `<tid>:<snapshot>:<coordinator url>`."""
+        return f"{self.tid}:{self.snapshot}:{self.coordinator}"
 
     @classmethod
-    def from_property(cls, text: str | None) -> TxnContext | None:
-        if not text:
+    def parse(cls, text: str | None, source: str = f"option {TXN_OPTION!r}") -> TxnContext | None:
+        if text is None or not str(text).strip():
             return None
-        return cls(**json.loads(text))
+        tid, _, rest = str(text).strip().partition(":")
+        snapshot, _, url = rest.partition(":")
+        try:
+            if not url:
+                raise ValueError
+            return cls(url, int(tid), int(snapshot))
+        except ValueError:
+            raise InvalidOptionError(
+                f"{source}={text!r} is not a transaction id; give the `id` of spark_mergetree.transaction(spark) "
+                "('<tid>:<snapshot>:<coordinator url>')") from None
 
 
 def current_txn_from_task() -> TxnContext | None:
-    """The transaction of the Spark job this task belongs to (set by `transaction()`), if any."""
+    """The transaction of the session that runs this task's job (its conf TXN_CONF), if any."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if context is None:
         return None
-    return TxnContext.from_property(context.getLocalProperty(TXN_PROPERTY))
+    return TxnContext.parse(context.getLocalProperty(TXN_CONF), f"session conf {TXN_CONF!r}")
+
+
+def txn_for_task(explicit: TxnContext | None) -> TxnContext | None:
+    """A task's transaction: the `transaction` option's, else its session's; they must agree."""
+    session = current_txn_from_task()
+    if explicit is not None and session is not None and session != explicit:
+        raise TransactionError(
+            f"option {TXN_OPTION!r} names transaction {explicit.tid}, but the session runs inside transaction "
+            f"{session.tid}: one job cannot belong to two transactions")
+    return explicit if explicit is not None else session
+
+
+def check_transaction(ref: TableRef, txn: TxnContext | None) -> None:
+    """On the driver, before anything is written: the `transaction` option names a running
+    transaction, of the coordinator the table is bound to."""
+    if txn is None:
+        return
+    from spark_mergetree.txn import TxnState, coordinator_from_url
+    from spark_mergetree.txn.table_log import TableLog
+
+    state, csn = coordinator_from_url(txn.coordinator).status(txn.tid)
+    if state is not TxnState.RUNNING:
+        raise InvalidOptionError(
+            f"option {TXN_OPTION!r}: transaction {txn.tid} is {state.value}"
+            + (f" at csn {csn}" if csn is not None else "")
+            + ": use the id of a transaction inside its `with` block")
+    identity = TableLog(ref.path).identity() if ref.path else None
+    if identity is not None and identity["coordinator"] != txn.coordinator:
+        raise InvalidOptionError(
+            f"option {TXN_OPTION!r}: {ref.describe()} is coordinated by {identity['coordinator']}, but "
+            f"transaction {txn.tid} runs on {txn.coordinator}: a transaction cannot span coordinators")
 
 
 # --------------------------------------------------------------------------------- opening tables
@@ -283,14 +326,18 @@ def add_columns(ref: TableRef, columns: Sequence[tuple[str, str]]) -> None:
 class PartSets:
     """The parts a read plan covers (`known`) and the parts visible at planning time (`visible`).
 
-    Planning cannot tell whether the query runs inside a transaction (that is a task-side local
-    property), so it covers every part the table's log names; each task then keeps the parts
-    visible to its own snapshot: `visible` outside a transaction, the transaction's view inside.
+    A read given the `transaction` option plans exactly that transaction's view. Otherwise planning
+    cannot tell whether the query runs inside a transaction (the session conf reaches tasks only),
+    so it covers every part the table's log names (also in pending entries and staged proposals);
+    each task then keeps the parts visible to it: `visible` outside a transaction, the
+    transaction's view inside. A read at an explicit `snapshot` (`time_travel`) reads that
+    snapshot, inside a transaction too.
     """
 
     snapshot: int | None
     visible: frozenset[str]
     known: frozenset[str]
+    time_travel: bool = False
 
 
 @dataclass(frozen=True)
@@ -300,8 +347,11 @@ class PlannedRead:
     granules_read: int
 
 
-def part_sets(ref: TableRef, snapshot: int | None = None) -> PartSets:
+def part_sets(ref: TableRef, snapshot: int | None = None, txn: TxnContext | None = None) -> PartSets:
     table = open_table(ref)
+    if txn is not None and snapshot is None and table.log.identity() is not None:
+        view = frozenset(visible_in_transaction(table.path, txn))
+        return PartSets(txn.snapshot, view, view)
     csn, visible = table.visible_parts(snapshot=snapshot)
     known = set(visible)
     if table.log.identity() is not None and snapshot is None:
@@ -309,8 +359,10 @@ def part_sets(ref: TableRef, snapshot: int | None = None) -> PartSets:
         known.update(versions)
         for entry in table.log.entries():
             known.update(entry.added)
+        for _, proposal in table.log.staged():
+            known.update(proposal.added)
         known = {name for name in known if name in visible or table.store.exists(name)}
-    return PartSets(csn, frozenset(visible), frozenset(known))
+    return PartSets(csn, frozenset(visible), frozenset(known), time_travel=snapshot is not None)
 
 
 def visible_rows(ref: TableRef, parts: PartSets) -> int:
@@ -362,7 +414,7 @@ def usable_predicate(ref: TableRef, predicate: Any) -> Any:
 
 def visible_for_task(ref: TableRef, parts: PartSets, txn: TxnContext | None) -> frozenset[str]:
     """The parts one read task may return: the planning snapshot's, or its transaction's view."""
-    if txn is None:
+    if txn is None or parts.time_travel:
         return parts.visible
     table = open_table(ref)
     if table.log.identity() is None:
@@ -404,14 +456,21 @@ def stage(ref: TableRef, data: pa.Table, tag: str) -> list[Any]:
 
 def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None,
            partition_overwrite_mode: str = "static") -> list[str]:
-    """Make a job's staged parts visible (or, inside a transaction, pending under its tid)."""
+    """Make a job's staged parts visible (or, inside a transaction, staged for its owner to adopt)."""
     table = open_table(ref)
     if txn is None:
         return list(table.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode))
     job = _JobTransaction(txn)
-    names = list(table.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode,
-                                     transaction=job))
-    _journal(txn, [dict(record, ref=asdict(ref)) for record in job.write_pending()])
+    # Recorded first, so the owner finds every proposal this job writes (refused once it ended).
+    job.coordinator.add_staged_table(txn.tid, json.dumps(asdict(ref), sort_keys=True))
+    try:
+        names = list(table.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode,
+                                         transaction=job))
+        job.flush()
+        job.check_still_running()
+    except BaseException:
+        job.withdraw()
+        raise
     return names
 
 
@@ -421,26 +480,26 @@ def discard(ref: TableRef, tag: str, keep: Iterable[Any] = ()) -> None:
 
 # ---------------------------------------------------------------------------------- transactions
 #
-# The user's process owns the transaction (txn.Transaction: it holds the coordinator's liveness lock
-# for the tid). A job's commit() runs in another process, so it works through `_JobTransaction`, a
-# stand-in with the Transaction methods the engine calls (visible_parts/add_parts/remove_parts) that
-# records the changes instead of committing. The changes are written as the table's pending log
-# entry for the tid (so tasks of later reads in the transaction see them) and journaled for the
-# user's process, which replays them into its Transaction and commits at the end of the block.
+# The user's process owns the transaction (txn.Transaction: it holds the coordinator's liveness of
+# the tid). A job's commit() runs in another Spark process, so it works through `_JobTransaction`,
+# a stand-in with the Transaction methods the engine calls, which stages each change as a proposal
+# in the table's log for the tid (naming new parts there before they are renamed into place, under
+# the table's commit lock) after recording the table at the coordinator. That is the one channel:
+# read tasks of the transaction see its proposals, and the owner adopts them when it commits.
 
 
 class _JobTransaction:
-    """What one job's commit() changes in one transaction, seen through the Transaction interface."""
+    """One job's changes in a transaction another process owns, seen through the Transaction interface."""
 
     def __init__(self, txn: TxnContext) -> None:
-        from spark_mergetree.txn import TxnInfo, coordinator_from_url
+        from spark_mergetree.txn import coordinator_from_url
 
         self.context = txn
         self.coordinator = coordinator_from_url(txn.coordinator)
-        self.info = TxnInfo(tid=txn.tid, snapshot=txn.snapshot)
         self.state = "running"
-        self.changes: dict[Path, tuple[list[str], list[str]]] = {}
-        self._previous: dict[Path, Any] = {}  # the tid's pending entry before this job, per table
+        self._removed: dict[Path, list[str]] = {}  # removals not written into a proposal yet
+        self._logs: dict[Path, Any] = {}  # table directory -> its TableLog
+        self._proposals: list[tuple[Any, Path]] = []  # (table log, proposal file)
 
     @property
     def tid(self) -> int:
@@ -450,67 +509,63 @@ class _JobTransaction:
     def snapshot(self) -> int:
         return self.context.snapshot
 
-    def _changes(self, table: Any) -> tuple[list[str], list[str]]:
-        from spark_mergetree.txn.table_log import table_dir_of
-
-        return self.changes.setdefault(table_dir_of(table), ([], []))
-
     def visible_parts(self, table: Any) -> set[str]:
-        from spark_mergetree.txn.table_log import table_dir_of
-
-        visible = visible_in_transaction(table_dir_of(table), self.context)
-        added, removed = self._changes(table)
-        return (visible | set(added)) - set(removed)
-
-    def add_parts(self, table: Any, names: Iterable[str]) -> None:
-        """Record new parts and name them in the table's pending entry for the tid now: the engine
-        calls this under the table's commit lock, before the directories get these names."""
-        from spark_mergetree.txn.table_log import table_dir_of
-
-        self._changes(table)[0].extend(names)
-        self._write_table_pending(table_dir_of(table))
+        key = table_dir_of(table)
+        return visible_in_transaction(key, self.context) - set(self._removed.get(key, ()))
 
     def remove_parts(self, table: Any, names: Iterable[str]) -> None:
-        self._changes(table)[1].extend(names)
+        self._removed.setdefault(table_dir_of(table), []).extend(names)
 
-    def _write_table_pending(self, table_dir: Path) -> None:
+    def add_parts(self, table: Any, names: Iterable[str]) -> None:
+        """Name new parts (with the removals so far) in a proposal now: the engine calls this under
+        the table's commit lock, before the directories get these names."""
+        self._stage(self._log(table), list(names))
+
+    def _log(self, table: Any) -> Any:
+        """The table's log: the engine's own (it knows where the part directories live) once seen."""
         from spark_mergetree.txn.table_log import TableLog
 
-        log = TableLog(table_dir)
-        added, removed = self.changes[table_dir]
-        previous = self._previous.setdefault(table_dir, next(
-            (e for e in log.entries() if e.tid == self.tid and e.csn is None), None))
-        all_added = list(previous.added if previous else ()) + added
-        all_removed = list(previous.removed if previous else ()) + removed
-        log.write_pending(self.tid, self.context.coordinator, all_added, all_removed)
+        key = table_dir_of(table)
+        if isinstance(table, TableLog):
+            self._logs[key] = table
+        return self._logs.setdefault(key, TableLog(key))
 
-    def write_pending(self) -> list[dict[str, Any]]:
-        """Merge this job's changes into each table's pending entry for the tid; return journal records."""
-        records = []
-        for table_dir, (added, removed) in self.changes.items():
-            self._write_table_pending(table_dir)
-            records.append({"path": str(table_dir), "added": added, "removed": removed})
-        return records
+    def _stage(self, log: Any, added: list[str]) -> None:
+        removed = self._removed.pop(table_dir_of(log), [])
+        self._proposals.append((log, log.stage(self.tid, self.context.coordinator, added, removed)))
+
+    def flush(self) -> None:
+        """Stage the removals no addition carried (an overwrite with no rows)."""
+        for key in [key for key, removed in self._removed.items() if removed]:
+            self._stage(self._log(key), [])
+
+    def check_still_running(self) -> None:
+        from spark_mergetree.txn.coordinator import TxnState
+
+        state, _ = self.coordinator.status(self.tid)
+        if state is not TxnState.RUNNING:
+            raise TransactionError(f"transaction {self.tid} ended ({state.value}) while this write ran: the "
+                                   "write is not part of it and was discarded")
+
+    def withdraw(self) -> None:
+        """Take back this job's proposals and the directories they named (the job failed)."""
+        for log, path in self._proposals:
+            log.discard_staged(self.tid, only=[path])
+        self._proposals.clear()
 
 
 def visible_in_transaction(table_dir: str | os.PathLike, txn: TxnContext) -> set[str]:
-    """Parts a transaction sees in a table: its snapshot plus its own pending entry."""
+    """Parts a transaction sees in a table: its snapshot plus its own pending entry and proposals."""
     from spark_mergetree.txn import coordinator_from_url
     from spark_mergetree.txn.table_log import TableLog
 
     return TableLog(table_dir).snapshot(txn.snapshot, coordinator_from_url(txn.coordinator), own_tid=txn.tid)
 
 
-def _journal(txn: TxnContext, records: list[dict[str, Any]]) -> None:
-    """Tell the user's process (same host as every commit() worker) what a job changed."""
-    journal = Path(txn.journal)
-    for record in records:
-        write_file_atomically(journal / f"{time.time_ns():020d}-{uuid.uuid4().hex}.json", json.dumps(record).encode())
+def transaction_state(txn: TxnContext) -> str:
+    from spark_mergetree.txn.coordinator import coordinator_from_url
 
-
-def journal_entries(txn: TxnContext) -> list[dict[str, Any]]:
-    journal = Path(txn.journal)
-    return [json.loads(p.read_text()) for p in sorted(journal.glob("*.json"))]
+    return coordinator_from_url(txn.coordinator).status(txn.tid)[0].value
 
 
 def begin(coordinator_url: str | None) -> tuple[Any, TxnContext]:
@@ -519,33 +574,32 @@ def begin(coordinator_url: str | None) -> tuple[Any, TxnContext]:
     from spark_mergetree.txn.transaction import Transaction
 
     handle = Transaction(coordinator_from_url(coordinator_url) if coordinator_url else None)
-    journal = tempfile.mkdtemp(prefix=f"mergetree-txn-{handle.tid}-")
-    return handle, TxnContext(handle.coordinator.url, int(handle.tid), int(handle.snapshot), journal)
+    return handle, TxnContext(handle.coordinator.url, int(handle.tid), int(handle.snapshot))
 
 
-def _log_of(record: dict[str, Any]) -> Any:
+def _log_of(ref: TableRef) -> Any:
     """The table's log as its engine opens it (it knows on which disks the table's parts are); the
     bare log of the table directory if the table cannot be opened any more."""
+    from spark_mergetree.txn.table_log import TableLog
+
     try:
-        return open_table(TableRef(**record["ref"])).log
+        return open_table(ref).log
     except (MergeTreeError, OSError):
-        from spark_mergetree.txn.table_log import TableLog
-
-        return TableLog(record["path"])
+        return TableLog(ref.path)
 
 
-def finish(handle: Any, txn: TxnContext, commit_it: bool) -> None:
-    """Commit (replaying every job's changes into the user's Transaction) or roll back."""
-    records = journal_entries(txn)
-    logs = {record["path"]: _log_of(record) for record in records}
+def finish(handle: Any, commit_it: bool) -> None:
+    """Commit (adopting what every job staged for the tid) or roll back (discarding it)."""
+    try:
+        logs = [_log_of(TableRef(**json.loads(text))) for text in handle.coordinator.staged_tables(handle.tid)]
+    except BaseException:
+        handle.rollback()
+        raise
     try:
         if commit_it:
             try:
-                for record in records:
-                    if record["removed"]:
-                        handle.remove_parts(logs[record["path"]], record["removed"])
-                    if record["added"]:
-                        handle.add_parts(logs[record["path"]], record["added"])
+                for log in logs:
+                    handle.adopt_staged(log)
             except BaseException:
                 handle.rollback()
                 raise
@@ -553,9 +607,6 @@ def finish(handle: Any, txn: TxnContext, commit_it: bool) -> None:
         else:
             handle.rollback()
     finally:
-        if handle.state != "committed":
-            for log in logs.values():
-                log.discard(txn.tid, delete_added_parts=True)
-        import shutil
-
-        shutil.rmtree(txn.journal, ignore_errors=True)
+        if handle.state == "aborted":
+            for log in logs:
+                log.discard_staged(handle.tid)

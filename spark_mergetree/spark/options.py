@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from spark_mergetree.errors import InvalidOptionError
 from spark_mergetree.format.compression import parse_codec
+from spark_mergetree.spark.adapter import TXN_OPTION, TxnContext
 from spark_mergetree.storage.location import local_path
 
 # Uncompressed bytes one input partition should cover (Spark's spark.sql.files.maxPartitionBytes
@@ -27,8 +28,8 @@ DEFAULT_STAGE_ROWS = 4 << 20
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
-# Options that only name the table; shared by reads and writes.
-_LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator"}
+# Options that only name the table, and the transaction; shared by reads and writes.
+_LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator", TXN_OPTION}
 
 READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot"}
 
@@ -111,6 +112,7 @@ class ReadOptions:
     target_rows: int | None = None
     pushdown: bool = True
     snapshot: int | None = None
+    transaction: TxnContext | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -130,6 +132,7 @@ class ReadOptions:
             target_rows=parse_int(options, "target_rows", None, minimum=1),
             pushdown=parse_bool(options, "pushdown", True),
             snapshot=parse_int(options, "snapshot", None),
+            transaction=_transaction(options, "snapshot"),
         )
 
 
@@ -146,6 +149,7 @@ class WriteOptions:
     partition_overwrite_mode: str = "static"  # "dynamic": replace only the partitions written
     merge_schema: bool = False
     stage_rows: int = DEFAULT_STAGE_ROWS
+    transaction: TxnContext | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], overwrite: bool) -> WriteOptions:
@@ -190,7 +194,16 @@ class WriteOptions:
             partition_overwrite_mode=mode,
             merge_schema=parse_bool(options, "merge_schema", False),
             stage_rows=parse_int(options, "stage_rows", DEFAULT_STAGE_ROWS, minimum=1) or DEFAULT_STAGE_ROWS,
+            transaction=_transaction(options),
         )
+
+
+def _transaction(options: Mapping[str, str], excludes: str | None = None) -> TxnContext | None:
+    txn = TxnContext.parse(options.get(TXN_OPTION))
+    if txn is not None and excludes is not None and options.get(excludes) is not None:
+        raise InvalidOptionError(f"options {TXN_OPTION!r} and {excludes!r} exclude each other: a transaction "
+                                 "reads its own snapshot")
+    return txn
 
 
 def _check_codec(raw: str) -> str:

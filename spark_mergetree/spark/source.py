@@ -41,7 +41,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructField, StructType
 
-from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, TableNotFoundError
+from spark_mergetree.errors import InvalidOptionError, TableNotFoundError, TransactionError
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
 from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, OPEN_COST_BYTES, ReadOptions, WriteOptions
@@ -79,6 +79,7 @@ class MergeTreeDataSource(DataSource):
         opts = ReadOptions.parse(self.options)
         ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
         adapter.check_snapshot(ref, opts.snapshot)
+        adapter.check_transaction(ref, opts.transaction)
         return opts, ref
 
     def schema(self) -> StructType:
@@ -114,6 +115,7 @@ class MergeTreeDataSource(DataSource):
         # Every option and the DataFrame's schema are checked before a table is created.
         opts = WriteOptions.parse(self.options, overwrite)
         ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        adapter.check_transaction(ref, opts.transaction)
         table_options = (opts.order_by, opts.partition_by, opts.primary_key, opts.settings)
         if not adapter.table_exists(ref):
             non_nullable = key_columns(opts.order_by, opts.partition_by, opts.primary_key) & set(schema.fieldNames())
@@ -129,7 +131,7 @@ class MergeTreeDataSource(DataSource):
             adapter.add_columns(ref, clickhouse_columns(subset, set()))
             table_arrow = adapter.table_schema(ref)
         return MergeTreeWriter(ref, table_arrow, "overwrite" if overwrite else "append", uuid.uuid4().hex,
-                               opts.stage_rows, opts.partition_overwrite_mode)
+                               opts.stage_rows, opts.partition_overwrite_mode, opts.transaction)
 
 
 # ------------------------------------------------------------------------------------------ read
@@ -179,7 +181,7 @@ class MergeTreeReader(DataSourceReader):
         self.target_rows = opts.target_rows or _target_rows(schema)
 
     def partitions(self) -> list[InputPartition]:
-        parts = adapter.part_sets(self.ref, self.opts.snapshot)
+        parts = adapter.part_sets(self.ref, self.opts.snapshot, self.opts.transaction)
         explicit = self.opts.target_rows is not None
         # Big parts are cut into tasks of a share of the rows (so one part feeds every core); the
         # tasks are then packed into partitions of about `target_rows` rows, counting a cost for
@@ -192,7 +194,7 @@ class MergeTreeReader(DataSourceReader):
         return [MergeTreePartition(i, share, parts) for i, share in enumerate(shares)]
 
     def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        visible = adapter.visible_for_task(self.ref, partition.parts, adapter.current_txn_from_task())
+        visible = adapter.visible_for_task(self.ref, partition.parts, adapter.txn_for_task(self.opts.transaction))
         tasks = [task for task in partition.tasks if task.part in visible]
         # Batches of small parts are handed over together: Spark pays per batch, not per row only.
         pending: list[pa.RecordBatch] = []
@@ -319,8 +321,9 @@ class MergeTreeCommitMessage(WriterCommitMessage):
 
 class MergeTreeWriter(DataSourceArrowWriter):
     def __init__(self, ref: TableRef, table_arrow: pa.Schema, mode: str, tag: str, stage_rows: int,
-                 partition_overwrite_mode: str = "static") -> None:
+                 partition_overwrite_mode: str = "static", txn: TxnContext | None = None) -> None:
         self.ref = ref
+        self.txn = txn  # the `transaction` option (the session conf reaches only the tasks)
         self.stage_rows = stage_rows
         self.table_arrow = table_arrow
         self.mode = mode
@@ -332,7 +335,7 @@ class MergeTreeWriter(DataSourceArrowWriter):
 
         context = TaskContext.get()
         assert context is not None, "write() runs in a Spark task"
-        txn = adapter.current_txn_from_task()
+        txn = adapter.txn_for_task(self.txn)
         staged: list[Any] = []
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
@@ -362,9 +365,9 @@ class MergeTreeWriter(DataSourceArrowWriter):
         for message in messages:
             if isinstance(message, MergeTreeCommitMessage) and message.partition_id not in chosen:
                 chosen[message.partition_id] = message
-        contexts = {message.txn for message in chosen.values()}
+        contexts = {message.txn for message in chosen.values()} | ({self.txn} if self.txn else set())
         if len(contexts) > 1:
-            raise SchemaMismatchError(f"tasks of one write disagree on the transaction: {contexts}")
+            raise TransactionError(f"tasks of one write disagree on the transaction: {sorted(map(str, contexts))}")
         txn = next(iter(contexts), None)
         staged = [part for message in chosen.values() for part in message.staged]
         try:

@@ -1,35 +1,43 @@
 """`transaction(spark)`: several Spark writes (and reads) of mergetree tables as one transaction.
 
-The transaction lives in the user's process; Spark runs each job's commit() in a separate
-driver-side Python worker that cannot reach it. What does cross into Spark's processes is a
-thread-local *local property* of the SparkContext: it carries the coordinator URL, tid, snapshot
-and a journal directory. Write tasks copy it into their commit messages; commit() then writes the
-job's parts as entries pending under that tid (and notes the table in the journal) instead of
-committing. Leaving the `with` block commits the tid here, making every table's entries visible at
-once; an exception or `rollback()` aborts it and nothing becomes visible. Read tasks see the same
-property and read the transaction's snapshot plus its own pending writes.
+Works alike on classic and Spark Connect sessions: it needs no SparkContext. The transaction lives
+in the user's process; Spark's processes learn it from the session conf `spark.mergetree.transaction`
+(set while the block runs, where the session allows it; tasks see it) or from the read/write
+option `transaction` = `tx.id` (the planner, the tasks and a write's commit() see it). A write job's
+commit() stages its parts for the tid in each table's log and records the table at the coordinator;
+leaving the `with` block adopts what was staged and commits the tid, making every table's changes
+visible at once. An exception or `rollback()` aborts it and discards what was staged.
 """
 
 from __future__ import annotations
 
+import logging
 from types import TracebackType
 from typing import Any
 
-from spark_mergetree.errors import TransactionError
+from spark_mergetree.errors import MergeTreeError, TransactionError
 from spark_mergetree.spark import adapter
-from spark_mergetree.spark.adapter import TXN_PROPERTY, TxnContext
+from spark_mergetree.spark.adapter import TXN_CONF, TXN_OPTION, TxnContext
+
+log = logging.getLogger(__name__)
 
 
 class SparkTransaction:
-    """Context manager returned by `transaction(spark)`; use it from the thread that runs the jobs."""
+    """Context manager returned by `transaction(spark)`."""
 
-    def __init__(self, spark: Any, coordinator: str | None = None) -> None:
+    def __init__(self, spark: Any, coordinator: str | None = None, *, session_conf: bool = True) -> None:
         self._spark = spark
         self._coordinator = coordinator
+        self._session_conf = session_conf
+        self._conf_set = False
         self._handle: Any = None
         self.context: TxnContext | None = None
-        self._previous: str | None = None
         self._finished = False
+
+    @property
+    def id(self) -> str:
+        """The value for `.option("transaction", tx.id)` on a read or write inside the block."""
+        return self._require().id
 
     @property
     def tid(self) -> int:
@@ -48,49 +56,81 @@ class SparkTransaction:
         if self.context is not None:
             raise TransactionError("a transaction object can be entered only once")
         self._handle, self.context = adapter.begin(self._coordinator)
-        context = self._spark.sparkContext
-        self._previous = context.getLocalProperty(TXN_PROPERTY)
-        if self._previous:
-            adapter.finish(self._handle, self.context, commit_it=False)
-            raise TransactionError("transactions do not nest: this thread is already inside one")
-        context.setLocalProperty(TXN_PROPERTY, self.context.to_property())
+        if self._session_conf:
+            try:
+                self._join_session(self.context)
+            except BaseException:
+                self._finished = True
+                adapter.finish(self._handle, commit_it=False)
+                raise
         return self
 
-    def _detach(self) -> None:
-        self._spark.sparkContext.setLocalProperty(TXN_PROPERTY, None)
+    def _join_session(self, context: TxnContext) -> None:
+        conf = self._spark.conf
+        try:
+            current = conf.get(TXN_CONF, None)
+        except Exception:  # noqa: BLE001 - a session that hides the conf cannot have it set either
+            current = None
+        other = None
+        if current:
+            try:
+                other = TxnContext.parse(current, f"session conf {TXN_CONF!r}")
+            except MergeTreeError:
+                other = None  # not ours to judge: overwrite it
+        if other is not None and adapter.transaction_state(other) == "running":
+            raise TransactionError(f"transactions do not nest: this Spark session is already inside transaction "
+                                   f"{other.tid} (one transaction per session at a time)")
+        try:
+            conf.set(TXN_CONF, context.id)
+        except Exception as error:  # noqa: BLE001 - any refusal: Databricks restricts confs
+            raise TransactionError(
+                f"this Spark session does not allow setting {TXN_CONF!r} ({type(error).__name__}: "
+                f"{str(error).splitlines()[0] if str(error) else ''}); open the transaction with "
+                f"transaction(spark, session_conf=False) and give every read and write inside it "
+                f".option({TXN_OPTION!r}, tx.id)") from error
+        self._conf_set = True
+
+    def _leave_session(self) -> None:
+        if not self._conf_set:
+            return
+        self._conf_set = False
+        try:
+            self._spark.conf.unset(TXN_CONF)
+        except Exception as error:  # noqa: BLE001 - a stale value names an ended transaction: harmless
+            log.warning("could not unset %s after transaction %s: %r", TXN_CONF, self.tid, error)
+
+    def _finish(self, commit_it: bool) -> None:
+        context = self._require()
+        if self._finished:
+            raise TransactionError(f"transaction {context.tid} is already finished")
+        self._finished = True
+        self._leave_session()
+        adapter.finish(self._handle, commit_it=commit_it)
 
     def commit(self) -> None:
         """Commit now (the `with` block does this on a normal exit)."""
-        context = self._require()
-        if self._finished:
-            raise TransactionError(f"transaction {context.tid} is already finished")
-        self._finished = True
-        self._detach()
-        adapter.finish(self._handle, context, commit_it=True)
+        self._finish(commit_it=True)
 
     def rollback(self) -> None:
         """Abort: nothing written inside the transaction becomes visible."""
-        context = self._require()
-        if self._finished:
-            raise TransactionError(f"transaction {context.tid} is already finished")
-        self._finished = True
-        self._detach()
-        adapter.finish(self._handle, context, commit_it=False)
+        self._finish(commit_it=False)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         if self._finished:
             return
-        if kind is None:
-            self.commit()
-        else:
-            self.rollback()
+        self._finish(commit_it=kind is None)
 
 
-def transaction(spark: Any, coordinator: str | None = None) -> SparkTransaction:
+def transaction(spark: Any, coordinator: str | None = None, *, session_conf: bool = True) -> SparkTransaction:
     """`with transaction(spark) as tx:` — writes inside become visible together at exit, or never.
+
+    Works on classic and Spark Connect sessions. Reads and writes of the session join it through
+    the session conf `spark.mergetree.transaction`; where a session refuses that conf (Databricks
+    serverless and standard access mode restrict confs), pass `session_conf=False` and give each
+    read and write `.option("transaction", tx.id)` (which works everywhere).
 
     `coordinator` is a coordinator URL (file:///dir or zk://host:port/root); by default the
     process default coordinator ($SPARK_MERGETREE_COORDINATOR or ~/.spark_mergetree).
     """
-    return SparkTransaction(spark, coordinator)
+    return SparkTransaction(spark, coordinator, session_conf=session_conf)

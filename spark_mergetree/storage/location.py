@@ -1,7 +1,7 @@
 """Where a table or catalog lives, as a user writes it: a local path or a `file://` URL.
 
 Object storage and other remote file systems (`s3://`, `gs://`, `abfss://`, `hdfs://`, `dbfs:/`,
-...) are not supported yet. Such a location is refused before anything is written: taken as a
+...) are not supported yet, nor Databricks' FUSE mounts of object storage (`/dbfs`, `/Volumes`). Such a location is refused before anything is written: taken as a
 path it would quietly become a local directory named `s3:` in the working directory of every
 process, while its user believes the data went to the bucket.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -17,6 +18,23 @@ from spark_mergetree.errors import UnsupportedError
 
 # A scheme followed by ":/" (RFC 3986 letters); "data:2024" without a slash stays a file name.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):/")
+# Databricks' FUSE mounts over object storage (DBFS, Unity Catalog volumes, workspace files). Nothing
+# documents atomic rename, hard links, file locks or fsync on them (delta-rs's atomic commit fails
+# there with "Function not implemented", delta-rs#2540), and a commit relies on all four. macOS
+# mounts ordinary disks at /Volumes, so that prefix is a Databricks one only elsewhere.
+_FUSE_MOUNTS = ("/dbfs", "/Workspace") + (() if sys.platform == "darwin" else ("/Volumes",))
+
+
+def refuse_fuse_mount(path: str | os.PathLike[str], what: str) -> None:
+    """Raise UnsupportedError naming `path` if it is on a Databricks FUSE mount (see _FUSE_MOUNTS)."""
+    absolute = os.path.abspath(os.fspath(path))
+    for mount in _FUSE_MOUNTS:
+        if absolute == mount or absolute.startswith(mount + "/"):
+            raise UnsupportedError(
+                f"{what} {os.fspath(path)!r} is on {mount}, a Databricks FUSE mount over object storage: it has "
+                "no atomic rename, hard links, file locks or fsync that a commit can rely on. Keep tables, "
+                "catalogs and coordinator directories on a local disk or an NFS mount, and use a ZooKeeper "
+                "coordinator across machines (README, 'Databricks')")
 
 
 def local_path(location: str | os.PathLike[str]) -> Path:
@@ -28,6 +46,7 @@ def local_path(location: str | os.PathLike[str]) -> Path:
     text = os.fspath(location)
     match = _URL.match(text)
     if match is None or len(match.group(1)) == 1:  # no scheme, or a Windows drive letter
+        refuse_fuse_mount(text, "location")
         return Path(text)
     scheme = match.group(1).lower()
     if scheme == "file":
@@ -35,8 +54,9 @@ def local_path(location: str | os.PathLike[str]) -> Path:
         if parsed.netloc not in ("", "localhost"):
             raise UnsupportedError(f"location {text!r}: a file URL on another host is not supported; "
                                    "use file:///path or a path mounted on this machine")
+        refuse_fuse_mount(unquote(parsed.path), "location")
         return Path(unquote(parsed.path))
     raise UnsupportedError(
         f"location {text!r}: {scheme}: URLs are not supported yet (object storage and remote file systems); "
-        "use a local directory or a file:// URL, or a mount of that storage every process sees as a local "
-        "path (e.g. /dbfs/..., /Volumes/...)")
+        "use a local directory or a file:// URL, or a file system every process mounts as a local path "
+        "(e.g. NFS)")

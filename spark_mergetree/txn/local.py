@@ -28,6 +28,7 @@ from typing import Any
 
 from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.fileops import write_file_atomically
+from spark_mergetree.storage.location import refuse_fuse_mount
 from spark_mergetree.txn.coordinator import (
     Coordinator,
     TxnInfo,
@@ -45,6 +46,7 @@ class LocalCoordinator(Coordinator):
     def __init__(self, directory: str | os.PathLike, *, compact_threshold_bytes: int = 64 << 20) -> None:
         """`compact_threshold_bytes`: once log.jsonl is larger than this and twice its size after
         the last compaction, a commit rewrites it without the records nobody needs any more."""
+        refuse_fuse_mount(Path(directory).expanduser(), "coordinator directory")
         self.directory = Path(directory).expanduser().resolve()
         self.compact_threshold_bytes = compact_threshold_bytes
         self._running_dir = self.directory / "running"

@@ -297,11 +297,15 @@ class TableLog:
                     continue
         return result
 
-    def discard_staged(self, tid: int) -> None:
-        """Delete the proposals staged for a transaction that ended without adopting them, with the
-        directories they name that no entry or checkpoint names (under the exclusive lock)."""
+    def discard_staged(self, tid: int, only: Iterable[Path] | None = None) -> None:
+        """Delete the proposals staged for a transaction that ended without adopting them (or
+        `only` those files: a failed job takes its own back), with the directories they name that
+        no entry or checkpoint names (under the exclusive lock)."""
         with self._lock(exclusive=True):
             proposals = self.staged(tid)
+            if only is not None:
+                chosen = set(only)
+                proposals = [(path, proposal) for path, proposal in proposals if path in chosen]
             if not proposals:
                 return
             _, checkpointed = self._load_checkpoint()
@@ -311,7 +315,7 @@ class TableLog:
             for path, proposal in proposals:
                 for name in proposal.added:
                     if name not in held:
-                        self.remove_part_directory(name)
+                        self.directories.remove(name)
                 path.unlink(missing_ok=True)
             fsync_dir(self.directory)
 

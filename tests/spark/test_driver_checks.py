@@ -13,8 +13,11 @@ pytestmark = pytest.mark.spark
 
 
 def _jvm_cwd(spark) -> Path:
-    """Where Spark's Python workers run (a relative path there is where a stray directory lands)."""
-    return Path(spark.sparkContext._jvm.System.getProperty("user.dir"))
+    """Where Spark's Python workers run (a relative path there is where a stray directory lands).
+    The JVM of the tests' session runs in this process, also behind a local Connect server."""
+    from pyspark import SparkContext
+
+    return Path(SparkContext._active_spark_context._jvm.System.getProperty("user.dir"))
 
 
 def test_urls_are_refused_before_anything_is_written(spark, tmp_path: Path, monkeypatch) -> None:
@@ -122,3 +125,17 @@ def test_snapshot_beyond_the_latest_commit_is_refused(spark, tmp_path: Path) -> 
     now = table.coordinator.current_timestamp()
     with pytest.raises(Exception, match=rf"option 'snapshot'.*{now + 100}.*latest.*{now}"):
         spark.read.format("mergetree").option("snapshot", str(now + 100)).load(str(path)).count()
+
+
+def test_databricks_fuse_mounts_are_refused_before_anything_is_written(spark) -> None:
+    from spark_mergetree.spark import transaction
+
+    with pytest.raises(Exception, match=r"'/Volumes/main/default/v/events' is on /Volumes, a Databricks FUSE mount"):
+        spark.range(3).write.format("mergetree").option("order_by", "id").mode("append").save(
+            "/Volumes/main/default/v/events")
+    with pytest.raises(Exception, match=r"'/dbfs/tmp/root' is on /dbfs, a Databricks FUSE mount"):
+        spark.read.format("mergetree").option("catalog", "/dbfs/tmp/root").load("db.t").count()
+    with pytest.raises(Exception, match=r"coordinator directory '/dbfs/coordinator' is on /dbfs"):
+        with transaction(spark, coordinator="file:///dbfs/coordinator"):
+            pass
+    assert not Path("/Volumes").exists() and not Path("/dbfs").exists()

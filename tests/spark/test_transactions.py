@@ -117,7 +117,7 @@ def test_time_travel_with_the_snapshot_option(spark, tmp_path: Path) -> None:
 
 def test_a_transaction_on_a_table_spread_over_disks(spark, tmp_path: Path) -> None:
     """The user's process commits or rolls back parts it never wrote itself, on every disk of the
-    table's storage policy (the journal names the table; its engine knows where the parts are)."""
+    table's storage policy (the coordinator's record names the table; its engine knows where the parts are)."""
     policy = {"name": "j", "disks": {f"d{i}": {"path": str(tmp_path / f"disk{i}")} for i in range(2)},
               "volumes": [{"name": "main", "disks": ["d0", "d1"], "layout": "raid1"}]}
     path = tmp_path / "mirrored"
@@ -133,3 +133,65 @@ def test_a_transaction_on_a_table_spread_over_disks(spark, tmp_path: Path) -> No
     parts = {p.name for disk in ("disk0", "disk1") for p in (tmp_path / disk).glob("store/*/*/*")
              if p.is_dir() and not p.name.startswith("delete_tmp")}
     assert parts == {p.name for p in MergeTreeTable.open(path).parts()}, "the rolled back part is gone from both disks"
+
+
+def test_time_travel_inside_a_transaction_reads_the_older_snapshot(spark, tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    _make(spark, a, 10)
+    before, _ = MergeTreeTable.open(a).visible_parts()
+    _make(spark, a, 5)
+    with transaction(spark) as tx:
+        spark.range(100, 103).write.format("mergetree").mode("append").save(str(a))
+        old = spark.read.format("mergetree").option("snapshot", str(before)).load(str(a))
+        assert old.count() == 10 and _count(spark, a) == 18
+        with pytest.raises(Exception, match="'transaction' and 'snapshot' exclude each other"):
+            spark.read.format("mergetree").option("snapshot", str(before)).option("transaction", tx.id).load(
+                str(a)).count()
+    assert _count(spark, a) == 18
+
+
+def test_the_transaction_option_works_without_the_session_conf(spark, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    _make(spark, a, 10)
+    _make(spark, b, 20)
+    with transaction(spark, session_conf=False) as tx:
+        assert spark.conf.get("spark.mergetree.transaction", None) is None
+        (spark.range(100, 105).write.format("mergetree").option("transaction", tx.id)
+         .mode("append").save(str(a)))
+        # An overwrite with no rows at all still belongs to the transaction (the option reaches commit()).
+        (spark.range(0).write.format("mergetree").option("transaction", tx.id)
+         .mode("overwrite").save(str(b)))
+        # Without the option (and without the conf) a read is outside the transaction...
+        assert (_count(spark, a), _count(spark, b)) == (10, 20)
+        # ...with it, the transaction's own view.
+        inside = spark.read.format("mergetree").option("transaction", tx.id)
+        assert (inside.load(str(a)).count(), inside.load(str(b)).count()) == (15, 0)
+    assert (_count(spark, a), _count(spark, b)) == (15, 0)
+    with pytest.raises(Exception, match=f"transaction {tx.tid} is committed"):
+        spark.range(3).write.format("mergetree").option("transaction", tx.id).mode("append").save(str(a))
+    with pytest.raises(Exception, match="is not a transaction id"):
+        spark.read.format("mergetree").option("transaction", "17").load(str(a)).count()
+    assert _count(spark, a) == 15
+
+
+def test_rollback_discards_what_jobs_staged_with_the_option(spark, tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    _make(spark, a, 10)
+    before = {p.name for p in a.iterdir()}
+    with pytest.raises(RuntimeError, match="boom"):
+        with transaction(spark, session_conf=False) as tx:
+            spark.range(100, 105).write.format("mergetree").option("transaction", tx.id).mode("overwrite").save(str(a))
+            assert spark.read.format("mergetree").option("transaction", tx.id).load(str(a)).count() == 5
+            raise RuntimeError("boom")
+    assert _count(spark, a) == 10
+    assert {name for name in {p.name for p in a.iterdir()} - before if not name.startswith("delete_tmp")} == set()
+    assert not list((a / "_mergetree" / "log").glob("*.staged-*"))
+
+
+def test_transactions_do_not_nest_in_one_session(spark, tmp_path: Path) -> None:
+    with transaction(spark) as outer:
+        with pytest.raises(TransactionError, match=f"already inside transaction {outer.tid}"):
+            with transaction(spark):
+                pass
+        assert spark.conf.get("spark.mergetree.transaction") == outer.id
+    assert spark.conf.get("spark.mergetree.transaction", None) is None

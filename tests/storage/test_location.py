@@ -77,3 +77,21 @@ def test_a_catalog_root_url_is_refused_before_anything_is_written(tmp_path, monk
         Catalog("s3://bucket/root")
     assert list(tmp_path.iterdir()) == []
     assert (Catalog(f"file://{tmp_path}/cat").root / "metadata").is_dir()
+
+
+FUSE = ["/dbfs/tmp/t", "/Volumes/main/default/volume/t", "file:///dbfs/t", "/Workspace/Users/a/t"]
+
+
+@pytest.mark.parametrize("location", FUSE)
+def test_databricks_fuse_mounts_are_refused_for_tables_catalogs_and_coordinators(location: str) -> None:
+    from spark_mergetree.catalog.catalog import Catalog
+    from spark_mergetree.txn.coordinator import coordinator_from_url
+
+    local = location.removeprefix("file://")
+    for action in (lambda: MergeTreeTable.create(location, [("id", "UInt64")], order_by="id"),
+                   lambda: MergeTreeTable.open(location), lambda: Catalog(location),
+                   lambda: coordinator_from_url(Path(local).as_uri()), lambda: coordinator_from_url(local)):
+        with pytest.raises(UnsupportedError, match="Databricks FUSE mount over object storage") as caught:
+            action()
+        assert repr(local) in str(caught.value)
+    assert not Path(local).exists()
