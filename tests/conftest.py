@@ -6,6 +6,13 @@ task fail on its first attempt and watch Spark retry it. It is set up by spark_m
 tests turn the extension off per query with `spark.mergetree.extension.enabled=false`. Workers run
 this interpreter and import the package from the repository.
 
+`pytest --spark-connect` runs the tests that use the `spark` fixture (only those) against a local
+Spark Connect server instead (`SparkSession.builder.remote("local[2,3]")`, what Databricks
+serverless and standard-access clusters give their users): the client has no SparkContext. A
+Connect client and a classic session cannot share one Python process (PySpark switches its whole
+API to Connect once a remote session exists), so the two modes are two pytest runs
+(`scripts/test` runs both).
+
 No test touches the user's home: the session runs with HOME pointing at a temporary directory, every
 test gets a coordinator of its own (Spark tests share the session's, which the Spark workers were
 started with), and a test that creates `~/.spark_mergetree` in that home fails.
@@ -27,8 +34,27 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 COORDINATOR_ENV = "SPARK_MERGETREE_COORDINATOR"
+CONNECT_OPTION = "--spark-connect"
+SPARK_ONLY_OPTION = "--spark-only"
 _SESSION_DIR: Path | None = None
 _SAVED_ENV: dict[str, str | None] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(CONNECT_OPTION, action="store_true", default=False,
+                     help="run only the tests that use the `spark` fixture, against a local Spark Connect server")
+    parser.addoption(SPARK_ONLY_OPTION, action="store_true", default=False,
+                     help="run only the tests that use the `spark` fixture")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not (config.getoption(CONNECT_OPTION) or config.getoption(SPARK_ONLY_OPTION)):
+        return
+    selected = [item for item in items if "spark" in getattr(item, "fixturenames", ())]
+    deselected = [item for item in items if "spark" not in getattr(item, "fixturenames", ())]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+    items[:] = selected
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,7 +104,7 @@ def _python_path_with_repo() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark(request: pytest.FixtureRequest) -> Iterator[object]:
     # Python workers inherit the environment of the JVM, which inherits ours.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -90,8 +116,11 @@ def spark() -> Iterator[object]:
 
     # The session extension's jar, built from jvm/src when missing or older than its sources.
     subprocess.run([str(REPO_ROOT / "scripts" / "build-jvm")], check=True)
+    connect = request.config.getoption(CONNECT_OPTION)
+    # A local Spark Connect server (in this process's JVM) takes the same static settings.
+    builder = SparkSession.builder.remote("local[2,3]") if connect else SparkSession.builder.master("local[2,3]")
     session = configure(
-        SparkSession.builder.master("local[2,3]")
+        builder
         .appName("spark-mergetree-tests")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.sql.shuffle.partitions", "2")
@@ -102,7 +131,12 @@ def spark() -> Iterator[object]:
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .config("spark.python.worker.reuse", "true")
     ).getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    if connect:
+        from pyspark import SparkContext
+
+        SparkContext._active_spark_context.setLogLevel("ERROR")  # type: ignore[union-attr]
+    else:
+        session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
     finally:
