@@ -50,8 +50,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not (config.getoption(CONNECT_OPTION) or config.getoption(SPARK_ONLY_OPTION)):
         return
-    selected = [item for item in items if "spark" in getattr(item, "fixturenames", ())]
-    deselected = [item for item in items if "spark" not in getattr(item, "fixturenames", ())]
+    def runs_on_the_session(item: pytest.Item) -> bool:
+        # `own_session`: the test needs the shared session only to exist; it runs a session of its own.
+        return ("spark" in getattr(item, "fixturenames", ())
+                and not (config.getoption(CONNECT_OPTION) and item.get_closest_marker("own_session")))
+
+    selected = [item for item in items if runs_on_the_session(item)]
+    deselected = [item for item in items if not runs_on_the_session(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
     items[:] = selected

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.spark
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 
 
+@pytest.mark.own_session  # the kernel's session is classic whatever the tests' session is
 def test_quickstart_notebook_executes(spark) -> None:
     # `spark` is requested only so the shared session exists first; the kernel starts its own.
     notebook = nbformat.read(NOTEBOOK, as_version=4)

@@ -57,7 +57,13 @@ def _mode(spark, extension: str, pushdown: str):
 
 def _collect_with_scan_rows(df) -> tuple[list, int]:
     """Rows of the query and how many rows the mergetree scans handed to Spark (their SQL metric)."""
+    from pyspark.sql.utils import is_remote
+
     rows = df.collect()
+    if is_remote():  # Spark Connect: the server sends the executed plan's metrics with the result
+        _, nodes = df.executionInfo.metrics.extract_graph()
+        return rows, sum(int(metric.value) for node in nodes.values() if "BatchScan" in node.name
+                         for metric in node.metrics if metric.name in ("numOutputRows", "number of output rows"))
     leaves = df._jdf.queryExecution().executedPlan().collectLeaves()
     scanned = 0
     for position in range(leaves.size()):
