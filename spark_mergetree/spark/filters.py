@@ -15,28 +15,34 @@ import decimal
 from collections.abc import Iterable
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    EqualNullSafe,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    IsNotNull,
-    IsNull,
-    LessThan,
-    LessThanOrEqual,
-    Not,
-    StringContains,
-    StringEndsWith,
-    StringStartsWith,
-)
 
 from spark_mergetree.expressions import predicate as p
 
-_COMPARISONS = {
-    EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=",
-}
+try:
+    from pyspark.sql.datasource import (
+        EqualNullSafe,
+        EqualTo,
+        Filter,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        IsNotNull,
+        IsNull,
+        LessThan,
+        LessThanOrEqual,
+        Not,
+        StringContains,
+        StringEndsWith,
+        StringStartsWith,
+    )
+except ImportError:  # PySpark 4.0: Python data sources are offered no filters, nothing to translate
+    FILTER_PUSHDOWN = False
+    _COMPARISONS: dict[type, str] = {}
+else:
+    FILTER_PUSHDOWN = True  # PySpark 4.1+ (with spark.sql.python.filterPushdown.enabled)
+    _COMPARISONS = {
+        EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=",
+    }
 
 
 def _literal_ok(value: object, column_type: pa.DataType) -> bool:
@@ -106,6 +112,8 @@ def _plain(value: object) -> object:
 
 def to_predicate(filters: Iterable[Filter], schema: pa.Schema) -> p.Expr | None:
     """AND of every translatable filter, or None when nothing can be used for pruning."""
+    if not FILTER_PUSHDOWN:
+        return None
     terms = [term for term in (_convert(f, schema) for f in filters) if term is not None]
     if not terms:
         return None

@@ -9,6 +9,7 @@ come from format.types.from_arrow on Spark's Arrow rendering of the DataFrame sc
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pyarrow as pa
@@ -82,9 +83,14 @@ def spark_schema(arrow_schema: pa.Schema) -> StructType:
     return StructType([StructField(f.name, spark_type(f.type, f.name), f.nullable) for f in arrow_schema])
 
 
+# PySpark 4.0 spells "timestamps as UTC instants" `timestamp_utc=True`; 4.1+ `timezone="UTC"`.
+_UTC = ({"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_schema).parameters
+        else {"timestamp_utc": True})
+
+
 def spark_arrow_schema(schema: StructType) -> pa.Schema:
     """Exactly the Arrow schema PySpark checks the first batch of a read against."""
-    return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema, **_UTC)
 
 
 def _needs_text(source: pa.DataType, target: pa.DataType) -> bool:
@@ -145,7 +151,7 @@ def clickhouse_columns(schema: StructType, non_nullable: set[str]) -> list[tuple
     """
     from spark_mergetree.format.types import from_arrow
 
-    arrow = to_arrow_schema(schema, timezone="UTC")
+    arrow = spark_arrow_schema(schema)
     columns = []
     for spark_field, arrow_field in zip(schema.fields, arrow, strict=True):
         try:
