@@ -390,9 +390,16 @@ def register(spark: Any) -> None:
 
     Sessions started after the package was installed find it by themselves (pyspark_mergetree);
     a session that was running before the install (a notebook's %pip) fails with
-    DATA_SOURCE_NOT_FOUND until this is called once.
+    DATA_SOURCE_NOT_FOUND until this is called once. Calling it again, or in a session that found
+    the package by itself, changes nothing; it works on classic and Spark Connect sessions.
     """
-    spark.dataSource.register(MergeTreeDataSource)
+    try:
+        spark.dataSource.register(MergeTreeDataSource)
+    except Exception as error:  # noqa: BLE001 - Spark's error class differs between classic and Connect
+        # PySpark 4.0 refuses to register over a source it found by itself (4.1+ replaces it):
+        # mergetree is registered either way, so a second call is harmless on every version.
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(error):
+            raise
 
 
 __all__ = ["MergeTreeDataSource", "register", "TableNotFoundError"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from spark_mergetree import MergeTreeTable
+from spark_mergetree.spark.filters import FILTER_PUSHDOWN
 from spark_mergetree.spark.session import ENABLED_CONF, PUSHDOWN_CONF
 from tests.spark.settings import spark_settings
 
@@ -113,7 +114,10 @@ def test_pushed_filters_prune_granules_when_each_scan_has_its_own_plan(spark, ta
     with _mode(spark, "true", "true"):
         rows, scanned = _collect_with_scan_rows(df.filter("id >= 1000 AND id < 1100"))
     assert sorted(r["id"] for r in rows) == list(range(1000, 1100))
-    assert scanned == _engine_rows(table_path, "id >= 1000 AND id < 1100") < ROWS
+    if FILTER_PUSHDOWN:
+        assert scanned == _engine_rows(table_path, "id >= 1000 AND id < 1100") < ROWS
+    else:  # PySpark 4.0 offers Python sources no filters: Spark filters a full read
+        assert scanned == ROWS
 
 
 @pytest.mark.parametrize("mode", ["extension, no pushdown", "no extension, pushdown", "no extension, no pushdown"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyspark
 import pytest
 
 from spark_mergetree.engine.table import MergeTreeTable
@@ -12,6 +13,9 @@ from spark_mergetree.spark import transaction
 from spark_mergetree.spark.session import ENABLED_CONF
 
 pytestmark = pytest.mark.spark
+
+# PySpark 4.1+ replays a DataFrame's first plan for its later actions; 4.0 plans each action.
+REPLAYS_PLANS = tuple(int(part) for part in pyspark.__version__.split(".")[:2]) >= (4, 1)
 
 
 def _count(spark, path: Path) -> int:
@@ -84,8 +88,11 @@ def test_dataframe_planned_before_the_transaction_fails_clearly(spark, tmp_path:
         assert early.count() == 10  # planned now; PySpark 4.3 replays this plan for later actions
         with transaction(spark):
             spark.range(100, 105).write.format("mergetree").mode("append").save(str(a))
-            with pytest.raises(Exception, match="load it again"):
-                early.count()
+            if REPLAYS_PLANS:
+                with pytest.raises(Exception, match="load it again"):
+                    early.count()
+            else:  # PySpark 4.0 plans every action afresh: the transaction's view
+                assert early.count() == 15
             assert _count(spark, a) == 15
         assert _count(spark, a) == 15
     finally:
