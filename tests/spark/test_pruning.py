@@ -57,6 +57,10 @@ def _scans(df) -> list[tuple[str, ...]]:
     """The columns every scan of the query reads: mergetree (BatchScan) and Parquet (FileScan)
     leaves of the physical plan, subqueries included (once each: the Parquet scan gets a copy of a
     subquery in a filter it also pushes down; both copies have the subquery's name)."""
+    from pyspark.sql.utils import is_remote
+
+    if is_remote():
+        return _scans_of_explained(df)
     found, stack, seen = [], [df._jdf.queryExecution().executedPlan()], set()
     while stack:
         node = stack.pop()
@@ -71,6 +75,31 @@ def _scans(df) -> list[tuple[str, ...]]:
             found.append(tuple(sorted(node.requiredSchema().fieldNames())))
         for group in (node.children(), node.subqueries()):
             stack.extend(group.apply(i) for i in range(group.size()))
+    return sorted(found)
+
+
+def _scans_of_explained(df) -> list[tuple[str, ...]]:
+    """`_scans` for Spark Connect, whose client has no JVM plan: the same leaves, read from the
+    formatted explain text (`(n) BatchScan mergetree` / `(n) Scan parquet` nodes and their
+    `ReadSchema`; subquery sections once per subquery name)."""
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        df.explain(mode="formatted")
+    sections = re.split(r"^Subquery:\d+ Hosting operator id = \d+ Hosting Expression = ", text.getvalue(), flags=re.M)
+    found, seen = [], set()
+    for number, section in enumerate(sections):
+        if number:
+            name = section.split(",", 1)[0]  # "Subquery scalar-subquery#89"
+            if name in seen:
+                continue
+            seen.add(name)
+        for node in re.split(r"^(?=\(\d+\) )", section, flags=re.M):
+            if re.match(r"\(\d+\) (BatchScan mergetree|Scan parquet)\s*$", node.split("\n", 1)[0]):
+                schema = re.search(r"^ReadSchema: struct<(.*)>$", node, flags=re.M).group(1)
+                found.append(tuple(sorted(field.split(":", 1)[0] for field in schema.split(",") if field)))
     return sorted(found)
 
 
