@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -56,9 +56,6 @@ from spark_mergetree.spark.types import (
     spark_schema,
     to_table_arrow,
 )
-
-if TYPE_CHECKING:  # PySpark 4.1+: 4.0 pushes no filters to Python sources and has no Filter class
-    from pyspark.sql.datasource import Filter
 
 SOURCE_NAME = "mergetree"
 
