@@ -444,7 +444,7 @@ class PartReader:
         key = ("partition", *result_types)
         if key not in self._decoded:
             self._decoded[key] = self._partition_values(result_types)
-        return list(self._decoded[key])  # type: ignore[arg-type]
+        return list(cast(list[object], self._decoded[key]))
 
     def _partition_values(self, result_types: Sequence[str]) -> list[object]:
         if not result_types:

@@ -563,7 +563,7 @@ def visible_in_transaction(table_dir: str | os.PathLike, txn: TxnContext) -> set
 
 
 def transaction_state(txn: TxnContext) -> str:
-    from spark_mergetree.txn.coordinator import coordinator_from_url
+    from spark_mergetree.txn import coordinator_from_url
 
     return coordinator_from_url(txn.coordinator).status(txn.tid)[0].value
 

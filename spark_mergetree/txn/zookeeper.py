@@ -310,7 +310,7 @@ class ZooKeeperCoordinator(Coordinator):
         try:
             for path in [f"{parent}/{name}" for name in self._children(parent)] + [parent]:
                 try:
-                    self._retrying(f"delete {path}", lambda path=path: self.client.delete_async(path))
+                    self._retrying(f"delete {path}", functools.partial(self.client.delete_async, path))
                 except NoNodeError:
                     pass
         except (NoNodeError, TransactionError, KazooException):

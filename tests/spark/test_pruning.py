@@ -8,6 +8,8 @@ the query stays a leaf of its own in both plans.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from collections.abc import Callable
 
@@ -82,9 +84,6 @@ def _scans_of_explained(df) -> list[tuple[str, ...]]:
     """`_scans` for Spark Connect, whose client has no JVM plan: the same leaves, read from the
     formatted explain text (`(n) BatchScan mergetree` / `(n) Scan parquet` nodes and their
     `ReadSchema`; subquery sections once per subquery name)."""
-    import contextlib
-    import io
-
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         df.explain(mode="formatted")
@@ -216,7 +215,10 @@ def test_scans_report_their_size_so_small_tables_are_broadcast_as_parquet_ones(s
 
     def joins(big: str, small_view: str) -> list[str]:
         with spark_settings(spark, {**PLAN_SETTINGS, "spark.sql.autoBroadcastJoinThreshold": str(1 << 20)}):
-            plan = spark.sql(query.format(big=big, small=small_view))._jdf.queryExecution().executedPlan().toString()
+            text = io.StringIO()
+            with contextlib.redirect_stdout(text):  # the explain text: Spark Connect has no JVM plan
+                spark.sql(query.format(big=big, small=small_view)).explain()
+            plan = text.getvalue()
         return re.findall(r"(BroadcastHashJoin|SortMergeJoin|ShuffledHashJoin)", plan)
 
     assert joins(MERGETREE_VIEW, "pruning_small_mergetree") == joins(PARQUET_VIEW, "pruning_small_parquet") \

@@ -85,7 +85,7 @@ FUSE = ["/dbfs/tmp/t", "/Volumes/main/default/volume/t", "file:///dbfs/t", "/Wor
 @pytest.mark.parametrize("location", FUSE)
 def test_databricks_fuse_mounts_are_refused_for_tables_catalogs_and_coordinators(location: str) -> None:
     from spark_mergetree.catalog.catalog import Catalog
-    from spark_mergetree.txn.coordinator import coordinator_from_url
+    from spark_mergetree.txn import coordinator_from_url
 
     local = location.removeprefix("file://")
     for action in (lambda: MergeTreeTable.create(location, [("id", "UInt64")], order_by="id"),
