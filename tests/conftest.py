@@ -146,3 +146,25 @@ def spark(request: pytest.FixtureRequest) -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[object]:
+    """One moto S3 server on a free loopback port for the whole session (tests/s3_server.py)."""
+    from tests.s3_server import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: object, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the session's S3 server; its endpoint and credentials are set in the
+    environment, where boto3 (and so every process this test starts) takes them from."""
+    from tests.s3_server import S3Server
+
+    assert isinstance(s3_server, S3Server)
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    return s3_server.bucket()

@@ -171,8 +171,3 @@ class LocalFileSystem(FileSystem):
 
 
 LOCAL = LocalFileSystem()
-
-
-def filesystem_for(disk_path: str) -> FileSystem:
-    """The file system a disk's path lives on (local paths only, for now)."""
-    return LOCAL

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from spark_mergetree.errors import InvalidOptionError
 from spark_mergetree.fileops import DELETE_PREFIX
-from spark_mergetree.storage.filesystem import Files, FileSystem, filesystem_for
+from spark_mergetree.storage.filesystem import Files, FileSystem
+from spark_mergetree.storage.object_store import filesystem_for
 from spark_mergetree.storage.policy import Disk, StoragePolicy, Volume
 from spark_mergetree.storage.stripe_map import PLAIN_MAP_SUFFIX
 
