@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -326,8 +327,9 @@ class Bucket:
                 return objects, prefixes
             arguments["ContinuationToken"] = response["NextContinuationToken"]
 
-    def list_with_times(self, prefix: str) -> dict[str, float]:
-        """{key: last-modified epoch seconds} of every object under `prefix`."""
+    def list_with_times(self, prefix: str) -> tuple[dict[str, float], float]:
+        """({key: last-modified epoch seconds} of every object under `prefix`, the server's time
+        now): ages measured on the server's clock, whatever this machine's clock says."""
         out: dict[str, float] = {}
         arguments: dict[str, Any] = {"Prefix": prefix}
         while True:
@@ -335,8 +337,13 @@ class Bucket:
             for item in response.get("Contents", ()):
                 out[item["Key"]] = item["LastModified"].timestamp()
             if not response.get("IsTruncated"):
-                return out
+                return out, _server_time(response)
             arguments["ContinuationToken"] = response["NextContinuationToken"]
+
+    def age(self, key: str) -> float:
+        """Seconds since the object was last written, on the server's clock; FileNotFoundError if absent."""
+        response = self._call("HEAD", key, "head_object", Key=key)
+        return _server_time(response) - response["LastModified"].timestamp()
 
     def delete(self, keys: Iterable[str]) -> None:
         """Delete objects (absent ones are no error), 1000 per request."""
@@ -351,6 +358,17 @@ class Bucket:
         keys = list(self.list_objects(prefix, delimiter=None)[0])
         self.delete(keys)
         return keys
+
+
+def _server_time(response: Mapping[str, Any]) -> float:
+    """The server's clock when it answered (the HTTP Date header), else this machine's."""
+    from email.utils import parsedate_to_datetime
+
+    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    try:
+        return parsedate_to_datetime(date).timestamp() if date else time.time()
+    except (TypeError, ValueError):
+        return time.time()
 
 
 def bucket_for(url: ObjectUrl | str, options: Mapping[str, Any] | None = None) -> Bucket:

@@ -25,7 +25,8 @@ _instances_lock = threading.Lock()
 
 def coordinator_from_url(url: str) -> Coordinator:
     """`file:///abs/dir` or a plain directory path → LocalCoordinator, `zk://host:port[,host:port]/root`
-    → ZooKeeperCoordinator. A relative path is taken from the current directory.
+    → ZooKeeperCoordinator, `s3://bucket/prefix[?lease=seconds]` → ObjectStoreCoordinator. A relative
+    path is taken from the current directory.
 
     One instance per URL per process is shared (a ZooKeeper session is costly to open).
     """
@@ -47,10 +48,15 @@ def coordinator_from_url(url: str) -> Coordinator:
         root = parsed.path or "/spark_mergetree"
         key_url = ZooKeeperCoordinator.url_for(parsed.netloc, root)
         factory = lambda: ZooKeeperCoordinator(parsed.netloc, root)  # noqa: E731
+    elif parsed.scheme in ("s3", "s3a", "s3n"):
+        from spark_mergetree.txn.object_store import ObjectStoreCoordinator
+        probe = ObjectStoreCoordinator(url)
+        key_url = probe.url
+        factory = lambda: probe  # noqa: E731
     else:
         raise InvalidOptionError(
-            f"coordinator url {url!r}: unknown scheme {parsed.scheme!r}; use file:///path, a directory path "
-            "or zk://host:port/path")
+            f"coordinator url {url!r}: unknown scheme {parsed.scheme!r}; use file:///path, a directory path, "
+            "zk://host:port/path or s3://bucket/prefix")
     # Keyed by pid: a ZooKeeper client or an fcntl lock does not survive fork().
     key = (os.getpid(), key_url)
     with _instances_lock:

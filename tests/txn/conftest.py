@@ -12,6 +12,7 @@ import pytest
 
 from spark_mergetree.txn import Coordinator
 from spark_mergetree.txn.local import LocalCoordinator
+from spark_mergetree.txn.object_store import ObjectStoreCoordinator
 from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
 from tests.zookeeper_server import ZooKeeperServer
 
@@ -25,11 +26,14 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
     server.close()
 
 
-@pytest.fixture(params=["local", "zookeeper"])
+@pytest.fixture(params=["local", "zookeeper", "s3"])
 def coordinator_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty coordinator of each backend (its URL)."""
     if request.param == "local":
         return LocalCoordinator.url_for(tmp_path / "coordinator")
+    if request.param == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        return ObjectStoreCoordinator.url_for(f"s3://{bucket}/coordinator", lease=2.0)
     server: ZooKeeperServer = request.getfixturevalue("zookeeper")
     return ZooKeeperCoordinator.url_for(server.hosts, f"/test_{uuid.uuid4().hex[:12]}")
 
@@ -42,6 +46,8 @@ def make_coordinator(coordinator_url: str) -> Iterator[Callable[[], Coordinator]
     def make() -> Coordinator:
         if coordinator_url.startswith("file:"):
             instance: Coordinator = LocalCoordinator(coordinator_url[len("file://"):])
+        elif coordinator_url.startswith("s3:"):
+            instance = ObjectStoreCoordinator(coordinator_url)
         else:
             hosts, _, root = coordinator_url[len("zk://"):].partition("/")
             instance = ZooKeeperCoordinator(hosts, "/" + root)

@@ -22,7 +22,7 @@ from tests.txn.conftest import part_directories
 from tests.txn.workload import mirrored_insert
 
 FORK = multiprocessing.get_context("fork")
-TRIALS = {"local": 70, "zookeeper": 40}
+TRIALS = {"local": 70, "zookeeper": 40, "s3": 15}
 SESSION_TIMEOUT = 1.0
 
 
@@ -67,7 +67,7 @@ def check_mirrored(coordinator: Coordinator, tables: tuple[Path, Path]) -> set[s
 
 def test_kill_writers_mid_commit(coordinator_url: str, coordinator: Coordinator, tmp_path: Path,
                                  request) -> None:
-    backend = "zookeeper" if coordinator_url.startswith("zk://") else "local"
+    backend = {"zk": "zookeeper", "s3": "s3"}.get(coordinator_url.split(":", 1)[0], "local")
     tables = (tmp_path / "a", tmp_path / "b")
     rng = random.Random(1174)
     rolled_back = finalized = orphans = 0
