@@ -854,6 +854,7 @@ class CompressedStreamWriter:
         self._compressed_size = 0
         self._buffer = bytearray()
         self._marks: list[tuple[int, int]] = []
+        self._marks_array: np.ndarray | None = None  # set by write_granules
         self._final_mark: tuple[int, int] | None = None
         self._hasher = FileHasher()
         self._value: bytes | None = None
@@ -883,12 +884,62 @@ class CompressedStreamWriter:
 
     def write_granule(self, chunk: bytes | bytearray | memoryview) -> tuple[int, int]:
         """Start a granule (records and returns its mark) and append its bytes."""
-        if self._final_mark is not None:
-            raise InvalidOptionError("write_granule() after finish()")
+        if self._final_mark is not None or self._marks_array is not None:
+            raise InvalidOptionError("write_granule() after finish() or write_granules()")
         mark = self._current_mark()
         self._marks.append(mark)
         self.write(chunk)
         return mark
+
+    def write_granules(self, data: bytes | bytearray | memoryview, offsets: np.ndarray) -> None:
+        """A whole stream at once: `data[:offsets[0]]` (a stream prefix), then granule g as
+        `data[offsets[g]:offsets[g + 1]]`. The same blocks and marks as write() and write_granule()
+        per granule, found one block at a time (a block ends at the first granule start at least
+        min_compress_block_size bytes in if it comes within max_compress_block_size, else after
+        max_compress_block_size bytes when more follow), so the cost does not grow with granules."""
+        if self._final_mark is not None or self._buffer or self._blocks or self._marks:
+            raise InvalidOptionError("write_granules() writes a whole stream into a new writer")
+        view = memoryview(data).cast("B")
+        end = len(view)
+        starts = np.asarray(offsets[:-1], dtype=np.int64)
+        if len(offsets) and int(offsets[-1]) != end:
+            raise InvalidOptionError(f"granule offsets end at {int(offsets[-1])}, the stream has {end} bytes")
+        low, high = self.min_compress_block_size, self.max_compress_block_size
+        if high < low:  # a granule may start at a full buffer that is not flushed: granule by granule
+            bounds = np.asarray(offsets, np.int64).tolist()
+            self.write(view[: bounds[0]] if bounds else view)
+            for begin, stop in zip(bounds[:-1], bounds[1:]):
+                self.write_granule(view[begin:stop])
+            return
+        block_starts = [0]
+        position = 0
+        while position < end:
+            i = int(np.searchsorted(starts, position + max(low, 1)))
+            if i < len(starts) and int(starts[i]) <= position + high:
+                position = int(starts[i])  # flushed when that granule starts
+            elif position + high < end:
+                position += high  # a full buffer, flushed when more bytes come
+            else:
+                break  # the last block, flushed by finish()
+            block_starts.append(position)
+        self._hasher.update(view)
+        bounds = block_starts + [end] if block_starts[-1] < end else block_starts
+        compressed_offsets = []
+        for begin, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            compressed_offsets.append(self._compressed_size)
+            block = compress_block(self.codec, view[begin:stop])
+            self._blocks.append(block)
+            self._compressed_size += len(block)
+        if block_starts[-1] == end:  # a block was cut where the data ends: the next one starts empty
+            compressed_offsets.append(self._compressed_size)
+        else:  # the last block stays in the buffer's place until finish() (see _current_mark)
+            last = self._blocks.pop()
+            self._compressed_size -= len(last)
+            self._buffer = bytearray(view[block_starts[-1]:end])
+        block_index = np.searchsorted(np.asarray(block_starts, np.int64), starts, side="right") - 1
+        self._marks_array = np.stack([np.asarray(compressed_offsets, np.uint64)[block_index],
+                                      (starts - np.asarray(block_starts, np.int64)[block_index]).astype(np.uint64)],
+                                     axis=1) if len(starts) else np.zeros((0, 2), np.uint64)
 
     def write(self, chunk: bytes | bytearray | memoryview) -> None:
         """Append bytes to the current granule."""
@@ -928,6 +979,8 @@ class CompressedStreamWriter:
     @property
     def marks(self) -> np.ndarray:
         """(n_granules, 2) uint64: block offset in the file, offset inside the decompressed block."""
+        if self._marks_array is not None:
+            return self._marks_array
         return np.array(self._marks, dtype=np.uint64).reshape(-1, 2)
 
     @property

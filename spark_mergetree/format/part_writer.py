@@ -137,10 +137,8 @@ def _write_stream(files: PartFiles, checksums: dict[str, FileChecksum], stream: 
                   offsets: np.ndarray, granule_rows: np.ndarray, settings: WriterSettings,
                   codec: Codec | CodecChain) -> None:
     writer = CompressedStreamWriter(codec, settings.min_compress_block_size, settings.max_compress_block_size)
-    if offsets[0]:  # a stream prefix (LowCardinality keys version) precedes the first granule
-        writer.write(data[: offsets[0]])
-    for g in range(len(granule_rows)):
-        writer.write_granule(data[offsets[g]: offsets[g + 1]])
+    # (a stream prefix, the LowCardinality keys version, may precede the first granule)
+    writer.write_granules(data[: offsets[len(granule_rows)]], offsets[: len(granule_rows) + 1])
     final = writer.finish()
     body = writer.getvalue()
     bin_name = stream + ".bin"

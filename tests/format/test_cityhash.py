@@ -96,21 +96,23 @@ def test_bad_seed_length():
         cityhash128_with_seed(b"abc", b"short")
 
 
-def test_compiled_seeded_hash_matches_the_c_extension():
+def test_the_c_seeded_hash_matches_the_derivation_from_the_unseeded_one():
+    """File hashes chain the extension's C++ CityHash128WithSeed; cityhash128_with_seed derives the
+    seeded hash from the unseeded one. Two independent ways must agree on every length."""
     import struct
 
-    from spark_mergetree.format.cityhash_compiled import city_hash128_with_seed
+    from spark_mergetree.format.cityhash import _C_SEEDED, _Halves
 
+    assert _C_SEEDED is not None
     rng = np.random.default_rng(7)
     for length in list(range(0, 260)) + [1000, 2048, 4096, 5000]:
         data = rng.integers(0, 256, length, dtype=np.uint8)
         seed = bytes(rng.integers(0, 256, 16, dtype=np.uint8))
-        low, high = struct.unpack("<QQ", seed)
-        got = city_hash128_with_seed(data, 0, length, np.uint64(low), np.uint64(high))
-        assert struct.pack("<QQ", int(got[0]), int(got[1])) == cityhash128_with_seed(data.tobytes(), seed), length
+        got = _C_SEEDED(data.ctypes.data if length else None, length, _Halves(*struct.unpack("<QQ", seed)))
+        assert struct.pack("<QQ", got.first, got.second) == cityhash128_with_seed(data.tobytes(), seed), length
 
 
-def test_long_files_hash_the_same_through_the_compiled_chain():
+def test_long_files_hash_the_same_in_one_update_and_in_short_ones():
     data = np.random.default_rng(3).integers(0, 256, 300_001, dtype=np.uint8).tobytes()
     one_go = file_hash(data)
     hasher = FileHasher()

@@ -187,6 +187,30 @@ def test_writer_round_trip_and_marks(granules, min_size, max_size, codec):
         assert decompress_range(data, "w.bin", bounds[index], bounds[index + 1]) == granule
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    prefix=st.binary(min_size=0, max_size=20),
+    granules=st.lists(st.binary(min_size=0, max_size=300), min_size=0, max_size=15),
+    min_size=st.integers(min_value=0, max_value=400),
+    max_size=st.integers(min_value=1, max_value=500),
+)
+def test_a_whole_stream_at_once_makes_the_blocks_and_marks_of_granule_by_granule(prefix, granules, min_size,
+                                                                               max_size):
+    """write_granules finds block cuts per block; writing granule by granule is the oracle."""
+    one_by_one = CompressedStreamWriter(NONE, min_compress_block_size=min_size, max_compress_block_size=max_size)
+    if prefix:
+        one_by_one.write(prefix)
+    for granule in granules:
+        one_by_one.write_granule(granule)
+    at_once = CompressedStreamWriter(NONE, min_compress_block_size=min_size, max_compress_block_size=max_size)
+    offsets = np.cumsum([0, len(prefix)] + [len(g) for g in granules])[1:]
+    at_once.write_granules(prefix + b"".join(granules), offsets)
+    assert at_once.finish() == one_by_one.finish()
+    assert at_once.getvalue() == one_by_one.getvalue()
+    assert at_once.marks.tolist() == one_by_one.marks.tolist()
+    assert at_once.uncompressed_hash == one_by_one.uncompressed_hash
+
+
 def _block_with(method: int, compressed_size: int, decompressed_size: int, payload: bytes) -> bytes:
     body = struct.pack("<BII", method, compressed_size, decompressed_size) + payload
     return cityhash128(body) + body
