@@ -24,7 +24,7 @@ import zstandard
 from spark_mergetree.errors import CorruptPartError, InvalidOptionError, UnsupportedError
 from spark_mergetree.format import codecs
 from spark_mergetree.format.cityhash import FileHasher, cityhash128
-from spark_mergetree.format.serialization import stream_value_types, value_width
+from spark_mergetree.format.streams import stream_value_types
 from spark_mergetree.format.types import (
     Array,
     DataType,
@@ -36,6 +36,7 @@ from spark_mergetree.format.types import (
     Primitive,
     Tuple,
 )
+from spark_mergetree.format.values import value_width
 
 __all__ = [
     "METHOD_NONE",

@@ -37,7 +37,7 @@ from spark_mergetree.format.types import (
     to_arrow,
 )
 
-__all__ = ["conform_column", "conform_array", "uuid_text"]
+__all__ = ["conform_column", "conform_array", "uuid_text", "fixed_bytes", "with_validity"]
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 _UNIT_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
@@ -128,7 +128,7 @@ def _convert(arr: pa.Array, dt: DataType, column: str) -> pa.Array:
     if _is_uuid_extension(t):
         if not (isinstance(dt, Primitive) and dt.name == "UUID"):
             raise _Refusal("a UUID column goes into a UUID column only")
-        return _with_validity(uuid_text(_fixed_bytes(arr.storage, 16)), arr.storage)
+        return with_validity(uuid_text(fixed_bytes(arr.storage, 16)), arr.storage)
     handler = _HANDLERS.get(type(dt))
     if handler is None:
         raise _Refusal("no conversion for this type")
@@ -203,7 +203,7 @@ def _primitive(arr: pa.Array, dt: Primitive, column: str) -> pa.Array:
         return _string(arr)
     if name == "UUID":
         if pa.types.is_fixed_size_binary(t) and t.byte_width == 16:
-            return _with_validity(uuid_text(_fixed_bytes(arr, 16)), arr)
+            return with_validity(uuid_text(fixed_bytes(arr, 16)), arr)
         if _is_string_like(t):
             return _string(arr)  # 36-character text, checked when the part is written
         raise _refuse_type("arrow.uuid, fixed_size_binary(16) (RFC 4122 byte order) and UUID text")
@@ -237,7 +237,7 @@ def _string(arr: pa.Array) -> pa.Array:
     return arr.cast(pa.string())
 
 
-def _fixed_bytes(arr: pa.Array, width: int) -> np.ndarray:
+def fixed_bytes(arr: pa.Array, width: int) -> np.ndarray:
     """The (n, width) uint8 values of a fixed_size_binary array (zeros under NULL)."""
     n = len(arr)
     if n == 0:
@@ -249,7 +249,7 @@ def _fixed_bytes(arr: pa.Array, width: int) -> np.ndarray:
     return raw
 
 
-def _with_validity(values: pa.Array, like: pa.Array) -> pa.Array:
+def with_validity(values: pa.Array, like: pa.Array) -> pa.Array:
     if like.null_count == 0:
         return values
     return pc.if_else(pc.is_valid(like), values, pa.nulls(len(like), values.type))
@@ -289,12 +289,12 @@ def _wide_integer(arr: pa.Array, dt: Primitive) -> pa.Array:
         return arr.cast(target)
     if pa.types.is_fixed_size_binary(t) and t.byte_width == width:
         # ClickHouse's own Arrow: the value's two's complement, least significant byte first.
-        words = _fixed_bytes(arr, width).view("<u8")
+        words = fixed_bytes(arr, width).view("<u8")
         if width == 16:
             negative = (words[:, 1] >> np.uint64(63)).astype(bool) & name.startswith("Int")
             upper = np.where(negative, np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0))[:, None]
             words = np.concatenate([words, upper, upper], axis=1)
-        values = _with_validity(pa.Array.from_buffers(_DECIMAL76, len(arr), [None, pa.py_buffer(words.tobytes())]), arr)
+        values = with_validity(pa.Array.from_buffers(_DECIMAL76, len(arr), [None, pa.py_buffer(words.tobytes())]), arr)
         if name == "UInt256":  # a set top bit reads as a negative decimal: 2^255 or more
             low = 0
     elif pa.types.is_decimal(t):

@@ -97,7 +97,7 @@ class SerializationInfo:
     entries: Mapping[str, dict] = field(default_factory=dict)  # column name -> its entry in the file
 
     def sparse_spec(self, column: str) -> dict | bool:
-        """What serialization.sparse_streams takes for a column: its entry (tuple elements can be
+        """What streams.sparse_streams takes for a column: its entry (tuple elements can be
         sparse on their own), or False."""
         return self.entries.get(column, False)
 

@@ -35,6 +35,7 @@ from spark_mergetree.errors import (
     SchemaMismatchError,
     UnsupportedError,
 )
+from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
 from spark_mergetree.format.cityhash import file_hash
 from spark_mergetree.format.compression import decompress_all, decompress_range, iter_blocks
@@ -61,13 +62,9 @@ from spark_mergetree.format.part import (
     parse_count,
 )
 from spark_mergetree.format.part_writer import PARTITION_FILE
-from spark_mergetree.format.serialization import (
-    default_column,
-    deserialize_column,
-    deserialize_rows,
-    escape_for_file_name,
-    stream_names,
-)
+from spark_mergetree.format.row_binary import deserialize_rows
+from spark_mergetree.format.serialization import default_column, deserialize_column
+from spark_mergetree.format.streams import stream_names
 from spark_mergetree.format.types import DataType, parse_type, to_arrow
 
 GranuleRange = tuple[int, int]

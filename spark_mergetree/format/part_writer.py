@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format import granularity
 from spark_mergetree.format.checksums import (
     Checksums,
@@ -48,13 +49,9 @@ from spark_mergetree.format.part import (
     format_columns,
     format_count,
 )
-from spark_mergetree.format.serialization import (
-    StreamBytes,
-    escape_for_file_name,
-    serialize_column,
-    serialize_rows,
-    stream_value_types,
-)
+from spark_mergetree.format.row_binary import serialize_rows
+from spark_mergetree.format.serialization import serialize_column
+from spark_mergetree.format.streams import StreamBytes, stream_value_types
 from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type
 
 PRIMARY_INDEX_FILE = "primary.idx"

@@ -200,10 +200,15 @@ class LowCardinality(DataType):
     inner: DataType
 
     def __post_init__(self) -> None:
-        base = self.inner.inner if isinstance(self.inner, Nullable) else self.inner
+        base = self.dictionary_type
         ok = isinstance(base, (FixedString, DateTime)) or (isinstance(base, Primitive) and base.name != "Bool")
         if not ok:
             raise FormatError(f"LowCardinality cannot wrap {self.inner.to_clickhouse()}")
+
+    @property
+    def dictionary_type(self) -> DataType:
+        """The type of the dictionary's keys: the inner type without Nullable."""
+        return self.inner.inner if isinstance(self.inner, Nullable) else self.inner
 
     def to_clickhouse(self) -> str:
         return f"LowCardinality({self.inner.to_clickhouse()})"

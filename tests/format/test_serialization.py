@@ -14,16 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_mergetree.errors import CorruptPartError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.compression import iter_blocks
-from spark_mergetree.format.serialization import (
-    StreamBytes,
-    deserialize_column,
-    deserialize_rows,
-    escape_for_file_name,
-    serialize_column,
-    serialize_rows,
-    stream_names,
-)
+from spark_mergetree.format.row_binary import deserialize_rows, serialize_rows
+from spark_mergetree.format.serialization import deserialize_column, serialize_column
+from spark_mergetree.format.streams import StreamBytes, stream_names
 from spark_mergetree.format.types import (
     Array,
     DataType,

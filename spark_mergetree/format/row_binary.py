@@ -1,0 +1,280 @@
+"""Row-binary values: rows of several columns in ClickHouse's binary value format (`serializeBinary`),
+as `primary.idx`, `partition.dat` and the `minmax_*.idx` files hold them.
+
+Each value is written whole, row after row: Nullable as a flag byte then the value, arrays and maps
+as a varuint count then the elements, strings as a varuint length then the bytes, LowCardinality as
+its inner type. Reading splits the rows into column streams (vectorised for fixed-width and String
+columns) and hands them to `serialization.deserialize_column`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from spark_mergetree.errors import CorruptPartError, FormatError
+from spark_mergetree.format.compiled import lazy_njit
+from spark_mergetree.format.serialization import deserialize_column
+from spark_mergetree.format.streams import element_base, stream_names
+from spark_mergetree.format.types import (
+    Array,
+    DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
+    Enum,
+    FixedString,
+    LowCardinality,
+    Map,
+    Nullable,
+    Primitive,
+    Tuple,
+)
+from spark_mergetree.format.values import (
+    coerce,
+    combine,
+    default_scalar,
+    encode_classic,
+    encode_varuints,
+    fixed_storage,
+    fixed_width,
+    is_string,
+    list_parts,
+    string_buffers,
+)
+
+__all__ = ["serialize_rows", "deserialize_rows"]
+
+
+def _strip_low_cardinality(dt: DataType) -> DataType:
+    if isinstance(dt, LowCardinality):
+        return _strip_low_cardinality(dt.inner)
+    if isinstance(dt, Nullable):
+        return Nullable(_strip_low_cardinality(dt.inner))
+    if isinstance(dt, Array):
+        return Array(_strip_low_cardinality(dt.inner))
+    if isinstance(dt, Map):
+        return Map(_strip_low_cardinality(dt.key), _strip_low_cardinality(dt.value))
+    if isinstance(dt, Tuple):
+        return Tuple(tuple(_strip_low_cardinality(e) for e in dt.elements), dt.names)
+    return dt
+
+
+def _interleave(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise concatenation: row i of the result is row i of every part, in order."""
+    n = len(parts[0][1]) - 1
+    sizes = [np.diff(offsets) for _, offsets in parts]
+    row_sizes = np.sum(sizes, axis=0) if parts else np.zeros(n, np.int64)
+    row_offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(row_sizes, out=row_offsets[1:])
+    out = np.empty(int(row_offsets[-1]), np.uint8)
+    before = row_offsets[:-1].copy()
+    for (data, offsets), size in zip(parts, sizes, strict=True):
+        dest = np.arange(int(size.sum()), dtype=np.int64) + np.repeat(before - offsets[:-1] + offsets[0], size)
+        out[dest] = data[int(offsets[0]):int(offsets[-1])]
+        before += size
+    return out, row_offsets
+
+
+def _row_chunks(dt: DataType, arr: pa.Array, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's value in ClickHouse's binary value format → (bytes, row offsets n+1)."""
+    n = len(arr)
+    if isinstance(dt, LowCardinality):
+        return _row_chunks(dt.inner, arr, column)
+    if isinstance(dt, Nullable):
+        nulls = np.asarray(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(n, np.uint8)
+        data, offsets = _row_chunks(dt.inner, arr.fill_null(default_scalar(dt.inner, arr.type)) if arr.null_count
+                                    else arr, column)
+        sizes = np.where(nulls.astype(bool), 0, np.diff(offsets))
+        kept_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(sizes, out=kept_offsets[1:])
+        keep = np.repeat(~nulls.astype(bool), np.diff(offsets))
+        kept = data[int(offsets[0]):int(offsets[-1])][keep]
+        return _interleave([(nulls, np.arange(n + 1, dtype=np.int64)), (kept, kept_offsets)])
+    if isinstance(dt, (Array, Map)):
+        arr = coerce(dt, arr, column)
+        lengths, child = list_parts(arr)
+        child_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=child_offsets[1:])
+        if isinstance(dt, Array):
+            inner, inner_offsets = _row_chunks(dt.inner, child, column)
+        else:
+            keys, values = child.flatten()
+            inner, inner_offsets = _interleave([_row_chunks(dt.key, keys, column), _row_chunks(dt.value, values, column)])
+        return _interleave([encode_varuints(lengths.astype(np.uint64)), (inner, inner_offsets[child_offsets])])
+    if isinstance(dt, Tuple):
+        arr = coerce(dt, arr, column)
+        return _interleave([_row_chunks(e, child, column) for e, child in zip(dt.elements, arr.flatten(), strict=True)])
+    arr = coerce(dt, arr, column)
+    if is_string(dt):
+        return encode_classic(*string_buffers(arr))
+    values = fixed_storage(dt, arr, column)
+    width = fixed_width(dt)
+    return np.frombuffer(values.tobytes(), np.uint8), np.arange(n + 1, dtype=np.int64) * width
+
+
+def serialize_rows(dts: Sequence[DataType], arrays: Sequence[pa.Array | pa.ChunkedArray],
+                   row_indices: np.ndarray | Sequence[int]) -> bytes:
+    """The values at `row_indices`, row by row, each column in ClickHouse's binary value format."""
+    if len(dts) != len(arrays):
+        raise FormatError(f"serialize_rows: {len(dts)} types but {len(arrays)} columns")
+    indices = pa.array(np.asarray(row_indices, dtype=np.int64))
+    if not dts:
+        return b""
+    parts = [_row_chunks(dt, combine(arr).take(indices), f"#{i}") for i, (dt, arr) in enumerate(zip(dts, arrays, strict=True))]
+    return _interleave(parts)[0].tobytes()
+
+
+def _read_varuint(buf: memoryview, pos: int, where: str) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise CorruptPartError(f"{where}: truncated variable-length integer at byte offset {pos}")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, pos
+
+
+def _split_row(dt: DataType, base: str, level: int, buf: memoryview, pos: int, out: dict[str, bytearray]) -> int:
+    """Move one value from row-binary form into column-stream form (classic strings)."""
+    if isinstance(dt, Nullable):
+        if pos >= len(buf):
+            raise CorruptPartError(f"row data: truncated NULL flag at byte offset {pos}")
+        is_null = buf[pos]
+        out[base + ".null"].append(is_null)
+        if is_null:
+            _write_default(dt.inner, base, out)
+            return pos + 1
+        return _split_row(dt.inner, base, level, buf, pos + 1, out)
+    if isinstance(dt, (Array, Map)):
+        count, pos = _read_varuint(buf, pos, "row data")
+        out[f"{base}.size{level}"] += struct.pack("<Q", count)
+        for _ in range(count):
+            if isinstance(dt, Array):
+                pos = _split_row(dt.inner, base, level + 1, buf, pos, out)
+            else:
+                pos = _split_row(dt.key, element_base(base, "keys"), level + 1, buf, pos, out)
+                pos = _split_row(dt.value, element_base(base, "values"), level + 1, buf, pos, out)
+        return pos
+    if isinstance(dt, Tuple):
+        for name, e in zip(dt.element_names, dt.elements, strict=True):
+            pos = _split_row(e, element_base(base, name), level, buf, pos, out)
+        return pos
+    if is_string(dt):
+        length, start = _read_varuint(buf, pos, "row data")
+        end = start + length
+        if end > len(buf):
+            raise CorruptPartError(f"row data: string at byte offset {pos} runs past the end")
+        out[base] += buf[pos:end]
+        return end
+    width = fixed_width(dt)
+    if pos + width > len(buf):
+        raise CorruptPartError(f"row data: {dt.to_clickhouse()} value at byte offset {pos} runs past the end")
+    out[base] += buf[pos:pos + width]
+    return pos + width
+
+
+def _split_rows_vectorised(plain: Sequence[DataType], view: memoryview, n_rows: int) -> list[bytes] | None:
+    """Row-binary rows of fixed-width and String values → one column stream per value, without a
+    Python loop per row (primary indexes hold a row per granule: millions in a big table). None
+    for other types (Nullable, arrays, tuples), which take the general path."""
+    widths = []
+    for dt in plain:
+        if is_string(dt):
+            widths.append(-1)
+        elif isinstance(dt, (Primitive, FixedString, DateTime, DateTime64, Decimal, Enum)):
+            widths.append(fixed_width(dt))
+        else:
+            return None
+    data = np.frombuffer(view, np.uint8)
+    if -1 not in widths:
+        row = sum(widths)
+        if row * n_rows != len(data):
+            raise CorruptPartError(f"row data: {len(data)} bytes are not {n_rows} rows of {row} bytes")
+        if len(widths) == 1:
+            return [data.tobytes()]
+        matrix = data.reshape(n_rows, row)
+        offsets = np.cumsum([0, *widths])
+        return [matrix[:, offsets[i]:offsets[i + 1]].tobytes() for i in range(len(widths))]
+    starts, end = _row_value_starts(data, np.array(widths, np.int64), n_rows)
+    if end < 0:
+        raise CorruptPartError(f"row data: a value of row {-1 - end} runs past the end of {len(data)} bytes")
+    if end != len(data):
+        raise CorruptPartError(f"row data: {len(data) - end} bytes left after {n_rows} rows")
+    ends = np.empty_like(starts)
+    ends[:, :-1] = starts[:, 1:]
+    ends[:-1, -1] = starts[1:, 0]
+    if n_rows:
+        ends[-1, -1] = end
+    streams = []
+    for i in range(len(widths)):
+        lengths = ends[:, i] - starts[:, i]
+        total = int(lengths.sum())
+        # Positions of every byte of the column's values, in row order.
+        shift = np.repeat(starts[:, i] - (np.cumsum(lengths) - lengths), lengths)
+        streams.append(data[shift + np.arange(total)].tobytes())
+    return streams
+
+
+@lazy_njit
+def _row_value_starts(buf: np.ndarray, widths: np.ndarray, n: int) -> tuple[np.ndarray, int]:  # pragma: no cover - compiled
+    """Byte offset of every value of n row-binary rows (width -1: a String, varint length first);
+    and the end offset, or -1 - row when that row runs past the buffer."""
+    starts = np.empty((n, widths.shape[0]), np.int64)
+    pos = 0
+    size = buf.shape[0]
+    for i in range(n):
+        for j in range(widths.shape[0]):
+            starts[i, j] = pos
+            width = widths[j]
+            if width < 0:
+                value = 0
+                shift = 0
+                while True:
+                    if pos >= size or shift > 63:
+                        return starts, -1 - i
+                    b = buf[pos]
+                    pos += 1
+                    value |= (b & 0x7F) << shift
+                    shift += 7
+                    if b < 0x80:
+                        break
+                width = value
+            pos += width
+            if pos > size:
+                return starts, -1 - i
+    return starts, pos
+
+
+def _write_default(dt: DataType, base: str, out: dict[str, bytearray]) -> None:
+    if is_string(dt):
+        out[base].append(0)
+    elif isinstance(dt, Enum):
+        out[base] += struct.pack("<b" if dt.bits == 8 else "<h", dt.values[0][1])
+    else:
+        out[base] += bytes(fixed_width(dt))
+
+
+def deserialize_rows(dts: Sequence[DataType], buf: bytes | memoryview, n_rows: int) -> list[pa.Array]:
+    """Inverse of serialize_rows: `n_rows` rows of row-binary values → one Arrow array per column."""
+    plain = [_strip_low_cardinality(dt) for dt in dts]
+    view = memoryview(buf).cast("B")
+    streams = _split_rows_vectorised(plain, view, n_rows)
+    if streams is not None:
+        return [deserialize_column(dt, f"c{i}", {f"c{i}": streams[i]}, n_rows, string_sizes=False)
+                for i, dt in enumerate(plain)]
+    columns = [{name: bytearray() for name in stream_names(dt, f"c{i}", string_sizes=False)} for i, dt in enumerate(plain)]
+    pos = 0
+    for _ in range(n_rows):
+        for i, dt in enumerate(plain):
+            pos = _split_row(dt, f"c{i}", 0, view, pos, columns[i])
+    if pos != len(view):
+        raise CorruptPartError(f"row data: {len(view) - pos} bytes left after {n_rows} rows")
+    return [deserialize_column(dt, f"c{i}", {k: bytes(v) for k, v in columns[i].items()}, n_rows, string_sizes=False)
+            for i, dt in enumerate(plain)]
