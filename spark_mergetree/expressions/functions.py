@@ -1,25 +1,31 @@
 """ClickHouse functions usable in keys and predicates: result types and vectorized evaluation.
 
 Covers what partition and sort keys are built from in practice (date bucketing, integer division,
-modulo) plus the type-string helpers the rest of the package needs. Values are evaluated over
+modulo) plus the view of a column type the rest of the package needs (`type_info`, over the format
+layer's `parse_type`). Values are evaluated over
 whole Arrow arrays with numpy/pyarrow; dates follow ClickHouse: Date is a day number, DateTime
 and DateTime64 are instants rendered in the column's time zone (UTC when the type names none).
 """
 
 from __future__ import annotations
 
-import re
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_mergetree.errors import ExpressionError, UnsupportedError
-
-_WRAPPER = re.compile(r"^\s*(Nullable|LowCardinality)\s*\((.*)\)\s*$", re.S)
-_TYPE_HEAD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*$", re.S)
-_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+from spark_mergetree.errors import ExpressionError, FormatError, UnsupportedError
+from spark_mergetree.format.types import (
+    DataType,
+    DateTime,
+    DateTime64,
+    Enum,
+    LowCardinality,
+    Nullable,
+    parse_type,
+)
 
 INTEGER_BITS = {
     "UInt8": 8, "UInt16": 16, "UInt32": 32, "UInt64": 64, "UInt128": 128, "UInt256": 256,
@@ -32,17 +38,18 @@ _MAX_DATE = 65535  # Date is a UInt16 day number; ClickHouse saturates date func
 
 @dataclass(frozen=True)
 class TypeInfo:
-    """A ClickHouse type string taken apart just enough for expressions."""
+    """A column type as expressions look at it: the format layer's `DataType` without its
+    Nullable/LowCardinality wrappers, and which of them it had."""
 
     text: str
-    base: str  # innermost type name without Nullable/LowCardinality, e.g. 'DateTime64'
-    args: str  # text between the outer parentheses of the base type ('' when none)
+    data_type: DataType  # innermost type, without Nullable/LowCardinality
     nullable: bool
     low_cardinality: bool
 
     @property
-    def inner_text(self) -> str:
-        return f"{self.base}({self.args})" if self.args else self.base
+    def base(self) -> str:
+        """The type's name without parameters, e.g. 'DateTime64', 'Decimal', 'Enum8'."""
+        return self.data_type.family
 
     @property
     def is_integer(self) -> bool:
@@ -55,43 +62,36 @@ class TypeInfo:
     @property
     def timezone(self) -> str | None:
         """Time zone named by DateTime('tz') / DateTime64(p, 'tz'), else None (meaning UTC)."""
-        if self.base not in ("DateTime", "DateTime64"):
-            return None
-        match = _QUOTED.search(self.args)
-        return match.group(1) if match else None
+        return self.data_type.timezone if isinstance(self.data_type, (DateTime, DateTime64)) else None
 
     @property
     def datetime64_precision(self) -> int:
-        if self.base != "DateTime64":
-            return 0
-        first = self.args.split(",")[0].strip()
-        return int(first) if first else 3
+        return self.data_type.precision if isinstance(self.data_type, DateTime64) else 0
 
     def enum_values(self) -> dict[str, int]:
         """Name → number of an Enum8/Enum16 type."""
-        if self.base not in ("Enum8", "Enum16", "Enum"):
+        if not isinstance(self.data_type, Enum):
             raise ExpressionError(f"type {self.text} is not an Enum")
-        pairs = re.findall(r"'((?:[^'\\]|\\.)*)'\s*=\s*(-?\d+)", self.args)
-        return {name.replace("\\'", "'").replace("\\\\", "\\"): int(num) for name, num in pairs}
+        return dict(self.data_type.values)
 
 
+@functools.lru_cache(maxsize=1024)
 def type_info(type_text: str) -> TypeInfo:
-    text = type_text.strip()
+    """`type_text` parsed by the format layer (`parse_type`); a type it cannot parse is an ExpressionError."""
+    try:
+        data_type = parse_type(type_text)
+    except UnsupportedError:
+        raise
+    except FormatError as error:
+        raise ExpressionError(f"cannot read type {type_text!r}: {error}") from None
     nullable = low_cardinality = False
-    inner = text
-    while True:
-        match = _WRAPPER.match(inner)
-        if not match:
-            break
-        if match.group(1) == "Nullable":
+    while isinstance(data_type, (Nullable, LowCardinality)):
+        if isinstance(data_type, Nullable):
             nullable = True
         else:
             low_cardinality = True
-        inner = match.group(2)
-    head = _TYPE_HEAD.match(inner)
-    if not head:
-        raise ExpressionError(f"cannot read type {type_text!r}")
-    return TypeInfo(text, head.group(1), (head.group(2) or "").strip(), nullable, low_cardinality)
+        data_type = data_type.inner
+    return TypeInfo(type_text.strip(), data_type, nullable, low_cardinality)
 
 
 def literal_type(value: int) -> str:

@@ -29,6 +29,7 @@ from spark_mergetree.expressions.functions import (
 )
 from spark_mergetree.expressions.predicate import Column, Expr, Func, Literal, parse_expression
 from spark_mergetree.format.siphash import siphash128_clickhouse
+from spark_mergetree.format.types import Decimal, FixedString
 
 # Tags ClickHouse hashes before each value (its Field type numbers).
 _TAG_NULL, _TAG_UINT64, _TAG_INT64, _TAG_UINT128, _TAG_INT128 = 0, 1, 2, 4, 5
@@ -192,26 +193,7 @@ def _resolve_element(element: Expr, schema: Mapping[str, str], expression: str) 
     return resolved, element_type
 
 
-def _decimal_width(info: TypeInfo) -> tuple[int, int]:
-    """(tag, bytes) of a Decimal type's value field."""
-    if info.base == "Decimal":
-        precision = int(info.args.split(",")[0])
-    else:
-        precision = {"Decimal32": 9, "Decimal64": 18, "Decimal128": 38, "Decimal256": 76}[info.base]
-    if precision <= 9:
-        return _TAG_DECIMAL32, 4
-    if precision <= 18:
-        return _TAG_DECIMAL64, 8
-    if precision <= 38:
-        return _TAG_DECIMAL128, 16
-    return _TAG_DECIMAL256, 32
-
-
-def _decimal_scale(info: TypeInfo) -> int:
-    parts = [part.strip() for part in info.args.split(",")]
-    if info.base == "Decimal":
-        return int(parts[1]) if len(parts) > 1 else 0
-    return int(parts[0] or 0)
+_DECIMAL_TAGS = {4: _TAG_DECIMAL32, 8: _TAG_DECIMAL64, 16: _TAG_DECIMAL128, 32: _TAG_DECIMAL256}
 
 
 def _field(value: object, type_text: str) -> tuple[int, bytes, int | None]:
@@ -247,13 +229,13 @@ def _field(value: object, type_text: str) -> tuple[int, bytes, int | None]:
             return _TAG_STRING, struct.pack("<Q", len(raw)) + raw, None
         if base in ("String", "FixedString"):
             data = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[call-overload]
-            if base == "FixedString":
-                data = data.ljust(int(info.args), b"\0")
+            if isinstance(info.data_type, FixedString):
+                data = data.ljust(info.data_type.length, b"\0")
             return _TAG_STRING, struct.pack("<Q", len(data)) + data, None
-        if base.startswith("Decimal"):
-            tag, width = _decimal_width(info)
-            unscaled = int(decimal.Decimal(str(value)).scaleb(_decimal_scale(info)).to_integral_value())
-            return tag, unscaled.to_bytes(width, "little", signed=True), None
+        if isinstance(info.data_type, Decimal):
+            width = info.data_type.width
+            unscaled = int(decimal.Decimal(str(value)).scaleb(info.data_type.scale).to_integral_value())
+            return _DECIMAL_TAGS[width], unscaled.to_bytes(width, "little", signed=True), None
         if base == "DateTime64":
             ticks = _datetime64_ticks(value, info.datetime64_precision)
             return _TAG_DECIMAL64, struct.pack("<q", ticks), None

@@ -207,6 +207,20 @@ def _primitive(arr: pa.Array, dt: Primitive, column: str) -> pa.Array:
         if _is_string_like(t):
             return _string(arr)  # 36-character text, checked when the part is written
         raise _refuse_type("arrow.uuid, fixed_size_binary(16) (RFC 4122 byte order) and UUID text")
+    if name == "IPv4":
+        if pa.types.is_integer(t):
+            _check_range(arr, 0, 2**32 - 1, name)
+            return arr.cast(target)
+        if _is_string_like(t):
+            return _ipv4_from_text(_string(arr))
+        raise _refuse_type("integers 0..4294967295 and dotted-quad text")
+    if name == "IPv6":
+        if pa.types.is_fixed_size_binary(t) and t.byte_width == 16:
+            return arr
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            _refuse_where(pc.not_equal(pc.binary_length(arr), 16), arr, "is not 16 bytes")
+            return arr.cast(target)
+        raise _refuse_type("fixed_size_binary(16) and 16-byte binary (the address in network byte order)")
     if name in ("Date", "Date32"):
         if pa.types.is_date32(t) or pa.types.is_date64(t):
             days = arr.cast(pa.date32())  # safe: date64 values must be whole days
@@ -217,6 +231,21 @@ def _primitive(arr: pa.Array, dt: Primitive, column: str) -> pa.Array:
             return arr.cast(pa.int32()).view(pa.date32())
         raise _refuse_type("date32, date64 and integer days since 1970-01-01")
     raise _Refusal("no conversion for this type")
+
+
+_IPV4_TEXT = r"^(?P<a>[0-9]{1,3})\.(?P<b>[0-9]{1,3})\.(?P<c>[0-9]{1,3})\.(?P<d>[0-9]{1,3})$"
+
+
+def _ipv4_from_text(arr: pa.Array) -> pa.Array:
+    """Dotted-quad text ('192.168.0.1') → the address as a uint32, as ClickHouse parses an IPv4."""
+    octets = pc.extract_regex(arr, _IPV4_TEXT)
+    _refuse_where(pc.and_(pc.is_null(octets), pc.is_valid(arr)), arr, "is not an IPv4 address a.b.c.d")
+    value = np.zeros(len(arr), np.int64)
+    for field in ("a", "b", "c", "d"):
+        part = np.asarray(pc.struct_field(octets, field).fill_null("0").cast(pa.int64()))
+        _refuse_where(pa.array(part > 255), arr, "has an octet above 255")
+        value = value * 256 + part
+    return with_validity(pa.array(value.astype(np.uint32), pa.uint32()), arr)
 
 
 def _string(arr: pa.Array) -> pa.Array:

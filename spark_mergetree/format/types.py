@@ -28,6 +28,12 @@ class DataType:
     def to_clickhouse(self) -> str:
         raise NotImplementedError
 
+    @property
+    def family(self) -> str:
+        """The type's name without its parameters, as ClickHouse's getFamilyName: `DateTime64`,
+        `Decimal` (also for Decimal32(S)...), `Enum8`, `Nullable`, `UInt8`."""
+        return type(self).__name__
+
     def __str__(self) -> str:
         return self.to_clickhouse()
 
@@ -37,7 +43,7 @@ PRIMITIVE_WIDTHS: dict[str, int | None] = {
     "UInt8": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8, "UInt128": 16, "UInt256": 32,
     "Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8, "Int128": 16, "Int256": 32,
     "Float32": 4, "Float64": 8, "Bool": 1, "Date": 2, "Date32": 4, "UUID": 16,
-    "String": None,
+    "IPv4": 4, "IPv6": 16, "String": None,
 }
 PRIMITIVE_NAMES = frozenset(PRIMITIVE_WIDTHS)
 
@@ -51,7 +57,7 @@ _ALIASES = {
 
 @dataclass(frozen=True)
 class Primitive(DataType):
-    """A parameterless type: integers, floats, Bool, String, Date, Date32, UUID."""
+    """A parameterless type: integers, floats, Bool, String, Date, Date32, UUID, IPv4, IPv6."""
 
     name: str
 
@@ -62,6 +68,10 @@ class Primitive(DataType):
     @property
     def width(self) -> int | None:
         return PRIMITIVE_WIDTHS[self.name]
+
+    @property
+    def family(self) -> str:
+        return self.name
 
     def to_clickhouse(self) -> str:
         return self.name
@@ -137,6 +147,10 @@ class Enum(DataType):
         if len({n for n, _ in self.values}) != len(self.values) or len({v for _, v in self.values}) != len(self.values):
             raise FormatError(f"Enum{self.bits} has duplicate names or values: {self.values!r}")
         object.__setattr__(self, "values", tuple(sorted(self.values, key=lambda nv: nv[1])))
+
+    @property
+    def family(self) -> str:
+        return f"Enum{self.bits}"
 
     def to_clickhouse(self) -> str:
         body = ", ".join(f"{_quote(name)} = {value}" for name, value in self.values)
@@ -386,6 +400,8 @@ _INT_ARROW = {
     "Int8": pa.int8(), "Int16": pa.int16(), "Int32": pa.int32(), "Int64": pa.int64(),
     "Float32": pa.float32(), "Float64": pa.float64(), "Bool": pa.bool_(), "String": pa.string(),
     "Date": pa.date32(), "Date32": pa.date32(), "UUID": pa.string(),
+    # As ClickHouse exports them to Arrow: IPv4 the address as a number, IPv6 its 16 bytes in network order.
+    "IPv4": pa.uint32(), "IPv6": pa.binary(16),
     # 128/256-bit integers have no Arrow integer type: exact decimals with scale 0 hold every value.
     "Int128": pa.decimal256(39, 0), "UInt128": pa.decimal256(39, 0),
     "Int256": pa.decimal256(76, 0), "UInt256": pa.decimal256(76, 0),

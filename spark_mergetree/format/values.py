@@ -205,6 +205,8 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
             return days.astype("<u2")
         if name == "Date32":
             return np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int32())).astype("<i4")
+        if name == "IPv6":
+            return fixed_bytes(arr, 16)
         if name == "Bool":
             return np.asarray(arr.fill_null(False) if arr.null_count else arr, dtype=bool).astype(np.uint8)
         return np.asarray(arr.fill_null(0) if arr.null_count else arr)
@@ -347,8 +349,8 @@ def list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
 def default_scalar(dt: DataType, arrow_type: pa.DataType) -> Any:
     if is_string(dt):
         return "" if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) else b""
-    if isinstance(dt, FixedString):
-        return b"\0" * dt.length
+    if isinstance(dt, FixedString) or (isinstance(dt, Primitive) and dt.name == "IPv6"):
+        return b"\0" * fixed_width(dt)
     if isinstance(dt, Primitive) and dt.name == "UUID":
         return "00000000-0000-0000-0000-000000000000"
     if isinstance(dt, Enum):

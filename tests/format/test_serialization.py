@@ -74,6 +74,11 @@ COLUMNS: list[tuple[str, str, str]] = [
                     "reinterpretAsUUID(reverse(unhex(hex(cityHash64(number)) || hex(number)))))"),
     ("e8", "Enum8('b' = -2, 'a' = 1, 'c' = 127)", "['a', 'b', 'c'][number % 3 + 1]"),
     ("e16", "Enum16('x' = 1000, 'y' = -1000)", "['x', 'y'][number % 2 + 1]"),
+    ("ip4", "IPv4", "if(number = 9, toIPv4('255.255.255.255'), toIPv4(number * 16909060))"),
+    ("ip6", "IPv6", "if(number = 9, toIPv6('ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe'), "
+                    "toIPv6('2001:db8:' || toString(number * 7) || '::1'))"),
+    ("nip4", "Nullable(IPv4)", "if(number % 3 = 0, NULL, toIPv4(number))"),
+    ("aip6", "Array(IPv6)", "arrayMap(x -> toIPv6(toIPv4(x * 257)), range(number % 3))"),
     ("ns", "Nullable(String)", "if(number % 3 = 0, NULL, repeat('ü', number))"),
     ("ni", "Nullable(Int32)", "if(number % 4 = 1, NULL, toInt32(number) * -7)"),
     ("nd", "Nullable(Decimal(10, 3))", "if(number % 2 = 1, NULL, toDecimal64(number / 3, 3))"),
