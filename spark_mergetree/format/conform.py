@@ -119,7 +119,7 @@ def _arrow_type_is_exact(dt: DataType) -> bool:
     if isinstance(dt, DateTime64):
         return dt.precision in _UNIT_DIGITS.values()
     if isinstance(dt, Primitive):
-        return dt.name not in ("Date", *_WIDE_INTEGERS)
+        return dt.name not in ("Date", "BFloat16", *_WIDE_INTEGERS)
     return True
 
 
@@ -192,6 +192,20 @@ def _primitive(arr: pa.Array, dt: Primitive, column: str) -> pa.Array:
         if pa.types.is_integer(t) or pa.types.is_decimal(t):
             return arr.cast(target)  # integers only when exactly representable (Arrow's safe cast)
         raise _refuse_type("floats, integers and decimals")
+    if name == "BFloat16":
+        if pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t):
+            # ClickHouse's own Arrow export: the 2 bytes of the value, little-endian.
+            _refuse_where(pc.not_equal(pc.binary_length(arr), 2), arr, "is not 2 bytes")
+            raw = fixed_bytes(arr.cast(pa.binary(2)), 2).copy().view("<u2").reshape(-1)
+            return with_validity(pa.array((raw.astype("<u4") << np.uint32(16)).view(np.float32), pa.float32()), arr)
+        if not (pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_decimal(t)):
+            raise _refuse_type("floats, integers, decimals and 2-byte binary (ClickHouse's Arrow)")
+        out = arr.cast(pa.float32(), safe=False)
+        overflow = pc.and_(pc.is_inf(out), pc.invert(pc.is_inf(arr.cast(pa.float64(), safe=False))))
+        _refuse_where(overflow, arr, f"is outside {name}'s range")
+        # ClickHouse converts to Float32 (to nearest), then keeps its upper 16 bits (toward zero).
+        bits = np.asarray(out.fill_null(0) if out.null_count else out).view("<u4") & np.uint32(0xFFFF0000)
+        return with_validity(pa.array(bits.view(np.float32), pa.float32()), out)
     if name == "Bool":
         if pa.types.is_boolean(t):
             return arr

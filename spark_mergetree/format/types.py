@@ -42,7 +42,7 @@ class DataType:
 PRIMITIVE_WIDTHS: dict[str, int | None] = {
     "UInt8": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8, "UInt128": 16, "UInt256": 32,
     "Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8, "Int128": 16, "Int256": 32,
-    "Float32": 4, "Float64": 8, "Bool": 1, "Date": 2, "Date32": 4, "UUID": 16,
+    "Float32": 4, "Float64": 8, "BFloat16": 2, "Bool": 1, "Date": 2, "Date32": 4, "UUID": 16,
     "IPv4": 4, "IPv6": 16, "String": None,
 }
 PRIMITIVE_NAMES = frozenset(PRIMITIVE_WIDTHS)
@@ -57,7 +57,7 @@ _ALIASES = {
 
 @dataclass(frozen=True)
 class Primitive(DataType):
-    """A parameterless type: integers, floats, Bool, String, Date, Date32, UUID, IPv4, IPv6."""
+    """A parameterless type: integers, floats (BFloat16 too), Bool, String, Date, Date32, UUID, IPv4, IPv6."""
 
     name: str
 
@@ -402,6 +402,8 @@ _INT_ARROW = {
     "Date": pa.date32(), "Date32": pa.date32(), "UUID": pa.string(),
     # As ClickHouse exports them to Arrow: IPv4 the address as a number, IPv6 its 16 bytes in network order.
     "IPv4": pa.uint32(), "IPv6": pa.binary(16),
+    # Every BFloat16 is a float32 (its upper 16 bits); ClickHouse's own Arrow export gives 2 raw bytes.
+    "BFloat16": pa.float32(),
     # 128/256-bit integers have no Arrow integer type: exact decimals with scale 0 hold every value.
     "Int128": pa.decimal256(39, 0), "UInt128": pa.decimal256(39, 0),
     "Int256": pa.decimal256(76, 0), "UInt256": pa.decimal256(76, 0),

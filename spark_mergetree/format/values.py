@@ -207,6 +207,10 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
             return np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int32())).astype("<i4")
         if name == "IPv6":
             return fixed_bytes(arr, 16)
+        if name == "BFloat16":
+            # The upper half of the float32: what ClickHouse keeps when it converts (toward zero).
+            bits = np.asarray(arr.fill_null(0) if arr.null_count else arr, dtype=np.float32).view("<u4")
+            return (bits >> np.uint32(16)).astype("<u2")
         if name == "Bool":
             return np.asarray(arr.fill_null(False) if arr.null_count else arr, dtype=bool).astype(np.uint8)
         return np.asarray(arr.fill_null(0) if arr.null_count else arr)
@@ -451,6 +455,9 @@ def fixed_to_arrow(dt: DataType, raw: np.ndarray, n: int, stream: str) -> pa.Arr
                     else np.zeros(n, np.uint64)
                 words = np.concatenate([words, np.stack([fill, fill], axis=1)], axis=1)
             return pa.Array.from_buffers(target, n, [None, pa.py_buffer(np.ascontiguousarray(words))])
+        if name == "BFloat16":
+            bits = raw.view("<u2").astype("<u4") << np.uint32(16)
+            return pa.Array.from_buffers(target, n, [None, pa.py_buffer(bits)])
         if name == "Bool":
             return pa.array(raw != 0, pa.bool_())
         if name == "Date":

@@ -8,6 +8,7 @@ tests/format/test_part_interop.py.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -65,3 +66,28 @@ def test_ipv6_takes_sixteen_bytes_in_network_order(chdb):
     assert conform_array(as_binary, parse_type("IPv6"), "ip").to_pylist() == exported.to_pylist()
     with pytest.raises(SchemaMismatchError, match="is not 16 bytes"):
         conform_array(pa.array([b"\x01" * 15]), parse_type("IPv6"), "ip")
+
+
+BFLOAT16_INPUTS = [0.0, -0.0, 1.0, 1.00390625, 1.005859375, 1.0078125, -2.5, 3.4e38, -3.38e38, 1e-40, 1e-45,
+                   0.1, 1 / 3, 65504.0, 123456.789]
+
+
+def test_bfloat16_values_are_converted_as_clickhouse_converts_them(chdb):
+    listed = ", ".join(repr(v) for v in BFLOAT16_INPUTS)
+    expected = _chdb_arrow(chdb, f"SELECT reinterpretAsUInt16(toBFloat16(arrayJoin([{listed}]))) AS x")
+    got = conform_array(pa.array(BFLOAT16_INPUTS, pa.float64()), parse_type("BFloat16"), "bf")
+    bits = (np.asarray(got).view(np.uint32) >> 16).tolist()
+    assert bits == expected.column("x").to_pylist()
+    integers = [0, 1, 255, 257, 65535, 16777217, -1000001]
+    listed = ", ".join(str(v) for v in integers)
+    expected = _chdb_arrow(chdb, f"SELECT reinterpretAsUInt16(toBFloat16(arrayJoin([{listed}]::Array(Int64)))) AS x")
+    got = conform_array(pa.array(integers, pa.int64()), parse_type("BFloat16"), "bf")
+    assert (np.asarray(got).view(np.uint32) >> 16).tolist() == expected.column("x").to_pylist()
+
+
+def test_bfloat16_takes_clickhouses_arrow_bytes(chdb):
+    exported = _chdb_arrow(chdb, "SELECT toBFloat16(arrayJoin([1.5, -0.25, 1e30])) AS x, toFloat32(x) AS f")
+    got = conform_array(exported.column("x").combine_chunks(), parse_type("BFloat16"), "bf")
+    assert got.to_pylist() == exported.column("f").to_pylist()
+    with pytest.raises(SchemaMismatchError, match="outside BFloat16's range"):
+        conform_array(pa.array([1e39]), parse_type("BFloat16"), "bf")

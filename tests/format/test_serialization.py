@@ -55,6 +55,8 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("u128", "UInt128", "toUInt128(number) * toUInt128('34028236692093846346337460743176821')"),
     ("f32", "Float32", "toFloat32(number) / 3"),
     ("f64", "Float64", "if(number = 4, -inf, number / 7)"),
+    ("bf16", "BFloat16", "toBFloat16(if(number = 4, -inf, if(number = 5, 3.3895313892515355e+38, number / 7 - 1)))"),
+    ("nbf16", "Nullable(BFloat16)", "if(number % 3 = 0, NULL, toBFloat16(number * 1e-39))"),
     ("b", "Bool", "number % 3 = 0"),
     ("dec9", "Decimal(9, 2)", "toDecimal32(number * 1.25 - 5, 2)"),
     ("dec18", "Decimal(18, 4)", "toDecimal64(-123456789.1234 + number, 4)"),
@@ -213,6 +215,8 @@ def _normalize(dt: DataType, value):
         return int(value).to_bytes(16, "little", signed=dt.name == "Int128")
     if isinstance(dt, Enum):
         return dict(dt.values)[value]
+    if isinstance(dt, Primitive) and dt.name == "BFloat16":  # chdb's Arrow gives the 2 stored bytes
+        return (np.float32(value).view(np.uint32) >> 16).astype("<u2").tobytes()
     return value
 
 

@@ -37,7 +37,7 @@ SPELLINGS = {
     "DateTime64(6,'UTC')": "DateTime64(6, 'UTC')", "DateTime64(9, 'America/New_York')": "DateTime64(9, 'America/New_York')",
     "Decimal(10,2)": "Decimal(10, 2)", "Decimal(38, 0)": "Decimal(38, 0)", "Decimal32(3)": "Decimal(9, 3)",
     "Decimal64(5)": "Decimal(18, 5)", "Decimal128(20)": "Decimal(38, 20)", "Decimal(5)": "Decimal(5, 0)",
-    "UUID": "UUID", "IPv4": "IPv4", "IPv6": "IPv6", "Nullable(String)": "Nullable(String)", "Array(Nullable(String))": "Array(Nullable(String))",
+    "UUID": "UUID", "IPv4": "IPv4", "IPv6": "IPv6", "BFloat16": "BFloat16", "Nullable(String)": "Nullable(String)", "Array(Nullable(String))": "Array(Nullable(String))",
     "Array(Array(UInt8))": "Array(Array(UInt8))", "Map(String,UInt64)": "Map(String, UInt64)",
     "Map(LowCardinality(String), Array(Nullable(Int32)))": "Map(LowCardinality(String), Array(Nullable(Int32)))",
     "Tuple(a UInt8, b String)": "Tuple(a UInt8, b String)", "Tuple(UInt8, String)": "Tuple(UInt8, String)",
