@@ -48,7 +48,8 @@ _INTEGER_RANGES = {
     "UInt256": (0, 2**256 - 1), "Int256": (-2**255, 2**255 - 1),
 }
 _WIDE_INTEGERS = ("Int128", "UInt128", "Int256", "UInt256")
-_DATE_DAYS = {"Date": (0, 65535), "Date32": _INTEGER_RANGES["Int32"]}  # days since 1970-01-01
+# Days since 1970-01-01 ClickHouse holds: Date 1970-01-01..2149-06-06, Date32 0000-01-01..9999-12-31.
+_DATE_DAYS = {"Date": (0, 65535), "Date32": (-719528, 2932896)}
 _DATETIME_SECONDS = (0, 2**32 - 1)
 
 
@@ -119,7 +120,7 @@ def _arrow_type_is_exact(dt: DataType) -> bool:
     if isinstance(dt, DateTime64):
         return dt.precision in _UNIT_DIGITS.values()
     if isinstance(dt, Primitive):
-        return dt.name not in ("Date", "BFloat16", *_WIDE_INTEGERS)
+        return dt.name not in ("Date", "Date32", "BFloat16", *_WIDE_INTEGERS)
     return True
 
 

@@ -8,23 +8,73 @@ tests/format/test_part_interop.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from spark_mergetree import MergeTreeTable
 from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format.conform import conform_array
 from spark_mergetree.format.types import parse_type, to_arrow
-from tests.format.chdb_util import close_session, open_session
+from tests.format.chdb_util import close_session, make_chdb_table, open_session
+from tests.format.test_part_interop import _attach_and_check, _normalized_rows
 from tests.format.test_serialization import _chdb_arrow
+
+PART_KINDS = {
+    "Wide": "min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0",
+    "Compact": "min_bytes_for_wide_part = 1000000000, min_rows_for_wide_part = 1000000000",
+}
+
+
+def both_ways(tmp_path, columns: list[tuple[str, str, str]], rows: int) -> None:
+    """ClickHouse writes `columns` (name, type, expression over `number`) into a Wide and a Compact
+    part; we read exactly what SELECT returns. Then we write what we read into parts of our own,
+    ClickHouse ATTACHes them, CHECK TABLE passes and SELECT returns the same rows again."""
+    cols = ", ".join(f"`{name}` {type_text}" for name, type_text, _ in columns)
+    exprs = ", ".join(expr for _, _, expr in columns)
+    schema = [("id", "UInt64")] + [(name, type_text) for name, type_text, _ in columns]
+    for kind, settings in PART_KINDS.items():
+        source = f"src_{kind.lower()}"
+        sess, data_dir = make_chdb_table(
+            tmp_path, f"CREATE TABLE {source} (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                      f"SETTINGS index_granularity = 3, {settings}",
+            [f"INSERT INTO {source} SELECT number, {exprs} FROM numbers({rows})"])
+        written = sess.query(f"SELECT DISTINCT part_type FROM system.parts WHERE table = '{source}' AND active",
+                             "TabSeparatedRaw").bytes().decode().split()
+        assert written == [kind]
+        statement = sess.query(f"SHOW CREATE TABLE {source}", "TabSeparatedRaw").bytes().decode()
+        expected = _days(_chdb_arrow(sess, f"SELECT * FROM {source} ORDER BY id")).to_pylist()
+        ours = MergeTreeTable.open(data_dir, create_statement=statement).to_arrow().sort_by("id")
+        assert _normalized_rows(_days(ours), dict(schema)) == expected, kind
+        mine = MergeTreeTable.create(tmp_path / f"ours_{kind}", schema, order_by="id",
+                                     settings={"index_granularity": 3, "auto_merge": False})
+        mine.insert(ours.slice(0, rows // 2))
+        mine.insert(ours.slice(rows // 2))
+        target = f"back_{kind.lower()}"
+        sess.query(f"CREATE TABLE {target} (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                   "SETTINGS index_granularity = 3")
+        target_dir = Path(sess.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{target}'",
+                                     "TabSeparatedRaw").bytes().decode().strip())
+        _attach_and_check(sess, target, target_dir, mine)
+        assert _days(_chdb_arrow(sess, f"SELECT * FROM {target} ORDER BY id")).to_pylist() == expected, kind
+        close_session()
+
+
+def _days(table: pa.Table) -> pa.Table:
+    """Top-level date32 columns as their day numbers (year 0 has no Python date)."""
+    return pa.table({name: column.cast(pa.int32()) if pa.types.is_date32(column.type) else column
+                     for name, column in zip(table.column_names, table.columns, strict=True)})
+
 
 # Types whose Arrow mapping is ClickHouse's own Arrow export.
 CLICKHOUSE_ARROW = ["IPv4", "IPv6", "Nullable(IPv4)", "Array(IPv6)"]
 
 
-@pytest.fixture(scope="module")
-def chdb(tmp_path_factory):
-    yield open_session(tmp_path_factory.mktemp("modern"))
+@pytest.fixture
+def chdb(tmp_path):
+    yield open_session(tmp_path)
     close_session()
 
 
@@ -91,3 +141,36 @@ def test_bfloat16_takes_clickhouses_arrow_bytes(chdb):
     assert got.to_pylist() == exported.column("f").to_pylist()
     with pytest.raises(SchemaMismatchError, match="outside BFloat16's range"):
         conform_array(pa.array([1e39]), parse_type("BFloat16"), "bf")
+
+
+def test_enum16_extremes_both_ways(tmp_path):
+    enum = "Enum16('lo' = -32768, 'z' = 0, 'hi' = 32767)"
+    both_ways(tmp_path, [("e", enum, "['lo', 'z', 'hi'][number % 3 + 1]"),
+                         ("ne", f"Nullable({enum})", "if(number % 4 = 0, NULL, ['hi', 'lo'][number % 2 + 1])"),
+                         ("ae", f"Array({enum})", "arrayMap(x -> ['lo', 'hi'][x % 2 + 1], range(number % 3))")], 7)
+
+
+# Days ClickHouse gives Date32's ends and a few dates between.
+DATE32_EXPRESSIONS = ["toDate32(-1000000)", "toDate32('9999-12-31')", "toDate32('0001-01-01')",
+                      "toDate32('1900-01-01')", "toDate32('1969-12-31')", "toDate32('1970-01-01')",
+                      "toDate32('2299-12-31')", "toDate32('2300-01-01')"]
+
+
+def test_date32_extremes_both_ways(tmp_path):
+    listed = ", ".join(DATE32_EXPRESSIONS)
+    both_ways(tmp_path, [("d", "Date32", f"[{listed}][number % {len(DATE32_EXPRESSIONS)} + 1]"),
+                         ("nd", "Nullable(Date32)", f"if(number % 3 = 0, NULL, [{listed}][number % 4 + 1])")],
+              len(DATE32_EXPRESSIONS))
+
+
+def test_days_beyond_date32_are_refused(chdb):
+    low, high = _chdb_arrow(chdb, "SELECT toInt32(toDate32(-1000000)) AS low, toInt32(toDate32('9999-12-31')) AS high") \
+        .to_pylist()[0].values()
+    for days in (low - 1, high + 1):
+        # ClickHouse cannot hold the day: a cast gives another one.
+        held = _chdb_arrow(chdb, f"SELECT toInt32(CAST({days} AS Date32)) AS x").column("x").to_pylist()
+        assert held != [days]
+        with pytest.raises(SchemaMismatchError, match="outside Date32's range"):
+            conform_array(pa.array([days], pa.int32()).cast(pa.date32()), parse_type("Date32"), "d")
+    inside = pa.array([low, high], pa.int32()).cast(pa.date32())
+    assert conform_array(inside, parse_type("Date32"), "d").cast(pa.int32()).to_pylist() == [low, high]
