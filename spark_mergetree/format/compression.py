@@ -34,6 +34,8 @@ from spark_mergetree.format.types import (
     Enum,
     Nullable,
     Primitive,
+    Time,
+    Time64,
     Tuple,
 )
 from spark_mergetree.format.values import value_width
@@ -240,7 +242,7 @@ def _value_type_name(dt: DataType) -> str:
         return f"Decimal{8 * dt.width}"
     if isinstance(dt, Enum):
         return f"Enum{dt.bits}"
-    if isinstance(dt, (DateTime, DateTime64)):
+    if isinstance(dt, (DateTime, DateTime64, Time, Time64)):
         return type(dt).__name__
     return dt.to_clickhouse()
 

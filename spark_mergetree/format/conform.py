@@ -32,8 +32,11 @@ from spark_mergetree.format.types import (
     Map,
     Nullable,
     Primitive,
+    Time,
+    Time64,
     Tuple,
     is_nullable,
+    time_ticks,
     to_arrow,
 )
 
@@ -115,8 +118,8 @@ def _arrow_type_is_exact(dt: DataType) -> bool:
         return _arrow_type_is_exact(dt.key) and _arrow_type_is_exact(dt.value)
     if isinstance(dt, Tuple):
         return all(_arrow_type_is_exact(e) for e in dt.elements)
-    if isinstance(dt, (Enum, DateTime)):
-        return False  # names and seconds outside the enum / 1970..2106
+    if isinstance(dt, (Enum, DateTime, Time, Time64)):
+        return False  # names and seconds outside the enum / 1970..2106 / ±999:59:59
     if isinstance(dt, DateTime64):
         return dt.precision in _UNIT_DIGITS.values()
     if isinstance(dt, Primitive):
@@ -448,6 +451,39 @@ def _datetime64(arr: pa.Array, dt: DateTime64, column: str) -> pa.Array:
     return arr.cast(pa.timestamp(t.unit, tz=target.tz)).cast(target)
 
 
+_TIME_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+
+
+def _time(arr: pa.Array, dt: Time | Time64, column: str) -> pa.Array:
+    """Time/Time64 from durations of any unit, ClickHouse's own Arrow (time32/time64, a time of day),
+    or integer seconds (as ClickHouse's CAST of a number reads them)."""
+    t = arr.type
+    target = to_arrow(dt)
+    precision = dt.precision if isinstance(dt, Time64) else 0
+    per_second, limit = time_ticks(dt)
+    if pa.types.is_integer(t):
+        seconds = arr.cast(pa.int64())
+        _refuse_where(pc.greater(pc.abs(seconds), limit // per_second), arr, f"is outside {dt.to_clickhouse()}'s range "
+                      "-999:59:59..999:59:59")
+        return pc.multiply(seconds, _arrow_ticks_per_second(target)).cast(pa.int64()).view(target)
+    if pa.types.is_duration(t) or pa.types.is_time(t):
+        ticks = arr.view(pa.int32() if t.bit_width == 32 else pa.int64()).cast(pa.int64())
+        digits = _TIME_DIGITS[t.unit]
+        if digits > precision:
+            _check_whole(ticks, 10 ** (digits - precision), arr, f"is finer than {precision} decimal digits of a second")
+            ticks = pc.divide(ticks, 10 ** (digits - precision))
+        elif digits < precision:
+            ticks = pc.multiply_checked(ticks, 10 ** (precision - digits))
+        _refuse_where(pc.greater(pc.abs(ticks), limit), arr, f"is outside {dt.to_clickhouse()}'s range -999:59:59..999:59:59")
+        return pc.multiply(ticks, _arrow_ticks_per_second(target) // per_second).view(target)
+    raise _refuse_type("durations of any unit, time32/time64 (ClickHouse's Arrow) and integer seconds")
+
+
+def _arrow_ticks_per_second(target: pa.DataType) -> int:
+    """Arrow ticks of a duration type per second."""
+    return 10 ** _TIME_DIGITS[target.unit]
+
+
 # ------------------------------------------------------------------------------------------- nested
 
 def _element_label(column: str, suffix: str) -> str:
@@ -516,5 +552,5 @@ def _tuple(arr: pa.Array, dt: Tuple, column: str) -> pa.Array:
 
 _HANDLERS: dict[type[DataType], Callable[[pa.Array, Any, str], pa.Array]] = {
     Primitive: _primitive, Decimal: _decimal, FixedString: _fixed_string, Enum: _enum,
-    DateTime: _datetime, DateTime64: _datetime64, Array: _array, Map: _map, Tuple: _tuple,
+    DateTime: _datetime, DateTime64: _datetime64, Time: _time, Time64: _time, Array: _array, Map: _map, Tuple: _tuple,
 }

@@ -31,6 +31,8 @@ from spark_mergetree.format.types import (
     Map,
     Nullable,
     Primitive,
+    Time,
+    Time64,
     Tuple,
 )
 from spark_mergetree.format.values import (
@@ -188,7 +190,7 @@ def _split_rows_vectorised(plain: Sequence[DataType], view: memoryview, n_rows: 
     for dt in plain:
         if is_string(dt):
             widths.append(-1)
-        elif isinstance(dt, (Primitive, FixedString, DateTime, DateTime64, Decimal, Enum)):
+        elif isinstance(dt, (Primitive, FixedString, DateTime, DateTime64, Time, Time64, Decimal, Enum)):
             widths.append(fixed_width(dt))
         else:
             return None

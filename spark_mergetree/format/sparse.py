@@ -13,7 +13,16 @@ import pyarrow as pa
 
 from spark_mergetree.errors import CorruptPartError, UnsupportedError
 from spark_mergetree.format.compiled import lazy_njit
-from spark_mergetree.format.types import DataType, DateTime, DateTime64, Decimal, FixedString, Primitive
+from spark_mergetree.format.types import (
+    DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
+    FixedString,
+    Primitive,
+    Time,
+    Time64,
+)
 from spark_mergetree.format.values import Cursor, fixed_width, is_string
 
 __all__ = ["sparse_capable", "default_cursors", "read_sparse_positions", "spread_sparse"]
@@ -21,7 +30,7 @@ __all__ = ["sparse_capable", "default_cursors", "read_sparse_positions", "spread
 
 def sparse_capable(dt: DataType) -> bool:
     """Whether ClickHouse can store `dt` sparse here: plain fixed-width and String values."""
-    return isinstance(dt, (Primitive, FixedString, DateTime, DateTime64, Decimal))
+    return isinstance(dt, (Primitive, FixedString, DateTime, DateTime64, Time, Time64, Decimal))
 
 
 def default_cursors(dt: DataType, base: str, string_sizes: bool) -> dict[str, Cursor]:

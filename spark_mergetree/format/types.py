@@ -15,9 +15,10 @@ import pyarrow as pa
 from spark_mergetree.errors import FormatError, SchemaMismatchError, UnsupportedError
 
 __all__ = [
-    "DataType", "Primitive", "FixedString", "DateTime", "DateTime64", "Decimal", "Enum",
+    "DataType", "Primitive", "FixedString", "DateTime", "DateTime64", "Time", "Time64", "Decimal", "Enum",
     "Nullable", "Array", "Map", "Tuple", "LowCardinality",
-    "parse_type", "to_arrow", "to_arrow_field", "from_arrow", "is_nullable", "datetime64_arrow_unit",
+    "parse_type", "to_arrow", "to_arrow_field", "from_arrow", "is_nullable", "datetime64_arrow_unit", "time_ticks",
+    "TIME_MAX_SECONDS",
     "PRIMITIVE_NAMES", "DEFAULT_TIMEZONE",
 ]
 
@@ -110,6 +111,38 @@ class DateTime64(DataType):
         if self.timezone is None:
             return f"DateTime64({self.precision})"
         return f"DateTime64({self.precision}, {_quote(self.timezone)})"
+
+
+@dataclass(frozen=True)
+class Time(DataType):
+    """A time of day or a duration: Int32 seconds, −999:59:59..999:59:59."""
+
+    def to_clickhouse(self) -> str:
+        return "Time"
+
+
+@dataclass(frozen=True)
+class Time64(DataType):
+    """Time with 10^-precision second ticks as Int64, −999:59:59.99..9 to 999:59:59.99..9."""
+
+    precision: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.precision <= 9:
+            raise FormatError(f"Time64 precision must be 0..9, got {self.precision}")
+
+    def to_clickhouse(self) -> str:
+        return f"Time64({self.precision})"
+
+
+# The largest |value| of Time, in seconds (999:59:59); Time64(p) reaches (TIME_MAX_SECONDS + 1) * 10^p - 1 ticks.
+TIME_MAX_SECONDS = 999 * 3600 + 59 * 60 + 59
+
+
+def time_ticks(dt: Time | Time64) -> tuple[int, int]:
+    """(ticks per second, largest |ticks|) of a Time or Time64 type."""
+    per_second = 10 ** dt.precision if isinstance(dt, Time64) else 1
+    return per_second, (TIME_MAX_SECONDS + 1) * per_second - 1 if isinstance(dt, Time64) else TIME_MAX_SECONDS
 
 
 @dataclass(frozen=True)
@@ -323,6 +356,13 @@ class _Parser:
                 tz = self._take("str")
                 self._take("punct", ")")
             return DateTime(tz)
+        if name == "Time" and not self._peek_is("("):
+            return Time()
+        if name == "Time64":
+            self._take("punct", "(")
+            precision = self._int()
+            self._take("punct", ")")
+            return Time64(precision)
         if name == "DateTime64":
             self._take("punct", "(")
             precision = self._int()
@@ -432,6 +472,10 @@ def to_arrow(dt: DataType) -> pa.DataType:
         return pa.timestamp(datetime64_arrow_unit(dt.precision)[0], tz=dt.timezone or DEFAULT_TIMEZONE)
     if isinstance(dt, Decimal):
         return pa.decimal128(dt.precision, dt.scale) if dt.precision <= 38 else pa.decimal256(dt.precision, dt.scale)
+    if isinstance(dt, Time):
+        return pa.duration("s")
+    if isinstance(dt, Time64):
+        return pa.duration(datetime64_arrow_unit(dt.precision)[0])
     if isinstance(dt, Enum):
         return pa.string()
     if isinstance(dt, (Nullable, LowCardinality)):

@@ -27,7 +27,10 @@ from spark_mergetree.format.types import (
     Enum,
     FixedString,
     Primitive,
+    Time,
+    Time64,
     datetime64_arrow_unit,
+    time_ticks,
     to_arrow,
 )
 
@@ -61,6 +64,10 @@ def fixed_width(dt: DataType) -> int:
     if isinstance(dt, DateTime):
         return 4
     if isinstance(dt, DateTime64):
+        return 8
+    if isinstance(dt, Time):
+        return 4
+    if isinstance(dt, Time64):
         return 8
     if isinstance(dt, Decimal):
         return dt.width
@@ -222,6 +229,22 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
             row = int(np.argmax((seconds < 0) | (seconds > 0xFFFFFFFF)))
             raise SchemaMismatchError(f"column {column!r}: row {row} is outside DateTime's range 1970..2106")
         return seconds.astype("<u4")
+    if isinstance(dt, (Time, Time64)):
+        ticks = np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
+        if isinstance(dt, Time64):
+            _, factor = datetime64_arrow_unit(dt.precision)
+            if factor != 1:
+                if (ticks % factor).any():
+                    row = int(np.argmax(ticks % factor != 0))
+                    raise SchemaMismatchError(
+                        f"column {column!r}: row {row} has more precision than {dt.to_clickhouse()} keeps")
+                ticks = ticks // factor
+        _, limit = time_ticks(dt)
+        if len(ticks) and np.abs(ticks).max() > limit:
+            row = int(np.argmax(np.abs(ticks) > limit))
+            raise SchemaMismatchError(f"column {column!r}: row {row} is outside {dt.to_clickhouse()}'s range "
+                                      "-999:59:59..999:59:59")
+        return ticks.astype("<i4" if isinstance(dt, Time) else "<i8")
     if isinstance(dt, DateTime64):
         _, factor = datetime64_arrow_unit(dt.precision)
         values = np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
@@ -469,6 +492,12 @@ def fixed_to_arrow(dt: DataType, raw: np.ndarray, n: int, stream: str) -> pa.Arr
         return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.copy())])
     if isinstance(dt, DateTime):
         return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.view("<u4").astype(np.int64))])
+    if isinstance(dt, Time):
+        return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.view("<i4").astype(np.int64))])
+    if isinstance(dt, Time64):
+        _, factor = datetime64_arrow_unit(dt.precision)
+        ticks = raw.view("<i8")
+        return pa.Array.from_buffers(target, n, [None, pa.py_buffer(ticks * factor if factor != 1 else ticks.copy())])
     if isinstance(dt, DateTime64):
         _, factor = datetime64_arrow_unit(dt.precision)
         ticks = raw.view("<i8")

@@ -22,6 +22,7 @@ from pyspark.sql.types import (
     ByteType,
     DataType,
     DateType,
+    DayTimeIntervalType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -60,6 +61,8 @@ def spark_type(arrow_type: pa.DataType, column: str) -> DataType:
         return BinaryType()
     if pa.types.is_timestamp(t):
         return TimestampType()
+    if pa.types.is_duration(t):  # Time, Time64: Spark's interval holds ±999:59:59 (microseconds)
+        return DayTimeIntervalType()
     if pa.types.is_decimal(t):
         if t.precision <= _SPARK_MAX_PRECISION:
             return DecimalType(t.precision, t.scale)
@@ -105,8 +108,8 @@ def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
         if column.type != target_field.type:
             if _needs_text(column.type, target_field.type):
                 column = pc.cast(column, pa.string())
-            elif pa.types.is_timestamp(column.type):
-                # Spark keeps microseconds: DateTime64(7..9) ticks are truncated, never rejected.
+            elif pa.types.is_timestamp(column.type) or pa.types.is_duration(column.type):
+                # Spark keeps microseconds: DateTime64(7..9) / Time64(7..9) ticks are truncated, never rejected.
                 column = column.cast(target_field.type, safe=False)
             else:
                 column = column.cast(target_field.type, safe=True)

@@ -8,6 +8,7 @@ tests/format/test_part_interop.py.
 
 from __future__ import annotations
 
+import decimal
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +29,14 @@ PART_KINDS = {
 }
 
 
-def both_ways(tmp_path, columns: list[tuple[str, str, str]], rows: int) -> None:
+def both_ways(tmp_path, columns: list[tuple[str, str, str]], rows: int, select: str = "*",
+              ours_as_selected=None) -> None:
     """ClickHouse writes `columns` (name, type, expression over `number`) into a Wide and a Compact
     part; we read exactly what SELECT returns. Then we write what we read into parts of our own,
-    ClickHouse ATTACHes them, CHECK TABLE passes and SELECT returns the same rows again."""
+    ClickHouse ATTACHes them, CHECK TABLE passes and SELECT returns the same rows again.
+
+    `select` is what ClickHouse exports, for types its Arrow cannot export; `ours_as_selected` turns
+    our table into the same form."""
     cols = ", ".join(f"`{name}` {type_text}" for name, type_text, _ in columns)
     exprs = ", ".join(expr for _, _, expr in columns)
     schema = [("id", "UInt64")] + [(name, type_text) for name, type_text, _ in columns]
@@ -45,9 +50,12 @@ def both_ways(tmp_path, columns: list[tuple[str, str, str]], rows: int) -> None:
                              "TabSeparatedRaw").bytes().decode().split()
         assert written == [kind]
         statement = sess.query(f"SHOW CREATE TABLE {source}", "TabSeparatedRaw").bytes().decode()
-        expected = _days(_chdb_arrow(sess, f"SELECT * FROM {source} ORDER BY id")).to_pylist()
+        expected = _days(_chdb_arrow(sess, f"SELECT {select} FROM {source} ORDER BY id")).to_pylist()
         ours = MergeTreeTable.open(data_dir, create_statement=statement).to_arrow().sort_by("id")
-        assert _normalized_rows(_days(ours), dict(schema)) == expected, kind
+        if ours_as_selected is None:
+            assert _normalized_rows(_days(ours), dict(schema)) == expected, kind
+        else:
+            assert ours_as_selected(ours) == expected, kind
         mine = MergeTreeTable.create(tmp_path / f"ours_{kind}", schema, order_by="id",
                                      settings={"index_granularity": 3, "auto_merge": False})
         mine.insert(ours.slice(0, rows // 2))
@@ -58,7 +66,7 @@ def both_ways(tmp_path, columns: list[tuple[str, str, str]], rows: int) -> None:
         target_dir = Path(sess.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{target}'",
                                      "TabSeparatedRaw").bytes().decode().strip())
         _attach_and_check(sess, target, target_dir, mine)
-        assert _days(_chdb_arrow(sess, f"SELECT * FROM {target} ORDER BY id")).to_pylist() == expected, kind
+        assert _days(_chdb_arrow(sess, f"SELECT {select} FROM {target} ORDER BY id")).to_pylist() == expected, kind
         close_session()
 
 
@@ -174,3 +182,55 @@ def test_days_beyond_date32_are_refused(chdb):
             conform_array(pa.array([days], pa.int32()).cast(pa.date32()), parse_type("Date32"), "d")
     inside = pa.array([low, high], pa.int32()).cast(pa.date32())
     assert conform_array(inside, parse_type("Date32"), "d").cast(pa.int32()).to_pylist() == [low, high]
+
+
+# Time and Time64 values ClickHouse holds, negative and beyond a day included (its Arrow export refuses
+# those, so both sides are compared as exact decimal seconds).
+TIME_TEXTS = ["'-999:59:59'", "'999:59:59'", "'-12:00:01'", "'00:00:00'", "'23:59:59'", "'24:00:00'", "'100:02:03'"]
+TIME64_TEXTS = ["'-999:59:59.999999'", "'999:59:59.999999'", "'-00:00:00.000001'", "'12:34:56.123456'", "'0:00:00'"]
+
+
+def _seconds(value):
+    """A timedelta (or a list of them) as exact decimal seconds."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_seconds(v) for v in value]
+    return decimal.Decimal(value.days * 86400 + value.seconds) + decimal.Decimal(value.microseconds).scaleb(-6)
+
+
+def test_time_and_time64_both_ways(tmp_path):
+    times = ", ".join(f"toTime({t})" for t in TIME_TEXTS)
+    times6 = ", ".join(f"toTime64({t}, 6)" for t in TIME64_TEXTS)
+    columns = [("t", "Time", f"[{times}][number % {len(TIME_TEXTS)} + 1]"),
+               ("t6", "Time64(6)", f"[{times6}][number % {len(TIME64_TEXTS)} + 1]"),
+               ("t1", "Nullable(Time64(1))", "if(number % 3 = 0, NULL, toTime64(toDecimal64(number, 1) * -3599.9, 1))"),
+               ("at", "Array(Time64(3))", "arrayMap(x -> toTime64(x * 123456.789, 3), range(number % 3))")]
+    select = ("id, toInt32(t) AS t, toDecimal64(t6, 6) AS t6, toDecimal64(t1, 1) AS t1, "
+              "arrayMap(x -> toDecimal64(x, 3), at) AS at")
+
+    def ours_as_selected(table: pa.Table) -> list[dict]:
+        rows = table.to_pylist()
+        return [{"id": r["id"], **{name: _seconds(r[name]) for name in ("t", "t6", "t1", "at")}} for r in rows]
+
+    both_ways(tmp_path, columns, len(TIME_TEXTS) * len(TIME64_TEXTS), select, ours_as_selected)
+
+
+def test_time_beyond_its_range_is_refused(chdb):
+    limit = _chdb_arrow(chdb, "SELECT toInt32(toTime('999:59:59')) AS x").column("x").to_pylist()[0]
+    held = _chdb_arrow(chdb, f"SELECT toInt32(CAST({limit + 1} AS Time)) AS x").column("x").to_pylist()
+    assert held != [limit + 1]  # ClickHouse cannot hold it
+    with pytest.raises(SchemaMismatchError, match="outside Time's range"):
+        conform_array(pa.array([limit + 1], pa.duration("s")), parse_type("Time"), "t")
+    with pytest.raises(SchemaMismatchError, match="finer than 3 decimal digits"):
+        conform_array(pa.array([1], pa.duration("us")), parse_type("Time64(3)"), "t")
+
+
+def test_time_takes_clickhouses_arrow(chdb):
+    exported = _chdb_arrow(chdb, "SELECT toTime('12:34:56') AS t, toTime64('01:02:03.25', 2) AS t2, "
+                                 "toInt32(t) AS s, toDecimal64(t2, 2) AS s2")
+    row = exported.to_pylist()[0]
+    got = conform_array(exported.column("t").combine_chunks(), parse_type("Time"), "t")
+    assert got.cast(pa.int64()).to_pylist() == [row["s"]]
+    got = conform_array(exported.column("t2").combine_chunks(), parse_type("Time64(2)"), "t2")
+    assert decimal.Decimal(got.cast(pa.int64())[0].as_py()).scaleb(-3) == row["s2"]

@@ -31,6 +31,8 @@ from spark_mergetree.format.types import (
     Map,
     Nullable,
     Primitive,
+    Time,
+    Time64,
     Tuple,
     parse_type,
     to_arrow,
@@ -76,6 +78,8 @@ COLUMNS: list[tuple[str, str, str]] = [
                     "reinterpretAsUUID(reverse(unhex(hex(cityHash64(number)) || hex(number)))))"),
     ("e8", "Enum8('b' = -2, 'a' = 1, 'c' = 127)", "['a', 'b', 'c'][number % 3 + 1]"),
     ("e16", "Enum16('x' = 1000, 'y' = -1000)", "['x', 'y'][number % 2 + 1]"),
+    ("tm", "Time", "toTime(number % 23 * 3677)"),
+    ("tm64", "Nullable(Time64(3))", "if(number % 4 = 0, NULL, toTime64(number % 23 * 3677.125, 3))"),
     ("ip4", "IPv4", "if(number = 9, toIPv4('255.255.255.255'), toIPv4(number * 16909060))"),
     ("ip6", "IPv6", "if(number = 9, toIPv6('ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe'), "
                     "toIPv6('2001:db8:' || toString(number * 7) || '::1'))"),
@@ -215,6 +219,8 @@ def _normalize(dt: DataType, value):
         return int(value).to_bytes(16, "little", signed=dt.name == "Int128")
     if isinstance(dt, Enum):
         return dict(dt.values)[value]
+    if isinstance(dt, (Time, Time64)):  # chdb's Arrow gives a time of day (its values are within one day)
+        return (datetime.datetime.min + value).time()
     if isinstance(dt, Primitive) and dt.name == "BFloat16":  # chdb's Arrow gives the 2 stored bytes
         return (np.float32(value).view(np.uint32) >> 16).astype("<u2").tobytes()
     return value

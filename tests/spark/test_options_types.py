@@ -9,7 +9,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
+    DayTimeIntervalType,
     DecimalType,
+    FloatType,
     IntegerType,
     LongType,
     MapType,
@@ -73,6 +76,8 @@ def test_write_options_parse_and_reject() -> None:
     ("Tuple(a Int64, b String)", StructType([StructField("a", LongType(), False),
                                              StructField("b", StringType(), False)])),
     ("LowCardinality(Nullable(String))", StringType()), ("Enum8('a' = 1)", StringType()),
+    ("IPv4", LongType()), ("IPv6", BinaryType()), ("BFloat16", FloatType()), ("Time", DayTimeIntervalType()),
+    ("Time64(9)", DayTimeIntervalType()),
 ])
 def test_clickhouse_to_spark_mapping(ch_type: str, expected: object) -> None:
     assert spark_type(to_arrow(parse_type(ch_type)), "c") == expected
@@ -144,3 +149,14 @@ def test_nanosecond_timestamps_truncate_to_microseconds() -> None:
                                        schema=engine)
     out = conform_batch(batch, spark_arrow_schema(spark_schema(engine)))
     assert out.column(0).cast(pa.int64()).to_pylist() == [1_000_000_001, 0]
+
+
+def test_time_columns_reach_spark_as_intervals() -> None:
+    """Time64(9) ticks become Spark's microsecond intervals (truncated like DateTime64(9)); negative
+    and beyond-a-day values, which ClickHouse's Time holds, stay what they are."""
+    engine = pa.schema([pa.field("t", to_arrow(parse_type("Time"))), pa.field("n", to_arrow(parse_type("Time64(9)")))])
+    batch = pa.RecordBatch.from_arrays([pa.array([-3599999, 90000], engine.field("t").type),
+                                        pa.array([-1_500, 3_599_999_999_999_999], engine.field("n").type)], schema=engine)
+    out = conform_batch(batch, spark_arrow_schema(spark_schema(engine)))
+    assert out.column(0).to_pylist() == [dt.timedelta(seconds=-3599999), dt.timedelta(hours=25)]
+    assert out.column(1).to_pylist() == [dt.timedelta(microseconds=-1), dt.timedelta(seconds=3599999, microseconds=999999)]
