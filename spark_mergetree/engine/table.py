@@ -69,11 +69,23 @@ from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_type
 from spark_mergetree.storage.location import local_path
+from spark_mergetree.storage.object_store import S3_SCHEMES, url_scheme
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
 from spark_mergetree.storage.policy import StoragePolicy
 from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
 
 SchemaLike: TypeAlias = "pa.Schema | Sequence[tuple[str, str]] | Mapping[str, str]"
+#: Table classes for locations that are URLs of remote stores, by canonical scheme (object_table.py
+#: registers ObjectStoreTable for "s3").
+URL_TABLES: dict[str, Any] = {}
+
+
+def _url_table(path: str | os.PathLike[str]) -> Any:
+    """The table class for an object-store URL (None for a local path or file:// URL)."""
+    scheme = url_scheme(path) if isinstance(path, str) else None
+    if scheme in S3_SCHEMES:
+        return URL_TABLES["s3"]
+    return None
 
 
 @dataclass(frozen=True)
@@ -154,7 +166,8 @@ class MergeTreeTable:
     def create(cls, path: str | os.PathLike[str], schema: SchemaLike, order_by: str | Sequence[str],
                partition_by: str | None = None, primary_key: str | Sequence[str] | None = None,
                settings: Mapping[str, Any] | None = None, *, if_not_exists: bool = False,
-               coordinator: Coordinator | str | None = None) -> MergeTreeTable:
+               coordinator: Coordinator | str | None = None,
+               storage_options: Mapping[str, Any] | None = None) -> MergeTreeTable:
         """Create a table directory at `path`.
 
         `schema`: a pyarrow Schema (types mapped as format_spec/types.md says; non-key nullable
@@ -162,8 +175,15 @@ class MergeTreeTable:
         a list, or "(a, b)". `partition_by`: a ClickHouse expression such as "toYYYYMM(d)".
         `settings`: ClickHouse MergeTree settings (index_granularity, index_granularity_bytes, ...)
         and engine settings (codec, auto_merge, merge_parts_threshold, old_parts_lifetime,
-        storage_policy, coordinator). `path` is a local directory or a file:// URL.
+        storage_policy, coordinator). `path` is a local directory, a file:// URL, or an s3:// URL
+        (an `ObjectStoreTable`; `storage_options`: endpoint, access_key_id, secret_access_key,
+        session_token, region, when the environment's are not the ones to use).
         """
+        url_table = _url_table(path)
+        if url_table is not None:
+            return url_table.create_at(path, schema, order_by, partition_by, primary_key, settings,
+                                       if_not_exists=if_not_exists, coordinator=coordinator,
+                                       storage_options=storage_options)
         target = local_path(path)
         if (target / META_DIR / STATEMENT_FILE).exists():
             if if_not_exists:
@@ -210,9 +230,17 @@ class MergeTreeTable:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], create_statement: str | None = None, *,
-             coordinator: Coordinator | str | None = None) -> MergeTreeTable:
+             coordinator: Coordinator | str | None = None,
+             storage_options: Mapping[str, Any] | None = None) -> MergeTreeTable:
         """Open a table directory: ours, or a ClickHouse table data directory (`store/xxx/<uuid>/`)
-        given its CREATE/ATTACH TABLE statement (`create_statement`)."""
+        given its CREATE/ATTACH TABLE statement (`create_statement`); or a table at an s3:// URL."""
+        url_table = _url_table(path)
+        if url_table is not None:
+            if create_statement is not None:
+                raise UnsupportedError(f"{path}: opening a table in object storage by a CREATE statement is not "
+                                       "supported; open a table written by this package")
+            return url_table.open_at(path, coordinator=coordinator,
+                                     storage_options=storage_options)
         target = local_path(path)
         if not target.is_dir():
             raise TableNotFoundError(f"no table at {target}: directory does not exist")

@@ -497,8 +497,8 @@ class _JobTransaction:
         self.context = txn
         self.coordinator = coordinator_from_url(txn.coordinator)
         self.state = "running"
-        self._removed: dict[Path, list[str]] = {}  # removals not written into a proposal yet
-        self._logs: dict[Path, Any] = {}  # table directory -> its TableLog
+        self._removed: dict[Path | str, list[str]] = {}  # removals not written into a proposal yet
+        self._logs: dict[Path | str, Any] = {}  # table directory -> its TableLog
         self._proposals: list[tuple[Any, Path]] = []  # (table log, proposal file)
 
     @property

@@ -467,3 +467,101 @@ class ObjectFileSystem(FileSystem):
 def filesystem_for(disk_path: str) -> FileSystem:
     """The file system a disk's path lives on: object storage for an s3:// URL, else this machine's."""
     return ObjectFileSystem() if is_object_url(disk_path) else LOCAL
+
+
+# ---------------------------------------------------------------------------------------------- parts
+
+# Part files by part identity (its URL): parts are immutable once written (a name is never
+# reused: block numbers are unique), so what one LIST found stays true for the process's life.
+_PART_FILES: dict[str, dict[str, int]] = {}
+_PART_FILES_LOCK = threading.Lock()
+
+
+class ObjectParts:
+    """The parts of one table under an s3:// prefix: `<table>/<part>/<file>`, written once under
+    their final keys. Implements the reader's `FileSource` (list_files, read_file, read_range,
+    file_size) with one LIST per part per process (sizes included) and one ranged GET per range."""
+
+    def __init__(self, location: ObjectUrl, options: Mapping[str, Any] | None = None) -> None:
+        self.location = location
+        self.bucket = Bucket(location.bucket, options)
+
+    def _key(self, part: str, name: str = "") -> str:
+        return self.location.child(part, name).key if name else self.location.child(part).key
+
+    def url(self, part: str, name: str = "") -> str:
+        return f"s3://{self.bucket.name}/{self._key(part, name)}"
+
+    def files(self, part: str) -> dict[str, int]:
+        """{file name: size} of a part (cached by part identity); FileNotFoundError if it has none."""
+        url = self.url(part)
+        with _PART_FILES_LOCK:
+            cached = _PART_FILES.get(url)
+        if cached is not None:
+            return cached
+        prefix = self._key(part) + "/"
+        objects, _ = self.bucket.list_objects(prefix, delimiter=None)
+        if not objects:
+            raise FileNotFoundError(2, "part has no objects", url)
+        found = {key[len(prefix):]: size for key, size in objects.items()}
+        with _PART_FILES_LOCK:
+            _PART_FILES[url] = found
+        return found
+
+    def list_files(self, part: str) -> list[str]:
+        try:
+            return sorted(self.files(part))
+        except FileNotFoundError:
+            raise StorageError(f"part {part!r} not found at {self.url(part)}") from None
+
+    def file_size(self, part: str, name: str) -> int:
+        size = self.files(part).get(name)
+        if size is None:
+            raise FileNotFoundError(2, "no such file in the part", self.url(part, name))
+        return size
+
+    def read_file(self, part: str, name: str) -> bytes:
+        return self.bucket.get(self._key(part, name))
+
+    def read_range(self, part: str, name: str, start: int, end: int, verify: bool = True) -> bytes:
+        """Bytes [start, end) of a part's file: one ranged GET (blocks carry their own checksums)."""
+        return self.bucket.get(self._key(part, name), start, end)
+
+    def write_part(self, part: str, files: Mapping[str, Buffer], pool: Any = None) -> None:
+        """Upload every file of a new part under its final keys (in parallel with `pool`). Nothing
+        reads them before a committed log entry names the part."""
+        items = sorted(files.items())
+        if pool is None:
+            for name, data in items:
+                self.bucket.put(self._key(part, name), data)
+        else:
+            for future in [pool.submit(self.bucket.put, self._key(part, name), data) for name, data in items]:
+                future.result()
+        with _PART_FILES_LOCK:
+            _PART_FILES[self.url(part)] = {name: len(byte_view(data)) for name, data in items}
+
+    def exists(self, part: str) -> bool:
+        try:
+            self.files(part)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def remove(self, part: str) -> None:
+        """Delete every object of a part (nothing if it has none)."""
+        with _PART_FILES_LOCK:
+            _PART_FILES.pop(self.url(part), None)
+        self.bucket.delete_prefix(self._key(part) + "/")
+
+    def part_names(self) -> dict[str, float]:
+        """{part directory name: newest object time} of everything under the table's prefix that
+        is not the table's own metadata (`_mergetree/`), with the server's time now under ""."""
+        prefix = self.location.key + "/" if self.location.key else ""
+        times, now = self.bucket.list_with_times(prefix)
+        names: dict[str, float] = {}
+        for key, modified in times.items():
+            head, _, rest = key[len(prefix):].partition("/")
+            if rest and not head.startswith("_"):
+                names[head] = max(names.get(head, 0.0), modified)
+        names[""] = now
+        return names

@@ -122,6 +122,10 @@ class TableLog:
         self.directory = self.table_dir / LOG_DIRECTORY
         self.directories: PartDirectories = directories if directories is not None else Subdirectories(self.table_dir)
 
+    def table_key(self) -> Path | str:
+        """What names this table in a transaction: its resolved directory."""
+        return self.table_dir.resolve()
+
     # ---- files ---------------------------------------------------------------------------------
 
     def _entry_path(self, tid: int) -> Path:
@@ -659,6 +663,8 @@ TableLike = str | os.PathLike[str] | TableLog
 directories live; the engine passes that)."""
 
 
-def table_dir_of(table: TableLike) -> Path:
-    """The resolved table directory of a path or a `TableLog`."""
-    return (table.table_dir if isinstance(table, TableLog) else Path(table)).resolve()
+def table_dir_of(table: TableLike) -> Path | str:
+    """The resolved table directory of a path or a `TableLog` (an object-store table's URL)."""
+    if isinstance(table, TableLog):
+        return table.table_key()
+    return Path(table).resolve()

@@ -64,7 +64,7 @@ class Transaction:
                 raise InvalidOptionError(
                     f"snapshot must be a csn between 0 and the current snapshot {self.info.snapshot}, got {snapshot!r}")
             self._snapshot = snapshot
-        self._tables: dict[Path, _TableChanges] = {}
+        self._tables: dict[Path | str, _TableChanges] = {}
         self.state = "running"
         self.csn: int | None = None
 

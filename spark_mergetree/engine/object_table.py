@@ -1,0 +1,352 @@
+"""ObjectStoreTable: a MergeTree table in object storage (`s3://bucket/prefix/table`).
+
+The same table as a local one — ClickHouse part directories (as keys under the table's prefix) and
+`_mergetree/` (table.sql, settings.json, the commit log) — written by a protocol that needs no
+rename, no lock and no listing to decide anything:
+
+1. rows become parts, each uploaded once under its final key `<table>/<partition>_<n>_<n>_0/<file>`,
+   block numbers `n` coming from the coordinator (so names never collide);
+2. the transaction appends a write-once entry to the table's log naming the parts it adds and
+   removes (txn/object_log.py);
+3. the coordinator commits the transaction (the one commit point); readers see the parts from then.
+
+A crash before 3 leaves parts no committed entry names: `cleanup()` deletes them. Reading is the
+local table's code over `ObjectParts` (one LIST per part per process, ranged GETs). Merges, CHECK,
+scrub and column changes are not implemented for object-store tables yet and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from spark_mergetree.engine import insert as inserting
+from spark_mergetree.engine import table as table_module
+from spark_mergetree.engine.commit import PartitionOverwriteMode, WriteMode
+from spark_mergetree.engine.metadata import (
+    META_DIR,
+    SETTINGS_FILE,
+    STATEMENT_FILE,
+    TableMetadata,
+    split_settings,
+    validate_engine_settings,
+)
+from spark_mergetree.engine.table import MergeTreeTable, SchemaLike, _check_modes, _normalize_schema
+from spark_mergetree.errors import (
+    InvalidOptionError,
+    TableExistsError,
+    TableNotFoundError,
+    UnsupportedError,
+)
+from spark_mergetree.expressions.ddl import build_definition, format_attach, key_column_names, parse_create
+from spark_mergetree.format.part_info import PartInfo
+from spark_mergetree.format.part_reader import PartReader
+from spark_mergetree.storage.object_store import (
+    Bucket,
+    ObjectParts,
+    ObjectUrl,
+    PreconditionFailed,
+    check_storage_options,
+    parse_object_url,
+)
+from spark_mergetree.txn import Coordinator, Transaction, coordinator_from_url
+from spark_mergetree.txn.connect import COORDINATOR_ENV
+from spark_mergetree.txn.local import LocalCoordinator
+from spark_mergetree.txn.object_log import ObjectTableLog
+
+# Readers by part identity (its URL), for the whole process: parts never change once written.
+_READERS: dict[str, PartReader] = {}
+_READERS_LOCK = threading.Lock()
+_UPLOADS: dict[int, ThreadPoolExecutor] = {}  # by pid: a pool's threads do not survive fork()
+
+
+def _upload_pool() -> ThreadPoolExecutor:
+    with _READERS_LOCK:
+        pool = _UPLOADS.get(os.getpid())
+        if pool is None:
+            pool = _UPLOADS[os.getpid()] = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mergetree-upload")
+        return pool
+
+
+def default_object_coordinator(location: ObjectUrl) -> str:
+    """The coordinator of an object-store table that names none: $SPARK_MERGETREE_COORDINATOR if it
+    is one every machine can reach (s3:// or zk://), else one under the table's own prefix."""
+    url = os.environ.get(COORDINATOR_ENV, "")
+    if url.startswith(("s3://", "s3a://", "zk://", "zookeeper://")):
+        return url
+    return location.child("_mergetree", "coordinator").url
+
+
+def refuse_local_coordinator(coordinator: Coordinator, table: str) -> None:
+    if isinstance(coordinator, LocalCoordinator):
+        raise UnsupportedError(
+            f"table {table} is in object storage, but coordinator {coordinator.url} is a local directory that "
+            "the other machines reaching the bucket cannot share: use an object-store coordinator "
+            "(coordinator='s3://bucket/prefix') or ZooKeeper (coordinator='zk://host:port/path')")
+
+
+class ObjectStoreTable(MergeTreeTable):
+    """A table under an s3:// prefix; `MergeTreeTable.create/open` return one for an s3:// URL."""
+
+    def __init__(self, location: ObjectUrl, metadata: TableMetadata, coordinator: Coordinator | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        # Not MergeTreeTable.__init__: no local directory, storage policy or flock'ed log here.
+        if metadata.setting("storage_policy"):
+            raise UnsupportedError(f"table {location.url}: storage policies over object storage are not supported")
+        self.location = location
+        self.path = location.url  # type: ignore[assignment]
+        self.metadata = metadata
+        self.storage_options = check_storage_options(storage_options)
+        self._coordinator = coordinator
+        if coordinator is not None:
+            refuse_local_coordinator(coordinator, location.url)
+        self.parts_store = ObjectParts(location, self.storage_options)
+        self.store = self.parts_store  # type: ignore[assignment]
+        self.log = ObjectTableLog(location, self.parts_store, metadata.definition.uuid or location.url)
+        self.directories = self.log.directories  # type: ignore[assignment]
+        self._readers = {}
+        self._readers_lock = threading.Lock()
+        self._external_definition = False
+        self._statement_text: str | None = None
+
+    def __repr__(self) -> str:
+        return f"ObjectStoreTable({self.location.url!r})"
+
+    # ------------------------------------------------------------------ create / open
+
+    @staticmethod
+    def _bucket(location: ObjectUrl, options: Mapping[str, Any] | None) -> Bucket:
+        bucket = Bucket(location.bucket, options)
+        bucket.check(location.key)  # a missing bucket, no credentials, access denied: fail now, naming the URL
+        return bucket
+
+    @classmethod
+    def create_at(cls, url: str, schema: SchemaLike, order_by: str | Sequence[str], partition_by: str | None = None,
+                  primary_key: str | Sequence[str] | None = None, settings: Mapping[str, Any] | None = None, *,
+                  if_not_exists: bool = False, coordinator: Coordinator | str | None = None,
+                  storage_options: Mapping[str, Any] | None = None) -> ObjectStoreTable:
+        import uuid as uuid_module
+
+        import pyarrow as pa
+
+        location = parse_object_url(url)
+        bucket = cls._bucket(location, storage_options)
+        clickhouse_settings, engine_settings = split_settings(settings)
+        if isinstance(coordinator, str):
+            engine_settings["coordinator"] = coordinator
+        columns = _normalize_schema(schema, set())
+        if isinstance(schema, pa.Schema):
+            keys = key_column_names([name for name, _ in columns], order_by, partition_by, primary_key)
+            columns = _normalize_schema(schema, keys)
+        definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
+                                      uuid=str(uuid_module.uuid4()))
+        metadata = TableMetadata(definition, validate_engine_settings(engine_settings))
+        metadata.validate_keys()
+        statement_key = location.child(META_DIR, STATEMENT_FILE).key
+        settings_key = location.child(META_DIR, SETTINGS_FILE).key
+        try:
+            bucket.head(statement_key)
+            exists = True
+        except FileNotFoundError:
+            exists = False
+        if exists:
+            if if_not_exists:
+                return cls.open_at(url, coordinator=coordinator, storage_options=storage_options)
+            raise TableExistsError(f"a table already exists at {location.url}")
+        # Settings first, the statement last and only if absent: the statement makes the table.
+        bucket.put(settings_key, json.dumps(metadata.engine_settings, indent=1, sort_keys=True).encode())
+        try:
+            bucket.put(statement_key, format_attach(definition).encode(), if_absent=True)
+        except PreconditionFailed:
+            if if_not_exists:
+                return cls.open_at(url, coordinator=coordinator, storage_options=storage_options)
+            raise TableExistsError(f"a table already exists at {location.url}") from None
+        table = cls(location, metadata, coordinator if not isinstance(coordinator, str) else None, storage_options)
+        table._statement_text = format_attach(definition)
+        return table
+
+    @classmethod
+    def open_at(cls, url: str, *, coordinator: Coordinator | str | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> ObjectStoreTable:
+        location = parse_object_url(url)
+        bucket = cls._bucket(location, storage_options)
+        try:
+            statement = bucket.get(location.child(META_DIR, STATEMENT_FILE).key).decode()
+        except FileNotFoundError:
+            raise TableNotFoundError(f"no table at {location.url}: {location.child(META_DIR, STATEMENT_FILE).url} "
+                                     "is missing") from None
+        try:
+            raw = json.loads(bucket.get(location.child(META_DIR, SETTINGS_FILE).key))
+        except FileNotFoundError:
+            raw = {}
+        except ValueError as error:
+            raise InvalidOptionError(f"{location.child(META_DIR, SETTINGS_FILE).url}: not valid JSON ({error})") from None
+        metadata = TableMetadata(parse_create(statement), validate_engine_settings(raw))
+        _ = metadata.order_by, metadata.primary_key, metadata.partition_key
+        if isinstance(coordinator, str):
+            coordinator = coordinator_from_url(coordinator)
+        table = cls(location, metadata, coordinator, storage_options)
+        table._statement_text = statement
+        return table
+
+    # ------------------------------------------------------------------ coordinator, reading
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """Explicit > the table's `coordinator` setting > the one its log is bound to > the default
+        for object-store tables (`default_object_coordinator`). Never a local-file coordinator."""
+        if self._coordinator is None:
+            url = self.metadata.setting("coordinator")
+            identity = self.log.identity()
+            if url is None and identity is not None:
+                url = identity["coordinator"]
+            coordinator = coordinator_from_url(url or default_object_coordinator(self.location))
+            refuse_local_coordinator(coordinator, self.location.url)
+            self._coordinator = coordinator
+        return self._coordinator
+
+    def visible_parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None
+                      ) -> tuple[int | None, set[str]]:
+        if transaction is not None:
+            return transaction.snapshot, transaction.visible_parts(self.log)
+        coordinator = self.coordinator
+        csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
+        return csn, self.log.snapshot(csn, coordinator)
+
+    def directory_parts(self) -> set[str]:
+        raise UnsupportedError(f"table {self.location.url}: an object-store table's parts are those its log "
+                               "names, never a listing")
+
+    def reader(self, part: str) -> PartReader:
+        """The process-wide reader of a part (its metadata read once per process)."""
+        url = self.parts_store.url(part)
+        with _READERS_LOCK:
+            cached = _READERS.get(url)
+        if cached is None:
+            cached = PartReader(self.parts_store, part, url)
+            with _READERS_LOCK:
+                cached = _READERS.setdefault(url, cached)
+        return cached
+
+    # ------------------------------------------------------------------ writing
+
+    def check_same_table(self) -> None:
+        """Refuse to write if the table was dropped or re-created since this handle opened it."""
+        key = self.location.child(META_DIR, STATEMENT_FILE)
+        try:
+            current = parse_create(self.parts_store.bucket.get(key.key).decode()).uuid
+        except FileNotFoundError:
+            raise TableNotFoundError(f"the table at {self.location.url} was dropped ({key.url} is gone)") from None
+        if current != self.uuid:
+            raise TableNotFoundError(f"the table at {self.location.url} was re-created (UUID {self.uuid} → "
+                                     f"{current}) after this handle opened it; open it again")
+
+    def stage(self, data: Any, tag: str | None = None, *,
+              transaction: Transaction | None = None) -> list[inserting.StagedPart]:
+        """Write rows as parts under their final keys (one per partition), invisible until a
+        committed entry names them (`commit_staged`). Block numbers come from the coordinator."""
+        rows = inserting.conform(inserting.to_arrow_table(data), self.metadata)
+        if rows.num_rows == 0:
+            return []
+        encoded: list[tuple[str, Any]] = []
+        staged = inserting.write_partition_parts(self.metadata, rows, lambda name, files: encoded.append((name, files)),
+                                                 tag or inserting.new_tag())
+        table_id = self.log.bind(self.coordinator.url)
+        first = (transaction.allocate_blocks(self.log, len(staged)) if transaction is not None
+                 else self.coordinator.allocate_blocks(table_id, len(staged)))
+        out = []
+        for number, (part, (_, files)) in enumerate(zip(staged, encoded, strict=True)):
+            name = str(PartInfo(part.partition_id, first + number, first + number, 0))
+            self.parts_store.write_part(name, files.files, _upload_pool())
+            out.append(inserting.StagedPart(name, part.partition_id, part.rows, part.bytes, part.tag))
+        return out
+
+    def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
+        """Nothing to do at once: parts no committed entry names are deleted by `cleanup()`."""
+        return []
+
+    def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode | str = "append",
+                      partition_overwrite_mode: PartitionOverwriteMode = "static",
+                      transaction: Transaction | None = None) -> list[str]:
+        """Name staged parts in the log and commit (in `transaction` if given). `mode="overwrite"`
+        removes every visible part (or, `partition_overwrite_mode="dynamic"`, those of the
+        partitions the new parts are in)."""
+        write_mode = _check_modes(str(mode), partition_overwrite_mode)
+        self.check_same_table()
+        own = transaction is None
+        tx = transaction if transaction is not None else Transaction(self.coordinator)
+        try:
+            if write_mode == "overwrite":
+                visible = tx.visible_parts(self.log)
+                touched = {part.partition_id for part in staged}
+                tx.remove_parts(self.log, sorted(p for p in visible if partition_overwrite_mode == "static"
+                                                 or PartInfo.parse(p).partition_id in touched))
+            names = [part.name for part in staged]
+            if names:
+                tx.add_parts(self.log, names)
+            if own:
+                tx.commit()
+        except BaseException:
+            if own:
+                tx.rollback()
+            raise
+        return names
+
+    def _write(self, data: Any, mode: WriteMode, partition_overwrite_mode: PartitionOverwriteMode,
+               transaction: Transaction | None) -> list[str]:
+        own = transaction is None
+        tx = transaction if transaction is not None else Transaction(self.coordinator)
+        try:
+            staged = self.stage(data, transaction=tx)
+            names = self.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode,
+                                       transaction=tx)
+            if own:
+                tx.commit()
+            return names
+        except BaseException:
+            if own:
+                tx.rollback()
+                if tx.state == "aborted":
+                    for part in locals().get("staged", ()):
+                        self.parts_store.remove(part.name)
+            raise
+
+    def cleanup(self, orphan_seconds: float = 3600.0) -> list[str]:
+        """Delete parts no snapshot reads any more (removed past the retention, or of aborted
+        transactions) and uploads no entry names that are `orphan_seconds` old (a crash between
+        upload and commit). Returns the part names deleted."""
+        return self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")), orphan_seconds)
+
+    # ------------------------------------------------------------------ not here yet
+
+    def _unsupported(self, what: str) -> UnsupportedError:
+        return UnsupportedError(f"table {self.location.url}: {what} is not implemented for tables in object storage")
+
+    def optimize(self, final: bool = False) -> list[str]:
+        raise self._unsupported("OPTIMIZE (merging parts)")
+
+    def check(self, on_part: Any = None) -> Any:
+        raise self._unsupported("CHECK TABLE")
+
+    def scrub(self, progress: bool = False) -> Any:
+        raise self._unsupported("scrub")
+
+    def rebuild(self, disk: str, progress: bool = True) -> Any:
+        raise self._unsupported("rebuild")
+
+    def export_part(self, part: str, destination: str | os.PathLike[str]) -> Any:
+        raise self._unsupported("export_part")
+
+    def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
+        raise self._unsupported("ALTER TABLE ADD COLUMN")
+
+    def drop_data(self) -> None:
+        """Delete every object of the table (its parts, log and metadata)."""
+        self.parts_store.bucket.delete_prefix(self.location.key + "/")
+
+
+table_module.URL_TABLES["s3"] = ObjectStoreTable

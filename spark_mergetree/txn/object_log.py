@@ -1,0 +1,267 @@
+"""ObjectTableLog: the commit log of a table in object storage, written once and never renamed.
+
+Objects under `<table>/_mergetree/log/` (format_spec/transactions.md, "Tables in object storage"):
+  table.json           {"table_id", "coordinator"}: written once (put-if-absent) by the first writer
+  <seq>.json           entries numbered 0, 1, 2, ... with no gaps, each taken by put-if-absent:
+                       {tid, coordinator, added, removed}. A transaction that changes its mind
+                       writes another entry; its last one (highest seq) counts.
+
+No entry carries a csn: a transaction's fate lives at its coordinator only (the coordinator's
+record is the commit point), so entries never change after they are written. Readers find entries
+by reading `<seq>.json` for seq = 0, 1, ... until one is absent (no listing); entries, and the
+fates of decided transactions, are cached per process, so a warm snapshot costs one GET of the
+next, absent entry plus one per transaction still undecided.
+
+It is a `TableLog` for `Transaction` (which reads and writes logs through that interface), so
+transactions span object-store tables exactly as they span local ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from spark_mergetree.errors import TransactionError
+from spark_mergetree.storage.object_store import Bucket, ObjectParts, ObjectUrl, PreconditionFailed
+from spark_mergetree.txn.coordinator import Coordinator, TxnState
+from spark_mergetree.txn.table_log import FORMAT_VERSION, LogEntry, PartVersion, TableLog
+
+# Entries by log URL (a list in seq order; entries never change) and fates of decided transactions
+# by (coordinator URL, tid).
+_ENTRIES: dict[str, list[LogEntry]] = {}
+_FATES: dict[tuple[str, int], tuple[TxnState, int | None]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+class _PartObjects:
+    """The `PartDirectories` of an object-store table: its parts' key prefixes."""
+
+    def __init__(self, parts: ObjectParts) -> None:
+        self.parts = parts
+
+    def names(self) -> set[str]:
+        return {name for name in self.parts.part_names() if name}
+
+    def exists(self, name: str) -> bool:
+        return self.parts.exists(name)
+
+    def remove(self, name: str) -> None:
+        self.parts.remove(name)
+
+
+class ObjectTableLog(TableLog):
+    """The write-once commit log of one object-store table."""
+
+    def __init__(self, location: ObjectUrl, parts: ObjectParts, table_id: str) -> None:
+        # Not TableLog.__init__: nothing here is a local path.
+        self.location = location
+        self.table_dir = location.url  # type: ignore[assignment]
+        self.log_location = location.child("_mergetree", "log")
+        self.directory = self.log_location.url  # type: ignore[assignment]
+        self._log_url = self.log_location.url
+        self.parts = parts
+        self.directories = _PartObjects(parts)
+        self._bucket: Bucket = parts.bucket
+        self._table_id = table_id
+        self._identity: dict[str, str] | None = None
+
+    def table_key(self) -> str:
+        return self.location.url
+
+    def _key(self, name: str) -> str:
+        return self.log_location.child(name).key
+
+    def commit_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to lock: entries are put-if-absent and part names come from the coordinator."""
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _lock(self, exclusive: bool) -> Iterator[None]:
+        yield
+
+    # ---- identity
+
+    def identity(self) -> dict[str, str] | None:
+        if self._identity is None:
+            try:
+                self._identity = json.loads(self._bucket.get(self._key("table.json")))
+            except FileNotFoundError:
+                return None
+        return self._identity
+
+    def bind(self, coordinator_url: str) -> str:
+        identity = self.identity()
+        if identity is None:
+            proposal = {"format": FORMAT_VERSION, "table_id": self._table_id, "coordinator": coordinator_url}
+            try:
+                self._bucket.put(self._key("table.json"), json.dumps(proposal).encode(), if_absent=True)
+            except PreconditionFailed:
+                pass
+            identity = self.identity()
+            assert identity is not None
+        if identity["coordinator"] != coordinator_url:
+            raise TransactionError(
+                f"table {self.table_dir} is coordinated by {identity['coordinator']}, not by "
+                f"{coordinator_url}: one transaction cannot span tables of different coordinators")
+        return identity["table_id"]
+
+    # ---- entries
+
+    def _entry_key(self, seq: int) -> str:
+        return self._key(f"{seq:020d}.json")
+
+    def entries(self) -> list[LogEntry]:
+        """Every entry in seq order: the cached ones, then new ones read until one is absent."""
+        with _CACHE_LOCK:
+            known = list(_ENTRIES.get(self._log_url, ()))
+        while True:
+            try:
+                raw = json.loads(self._bucket.get(self._entry_key(len(known))))
+            except FileNotFoundError:
+                break
+            except ValueError as error:
+                raise TransactionError(f"{self.directory}/{len(known):020d}.json: corrupt log entry: {error}") from None
+            known.append(LogEntry(tid=int(raw["tid"]), coordinator=str(raw["coordinator"]),
+                                  added=tuple(raw["added"]), removed=tuple(raw["removed"]), csn=None,
+                                  commit_time=raw.get("time")))
+        with _CACHE_LOCK:
+            if len(known) > len(_ENTRIES.get(self._log_url, ())):
+                _ENTRIES[self._log_url] = known
+        return known
+
+    def _latest(self) -> list[LogEntry]:
+        """The last entry of every transaction, in the order of their first entries."""
+        latest: dict[int, LogEntry] = {}
+        for entry in self.entries():
+            latest[entry.tid] = entry
+        return list(latest.values())
+
+    def write_pending(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str]) -> None:
+        """Append an entry naming what `tid` adds and removes (before the coordinator commits it)."""
+        self.bind(coordinator_url)
+        body = json.dumps({"format": FORMAT_VERSION, "tid": tid, "coordinator": coordinator_url,
+                           "added": list(added), "removed": list(removed), "time": time.time()}).encode()
+        seq = len(self.entries())
+        while True:
+            try:
+                self._bucket.put(self._entry_key(seq), body, if_absent=True)
+                return
+            except PreconditionFailed:
+                seq += 1  # another writer took this number; the next one is ours to try
+
+    def finalize(self, tid: int, csn: int, commit_time: float | None = None) -> None:
+        """Nothing: the csn is the coordinator's; entries are never rewritten."""
+
+    def maybe_checkpoint(self, every: int = 0) -> bool:
+        return False
+
+    def staged(self, tid: int | None = None) -> list[tuple[Any, LogEntry]]:
+        return []
+
+    def discard_staged(self, tid: int, only: Iterable[Any] | None = None) -> None:
+        """Nothing: no other process stages proposals in an object-store table's log."""
+
+    def discard(self, tid: int, delete_added_parts: bool = True, also: Iterable[str] = ()) -> None:
+        """After `tid` aborted: delete the parts it added that no other transaction names."""
+        if not delete_added_parts:
+            return
+        entries = self.entries()
+        mine = {name for entry in entries if entry.tid == tid for name in entry.added} | set(also)
+        others = {name for entry in entries if entry.tid != tid for name in entry.added}
+        for name in sorted(mine - others):
+            self.parts.remove(name)
+
+    # ---- reading
+
+    def status(self, coordinator: Coordinator, tid: int) -> tuple[TxnState, int | None]:
+        """A transaction's fate, cached once decided (fates never change)."""
+        key = (coordinator.url, tid)
+        with _CACHE_LOCK:
+            fate = _FATES.get(key)
+        if fate is None:
+            fate = coordinator.status(tid)
+            if fate[0] is not TxnState.RUNNING:
+                with _CACHE_LOCK:
+                    _FATES[key] = fate
+        return fate
+
+    def _resolve(self, entries: list[LogEntry], coordinator: Coordinator | None,
+                 own_tid: int | None) -> list[tuple[LogEntry, int | None]]:
+        resolved = []
+        for entry in entries:
+            csn = None
+            if entry.tid != own_tid and coordinator is not None:
+                if entry.coordinator != coordinator.url:
+                    raise TransactionError(f"{self.directory}: transaction {entry.tid} belongs to coordinator "
+                                           f"{entry.coordinator}, not {coordinator.url}")
+                state, committed = self.status(coordinator, entry.tid)
+                csn = committed if state is TxnState.COMMITTED else None
+            resolved.append((entry, csn))
+        return resolved
+
+    def versions(self, coordinator: Coordinator | None) -> tuple[int, dict[str, PartVersion]]:
+        versions: dict[str, PartVersion] = {}
+        for entry, csn in self._resolve(self._latest(), coordinator, None):
+            if csn is not None:
+                self._fold(versions, entry, csn)
+        return -1, versions
+
+    def snapshot(self, snapshot_csn: int, coordinator: Coordinator, own_tid: int | None = None) -> set[str]:
+        versions: dict[str, PartVersion] = {}
+        own: LogEntry | None = None
+        for entry, csn in self._resolve(self._latest(), coordinator, own_tid):
+            if entry.tid == own_tid:
+                own = entry
+            elif csn is not None:
+                self._fold(versions, entry, csn)
+        visible = {name for name, version in versions.items() if version.visible_at(snapshot_csn)}
+        if own is not None:
+            visible.update(own.added)
+            visible.difference_update(own.removed)
+        return visible
+
+    # ---- maintenance
+
+    def cleanup(self, coordinator: Coordinator, retention_seconds: float = 0.0,
+                orphan_seconds: float = 3600.0) -> list[str]:
+        """Delete what no snapshot can read any more; return the part names deleted:
+        * parts removed by a committed transaction before every running snapshot, `retention_seconds` ago;
+        * parts of aborted transactions;
+        * objects no entry names, last written `orphan_seconds` ago (uploads a crash interrupted:
+          parts are uploaded before their entry is written, so a younger one may still be named)."""
+        entries = self._latest()
+        floor = coordinator.min_running_snapshot()
+        named: set[str] = set()
+        doomed: set[str] = set()
+        removals: list[str] = []
+        now = time.time()
+        versions: dict[str, PartVersion] = {}
+        for entry, csn in self._resolve(entries, coordinator, None):
+            named.update(entry.added)
+            state = self.status(coordinator, entry.tid)[0]
+            if state is TxnState.ABORTED:
+                doomed.update(name for name in entry.added)
+            elif csn is not None:
+                self._fold(versions, entry, csn)
+        for name, version in versions.items():
+            if version.removed is not None and version.removed <= floor and \
+                    now - (version.removed_time or now) >= retention_seconds:
+                doomed.add(name)
+                removals.append(name)
+        on_store = self.parts.part_names()
+        server_now = on_store.pop("")
+        for name, modified in on_store.items():
+            if name not in named and server_now - modified >= orphan_seconds:
+                doomed.add(name)
+        deleted = []
+        for name in sorted(doomed):
+            if name in on_store:
+                self.parts.remove(name)
+                deleted.append(name)
+        if removals:
+            coordinator.forget_removals(self.bind(coordinator.url), removals)
+        return deleted
