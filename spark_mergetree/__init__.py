@@ -17,44 +17,79 @@ Packages, highest first; a package imports only from the ones below it (tests/te
     fileops.py    durable file operations; errors.py  the one error hierarchy
 """
 
-from spark_mergetree.catalog import Catalog
-from spark_mergetree.engine.check import CheckReport
-from spark_mergetree.engine.select import ReadPlan
-from spark_mergetree.engine.table import MergeTreeTable, PartSummary
-from spark_mergetree.errors import (
-    CorruptPartError,
-    ExpressionError,
-    FormatError,
-    InvalidOptionError,
-    MergeTreeError,
-    SchemaMismatchError,
-    SerializationError,
-    StorageError,
-    TableExistsError,
-    TableNotFoundError,
-    TransactionError,
-    UnsupportedError,
-)
-from spark_mergetree.recovery import RecoveryReport
-from spark_mergetree.storage import RebuildReport, ScrubReport
-from spark_mergetree.txn import CommitOutcomeUnknownError, Coordinator, LocalCoordinator, Transaction
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
+# Each public name and the module that owns it. They are imported on first use: a Spark Python
+# worker that unpickles a reader imports the modules that read parts, not the SQL parser, the
+# catalog or pyspark's entry points, so a fresh worker starts in a fraction of the time.
+_OWNERS = {
+    "MergeTreeTable": "spark_mergetree.engine.table",
+    "PartSummary": "spark_mergetree.engine.table",
+    "CheckReport": "spark_mergetree.engine.check",
+    "ReadPlan": "spark_mergetree.engine.select",
+    "Catalog": "spark_mergetree.catalog",
+    "Transaction": "spark_mergetree.txn",
+    "Coordinator": "spark_mergetree.txn",
+    "LocalCoordinator": "spark_mergetree.txn",
+    "CommitOutcomeUnknownError": "spark_mergetree.txn",
+    "ZooKeeperCoordinator": "spark_mergetree.txn.zookeeper",  # imports kazoo
+    "RecoveryReport": "spark_mergetree.recovery",
+    "RebuildReport": "spark_mergetree.storage",
+    "ScrubReport": "spark_mergetree.storage",
+    "configure": "spark_mergetree.spark",  # the Spark entry points import pyspark
+    "register": "spark_mergetree.spark",
+    "transaction": "spark_mergetree.spark",
+    **{name: "spark_mergetree.errors" for name in (
+        "CorruptPartError", "ExpressionError", "FormatError", "InvalidOptionError", "MergeTreeError",
+        "SchemaMismatchError", "SerializationError", "StorageError", "TableExistsError", "TableNotFoundError",
+        "TransactionError", "UnsupportedError")},
+}
+
 
 def __getattr__(name: str) -> object:
-    # The Spark entry points import pyspark, and ZooKeeperCoordinator kazoo: neither is needed by
-    # the engine, the catalog or the CLI.
-    if name in ("configure", "register", "transaction"):
-        from spark_mergetree import spark as spark_layer
+    owner = _OWNERS.get(name)
+    if owner is None:
+        raise AttributeError(f"module 'spark_mergetree' has no attribute {name!r}")
+    value = getattr(importlib.import_module(owner), name)
+    globals()[name] = value  # found once
+    return value
 
-        return getattr(spark_layer, name)
-    if name == "ZooKeeperCoordinator":
-        from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
 
-        return ZooKeeperCoordinator
-    raise AttributeError(f"module 'spark_mergetree' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_OWNERS))
 
+
+if TYPE_CHECKING:
+    from spark_mergetree.catalog import Catalog
+    from spark_mergetree.engine.check import CheckReport
+    from spark_mergetree.engine.select import ReadPlan
+    from spark_mergetree.engine.table import MergeTreeTable, PartSummary
+    from spark_mergetree.errors import (
+        CorruptPartError,
+        ExpressionError,
+        FormatError,
+        InvalidOptionError,
+        MergeTreeError,
+        SchemaMismatchError,
+        SerializationError,
+        StorageError,
+        TableExistsError,
+        TableNotFoundError,
+        TransactionError,
+        UnsupportedError,
+    )
+    from spark_mergetree.recovery import RecoveryReport
+    from spark_mergetree.spark.session import configure
+    from spark_mergetree.spark.source import register
+    from spark_mergetree.spark.transaction import transaction
+    from spark_mergetree.storage import RebuildReport, ScrubReport
+    from spark_mergetree.txn import CommitOutcomeUnknownError, Coordinator, LocalCoordinator, Transaction
+    from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
 
 __all__ = [
     # tables, catalog, transactions
