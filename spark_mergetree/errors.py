@@ -52,5 +52,10 @@ class SerializationError(TransactionError):
     """A transaction lost a conflict: another committed first on the same parts."""
 
 
+class TooManyPartsError(MergeTreeError, RuntimeError):
+    """An insert was refused: a partition has `parts_to_throw_insert` active parts or more (merges
+    are slower than inserts); names the partition and the counts. Nothing was written."""
+
+
 class StorageError(MergeTreeError, OSError):
     """A disk, volume or RAID layout cannot serve the request (names part and disks)."""

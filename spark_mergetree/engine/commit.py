@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from spark_mergetree.engine import background
 from spark_mergetree.engine import select as selecting
 from spark_mergetree.engine.insert import StagedPart
 from spark_mergetree.errors import TransactionError
@@ -34,8 +35,8 @@ def commit(table: MergeTreeTable, staged: Sequence[StagedPart], mode: WriteMode,
     """Publish `staged` in `tx` (and commit it if `own`); return the final part names.
 
     On failure before the commit point the staged parts are deleted and the transaction (if
-    owned) rolled back; an unknown outcome leaves everything for recovery. Once committed, merges
-    run as housekeeping that never fails the commit.
+    owned) rolled back; an unknown outcome leaves everything for recovery. Once committed, it
+    returns: merges run in the background (background.py) and never fail or delay the commit.
     """
     placed: set[str] = set()
     try:
@@ -51,10 +52,8 @@ def commit(table: MergeTreeTable, staged: Sequence[StagedPart], mode: WriteMode,
             if part.name not in placed:
                 table.store.remove_part(part.name, missing_ok=True)
         raise
-    if own and table.metadata.setting("auto_merge"):
-        from spark_mergetree.engine.optimize import auto_merge
-
-        auto_merge(table)
+    if own:
+        background.after_commit(table)
     return finals
 
 

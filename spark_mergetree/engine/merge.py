@@ -9,6 +9,7 @@ source first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -63,50 +64,153 @@ def _segments(infos: list[PartInfo], reserved: Sequence[tuple[int, int]]) -> lis
     return [segment for segment in segments if segment]
 
 
+@dataclass(frozen=True)
+class PartStats:
+    """What the selector knows of a part: rows, bytes on disk, seconds since it was committed."""
+
+    rows: int
+    bytes: int
+    age: float
+
+
+@dataclass(frozen=True)
+class SelectorSettings:
+    """The automatic selector's knobs (ClickHouse's simple merge selector, with its defaults).
+
+    A run of adjacent parts may merge when (sum + n·fixed_cost) / (max + fixed_cost) ≥ base, the
+    base being lowered towards 2 as the partition holds more parts (min/max_parts_to_lower_base)
+    and as the run's youngest part ages (min/max_age_to_lower_base, longer for bigger runs). Among
+    the runs allowed, the one with the lowest (sum + n·fixed_cost) / (n − 1.9) merges: many small
+    parts at once, rarely rewriting a big one.
+    """
+
+    threshold: int = 8  # `merge_parts_threshold`: partitions with at most this many parts are left alone
+    max_parts: int = 10  # `max_parts_to_merge`
+    max_rows: int = 50_000_000  # `max_merged_rows`
+    max_bytes: int = 150 << 30  # ClickHouse's `max_bytes_to_merge_at_max_space_in_pool`
+    min_age_to_force: float = 0.0  # ClickHouse's `min_age_to_force_merge_seconds` (0: never)
+    base: float = 5.0
+    fixed_cost: float = 5.0 * (1 << 20)
+    min_parts_to_lower_base: int = 10
+    max_parts_to_lower_base: int = 50
+    min_size_to_lower_base: float = 1 << 20
+    max_size_to_lower_base: float = 100 * float(1 << 30)
+    min_age_to_lower_base: float = 10.0
+    max_age_to_lower_base_small: float = 3600.0
+    max_age_to_lower_base_big: float = 30 * 86400.0
+
+    @classmethod
+    def of(cls, meta: TableMetadata) -> SelectorSettings:
+        ch = meta.definition.settings
+        return cls(threshold=int(meta.setting("merge_parts_threshold")), max_parts=int(meta.setting("max_parts_to_merge")),
+                   max_rows=int(meta.setting("max_merged_rows")),
+                   max_bytes=int(ch.get("max_bytes_to_merge_at_max_space_in_pool", cls.max_bytes)) or cls.max_bytes,
+                   min_age_to_force=float(ch.get("min_age_to_force_merge_seconds", 0)))
+
+
+def _unit(value: float, low: float, high: float) -> float:
+    """`value` mapped linearly from [low, high] onto [0, 1], clamped."""
+    if high <= low:
+        return 1.0 if value >= high else 0.0
+    return min(1.0, max(0.0, (value - low) / (high - low)))
+
+
+def _allowed(total: float, largest: float, youngest: float, count: int, partition_parts: int,
+             s: SelectorSettings) -> bool:
+    if s.min_age_to_force and youngest >= s.min_age_to_force:
+        return True
+    size = _unit(math.log1p(total), math.log1p(s.min_size_to_lower_base), math.log1p(s.max_size_to_lower_base))
+    max_age = s.max_age_to_lower_base_small + size * (s.max_age_to_lower_base_big - s.max_age_to_lower_base_small)
+    lowering = min(1.0, _unit(youngest, s.min_age_to_lower_base, max_age)
+                   + _unit(partition_parts, min(s.min_parts_to_lower_base, s.threshold), s.max_parts_to_lower_base))
+    # A run as wide as a merge may be, of equal parts, always qualifies once it is old or its
+    # partition crowded (ClickHouse's base of 5 assumes up to 100 parts per merge).
+    top = max(2.0, min(s.base, s.max_parts - 0.5))
+    base = top + lowering * (2.0 - top)
+    return (total + count * s.fixed_cost) / (largest + s.fixed_cost) >= base
+
+
+def _select_simple(partition_id: str, segment: list[PartInfo], stats: Mapping[str, PartStats], partition_parts: int,
+                   s: SelectorSettings) -> tuple[float, MergeCandidate] | None:
+    """(score, run) of the best run of adjacent parts in `segment` the simple selector allows."""
+    sizes = [stats[i.name] for i in segment]
+    best: tuple[float, int, int] | None = None
+    for start in range(len(segment) - 1):
+        total = rows = 0
+        largest = 0
+        youngest = math.inf
+        for end in range(start, min(len(segment), start + s.max_parts)):
+            part = sizes[end]
+            total, rows = total + part.bytes, rows + part.rows
+            largest, youngest = max(largest, part.bytes), min(youngest, part.age)
+            if total > s.max_bytes or rows > s.max_rows:
+                break
+            count = end - start + 1
+            if count < 2 or not _allowed(total, largest, youngest, count, partition_parts, s):
+                continue
+            score = (total + count * s.fixed_cost) / (count - 1.9)
+            if best is None or score < best[0]:
+                best = (score, start, end + 1)
+    if best is None:
+        return None
+    names = tuple(i.name for i in segment[best[1]:best[2]])
+    return best[0], MergeCandidate(partition_id, names, sum(stats[n].rows for n in names))
+
+
+def select_automatic(parts: Sequence[str], stats: Mapping[str, PartStats], settings: SelectorSettings,
+                     reserved: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> list[MergeCandidate]:
+    """The background merges to run, best (lowest score) first, at most one per partition.
+
+    Only partitions with more than `settings.threshold` parts are considered; within one, only
+    runs of adjacent parts with no reserved block (a part a running transaction may still commit)
+    inside, within the caps on parts, rows and bytes per merge, chosen as `SelectorSettings` says.
+    """
+    scored = []
+    for partition_id, infos in sorted(by_partition(parts).items()):
+        if len(infos) <= settings.threshold:
+            continue
+        found = [c for segment in _segments(infos, (reserved or {}).get(partition_id, ()))
+                 if (c := _select_simple(partition_id, segment, stats, len(infos), settings)) is not None]
+        if found:
+            scored.append(min(found, key=lambda c: c[0]))
+    return [candidate for _, candidate in sorted(scored, key=lambda c: c[0])]
+
+
 def select_merges(parts: Sequence[str], rows: Mapping[str, int], meta: TableMetadata, *,
-                  final: bool = False, force: bool = False,
-                  reserved: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> list[MergeCandidate]:
-    """Which runs of adjacent parts to merge, at most one per partition.
+                  final: bool = False, reserved: Mapping[str, Sequence[tuple[int, int]]] | None = None
+                  ) -> list[MergeCandidate]:
+    """OPTIMIZE's merges, at most one per partition (the background ones: `select_automatic`).
 
     `reserved`: per partition, block ranges that running transactions hold; no run spans them.
-
-    Automatic (default): partitions with more than `merge_parts_threshold` parts merge the run of
-    up to `max_parts_to_merge` parts with the fewest rows (small parts first, like ClickHouse's
-    selector, keeping write amplification low). `force`: any partition with ≥ 2 parts merges such a
-    run. `final`: every partition merges all its parts into one.
+    Without `final`, any partition with ≥ 2 parts merges the run of up to `max_parts_to_merge`
+    adjacent parts with the fewest rows; with `final`, every partition merges all its parts into one.
     """
-    threshold = int(meta.setting("merge_parts_threshold"))
     width = int(meta.setting("max_parts_to_merge"))
-    max_rows = int(meta.setting("max_merged_rows"))
     out = []
     for partition_id, all_infos in sorted(by_partition(parts).items()):
         segments = _segments(all_infos, (reserved or {}).get(partition_id, ()))
-        candidates = [_select_run(partition_id, infos, rows, final=final, force=force, threshold=threshold,
-                                  width=width, max_rows=max_rows) for infos in segments]
+        candidates = [_select_run(partition_id, infos, rows, final=final, width=width) for infos in segments]
         found = [c for c in candidates if c is not None]
         if found:
             out.append(min(found, key=lambda c: c.rows) if not final else max(found, key=lambda c: len(c.parts)))
     return out
 
 
-def _select_run(partition_id: str, infos: list[PartInfo], rows: Mapping[str, int], *, final: bool, force: bool,
-                threshold: int, width: int, max_rows: int) -> MergeCandidate | None:
+def _select_run(partition_id: str, infos: list[PartInfo], rows: Mapping[str, int], *, final: bool,
+                width: int) -> MergeCandidate | None:
     """The run of adjacent parts to merge among `infos` (one partition, no reserved block inside)."""
     if len(infos) < 2:
         return None
     if final:
         names = tuple(i.name for i in infos)
         return MergeCandidate(partition_id, names, sum(rows[n] for n in names))
-    if not force and len(infos) <= threshold:
-        return None
     k = min(width, len(infos))
     best: tuple[int, int] | None = None
     for start in range(len(infos) - k + 1):
         total = sum(rows[i.name] for i in infos[start:start + k])
-        if (total <= max_rows or force) and (best is None or total < best[0]):
+        if best is None or total < best[0]:
             best = (total, start)
-    if best is None:
-        return None
+    assert best is not None
     names = tuple(i.name for i in infos[best[1]:best[1] + k])
     return MergeCandidate(partition_id, names, best[0])
 

@@ -1,4 +1,4 @@
-"""Running merges: OPTIMIZE TABLE and the merges after a commit, each merge its own transaction.
+"""Running merges: OPTIMIZE TABLE and the background merges, each merge its own transaction.
 
 merge.py chooses merges and writes a merged part; this module runs them against the commit
 protocol. Reserved blocks and the snapshot are read together under the table's commit lock (where
@@ -11,12 +11,13 @@ under the commit lock (`TableLog.claim_name` rolls back a dead merge's leftover 
 from __future__ import annotations
 
 import logging
+import math
+import time
 import uuid
 from typing import TYPE_CHECKING
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
-from spark_mergetree.errors import SerializationError
 from spark_mergetree.txn import Transaction
 
 if TYPE_CHECKING:
@@ -25,37 +26,61 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def auto_merge(table: MergeTreeTable) -> None:
-    """Merges after a commit: housekeeping that must never turn a done commit into an error."""
+def _begin_merge_transaction(table: MergeTreeTable) -> tuple[Transaction, dict[str, list[tuple[int, int]]], set[str]]:
+    """(transaction, reserved blocks, visible parts), the first two taken together under the commit
+    lock, where block numbers are allocated: every block below is committed, reserved, or lost."""
+    with table.log.commit_lock():
+        reserved = table.log.reserved_blocks(table.coordinator)
+        tx = Transaction(table.coordinator)
+        try:
+            visible = tx.visible_parts(table.log)
+        except BaseException:
+            tx.rollback()
+            raise
+    return tx, reserved, visible
+
+
+def part_stats(table: MergeTreeTable, parts: set[str]) -> dict[str, merging.PartStats]:
+    """Rows, bytes and age of each part (age from its log entry's commit time; a part whose entry
+    was folded into the checkpoint counts as old)."""
+    now = time.time()
+    committed = {name: entry.commit_time for entry in table.log.entries() if entry.commit_time is not None
+                 for name in entry.added}
+    return {name: merging.PartStats(table.reader(name).rows, table.part_bytes(name),
+                                    now - committed[name] if name in committed else math.inf)
+            for name in parts}
+
+
+def merge_step(table: MergeTreeTable) -> str | None:
+    """Run the best merge the automatic selector finds (one transaction); return the new part's
+    name, or None when it finds nothing to merge. A lost race raises SerializationError and leaves
+    nothing behind."""
+    table.check_same_table()
+    tx, reserved, visible = _begin_merge_transaction(table)
     try:
-        run_merges(table, final=False, force=False)
-    except SerializationError as exc:
-        log.info("automatic merge of %s lost to a concurrent transaction: %s", table.path, exc)
-    except Exception as exc:  # noqa: BLE001 - the commit already happened; report, do not raise
-        log.warning("automatic merge of %s failed (the commit stands): %r", table.path, exc)
+        candidates = merging.select_automatic(sorted(visible), part_stats(table, visible),
+                                              merging.SelectorSettings.of(table.metadata), reserved)
+    except BaseException:
+        tx.rollback()
+        raise
+    if not candidates:
+        tx.rollback()
+        return None
+    return merge_one(table, candidates[0], tx)
 
 
-def run_merges(table: MergeTreeTable, final: bool, force: bool) -> list[str]:
-    """Merge until the policy (or `final`/`force`: one merge per partition) finds nothing; return
-    the new parts' names."""
+def run_merges(table: MergeTreeTable, final: bool) -> list[str]:
+    """OPTIMIZE: one merge per partition with ≥ 2 parts (`final`: each partition down to one part,
+    as far as no reserved block splits it); return the new parts' names."""
     table.check_same_table()
     created: list[str] = []
     done: set[str] = set()
     while True:
-        # Reserved blocks and the snapshot are read together under the commit lock, where
-        # block numbers are allocated: every block below is committed, reserved, or lost.
-        with table.log.commit_lock():
-            reserved = table.log.reserved_blocks(table.coordinator)
-            tx = Transaction(table.coordinator)
-            try:
-                visible = tx.visible_parts(table.log)
-            except BaseException:
-                tx.rollback()
-                raise
+        tx, reserved, visible = _begin_merge_transaction(table)
         try:
             rows = {p: table.reader(p).rows for p in visible}
             candidates = [c for c in merging.select_merges(sorted(visible), rows, table.metadata, final=final,
-                                                           force=force, reserved=reserved)
+                                                           reserved=reserved)
                           if c.partition_id not in done]
         except BaseException:
             tx.rollback()
@@ -64,8 +89,7 @@ def run_merges(table: MergeTreeTable, final: bool, force: bool) -> list[str]:
             tx.rollback()
             return created
         created.append(merge_one(table, candidates[0], tx))
-        if final or force:
-            done.add(candidates[0].partition_id)
+        done.add(candidates[0].partition_id)
 
 
 def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Transaction) -> str:

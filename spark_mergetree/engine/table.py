@@ -26,12 +26,12 @@ from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 
+from spark_mergetree.engine import background, staging
 from spark_mergetree.engine import check as checking
 from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import optimize as optimizing
 from spark_mergetree.engine import select as selecting
-from spark_mergetree.engine import staging
 from spark_mergetree.engine.check import CheckReport
 from spark_mergetree.engine.commit import (
     PARTITION_OVERWRITE_MODES,
@@ -152,6 +152,7 @@ class MergeTreeTable:
         self.directories = TableDirectories(self.store)
         self.log = TableLog(self.path, self.directories)
         self._readers: dict[str, PartReader] = {}
+        self._part_bytes: dict[str, int] = {}
         self._readers_lock = threading.Lock()
         self._external_definition = False
         self._statement_text: str | None = None  # table.sql as this handle last saw it
@@ -497,6 +498,13 @@ class MergeTreeTable:
         self.check_same_table()
         own = transaction is None
         tx = transaction if transaction is not None else Transaction(self.coordinator)
+        if write_mode == "append" and staged:
+            try:
+                background.throttle(self, tx.visible_parts(self.log))
+            except BaseException:
+                if own:
+                    tx.rollback()
+                raise
         return committing.commit(self, staged, write_mode, partition_overwrite_mode, tx, own)
 
     def _write(self, data: Any, mode: WriteMode, partition_overwrite_mode: PartitionOverwriteMode,
@@ -504,6 +512,8 @@ class MergeTreeTable:
         own = transaction is None
         tx = transaction if transaction is not None else Transaction(self.coordinator)
         try:
+            if mode == "append":
+                background.throttle(self, tx.visible_parts(self.log))
             staged = self.stage(data, transaction=tx)
         except BaseException:
             if own:
@@ -559,7 +569,28 @@ class MergeTreeTable:
 
         Parts are never merged across a block number that a running transaction holds (an insert
         between allocating its number and committing): such a partition merges up to that gap."""
-        return optimizing.run_merges(self, final=final, force=True)
+        return optimizing.run_merges(self, final=final)
+
+    def merge(self) -> list[str]:
+        """Run, now and in this thread, the merges the background scheduler would run for this table
+        (ClickHouse's simple merge selector; see docs) until it finds nothing more; return the new
+        parts' names. Each merge is a transaction."""
+        return background.merge_until_settled(self)
+
+    @staticmethod
+    def wait_for_merges(timeout: float | None = None) -> bool:
+        """Wait until this process's background merges (of every table) are done; False on timeout."""
+        return background.process_merges().wait(timeout)
+
+    def part_bytes(self, part: str) -> int:
+        """Bytes on disk of one part (cached: parts never change once written)."""
+        with self._readers_lock:
+            cached = self._part_bytes.get(part)
+        if cached is None:
+            cached = self.store.part_bytes(part)
+            with self._readers_lock:
+                self._part_bytes[part] = cached
+        return cached
 
     def cleanup(self) -> list[str]:
         """Delete parts no snapshot can see and that are older than `old_parts_lifetime` seconds;
@@ -570,6 +601,7 @@ class MergeTreeTable:
         with self._readers_lock:
             for name in removed:
                 self._readers.pop(name, None)
+                self._part_bytes.pop(name, None)
         return removed
 
     def check(self, on_part: Callable[[str], None] | None = None) -> CheckReport:

@@ -37,14 +37,19 @@ UNDERSTOOD_SETTINGS: dict[str, tuple[str, int]] = {
     "min_rows_for_wide_part": ("uint", 0),
     "min_compress_block_size": ("uint", 0),  # 0: the default block sizes
     "max_compress_block_size": ("uint", 0),
+    # These steer background merges (engine/merge.py) and the back-pressure on inserts
+    # (engine/background.py), here as in ClickHouse:
+    "max_bytes_to_merge_at_max_space_in_pool": ("uint", 0),
+    "min_age_to_force_merge_seconds": ("uint", 0),
+    "parts_to_delay_insert": ("uint", 0),
+    "parts_to_throw_insert": ("uint", 0),
+    "max_delay_to_insert": ("uint", 0),
 }
 # These only steer ClickHouse's own background work and inserts on the same table (merges, TTL,
 # throttling); they are written into the statement and have no effect on what this package does.
 CLICKHOUSE_ONLY_SETTINGS: dict[str, tuple[str, int]] = {
     "merge_max_block_size": ("uint", 1),
-    "max_bytes_to_merge_at_max_space_in_pool": ("uint", 0),
     "max_bytes_to_merge_at_min_space_in_pool": ("uint", 0),
-    "min_age_to_force_merge_seconds": ("uint", 0),
     "min_age_to_force_merge_on_partition_only": ("bool", 0),
     "merge_with_ttl_timeout": ("int", 0),
     "merge_with_recompression_ttl_timeout": ("int", 0),
@@ -52,11 +57,8 @@ CLICKHOUSE_ONLY_SETTINGS: dict[str, tuple[str, int]] = {
     "max_number_of_merges_with_ttl_in_pool": ("uint", 0),
     "enable_vertical_merge_algorithm": ("uint", 0),
     "vertical_merge_algorithm_min_rows_to_activate": ("uint", 0),
-    "parts_to_delay_insert": ("uint", 0),
-    "parts_to_throw_insert": ("uint", 0),
     "inactive_parts_to_delay_insert": ("uint", 0),
     "inactive_parts_to_throw_insert": ("uint", 0),
-    "max_delay_to_insert": ("uint", 0),
     "max_parts_in_total": ("uint", 0),
     "max_suspicious_broken_parts": ("uint", 0),
     "non_replicated_deduplication_window": ("uint", 0),

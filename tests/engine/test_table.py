@@ -178,6 +178,8 @@ def test_automatic_merges_bound_parts_per_partition(tmp_path):
                               settings={"merge_parts_threshold": 4, "max_parts_to_merge": 3})
     for i in range(20):
         t.insert(rows(i * 5, 5))
+    # Merges run in background threads after each commit, not inside insert().
+    assert MergeTreeTable.wait_for_merges(timeout=60)
     assert len(t.parts()) <= 4
     assert t.count() == 100
     levels = [p.level for p in t.parts()]
