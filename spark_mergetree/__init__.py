@@ -2,7 +2,7 @@
 
 The public API is what `__all__` lists: tables (`MergeTreeTable`), the catalog (`Catalog`),
 transactions (`Transaction` and the coordinators that decide them), the Spark entry points
-(`configure`, `register`, `transaction`; importing them imports pyspark), the reports and the errors.
+(`configure`, `register`, `transaction`, `optimize`; importing them imports pyspark), the reports and the errors.
 Everything else is internal and may change.
 
 Packages, highest first; a package imports only from the ones below it (tests/test_layering.py):
@@ -44,10 +44,11 @@ _OWNERS = {
     "configure": "spark_mergetree.spark",  # the Spark entry points import pyspark
     "register": "spark_mergetree.spark",
     "transaction": "spark_mergetree.spark",
+    "optimize": "spark_mergetree.spark",
     **{name: "spark_mergetree.errors" for name in (
         "CorruptPartError", "ExpressionError", "FormatError", "InvalidOptionError", "MergeTreeError",
         "SchemaMismatchError", "SerializationError", "StorageError", "TableExistsError", "TableNotFoundError",
-        "TransactionError", "UnsupportedError")},
+        "TooManyPartsError", "TransactionError", "UnsupportedError")},
 }
 
 
@@ -80,10 +81,12 @@ if TYPE_CHECKING:
         StorageError,
         TableExistsError,
         TableNotFoundError,
+        TooManyPartsError,
         TransactionError,
         UnsupportedError,
     )
     from spark_mergetree.recovery import RecoveryReport
+    from spark_mergetree.spark.optimize import optimize
     from spark_mergetree.spark.session import configure
     from spark_mergetree.spark.source import register
     from spark_mergetree.spark.transaction import transaction
@@ -103,6 +106,7 @@ __all__ = [
     "configure",
     "register",
     "transaction",
+    "optimize",
     # reports
     "CheckReport",
     "PartSummary",
@@ -122,6 +126,7 @@ __all__ = [
     "StorageError",
     "TableExistsError",
     "TableNotFoundError",
+    "TooManyPartsError",
     "TransactionError",
     "UnsupportedError",
 ]

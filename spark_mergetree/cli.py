@@ -1,19 +1,25 @@
 """The `mergetree` command line (also `python -m spark_mergetree`), built on click.
 
 Table commands take a table directory (ours, or a ClickHouse data directory with
-`--create-statement`): `parts`, `head`, `check`, `optimize`, `explain`, `cleanup`.
+`--create-statement`): `parts`, `head`, `check`, `optimize`, `explain`, `cleanup`; and
+`merge-daemon`, background merges of tables and catalogs as a service.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from tqdm import tqdm
 
+from spark_mergetree.engine import background
 from spark_mergetree.engine.table import MergeTreeTable
 from spark_mergetree.errors import MergeTreeError
 from spark_mergetree.storage.location import local_path
@@ -186,6 +192,82 @@ def transactions(coordinator: str | None, limit: int) -> None:
         csn = "-" if record.csn is None else record.csn
         snapshot = "-" if record.snapshot is None else record.snapshot
         click.echo(f"{record.tid:>10} {record.state.value:10} {csn:>10} {snapshot:>10}  {', '.join(record.tables)}")
+
+
+@main.command("merge-daemon")
+@click.argument("table_dirs", nargs=-1, type=_LocalDirectory(exists=True))
+@click.option("--catalog-root", "catalog_root", default=None, type=_LocalDirectory(exists=True),
+              help="Also merge every table of this catalog (listed again each round).")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds to sleep when no table has anything to merge.")
+@click.option("--cleanup-every", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
+              help="Also run cleanup on each table every this many seconds (0: never).")
+def merge_daemon(table_dirs: tuple[str, ...], catalog_root: str | None, interval: float, cleanup_every: float) -> None:
+    """Merge tables in the background until SIGTERM/SIGINT (ClickHouse's background merges, as a
+    service). Prints one line per merge; several daemons (and writers' own background merges) may
+    work on one table at once: each merge is a transaction and only one merger of a part wins."""
+
+    if not table_dirs and catalog_root is None:
+        raise click.UsageError("give table directories and/or --catalog-root")
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    tables: dict[str, MergeTreeTable] = {}
+    last_cleanup = time.monotonic()
+    click.echo(f"merge-daemon: started (pid {os.getpid()})", err=True)
+    while not stop.is_set():
+        for label, table in _daemon_tables(table_dirs, catalog_root, tables):
+            if stop.is_set():
+                break
+            try:
+                background.merge_until_settled(table, stop, on_merge=_progress_line(label, table))
+                if cleanup_every and time.monotonic() - last_cleanup >= cleanup_every:
+                    table.cleanup()
+            except Exception as error:  # noqa: BLE001 - one table's trouble must not stop the service
+                click.echo(f"{label}: merge failed (the table is unchanged): {error!r}", err=True)
+        if cleanup_every and time.monotonic() - last_cleanup >= cleanup_every:
+            last_cleanup = time.monotonic()
+        stop.wait(interval)
+    click.echo("merge-daemon: stopped", err=True)
+
+
+def _progress_line(label: str, table: MergeTreeTable) -> Callable[[str, float], None]:
+    def report(name: str, seconds: float) -> None:
+        click.echo(f"{label}: merged {name} ({table.reader(name).rows} rows, "
+                   f"{table.part_bytes(name) / 1e6:.1f} MB) in {seconds:.2f} s", nl=True)
+        sys.stdout.flush()
+
+    return report
+
+
+def _daemon_tables(table_dirs: tuple[str, ...], catalog_root: str | None,
+                   opened: dict[str, MergeTreeTable]) -> list[tuple[str, MergeTreeTable]]:
+    """(label, table) of the daemon's tables this round; handles are kept across rounds."""
+    out = []
+    for path in table_dirs:
+        if path not in opened:
+            opened[path] = MergeTreeTable.open(path)
+        out.append((path, opened[path]))
+    if catalog_root is not None:
+        from spark_mergetree.catalog import Catalog
+
+        cat = Catalog(catalog_root)
+        for database in cat.databases():
+            for name in cat.tables(database):
+                label = f"{database}.{name}"
+                try:
+                    info = cat.table_info(label)
+                    key = str(info.data_path)
+                    if key not in opened:
+                        opened[key] = MergeTreeTable.open(info.data_path, create_statement=info.statement)
+                    out.append((label, opened[key]))
+                except MergeTreeError:
+                    continue  # dropped or renamed since listing: the next round sees it as it is now
+    return out
 
 
 # ----------------------------------------------------------------------------- catalog

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -139,6 +140,16 @@ class BackgroundMerges:
 
 _PROCESS: BackgroundMerges | None = None
 _PROCESS_LOCK = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    # A forked child has none of its parent's threads: it starts its own pool on first use.
+    global _PROCESS, _PROCESS_LOCK
+    _PROCESS = None
+    _PROCESS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def process_merges() -> BackgroundMerges:

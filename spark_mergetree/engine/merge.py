@@ -196,6 +196,25 @@ def select_merges(parts: Sequence[str], rows: Mapping[str, int], meta: TableMeta
     return out
 
 
+def select_groups(parts: Sequence[str], rows: Mapping[str, int], meta: TableMetadata, *, final: bool,
+                  reserved: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> list[MergeCandidate]:
+    """Disjoint merges to run side by side (a distributed OPTIMIZE): with `final`, each segment of a
+    partition (between reserved blocks) whole; otherwise runs of up to `max_parts_to_merge` adjacent
+    parts covering every segment of ≥ 2 parts."""
+    width = len(parts) if final else int(meta.setting("max_parts_to_merge"))
+    out = []
+    for partition_id, infos in sorted(by_partition(parts).items()):
+        for segment in _segments(infos, (reserved or {}).get(partition_id, ())):
+            count = len(segment)
+            runs = max(1, -(-count // width))  # as few runs as the width allows, of even sizes
+            for number in range(runs):
+                run = segment[number * count // runs:(number + 1) * count // runs]
+                if len(run) >= 2:
+                    names = tuple(i.name for i in run)
+                    out.append(MergeCandidate(partition_id, names, sum(rows[n] for n in names)))
+    return out
+
+
 def _select_run(partition_id: str, infos: list[PartInfo], rows: Mapping[str, int], *, final: bool,
                 width: int) -> MergeCandidate | None:
     """The run of adjacent parts to merge among `infos` (one partition, no reserved block inside)."""

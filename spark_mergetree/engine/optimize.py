@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
+from spark_mergetree.errors import TransactionError
+from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn import Transaction
 
 if TYPE_CHECKING:
@@ -117,3 +119,77 @@ def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Tran
             table.store.remove_part(staged_name, missing_ok=True)
         raise
     return result
+
+
+# ------------------------------------------------------------------ merges spread over processes
+#
+# A distributed OPTIMIZE (Spark's `spark_mergetree.optimize`): the driver takes one transaction,
+# chooses disjoint groups of parts and takes their removal locks (`plan_group_merges`); each group's
+# merged part is written by another process under a write job's staged name (`stage_group_merge`),
+# as Spark's write tasks stage theirs; the driver then names and renames one staged result per group
+# and commits them all at once (`commit_group_merges`). A task attempt that failed or was duplicated
+# leaves a staged directory nobody publishes: `discard_staged` deletes it with the job's end.
+
+
+def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
+                      ) -> tuple[Transaction, list[merging.MergeCandidate]]:
+    """The transaction and the groups a distributed OPTIMIZE merges, their removal locks taken.
+
+    `final`: every partition (where `where` may match) merges all its parts into one (as far as no
+    reserved block splits it); otherwise each partition with ≥ 2 parts merges in runs of up to
+    `max_parts_to_merge` adjacent parts. With no group, the transaction is already rolled back."""
+    table.check_same_table()
+    tx, reserved, visible = _begin_merge_transaction(table)
+    try:
+        if where is not None:
+            plan = table.plan_read(None, where, transaction=tx)
+            wanted = {p.partition_id for p in plan.parts if p.pruned_by != "partition"}
+            visible = {p for p in visible if PartInfo.parse(p).partition_id in wanted}
+        rows = {p: table.reader(p).rows for p in visible}
+        groups = merging.select_groups(sorted(visible), rows, table.metadata, final=final, reserved=reserved)
+        if not groups:
+            tx.rollback()
+            return tx, []
+        tx.remove_parts(table.log, [p for group in groups for p in group.parts])
+    except BaseException:
+        tx.rollback()
+        raise
+    return tx, groups
+
+
+def stage_group_merge(table: MergeTreeTable, group: merging.MergeCandidate, tag: str) -> inserting.StagedPart:
+    """Merge one group's parts into a staged part of the write job `tag` (any process)."""
+    table.log.register_job(tag)
+    files = merging.merge_parts([table.reader(p) for p in group.parts], table.metadata)
+    name = f"{inserting.STAGING_PREFIX}{tag}_{uuid.uuid4().hex[:12]}_0"
+    table.store.write_part(name, files.files, files.boundaries)
+    return inserting.StagedPart(name, group.partition_id, int(files.rows), files.size, tag)
+
+
+def commit_group_merges(table: MergeTreeTable, tx: Transaction, groups: list[merging.MergeCandidate],
+                        staged: list[inserting.StagedPart]) -> list[str]:
+    """Publish one staged result per group (`staged[i]` merges `groups[i]`) and commit them in `tx`;
+    return the new parts' names. On failure nothing is left: the transaction rolls back."""
+    placed: set[str] = set()
+    try:
+        missing = [part.name for part in staged if not table.store.exists(part.name)]
+        if missing:
+            raise TransactionError(f"{table.path}: staged merge result(s) {', '.join(missing)} no longer exist "
+                                   "(a cleanup removes the parts of jobs idle past the staged-part lifetime)")
+        with table.log.commit_lock():
+            for group in groups:
+                table.log.claim_name(group.result_name, tx.coordinator, tx.tid)
+            tx.add_parts(table.log, [group.result_name for group in groups])
+            for group, part in zip(groups, staged, strict=True):
+                table.store.rename_part(part.name, group.result_name)
+                placed.add(part.name)
+        tx.commit()
+    except BaseException:
+        if tx.state == "unknown":
+            raise
+        tx.rollback()
+        for part in staged:
+            if part.name not in placed:
+                table.store.remove_part(part.name, missing_ok=True)
+        raise
+    return [group.result_name for group in groups]

@@ -610,3 +610,60 @@ def finish(handle: Any, commit_it: bool) -> None:
         if handle.state == "aborted":
             for log in logs:
                 log.discard_staged(handle.tid)
+
+
+# ------------------------------------------------------------------------------- optimize
+#
+# A distributed OPTIMIZE: the driver plans the groups and holds their transaction (removal locks
+# taken), tasks stage one merged part per group under a write job's tag, the driver publishes one
+# result per group and commits them all at once; leftovers of failed or duplicate attempts go with
+# the job's end.
+
+
+@dataclass
+class MergeJob:
+    """A distributed OPTIMIZE in progress on the driver (not sent to tasks: `groups` and `tag` are)."""
+
+    transaction: Any
+    groups: list[Any]
+    tag: str
+
+
+def plan_merges(ref: TableRef, where: str | None, final: bool) -> MergeJob:
+    from spark_mergetree.engine import insert as inserting
+    from spark_mergetree.engine import optimize as optimizing
+
+    table = open_table(ref)
+    tx, groups = optimizing.plan_group_merges(table, where, final)
+    tag = inserting.new_tag()
+    if groups:
+        try:
+            table.log.register_job(tag)
+        except BaseException:
+            tx.rollback()
+            raise
+    return MergeJob(tx, groups, tag)
+
+
+def stage_merge(ref: TableRef, group: Any, tag: str) -> Any:
+    from spark_mergetree.engine import optimize as optimizing
+
+    return optimizing.stage_group_merge(open_table(ref), group, tag)
+
+
+def commit_merges(ref: TableRef, job: MergeJob, staged: Sequence[tuple[str, str, int, int]]) -> list[str]:
+    """Publish the staged results ((name, partition id, rows, bytes), one per group, in order) and
+    commit them all in the job's transaction."""
+    from spark_mergetree.engine import optimize as optimizing
+    from spark_mergetree.engine.insert import StagedPart
+
+    parts = [StagedPart(name, partition, rows, size, job.tag) for name, partition, rows, size in staged]
+    return optimizing.commit_group_merges(open_table(ref), job.transaction, job.groups, parts)
+
+
+def end_merges(ref: TableRef, job: MergeJob) -> None:
+    """Roll back what did not commit and delete every staged result nobody published."""
+    if job.transaction.state == "running":
+        job.transaction.rollback()
+    if job.groups:
+        discard(ref, job.tag)

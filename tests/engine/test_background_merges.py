@@ -1,0 +1,272 @@
+"""Background merges: off the commit path, the simple selector, the insert back-pressure, several
+writing processes, kill -9 of merging processes, and the merge daemon."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_mergetree import MergeTreeTable, Transaction
+from spark_mergetree.engine import background
+from spark_mergetree.engine.merge import PartStats, SelectorSettings, select_automatic
+from spark_mergetree.errors import TooManyPartsError
+from spark_mergetree.format.part_info import PartInfo
+
+SPAWN = multiprocessing.get_context("spawn")
+COLUMNS = [("id", "UInt64"), ("v", "Int64")]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def batch(ids: range | list[int]) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.uint64()), "v": pa.array([i * 10 for i in ids], pa.int64())})
+
+
+def ids_of(table: MergeTreeTable) -> list[int]:
+    return sorted(table.to_arrow(["id"]).column("id").to_pylist())
+
+
+def directories(table: MergeTreeTable) -> set[str]:
+    return {e.name for e in os.scandir(table.path) if e.is_dir() and e.name not in ("_mergetree", "detached")}
+
+
+def per_partition(table: MergeTreeTable) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for part in table.parts():
+        counts[part.partition_id] = counts.get(part.partition_id, 0) + 1
+    return counts
+
+
+# ------------------------------------------------------------------ the selector
+
+
+def _parts(sizes: list[int], partition: str = "all", first: int = 1) -> dict[str, PartStats]:
+    return {PartInfo(partition, first + n, first + n, 0).name: PartStats(rows=size, bytes=size, age=0.0)
+            for n, size in enumerate(sizes)}
+
+
+def test_selector_merges_adjacent_small_parts_and_leaves_big_ones() -> None:
+    stats = _parts([10 << 30] + [1000] * 12)  # one 10 GiB part, then twelve small ones
+    (chosen,) = select_automatic(sorted(stats), stats, SelectorSettings())
+    assert chosen.parts == tuple(PartInfo("all", n, n, 0).name for n in range(2, 12))  # ten small, not the big one
+    assert chosen.result_name == "all_2_11_1"
+
+
+def test_selector_respects_caps_threshold_and_reserved_blocks() -> None:
+    stats = _parts([1000] * 12)
+    names = sorted(stats, key=lambda n: PartInfo.parse(n).min_block)
+    assert select_automatic(names, stats, SelectorSettings(threshold=12)) == []  # not crowded enough
+    (capped,) = select_automatic(names, stats, SelectorSettings(max_parts=4))
+    assert len(capped.parts) == 4
+    # Runs capped at 3 (bytes) or 2 (rows) parts only qualify once the base is lowered: here by a
+    # crowded partition (50 parts and more: base 2).
+    crowded = _parts([1000] * 60)
+    everything = sorted(crowded, key=lambda n: PartInfo.parse(n).min_block)
+    assert select_automatic(names, stats, SelectorSettings(max_bytes=3500)) == []
+    (by_bytes,) = select_automatic(everything, crowded, SelectorSettings(max_bytes=3500))
+    assert len(by_bytes.parts) == 3
+    (by_rows,) = select_automatic(everything, crowded, SelectorSettings(max_rows=2500))
+    assert len(by_rows.parts) == 2
+    # Block 6 is held by a running transaction: no run spans it.
+    for candidate in select_automatic(names, stats, SelectorSettings(max_parts=10), {"all": [(6, 6)]}):
+        blocks = [PartInfo.parse(p).min_block for p in candidate.parts]
+        assert max(blocks) < 6 or min(blocks) > 6
+
+
+def test_selector_waits_for_age_or_crowding_before_merging_few_big_parts() -> None:
+    big = 1 << 30
+    young = {PartInfo("all", n, n, 0).name: PartStats(1, big, age=1.0) for n in range(1, 5)}
+    settings = SelectorSettings(threshold=3)
+    assert select_automatic(sorted(young), young, settings) == []  # 4 equal parts: ratio 4 < base ≈ 5
+    old = {name: PartStats(1, big, age=40 * 86400.0) for name in young}
+    (merged,) = select_automatic(sorted(old), old, settings)  # old enough: the base is lowered to 2
+    assert len(merged.parts) == 4
+
+
+def test_insert_delay_follows_clickhouse_documented_formula() -> None:
+    # The examples of ClickHouse's max_delay_to_insert documentation (formula since 23.1).
+    assert background.insert_delay(224, 150, 300, 1.0) == pytest.approx(0.5)
+    assert background.insert_delay(149, 150, 300, 1.0) == 0.0
+    assert background.insert_delay(150, 150, 300, 1.0) == pytest.approx(max(0.010, 1 / 150))
+
+
+# ------------------------------------------------------------------ the commit path
+
+
+def test_insert_returns_before_the_background_merge_runs(tmp_path: Path) -> None:
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id",
+                                  settings={"merge_parts_threshold": 4, "max_parts_to_merge": 5})
+    rows_per_part = 300_000
+    for n in range(4):
+        table.insert(batch(range(n * rows_per_part, (n + 1) * rows_per_part)))
+    assert MergeTreeTable.wait_for_merges(timeout=60)
+    assert len(table.parts()) == 4  # at the threshold: nothing to merge yet
+    names = table.insert(batch(range(4 * rows_per_part, 5 * rows_per_part)))
+    # The fifth part crosses the threshold; the commit returned before its merge (of 1.5 M rows).
+    assert sorted(p.name for p in table.parts()) == sorted([f"all_{n}_{n}_0" for n in range(1, 5)] + names)
+    assert MergeTreeTable.wait_for_merges(timeout=120)
+    assert [p.name for p in table.parts()] == ["all_1_5_1"]
+    assert table.count() == 5 * rows_per_part
+
+
+def test_background_merges_keep_old_snapshots_readable(tmp_path: Path) -> None:
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id",
+                                  settings={"merge_parts_threshold": 2, "max_parts_to_merge": 3})
+    table.insert(batch(range(0, 10)))
+    table.insert(batch(range(10, 20)))
+    old = Transaction(table.coordinator)
+    snapshot = table.visible_parts()[0]
+    table.insert(batch(range(20, 30)))
+    assert MergeTreeTable.wait_for_merges(timeout=60)
+    assert table.merge() == []  # settled
+    assert [p.name for p in table.parts()] == ["all_1_3_1"]
+    assert ids_of(table) == list(range(30))
+    assert table.to_arrow(["id"], transaction=old).column("id").to_pylist() == list(range(20))
+    assert sorted(table.to_arrow(["id"], snapshot=snapshot).column("id").to_pylist()) == list(range(20))
+    old.commit()
+
+
+def test_too_many_parts_delays_then_refuses_inserts_naming_the_partition(tmp_path: Path) -> None:
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id", partition_by="id % 2",
+                                  settings={"auto_merge": False, "parts_to_delay_insert": 3,
+                                            "parts_to_throw_insert": 5, "max_delay_to_insert": 1})
+    for n in range(4):
+        table.insert(batch([2 * n]))  # partition 0
+    started = time.monotonic()
+    # Into partition 1, but partition 0 has 4 parts ≥ 3 (as in ClickHouse, the most crowded
+    # partition decides): delayed 1 s · (4 − 3 + 1) / (5 − 3) = 1 s.
+    table.insert(batch([9]))
+    assert time.monotonic() - started >= 1.0
+    table.insert(batch([10]))  # the fifth part of partition 0
+    before = directories(table)
+    with pytest.raises(TooManyPartsError, match=r"too many parts \(5\) in partition '0'.*parts_to_throw_insert is 5"):
+        table.insert(batch([12]))
+    assert directories(table) == before  # nothing was written
+    table.optimize(final=True)
+    table.insert(batch([12]))
+    assert ids_of(table) == [0, 2, 4, 6, 9, 10, 12]
+
+
+# ------------------------------------------------------------------ processes
+
+
+def _appender(path: str, url: str, first: int, count: int, queue: multiprocessing.Queue) -> None:
+    try:
+        table = MergeTreeTable.open(path, coordinator=url)
+        for i in range(first, first + count):
+            table.insert(batch([i]))
+        MergeTreeTable.wait_for_merges(timeout=60)
+        queue.put((first, None))
+    except BaseException:
+        queue.put((first, traceback.format_exc()))
+
+
+APPENDERS, APPENDS_EACH = 4, 500
+
+
+def test_appends_from_several_processes_keep_parts_bounded_and_count_exact(tmp_path: Path) -> None:
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id", partition_by="id % 2",
+                                  settings={"old_parts_lifetime": 0})
+    url = table.coordinator.url
+    queue = SPAWN.Queue()
+    writers = [SPAWN.Process(target=_appender, args=(str(table.path), url, n * 100_000, APPENDS_EACH, queue))
+               for n in range(APPENDERS)]
+    for writer in writers:
+        writer.start()
+    peak = 0
+    results = []
+    deadline = time.monotonic() + 240
+    while len(results) < APPENDERS and time.monotonic() < deadline:
+        peak = max([peak, *per_partition(table).values()])
+        while not queue.empty():
+            results.append(queue.get())
+        time.sleep(0.2)
+    for writer in writers:
+        writer.join(timeout=30)
+    assert len(results) == APPENDERS and [r for r in results if r[1]] == []
+    expected = sorted(n * 100_000 + i for n in range(APPENDERS) for i in range(APPENDS_EACH))
+    assert ids_of(table) == expected
+    # 2,000 single-row parts, no explicit merge: the writers' background merges kept each
+    # partition near merge_parts_threshold (8), far below parts_to_delay_insert (1000).
+    assert peak <= 40, peak
+    table.cleanup()
+    assert directories(table) == {p.name for p in table.parts()}
+
+
+def _merge_forever(path: str, url: str) -> None:
+    table = MergeTreeTable.open(path, coordinator=url)
+    while True:
+        table.merge()
+        table.optimize(final=True)
+
+
+def test_kill_9_of_merging_processes_loses_and_leaks_nothing(tmp_path: Path) -> None:
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id", partition_by="id % 3",
+                                  settings={"auto_merge": False, "old_parts_lifetime": 0, "merge_parts_threshold": 2})
+    url = table.coordinator.url
+    rng = random.Random(17)
+    expected: list[int] = []
+    trials = 0
+    deadline = time.monotonic() + 90
+    while trials < 30 and time.monotonic() < deadline:
+        for _ in range(3):
+            ids = list(range(len(expected), len(expected) + rng.randint(1, 2000)))
+            table.insert(batch(ids))
+            expected.extend(ids)
+        merger = multiprocessing.get_context("fork").Process(target=_merge_forever, args=(str(table.path), url))
+        merger.start()
+        time.sleep(rng.uniform(0.0, 0.6))
+        os.kill(merger.pid, signal.SIGKILL)
+        merger.join(timeout=10)
+        trials += 1
+        if trials % 5 == 0:
+            assert ids_of(table) == expected
+    assert trials >= 30
+    assert ids_of(table) == expected
+    table.cleanup()
+    assert ids_of(table) == expected
+    assert directories(table) == {p.name for p in table.parts()}
+    assert not [e.name for e in os.scandir(table.log.directory) if "staged" in e.name]
+    assert table.check().ok
+
+
+def _daemon(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-m", "spark_mergetree", "merge-daemon", *args, "--interval", "0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_merge_daemons_merge_and_stop_cleanly_on_sigterm(tmp_path: Path) -> None:
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id",
+                                  settings={"auto_merge": False, "merge_parts_threshold": 3, "old_parts_lifetime": 0})
+    daemons = [_daemon(str(table.path)) for _ in range(2)]  # two daemons on one table
+    try:
+        for n in range(40):
+            table.insert(batch(range(n * 10, n * 10 + 10)))
+        deadline = time.monotonic() + 60
+        while len(table.parts()) > 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(table.parts()) <= 3
+    finally:
+        for daemon in daemons:
+            daemon.send_signal(signal.SIGTERM)
+        outputs = [daemon.communicate(timeout=60) for daemon in daemons]
+    assert [daemon.returncode for daemon in daemons] == [0, 0]
+    lines = [line for out, _ in outputs for line in out.splitlines()]
+    assert lines and all(": merged " in line for line in lines)
+    merged = [line.split(": merged ")[1].split()[0] for line in lines]
+    assert len(merged) == len(set(merged))  # no merge committed twice
+    assert all("merge-daemon: stopped" in err for _, err in outputs)
+    assert ids_of(table) == list(range(400))
+    table.cleanup()
+    assert directories(table) == {p.name for p in table.parts()}
