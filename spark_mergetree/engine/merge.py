@@ -84,7 +84,7 @@ class SelectorSettings:
     parts at once, rarely rewriting a big one.
     """
 
-    threshold: int = 8  # `merge_parts_threshold`: partitions with at most this many parts are left alone
+    threshold: int = 8  # `merge_parts_threshold`: more parts than this in a partition merge regardless
     max_parts: int = 10  # `max_parts_to_merge`
     max_rows: int = 50_000_000  # `max_merged_rows`
     max_bytes: int = 150 << 30  # ClickHouse's `max_bytes_to_merge_at_max_space_in_pool`
@@ -131,8 +131,9 @@ def _allowed(total: float, largest: float, youngest: float, count: int, partitio
 
 
 def _select_simple(partition_id: str, segment: list[PartInfo], stats: Mapping[str, PartStats], partition_parts: int,
-                   s: SelectorSettings) -> tuple[float, MergeCandidate] | None:
-    """(score, run) of the best run of adjacent parts in `segment` the simple selector allows."""
+                   s: SelectorSettings, *, crowded: bool) -> tuple[float, MergeCandidate] | None:
+    """(score, run) of the best run of adjacent parts in `segment` within the caps that the simple
+    selector allows, or (`crowded`) of the best run within the caps at all."""
     sizes = [stats[i.name] for i in segment]
     best: tuple[float, int, int] | None = None
     for start in range(len(segment) - 1):
@@ -146,7 +147,7 @@ def _select_simple(partition_id: str, segment: list[PartInfo], stats: Mapping[st
             if total > s.max_bytes or rows > s.max_rows:
                 break
             count = end - start + 1
-            if count < 2 or not _allowed(total, largest, youngest, count, partition_parts, s):
+            if count < 2 or not (crowded or _allowed(total, largest, youngest, count, partition_parts, s)):
                 continue
             score = (total + count * s.fixed_cost) / (count - 1.9)
             if best is None or score < best[0]:
@@ -161,18 +162,24 @@ def select_automatic(parts: Sequence[str], stats: Mapping[str, PartStats], setti
                      reserved: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> list[MergeCandidate]:
     """The background merges to run, best (lowest score) first, at most one per partition.
 
-    Only partitions with more than `settings.threshold` parts are considered; within one, only
-    runs of adjacent parts with no reserved block (a part a running transaction may still commit)
-    inside, within the caps on parts, rows and bytes per merge, chosen as `SelectorSettings` says.
+    Within a partition, only runs of adjacent parts with no reserved block (a part a running
+    transaction may still commit) inside and within the caps on parts, rows and bytes per merge
+    qualify; of those, the simple selector's rule (`SelectorSettings`) chooses. A partition with
+    more than `settings.threshold` parts merges its best-scoring run even if the rule allows none
+    yet: the threshold bounds the parts a partition keeps once merges caught up.
     """
     scored = []
     for partition_id, infos in sorted(by_partition(parts).items()):
-        if len(infos) <= settings.threshold:
-            continue
-        found = [c for segment in _segments(infos, (reserved or {}).get(partition_id, ()))
-                 if (c := _select_simple(partition_id, segment, stats, len(infos), settings)) is not None]
-        if found:
-            scored.append(min(found, key=lambda c: c[0]))
+        segments = _segments(infos, (reserved or {}).get(partition_id, ()))
+        for crowded in (False, True):
+            if crowded and len(infos) <= settings.threshold:
+                break
+            found = [c for segment in segments
+                     if (c := _select_simple(partition_id, segment, stats, len(infos), settings,
+                                             crowded=crowded)) is not None]
+            if found:
+                scored.append(min(found, key=lambda c: c[0]))
+                break
     return [candidate for _, candidate in sorted(scored, key=lambda c: c[0])]
 
 

@@ -65,18 +65,15 @@ def test_selector_merges_adjacent_small_parts_and_leaves_big_ones() -> None:
 def test_selector_respects_caps_threshold_and_reserved_blocks() -> None:
     stats = _parts([1000] * 12)
     names = sorted(stats, key=lambda n: PartInfo.parse(n).min_block)
-    assert select_automatic(names, stats, SelectorSettings(threshold=12)) == []  # not crowded enough
     (capped,) = select_automatic(names, stats, SelectorSettings(max_parts=4))
     assert len(capped.parts) == 4
-    # Runs capped at 3 (bytes) or 2 (rows) parts only qualify once the base is lowered: here by a
-    # crowded partition (50 parts and more: base 2).
-    crowded = _parts([1000] * 60)
-    everything = sorted(crowded, key=lambda n: PartInfo.parse(n).min_block)
-    assert select_automatic(names, stats, SelectorSettings(max_bytes=3500)) == []
-    (by_bytes,) = select_automatic(everything, crowded, SelectorSettings(max_bytes=3500))
+    # Runs capped at 3 (bytes) or 2 (rows) parts never pass the ratio rule (base ≈ 5): the
+    # partition is over the threshold, so the best run within the caps merges anyway.
+    (by_bytes,) = select_automatic(names, stats, SelectorSettings(max_bytes=3500))
     assert len(by_bytes.parts) == 3
-    (by_rows,) = select_automatic(everything, crowded, SelectorSettings(max_rows=2500))
+    (by_rows,) = select_automatic(names, stats, SelectorSettings(max_rows=2500))
     assert len(by_rows.parts) == 2
+    assert select_automatic(names, stats, SelectorSettings(max_rows=2500, threshold=12)) == []
     # Block 6 is held by a running transaction: no run spans it.
     for candidate in select_automatic(names, stats, SelectorSettings(max_parts=10), {"all": [(6, 6)]}):
         blocks = [PartInfo.parse(p).min_block for p in candidate.parts]
@@ -86,11 +83,12 @@ def test_selector_respects_caps_threshold_and_reserved_blocks() -> None:
 def test_selector_waits_for_age_or_crowding_before_merging_few_big_parts() -> None:
     big = 1 << 30
     young = {PartInfo("all", n, n, 0).name: PartStats(1, big, age=1.0) for n in range(1, 5)}
-    settings = SelectorSettings(threshold=3)
-    assert select_automatic(sorted(young), young, settings) == []  # 4 equal parts: ratio 4 < base ≈ 5
+    assert select_automatic(sorted(young), young, SelectorSettings()) == []  # 4 equal parts: ratio 4 < base ≈ 5
     old = {name: PartStats(1, big, age=40 * 86400.0) for name in young}
-    (merged,) = select_automatic(sorted(old), old, settings)  # old enough: the base is lowered to 2
+    (merged,) = select_automatic(sorted(old), old, SelectorSettings())  # old enough: the base is lowered to 2
     assert len(merged.parts) == 4
+    (crowded,) = select_automatic(sorted(young), young, SelectorSettings(threshold=3))  # over the threshold
+    assert len(crowded.parts) == 4
 
 
 def test_insert_delay_follows_clickhouse_documented_formula() -> None:
