@@ -329,6 +329,9 @@ class ObjectStoreTable(MergeTreeTable):
     def optimize(self, final: bool = False) -> list[str]:
         raise self._unsupported("OPTIMIZE (merging parts)")
 
+    def merge(self) -> list[str]:
+        raise self._unsupported("merging parts")
+
     def check(self, on_part: Any = None) -> Any:
         raise self._unsupported("CHECK TABLE")
 
