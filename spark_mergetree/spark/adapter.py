@@ -45,6 +45,11 @@ class TableRef:
     create_statement: str | None = None
     coordinator: str | None = None
     name: str | None = None  # "db.table" when it came from a catalog (for messages)
+    storage: tuple[tuple[str, str], ...] = ()  # endpoint/credentials of an s3:// table
+
+    @property
+    def in_object_store(self) -> bool:
+        return self.path.startswith("s3://")
 
     def describe(self) -> str:
         return f"table {self.name} ({self.path})" if self.name else f"table at {self.path}"
@@ -113,6 +118,9 @@ def check_transaction(ref: TableRef, txn: TxnContext | None) -> None:
             f"option {TXN_OPTION!r}: transaction {txn.tid} is {state.value}"
             + (f" at csn {csn}" if csn is not None else "")
             + ": use the id of a transaction inside its `with` block")
+    if ref.in_object_store:
+        raise UnsupportedError(f"option {TXN_OPTION!r}: Spark jobs inside a transaction are not supported yet for "
+                               f"{ref.describe()} in object storage; commit the job on its own")
     identity = TableLog(ref.path).identity() if ref.path else None
     if identity is not None and identity["coordinator"] != txn.coordinator:
         raise InvalidOptionError(
@@ -131,7 +139,8 @@ def _coordinator(url: str | None) -> Any:
     return coordinator_from_url(url)
 
 
-def resolve(path: str, catalog: str | None, create_statement: str | None, coordinator: str | None) -> TableRef:
+def resolve(path: str, catalog: str | None, create_statement: str | None, coordinator: str | None,
+            storage: tuple[tuple[str, str], ...] = ()) -> TableRef:
     """Turn the user's location options into a TableRef (a catalog name resolves to its directory).
 
     A catalog table that does not exist yet gets a TableRef with an empty path (a write creates it).
@@ -154,6 +163,10 @@ def resolve(path: str, catalog: str | None, create_statement: str | None, coordi
         except TableNotFoundError:
             return TableRef("", None, coordinator, name=path)
         return TableRef(str(info.data_path), info.statement, coordinator, name=path)
+    if path.startswith("s3://"):
+        if create_statement:
+            raise InvalidOptionError(f"option 'create_statement' is not supported for a table in object storage ({path})")
+        return TableRef(path, None, coordinator, storage=storage)
     return TableRef(str(Path(path).absolute()), create_statement, coordinator)
 
 
@@ -165,7 +178,7 @@ def table_exists(ref: TableRef) -> bool:
     from spark_mergetree.engine.table import MergeTreeTable
 
     try:
-        MergeTreeTable.open(ref.path, coordinator=_coordinator(ref.coordinator))
+        MergeTreeTable.open(ref.path, coordinator=_coordinator(ref.coordinator), storage_options=dict(ref.storage))
     except TableNotFoundError:
         return False
     return True
@@ -183,14 +196,14 @@ def open_table(ref: TableRef) -> Any:
     if not ref.path:
         raise TableNotFoundError(f"table {ref.name} does not exist in the catalog")
     try:
-        stamp = os.stat(os.path.join(ref.path, "_mergetree", "table.sql")).st_mtime_ns
+        stamp = None if ref.in_object_store else os.stat(os.path.join(ref.path, "_mergetree", "table.sql")).st_mtime_ns
     except OSError:
         stamp = None
-    key = (ref.path, ref.create_statement, ref.coordinator, stamp)
+    key = (ref.path, ref.create_statement, ref.coordinator, stamp, ref.storage)
     table = _open_tables.get(key)
     if table is None:
         table = MergeTreeTable.open(ref.path, create_statement=ref.create_statement,
-                                    coordinator=_coordinator(ref.coordinator))
+                                    coordinator=_coordinator(ref.coordinator), storage_options=dict(ref.storage))
         if len(_open_tables) > 64:
             _open_tables.clear()
         _open_tables[key] = table
@@ -216,7 +229,8 @@ def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: st
     from spark_mergetree.engine.table import MergeTreeTable
 
     MergeTreeTable.create(ref.path, list(columns), order, partition_by, primary_key, engine_settings or None,
-                          if_not_exists=True, coordinator=_coordinator(ref.coordinator))
+                          if_not_exists=True, coordinator=_coordinator(ref.coordinator),
+                          storage_options=dict(ref.storage))
     return ref
 
 

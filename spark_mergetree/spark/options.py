@@ -14,6 +14,12 @@ from spark_mergetree.errors import InvalidOptionError
 from spark_mergetree.format.compression import parse_codec
 from spark_mergetree.spark.adapter import TXN_OPTION, TxnContext
 from spark_mergetree.storage.location import local_path
+from spark_mergetree.storage.object_store import (
+    STORAGE_OPTION_KEYS,
+    check_storage_options,
+    is_object_url,
+    parse_object_url,
+)
 
 # Uncompressed bytes one input partition should cover (Spark's spark.sql.files.maxPartitionBytes
 # default); granule ranges are grouped up to that many rows of the columns read.
@@ -28,8 +34,12 @@ DEFAULT_STAGE_ROWS = 4 << 20
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
+# Endpoint and credentials of an s3:// table (`s3.endpoint`, `s3.access_key_id`, ...): they win over
+# the environment's (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, profiles, instance roles).
+STORAGE_PREFIX = "s3."
 # Options that only name the table, and the transaction; shared by reads and writes.
-_LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator", TXN_OPTION}
+_LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator", TXN_OPTION} | {
+    STORAGE_PREFIX + key for key in STORAGE_OPTION_KEYS}
 
 READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot"}
 
@@ -98,7 +108,18 @@ def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
     catalog = options.get("catalog") or None
     if catalog is not None:
         return path, str(local_path(catalog))
+    if is_object_url(path):
+        return parse_object_url(path).url, None
     return str(local_path(path)), None
+
+
+def _storage(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The `s3.*` options, checked, as sorted (name, value) pairs (picklable, hashable)."""
+    given = {key[len(STORAGE_PREFIX):]: value for key, value in options.items() if key.startswith(STORAGE_PREFIX)}
+    try:
+        return tuple(sorted(check_storage_options(given).items()))
+    except InvalidOptionError as error:
+        raise InvalidOptionError(f"options {sorted(STORAGE_PREFIX + k for k in given)}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,7 @@ class ReadOptions:
     pushdown: bool = True
     snapshot: int | None = None
     transaction: TxnContext | None = None
+    storage: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -133,6 +155,7 @@ class ReadOptions:
             pushdown=parse_bool(options, "pushdown", True),
             snapshot=parse_int(options, "snapshot", None),
             transaction=_transaction(options, "snapshot"),
+            storage=_storage(options),
         )
 
 
@@ -150,6 +173,7 @@ class WriteOptions:
     merge_schema: bool = False
     stage_rows: int = DEFAULT_STAGE_ROWS
     transaction: TxnContext | None = None
+    storage: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str], overwrite: bool) -> WriteOptions:
@@ -195,6 +219,7 @@ class WriteOptions:
             merge_schema=parse_bool(options, "merge_schema", False),
             stage_rows=parse_int(options, "stage_rows", DEFAULT_STAGE_ROWS, minimum=1) or DEFAULT_STAGE_ROWS,
             transaction=_transaction(options),
+            storage=_storage(options),
         )
 
 

@@ -77,7 +77,7 @@ class MergeTreeDataSource(DataSource):
 
     def _read_options(self) -> tuple[ReadOptions, TableRef]:
         opts = ReadOptions.parse(self.options)
-        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator, opts.storage)
         adapter.check_snapshot(ref, opts.snapshot)
         adapter.check_transaction(ref, opts.transaction)
         return opts, ref
@@ -114,7 +114,7 @@ class MergeTreeDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
         # Every option and the DataFrame's schema are checked before a table is created.
         opts = WriteOptions.parse(self.options, overwrite)
-        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator)
+        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator, opts.storage)
         adapter.check_transaction(ref, opts.transaction)
         table_options = (opts.order_by, opts.partition_by, opts.primary_key, opts.settings)
         if not adapter.table_exists(ref):

@@ -99,6 +99,7 @@ def parse_object_url(text: str) -> ObjectUrl:
 # ---------------------------------------------------------------------------------------------- options
 
 _process_options: dict[str, str] = {}
+_bucket_options: dict[str, dict[str, str]] = {}
 _options_lock = threading.Lock()
 
 
@@ -226,8 +227,14 @@ class Bucket:
     """One bucket through one client: the object operations everything else is built from."""
 
     def __init__(self, bucket: str, options: Mapping[str, Any] | None = None) -> None:
+        explicit = check_storage_options(options)
         merged = storage_options()
-        merged.update(check_storage_options(options))
+        with _options_lock:
+            if explicit:
+                # Options given for a bucket (a table's, e.g. from a Spark job's options) serve every
+                # later handle of that bucket in this process too (its coordinator, its log).
+                _bucket_options[bucket] = explicit
+            merged.update(_bucket_options.get(bucket, {}))
         self.name = bucket
         self.options = merged
         self._client = _client(merged)
