@@ -69,7 +69,7 @@ def planning_at_scale(work: Path, parts: int, granules: int, runs: int) -> None:
                                   partition_by=f"id % {parts}",
                                   settings={"index_granularity": 1, "auto_merge": False})
     started = time.perf_counter()
-    _insert_in_blocks(table, granules, block=max(parts, 2_000_000 // parts * parts))
+    _insert_in_blocks(table, granules, block=granules)  # one insert: one part per partition
     print(f"table: {parts:,} parts, {granules:,} granules (written in {time.perf_counter() - started:.1f} s)")
     low = granules // 2
     where = f"id BETWEEN {low} AND {low + 999}"

@@ -178,6 +178,10 @@ def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows:
     that is a task of its own). Vectorised: a part may have millions of granules."""
     if not ranges:
         return []
+    starts = reader.granule_starts
+    total = sum(int(starts[end] - starts[begin]) for begin, end in ranges)
+    if total <= target_rows:  # the usual case of a key range: the whole of it is one task
+        return [ReadTask(reader.part, tuple((int(begin), int(end)) for begin, end in ranges), total)] if total else []
     if len(ranges) == 1:
         begin, end = ranges[0]
         granules = np.arange(begin, end, dtype=np.int64)

@@ -327,12 +327,6 @@ def _next_prefix(prefix: bytes) -> bytes | None:
     return trimmed[:-1] + bytes([trimmed[-1] + 1])
 
 
-def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
-    padded = np.concatenate(([False], mask, [False]))
-    edges = np.flatnonzero(padded[1:] != padded[:-1])
-    return [(int(begin), int(end)) for begin, end in zip(edges[0::2], edges[1::2], strict=True)]
-
-
 def _key_expr(key: str | Expr) -> Expr:
     return parse_expression(key) if isinstance(key, str) else key
 
@@ -406,8 +400,25 @@ def granule_ranges_of_parts(
     if predicate is None or not bounds:
         return [[(0, granules)] if granules else [] for granules in counts]
     may_true, _ = _Evaluator(bounds, sum(counts)).evaluate(predicate)
-    starts = np.concatenate(([0], np.cumsum(counts)))
-    return [_runs(may_true[begin:end]) for begin, end in zip(starts[:-1].tolist(), starts[1:].tolist())]
+    return _runs_of_parts(np.asarray(may_true, dtype=bool), counts)
+
+
+def _runs_of_parts(mask: np.ndarray, counts: Sequence[int]) -> list[list[tuple[int, int]]]:
+    """`_runs` of each part's slice of `mask` (parts laid one after another), found in one pass:
+    a run never crosses from one part into the next."""
+    starts = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+    breaks = np.zeros(len(mask) + 1, dtype=bool)
+    breaks[starts] = True  # part boundaries end and start runs
+    padded = np.concatenate(([False], mask, [False]))
+    before, at = padded[:-1], padded[1:]  # at position i (0..n): mask[i - 1], mask[i]
+    run_starts = np.flatnonzero(at & (~before | breaks))
+    run_ends = np.flatnonzero(before & (~at | breaks))
+    part_of_run = np.searchsorted(starts, run_starts, side="right") - 1
+    runs: list[list[tuple[int, int]]] = [[] for _ in counts]
+    offsets = starts[part_of_run]
+    for part, begin, end in zip(part_of_run.tolist(), (run_starts - offsets).tolist(), (run_ends - offsets).tolist()):
+        runs[part].append((begin, end))
+    return runs
 
 
 def granule_ranges(

@@ -7,6 +7,7 @@ the name when 0). See format_spec/part_names.md.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ class PartInfo:
     @classmethod
     def parse(cls, name: str) -> PartInfo:
         """Parse a part directory name; raises FormatError naming what is wrong."""
+        return _parse_cached(name) if cls is PartInfo and isinstance(name, str) else cls._parse(name)
+
+    @classmethod
+    def _parse(cls, name: str) -> PartInfo:
         if not isinstance(name, str):
             raise FormatError(f"part name must be a string, got {name!r}")
         fields = name.split("_")
@@ -119,3 +124,9 @@ class PartInfo:
             max(part.level for part in sources) + 1,
             max(part.mutation for part in sources),
         )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_cached(name: str) -> PartInfo:
+    # Planning parses the name of every visible part on every query; PartInfo is immutable.
+    return PartInfo._parse(name)

@@ -246,3 +246,25 @@ def test_null_safe_equality_never_prunes_parts_that_may_hold_nulls():
     assert may_match_minmax(bind(Not(Compare("<=>", Column("x"), Literal(5))), schema), only_fives, schema)
     assert not may_match_minmax(bind(Not(Compare("=", Column("x"), Literal(5))), schema), only_fives, schema)
     assert may_match_minmax(bind(parse_predicate("x IS NULL"), schema), only_fives, schema)
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.lists(st.integers(min_value=0, max_value=12), min_size=1, max_size=8), data=st.data())
+def test_runs_of_many_parts_are_each_parts_own_runs(counts, data) -> None:
+    """Planning finds the granule runs of all parts in one pass; a plain walk over each part's
+    slice of the mask is the oracle (a run never crosses into the next part)."""
+    from spark_mergetree.expressions.key_condition import _runs_of_parts
+
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=sum(counts), max_size=sum(counts))), dtype=bool)
+    expected, start = [], 0
+    for count in counts:
+        runs, begin = [], None
+        for i, bit in enumerate(mask[start:start + count].tolist() + [False]):
+            if bit and begin is None:
+                begin = i
+            elif not bit and begin is not None:
+                runs.append((begin, i))
+                begin = None
+        expected.append(runs)
+        start += count
+    assert _runs_of_parts(mask, counts) == expected
