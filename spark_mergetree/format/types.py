@@ -8,7 +8,7 @@ the canonical spelling ClickHouse writes into columns.txt.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -23,10 +23,21 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True)
 class DataType:
-    """Base of every ClickHouse type node."""
+    """Base of every ClickHouse type node.
+
+    `custom_name` is the name of a type ClickHouse stores as another one (DataTypeCustomName): the
+    geo types (`Point` is a `Tuple(Float64, Float64)`, `Ring` an `Array(Point)`, ...). The node is the
+    stored type; only its text differs.
+    """
+
+    custom_name: str | None = field(default=None, kw_only=True)
 
     def to_clickhouse(self) -> str:
+        return self.custom_name if self.custom_name is not None else self._spelling()
+
+    def _spelling(self) -> str:
         raise NotImplementedError
 
     @property
@@ -74,7 +85,7 @@ class Primitive(DataType):
     def family(self) -> str:
         return self.name
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return self.name
 
 
@@ -82,7 +93,7 @@ class Primitive(DataType):
 class FixedString(DataType):
     length: int
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return f"FixedString({self.length})"
 
 
@@ -92,7 +103,7 @@ class DateTime(DataType):
 
     timezone: str | None = None
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return "DateTime" if self.timezone is None else f"DateTime({_quote(self.timezone)})"
 
 
@@ -107,7 +118,7 @@ class DateTime64(DataType):
         if not 0 <= self.precision <= 9:
             raise FormatError(f"DateTime64 precision must be 0..9, got {self.precision}")
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         if self.timezone is None:
             return f"DateTime64({self.precision})"
         return f"DateTime64({self.precision}, {_quote(self.timezone)})"
@@ -117,7 +128,7 @@ class DateTime64(DataType):
 class Time(DataType):
     """A time of day or a duration: Int32 seconds, −999:59:59..999:59:59."""
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return "Time"
 
 
@@ -131,7 +142,7 @@ class Time64(DataType):
         if not 0 <= self.precision <= 9:
             raise FormatError(f"Time64 precision must be 0..9, got {self.precision}")
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return f"Time64({self.precision})"
 
 
@@ -159,7 +170,7 @@ class Decimal(DataType):
         p = self.precision
         return 4 if p <= 9 else 8 if p <= 18 else 16 if p <= 38 else 32
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return f"Decimal({self.precision}, {self.scale})"
 
 
@@ -185,7 +196,7 @@ class Enum(DataType):
     def family(self) -> str:
         return f"Enum{self.bits}"
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         body = ", ".join(f"{_quote(name)} = {value}" for name, value in self.values)
         return f"Enum{self.bits}({body})"
 
@@ -198,7 +209,7 @@ class Nullable(DataType):
         if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality)):
             raise FormatError(f"Nullable cannot wrap {self.inner.to_clickhouse()}")
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return f"Nullable({self.inner.to_clickhouse()})"
 
 
@@ -206,7 +217,7 @@ class Nullable(DataType):
 class Array(DataType):
     inner: DataType
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return f"Array({self.inner.to_clickhouse()})"
 
 
@@ -215,7 +226,7 @@ class Map(DataType):
     key: DataType
     value: DataType
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return f"Map({self.key.to_clickhouse()}, {self.value.to_clickhouse()})"
 
 
@@ -236,7 +247,7 @@ class Tuple(DataType):
     def element_names(self) -> tuple[str, ...]:
         return self.names if self.names is not None else tuple(str(i + 1) for i in range(len(self.elements)))
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         if self.names is None:
             return "Tuple(" + ", ".join(e.to_clickhouse() for e in self.elements) + ")"
         return "Tuple(" + ", ".join(f"{_quote_name(n)} {e.to_clickhouse()}" for n, e in zip(self.names, self.elements, strict=True)) + ")"
@@ -257,7 +268,7 @@ class LowCardinality(DataType):
         """The type of the dictionary's keys: the inner type without Nullable."""
         return self.inner.inner if isinstance(self.inner, Nullable) else self.inner
 
-    def to_clickhouse(self) -> str:
+    def _spelling(self) -> str:
         return f"LowCardinality({self.inner.to_clickhouse()})"
 
 
@@ -391,6 +402,8 @@ class _Parser:
                     break
             self._take("punct", ")")
             return Enum(int(name[4:]), tuple(values))
+        if name in _GEO_TYPES and not self._peek_is("("):
+            return geo_type(name)
         if name in ("Nullable", "Array", "LowCardinality"):
             self._take("punct", "(")
             inner = self.type()
@@ -424,6 +437,19 @@ class _Parser:
     def _peek_is(self, value: str) -> bool:
         tok = self._peek()
         return tok is not None and tok[0] == "punct" and tok[1] == value
+
+
+_GEO_TYPES = ("Point", "Ring", "LineString", "Polygon", "MultiLineString", "MultiPolygon")
+
+
+def geo_type(name: str) -> DataType:
+    """A geo type as ClickHouse stores it: Point = Tuple(Float64, Float64); Ring and LineString =
+    Array(Point); Polygon = Array(Ring); MultiLineString = Array(LineString); MultiPolygon = Array(Polygon)."""
+    if name == "Point":
+        return Tuple((Primitive("Float64"), Primitive("Float64")), custom_name="Point")
+    inner = {"Ring": "Point", "LineString": "Point", "Polygon": "Ring", "MultiLineString": "LineString",
+             "MultiPolygon": "Polygon"}[name]
+    return Array(geo_type(inner), custom_name=name)
 
 
 def parse_type(text: str) -> DataType:

@@ -234,3 +234,10 @@ def test_time_takes_clickhouses_arrow(chdb):
     assert got.cast(pa.int64()).to_pylist() == [row["s"]]
     got = conform_array(exported.column("t2").combine_chunks(), parse_type("Time64(2)"), "t2")
     assert decimal.Decimal(got.cast(pa.int64())[0].as_py()).scaleb(-3) == row["s2"]
+
+
+def test_geo_types_keep_their_names():
+    for text in ("Point", "Ring", "LineString", "Polygon", "MultiLineString", "MultiPolygon", "Array(Point)"):
+        assert parse_type(text).to_clickhouse() == text
+    assert parse_type("Point") != parse_type("Tuple(Float64, Float64)")
+    assert to_arrow(parse_type("Point")) == to_arrow(parse_type("Tuple(Float64, Float64)"))

@@ -80,6 +80,12 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("e16", "Enum16('x' = 1000, 'y' = -1000)", "['x', 'y'][number % 2 + 1]"),
     ("tm", "Time", "toTime(number % 23 * 3677)"),
     ("tm64", "Nullable(Time64(3))", "if(number % 4 = 0, NULL, toTime64(number % 23 * 3677.125, 3))"),
+    ("pt", "Point", "(number / 2, -number)"),
+    ("ring", "Ring", "arrayMap(x -> (x, x * 2.5), range(number % 3))"),
+    ("poly", "Polygon", "[arrayMap(x -> (x, 1), range(number % 3)), []]"),
+    ("mpoly", "MultiPolygon", "[[arrayMap(x -> (x, 1), range(number % 2))], []]"),
+    ("ls", "LineString", "arrayMap(x -> (1, x), range(number % 4))"),
+    ("mls", "MultiLineString", "[arrayMap(x -> (1, x), range(number % 4)), [(0, 0)]]"),
     ("ip4", "IPv4", "if(number = 9, toIPv4('255.255.255.255'), toIPv4(number * 16909060))"),
     ("ip6", "IPv6", "if(number = 9, toIPv6('ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe'), "
                     "toIPv6('2001:db8:' || toString(number * 7) || '::1'))"),
