@@ -20,7 +20,7 @@ from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format.conform import conform_column
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_writer import PartitionValue, write_wide_part
-from spark_mergetree.format.types import parse_type, to_arrow
+from spark_mergetree.format.types import Array, Map, Tuple, is_nullable, parse_type, to_arrow
 
 STAGING_PREFIX = "staged_"
 
@@ -77,9 +77,9 @@ def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
                                   f"(table columns: {', '.join(wanted)})")
     arrays = []
     for name, type_text in meta.columns:
-        column = conform_column(table.column(name), parse_type(type_text), name)
-        if column.null_count and not type_text.startswith(
-                ("Nullable(", "LowCardinality(Nullable(", "Array(", "Map(", "Tuple(")):
+        data_type = parse_type(type_text)
+        column = conform_column(table.column(name), data_type, name)
+        if column.null_count and not (is_nullable(data_type) or isinstance(data_type, (Array, Map, Tuple))):
             raise SchemaMismatchError(
                 f"column {name!r} of type {type_text} holds {column.null_count} NULL value(s); "
                 "declare it Nullable(...) or fill the NULLs")

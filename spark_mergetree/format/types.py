@@ -8,7 +8,7 @@ the canonical spelling ClickHouse writes into columns.txt.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -28,8 +28,8 @@ class DataType:
     """Base of every ClickHouse type node.
 
     `custom_name` is the name of a type ClickHouse stores as another one (DataTypeCustomName): the
-    geo types (`Point` is a `Tuple(Float64, Float64)`, `Ring` an `Array(Point)`, ...). The node is the
-    stored type; only its text differs.
+    geo types (`Point` is a `Tuple(Float64, Float64)`, `Ring` an `Array(Point)`, ...) and
+    `SimpleAggregateFunction(f, T)` (stored as T). The node is the stored type; only its text differs.
     """
 
     custom_name: str | None = field(default=None, kw_only=True)
@@ -404,6 +404,15 @@ class _Parser:
             return Enum(int(name[4:]), tuple(values))
         if name in _GEO_TYPES and not self._peek_is("("):
             return geo_type(name)
+        if name == "SimpleAggregateFunction":
+            self._take("punct", "(")
+            function = self._take("ident")
+            if self._peek_is("("):
+                raise UnsupportedError(f"SimpleAggregateFunction with a parametric function in {self.text!r}")
+            self._take("punct", ",")
+            stored = self.type()
+            self._take("punct", ")")
+            return replace(stored, custom_name=f"SimpleAggregateFunction({function}, {stored.to_clickhouse()})")
         if name in ("Nullable", "Array", "LowCardinality"):
             self._take("punct", "(")
             inner = self.type()
@@ -416,7 +425,7 @@ class _Parser:
             value = self.type()
             self._take("punct", ")")
             return Map(key, value)
-        if name == "Tuple":
+        if name in ("Tuple", "Nested"):
             self._take("punct", "(")
             names: list[str] = []
             elements: list[DataType] = []
@@ -431,6 +440,12 @@ class _Parser:
             self._take("punct", ")")
             if names and len(names) != len(elements):
                 raise FormatError(f"cannot parse type {self.text!r}: Tuple mixes named and unnamed elements")
+            if name == "Nested":
+                # An unflattened Nested table (flatten_nested = 0) is stored as Array(Tuple(...)).
+                if not names:
+                    raise FormatError(f"cannot parse type {self.text!r}: Nested needs named elements")
+                element = Tuple(tuple(elements), tuple(names))
+                return Array(element, custom_name="Nested" + element.to_clickhouse()[len("Tuple"):])
             return Tuple(tuple(elements), tuple(names) if names else None)
         raise UnsupportedError(f"unsupported ClickHouse type {name!r} in {self.text!r}")
 

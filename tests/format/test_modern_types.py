@@ -30,7 +30,7 @@ PART_KINDS = {
 
 
 def both_ways(tmp_path, columns: list[tuple[str, str, str]], rows: int, select: str = "*",
-              ours_as_selected=None) -> None:
+              ours_as_selected=None, setup: tuple[str, ...] = ()) -> None:
     """ClickHouse writes `columns` (name, type, expression over `number`) into a Wide and a Compact
     part; we read exactly what SELECT returns. Then we write what we read into parts of our own,
     ClickHouse ATTACHes them, CHECK TABLE passes and SELECT returns the same rows again.
@@ -45,7 +45,7 @@ def both_ways(tmp_path, columns: list[tuple[str, str, str]], rows: int, select: 
         sess, data_dir = make_chdb_table(
             tmp_path, f"CREATE TABLE {source} (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
                       f"SETTINGS index_granularity = 3, {settings}",
-            [f"INSERT INTO {source} SELECT number, {exprs} FROM numbers({rows})"])
+            [f"INSERT INTO {source} SELECT number, {exprs} FROM numbers({rows})"], setup)
         written = sess.query(f"SELECT DISTINCT part_type FROM system.parts WHERE table = '{source}' AND active",
                              "TabSeparatedRaw").bytes().decode().split()
         assert written == [kind]
@@ -236,8 +236,17 @@ def test_time_takes_clickhouses_arrow(chdb):
     assert decimal.Decimal(got.cast(pa.int64())[0].as_py()).scaleb(-3) == row["s2"]
 
 
-def test_geo_types_keep_their_names():
-    for text in ("Point", "Ring", "LineString", "Polygon", "MultiLineString", "MultiPolygon", "Array(Point)"):
+def test_unflattened_nested_both_ways(tmp_path):
+    """With flatten_nested = 0 a Nested column keeps its type and is stored as Array(Tuple(...))."""
+    both_ways(tmp_path, [("n", "Nested(a UInt8, `b c` Nullable(String))",
+                          "arrayMap(x -> (x, if(x = 1, NULL, toString(x))), range(number % 3))"),
+                         ("m", "Nested(k String, v Array(Int32))", "[(toString(number), range(number % 2))]")],
+              7, setup=("SET flatten_nested = 0",))
+
+
+def test_geo_and_simple_aggregate_function_types_keep_their_names():
+    for text in ("Point", "Ring", "LineString", "Polygon", "MultiLineString", "MultiPolygon",
+                 "SimpleAggregateFunction(sum, UInt64)", "Nested(a UInt8, b String)", "Array(Point)"):
         assert parse_type(text).to_clickhouse() == text
     assert parse_type("Point") != parse_type("Tuple(Float64, Float64)")
     assert to_arrow(parse_type("Point")) == to_arrow(parse_type("Tuple(Float64, Float64)"))

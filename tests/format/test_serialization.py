@@ -86,6 +86,8 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("mpoly", "MultiPolygon", "[[arrayMap(x -> (x, 1), range(number % 2))], []]"),
     ("ls", "LineString", "arrayMap(x -> (1, x), range(number % 4))"),
     ("mls", "MultiLineString", "[arrayMap(x -> (1, x), range(number % 4)), [(0, 0)]]"),
+    ("saf", "SimpleAggregateFunction(sum, UInt64)", "number * 3"),
+    ("safn", "SimpleAggregateFunction(anyLast, Nullable(String))", "if(number % 2 = 1, NULL, repeat('s', number * (1 - number % 2)))"),
     ("ip4", "IPv4", "if(number = 9, toIPv4('255.255.255.255'), toIPv4(number * 16909060))"),
     ("ip6", "IPv6", "if(number = 9, toIPv6('ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe'), "
                     "toIPv6('2001:db8:' || toString(number * 7) || '::1'))"),
