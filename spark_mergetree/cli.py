@@ -23,6 +23,7 @@ from spark_mergetree.engine import background
 from spark_mergetree.engine.table import MergeTreeTable
 from spark_mergetree.errors import MergeTreeError
 from spark_mergetree.storage.location import local_path
+from spark_mergetree.storage.object_store import is_object_url, parse_object_url
 
 if TYPE_CHECKING:
     from spark_mergetree.catalog import Catalog
@@ -37,7 +38,8 @@ def _open(path: str, create_statement: str | None) -> MergeTreeTable:
 
 
 class _LocalDirectory(click.ParamType):
-    """A directory given as a local path or a file:// URL; other URLs (s3://, ...) are refused."""
+    """A directory given as a local path or a file:// URL, or (for an existing table) an s3:// URL;
+    other URLs (gs://, hdfs://, ...) are refused."""
 
     name = "directory"
 
@@ -45,6 +47,8 @@ class _LocalDirectory(click.ParamType):
         self.exists = exists
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if self.exists and is_object_url(value):
+            return parse_object_url(value).url  # a table in object storage: checked when opened
         path = local_path(value)
         if self.exists and not path.is_dir():
             self.fail(f"directory {value!r} does not exist", param, ctx)
@@ -61,6 +65,16 @@ _statement_option = click.option(
 @click.version_option(package_name="spark-mergetree")
 def main() -> None:
     """Inspect and maintain MergeTree tables (byte-compatible with ClickHouse)."""
+
+
+@main.command("clickhouse-ddl")
+@_table_argument
+@click.option("--name", default="default.events", show_default=True, help="The table name in ClickHouse.")
+@click.option("--with-credentials", is_flag=True,
+              help="Write the access key and secret into the statement (else the server's environment's are used).")
+def clickhouse_ddl(table_dir: str, name: str, with_credentials: bool) -> None:
+    """Print the ATTACH TABLE statement a ClickHouse server runs to read the table in place."""
+    click.echo(MergeTreeTable.open(table_dir).clickhouse_ddl(name, credentials=with_credentials), nl=False)
 
 
 @main.command()

@@ -321,6 +321,55 @@ class ObjectStoreTable(MergeTreeTable):
         upload and commit). Returns the part names deleted."""
         return self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")), orphan_seconds)
 
+    # ------------------------------------------------------------------ ClickHouse
+
+    def clickhouse_ddl(self, name: str = "default.events", *, credentials: bool = False) -> str:
+        """The ATTACH TABLE statement a ClickHouse server runs to read this table where it lies:
+        a read-only `s3_plain` disk over the table's prefix, with `table_disk = 1` (the disk's
+        root is the table's directory), so ClickHouse reads our parts in place.
+
+        ClickHouse reads every part under the prefix, not our log: it returns the same rows once
+        `cleanup()` has removed replaced parts and leftovers (a warning names any it would read).
+        `credentials=True` writes the access key and secret into the statement; otherwise the
+        server takes them from its environment (`use_environment_credentials = 1`).
+        """
+        import warnings
+
+        from spark_mergetree.expressions.ddl import quote_string
+
+        visible = self.visible_parts()[1]
+        extra = sorted(n for n in self.parts_store.part_names() if n and n not in visible)
+        if extra:
+            warnings.warn(f"{self.location.url}: ClickHouse would also read part(s) {', '.join(extra[:5])} that the "
+                          "table's log does not show (replaced or left by a crash): run cleanup() first", stacklevel=2)
+        options = dict(self.parts_store.bucket.options)
+        endpoint = options.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        key = self.location.key + "/" if self.location.key else ""
+        if endpoint:
+            url = f"{endpoint.rstrip('/')}/{self.location.bucket}/{key}"
+        else:
+            region = options.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            url = f"https://{self.location.bucket}.s3.{region + '.' if region else ''}amazonaws.com/{key}"
+        disk = [f"type = s3_plain, endpoint = {quote_string(url)}"]
+        if credentials:
+            found = self.parts_store.bucket.credentials()
+            if found is None:
+                raise InvalidOptionError(f"{self.location.url}: no credentials to write into the statement")
+            disk.append(f"access_key_id = {quote_string(found[0])}, secret_access_key = {quote_string(found[1])}")
+        else:
+            disk.append("use_environment_credentials = 1")
+        statement = format_attach(self.definition).rstrip("\n")
+        head, _, body = statement.partition("\n")
+        database, _, table = name.rpartition(".")
+        target = ".".join(f"`{part}`" for part in ((database, table) if database else (table,)))
+        lines = body.split("\n")
+        setting = f"table_disk = 1, disk = disk({', '.join(disk)})"
+        if lines[-1].startswith("SETTINGS "):
+            lines[-1] += ", " + setting
+        else:
+            lines.append("SETTINGS " + setting)
+        return f"ATTACH TABLE {target} UUID {quote_string(self.uuid or '')}\n" + "\n".join(lines) + "\n"
+
     # ------------------------------------------------------------------ not here yet
 
     def _unsupported(self, what: str) -> UnsupportedError:

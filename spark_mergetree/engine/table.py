@@ -626,6 +626,14 @@ class MergeTreeTable:
             raise InvalidOptionError(f"part {part!r} is not a visible part of {self.path}")
         return self.store.export_plain(part, destination)
 
+    def clickhouse_ddl(self, name: str = "default.events", *, credentials: bool = False) -> str:
+        """The statement a ClickHouse server runs to open this table where it lies (tables in
+        object storage: `ObjectStoreTable.clickhouse_ddl`)."""
+        raise UnsupportedError(
+            f"{self.path}: a local table is opened by ClickHouse from its own data directory "
+            "(store/<uuid>/ under its path, with format_attach's statement); clickhouse_ddl() covers tables in "
+            "object storage, where a server mounts the table's prefix as a read-only s3_plain disk")
+
     def drop_data(self) -> None:
         """Delete the table's data on every disk of its storage policy, then the table directory
         (the table object is unusable after)."""

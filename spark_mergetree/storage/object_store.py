@@ -239,6 +239,13 @@ class Bucket:
         self.options = merged
         self._client = _client(merged)
 
+    def credentials(self) -> tuple[str, str] | None:
+        """(access key id, secret) this handle signs with, if it has any."""
+        if "access_key_id" in self.options:
+            return self.options["access_key_id"], self.options["secret_access_key"]
+        found = self._client._request_signer._credentials
+        return (found.access_key, found.secret_key) if found is not None else None
+
     def _url(self, key: str) -> str:
         return f"s3://{self.name}/{key}"
 

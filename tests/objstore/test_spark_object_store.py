@@ -30,6 +30,8 @@ def test_spark_write_read_pushdown_overwrite(spark, s3_server, s3_bucket: str) -
     table = MergeTreeTable.open(url)
     assert table.count() == 20_000
     assert {name.split("_")[0] for name in table.visible_parts()[1]} == {str(k) for k in range(7)}
+    # ClickHouse opens the Spark-written table in place and returns the same rows.
+    assert clickhouse_rows(table, s3_bucket) == sorted(tuple(r) for r in read.collect())
     # Overwrite: one atomic replacement, nothing of the old rows left.
     small = spark.range(5).selectExpr("id", "id % 7 AS k", "cast(id AS double) AS v")
     small.write.format("mergetree").options(**options(s3_server)).mode("overwrite").save(url)
@@ -37,6 +39,25 @@ def test_spark_write_read_pushdown_overwrite(spark, s3_server, s3_bucket: str) -
                   .collect()) == [0, 1, 2, 3, 4]
     # Exactly once: no task attempt's parts beyond those committed are visible.
     assert MergeTreeTable.open(url).count() == 5
+
+
+def clickhouse_rows(table: MergeTreeTable, bucket: str) -> list[tuple[object, ...]]:
+    from chdb import session
+    from click.testing import CliRunner
+
+    from spark_mergetree.cli import main
+
+    statement = table.clickhouse_ddl("default.spark_written", credentials=True)
+    printed = CliRunner().invoke(main, ["clickhouse-ddl", table.path, "--name", "default.spark_written",
+                                        "--with-credentials"])
+    assert printed.exit_code == 0 and printed.output == statement, printed.output
+    chdb = session.Session()
+    try:
+        chdb.query(statement)
+        text = str(chdb.query("SELECT id, k, v FROM default.spark_written", "TSV"))
+    finally:
+        chdb.close()
+    return sorted((int(i), int(k), float(v)) for i, k, v in (line.split("\t") for line in text.splitlines()))
 
 
 def test_spark_bad_locations_fail_on_the_driver_naming_url_and_cause(spark, s3_server, s3_bucket: str) -> None:
