@@ -44,6 +44,9 @@ PARTS_TO_DELAY_INSERT = 1000
 PARTS_TO_THROW_INSERT = 3000
 MAX_DELAY_TO_INSERT = 1  # seconds
 MIN_DELAY_TO_INSERT_MS = 10
+# ClickHouse's merge_selecting_sleep_ms (its default is 5000 ms; ours is shorter: a writing process
+# may be short-lived, and its merges should finish before it exits).
+MERGE_SELECTING_SLEEP_MS = 1000
 
 
 def merge_until_settled(table: MergeTreeTable, stop: threading.Event | None = None,
@@ -104,15 +107,20 @@ class BackgroundMerges:
         thread.start()
 
     def _run(self, key: str, table: MergeTreeTable) -> None:
+        pause = selecting_pause(table)
         while True:
-            try:
-                merge_until_settled(table, self._stop)
-            except Exception as error:  # noqa: BLE001 - a background merge never fails a write
-                log.warning("background merge of %s failed (the table is unchanged): %r", table.path, error)
+            # Like ClickHouse's merge selecting task: look a moment after the commit, so that one
+            # merge takes the parts of several commits and merges do not contend with every insert.
+            if not self._stop.wait(pause):
+                try:
+                    merge_until_settled(table, self._stop)
+                except Exception as error:  # noqa: BLE001 - a background merge never fails a write
+                    log.warning("background merge of %s failed (the table is unchanged): %r", table.path, error)
             with self._lock:
                 if key in self._again and not self._stop.is_set():
                     self._again.discard(key)
                     continue
+                self._again.discard(key)
                 del self._running[key]
                 if self._queued and not self._stop.is_set():
                     next_key = next(iter(self._queued))
@@ -174,6 +182,11 @@ def after_commit(table: MergeTreeTable) -> None:
 
 def _setting(table: MergeTreeTable, name: str, default: int) -> int:
     return int(table.metadata.definition.settings.get(name, default))
+
+
+def selecting_pause(table: MergeTreeTable) -> float:
+    """Seconds a background merge thread waits after being woken before it selects merges."""
+    return _setting(table, "merge_selecting_sleep_ms", MERGE_SELECTING_SLEEP_MS) / 1000.0
 
 
 def insert_delay(parts: int, delay_at: int, throw_at: int, max_delay: float) -> float:

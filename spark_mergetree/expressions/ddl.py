@@ -44,6 +44,7 @@ UNDERSTOOD_SETTINGS: dict[str, tuple[str, int]] = {
     "parts_to_delay_insert": ("uint", 0),
     "parts_to_throw_insert": ("uint", 0),
     "max_delay_to_insert": ("uint", 0),
+    "merge_selecting_sleep_ms": ("uint", 0),
 }
 # These only steer ClickHouse's own background work and inserts on the same table (merges, TTL,
 # throttling); they are written into the statement and have no effect on what this package does.
@@ -62,7 +63,6 @@ CLICKHOUSE_ONLY_SETTINGS: dict[str, tuple[str, int]] = {
     "max_parts_in_total": ("uint", 0),
     "max_suspicious_broken_parts": ("uint", 0),
     "non_replicated_deduplication_window": ("uint", 0),
-    "merge_selecting_sleep_ms": ("uint", 0),
     "lock_acquire_timeout_for_background_operations": ("uint", 0),
     "max_concurrent_queries": ("uint", 0),
     "min_marks_to_honor_max_concurrent_queries": ("uint", 0),

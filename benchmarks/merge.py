@@ -1,0 +1,157 @@
+"""Merge benchmark: merge throughput against chdb (ClickHouse) on the same data in one run, peak
+memory of a big merge, and insert latency with background merges running vs without.
+
+1. Throughput: `--parts` parts of `--rows` rows in all (id UInt64 shuffled across parts, ts UInt64,
+   value Float64, name String; ORDER BY id), merged into one: ours `optimize(final=True)`, chdb
+   `OPTIMIZE TABLE ... FINAL` (its parts inserted with merges stopped, then merges started and
+   OPTIMIZE timed). MB/s of input = bytes on disk of the source parts / seconds.
+2. Peak RSS of a big merge (`--big-rows`): a fresh process opens the table and runs
+   `optimize(final=True)`; its resident memory before the merge and its peak (ru_maxrss).
+3. Insert latency: `--appends` single-row inserts into a table with `auto_merge` on (merges in
+   background threads of the inserting process) and into one with it off; p50 and p99.
+
+The machine is shared: numbers are noisy. Usage:
+    python benchmarks/merge.py [--rows 4000000] [--parts 8] [--big-rows 8000000] [--appends 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from spark_mergetree import MergeTreeTable  # noqa: E402
+
+COLUMNS = [("id", "UInt64"), ("ts", "UInt64"), ("value", "Float64"), ("name", "String")]
+
+
+def make_parts(rows: int, parts: int, seed: int = 7) -> list[pa.Table]:
+    """`parts` batches whose ids interleave (a real merge, not a concatenation)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(rows).astype(np.uint64)
+    out = []
+    for chunk in np.array_split(ids, parts):
+        names = pa.array(np.char.add("name_", (chunk % 100_000).astype(str)))
+        out.append(pa.table({"id": chunk, "ts": chunk * 1000 + 1_700_000_000, "value": rng.random(len(chunk)),
+                             "name": names}))
+    return out
+
+
+def ours_table(path: Path, batches: list[pa.Table]) -> MergeTreeTable:
+    table = MergeTreeTable.create(path, COLUMNS, order_by="id", settings={"auto_merge": False})
+    for batch in batches:
+        table.insert(batch)
+    return table
+
+
+def throughput(work: Path, rows: int, parts: int) -> None:
+    from chdb import session
+
+    batches = make_parts(rows, parts)
+    table = ours_table(work / "ours", batches)
+    input_bytes = sum(p.bytes_on_disk for p in table.parts())
+    started = time.perf_counter()
+    table.optimize(final=True)
+    ours = time.perf_counter() - started
+    assert len(table.parts()) == 1 and table.count() == rows
+
+    chdb = session.Session(str(work / "chdb"))
+    chdb.query("CREATE DATABASE IF NOT EXISTS bench")
+    chdb.query("CREATE TABLE bench.t (id UInt64, ts UInt64, value Float64, name String) ENGINE = MergeTree "
+               "ORDER BY id")
+    chdb.query("SYSTEM STOP MERGES bench.t")
+    for data in batches:  # noqa: B007 - chdb's Python() table function reads the local name `data`
+        chdb.query("INSERT INTO bench.t SELECT * FROM Python(data)")
+    chdb_parts = int(str(chdb.query("SELECT count() FROM system.parts WHERE database = 'bench' AND table = 't' "
+                                    "AND active", "CSV")).strip())
+    chdb_bytes = int(str(chdb.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'bench' "
+                                    "AND table = 't' AND active", "CSV")).strip())
+    chdb.query("SYSTEM START MERGES bench.t")
+    started = time.perf_counter()
+    chdb.query("OPTIMIZE TABLE bench.t FINAL")
+    theirs = time.perf_counter() - started
+    print(f"merge of {parts} parts, {rows:,} rows into one")
+    print(f"  ours: {input_bytes / 1e6:8.1f} MB in {ours:6.2f} s = {input_bytes / 1e6 / ours:7.1f} MB/s")
+    print(f"  chdb: {chdb_bytes / 1e6:8.1f} MB in {theirs:6.2f} s = {chdb_bytes / 1e6 / theirs:7.1f} MB/s "
+          f"({chdb_parts} parts before OPTIMIZE FINAL)")
+    print(f"  time ratio ours/chdb: {ours / theirs:.2f}x  (goal ≤ 1.5x)")
+
+
+_MERGE_CHILD = """
+import json, resource, sys
+from spark_mergetree import MergeTreeTable
+table = MergeTreeTable.open(sys.argv[1])
+parts = table.parts()
+before = int(open('/proc/self/statm').read().split()[1]) * 4096
+table.optimize(final=True)
+print(json.dumps({"input": sum(p.bytes_on_disk for p in parts), "rows": sum(p.rows for p in parts),
+                  "before": before, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+
+def peak_memory(work: Path, rows: int, parts: int) -> None:
+    path = work / "big"
+    table = MergeTreeTable.create(path, COLUMNS, order_by="id", settings={"auto_merge": False})
+    for batch in make_parts(rows, parts, seed=11):
+        table.insert(batch)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", _MERGE_CHILD, str(path)], check=True, capture_output=True,
+                         text=True, env=env).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    print(f"big merge: {result['rows']:,} rows, {result['input'] / 1e6:.0f} MB of parts on disk")
+    print(f"  RSS before the merge {result['before'] / 1e6:.0f} MB, peak {result['peak'] / 1e6:.0f} MB "
+          f"(peak / input = {result['peak'] / result['input']:.1f}x; goal: 2 GB under 512 MB)")
+
+
+def latencies(table: MergeTreeTable, appends: int) -> np.ndarray:
+    times = []
+    for i in range(appends):
+        batch = pa.table({"id": pa.array([i], pa.uint64()), "ts": pa.array([i], pa.uint64()),
+                          "value": pa.array([0.5]), "name": pa.array([f"n{i}"])})
+        started = time.perf_counter()
+        table.insert(batch)
+        times.append(time.perf_counter() - started)
+    return np.array(times) * 1000
+
+
+def insert_latency(work: Path, appends: int) -> None:
+    without = latencies(MergeTreeTable.create(work / "plain", COLUMNS, order_by="id",
+                                              settings={"auto_merge": False}), appends)
+    merging = MergeTreeTable.create(work / "merging", COLUMNS, order_by="id")
+    background = latencies(merging, appends)
+    MergeTreeTable.wait_for_merges(timeout=300)
+    print(f"insert latency, {appends} single-row appends (ms)")
+    for label, values in (("without background merges", without), ("with background merges", background)):
+        print(f"  {label:28} p50 {np.percentile(values, 50):6.1f}  p99 {np.percentile(values, 99):6.1f}")
+    print(f"  ratio with/without: p50 {np.percentile(background, 50) / np.percentile(without, 50):.2f}x  "
+          f"p99 {np.percentile(background, 99) / np.percentile(without, 99):.2f}x  (goal: p99 within 1.2x); "
+          f"parts left: {len(merging.parts())}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--parts", type=int, default=8)
+    parser.add_argument("--big-rows", type=int, default=8_000_000)
+    parser.add_argument("--appends", type=int, default=300)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="mergetree-merge-bench-"))
+    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (work / "coordinator").as_uri())
+    throughput(work / "throughput", args.rows, args.parts)
+    peak_memory(work / "memory", args.big_rows, args.parts)
+    insert_latency(work / "latency", args.appends)
+
+
+if __name__ == "__main__":
+    main()
