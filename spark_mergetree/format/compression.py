@@ -289,17 +289,18 @@ class CodecChain:
 def _load_system_lz4() -> ctypes.CDLL | None:
     # The lz4 package's compressor emits different (equally valid) LZ4 sequences than the liblz4
     # build ClickHouse links; the system liblz4 reproduces ClickHouse's blocks byte for byte, which
-    # keeps compressed sizes and therefore mark offsets identical to ClickHouse's.
+    # keeps compressed sizes and therefore mark offsets identical to ClickHouse's. Its functions
+    # take addresses: blocks are compressed from the caller's buffer into one of ours, no copies.
     name = ctypes.util.find_library("lz4")
     if name is None:
         return None
     try:
         library = ctypes.CDLL(name)
-        library.LZ4_compress_default.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+        library.LZ4_compress_default.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         library.LZ4_compress_default.restype = ctypes.c_int
         library.LZ4_compressBound.argtypes = [ctypes.c_int]
         library.LZ4_compressBound.restype = ctypes.c_int
-        library.LZ4_compress_HC.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        library.LZ4_compress_HC.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
         library.LZ4_compress_HC.restype = ctypes.c_int
     except (OSError, AttributeError):
         return None
@@ -312,23 +313,29 @@ _system_lz4 = _load_system_lz4()
 def _lz4_compress(data: bytes | bytearray | memoryview) -> bytes:
     if _system_lz4 is None:
         return lz4.block.compress(data, mode="default", store_size=False)
-    return _system_lz4_call("LZ4", data, _system_lz4.LZ4_compress_default)
+    return bytes(_system_lz4_into("LZ4", data, 0, _system_lz4.LZ4_compress_default)[0])
 
 
 def _lz4hc_compress(data: bytes | bytearray | memoryview, level: int) -> bytes:
     if _system_lz4 is None:
         return lz4.block.compress(data, mode="high_compression", compression=level, store_size=False)
-    return _system_lz4_call("LZ4HC", data, lambda *args: _system_lz4.LZ4_compress_HC(*args, level))
+    return bytes(_system_lz4_into("LZ4HC", data, 0, lambda *args: _system_lz4.LZ4_compress_HC(*args, level))[0])
 
 
-def _system_lz4_call(name: str, data: bytes | bytearray | memoryview, compress: Callable[..., int]) -> bytes:
-    source = data if isinstance(data, bytes) else bytes(data)
+def _system_lz4_into(name: str, data: bytes | bytearray | memoryview, offset: int,
+                     compress: Callable[..., int]) -> tuple[memoryview, bytearray]:
+    """Compress `data` into a new buffer at `offset` (room left for a block's checksum and header);
+    returns the payload's view and the buffer, cut to end with the payload."""
+    source = np.frombuffer(data, np.uint8)
     capacity = _system_lz4.LZ4_compressBound(len(source))  # type: ignore[union-attr]
-    target = ctypes.create_string_buffer(capacity)
-    written = compress(source, target, len(source), capacity)
+    buffer = bytearray(offset + capacity)
+    target = np.frombuffer(buffer, np.uint8)
+    written = compress(source.ctypes.data if len(source) else None, target.ctypes.data + offset, len(source), capacity)
+    del target  # a bytearray with an exported buffer cannot shrink
     if written <= 0:
         raise InvalidOptionError(f"{name} cannot compress a block of {len(source)} bytes")
-    return ctypes.string_at(target, written)
+    del buffer[offset + written:]
+    return memoryview(buffer)[offset:], buffer
 
 
 NONE = Codec("NONE", METHOD_NONE)
@@ -537,10 +544,22 @@ def _has_float(dt: DataType) -> bool:
     return False
 
 
-def compress_block(codec: Codec | CodecChain, data: bytes | bytearray | memoryview) -> bytes:
+def _lz4_block(data: bytes | bytearray | memoryview) -> bytearray:
+    """compress_block(LZ4, data), built in one buffer."""
+    payload, block = _system_lz4_into("LZ4", data, BLOCK_OVERHEAD, _system_lz4.LZ4_compress_default)  # type: ignore[union-attr]
+    written = len(payload)
+    del payload
+    _header.pack_into(block, CHECKSUM_SIZE, METHOD_LZ4, HEADER_SIZE + written, len(data))
+    block[:CHECKSUM_SIZE] = cityhash128(memoryview(block)[CHECKSUM_SIZE:])
+    return block
+
+
+def compress_block(codec: Codec | CodecChain, data: bytes | bytearray | memoryview) -> bytes | bytearray:
     """One complete block (checksum, header, payload) holding ``data``."""
     if len(data) > MAX_BLOCK_SIZE:
         raise InvalidOptionError(f"a compressed block holds at most {MAX_BLOCK_SIZE} bytes, got {len(data)}")
+    if codec == LZ4 and _system_lz4 is not None:
+        return _lz4_block(data)
     payload = codec.compress(data)
     body = _header.pack(codec.method, HEADER_SIZE + len(payload), len(data)) + payload
     return cityhash128(body) + body
