@@ -33,11 +33,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spark_mergetree.format.compression import (  # noqa: E402
-    CompressedStreamWriter,
-    decompress_all,
-    parse_column_codec,
-)
+from spark_mergetree.format.compression import CompressedStreamWriter, decompress_all
+from spark_mergetree.format.compression_codecs import parse_column_codec
 from spark_mergetree.format.types import parse_type  # noqa: E402
 
 CASES = [  # (column, ClickHouse type, codec clause)

@@ -30,7 +30,7 @@ from spark_mergetree.expressions.key_condition import key_columns_for
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 from spark_mergetree.format import granularity
-from spark_mergetree.format.compression import CodecChain, parse_codec, parse_column_codec
+from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, parse_column_codec
 from spark_mergetree.format.part_writer import WriterSettings
 from spark_mergetree.format.types import parse_type, to_arrow_field
 

@@ -64,7 +64,7 @@ from spark_mergetree.expressions.ddl import (
 )
 from spark_mergetree.expressions.predicate import Expr
 from spark_mergetree.fileops import write_file_atomically
-from spark_mergetree.format.compression import split_codec_clause
+from spark_mergetree.format.compression_codecs import split_codec_clause
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_type

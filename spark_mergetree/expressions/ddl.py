@@ -21,7 +21,7 @@ from sqlglot.tokens import Token, TokenType
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, UnsupportedError
 from spark_mergetree.expressions.functions import type_info
 from spark_mergetree.expressions.predicate import Column, Func, bind, columns_of, parse_expression
-from spark_mergetree.format.compression import parse_codec, parse_column_codec
+from spark_mergetree.format.compression_codecs import parse_codec, parse_column_codec
 from spark_mergetree.format.types import parse_type
 
 SUPPORTED_ENGINES = ("MergeTree",)

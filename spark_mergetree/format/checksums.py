@@ -14,15 +14,8 @@ from pathlib import Path
 
 from spark_mergetree.errors import CorruptPartError, FormatError, UnsupportedError
 from spark_mergetree.format.cityhash import ZERO_HASH, FileHasher, cityhash128_with_seed
-from spark_mergetree.format.compression import (
-    METHOD_MULTIPLE,
-    ZSTD,
-    Codec,
-    compress_block,
-    decompress_all,
-    decompress_block,
-    iter_blocks,
-)
+from spark_mergetree.format.compression import compress_block, decompress_all, decompress_block, iter_blocks
+from spark_mergetree.format.compression_codecs import METHOD_MULTIPLE, ZSTD, Codec
 from spark_mergetree.format.siphash import siphash128_clickhouse
 
 __all__ = [

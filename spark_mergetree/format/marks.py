@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from spark_mergetree.errors import CorruptPartError, FormatError, InvalidOptionError
-from spark_mergetree.format.compression import ZSTD, Codec, CompressedStreamWriter, decompress_all
+from spark_mergetree.format.compression import CompressedStreamWriter, decompress_all
+from spark_mergetree.format.compression_codecs import ZSTD, Codec
 
 __all__ = [
     "MARKS_CODEC",

@@ -30,11 +30,9 @@ from spark_mergetree.format.cityhash import file_hash
 from spark_mergetree.format.compression import (
     DEFAULT_MAX_COMPRESS_BLOCK_SIZE,
     DEFAULT_MIN_COMPRESS_BLOCK_SIZE,
-    LZ4,
-    Codec,
-    CodecChain,
     CompressedStreamWriter,
 )
+from spark_mergetree.format.compression_codecs import LZ4, Codec, CodecChain
 from spark_mergetree.format.marks import wide_marks_with_rows, write_wide_marks
 from spark_mergetree.format.part import (
     CHECKSUMS_FILE,

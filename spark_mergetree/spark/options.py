@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_mergetree.errors import InvalidOptionError
-from spark_mergetree.format.compression import parse_codec
+from spark_mergetree.format.compression_codecs import parse_codec
 from spark_mergetree.spark.adapter import TXN_OPTION, TxnContext
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.object_store import (

@@ -15,7 +15,8 @@ from spark_mergetree.format.checksums import (
     is_compressed_file,
 )
 from spark_mergetree.format.cityhash import cityhash128_with_seed, file_hash
-from spark_mergetree.format.compression import ZSTD, compress_block, decompress_all
+from spark_mergetree.format.compression import compress_block, decompress_all
+from spark_mergetree.format.compression_codecs import ZSTD
 from tests.format.chdb_util import make_chdb_table, part_dirs, spec_hex
 
 LAYOUTS = {

@@ -11,7 +11,8 @@ import pytest
 from spark_mergetree.catalog import Catalog
 from spark_mergetree.engine.metadata import validate_engine_settings
 from spark_mergetree.errors import InvalidOptionError
-from spark_mergetree.format.compression import METHOD_LZ4, iter_blocks
+from spark_mergetree.format.compression import iter_blocks
+from spark_mergetree.format.compression_codecs import METHOD_LZ4
 from spark_mergetree.spark.options import WriteOptions
 from tests.catalog.chdb_runner import rows, run_chdb
 

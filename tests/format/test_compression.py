@@ -12,16 +12,13 @@ from hypothesis import strategies as st
 from spark_mergetree.errors import CorruptPartError, InvalidOptionError, UnsupportedError
 from spark_mergetree.format.cityhash import cityhash128, file_hash
 from spark_mergetree.format.compression import (
-    LZ4,
-    NONE,
-    ZSTD,
     CompressedStreamWriter,
     compress_block,
     decompress_all,
     decompress_range,
     iter_blocks,
-    parse_codec,
 )
+from spark_mergetree.format.compression_codecs import LZ4, NONE, ZSTD, parse_codec
 from spark_mergetree.format.granularity import block_granules
 from spark_mergetree.format.marks import read_wide_marks
 from tests.format.chdb_util import make_chdb_table, part_dirs, spec_hex

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from spark_mergetree.errors import CorruptPartError, FormatError, InvalidOptionError
-from spark_mergetree.format.compression import LZ4, CompressedStreamWriter, decompress_all, iter_blocks
+from spark_mergetree.format.compression import CompressedStreamWriter, decompress_all, iter_blocks
+from spark_mergetree.format.compression_codecs import LZ4
 from spark_mergetree.format.marks import (
     MARKS_COMPRESS_BLOCK_SIZE,
     CompactMarks,
