@@ -67,7 +67,7 @@ from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.format.compression_codecs import split_codec_clause
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
-from spark_mergetree.format.types import from_arrow, parse_type
+from spark_mergetree.format.types import from_arrow, parse_column_type
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.object_store import S3_SCHEMES, url_scheme
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
@@ -115,7 +115,7 @@ def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[s
         if len(pair) != 2:
             raise InvalidOptionError(f"schema entries must be (name, ClickHouse type), got {pair!r}")
         name, (type_text, codec) = str(pair[0]), split_codec_clause(str(pair[1]))
-        out.append((name, parse_type(type_text).to_clickhouse() + (f" CODEC({codec})" if codec else "")))
+        out.append((name, parse_column_type(name, type_text).to_clickhouse() + (f" CODEC({codec})" if codec else "")))
     if not out:
         raise InvalidOptionError("a table needs at least one column")
     return out
@@ -553,7 +553,8 @@ class MergeTreeTable:
         clash = [name for name, _ in columns if name in existing]
         if clash:
             raise SchemaMismatchError(f"column(s) {', '.join(clash)} already exist in {self.path}")
-        added = tuple(ColumnDefinition(name, parse_type(type_text).to_clickhouse()) for name, type_text in columns)
+        added = tuple(ColumnDefinition(name, parse_column_type(name, type_text).to_clickhouse())
+                      for name, type_text in columns)
         definition = replace(self.definition, columns=self.definition.columns + added)
         self.check_same_table()
         statement = format_attach(definition)

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format.types import (
+    AggregateFunction,
     Array,
     DataType,
     DateTime,
@@ -451,6 +452,14 @@ def _datetime64(arr: pa.Array, dt: DateTime64, column: str) -> pa.Array:
     return arr.cast(pa.timestamp(t.unit, tz=target.tz)).cast(target)
 
 
+def _aggregate_states(arr: pa.Array, dt: AggregateFunction, column: str) -> pa.Array:
+    """States as bytes, one per row (each checked against the function's layout when written)."""
+    t = arr.type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return arr.cast(pa.binary())
+    raise _refuse_type("binary, large_binary and fixed_size_binary (one state per row)")
+
+
 _TIME_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
 
 
@@ -552,5 +561,5 @@ def _tuple(arr: pa.Array, dt: Tuple, column: str) -> pa.Array:
 
 _HANDLERS: dict[type[DataType], Callable[[pa.Array, Any, str], pa.Array]] = {
     Primitive: _primitive, Decimal: _decimal, FixedString: _fixed_string, Enum: _enum,
-    DateTime: _datetime, DateTime64: _datetime64, Time: _time, Time64: _time, Array: _array, Map: _map, Tuple: _tuple,
+    AggregateFunction: _aggregate_states, DateTime: _datetime, DateTime64: _datetime64, Time: _time, Time64: _time, Array: _array, Map: _map, Tuple: _tuple,
 }

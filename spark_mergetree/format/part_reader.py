@@ -31,7 +31,6 @@ import pyarrow as pa
 from spark_mergetree.errors import (
     CorruptPartError,
     FormatError,
-    MergeTreeError,
     SchemaMismatchError,
     UnsupportedError,
 )
@@ -65,7 +64,7 @@ from spark_mergetree.format.part_writer import PARTITION_FILE
 from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.streams import stream_names
-from spark_mergetree.format.types import DataType, parse_type, to_arrow
+from spark_mergetree.format.types import DataType, parse_column_type, parse_type, to_arrow
 
 GranuleRange = tuple[int, int]
 
@@ -202,10 +201,7 @@ class PartReader:
                 f"{self._path(COUNT_FILE)}: says {self.rows} rows but the marks hold {total} rows")
 
     def _parse_column_type(self, name: str, text: str) -> DataType:
-        try:
-            return parse_type(text)
-        except MergeTreeError as exc:
-            raise type(exc)(f"{self._path(COLUMNS_FILE)}: column {name!r}: {exc}") from exc
+        return parse_column_type(name, text, f"{self._path(COLUMNS_FILE)}: ")
 
     # ------------------------------------------------------------------ files
 

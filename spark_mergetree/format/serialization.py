@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError
 from spark_mergetree.fileops import escape_for_file_name
+from spark_mergetree.format.aggregate_states import state_lengths
 from spark_mergetree.format.low_cardinality import deserialize_low_cardinality, serialize_low_cardinality
 from spark_mergetree.format.sparse import default_cursors, read_sparse_positions, spread_sparse
 from spark_mergetree.format.streams import (
@@ -27,7 +28,16 @@ from spark_mergetree.format.streams import (
     internal_names,
     sparse_streams,
 )
-from spark_mergetree.format.types import Array, DataType, LowCardinality, Map, Nullable, Tuple, to_arrow
+from spark_mergetree.format.types import (
+    AggregateFunction,
+    Array,
+    DataType,
+    LowCardinality,
+    Map,
+    Nullable,
+    Tuple,
+    to_arrow,
+)
 from spark_mergetree.format.values import (
     Cursor,
     apply_nulls,
@@ -117,6 +127,16 @@ def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray
         else:
             encoded, row_offsets = encode_classic(offsets, data)
             out[base] = StreamBytes(encoded.tobytes(), row_offsets[bounds])
+        return
+    if isinstance(dt, AggregateFunction):
+        offsets, data = string_buffers(arr)
+        given = np.diff(offsets)
+        found = state_lengths(dt, data, 0, len(given), f"column {column!r}", SchemaMismatchError)
+        if (found != given).any():
+            row = int(np.argmax(found != given))
+            raise SchemaMismatchError(f"column {column!r}: row {row} is {int(given[row])} bytes, not one state of "
+                                      f"{dt.to_clickhouse()} (whose layout takes {int(found[row])} bytes there)")
+        out[base] = StreamBytes(data.tobytes(), offsets[bounds])
         return
     values = fixed_storage(dt, arr, column)
     out[base] = StreamBytes(values.tobytes(), bounds * fixed_width(dt))
@@ -218,6 +238,10 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
             data = cursors[base].take(int(lengths.sum()))
             return strings_from_parts(lengths, data)
         return read_classic(cursors[base], n)
+    if isinstance(dt, AggregateFunction):
+        cursor = cursors[base]
+        lengths = state_lengths(dt, cursor.buf, cursor.pos, n, f"stream {cursor.name!r}")
+        return strings_from_parts(lengths, cursor.take(int(lengths.sum())), binary=True)
     width = fixed_width(dt)
     raw = cursors[base].take(n * width)
     return fixed_to_arrow(dt, raw, n, base)

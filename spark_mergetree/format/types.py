@@ -15,9 +15,9 @@ import pyarrow as pa
 from spark_mergetree.errors import FormatError, SchemaMismatchError, UnsupportedError
 
 __all__ = [
-    "DataType", "Primitive", "FixedString", "DateTime", "DateTime64", "Time", "Time64", "Decimal", "Enum",
+    "DataType", "AggregateFunction", "Primitive", "FixedString", "DateTime", "DateTime64", "Time", "Time64", "Decimal", "Enum",
     "Nullable", "Array", "Map", "Tuple", "LowCardinality",
-    "parse_type", "to_arrow", "to_arrow_field", "from_arrow", "is_nullable", "datetime64_arrow_unit", "time_ticks",
+    "parse_type", "parse_column_type", "to_arrow", "to_arrow_field", "from_arrow", "is_nullable", "datetime64_arrow_unit", "time_ticks",
     "TIME_MAX_SECONDS",
     "PRIMITIVE_NAMES", "DEFAULT_TIMEZONE",
 ]
@@ -201,6 +201,53 @@ class Enum(DataType):
         return f"Enum{self.bits}({body})"
 
 
+# Steps of an aggregate state's byte layout: (code, bytes) — fixed bytes, a varuint, a flag byte then
+# a value when the flag is set, a varuint count then that many items.
+STATE_FIXED, STATE_VARUINT, STATE_FLAG_THEN, STATE_COUNTED = 0, 1, 2, 3
+STATE_FUNCTIONS = ("count", "sum", "avg", "min", "max", "any", "anyLast", "uniqExact", "groupArray")
+_STATE_NUMBERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64", "Float32", "Float64")
+
+
+@dataclass(frozen=True)
+class AggregateFunction(DataType):
+    """States of an aggregate function, one per row, kept as opaque bytes (format/aggregate_states.py).
+
+    Only functions whose states show where they end are supported; `state_steps` is their layout."""
+
+    function: str
+    arguments: tuple[DataType, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.state_steps:
+            raise UnsupportedError(
+                f"states of {self.to_clickhouse()} are not supported (supported: {', '.join(STATE_FUNCTIONS)} "
+                "of numbers and dates, without parameters)")
+
+    @property
+    def state_steps(self) -> tuple[tuple[int, int], ...]:
+        """The layout of one state (checked against ClickHouse 26.9), empty when not known."""
+        args = self.arguments
+        arg = args[0] if len(args) == 1 and args[0].custom_name is None else None
+        number = isinstance(arg, Primitive) and arg.name in _STATE_NUMBERS
+        width = (arg.width if isinstance(arg, Primitive) and (number or arg.name in ("Bool", "Date", "Date32"))
+                 else 4 if isinstance(arg, DateTime) else 8 if isinstance(arg, DateTime64) else None)
+        name = self.function
+        if name == "count" and len(args) <= 1:
+            return ((STATE_VARUINT, 0),)
+        if name == "sum" and number:
+            return ((STATE_FIXED, 8),)
+        if name == "avg" and number:
+            return ((STATE_FIXED, 8), (STATE_VARUINT, 0))
+        if name in ("min", "max", "any", "anyLast") and width is not None:
+            return ((STATE_FLAG_THEN, width),)
+        if name in ("uniqExact", "groupArray") and width is not None:
+            return ((STATE_COUNTED, width),)
+        return ()
+
+    def _spelling(self) -> str:
+        return "AggregateFunction(" + ", ".join([self.function, *(a.to_clickhouse() for a in self.arguments)]) + ")"
+
+
 @dataclass(frozen=True)
 class Nullable(DataType):
     inner: DataType
@@ -285,7 +332,7 @@ def _quote_name(name: str) -> str:
 # --------------------------------------------------------------------------------------------- parser
 
 _TOKEN = re.compile(
-    r"\s*(?:(?P<str>'(?:[^'\\]|\\.|'')*')|(?P<bq>`(?:[^`\\]|\\.)*`)|(?P<num>-?\d+)"
+    r"\s*(?:(?P<str>'(?:[^'\\]|\\.|'')*')|(?P<bq>`(?:[^`\\]|\\.)*`)|(?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
     r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[(),=]))"
 )
 
@@ -347,7 +394,10 @@ class _Parser:
         return result
 
     def _int(self) -> int:
-        return int(self._take("num"))
+        text = self._take("num")
+        if not text.lstrip("-").isdigit():
+            raise FormatError(f"cannot parse type {self.text!r}: expected an integer, got {text}")
+        return int(text)
 
     def type(self) -> DataType:
         name = self._take("ident")
@@ -413,6 +463,18 @@ class _Parser:
             stored = self.type()
             self._take("punct", ")")
             return replace(stored, custom_name=f"SimpleAggregateFunction({function}, {stored.to_clickhouse()})")
+        if name == "AggregateFunction":
+            self._take("punct", "(")
+            if self._peek() is not None and self._peek()[0] == "num":  # type: ignore[index]
+                raise UnsupportedError(f"versioned AggregateFunction in {self.text!r} is not supported")
+            function = self._take("ident")
+            if self._peek_is("("):
+                raise UnsupportedError(f"AggregateFunction with a parametric function in {self.text!r} is not supported")
+            arguments: list[DataType] = []
+            while self._accept(","):
+                arguments.append(self.type())
+            self._take("punct", ")")
+            return AggregateFunction(function, tuple(arguments))
         if name in ("Nullable", "Array", "LowCardinality"):
             self._take("punct", "(")
             inner = self.type()
@@ -467,6 +529,14 @@ def geo_type(name: str) -> DataType:
     return Array(geo_type(inner), custom_name=name)
 
 
+def parse_column_type(column: str, text: str, where: str = "") -> DataType:
+    """`parse_type` for a column: an error names the column (after `where`, e.g. a file) and the type."""
+    try:
+        return parse_type(text)
+    except (FormatError, UnsupportedError) as exc:
+        raise type(exc)(f"{where}column {column!r}: {exc}") from exc
+
+
 def parse_type(text: str) -> DataType:
     """Parse ClickHouse type text (`Array(Nullable(String))`, `DateTime64(3, 'UTC')`, ...)."""
     if not isinstance(text, str) or not text.strip():
@@ -519,6 +589,8 @@ def to_arrow(dt: DataType) -> pa.DataType:
         return pa.duration(datetime64_arrow_unit(dt.precision)[0])
     if isinstance(dt, Enum):
         return pa.string()
+    if isinstance(dt, AggregateFunction):
+        return pa.binary()
     if isinstance(dt, (Nullable, LowCardinality)):
         return to_arrow(dt.inner)
     if isinstance(dt, Array):

@@ -17,9 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import CorruptPartError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.aggregate_states import empty_state
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.conform import fixed_bytes, uuid_text, with_validity
 from spark_mergetree.format.types import (
+    AggregateFunction,
     DataType,
     DateTime,
     DateTime64,
@@ -374,6 +376,8 @@ def list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 
 def default_scalar(dt: DataType, arrow_type: pa.DataType) -> Any:
+    if isinstance(dt, AggregateFunction):
+        return empty_state(dt)
     if is_string(dt):
         return "" if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) else b""
     if isinstance(dt, FixedString) or (isinstance(dt, Primitive) and dt.name == "IPv6"):

@@ -16,8 +16,10 @@ import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.aggregate_states import empty_state
 from spark_mergetree.format.conform import conform_array
+from spark_mergetree.format.serialization import default_column, serialize_column
 from spark_mergetree.format.types import parse_type, to_arrow
 from tests.format.chdb_util import close_session, make_chdb_table, open_session
 from tests.format.test_part_interop import _attach_and_check, _normalized_rows
@@ -250,3 +252,65 @@ def test_geo_and_simple_aggregate_function_types_keep_their_names():
         assert parse_type(text).to_clickhouse() == text
     assert parse_type("Point") != parse_type("Tuple(Float64, Float64)")
     assert to_arrow(parse_type("Point")) == to_arrow(parse_type("Tuple(Float64, Float64)"))
+
+
+REFUSED_TYPES = [("j", "JSON", "'{\"a\": 1, \"b\": \"x\"}'"), ("v", "Variant(UInt8, String)", "toUInt8(number)"),
+                 ("dy", "Dynamic", "'x'"), ("nj", "Array(JSON)", "['{\"a\": 1}']"),
+                 ("agg", "AggregateFunction(uniq, UInt64)", "uniqState(number)"),
+                 ("aggp", "AggregateFunction(quantiles(0.5, 0.9), Float64)", "quantilesState(0.5, 0.9)(toFloat64(number))")]
+
+
+@pytest.mark.parametrize("name,type_text,expr", REFUSED_TYPES, ids=[t[1] for t in REFUSED_TYPES])
+def test_types_we_cannot_interpret_are_refused_naming_column_and_type(tmp_path, name, type_text, expr):
+    group = " GROUP BY number" if "State(" in expr else ""
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE t (id UInt64, `{name}` {type_text}) ENGINE = MergeTree ORDER BY id "
+                  "SETTINGS min_bytes_for_wide_part = 0",
+        [f"INSERT INTO t SELECT number, {expr} FROM numbers(3){group}"])
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    close_session()
+    family = type_text.split("(")[0] if not type_text.startswith("Array") else "JSON"
+    with pytest.raises(UnsupportedError, match=rf"column '{name}'.*{family}"):
+        MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
+    with pytest.raises(UnsupportedError, match=rf"column '{name}'.*{family}"):
+        MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), (name, type_text)], order_by="id")
+
+
+STATE_COLUMNS = [
+    ("c", "AggregateFunction(count, UInt64)", "arrayReduce('countState', range(number * 50))"),
+    ("s", "AggregateFunction(sum, Int32)", "arrayReduce('sumState', arrayMap(x -> toInt32(x), [toInt64(number) - 5]))"),
+    ("a", "AggregateFunction(avg, Float64)", "arrayReduce('avgState', arrayMap(x -> x / 3, range(number)))"),
+    ("m", "AggregateFunction(min, DateTime)", "arrayReduce('minState', arrayMap(x -> toDateTime(x * 1000), range(number % 3)))"),
+    ("u", "AggregateFunction(uniqExact, UInt16)", "arrayReduce('uniqExactState', arrayMap(x -> toUInt16(x % 5), range(number)))"),
+    ("g", "AggregateFunction(groupArray, Int64)", "arrayReduce('groupArrayState', arrayMap(x -> toInt64(x) * -3, range(number % 4)))"),
+    ("al", "AggregateFunction(anyLast, Float32)", "arrayReduce('anyLastState', arrayMap(x -> toFloat32(x), range(number % 2)))"),
+]
+
+
+def test_aggregate_function_states_both_ways(tmp_path):
+    """States are compared as bytes: ClickHouse's Arrow export cannot give them, `hex(toString(state))` can."""
+    select = "id, " + ", ".join(f"hex(toString({name})) AS {name}" for name, _, _ in STATE_COLUMNS)
+
+    def ours_as_selected(table: pa.Table) -> list[dict]:
+        return [{k: v if k == "id" else v.hex().upper() for k, v in row.items()} for row in table.to_pylist()]
+
+    both_ways(tmp_path, STATE_COLUMNS, 9, select, ours_as_selected)
+
+
+def test_a_value_that_is_not_one_state_is_refused():
+    table_type = parse_type("AggregateFunction(avg, Float64)")
+    good = bytes(8) + b"\x01"
+    with pytest.raises(SchemaMismatchError, match="column 'a': row 1 is 10 bytes"):
+        serialize_column(table_type, "a", pa.array([good, good + b"\x00"]), np.array([2]))
+    with pytest.raises(SchemaMismatchError, match="column 'a'.*runs past the end"):
+        serialize_column(table_type, "a", pa.array([good[:5]]), np.array([1]))
+
+
+@pytest.mark.parametrize("name,type_text,expr", STATE_COLUMNS, ids=[c[1] for c in STATE_COLUMNS])
+def test_default_state_is_the_state_of_no_rows(chdb, name, type_text, expr):
+    dt = parse_type(type_text)
+    argument = dt.arguments[0].to_clickhouse()
+    no_rows = _chdb_arrow(chdb, f"SELECT hex(toString(arrayReduce('{dt.function}State', CAST([] AS Array({argument}))))) "
+                                "AS x").column("x").to_pylist()
+    assert [empty_state(dt).hex().upper()] == no_rows
+    assert default_column(dt, 2).to_pylist() == [empty_state(dt)] * 2
