@@ -232,15 +232,7 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
             raise SchemaMismatchError(f"column {column!r}: row {row} is outside DateTime's range 1970..2106")
         return seconds.astype("<u4")
     if isinstance(dt, (Time, Time64)):
-        ticks = np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
-        if isinstance(dt, Time64):
-            _, factor = datetime64_arrow_unit(dt.precision)
-            if factor != 1:
-                if (ticks % factor).any():
-                    row = int(np.argmax(ticks % factor != 0))
-                    raise SchemaMismatchError(
-                        f"column {column!r}: row {row} has more precision than {dt.to_clickhouse()} keeps")
-                ticks = ticks // factor
+        ticks = _ticks_of(dt, arr, dt.precision if isinstance(dt, Time64) else 0, column)
         _, limit = time_ticks(dt)
         if len(ticks) and np.abs(ticks).max() > limit:
             row = int(np.argmax(np.abs(ticks) > limit))
@@ -248,15 +240,7 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
                                       "-999:59:59..999:59:59")
         return ticks.astype("<i4" if isinstance(dt, Time) else "<i8")
     if isinstance(dt, DateTime64):
-        _, factor = datetime64_arrow_unit(dt.precision)
-        values = np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
-        if factor != 1:
-            if (values % factor).any():
-                row = int(np.argmax(values % factor != 0))
-                raise SchemaMismatchError(
-                    f"column {column!r}: row {row} has more precision than {dt.to_clickhouse()} keeps")
-            values = values // factor
-        return values.astype("<i8")
+        return _ticks_of(dt, arr, dt.precision, column).astype("<i8")
     if isinstance(dt, Decimal):
         words_in = 2 if dt.precision <= 38 else 4
         if arr.null_count:
@@ -278,6 +262,18 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
         idx = np.asarray(position.fill_null(0))
         return values[idx].astype("<i1" if dt.bits == 8 else "<i2")
     raise UnsupportedError(f"no fixed-width encoding for {dt.to_clickhouse()}")
+
+
+def _ticks_of(dt: DataType, arr: pa.Array, precision: int, column: str) -> np.ndarray:
+    """Arrow timestamps/durations (NULL as 0) → int64 ticks of 10^-precision seconds, refusing finer values."""
+    _, factor = datetime64_arrow_unit(precision)
+    ticks = np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
+    if factor != 1:
+        if (ticks % factor).any():
+            row = int(np.argmax(ticks % factor != 0))
+            raise SchemaMismatchError(f"column {column!r}: row {row} has more precision than {dt.to_clickhouse()} keeps")
+        ticks = ticks // factor
+    return ticks
 
 
 def varuint_sizes(values: np.ndarray) -> np.ndarray:
@@ -498,11 +494,7 @@ def fixed_to_arrow(dt: DataType, raw: np.ndarray, n: int, stream: str) -> pa.Arr
         return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.view("<u4").astype(np.int64))])
     if isinstance(dt, Time):
         return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.view("<i4").astype(np.int64))])
-    if isinstance(dt, Time64):
-        _, factor = datetime64_arrow_unit(dt.precision)
-        ticks = raw.view("<i8")
-        return pa.Array.from_buffers(target, n, [None, pa.py_buffer(ticks * factor if factor != 1 else ticks.copy())])
-    if isinstance(dt, DateTime64):
+    if isinstance(dt, (Time64, DateTime64)):
         _, factor = datetime64_arrow_unit(dt.precision)
         ticks = raw.view("<i8")
         return pa.Array.from_buffers(target, n, [None, pa.py_buffer(ticks * factor if factor != 1 else ticks.copy())])
