@@ -28,6 +28,7 @@ from spark_mergetree.expressions.ddl import (
 )
 from spark_mergetree.expressions.key_condition import key_columns_for
 from spark_mergetree.expressions.partition_key import PartitionKey
+from spark_mergetree.expressions.skip_index import SkipIndex, skip_indexes_of
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 from spark_mergetree.format import granularity
 from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, parse_column_codec
@@ -165,6 +166,14 @@ class TableMetadata:
                 f"{clause} element(s) {', '.join(untyped)}: only columns and the functions of partition keys "
                 "(toYYYYMM, toDate, intDiv, ...) are supported in keys")
         return list(elements)
+
+    @cached_property
+    def skip_indexes(self) -> list[SkipIndex]:
+        """The statement's data-skipping indexes (`INDEX name expr TYPE ... GRANULARITY g`)."""
+        try:
+            return skip_indexes_of(self.definition.indexes, self.column_types)
+        except ExpressionError as exc:
+            raise SchemaMismatchError(f"table {self.definition.name!r}: {exc}") from exc
 
     @cached_property
     def partition_key(self) -> PartitionKey:

@@ -21,8 +21,27 @@ from spark_mergetree.errors import MergeTreeError, UnsupportedError
 from spark_mergetree.expressions.key_condition import granule_ranges_of_parts, may_match_partitions
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.predicate import Expr, bind, columns_of, filter_table, parse_predicate
+from spark_mergetree.expressions.skip_index import (
+    SkipIndex,
+    bloom_may_match,
+    minmax_may_match,
+    relevant,
+    set_may_match,
+    text_may_match,
+)
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PATCH_PART_PREFIX, GranuleRange, PartReader, merge_ranges
+from spark_mergetree.format.skip_index import (
+    bits_set,
+    bloom_filter_parameters,
+    bloom_granules,
+    bloom_positions,
+    bloom_value_hash,
+    minmax_granules,
+    set_granules,
+    text_bloom_contains,
+    text_bloom_granules,
+)
 
 DEFAULT_TARGET_ROWS = 1 << 20
 
@@ -45,7 +64,8 @@ class PartPlan:
     rows: int  # rows a read of the whole part returns (lightweight-deleted rows excluded)
     granules: int
     ranges: list[GranuleRange]
-    pruned_by: str | None = None  # 'partition' or 'primary key' when the part is skipped whole
+    pruned_by: str | None = None  # 'partition', 'primary key' or 'index <name>' when the part is skipped whole
+    skipped_by_index: dict[str, int] = field(default_factory=dict)  # skip index → granules it dropped
 
     @property
     def granules_read(self) -> int:
@@ -70,6 +90,15 @@ class ReadPlan:
         return sum(p.granules_read for p in self.parts)
 
     @property
+    def skipped_by_index(self) -> dict[str, int]:
+        """Granules each skip index dropped (after partition and primary key pruning), over all parts."""
+        total: dict[str, int] = {}
+        for part in self.parts:
+            for name, count in part.skipped_by_index.items():
+                total[name] = total.get(name, 0) + count
+        return total
+
+    @property
     def parts_read(self) -> int:
         return sum(1 for p in self.parts if p.ranges)
 
@@ -79,7 +108,8 @@ class ReadPlan:
                  + (f" for WHERE {self.where}" if self.where else "")]
         for p in self.parts:
             detail = f"skipped by {p.pruned_by}" if p.pruned_by else ", ".join(f"[{b}, {e})" for b, e in p.ranges)
-            lines.append(f"  {p.part}: {p.granules_read}/{p.granules} granules  {detail}")
+            by_index = "".join(f"; index {name} skipped {count}" for name, count in p.skipped_by_index.items())
+            lines.append(f"  {p.part}: {p.granules_read}/{p.granules} granules  {detail}{by_index}")
         return "\n".join(lines)
 
 
@@ -137,15 +167,18 @@ def bind_where(where: str | Expr | None, column_types: dict[str, str]) -> Expr |
 
 
 def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key: PartitionKey,
-              primary_key: Sequence[tuple[str, str]]) -> PartPlan:
-    """Prune one part by partition/minmax, then by the sparse primary index."""
-    return plan_parts([reader], [info], predicate, partition_key, primary_key)[0]
+              primary_key: Sequence[tuple[str, str]], skip_indexes: Sequence[SkipIndex] = (),
+              column_types: Mapping[str, str] | None = None) -> PartPlan:
+    """Prune one part by partition/minmax, then by the sparse primary index, then by skip indexes."""
+    return plan_parts([reader], [info], predicate, partition_key, primary_key, skip_indexes, column_types)[0]
 
 
 def plan_parts(readers: Sequence[PartReader], infos: Sequence[PartInfo], predicate: Expr | None, partition_key: PartitionKey,
-               primary_key: Sequence[tuple[str, str]]) -> list[PartPlan]:
+               primary_key: Sequence[tuple[str, str]], skip_indexes: Sequence[SkipIndex] = (),
+               column_types: Mapping[str, str] | None = None) -> list[PartPlan]:
     """Prune parts by partition/minmax, then by their sparse primary indexes: each step evaluates
-    the predicate once over all parts (or all their granules), not once per part."""
+    the predicate once over all parts (or all their granules), not once per part. Then each skip
+    index the predicate can use drops the granules of the remaining ranges it rules out."""
     plans = [PartPlan(reader.part, info.partition_id, reader.existing_rows, reader.n_granules, [])
              for reader, info in zip(readers, infos, strict=True)]
     candidates = [i for i, reader in enumerate(readers) if reader.n_granules]
@@ -169,7 +202,88 @@ def plan_parts(readers: Sequence[PartReader], infos: Sequence[PartInfo], predica
     else:
         for i in candidates:
             plans[i].ranges = [(0, readers[i].n_granules)]
+    usable = [index for index in skip_indexes if relevant(index, predicate)]
+    if predicate is not None and usable and column_types is not None:
+        for i in candidates:
+            for index in usable:
+                if not plans[i].ranges:
+                    break
+                mask = _index_granules(index, readers[i], predicate, column_types)
+                if mask is None:
+                    continue
+                before = plans[i].granules_read
+                plans[i].ranges = _ranges_within(plans[i].ranges, mask)
+                if before - plans[i].granules_read:
+                    plans[i].skipped_by_index[index.name] = before - plans[i].granules_read
+                if not plans[i].ranges:
+                    plans[i].pruned_by = f"index {index.name}"
     return plans
+
+
+def _ranges_within(ranges: Sequence[GranuleRange], mask: np.ndarray) -> list[GranuleRange]:
+    """The granules of `ranges` that `mask` (one bool per granule of the part) keeps, as ranges."""
+    keep = np.zeros(len(mask), dtype=bool)
+    for begin, end in ranges:
+        keep[begin:end] = True
+    keep &= mask
+    padded = np.concatenate(([False], keep, [False]))
+    starts = np.flatnonzero(~padded[:-1] & padded[1:])
+    ends = np.flatnonzero(padded[:-1] & ~padded[1:])
+    return [(int(b), int(e)) for b, e in zip(starts.tolist(), ends.tolist())]
+
+
+def _index_granules(index: SkipIndex, reader: PartReader, predicate: Expr,
+                    column_types: Mapping[str, str]) -> np.ndarray | None:
+    """Per data granule of the part: whether skip index `index` says it may hold a matching row
+    (None: the part has no such index, or its type/columns are not ones we check)."""
+    data = reader.skip_index(index.name)
+    if data is None:
+        return None
+    granules = reader.n_granules
+    count = -(-granules // index.granularity)
+    types = [column_types[c] for c in index.columns]
+    where = f"{reader.location}/skp_idx_{index.name}"
+    if index.type == "minmax":
+        bounds = minmax_granules(data, types, count, where)
+        may = minmax_may_match(index, types, bounds, predicate, count)
+    elif index.type == "set":
+        if any(not _plain_set_type(t) for t in types):
+            return None
+        may = set_may_match(index, set_granules(data, types, count, where), predicate)
+    elif index.type == "bloom_filter":
+        bits, hashes = bloom_filter_parameters(index.arguments[0] if index.arguments else 0.025)
+        buf, starts, sizes = bloom_granules(data, len(types), count, bits, where)
+
+        def contains(position: int, value: object) -> np.ndarray | None:
+            value_hash = bloom_value_hash(value, types[position])
+            if value_hash is None:
+                return None
+            # An empty filter (a granule whose values are all empty arrays) holds nothing: 0 bits.
+            positions = bloom_positions(value_hash, hashes, sizes[:, position] * 8)
+            found = bits_set(buf, starts[:, position], positions).all(axis=0)
+            return found | (sizes[:, position] == 0)
+
+        may = bloom_may_match(index, types, contains, predicate, count)
+    else:
+        if any(not _is_string_type(t) for t in types):
+            return None
+        size, hashes, seed = (int(a) for a in index.arguments[-3:])
+        filters = text_bloom_granules(data, len(types), count, size, where)
+
+        def text_contains(position: int, term: bytes) -> np.ndarray:
+            return text_bloom_contains(filters[:, position, :], term, hashes, seed)
+
+        may = text_may_match(index, text_contains, predicate, count)
+    return np.repeat(may, index.granularity)[:granules]
+
+
+def _plain_set_type(type_text: str) -> bool:
+    return not type_text.startswith(("Nullable", "LowCardinality", "Array", "Map", "Tuple", "Variant",
+                                     "Dynamic", "JSON", "Object", "Nested"))
+
+
+def _is_string_type(type_text: str) -> bool:
+    return type_text in ("String", "LowCardinality(String)") or type_text.startswith("FixedString(")
 
 
 def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows: int) -> list[ReadTask]:

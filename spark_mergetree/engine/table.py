@@ -349,7 +349,8 @@ class MergeTreeTable:
                        key=lambda pair: (pair[0].partition_id, pair[0].min_block))
         infos = [info for info, _ in named]
         readers = [self.reader(name) for _, name in named]
-        plan.parts = selecting.plan_parts(readers, infos, predicate, meta.partition_key, meta.primary_key_types)
+        plan.parts = selecting.plan_parts(readers, infos, predicate, meta.partition_key, meta.primary_key_types,
+                                          meta.skip_indexes, meta.column_types)
         for reader, part_plan in zip(readers, plan.parts, strict=True):
             plan.tasks.extend(selecting.split_tasks(reader, part_plan.ranges, target_rows))
         return plan

@@ -63,6 +63,7 @@ from spark_mergetree.format.part import (
 from spark_mergetree.format.part_writer import PARTITION_FILE
 from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
+from spark_mergetree.format.skip_index import SkipIndexData, index_stream
 from spark_mergetree.format.streams import stream_names
 from spark_mergetree.format.types import DataType, parse_column_type, parse_type, to_arrow
 
@@ -455,6 +456,13 @@ class PartReader:
             (array,) = deserialize_rows([self.types[column]], self._read(name), 2)
             self._decoded[key] = (array[0].as_py(), array[1].as_py())
         return self._decoded[key]  # type: ignore[return-value]
+
+    def skip_index(self, name: str) -> SkipIndexData | None:
+        """The decompressed granule stream of skip index `name` (None: the part has no such index)."""
+        key = ("skip_index", name)
+        if key not in self._decoded:
+            self._decoded[key] = index_stream(name, self.files, self._read, self.location)
+        return cast("SkipIndexData | None", self._decoded[key])
 
     # ------------------------------------------------------------------ data
 
