@@ -88,15 +88,20 @@ def throughput(work: Path, rows: int, parts: int) -> None:
     print(f"  time ratio ours/chdb: {ours / theirs:.2f}x  (goal ≤ 1.5x)")
 
 
+# The peak is the child's VmHWM: ru_maxrss would include the parent's memory, from the fork
+# before exec (on Linux), and the parent holds chdb.
 _MERGE_CHILD = """
-import json, resource, sys
+import json, sys
 from spark_mergetree import MergeTreeTable
+def status(field):
+    line = next(l for l in open('/proc/self/status') if l.startswith(field + ':'))
+    return int(line.split()[1]) * 1024
 table = MergeTreeTable.open(sys.argv[1])
 parts = table.parts()
-before = int(open('/proc/self/statm').read().split()[1]) * 4096
+before = status('VmRSS')
 table.optimize(final=True)
 print(json.dumps({"input": sum(p.bytes_on_disk for p in parts), "rows": sum(p.rows for p in parts),
-                  "before": before, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "before": before, "peak": status('VmHWM')}))
 """
 
 

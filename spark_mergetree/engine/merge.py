@@ -16,14 +16,18 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from spark_mergetree.engine.metadata import TableMetadata
+from spark_mergetree.expressions.ddl import key_column_names
+from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.part_writer import (
     MERGE_BLOCK_ROWS,
     PartitionValue,
-    plan_granules,
-    write_wide_part,
+    in_memory_width,
+    in_memory_width_of_type,
+    plan_granules_of,
+    write_wide_part_by_column,
 )
 from spark_mergetree.format.types import parse_type, to_arrow
 
@@ -242,17 +246,45 @@ def _select_run(partition_id: str, infos: list[PartInfo], rows: Mapping[str, int
 
 
 def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles:
-    """The files of the part that merges `readers` (all of one partition)."""
-    tables = [r.read([n for n, _ in meta.columns], None, meta.column_types) for r in readers]
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    table = meta.sort(table.combine_chunks())
+    """The files of the part that merges `readers` (all of one partition), as ClickHouse's vertical
+    merge writes it: the key columns (those ORDER BY, PRIMARY KEY and PARTITION BY read) are read
+    and sorted first, giving the rows' merged order; then every column in turn is read from all
+    parts, put in that order, serialized and compressed, and dropped before the next. Memory holds
+    the keys, one column and the compressed output, not the whole decoded table."""
+    names = [n for n, _ in meta.columns]
+    definition = meta.definition
+    keys = key_column_names(names, definition.order_by, definition.partition_by, definition.primary_key)
+
+    def read_column(name: str) -> pa.ChunkedArray:
+        chunks = [chunk for r in readers for chunk in r.read([name], None, meta.column_types).column(0).chunks]
+        return pa.chunked_array(chunks, type=meta.arrow_schema.field(name).type)
+
+    key_table = pa.table({name: read_column(name).combine_chunks() for name in names if name in keys})
+    rows = sum(r.existing_rows for r in readers) if not key_table.num_columns else key_table.num_rows
+    order = None
+    if meta.order_by and rows > 1:
+        order = sort_indices(meta.order_by, key_table, meta.column_types)
+        key_table = key_table.take(order)
+
+    def column_of(name: str) -> pa.Array | pa.ChunkedArray:
+        if name in key_table.column_names:
+            return key_table.column(name)
+        values = read_column(name)
+        return values.take(order) if order is not None else values
+
+    types = [parse_type(t) for _, t in meta.columns]
+    total = 0
+    for (name, _), dt in zip(meta.columns, types, strict=True):
+        width = in_memory_width_of_type(dt, meta.arrow_schema.field(name).type, rows)
+        if width is None:  # variable-width values: measured (the column is read again when written)
+            width = in_memory_width(dt, key_table.column(name) if name in keys else read_column(name))
+        total += width
+    granules = plan_granules_of(rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
     key = meta.partition_key
     partition = None
     if key.is_partitioned:
         values = readers[0].partition_values(key.result_types)
         partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
                                    key.result_types, key.columns)
-    types = [parse_type(t) for _, t in meta.columns]
-    granules = plan_granules(table, types, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
-    return write_wide_part(table, meta.columns, meta.primary_key_values(table), partition, meta.writer_settings,
-                           granules)
+    return write_wide_part_by_column(rows, meta.columns, column_of, meta.primary_key_values(key_table), partition,
+                                     meta.writer_settings, granules)

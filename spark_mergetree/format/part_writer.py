@@ -9,7 +9,7 @@ is one ClickHouse would write for the same rows: column streams of compressed bl
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -96,29 +96,48 @@ class PartitionValue:
     minmax_columns: Sequence[str]
 
 
-def _in_memory_width(dt: DataType, array: pa.ChunkedArray | pa.Array) -> int:
+def in_memory_width(dt: DataType, array: pa.ChunkedArray | pa.Array) -> int:
     """Bytes a column takes in ClickHouse's memory: what adaptive granularity is computed from."""
     n = len(array)
     if n == 0:
         return 0
+    known = in_memory_width_of_type(dt, array.type, n)
+    if known is not None:
+        return known
     if isinstance(dt, Nullable):
-        return n + _in_memory_width(dt.inner, array)
-    if isinstance(dt, LowCardinality):
-        return n * 4
+        return n + in_memory_width(dt.inner, array)
     if isinstance(dt, Primitive) and dt.name == "String":
         # Characters plus an 8-byte offset per row.
         return int(pc.sum(pc.binary_length(array)).as_py() or 0) + 8 * n
+    return int(array.nbytes)
+
+
+def in_memory_width_of_type(dt: DataType, arrow_type: pa.DataType, n: int) -> int | None:
+    """`_in_memory_width` of `n` values when the type alone decides it (fixed-width values), else None."""
+    if n == 0:
+        return 0
+    if isinstance(dt, Nullable):
+        inner = in_memory_width_of_type(dt.inner, arrow_type, n)
+        return None if inner is None else n + inner
+    if isinstance(dt, LowCardinality):
+        return n * 4
+    if isinstance(dt, Primitive) and dt.name == "String":
+        return None
     try:
-        return n * (array.type.bit_width // 8)
+        return n * (arrow_type.bit_width // 8)
     except ValueError:  # not a fixed-width Arrow type
-        return int(array.nbytes)
+        return None
 
 
 def plan_granules(table: pa.Table, types: Sequence[DataType], settings: WriterSettings,
                   block_rows: int | None = None) -> np.ndarray:
     """Rows per granule for `table`, written as one block (an insert) or in blocks of `block_rows`."""
-    n = table.num_rows
-    total_bytes = sum(_in_memory_width(dt, table.column(i)) for i, dt in enumerate(types))
+    total_bytes = sum(in_memory_width(dt, table.column(i)) for i, dt in enumerate(types))
+    return plan_granules_of(table.num_rows, total_bytes, settings, block_rows)
+
+
+def plan_granules_of(n: int, total_bytes: int, settings: WriterSettings, block_rows: int | None = None) -> np.ndarray:
+    """Rows per granule for `n` rows taking `total_bytes` in memory (see `plan_granules`)."""
     if block_rows is None or n <= block_rows:
         blocks = [(n, total_bytes)]
     else:
@@ -198,6 +217,56 @@ def write_wide_part(
         files.files.update(result.files)
         files.boundaries.update(result.boundaries)
 
+    return _finish_part(files, checksums, n, columns, primary_key, partition, settings, granule_rows, table.column)
+
+
+def write_wide_part_by_column(
+    num_rows: int,
+    columns: Sequence[tuple[str, str]],
+    column_of: Callable[[str], pa.Array | pa.ChunkedArray],
+    primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]],
+    partition: PartitionValue | None,
+    settings: WriterSettings,
+    granule_rows: np.ndarray,
+) -> PartFiles:
+    """`write_wide_part` with one column in memory at a time (ClickHouse's vertical merge writes a
+    part so): `column_of(name)` gives a column's `num_rows` sorted values when its turn comes; the
+    column's streams are compressed in parallel, then its values are dropped. The bytes are those
+    `write_wide_part` writes for the same rows and granules."""
+    files = PartFiles(rows=num_rows)
+    checksums: dict[str, FileChecksum] = {}
+    written: set[str] = set()
+    with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:
+        for name, type_text in columns:
+            dt = parse_type(type_text)
+            values = column_of(name)
+            if len(values) != num_rows:
+                raise SchemaMismatchError(f"column {name!r} has {len(values)} rows, the part {num_rows}")
+            streams = serialize_column(dt, name, values, granule_rows, string_sizes=settings.string_sizes)
+            del values
+            codecs = settings.stream_codecs(name, dt)
+            jobs = [(stream, data) for stream, data in streams.items() if stream not in written]
+            written.update(stream for stream, _ in jobs)
+
+            def compress(job: tuple[str, StreamBytes], codecs: dict[str, Codec | CodecChain] = codecs) -> PartFiles:
+                out = PartFiles()
+                stream, data = job
+                _write_stream(out, checksums, stream, memoryview(data.data), data.granule_offsets, granule_rows,
+                              settings, codecs[stream])
+                return out
+
+            for result in pool.map(compress, jobs):
+                files.files.update(result.files)
+                files.boundaries.update(result.boundaries)
+            del streams, jobs
+    return _finish_part(files, checksums, num_rows, columns, primary_key, partition, settings, granule_rows, column_of)
+
+
+def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, columns: Sequence[tuple[str, str]],
+                 primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]], partition: PartitionValue | None,
+                 settings: WriterSettings, granule_rows: np.ndarray,
+                 column_of: Callable[[str], pa.Array | pa.ChunkedArray]) -> PartFiles:
+    """The part's index, partition, metadata files and checksums.txt, after its column streams."""
     if primary_key:
         starts = granularity.granule_offsets(granule_rows)[:-1]
         index_rows = np.append(starts, n - 1) if n else starts
@@ -210,7 +279,7 @@ def write_wide_part(
         type_of = dict(columns)
         for column_name in partition.minmax_columns:
             dt = parse_type(type_of[column_name])
-            values = table.column(column_name)
+            values = column_of(column_name)
             bounds = pa.chunked_array([pa.array([pc.min(values).as_py(), pc.max(values).as_py()],
                                                 type=values.type)])
             files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
