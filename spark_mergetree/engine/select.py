@@ -258,7 +258,7 @@ def _index_granules(index: SkipIndex, reader: PartReader, predicate: Expr,
             value_hash = bloom_value_hash(value, types[position])
             if value_hash is None:
                 return None
-            # An empty filter (a granule whose values are all empty arrays) holds nothing: 0 bits.
+            # A filter of 0 bytes (a granule of empty arrays) cannot be probed: the granule may match.
             positions = bloom_positions(value_hash, hashes, sizes[:, position] * 8)
             found = bits_set(buf, starts[:, position], positions).all(axis=0)
             return found | (sizes[:, position] == 0)
