@@ -167,12 +167,18 @@ class ObjectStoreCoordinator(Coordinator):
     def _renew(self) -> None:
         while not self._stop.wait(self.lease / 3):
             with self._mutex:
-                owned = list(self._owned.items())
-            for tid, key in owned:
-                try:
-                    self._put_json(key, {"tid": tid, "owner": self._owner})
-                except OSError:
-                    pass  # the next round tries again; a lease that lapses aborts the transaction
+                owned = list(self._owned)
+            for tid in owned:
+                # Under the mutex: a transaction that ends meanwhile has its lease object deleted
+                # after it leaves _owned, so a renewal never writes one back for an ended transaction.
+                with self._mutex:
+                    key = self._owned.get(tid)
+                    if key is None:
+                        continue
+                    try:
+                        self._put_json(key, {"tid": tid, "owner": self._owner})
+                    except OSError:
+                        pass  # the next round tries again; a lease that lapses aborts the transaction
 
     def _alive(self, tid: int) -> bool:
         with self._mutex:

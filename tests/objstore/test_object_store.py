@@ -73,3 +73,24 @@ def test_missing_bucket_and_credentials_name_url_and_cause(s3_bucket: str, monke
         Bucket(s3_bucket, {"region": "us-east-1", "endpoint": "http://127.0.0.1:1"}).get("k")
     with pytest.raises(InvalidOptionError, match="go together"):
         Bucket(s3_bucket, {"access_key_id": "only-one"})
+
+
+def test_a_lease_renewal_never_brings_back_an_ended_transaction(s3_bucket: str) -> None:
+    """The renewal thread and commit race: a renewal written after the commit deleted the lease
+    object would list the ended transaction as running (holding back cleanup) for a whole lease."""
+    import random
+    import time
+
+    from spark_mergetree.txn.object_store import ObjectStoreCoordinator
+
+    coordinator = ObjectStoreCoordinator(f"s3://{s3_bucket}/coordinator", lease=0.3)  # renews every 0.1 s
+    rng = random.Random(7)
+    try:
+        for _ in range(25):
+            info = coordinator.begin()
+            time.sleep(rng.uniform(0.0, 0.12))
+            coordinator.commit(info.tid)
+        time.sleep(0.25)  # any renewal in flight has landed
+        assert Bucket(s3_bucket).list_objects("coordinator/running/", delimiter=None)[0] == {}
+    finally:
+        coordinator.close()
