@@ -88,6 +88,11 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("mls", "MultiLineString", "[arrayMap(x -> (1, x), range(number % 4)), [(0, 0)]]"),
     ("saf", "SimpleAggregateFunction(sum, UInt64)", "number * 3"),
     ("safn", "SimpleAggregateFunction(anyLast, Nullable(String))", "if(number % 2 = 1, NULL, repeat('s', number * (1 - number % 2)))"),
+    ("mipbf", "Map(IPv4, BFloat16)", "mapFromArrays(arrayMap(x -> toIPv4(x * 65537), range(number % 3)), "
+                                     "arrayMap(x -> toBFloat16(x / 3), range(number % 3)))"),
+    ("ant", "Array(Nullable(Time))", "arrayMap(x -> if(x = 1, NULL, toTime(x * 7777)), range(number % 3))"),
+    ("tpt", "Tuple(p Point, t Time64(2), ip Nullable(IPv6))",
+     "((number, -1.5), toTime64(number % 23 * 3600.25, 2), if(number % 2, NULL, toIPv6('::' || toString(number + 1))))"),
     ("ip4", "IPv4", "if(number = 9, toIPv4('255.255.255.255'), toIPv4(number * 16909060))"),
     ("ip6", "IPv6", "if(number = 9, toIPv6('ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe'), "
                     "toIPv6('2001:db8:' || toString(number * 7) || '::1'))"),
