@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import shutil
 from pathlib import Path
 
@@ -82,4 +84,52 @@ def test_clickhouse_attaches_spark_written_parts(spark, tmp_path: Path) -> None:
     assert _canonical(session, "SELECT id, name, value, day FROM dst") == sorted(
         f"{r['id']}\t{r['name']}\t{r['value']:g}\t{r['day']}" for r in df.collect())
     assert len(part_dirs(data_dir)) == len(visible)
+    close_session()
+
+
+MODERN = [
+    ("ip4", "IPv4", "toIPv4(number * 16909060)", "toUInt32(ip4)"),
+    ("ip6", "IPv6", "toIPv6('2001:db8::' || toString(number))", "hex(ip6)"),
+    ("bf", "BFloat16", "toBFloat16(number / 3 - 2)", "toFloat32(bf)"),
+    ("t", "Time", "toTime(toInt32(number) * 40000 - 3000000)", "toInt32(t)"),
+    ("t3", "Nullable(Time64(3))", "if(number % 3 = 0, NULL, toTime64(number * 1.125, 3))", "toDecimal64(t3, 3)"),
+    ("p", "Point", "(number / 2, -1.0)", "p.1"),
+    ("saf", "SimpleAggregateFunction(sum, UInt64)", "number * 7", "saf"),
+    ("agg", "AggregateFunction(avg, Float64)", "arrayReduce('avgState', [number / 4])", "hex(toString(agg))"),
+]
+
+
+def _modern_rows(rows) -> list[str]:
+    """Spark rows as ClickHouse prints the `MODERN` check expressions (TSV)."""
+    out = []
+    for r in rows:
+        t3 = "\\N" if r["t3"] is None else format((decimal.Decimal(r["t3"] // dt.timedelta(microseconds=1))
+                                                   .scaleb(-6).normalize()), "f")
+        out.append("\t".join([str(r["id"]), str(r["ip4"]), r["ip6"].hex().upper(), f"{r['bf']:.10g}",
+                              str(int(r["t"].total_seconds())), t3, f"{r['p']['1']:.10g}", str(r["saf"]),
+                              bytes(r["agg"]).hex().upper()]))
+    return sorted(out)
+
+
+def test_modern_types_through_spark_both_ways(spark, tmp_path: Path) -> None:
+    columns = ", ".join(f"`{n}` {t}" for n, t, _, _ in MODERN)
+    create = f"CREATE TABLE src (id UInt64, {columns}) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 16"
+    check = "SELECT id, " + ", ".join(e for _, _, _, e in MODERN) + " FROM {}"
+    exprs = ", ".join(e for _, _, e, _ in MODERN)
+    session, data_dir = make_chdb_table(tmp_path, create, [f"INSERT INTO src SELECT number, {exprs} FROM numbers(50)"])
+    expected = _canonical(session, check.format("src"))
+    close_session()
+    df = spark.read.format("mergetree").option("create_statement", create).load(str(data_dir))
+    rows = df.collect()
+    assert _modern_rows(rows) == expected
+    # Spark writes the rows it read into a table of the same types; ClickHouse attaches and checks them.
+    ours = tmp_path / "ours"
+    MergeTreeTable.create(ours, [("id", "UInt64")] + [(n, t) for n, t, _, _ in MODERN], order_by="id")
+    df.write.format("mergetree").mode("append").save(str(ours))
+    session, dst_dir = make_chdb_table(tmp_path, create.replace("src", "dst"))
+    for part in MergeTreeTable.open(ours).parts():
+        shutil.copytree(ours / part.name, dst_dir / "detached" / part.name)
+        session.query(f"ALTER TABLE dst ATTACH PART '{part.name}'")
+    assert session.query("CHECK TABLE dst SETTINGS check_query_single_value_result = 1", "CSV").bytes().decode().strip() == "1"
+    assert _canonical(session, check.format("dst")) == expected
     close_session()
