@@ -47,6 +47,11 @@ class TableRef:
     name: str | None = None  # "db.table" when it came from a catalog (for messages)
     storage: tuple[tuple[str, str], ...] = ()  # endpoint/credentials of an s3:// table
 
+    def __post_init__(self) -> None:
+        # A ref read back from JSON (a transaction's record of staged tables) has lists here; the
+        # ref keys the per-process table cache, so it must stay hashable.
+        object.__setattr__(self, "storage", tuple((str(key), str(value)) for key, value in self.storage))
+
     @property
     def in_object_store(self) -> bool:
         return self.path.startswith("s3://")
