@@ -13,7 +13,6 @@ import time
 import traceback
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable, Transaction
@@ -21,23 +20,10 @@ from spark_mergetree.engine import background
 from spark_mergetree.engine.merge import PartStats, SelectorSettings, select_automatic
 from spark_mergetree.errors import TooManyPartsError
 from spark_mergetree.format.part_info import PartInfo
+from tests.engine.test_concurrency import COLUMNS, batch, directories, ids_of
 
 SPAWN = multiprocessing.get_context("spawn")
-COLUMNS = [("id", "UInt64"), ("v", "Int64")]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def batch(ids: range | list[int]) -> pa.Table:
-    ids = list(ids)
-    return pa.table({"id": pa.array(ids, pa.uint64()), "v": pa.array([i * 10 for i in ids], pa.int64())})
-
-
-def ids_of(table: MergeTreeTable) -> list[int]:
-    return sorted(table.to_arrow(["id"]).column("id").to_pylist())
-
-
-def directories(table: MergeTreeTable) -> set[str]:
-    return {e.name for e in os.scandir(table.path) if e.is_dir() and e.name not in ("_mergetree", "detached")}
 
 
 def per_partition(table: MergeTreeTable) -> dict[str, int]:
