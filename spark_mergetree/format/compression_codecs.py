@@ -498,7 +498,7 @@ def _check_meaningful(chain: CodecChain, column_type: DataType, text: str) -> No
 
 def _has_float(dt: DataType) -> bool:
     if isinstance(dt, Primitive):
-        return dt.name in ("Float32", "Float64")
+        return dt.name in ("Float32", "Float64", "BFloat16")
     if isinstance(dt, (Nullable, Array)):
         return _has_float(dt.inner)
     if isinstance(dt, Tuple):

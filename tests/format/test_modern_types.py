@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.aggregate_states import empty_state
 from spark_mergetree.format.conform import conform_array
 from spark_mergetree.format.serialization import default_column, serialize_column
@@ -314,3 +314,42 @@ def test_default_state_is_the_state_of_no_rows(chdb, name, type_text, expr):
                                 "AS x").column("x").to_pylist()
     assert [empty_state(dt).hex().upper()] == no_rows
     assert default_column(dt, 2).to_pylist() == [empty_state(dt)] * 2
+
+
+def test_new_types_under_column_codecs_both_ways(tmp_path):
+    """The codecs of time-series tables over the new types: ClickHouse's parts read, ours (written with
+    the same CODEC clauses) attached and checked."""
+    both_ways(tmp_path, [
+        ("ip", "IPv4 CODEC(T64, LZ4)", "toIPv4(number * 1000003)"),
+        ("ipd", "IPv4 CODEC(Delta, ZSTD(1))", "toIPv4(number * 7)"),
+        ("t", "Time CODEC(DoubleDelta, LZ4)", "toTime(toInt32(number) * 61 - 1000)"),
+        ("t6", "Time64(6) CODEC(Delta(8), ZSTD)", "toTime64(number * 1.000001, 6)"),
+        ("tg", "Time CODEC(T64)", "toTime(toInt32(number) * 3)"),
+        ("bf", "BFloat16 CODEC(Gorilla, LZ4)", "toBFloat16(number / 7)"),
+        ("ip6", "IPv6 CODEC(ZSTD(3))", "toIPv6('::' || toString(number))"),
+    ], 40, select="id, toUInt32(ip) AS ip, toUInt32(ipd) AS ipd, toInt32(t) AS t, toDecimal64(t6, 6) AS t6, "
+                  "toInt32(tg) AS tg, toFloat32(bf) AS bf, hex(ip6) AS ip6",
+       ours_as_selected=lambda table: [
+           {"id": r["id"], "ip": r["ip"], "ipd": r["ipd"], "t": _seconds(r["t"]), "t6": _seconds(r["t6"]),
+            "tg": _seconds(r["tg"]), "bf": r["bf"], "ip6": r["ip6"].hex().upper()} for r in table.to_pylist()])
+
+
+CODEC_CHOICES = [("BFloat16", "Gorilla"), ("BFloat16", "FPC"), ("BFloat16", "T64"), ("BFloat16", "GCD"),
+                 ("Time", "GCD"), ("Time", "Gorilla"), ("Time64(3)", "T64"), ("Time64(3)", "DoubleDelta"),
+                 ("IPv4", "GCD"), ("IPv4", "T64"), ("IPv6", "Delta"), ("IPv6", "ZSTD(1)")]
+
+
+@pytest.mark.parametrize("type_text,codec", CODEC_CHOICES, ids=[f"{t}-{c}" for t, c in CODEC_CHOICES])
+def test_codecs_on_new_types_are_accepted_as_clickhouse_accepts_them(chdb, tmp_path, type_text, codec):
+    try:
+        chdb.query(f"CREATE TABLE t (a {type_text} CODEC({codec})) ENGINE = MergeTree ORDER BY tuple()")
+        clickhouse_accepts = True
+    except Exception:  # noqa: BLE001 - chdb raises its own error class for a refused CREATE
+        clickhouse_accepts = False
+    try:
+        MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("a", f"{type_text} CODEC({codec})")], order_by="id")
+        we_accept = True
+    except InvalidOptionError as error:
+        assert "column 'a'" in str(error)
+        we_accept = False
+    assert we_accept == clickhouse_accepts
