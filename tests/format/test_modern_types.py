@@ -353,3 +353,11 @@ def test_codecs_on_new_types_are_accepted_as_clickhouse_accepts_them(chdb, tmp_p
         assert "column 'a'" in str(error)
         we_accept = False
     assert we_accept == clickhouse_accepts
+
+
+def test_low_cardinality_of_new_types_both_ways(tmp_path):
+    """ClickHouse makes these only with allow_suspicious_low_cardinality_types; their parts must still read."""
+    both_ways(tmp_path, [("l4", "LowCardinality(IPv4)", "toIPv4(number % 3 * 256)"),
+                         ("l6", "LowCardinality(Nullable(IPv6))", "if(number % 4 = 0, NULL, toIPv6('::' || toString(number % 2)))"),
+                         ("lb", "LowCardinality(BFloat16)", "toBFloat16(number % 5 / 4)")],
+              13, setup=("SET allow_suspicious_low_cardinality_types = 1",))
