@@ -75,3 +75,75 @@ class S3Server:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+class FlakyProxy:
+    """An HTTP proxy in front of the S3 server that answers every `every`-th request (at most `limit`
+    of them) with 503 SlowDown, S3's throttling answer, without forwarding it: transient faults, to
+    show clients retry them."""
+
+    def __init__(self, upstream: str, every: int = 3, limit: int = 1 << 30) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlparse
+
+        target = urlparse(upstream)
+        proxy = self
+        self.injected = 0
+        self.forwarded = 0
+        self._lock = threading.Lock()
+        self._count = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # answers `Expect: 100-continue` at once, keeps connections
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _relay(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with proxy._lock:
+                    proxy._count += 1
+                    fail = proxy._count % every == 0 and proxy.injected < limit
+                    if fail:
+                        proxy.injected += 1
+                    else:
+                        proxy.forwarded += 1
+                if fail:
+                    payload = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+                               b"<Message>Please reduce your request rate.</Message></Error>")
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                connection = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "expect")}
+                headers["Host"] = target.netloc
+                connection.request(self.command, self.path, body=body, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for name, value in response.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                connection.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -191,3 +191,22 @@ def test_key_range_read_costs_a_constant_number_of_requests(s3_bucket: str) -> N
     # column stream of the one part and granule range the key range touches (id, value: 2).
     assert spent.get("LIST", 0) == 0 and spent.get("PUT", 0) == 0 and spent.get("HEAD", 0) == 0
     assert spent["GET"] == 4, spent
+
+
+def test_transient_errors_are_retried_with_backoff(s3_server, s3_bucket: str) -> None:
+    """Every fourth request (6 in all: each retry waits a backoff) answered 503 SlowDown, S3's
+    throttling, by a proxy: creating, writing (the coordinator's conditional writes included) and
+    reading a table still succeed."""
+    from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY, FlakyProxy
+
+    proxy = FlakyProxy(s3_server.endpoint, every=4, limit=6)
+    try:
+        options = {"endpoint": proxy.endpoint, "access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY,
+                   "region": REGION}
+        url = f"s3://{s3_bucket}/flaky"
+        table = MergeTreeTable.create(url, SCHEMA, order_by="id", storage_options=options)
+        table.insert(rows(0, 300))
+        assert same(MergeTreeTable.open(url, storage_options=options).to_arrow(), rows(0, 300))
+        assert proxy.injected == 6
+    finally:
+        proxy.close()
