@@ -168,3 +168,13 @@ def s3_bucket(s3_server: object, monkeypatch: pytest.MonkeyPatch) -> str:
     for name, value in s3_server.environment().items():
         monkeypatch.setenv(name, value)
     return s3_server.bucket()
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[object]:
+    """One real ZooKeeper server for the session (tests/zookeeper_server.py)."""
+    from tests.zookeeper_server import ZooKeeperServer
+
+    server = ZooKeeperServer().start()
+    yield server
+    server.close()

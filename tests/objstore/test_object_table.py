@@ -86,8 +86,14 @@ def test_bad_locations_fail_before_anything_is_written(s3_bucket: str, tmp_path)
         "t2/_mergetree/table.sql", "t2/_mergetree/settings.json"}
 
 
-def test_two_tables_commit_atomically_and_overwrites_conflict(s3_bucket: str) -> None:
-    coordinator = coordinator_from_url(f"s3://{s3_bucket}/coordinator")
+@pytest.mark.parametrize("backend", ["s3", "zookeeper"])
+def test_two_tables_commit_atomically_and_overwrites_conflict(s3_bucket: str, backend: str,
+                                                              request: pytest.FixtureRequest) -> None:
+    if backend == "s3":
+        coordinator = coordinator_from_url(f"s3://{s3_bucket}/coordinator")
+    else:
+        hosts = request.getfixturevalue("zookeeper").hosts
+        coordinator = coordinator_from_url(f"zk://{hosts}/objstore_{s3_bucket}")
     orders = create(f"s3://{s3_bucket}/orders", coordinator=coordinator)
     audit = create(f"s3://{s3_bucket}/audit", coordinator=coordinator)
     with Transaction(coordinator) as tx:

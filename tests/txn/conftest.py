@@ -19,13 +19,6 @@ from tests.zookeeper_server import ZooKeeperServer
 MARKER = "marker.txt"
 
 
-@pytest.fixture(scope="session")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer().start()
-    yield server
-    server.close()
-
-
 @pytest.fixture(params=["local", "zookeeper", "s3"])
 def coordinator_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty coordinator of each backend (its URL)."""
