@@ -130,12 +130,13 @@ def serialize_rows(dts: Sequence[DataType], arrays: Sequence[pa.Array | pa.Chunk
     return _interleave(parts)[0].tobytes()
 
 
-def _read_varuint(buf: memoryview, pos: int, where: str) -> tuple[int, int]:
+def read_varuint(buf: memoryview | np.ndarray, pos: int, where: str) -> tuple[int, int]:
+    """The LEB128 unsigned integer at `pos` and the position after it."""
     value = shift = 0
     while True:
         if pos >= len(buf) or shift > 63:
             raise CorruptPartError(f"{where}: truncated variable-length integer at byte offset {pos}")
-        b = buf[pos]
+        b = int(buf[pos])
         pos += 1
         value |= (b & 0x7F) << shift
         shift += 7
@@ -155,7 +156,7 @@ def _split_row(dt: DataType, base: str, level: int, buf: memoryview, pos: int, o
             return pos + 1
         return _split_row(dt.inner, base, level, buf, pos + 1, out)
     if isinstance(dt, (Array, Map)):
-        count, pos = _read_varuint(buf, pos, "row data")
+        count, pos = read_varuint(buf, pos, "row data")
         out[f"{base}.size{level}"] += struct.pack("<Q", count)
         for _ in range(count):
             if isinstance(dt, Array):
@@ -169,7 +170,7 @@ def _split_row(dt: DataType, base: str, level: int, buf: memoryview, pos: int, o
             pos = _split_row(e, element_base(base, name), level, buf, pos, out)
         return pos
     if is_string(dt):
-        length, start = _read_varuint(buf, pos, "row data")
+        length, start = read_varuint(buf, pos, "row data")
         end = start + length
         if end > len(buf):
             raise CorruptPartError(f"row data: string at byte offset {pos} runs past the end")

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from spark_mergetree.errors import CorruptPartError
 from spark_mergetree.format.compression import decompress_all
-from spark_mergetree.format.row_binary import deserialize_rows
+from spark_mergetree.format.row_binary import deserialize_rows, read_varuint
 from spark_mergetree.format.types import DataType, Nullable, parse_type
 from spark_mergetree.format.values import fixed_width, is_string
 
@@ -66,16 +66,7 @@ def parse_packed_archive(data: bytes | memoryview, path: str) -> dict[str, tuple
     (count,) = _U64.unpack_from(view, 1)
     pos, files = 9, {}
     for number in range(count):
-        length, shift = 0, 0
-        while True:
-            if pos >= len(view):
-                raise CorruptPartError(f"{path}: entry {number} runs past the end of the archive's header")
-            byte = view[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
+        length, pos = read_varuint(view, pos, f"{path}: entry {number} of the archive's header")
         name = bytes(view[pos:pos + length]).decode("utf-8", "replace")
         pos += length
         if pos + _ENTRY.size > len(view):
@@ -176,19 +167,12 @@ def set_granules(data: SkipIndexData, types: Sequence[str], count: int, where: s
 
 def _strings_end(buf: np.ndarray, pos: int, rows: int) -> int:
     """End offset of `rows` varint-length-prefixed strings starting at `pos` (-1 past the end)."""
-    size = len(buf)
-    for _ in range(rows):
-        length, shift = 0, 0
-        while True:
-            if pos >= size:
-                return -1
-            byte = int(buf[pos])
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        pos += length
+    try:
+        for _ in range(rows):
+            length, pos = read_varuint(buf, pos, "set index strings")
+            pos += length
+    except CorruptPartError:
+        return -1
     return pos
 
 
@@ -258,16 +242,7 @@ def bloom_granules(data: SkipIndexData, columns: int, count: int, bits_per_row: 
     sizes = np.zeros((count, columns), np.int64)
     pos = 0
     for granule in range(count):
-        rows, shift = 0, 0
-        while True:
-            if pos >= len(buf):
-                raise CorruptPartError(f"{where}: bloom filter granule {granule} of {count} runs past the end")
-            byte = int(buf[pos])
-            pos += 1
-            rows |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
+        rows, pos = read_varuint(buf, pos, f"{where}: bloom filter granule {granule} of {count}")
         size = (bits_per_row * rows + 7) // 8
         for column in range(columns):
             starts[granule, column], sizes[granule, column] = pos, size
