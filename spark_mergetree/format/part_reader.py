@@ -19,9 +19,11 @@ the feature, the part and the file. See format_spec/part.md.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Protocol, cast
 
@@ -163,6 +165,19 @@ class _IndexCache:
 
 # Primary index keys kept parsed in a process (about 16 bytes each for a numeric key).
 _PRIMARY_INDEXES = _IndexCache(max_keys=16 << 20)
+
+# Threads reading the columns of one read at once, for sources whose every range is a request with
+# latency (object storage: `parallel_reads` on the source). One pool per process (fork-safe).
+_COLUMN_POOLS: dict[int, ThreadPoolExecutor] = {}
+_COLUMN_POOLS_LOCK = threading.Lock()
+
+
+def _column_pool() -> ThreadPoolExecutor:
+    with _COLUMN_POOLS_LOCK:
+        pool = _COLUMN_POOLS.get(os.getpid())
+        if pool is None:
+            pool = _COLUMN_POOLS[os.getpid()] = ThreadPoolExecutor(16, thread_name_prefix="mergetree-columns")
+        return pool
 
 
 class PartReader:
@@ -649,8 +664,15 @@ class PartReader:
             elif n in declared:
                 self._check_added(n, declared)
         rows = sum(int(self.granule_starts[e] - self.granule_starts[b]) for b, e in ranges)
-        arrays = [default_column(parse_type(declared[n]), rows) if n not in self.types and n in declared
-                  else self.read_column(n, ranges) for n in names]
+        def column(n: str) -> pa.Array:
+            if n not in self.types and n in declared:
+                return default_column(parse_type(declared[n]), rows)
+            return self.read_column(n, ranges)
+
+        if len(names) > 1 and getattr(self.source, "parallel_reads", False):
+            arrays = list(_column_pool().map(column, names))  # each column's ranged reads at once
+        else:
+            arrays = [column(n) for n in names]
         fields = [pa.field(n, a.type) for n, a in zip(names, arrays)]
         table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
         mask = self.row_mask(ranges) if arrays else None

@@ -496,6 +496,9 @@ class ObjectParts:
     their final keys. Implements the reader's `FileSource` (list_files, read_file, read_range,
     file_size) with one LIST per part per process (sizes included) and one ranged GET per range."""
 
+    #: Every range is a request with latency: readers fetch a read's columns in parallel.
+    parallel_reads = True
+
     def __init__(self, location: ObjectUrl, options: Mapping[str, Any] | None = None) -> None:
         self.location = location
         self.bucket = Bucket(location.bucket, options)
