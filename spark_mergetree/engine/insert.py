@@ -88,10 +88,12 @@ def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
 
 
 def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Callable[[str, PartFiles], None],
-                          tag: str) -> list[StagedPart]:
+                          tag: str, part_name: Callable[[str], str] | None = None) -> list[StagedPart]:
     """Split `table` (conformed) by partition and write each group as one sorted part.
 
-    `write_part(name, PartFiles)` places a part's files (storage's job).
+    `write_part(name, PartFiles)` places a part's files (storage's job); it is called as soon as a
+    part is encoded, so it may upload in the background while the next part is encoded.
+    `part_name(partition_id)` names a part (default: a staged name from `tag`).
     """
     staged = []
     key = meta.partition_key
@@ -103,7 +105,7 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
             values = [pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(group.values, key.result_types)]
             partition = PartitionValue(values, key.result_types, key.columns)
         files = write_wide_part(rows, meta.columns, meta.primary_key_values(rows), partition, meta.writer_settings)
-        name = f"{STAGING_PREFIX}{tag}_{number}"
+        name = part_name(group.partition_id) if part_name is not None else f"{STAGING_PREFIX}{tag}_{number}"
         write_part(name, files)
         staged.append(StagedPart(name, group.partition_id, rows.num_rows, files.size, tag))
     return staged

@@ -21,7 +21,7 @@ import json
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from spark_mergetree.engine import insert as inserting
@@ -61,14 +61,17 @@ from spark_mergetree.txn.object_log import ObjectTableLog
 # Readers by part identity (its URL), for the whole process: parts never change once written.
 _READERS: dict[str, PartReader] = {}
 _READERS_LOCK = threading.Lock()
-_UPLOADS: dict[int, ThreadPoolExecutor] = {}  # by pid: a pool's threads do not survive fork()
+# Upload threads by pid (a pool's threads do not survive fork()) and kind: "parts" (a part at a
+# time, waiting for its files) and "files" (the PUTs) never share a pool, so no wait can deadlock.
+_UPLOADS: dict[tuple[int, str], ThreadPoolExecutor] = {}
 
 
-def _upload_pool() -> ThreadPoolExecutor:
+def _upload_pool(kind: str) -> ThreadPoolExecutor:
     with _READERS_LOCK:
-        pool = _UPLOADS.get(os.getpid())
+        pool = _UPLOADS.get((os.getpid(), kind))
         if pool is None:
-            pool = _UPLOADS[os.getpid()] = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mergetree-upload")
+            pool = _UPLOADS[(os.getpid(), kind)] = ThreadPoolExecutor(
+                max_workers=4 if kind == "parts" else 16, thread_name_prefix=f"mergetree-upload-{kind}")
         return pool
 
 
@@ -252,18 +255,35 @@ class ObjectStoreTable(MergeTreeTable):
         rows = inserting.conform(inserting.to_arrow_table(data), self.metadata)
         if rows.num_rows == 0:
             return []
-        encoded: list[tuple[str, Any]] = []
-        staged = inserting.write_partition_parts(self.metadata, rows, lambda name, files: encoded.append((name, files)),
-                                                 tag or inserting.new_tag())
         table_id = self.log.bind(self.coordinator.url)
-        first = (transaction.allocate_blocks(self.log, len(staged)) if transaction is not None
-                 else self.coordinator.allocate_blocks(table_id, len(staged)))
-        out = []
-        for number, (part, (_, files)) in enumerate(zip(staged, encoded, strict=True)):
-            name = str(PartInfo(part.partition_id, first + number, first + number, 0))
-            self.parts_store.write_part(name, files.files, _upload_pool())
-            out.append(inserting.StagedPart(name, part.partition_id, part.rows, part.bytes, part.tag))
-        return out
+        free: list[int] = []
+
+        def name(partition_id: str) -> str:
+            # Block numbers in batches (one coordinator round trip for up to 16 parts); numbers a
+            # batch leaves unused are gaps, which ClickHouse's part names allow.
+            if not free:
+                count = 16 if self.metadata.partition_key.is_partitioned else 1
+                first = (transaction.allocate_blocks(self.log, count) if transaction is not None
+                         else self.coordinator.allocate_blocks(table_id, count))
+                free.extend(range(first + count - 1, first - 1, -1))
+            block = free.pop()
+            return str(PartInfo(partition_id, block, block, 0))
+
+        parts_pool, files_pool = _upload_pool("parts"), _upload_pool("files")
+        uploads: list[Future[None]] = []
+
+        def upload(part: str, files: Any) -> None:
+            # In the background: the next part is encoded while this one goes up.
+            uploads.append(parts_pool.submit(self.parts_store.write_part, part, files.files, files_pool))
+
+        try:
+            staged = inserting.write_partition_parts(self.metadata, rows, upload, tag or inserting.new_tag(), name)
+        finally:
+            for future in uploads:
+                future.exception()  # wait for every upload, also when encoding failed
+        for future in uploads:
+            future.result()
+        return staged
 
     def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
         """Nothing to do at once: parts no committed entry names are deleted by `cleanup()`."""

@@ -22,6 +22,7 @@ from spark_mergetree.errors import (
     TableNotFoundError,
     UnsupportedError,
 )
+from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.storage.object_store import REQUESTS, Bucket
 from spark_mergetree.txn import coordinator_from_url
 
@@ -216,3 +217,15 @@ def test_transient_errors_are_retried_with_backoff(s3_server, s3_bucket: str) ->
         assert proxy.injected == 6
     finally:
         proxy.close()
+
+
+def test_many_partitions_upload_while_encoding(s3_bucket: str) -> None:
+    """20 parts in one insert: block numbers come in batches of 16, each part uploads while the next
+    is encoded."""
+    table = MergeTreeTable.create(f"s3://{s3_bucket}/many", SCHEMA, order_by="id", partition_by="intDiv(id, 200)")
+    data = rows(0, 4000)
+    names = table.insert(data)
+    assert len(names) == 20
+    assert len({PartInfo.parse(name).min_block for name in names}) == 20  # unique block numbers
+    assert same(table.to_arrow(), data)
+    assert set(table.parts_store.part_names()) - {""} == set(names)  # type: ignore[attr-defined]
