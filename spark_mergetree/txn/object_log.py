@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from spark_mergetree.errors import TransactionError
@@ -35,6 +37,15 @@ from spark_mergetree.txn.table_log import FORMAT_VERSION, LogEntry, PartVersion,
 _ENTRIES: dict[str, list[LogEntry]] = {}
 _FATES: dict[tuple[str, int], tuple[TxnState, int | None]] = {}
 _CACHE_LOCK = threading.Lock()
+_POOLS: dict[int, ThreadPoolExecutor] = {}  # by pid: threads do not survive fork()
+
+
+def _log_pool() -> ThreadPoolExecutor:
+    with _CACHE_LOCK:
+        pool = _POOLS.get(os.getpid())
+        if pool is None:
+            pool = _POOLS[os.getpid()] = ThreadPoolExecutor(16, thread_name_prefix="mergetree-log")
+        return pool
 
 
 class _PartObjects:
@@ -114,20 +125,34 @@ class ObjectTableLog(TableLog):
     def _entry_key(self, seq: int) -> str:
         return self._key(f"{seq:020d}.json")
 
+    def _read_entry(self, seq: int) -> LogEntry | None:
+        try:
+            raw = json.loads(self._bucket.get(self._entry_key(seq)))
+        except FileNotFoundError:
+            return None
+        except ValueError as error:
+            raise TransactionError(f"{self.directory}/{seq:020d}.json: corrupt log entry: {error}") from None
+        return LogEntry(tid=int(raw["tid"]), coordinator=str(raw["coordinator"]), added=tuple(raw["added"]),
+                        removed=tuple(raw["removed"]), csn=None, commit_time=raw.get("time"))
+
     def entries(self) -> list[LogEntry]:
-        """Every entry in seq order: the cached ones, then new ones read until one is absent."""
+        """Every entry in seq order: the cached ones, then new ones read until one is absent. The
+        first new one is read alone (a warm reader usually finds none); then 2, 4, ... up to 16 at
+        once, so a process new to a long log reads it in few round trips."""
         with _CACHE_LOCK:
             known = list(_ENTRIES.get(self._log_url, ()))
+        batch = 1
         while True:
-            try:
-                raw = json.loads(self._bucket.get(self._entry_key(len(known))))
-            except FileNotFoundError:
+            seqs = range(len(known), len(known) + batch)
+            found = ([self._read_entry(seqs[0])] if batch == 1
+                     else list(_log_pool().map(self._read_entry, seqs)))
+            for entry in found:
+                if entry is None:
+                    break
+                known.append(entry)
+            if len(found) == 0 or found[-1] is None or None in found:
                 break
-            except ValueError as error:
-                raise TransactionError(f"{self.directory}/{len(known):020d}.json: corrupt log entry: {error}") from None
-            known.append(LogEntry(tid=int(raw["tid"]), coordinator=str(raw["coordinator"]),
-                                  added=tuple(raw["added"]), removed=tuple(raw["removed"]), csn=None,
-                                  commit_time=raw.get("time")))
+            batch = min(batch * 2, 16)
         with _CACHE_LOCK:
             if len(known) > len(_ENTRIES.get(self._log_url, ())):
                 _ENTRIES[self._log_url] = known

@@ -229,3 +229,19 @@ def test_many_partitions_upload_while_encoding(s3_bucket: str) -> None:
     assert len({PartInfo.parse(name).min_block for name in names}) == 20  # unique block numbers
     assert same(table.to_arrow(), data)
     assert set(table.parts_store.part_names()) - {""} == set(names)  # type: ignore[attr-defined]
+
+
+def test_a_new_process_reads_a_long_log_whole_and_in_order(s3_bucket: str) -> None:
+    from spark_mergetree.txn import object_log
+
+    table = create(f"s3://{s3_bucket}/long")
+    url = table.coordinator.url
+    for tid in range(1000, 1037):
+        table.log.write_pending(tid, url, [f"all_{tid}_{tid}_0"], [])
+    with object_log._CACHE_LOCK:
+        object_log._ENTRIES.clear()  # as a process that never read this log
+    assert [entry.tid for entry in table.log.entries()] == list(range(1000, 1037))
+    table.log.write_pending(2000, url, ["all_2000_2000_0"], [])
+    before = REQUESTS.snapshot().get("GET", 0)
+    assert [entry.tid for entry in table.log.entries()][-2:] == [1036, 2000]
+    assert REQUESTS.snapshot().get("GET", 0) - before == 3  # 1 new entry, then 2 probed at once
