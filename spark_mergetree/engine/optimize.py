@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 import uuid
 from typing import TYPE_CHECKING
@@ -68,7 +69,9 @@ def merge_step(table: MergeTreeTable) -> str | None:
     if not candidates:
         tx.rollback()
         return None
-    return merge_one(table, candidates[0], tx)
+    # Processes merging one table at once start from different partitions' best merges, so that
+    # fewer of them lose the same race.
+    return merge_one(table, candidates[os.getpid() % len(candidates)], tx)
 
 
 def run_merges(table: MergeTreeTable, final: bool) -> list[str]:
