@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format.conform import conform_column
@@ -100,6 +101,10 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
     for number, group in enumerate(key.group_rows(table)):
         rows = table.take(pa.array(group.row_indices)) if len(key.elements) else table
         rows = meta.sort(rows)
+        if meta.merging_engine is not None:  # ClickHouse's optimize_on_insert: the block merged as a part would be
+            rows = engines.collapse(meta.merging_engine, rows, meta.sorting_key, meta.column_types, final=False)
+            if not rows.num_rows:
+                continue
         partition = None
         if key.is_partitioned:
             values = [pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(group.values, key.result_types)]

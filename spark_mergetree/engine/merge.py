@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.expressions.ddl import key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
@@ -254,6 +255,8 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
     names = [n for n, _ in meta.columns]
     definition = meta.definition
     keys = key_column_names(names, definition.order_by, definition.partition_by, definition.primary_key)
+    engine = meta.merging_engine
+    keys |= set(engine.control_columns if engine else ()) | set(meta.sorting_key) & set(names)
 
     def read_column(name: str) -> pa.ChunkedArray:
         chunks = [chunk for r in readers for chunk in r.read([name], None, meta.column_types).column(0).chunks]
@@ -262,15 +265,19 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
     key_table = pa.table({name: read_column(name).combine_chunks() for name in names if name in keys})
     rows = sum(r.existing_rows for r in readers) if not key_table.num_columns else key_table.num_rows
     order = None
-    if meta.order_by and rows > 1:
-        order = sort_indices(meta.order_by, key_table, meta.column_types)
+    if meta.sorting_key and rows > 1:
+        order = sort_indices(meta.sorting_key, key_table, meta.column_types)
         key_table = key_table.take(order)
+    plan = engines.plan_rows(engine, key_table, meta.sorting_key, meta.column_types, final=False) if engine else None
+    if plan is not None:  # the engine's merge (engines.py): rows of equal keys replaced, summed or collapsed
+        key_table, rows = plan.apply(key_table), plan.count
 
     def column_of(name: str) -> pa.Array | pa.ChunkedArray:
         if name in key_table.column_names:
             return key_table.column(name)
         values = read_column(name)
-        return values.take(order) if order is not None else values
+        values = values.take(order) if order is not None else values
+        return plan.column(name, values) if plan is not None else values
 
     types = [parse_type(t) for _, t in meta.columns]
     total = 0

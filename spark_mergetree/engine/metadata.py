@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spark_mergetree.engine.engines import MergingEngine, engine_of
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.ddl import (
     CLICKHOUSE_ONLY_SETTINGS,
@@ -147,6 +148,18 @@ class TableMetadata:
         return self._checked_key(self.definition.order_by, "ORDER BY")
 
     @cached_property
+    def merging_engine(self) -> MergingEngine | None:
+        """What merges and FINAL reads do to rows of equal keys (None: plain MergeTree)."""
+        return engine_of(self.definition)
+
+    @cached_property
+    def sorting_key(self) -> list[str]:
+        """The order rows are stored in: ORDER BY, plus the version of VersionedCollapsingMergeTree
+        (ClickHouse appends it to the sorting key; the primary key stays ORDER BY's)."""
+        suffix = self.merging_engine.sort_suffix if self.merging_engine else ()
+        return self.order_by + [c for c in suffix if c not in self.order_by]
+
+    @cached_property
     def primary_key(self) -> list[str]:
         return self._checked_key(self.definition.primary_key or self.definition.order_by, "PRIMARY KEY")
 
@@ -203,14 +216,14 @@ class TableMetadata:
 
     def sort(self, table: pa.Table) -> pa.Table:
         """Rows in the order ClickHouse stores them: by ORDER BY, ClickHouse's comparison."""
-        if not self.order_by or table.num_rows < 2 or self._already_sorted(table):
+        if not self.sorting_key or table.num_rows < 2 or self._already_sorted(table):
             return table
-        return table.take(sort_indices(self.order_by, table, self.column_types))
+        return table.take(sort_indices(self.sorting_key, table, self.column_types))
 
     def _already_sorted(self, table: pa.Table) -> bool:
         """Cheap check for the common case of a numeric first key column already in order (Spark
         tasks often hand over sorted ranges): then sorting is skipped. Only decides when it can."""
-        first = self.order_by[0].strip("`")
+        first = self.sorting_key[0].strip("`")
         if first not in self.column_types or first not in table.column_names:
             return False
         column = table.column(first)
@@ -218,7 +231,7 @@ class TableMetadata:
                                      or pa.types.is_date(column.type) or pa.types.is_timestamp(column.type)):
             return False
         values = column.to_numpy()
-        if len(self.order_by) == 1:
+        if len(self.sorting_key) == 1:
             return bool((values[1:] >= values[:-1]).all())
         # Strictly increasing first key: the later key columns cannot reorder anything.
         return bool((values[1:] > values[:-1]).all())
@@ -235,7 +248,7 @@ class TableMetadata:
         clause, the key element and its type."""
         from spark_mergetree.format.serialization import default_column
 
-        _ = self.order_by, self.primary_key, self.partition_key, self.writer_settings
+        _ = self.order_by, self.primary_key, self.partition_key, self.writer_settings, self.merging_engine
         probe = pa.table({name: default_column(parse_type(type_text), 2) for name, type_text in self.columns})
         unorderable = (pa.ArrowTypeError, pa.ArrowNotImplementedError)
         for clause, elements in (("ORDER BY", self.order_by), ("PRIMARY KEY", self.primary_key)):

@@ -131,7 +131,7 @@ class ObjectStoreTable(MergeTreeTable):
     def create_at(cls, url: str, schema: SchemaLike, order_by: str | Sequence[str], partition_by: str | None = None,
                   primary_key: str | Sequence[str] | None = None, settings: Mapping[str, Any] | None = None, *,
                   if_not_exists: bool = False, coordinator: Coordinator | str | None = None,
-                  storage_options: Mapping[str, Any] | None = None) -> ObjectStoreTable:
+                  storage_options: Mapping[str, Any] | None = None, engine: str | None = None) -> ObjectStoreTable:
         import uuid as uuid_module
 
         import pyarrow as pa
@@ -146,7 +146,7 @@ class ObjectStoreTable(MergeTreeTable):
             keys = key_column_names([name for name, _ in columns], order_by, partition_by, primary_key)
             columns = _normalize_schema(schema, keys)
         definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
-                                      uuid=str(uuid_module.uuid4()))
+                                      uuid=str(uuid_module.uuid4()), engine=engine)
         metadata = TableMetadata(definition, validate_engine_settings(engine_settings))
         metadata.validate_keys()
         statement_key = location.child(META_DIR, STATEMENT_FILE).key

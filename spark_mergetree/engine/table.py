@@ -26,7 +26,7 @@ from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 
-from spark_mergetree.engine import background, staging
+from spark_mergetree.engine import background, engines, staging
 from spark_mergetree.engine import check as checking
 from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import insert as inserting
@@ -62,7 +62,8 @@ from spark_mergetree.expressions.ddl import (
     key_column_names,
     parse_create,
 )
-from spark_mergetree.expressions.predicate import Expr
+from spark_mergetree.expressions.predicate import Expr, columns_of, filter_table
+from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.format.compression_codecs import split_codec_clause
 from spark_mergetree.format.part_info import PartInfo
@@ -168,7 +169,7 @@ class MergeTreeTable:
                partition_by: str | None = None, primary_key: str | Sequence[str] | None = None,
                settings: Mapping[str, Any] | None = None, *, if_not_exists: bool = False,
                coordinator: Coordinator | str | None = None,
-               storage_options: Mapping[str, Any] | None = None) -> MergeTreeTable:
+               storage_options: Mapping[str, Any] | None = None, engine: str | None = None) -> MergeTreeTable:
         """Create a table directory at `path`.
 
         `schema`: a pyarrow Schema (types mapped as format_spec/types.md says; non-key nullable
@@ -178,13 +179,15 @@ class MergeTreeTable:
         and engine settings (codec, auto_merge, merge_parts_threshold, old_parts_lifetime,
         storage_policy, coordinator). `path` is a local directory, a file:// URL, or an s3:// URL
         (an `ObjectStoreTable`; `storage_options`: endpoint, access_key_id, secret_access_key,
-        session_token, region, when the environment's are not the ones to use).
+        session_token, region, when the environment's are not the ones to use). `engine`: an engine
+        of the MergeTree family with its parameters, e.g. "ReplacingMergeTree(version)" (see
+        engine/engines.py for what merges and `final=True` reads do with each).
         """
         url_table = _url_table(path)
         if url_table is not None:
             return url_table.create_at(path, schema, order_by, partition_by, primary_key, settings,
                                        if_not_exists=if_not_exists, coordinator=coordinator,
-                                       storage_options=storage_options)
+                                       storage_options=storage_options, engine=engine)
         target = local_path(path)
         if (target / META_DIR / STATEMENT_FILE).exists():
             if if_not_exists:
@@ -199,7 +202,7 @@ class MergeTreeTable:
             keys = key_column_names([name for name, _ in columns], order_by, partition_by, primary_key)
             columns = _normalize_schema(schema, keys)
         definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
-                                      uuid=str(uuid_module.uuid4()))
+                                      uuid=str(uuid_module.uuid4()), engine=engine)
         table = cls.new(target, definition, engine_settings,
                         coordinator=coordinator if not isinstance(coordinator, str) else None)
         table.write_directory()
@@ -388,13 +391,55 @@ class MergeTreeTable:
                 yield from ready.to_batches()
             yield from pending.result().to_batches()
 
+    def final_tasks(self, *, snapshot: int | None = None, transaction: Transaction | None = None,
+                    parts: set[str] | None = None) -> list[list[selecting.ReadTask]]:
+        """The read tasks of a FINAL read, one list per partition (rows of one key never leave their
+        partition). Nothing is pruned by `where`: which row of a key survives depends on all of them."""
+        plan = self.plan_read(None, None, snapshot=snapshot, transaction=transaction, parts=parts,
+                              target_rows=1 << 62)
+        groups: dict[str, list[selecting.ReadTask]] = {}
+        for task in plan.tasks:
+            groups.setdefault(PartInfo.parse(task.part).partition_id, []).append(task)
+        return list(groups.values())
+
+    def read_final(self, tasks: Sequence[selecting.ReadTask], columns: Sequence[str] | None = None,
+                   where: str | Expr | None = None) -> pa.Table:
+        """Rows of the tasks of one partition as ClickHouse's `SELECT ... FINAL` returns them: the
+        engine's merge applied across all of them (engines.py), then filtered by `where`."""
+        names = self._columns(columns)
+        meta = self.metadata
+        predicate = selecting.bind_where(where, meta.column_types)
+        engine = meta.merging_engine
+        needed = key_column_names([n for n, _ in meta.columns], meta.sorting_key) | set(engine.control_columns
+                                                                                        if engine else ())
+        needed |= columns_of(predicate) if predicate is not None else set()
+        wanted = [n for n, _ in meta.columns if n in needed or n in names]
+        ordered = sorted(tasks, key=lambda task: (PartInfo.parse(task.part).min_block, task.ranges[0][0]
+                                                  if task.ranges else 0))
+        rows = pa.concat_tables([self.read_task(task, wanted) for task in ordered]) if ordered else \
+            pa.schema([self.schema.field(n) for n in wanted]).empty_table()
+        if engine is not None:
+            if meta.sorting_key and rows.num_rows > 1:
+                rows = rows.take(sort_indices(meta.sorting_key, rows, meta.column_types))
+            rows = engines.collapse(engine, rows, meta.sorting_key, meta.column_types, final=True)
+        if predicate is not None:
+            rows = filter_table(rows, predicate)
+        return rows.select(names)
+
     def to_arrow(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
-                 snapshot: int | None = None, transaction: Transaction | None = None) -> pa.Table:
+                 snapshot: int | None = None, transaction: Transaction | None = None,
+                 final: bool = False) -> pa.Table:
         """Rows of the table (at a snapshot or in a transaction) as an Arrow table.
 
         `where` is a predicate in ClickHouse/SQL syntax; it prunes partitions and granules and then
-        filters rows exactly.
+        filters rows exactly. `final=True` reads as ClickHouse's `SELECT ... FINAL`: the rows the
+        table's engine (ReplacingMergeTree, ...) leaves once every part of a partition is merged.
         """
+        if final:
+            names = self._columns(columns)
+            tables = [self.read_final(tasks, names, where)
+                      for tasks in self.final_tasks(snapshot=snapshot, transaction=transaction)]
+            return pa.concat_tables(tables) if tables else pa.schema([self.schema.field(n) for n in names]).empty_table()
         names = self._columns(columns)
         plan = self.plan_read(names, where, snapshot=snapshot, transaction=transaction)
         schema = pa.schema([self.schema.field(n) for n in names])
@@ -414,10 +459,14 @@ class MergeTreeTable:
         return pa.concat_tables(tables)
 
     def to_batches(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
-                   snapshot: int | None = None, transaction: Transaction | None = None
+                   snapshot: int | None = None, transaction: Transaction | None = None, final: bool = False
                    ) -> Iterator[pa.RecordBatch]:
-        """Like to_arrow, one task at a time (bounded memory)."""
+        """Like to_arrow, one task at a time (bounded memory; `final=True`: a partition at a time)."""
         names = self._columns(columns)
+        if final:
+            for tasks in self.final_tasks(snapshot=snapshot, transaction=transaction):
+                yield from self.read_final(tasks, names, where).to_batches()
+            return
         for task in self.plan_read(names, where, snapshot=snapshot, transaction=transaction).tasks:
             yield from self.read_task(task, names, where).to_batches()
 

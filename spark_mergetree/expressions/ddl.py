@@ -24,7 +24,8 @@ from spark_mergetree.expressions.predicate import Column, Func, bind, columns_of
 from spark_mergetree.format.compression_codecs import parse_codec, parse_column_codec
 from spark_mergetree.format.types import parse_type
 
-SUPPORTED_ENGINES = ("MergeTree",)
+SUPPORTED_ENGINES = ("MergeTree", "ReplacingMergeTree", "SummingMergeTree", "AggregatingMergeTree",
+                     "CollapsingMergeTree", "VersionedCollapsingMergeTree")
 DEFAULT_INDEX_GRANULARITY = "8192"
 
 # ClickHouse MergeTree settings a new table's statement may carry, each as (kind, smallest value).
@@ -106,6 +107,7 @@ class TableDefinition:
     uuid: str | None
     columns: tuple[ColumnDefinition, ...]
     engine: str = "MergeTree"
+    engine_args: tuple[str, ...] = ()  # the engine's parameters, e.g. ('ver',) of ReplacingMergeTree(ver)
     order_by: tuple[str, ...] = ()
     primary_key: tuple[str, ...] = ()  # equals order_by unless PRIMARY KEY was given
     partition_by: str | None = None
@@ -123,6 +125,7 @@ class TableDefinition:
         object.__setattr__(self, "columns", tuple(self.columns))
         object.__setattr__(self, "order_by", tuple(self.order_by))
         object.__setattr__(self, "indexes", tuple(self.indexes))
+        object.__setattr__(self, "engine_args", tuple(self.engine_args))
         if not self.explicit_primary_key and not self.primary_key:
             object.__setattr__(self, "primary_key", self.order_by)
         object.__setattr__(self, "primary_key", tuple(self.primary_key))
@@ -448,11 +451,17 @@ def parse_create(text: str) -> TableDefinition:
     if engine_begin >= engine_end:
         raise ExpressionError(f"table {name!r}: ENGINE names no engine")
     engine = tokens[engine_begin].text
-    engine_args = engine_end - engine_begin > 1
     if engine not in SUPPORTED_ENGINES:
         raise UnsupportedError(f"table {name!r}: engine {engine} is not supported (supported: {', '.join(SUPPORTED_ENGINES)})")
-    if engine_args and not (engine_end - engine_begin == 3 and tokens[engine_begin + 1].token_type == TokenType.L_PAREN):
-        raise UnsupportedError(f"table {name!r}: {engine} with engine arguments (the old syntax) is not supported")
+    engine_args: tuple[str, ...] = ()
+    if engine_end - engine_begin > 1:
+        if (tokens[engine_begin + 1].token_type != TokenType.L_PAREN
+                or _matching_paren(tokens, engine_begin + 1) != engine_end - 1):
+            raise ExpressionError(f"table {name!r}: cannot read ENGINE = {_span_text(text, tokens, engine_begin, engine_end)}")
+        engine_args = tuple(_span_text(text, tokens, begin, end)
+                            for begin, end in _split_top_level(tokens, engine_begin + 2, engine_end - 1))
+        if engine == "MergeTree" and engine_args:
+            raise UnsupportedError(f"table {name!r}: {engine} with engine arguments (the old syntax) is not supported")
 
     def body_text(clause: str) -> str | None:
         if clause not in bodies:
@@ -491,6 +500,7 @@ def parse_create(text: str) -> TableDefinition:
         partition_by = None
     definition = TableDefinition(
         database=database, name=name, uuid=table_uuid, columns=tuple(columns), engine=engine,
+        engine_args=engine_args,
         order_by=tuple(order_by), primary_key=tuple(primary_key), partition_by=partition_by, settings=settings,
         sample_by=body_text("sample_by"), ttl=body_text("ttl"), comment=comment, indexes=tuple(indexes),
         explicit_primary_key=explicit_primary_key,
@@ -567,13 +577,18 @@ def _setting_text(key: str, value: str) -> str:
     return f"{key} = {value if _BARE_SETTING.match(value) else quote_string(value)}"
 
 
+def engine_text(defn: TableDefinition) -> str:
+    """The ENGINE clause's body: `ReplacingMergeTree(ver)`, `MergeTree`."""
+    return defn.engine + (f"({', '.join(defn.engine_args)})" if defn.engine_args else "")
+
+
 def _body(defn: TableDefinition) -> str:
     if defn.engine not in SUPPORTED_ENGINES:
         raise UnsupportedError(f"engine {defn.engine} is not supported (supported: {', '.join(SUPPORTED_ENGINES)})")
     elements = [_column_text(column) for column in defn.columns] + list(defn.indexes)
     lines = ["("]
     lines += ["    " + element + ("," if number + 1 < len(elements) else "") for number, element in enumerate(elements)]
-    lines += [")", f"ENGINE = {defn.engine}"]
+    lines += [")", f"ENGINE = {engine_text(defn)}"]
     if defn.partition_by:
         lines.append(f"PARTITION BY {defn.partition_by}")
     if defn.explicit_primary_key or tuple(defn.primary_key) != tuple(defn.order_by):
@@ -703,14 +718,18 @@ def build_definition(
     primary_key: str | Sequence[str] | None = None,
     settings: Mapping[str, object] | None = None,
     uuid: str | None = None,
+    engine: str | None = None,
 ) -> TableDefinition:
     """A new MergeTree table's definition from columns, keys and settings: written out as a CREATE
     statement and parsed back, so keys are read (and checked) exactly as in any statement."""
     if not columns:
         raise InvalidOptionError("a table needs at least one column")
     _check_column_names([name for name, _ in columns])
+    if engine is not None:
+        _check_engine_text(engine)
     order_text = key_clause(order_by, "order_by") or "tuple()"
-    lines = ["CREATE TABLE _ (" + ", ".join(f"{_backquote(n)} {t}" for n, t in columns) + ")", "ENGINE = MergeTree"]
+    lines = ["CREATE TABLE _ (" + ", ".join(f"{_backquote(n)} {t}" for n, t in columns) + ")",
+             f"ENGINE = {engine or 'MergeTree'}"]
     partition_text = key_clause(partition_by, "partition_by")
     if partition_text:
         lines.append(f"PARTITION BY {partition_text}")
@@ -725,6 +744,17 @@ def build_definition(
     _check_nullable_keys(definition)
     _check_codecs(definition)
     return replace(definition, uuid=uuid) if uuid else definition
+
+
+def _check_engine_text(engine: str) -> None:
+    """`engine` must be one engine with its parameters (`ReplacingMergeTree(ver)`), nothing more."""
+    tokens = _tokenize(engine)
+    whole = bool(tokens) and tokens[0].text in SUPPORTED_ENGINES and (
+        len(tokens) == 1 or (tokens[1].token_type == TokenType.L_PAREN
+                             and _matching_paren(tokens, 1) == len(tokens) - 1))
+    if not whole:
+        raise InvalidOptionError(f"engine {engine!r} is not an engine of the MergeTree family with its parameters "
+                                 f"(e.g. 'ReplacingMergeTree(version)'; engines: {', '.join(SUPPORTED_ENGINES)})")
 
 
 def _check_codecs(definition: TableDefinition) -> None:

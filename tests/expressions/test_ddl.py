@@ -123,7 +123,7 @@ def test_primary_key_defaults_to_order_by_and_must_be_its_prefix():
 @pytest.mark.parametrize(
     ("statement", "error", "message"),
     [
-        ("CREATE TABLE t (a UInt8) ENGINE = ReplacingMergeTree ORDER BY a", UnsupportedError, "ReplacingMergeTree"),
+        ("CREATE TABLE t (a UInt8) ENGINE = ReplicatedMergeTree ORDER BY a", UnsupportedError, "ReplicatedMergeTree"),
         ("CREATE TABLE t (a UInt8) ENGINE = Log", UnsupportedError, "engine Log"),
         ("CREATE TABLE t (a UInt8) ENGINE = MergeTree(d, a, 8192)", UnsupportedError, "engine arguments"),
         ("CREATE TABLE t (a UInt8) ENGINE = MergeTree ORDER BY b", ExpressionError, "unknown column 'b'"),

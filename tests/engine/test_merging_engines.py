@@ -1,0 +1,136 @@
+"""The MergeTree engine family against ClickHouse (chdb): the same rows, inserted in several parts
+into a ClickHouse table and into ours, give the same `SELECT ... FINAL` rows (ours with
+`final=True`), ClickHouse attaching our parts agrees, and our `optimize(final=True)` leaves the rows
+ClickHouse leaves after `OPTIMIZE TABLE ... FINAL`. Every expected row set comes from ClickHouse."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, UnsupportedError
+from tests.format.chdb_util import close_session, make_chdb_table
+
+COLUMNS = [("k", "UInt32"), ("p", "UInt8"), ("v", "UInt32"), ("d", "UInt8"), ("s", "Int8"), ("x", "Int64"),
+           ("y", "Float64"), ("name", "String")]
+AGGREGATES = [("mx", "SimpleAggregateFunction(max, UInt32)"), ("total", "SimpleAggregateFunction(sum, Int64)"),
+              ("latest", "SimpleAggregateFunction(anyLast, String)")]
+ENGINES = ["ReplacingMergeTree", "ReplacingMergeTree(v)", "ReplacingMergeTree(v, d)", "SummingMergeTree",
+           "SummingMergeTree((x, y))", "AggregatingMergeTree", "SummingMergeTree(total)"]
+NO_MERGES = "index_granularity = 64, min_parts_to_merge_at_once = 1000"
+
+
+def _columns(engine: str) -> list[tuple[str, str]]:
+    return COLUMNS + (AGGREGATES if engine.startswith(("Aggregating", "SummingMergeTree(total")) else [])
+
+
+def _batches(engine: str, seed: int) -> list[pa.Table]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for size in (300, 200, 250, 150):
+        k = rng.integers(0, 120, size).astype(np.uint32)
+        batch = {
+            "k": k, "p": (k % 3).astype(np.uint8), "v": rng.integers(0, 4, size).astype(np.uint32),
+            "d": (rng.random(size) < 0.2).astype(np.uint8),
+            "s": np.where(rng.random(size) < 0.6, 1, -1).astype(np.int8),
+            "x": rng.integers(-3, 4, size).astype(np.int64), "y": rng.integers(-2, 3, size).astype(np.float64),
+            "name": pa.array([f"n{i}" for i in rng.integers(0, 10_000, size)]),
+        }
+        if len(_columns(engine)) > len(COLUMNS):
+            batch |= {"mx": rng.integers(0, 1000, size).astype(np.uint32),
+                      "total": rng.integers(-5, 6, size).astype(np.int64),
+                      "latest": pa.array([f"l{i}" for i in rng.integers(0, 10_000, size)])}
+        out.append(pa.table(batch))
+    return out
+
+
+def _create(name: str, engine: str) -> str:
+    columns = ", ".join(f"{n} {t}" for n, t in _columns(engine))
+    # ClickHouse asks AggregatingMergeTree tables with plain columns outside the key to say so
+    dimensions = ", allow_dimensions_outside_sorting_key = 1" if engine.startswith("Aggregating") else ""
+    return (f"CREATE TABLE {name} ({columns}) ENGINE = {engine} PARTITION BY p ORDER BY k "
+            f"SETTINGS {NO_MERGES}{dimensions}")
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    values = [[v.decode() if isinstance(v, bytes) else int(v.timestamp()) if isinstance(v, datetime) else v
+               for v in c.to_pylist()] for c in table.columns]
+    return sorted(zip(*values))
+
+
+def _select(sess, sql: str) -> list[tuple]:
+    return _rows(pa.ipc.open_file(pa.py_buffer(sess.query(sql, "Arrow").bytes())).read_all())
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_final_and_optimize_match_clickhouse(tmp_path: Path, engine: str) -> None:
+    batches = _batches(engine, seed=len(engine))
+    files = []
+    for number, batch in enumerate(batches):
+        files.append(tmp_path / f"b{number}.parquet")
+        pq.write_table(batch, files[-1])
+    names = ", ".join(n for n, _ in _columns(engine))
+    sess, _ = make_chdb_table(tmp_path, _create("t", engine),
+                              [f"INSERT INTO t SELECT {names} FROM file('{f}', Parquet)" for f in files])
+    expected_final = _select(sess, f"SELECT {names} FROM t FINAL")
+    sess.query("OPTIMIZE TABLE t FINAL")
+    expected_optimized = _select(sess, f"SELECT {names} FROM t")
+    expected_filtered = _select(sess, f"SELECT {names} FROM t FINAL WHERE x > 0")
+
+    ours = MergeTreeTable.create(tmp_path / "ours", _columns(engine), order_by="k", partition_by="p", engine=engine,
+                                 settings={"auto_merge": False, "index_granularity": 64})
+    for batch in batches:
+        ours.insert(batch)
+    assert len(ours.parts()) > 3  # several parts per partition: FINAL works across them
+    assert _rows(ours.to_arrow(final=True)) == expected_final
+    assert _rows(pa.Table.from_batches(list(ours.to_batches(final=True)), ours.schema)) == expected_final
+
+    # ClickHouse attaching our parts (in block order) reads the same FINAL rows.
+    sess, data_dir = make_chdb_table(tmp_path, _create("back", engine))
+    for part in sorted(ours.visible_parts()[1], key=lambda n: int(n.split("_")[1])):
+        shutil.copytree(ours.path / part, data_dir / "detached" / part)
+        sess.query(f"ALTER TABLE back ATTACH PART '{part}'")
+    assert _select(sess, f"SELECT {names} FROM back FINAL") == expected_final
+    close_session()
+
+    ours.optimize(final=True)
+    assert all(p.level > 0 for p in ours.parts())
+    assert _rows(ours.to_arrow()) == expected_optimized
+    # a filter on a non-key column applies after FINAL, as in ClickHouse
+    assert _rows(ours.to_arrow(where="x > 0", final=True)) == expected_filtered
+
+
+def test_engine_statement_round_trip_and_clickhouse_made_table(tmp_path: Path) -> None:
+    """A ClickHouse-made ReplacingMergeTree table opens from its statement and reads FINAL as ClickHouse."""
+    create = ("CREATE TABLE r (k UInt32, ver DateTime, del UInt8, x String) ENGINE = ReplacingMergeTree(ver, del) "
+              f"ORDER BY k SETTINGS {NO_MERGES}")
+    sess, data_dir = make_chdb_table(tmp_path, create, [
+        "INSERT INTO r SELECT number % 50, toDateTime('2024-01-01') + number, number % 7 = 0, toString(number) "
+        f"FROM numbers({start}, 100)" for start in (0, 100, 200)])
+    expected = _select(sess, "SELECT * FROM r FINAL")
+    statement = sess.query("SHOW CREATE TABLE r", "TabSeparatedRaw").bytes().decode()
+    close_session()
+    table = MergeTreeTable.open(data_dir, create_statement=statement)
+    assert table.definition.engine == "ReplacingMergeTree" and table.definition.engine_args == ("ver", "del")
+    assert _rows(table.to_arrow(final=True)) == expected
+
+
+def test_bad_engines_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    cases = [("ReplacingMergeTree(nope)", SchemaMismatchError), ("ReplacingMergeTree(name)", SchemaMismatchError),
+             ("SummingMergeTree(k)", SchemaMismatchError), ("Log", InvalidOptionError),
+             ("ReplacingMergeTree(v) SETTINGS index_granularity = 1", InvalidOptionError),
+             ("CollapsingMergeTree(s)", UnsupportedError), ("VersionedCollapsingMergeTree(s, v)", UnsupportedError)]
+    for number, (engine, error) in enumerate(cases):
+        with pytest.raises(error):
+            MergeTreeTable.create(tmp_path / str(number), COLUMNS, order_by="k", engine=engine)
+        assert not (tmp_path / str(number)).exists()
+    with pytest.raises(UnsupportedError, match="AggregateFunction states"):
+        MergeTreeTable.create(tmp_path / "agg", [("k", "UInt32"), ("u", "AggregateFunction(sum, UInt64)")],
+                              order_by="k", engine="AggregatingMergeTree")
