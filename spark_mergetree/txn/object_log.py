@@ -216,14 +216,22 @@ class ObjectTableLog(TableLog):
 
     def _resolve(self, entries: list[LogEntry], coordinator: Coordinator | None,
                  own_tid: int | None) -> list[tuple[LogEntry, int | None]]:
+        if coordinator is None:
+            return [(entry, None) for entry in entries]
+        for entry in entries:
+            if entry.coordinator != coordinator.url:
+                raise TransactionError(f"{self.directory}: transaction {entry.tid} belongs to coordinator "
+                                       f"{entry.coordinator}, not {coordinator.url}")
+        with _CACHE_LOCK:
+            unknown = sorted({e.tid for e in entries if e.tid != own_tid and (coordinator.url, e.tid) not in _FATES})
+        # Each fate once per call; a process new to the log asks for them all at once.
+        fates = dict(zip(unknown, _log_pool().map(lambda tid: self.status(coordinator, tid), unknown)
+                         if len(unknown) > 1 else (self.status(coordinator, tid) for tid in unknown)))
         resolved = []
         for entry in entries:
             csn = None
-            if entry.tid != own_tid and coordinator is not None:
-                if entry.coordinator != coordinator.url:
-                    raise TransactionError(f"{self.directory}: transaction {entry.tid} belongs to coordinator "
-                                           f"{entry.coordinator}, not {coordinator.url}")
-                state, committed = self.status(coordinator, entry.tid)
+            if entry.tid != own_tid:
+                state, committed = fates.get(entry.tid) or self.status(coordinator, entry.tid)
                 csn = committed if state is TxnState.COMMITTED else None
             resolved.append((entry, csn))
         return resolved
