@@ -217,10 +217,12 @@ def open_table(ref: TableRef) -> Any:
 
 def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: str | None,
                  partition_by: str | None, primary_key: str | None, settings: dict[str, str],
-                 catalog: str | None) -> TableRef:
+                 catalog: str | None, *, engine: str | None = None) -> TableRef:
     """Create the table a first write goes to (if_not_exists: concurrent first writers agree)."""
     engine_settings = dict(settings)
     order = order_by or "tuple()"
+    if catalog and engine:
+        raise UnsupportedError(f"option 'engine'={engine!r}: the catalog creates MergeTree tables only")
     if catalog:
         from spark_mergetree.catalog.catalog import Catalog
 
@@ -235,12 +237,12 @@ def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: st
 
     MergeTreeTable.create(ref.path, list(columns), order, partition_by, primary_key, engine_settings or None,
                           if_not_exists=True, coordinator=_coordinator(ref.coordinator),
-                          storage_options=dict(ref.storage))
+                          storage_options=dict(ref.storage), engine=engine)
     return ref
 
 
 def new_table_schema(columns: Sequence[tuple[str, str]], order_by: str | None, partition_by: str | None,
-                     primary_key: str | None, settings: dict[str, str]) -> pa.Schema:
+                     primary_key: str | None, settings: dict[str, str], *, engine: str | None = None) -> pa.Schema:
     """The Arrow schema of the table a first write would create, after checking, before anything
     exists, everything its inserts will need: keys and settings parse as the engine reads them, and
     every sort and partition key can be computed over values of its columns' types."""
@@ -248,11 +250,13 @@ def new_table_schema(columns: Sequence[tuple[str, str]], order_by: str | None, p
     from spark_mergetree.expressions.ddl import build_definition
 
     clickhouse_settings, engine_settings = split_settings(settings)
-    options = {"order_by": order_by, "partition_by": partition_by, "primary_key": primary_key}
+    options = {"order_by": order_by, "partition_by": partition_by, "primary_key": primary_key, "engine": engine}
     try:
-        definition = build_definition(columns, order_by or "tuple()", partition_by, primary_key, clickhouse_settings)
+        definition = build_definition(columns, order_by or "tuple()", partition_by, primary_key, clickhouse_settings,
+                                      engine=engine)
         metadata = TableMetadata(definition, engine_settings)
         _ = metadata.order_by, metadata.primary_key, metadata.partition_key, metadata.writer_settings
+        _ = metadata.merging_engine
     except (ExpressionError, SchemaMismatchError) as error:
         given = ", ".join(f"option {key!r}={value!r}" for key, value in options.items() if value)
         raise InvalidOptionError(f"{given or 'a new table'}: {error}") from error
@@ -266,11 +270,11 @@ def new_table_schema(columns: Sequence[tuple[str, str]], order_by: str | None, p
 
 
 def check_table_options(ref: TableRef, order_by: str | None, partition_by: str | None, primary_key: str | None,
-                        settings: dict[str, str]) -> None:
+                        settings: dict[str, str], *, engine: str | None = None) -> None:
     """A write into an existing table cannot change its definition: every table-shaping option it
     gives must equal the table's (spelled any way), or the write is refused naming both."""
     from spark_mergetree.engine.metadata import ENGINE_SETTINGS, validate_engine_settings
-    from spark_mergetree.expressions.ddl import build_definition, check_settings
+    from spark_mergetree.expressions.ddl import build_definition, check_settings, engine_text
     from spark_mergetree.format.granularity import DEFAULT_INDEX_GRANULARITY
 
     table = open_table(ref)
@@ -291,6 +295,13 @@ def check_table_options(ref: TableRef, order_by: str | None, partition_by: str |
         except (ExpressionError, SchemaMismatchError) as error:
             raise InvalidOptionError(f"option {option!r}={text!r}: {error}") from error
 
+    if engine is not None:
+        try:
+            given_engine = engine_text(build_definition(columns, None, engine=engine))
+        except (ExpressionError, SchemaMismatchError) as error:
+            raise InvalidOptionError(f"option 'engine'={engine!r}: {error}") from error
+        if given_engine.replace(" ", "") != engine_text(definition).replace(" ", ""):
+            refuse("engine", engine, engine_text(definition))
     keys = {"order_by": (order_by, definition.order_by), "primary_key": (primary_key, definition.primary_key),
             "partition_by": (partition_by, (definition.partition_by or "",))}
     for option, (given, current) in keys.items():
@@ -395,6 +406,23 @@ def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, parts:
     counted = [p for p in read_plan.parts if p.part in parts.visible]
     return PlannedRead(list(read_plan.tasks), sum(p.granules for p in counted),
                        sum(p.granules_read for p in counted))
+
+
+def final_tasks(ref: TableRef, parts: PartSets) -> list[list[Any]]:
+    """The read tasks of a FINAL read over the parts a plan covers, one list per table partition."""
+    return open_table(ref).final_tasks(parts=set(parts.known))
+
+
+def read_final(ref: TableRef, tasks: Sequence[Any], columns: list[str], where: Any) -> Iterator[pa.RecordBatch]:
+    """Batches of one table partition's rows as `SELECT ... FINAL` returns them."""
+    table = open_table(ref)
+    if ref.name is None:
+        yield from table.read_final(tasks, columns, where).to_batches()
+        return
+    from spark_mergetree.catalog.leases import ReaderLease
+
+    with ReaderLease(ref.name, Path(ref.path)):
+        yield from table.read_final(tasks, columns, where).to_batches()
 
 
 def check_where(ref: TableRef, where: Any) -> None:

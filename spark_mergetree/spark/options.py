@@ -41,10 +41,10 @@ STORAGE_PREFIX = "s3."
 _LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator", TXN_OPTION} | {
     STORAGE_PREFIX + key for key in STORAGE_OPTION_KEYS}
 
-READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot"}
+READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot", "final"}
 
 # Options that shape a table when the first write creates it.
-CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity", "codec"}
+CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity", "codec", "engine"}
 WRITE_OPTIONS = _LOCATION_OPTIONS | CREATE_OPTIONS | {"partition_overwrite_mode", "merge_schema", "stage_rows"}
 # Any other MergeTree setting of a new table is given as `setting.<name>`.
 SETTING_PREFIX = "setting."
@@ -135,6 +135,7 @@ class ReadOptions:
     snapshot: int | None = None
     transaction: TxnContext | None = None
     storage: tuple[tuple[str, str], ...] = ()
+    final: bool = False  # read as SELECT ... FINAL: the table engine's merge applied across parts
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -156,6 +157,7 @@ class ReadOptions:
             snapshot=parse_int(options, "snapshot", None),
             transaction=_transaction(options, "snapshot"),
             storage=_storage(options),
+            final=parse_bool(options, "final", False),
         )
 
 
@@ -168,6 +170,7 @@ class WriteOptions:
     order_by: str | None = None
     partition_by: str | None = None
     primary_key: str | None = None
+    engine: str | None = None  # e.g. "ReplacingMergeTree(version)"; None: MergeTree
     settings: dict[str, str] = field(default_factory=dict)
     partition_overwrite_mode: str = "static"  # "dynamic": replace only the partitions written
     merge_schema: bool = False
@@ -203,7 +206,7 @@ class WriteOptions:
                 if not name.isidentifier():
                     raise InvalidOptionError(f"option {key!r} does not name a MergeTree setting")
                 settings[name] = value
-        for key in ("order_by", "partition_by", "primary_key"):
+        for key in ("order_by", "partition_by", "primary_key", "engine"):
             if key in options and not str(options[key]).strip():
                 raise InvalidOptionError(f"option {key!r} is empty")
         return cls(
@@ -214,6 +217,7 @@ class WriteOptions:
             order_by=options.get("order_by"),
             partition_by=options.get("partition_by"),
             primary_key=options.get("primary_key"),
+            engine=options.get("engine"),
             settings=settings,
             partition_overwrite_mode=mode,
             merge_schema=parse_bool(options, "merge_schema", False),

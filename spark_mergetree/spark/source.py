@@ -120,10 +120,11 @@ class MergeTreeDataSource(DataSource):
         if not adapter.table_exists(ref):
             non_nullable = key_columns(opts.order_by, opts.partition_by, opts.primary_key) & set(schema.fieldNames())
             columns = clickhouse_columns(schema, non_nullable)
-            check_writable(adapter.new_table_schema(columns, *table_options), schema, opts.merge_schema)
-            ref = adapter.create_table(ref, columns, *table_options, opts.catalog)
+            check_writable(adapter.new_table_schema(columns, *table_options, engine=opts.engine), schema,
+                           opts.merge_schema)
+            ref = adapter.create_table(ref, columns, *table_options, opts.catalog, engine=opts.engine)
         # Also after a create: a concurrent first writer may have created the table differently.
-        adapter.check_table_options(ref, *table_options)
+        adapter.check_table_options(ref, *table_options, engine=opts.engine)
         table_arrow = adapter.table_schema(ref)
         new_columns = check_writable(table_arrow, schema, opts.merge_schema)
         if new_columns:
@@ -182,6 +183,9 @@ class MergeTreeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot, self.opts.transaction)
+        if self.opts.final:  # one input partition per table partition: a key's rows never leave theirs
+            return [MergeTreePartition(i, tasks, parts)
+                    for i, tasks in enumerate(adapter.final_tasks(self.ref, parts))]
         explicit = self.opts.target_rows is not None
         # Big parts are cut into tasks of a share of the rows (so one part feeds every core); the
         # tasks are then packed into partitions of about `target_rows` rows, counting a cost for
@@ -199,7 +203,9 @@ class MergeTreeReader(DataSourceReader):
         # Batches of small parts are handed over together: Spark pays per batch, not per row only.
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
-        for batch in adapter.read(self.ref, tasks, self.columns, self.where):
+        batches = (adapter.read_final(self.ref, tasks, self.columns, self.where) if self.opts.final
+                   else adapter.read(self.ref, tasks, self.columns, self.where))
+        for batch in batches:
             if not batch.num_rows:
                 continue
             pending.append(batch)
