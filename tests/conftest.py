@@ -158,6 +158,16 @@ def s3_server() -> Iterator[object]:
     server.close()
 
 
+@pytest.fixture(scope="session")
+def s3_server_with_auth() -> Iterator[object]:
+    """A second moto S3 server that checks credentials (IAM), for access-denied paths."""
+    from tests.s3_server import S3Server
+
+    server = S3Server(auth=True).start()
+    yield server
+    server.close()
+
+
 @pytest.fixture
 def s3_bucket(s3_server: object, monkeypatch: pytest.MonkeyPatch) -> str:
     """A fresh bucket on the session's S3 server; its endpoint and credentials are set in the

@@ -8,6 +8,7 @@ process of its own and waits until it answers; `bucket()` creates a fresh bucket
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,8 +26,10 @@ REGION = "us-east-1"
 class S3Server:
     """One moto S3 server process; `endpoint` is its http URL."""
 
-    def __init__(self) -> None:
+    def __init__(self, auth: bool = False) -> None:
+        """`auth`: moto checks every request's credentials (IAM), as S3 does: ours are unknown to it."""
         self.port = free_port()
+        self.auth = auth
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,8 +44,9 @@ class S3Server:
     def start(self, timeout: float = 30.0) -> S3Server:
         executable = shutil.which("moto_server")
         command = [executable] if executable else [sys.executable, "-m", "moto.server"]
+        environment = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0") if self.auth else None
         self.process = subprocess.Popen([*command, "-H", "127.0.0.1", "-p", str(self.port)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -94,3 +94,16 @@ def test_a_lease_renewal_never_brings_back_an_ended_transaction(s3_bucket: str) 
         assert Bucket(s3_bucket).list_objects("coordinator/running/", delimiter=None)[0] == {}
     finally:
         coordinator.close()
+
+
+def test_access_denied_names_url_and_cause(s3_server_with_auth) -> None:  # type: ignore[no-untyped-def]
+    from spark_mergetree import MergeTreeTable
+    from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY
+
+    options = {"endpoint": s3_server_with_auth.endpoint, "access_key_id": ACCESS_KEY,
+               "secret_access_key": SECRET_KEY, "region": REGION}
+    with pytest.raises(StorageError, match=r"s3://guarded-bucket/events: access denied \(InvalidAccessKeyId"):
+        MergeTreeTable.create("s3://guarded-bucket/events", [("id", "UInt64")], order_by="id",
+                              storage_options=options)
+    with pytest.raises(StorageError, match=r"s3://guarded-bucket/events: access denied"):
+        MergeTreeTable.open("s3://guarded-bucket/events", storage_options=options)

@@ -60,8 +60,13 @@ def clickhouse_rows(table: MergeTreeTable, bucket: str) -> list[tuple[object, ..
     return sorted((int(i), int(k), float(v)) for i, k, v in (line.split("\t") for line in text.splitlines()))
 
 
-def test_spark_bad_locations_fail_on_the_driver_naming_url_and_cause(spark, s3_server, s3_bucket: str) -> None:
+def test_spark_bad_locations_fail_on_the_driver_naming_url_and_cause(spark, s3_server, s3_bucket: str,
+                                                                    s3_server_with_auth) -> None:
     df = spark.range(3)
+    denied = {**options(s3_server), "s3.endpoint": s3_server_with_auth.endpoint}
+    with pytest.raises(Exception, match=r"s3://guarded-bucket/t: access denied \(InvalidAccessKeyId"):
+        df.write.format("mergetree").options(**denied).option("order_by", "id").mode("append").save(
+            "s3://guarded-bucket/t")
     with pytest.raises(Exception, match=r"s3://no-such-bucket-y/t: bucket 'no-such-bucket-y' does not exist"):
         df.write.format("mergetree").options(**options(s3_server)).option("order_by", "id").mode("append").save(
             "s3://no-such-bucket-y/t")
