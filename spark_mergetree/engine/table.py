@@ -437,8 +437,9 @@ class MergeTreeTable:
         """
         if final:
             names = self._columns(columns)
-            tables = [self.read_final(tasks, names, where)
-                      for tasks in self.final_tasks(snapshot=snapshot, transaction=transaction)]
+            groups = self.final_tasks(snapshot=snapshot, transaction=transaction)
+            with ThreadPoolExecutor(max_workers=max(1, min(4, len(groups)))) as pool:
+                tables = list(pool.map(lambda tasks: self.read_final(tasks, names, where), groups))
             return pa.concat_tables(tables) if tables else pa.schema([self.schema.field(n) for n in names]).empty_table()
         names = self._columns(columns)
         plan = self.plan_read(names, where, snapshot=snapshot, transaction=transaction)
