@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,6 +50,14 @@ def sort_indices(elements: Sequence[str], table: pa.Table, schema: Mapping[str, 
         if type_text is not None and needs_ordering_map(type_text):
             array = orderable(array, type_text)
         columns[f"k{number}"] = array
+    if len(columns) == 1:
+        (only,) = columns.values()
+        kind = only.type
+        if only.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
+            # One integer-like key without NULLs: numpy's stable sort gives the same order, several
+            # times faster, and runs in linear time over the sorted runs a merge concatenates.
+            values = only.to_numpy(zero_copy_only=False) if isinstance(only, pa.Array) else only.to_numpy()
+            return pa.array(np.argsort(values, kind="stable"), pa.uint64())
     keyed = pa.table(columns)
     # Arrow puts NaN after every number and NULL after NaN, as ClickHouse does for ascending keys.
     return pc.sort_indices(keyed, sort_keys=[(name, "ascending", "at_end") for name in columns])
