@@ -5,6 +5,7 @@ ClickHouse leaves after `OPTIMIZE TABLE ... FINAL`. Every expected row set comes
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_mergetree import MergeTreeTable
+from spark_mergetree.engine import engines
 from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.expressions.sort_key import sort_indices
 from tests.format.chdb_util import close_session, make_chdb_table
 
 COLUMNS = [("k", "UInt32"), ("p", "UInt8"), ("v", "UInt32"), ("d", "UInt8"), ("s", "Int8"), ("x", "Int64"),
@@ -134,3 +137,32 @@ def test_bad_engines_are_refused_before_anything_is_written(tmp_path: Path) -> N
     with pytest.raises(UnsupportedError, match="AggregateFunction states"):
         MergeTreeTable.create(tmp_path / "agg", [("k", "UInt32"), ("u", "AggregateFunction(sum, UInt64)")],
                               order_by="k", engine="AggregatingMergeTree")
+
+
+@pytest.mark.parametrize("engine", ["CollapsingMergeTree(s)", "VersionedCollapsingMergeTree(s, v)"])
+def test_collapsing_algorithms_match_clickhouse_over_one_sequence(tmp_path: Path, engine: str) -> None:
+    """engines.py's Collapsing and VersionedCollapsing rules against ClickHouse merging parts of level 0
+    (inserts not collapsed): every sign sequence of up to 5 rows per key, and random keys."""
+    rng = np.random.default_rng(3)
+    signs = [s for n in range(1, 6) for s in itertools.product((1, -1), repeat=n)]
+    k = np.concatenate([np.full(len(s), number) for number, s in enumerate(signs)] + [rng.integers(0, 40, 400) + 1000])
+    table = pa.table({"k": k.astype(np.uint32), "v": rng.integers(0, 2, len(k)).astype(np.uint32),
+                      "s": np.concatenate([np.array([x for s in signs for x in s]),
+                                           np.where(rng.random(400) < 0.5, 1, -1)]).astype(np.int8),
+                      "x": np.arange(len(k), dtype=np.uint32)})
+    types = {"k": "UInt32", "v": "UInt32", "s": "Int8", "x": "UInt32"}
+    pq.write_table(table, tmp_path / "rows.parquet")
+    sess, _ = make_chdb_table(tmp_path, f"CREATE TABLE c (k UInt32, v UInt32, s Int8, x UInt32) ENGINE = {engine} "
+                              f"ORDER BY k SETTINGS {NO_MERGES}",
+                              [f"INSERT INTO c SELECT * FROM file('{tmp_path}/rows.parquet', Parquet) "
+                               "SETTINGS optimize_on_insert = 0"])
+    expected_final = _select(sess, "SELECT k, v, s, x FROM c FINAL")
+    sess.query("OPTIMIZE TABLE c FINAL")
+    expected_merged = _select(sess, "SELECT k, v, s, x FROM c")
+    close_session()
+    versioned = engine.startswith("Versioned")
+    spec = engines.MergingEngine(engine.split("(")[0], sign="s", version="v" if versioned else None)
+    key = ["k", "v"] if versioned else ["k"]
+    rows = table.take(sort_indices(key, table, types))
+    assert _rows(engines.collapse(spec, rows, key, types, final=True)) == expected_final
+    assert _rows(engines.collapse(spec, rows, key, types, final=False)) == expected_merged
