@@ -257,6 +257,8 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
     keys = key_column_names(names, definition.order_by, definition.partition_by, definition.primary_key)
     engine = meta.merging_engine
     keys |= set(engine.control_columns if engine else ()) | set(meta.sorting_key) & set(names)
+    if engine and not keys:  # ORDER BY tuple(): the engine still needs the rows counted
+        keys = {names[0]}
 
     def read_column(name: str) -> pa.ChunkedArray:
         chunks = [chunk for r in readers for chunk in r.read([name], None, meta.column_types).column(0).chunks]

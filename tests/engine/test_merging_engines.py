@@ -166,3 +166,20 @@ def test_collapsing_algorithms_match_clickhouse_over_one_sequence(tmp_path: Path
     rows = table.take(sort_indices(key, table, types))
     assert _rows(engines.collapse(spec, rows, key, types, final=True)) == expected_final
     assert _rows(engines.collapse(spec, rows, key, types, final=False)) == expected_merged
+
+
+def test_replacing_without_sorting_key_keeps_the_last_row_when_merged(tmp_path: Path) -> None:
+    """ORDER BY tuple(): every row has the same key; a merge keeps ClickHouse's one row (it wrote none)."""
+    create = f"CREATE TABLE r (a UInt32, b String) ENGINE = ReplacingMergeTree ORDER BY tuple() SETTINGS {NO_MERGES}"
+    sess, _ = make_chdb_table(tmp_path, create, ["INSERT INTO r VALUES (1, 'x'), (2, 'y')", "INSERT INTO r VALUES (3, 'z')"])
+    expected_final = _select(sess, "SELECT * FROM r FINAL")
+    sess.query("OPTIMIZE TABLE r FINAL")
+    expected = _select(sess, "SELECT * FROM r")
+    close_session()
+    table = MergeTreeTable.create(tmp_path / "ours", [("a", "UInt32"), ("b", "String")], order_by="tuple()",
+                                  engine="ReplacingMergeTree", settings={"auto_merge": False})
+    table.insert(pa.table({"a": pa.array([1, 2], pa.uint32()), "b": ["x", "y"]}))
+    table.insert(pa.table({"a": pa.array([3], pa.uint32()), "b": ["z"]}))
+    assert _rows(table.to_arrow(final=True)) == expected_final
+    table.optimize(final=True)
+    assert _rows(table.to_arrow()) == expected
