@@ -25,16 +25,18 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from spark_mergetree.errors import TransactionError
 from spark_mergetree.storage.object_store import Bucket, ObjectParts, ObjectUrl, PreconditionFailed
+from spark_mergetree.txn.connect import coordinator_from_url
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
-from spark_mergetree.txn.table_log import FORMAT_VERSION, LogEntry, PartVersion, TableLog
+from spark_mergetree.txn.table_log import CHECKPOINT_EVERY, FORMAT_VERSION, LogEntry, PartVersion, TableLog
 
-# Entries by log URL (a list in seq order; entries never change) and fates of decided transactions
+# What this process knows of each log (by log URL; entries never change) and fates of decided transactions
 # by (coordinator URL, tid).
-_ENTRIES: dict[str, list[LogEntry]] = {}
+_STATES: dict[str, _LogState] = {}
 _FATES: dict[tuple[str, int], tuple[TxnState, int | None]] = {}
 _CACHE_LOCK = threading.Lock()
 _POOLS: dict[int, ThreadPoolExecutor] = {}  # by pid: threads do not survive fork()
@@ -46,6 +48,20 @@ def _log_pool() -> ThreadPoolExecutor:
         if pool is None:
             pool = _POOLS[os.getpid()] = ThreadPoolExecutor(16, thread_name_prefix="mergetree-log")
         return pool
+
+
+@dataclass(frozen=True)
+class _LogState:
+    """What a process knows of a log: entries before `base` folded into `folded` (a checkpoint),
+    then `entries` (seq base, base + 1, ...). Replaced, never changed."""
+
+    base: int
+    folded: dict[str, PartVersion]
+    entries: tuple[LogEntry, ...]
+
+
+def _copy(versions: dict[str, PartVersion]) -> dict[str, PartVersion]:
+    return {name: PartVersion(v.created, v.removed, v.removed_time) for name, v in versions.items()}
 
 
 class _PartObjects:
@@ -135,33 +151,56 @@ class ObjectTableLog(TableLog):
         return LogEntry(tid=int(raw["tid"]), coordinator=str(raw["coordinator"]), added=tuple(raw["added"]),
                         removed=tuple(raw["removed"]), csn=None, commit_time=raw.get("time"))
 
-    def entries(self) -> list[LogEntry]:
-        """Every entry in seq order: the cached ones, then new ones read until one is absent. The
-        first new one is read alone (a warm reader usually finds none); then 2, 4, ... up to 16 at
-        once, so a process new to a long log reads it in few round trips."""
+    def _cold_state(self) -> _LogState:
+        """The newest checkpoint the hint names (none: from entry 0)."""
+        try:
+            seq = int(json.loads(self._bucket.get(self._key("_checkpoint.json")))["seq"])
+            raw = json.loads(self._bucket.get(self._key(f"checkpoint-{seq:020d}.json")))
+            folded = {name: PartVersion(created, removed, removed_time)
+                      for name, (created, removed, removed_time) in raw["parts"].items()}
+            return _LogState(int(raw["seq"]), folded, ())
+        except FileNotFoundError:
+            return _LogState(0, {}, ())
+        except (ValueError, KeyError, TypeError) as error:
+            raise TransactionError(f"{self.directory}: corrupt checkpoint: {error!r}") from None
+
+    def _state(self) -> _LogState:
+        """The cached state, caught up: new entries read until one is absent. The first new one is
+        read alone (a warm reader usually finds none); then 2, 4, ... up to 16 at once, so a process
+        new to a long log reads it in few round trips."""
         with _CACHE_LOCK:
-            known = list(_ENTRIES.get(self._log_url, ()))
+            state = _STATES.get(self._log_url)
+        if state is None:
+            state = self._cold_state()
+        known = list(state.entries)
         batch = 1
         while True:
-            seqs = range(len(known), len(known) + batch)
-            found = ([self._read_entry(seqs[0])] if batch == 1
-                     else list(_log_pool().map(self._read_entry, seqs)))
+            first = state.base + len(known)
+            found = ([self._read_entry(first)] if batch == 1
+                     else list(_log_pool().map(self._read_entry, range(first, first + batch))))
             for entry in found:
                 if entry is None:
                     break
                 known.append(entry)
-            if len(found) == 0 or found[-1] is None or None in found:
+            if None in found:
                 break
             batch = min(batch * 2, 16)
+        state = _LogState(state.base, state.folded, tuple(known))
         with _CACHE_LOCK:
-            if len(known) > len(_ENTRIES.get(self._log_url, ())):
-                _ENTRIES[self._log_url] = known
-        return known
+            cached = _STATES.get(self._log_url)
+            if cached is None or (cached.base + len(cached.entries), cached.base) < (state.base + len(known), state.base):
+                _STATES[self._log_url] = state
+        return state
 
-    def _latest(self) -> list[LogEntry]:
+    def entries(self) -> list[LogEntry]:
+        """The entries past the last checkpoint this process knows, in seq order."""
+        return list(self._state().entries)
+
+    @staticmethod
+    def _latest(state: _LogState) -> list[LogEntry]:
         """The last entry of every transaction, in the order of their first entries."""
         latest: dict[int, LogEntry] = {}
-        for entry in self.entries():
+        for entry in state.entries:
             latest[entry.tid] = entry
         return list(latest.values())
 
@@ -170,7 +209,8 @@ class ObjectTableLog(TableLog):
         self.bind(coordinator_url)
         body = json.dumps({"format": FORMAT_VERSION, "tid": tid, "coordinator": coordinator_url,
                            "added": list(added), "removed": list(removed), "time": time.time()}).encode()
-        seq = len(self.entries())
+        state = self._state()
+        seq = state.base + len(state.entries)
         while True:
             try:
                 self._bucket.put(self._entry_key(seq), body, if_absent=True)
@@ -181,8 +221,44 @@ class ObjectTableLog(TableLog):
     def finalize(self, tid: int, csn: int, commit_time: float | None = None) -> None:
         """Nothing: the csn is the coordinator's; entries are never rewritten."""
 
-    def maybe_checkpoint(self, every: int = 0) -> bool:
-        return False
+    def maybe_checkpoint(self, every: int = CHECKPOINT_EVERY) -> bool:
+        """Once `every` entries follow the last checkpoint: fold the longest run of them whose
+        transactions are all decided and write no later entry into `checkpoint-<seq>.json`
+        (put-if-absent), then point `_checkpoint.json` at it. Entries stay (they are write-once);
+        a process new to the log starts from the checkpoint. True if one was written."""
+        state = self._state()
+        identity = self.identity()
+        if len(state.entries) < every or identity is None:
+            return False
+        coordinator = coordinator_from_url(identity["coordinator"])
+        last = {entry.tid: index for index, entry in enumerate(state.entries)}
+        cut, reach = 0, -1
+        for index, entry in enumerate(state.entries):
+            if self.status(coordinator, entry.tid)[0] is TxnState.RUNNING:
+                break
+            reach = max(reach, last[entry.tid])
+            if reach == index:
+                cut = index + 1
+        if cut == 0:
+            return False
+        folded = _copy(state.folded)
+        latest: dict[int, LogEntry] = {}
+        for entry in state.entries[:cut]:
+            latest[entry.tid] = entry
+        for entry, csn in self._resolve(list(latest.values()), coordinator, None):
+            if csn is not None:
+                self._fold(folded, entry, csn)
+        seq = state.base + cut
+        body = json.dumps({"format": FORMAT_VERSION, "seq": seq, "coordinator": coordinator.url,
+                           "parts": {name: [v.created, v.removed, v.removed_time] for name, v in sorted(folded.items())}})
+        try:
+            self._bucket.put(self._key(f"checkpoint-{seq:020d}.json"), body.encode(), if_absent=True)
+        except PreconditionFailed:
+            pass  # another process folded the same entries: the same content
+        self._bucket.put(self._key("_checkpoint.json"), json.dumps({"seq": seq}).encode())
+        with _CACHE_LOCK:
+            _STATES[self._log_url] = _LogState(seq, folded, state.entries[cut:])
+        return True
 
     def staged(self, tid: int | None = None) -> list[tuple[Any, LogEntry]]:
         return []
@@ -237,16 +313,18 @@ class ObjectTableLog(TableLog):
         return resolved
 
     def versions(self, coordinator: Coordinator | None) -> tuple[int, dict[str, PartVersion]]:
-        versions: dict[str, PartVersion] = {}
-        for entry, csn in self._resolve(self._latest(), coordinator, None):
+        state = self._state()
+        versions = _copy(state.folded)
+        for entry, csn in self._resolve(self._latest(state), coordinator, None):
             if csn is not None:
                 self._fold(versions, entry, csn)
         return -1, versions
 
     def snapshot(self, snapshot_csn: int, coordinator: Coordinator, own_tid: int | None = None) -> set[str]:
-        versions: dict[str, PartVersion] = {}
+        state = self._state()
+        versions = _copy(state.folded)
         own: LogEntry | None = None
-        for entry, csn in self._resolve(self._latest(), coordinator, own_tid):
+        for entry, csn in self._resolve(self._latest(state), coordinator, own_tid):
             if entry.tid == own_tid:
                 own = entry
             elif csn is not None:
@@ -266,17 +344,17 @@ class ObjectTableLog(TableLog):
         * parts of aborted transactions;
         * objects no entry names, last written `orphan_seconds` ago (uploads a crash interrupted:
           parts are uploaded before their entry is written, so a younger one may still be named)."""
-        entries = self._latest()
+        state = self._state()
+        entries = self._latest(state)
         floor = coordinator.min_running_snapshot()
-        named: set[str] = set()
+        versions = _copy(state.folded)
+        named: set[str] = set(versions)
         doomed: set[str] = set()
         removals: list[str] = []
         now = time.time()
-        versions: dict[str, PartVersion] = {}
         for entry, csn in self._resolve(entries, coordinator, None):
             named.update(entry.added)
-            state = self.status(coordinator, entry.tid)[0]
-            if state is TxnState.ABORTED:
+            if self.status(coordinator, entry.tid)[0] is TxnState.ABORTED:
                 doomed.update(name for name in entry.added)
             elif csn is not None:
                 self._fold(versions, entry, csn)

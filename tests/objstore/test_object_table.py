@@ -239,9 +239,43 @@ def test_a_new_process_reads_a_long_log_whole_and_in_order(s3_bucket: str) -> No
     for tid in range(1000, 1037):
         table.log.write_pending(tid, url, [f"all_{tid}_{tid}_0"], [])
     with object_log._CACHE_LOCK:
-        object_log._ENTRIES.clear()  # as a process that never read this log
+        object_log._STATES.clear()  # as a process that never read this log
     assert [entry.tid for entry in table.log.entries()] == list(range(1000, 1037))
     table.log.write_pending(2000, url, ["all_2000_2000_0"], [])
     before = REQUESTS.snapshot().get("GET", 0)
     assert [entry.tid for entry in table.log.entries()][-2:] == [1036, 2000]
     assert REQUESTS.snapshot().get("GET", 0) - before == 3  # 1 new entry, then 2 probed at once
+
+
+def test_checkpoint_lets_a_new_process_skip_folded_entries(s3_bucket: str) -> None:
+    from spark_mergetree.txn import object_log
+
+    table = create(f"s3://{s3_bucket}/folded")
+    snapshots = []
+    for start in range(0, 60, 10):
+        table.insert(rows(start, 10))
+        snapshots.append(table.coordinator.current_timestamp())
+    table.overwrite(rows(1000, 3))
+    running = Transaction(table.coordinator)
+    table.insert(rows(2000, 2), transaction=running)  # undecided: its entry stays out of the checkpoint
+    table.insert(rows(3000, 4))
+    assert table.log.maybe_checkpoint(every=3)
+    expected = {snapshot: table.visible_parts(snapshot=snapshot)[1] for snapshot in snapshots}
+    now = table.visible_parts()[1]
+    with object_log._CACHE_LOCK:
+        object_log._STATES.clear()
+        object_log._FATES.clear()  # as a process that never read this log
+    before = REQUESTS.snapshot().get("GET", 0)
+    reopened = MergeTreeTable.open(table.path)
+    assert reopened.visible_parts()[1] == now
+    cold = REQUESTS.snapshot().get("GET", 0) - before
+    assert len(reopened.log.entries()) == 2  # the running transaction's and the last insert's
+    # table.sql, settings.json, table.json, the clock, the hint, the checkpoint, 2 entries and 2
+    # probed, 2 fates (record, then clock and lease for the running one): not the 9 folded entries.
+    assert cold <= 13, cold
+    for snapshot, parts in expected.items():  # history inside the checkpoint is exact
+        assert reopened.visible_parts(snapshot=snapshot)[1] == parts
+    running.commit()
+    assert same(reopened.to_arrow(), pa.concat_tables([rows(1000, 3), rows(2000, 2), rows(3000, 4)]))
+    assert reopened.log.cleanup(reopened.coordinator, retention_seconds=0)  # the overwritten parts
+    assert set(reopened.parts_store.part_names()) - {""} == reopened.visible_parts()[1]
