@@ -393,18 +393,22 @@ class MergeTreeTable:
 
     def final_tasks(self, *, snapshot: int | None = None, transaction: Transaction | None = None,
                     parts: set[str] | None = None) -> list[list[selecting.ReadTask]]:
-        """The read tasks of a FINAL read, one list per partition (rows of one key never leave their
-        partition). Nothing is pruned by `where`: which row of a key survives depends on all of them."""
+        """The read tasks of a FINAL read, in groups whose rows are merged together: one per partition
+        when every partition key column is an element of the sorting key (rows of one key then share
+        a partition), else one group of all (ClickHouse's FINAL merges a key's rows across
+        partitions). Nothing is pruned by `where`: which row of a key survives depends on all of them."""
         plan = self.plan_read(None, None, snapshot=snapshot, transaction=transaction, parts=parts,
                               target_rows=1 << 62)
+        key_columns = {element.strip("`") for element in self.metadata.sorting_key}
+        by_partition = set(self.metadata.partition_key.columns) <= key_columns
         groups: dict[str, list[selecting.ReadTask]] = {}
         for task in plan.tasks:
-            groups.setdefault(PartInfo.parse(task.part).partition_id, []).append(task)
+            groups.setdefault(PartInfo.parse(task.part).partition_id if by_partition else "", []).append(task)
         return list(groups.values())
 
     def read_final(self, tasks: Sequence[selecting.ReadTask], columns: Sequence[str] | None = None,
                    where: str | Expr | None = None) -> pa.Table:
-        """Rows of the tasks of one partition as ClickHouse's `SELECT ... FINAL` returns them: the
+        """Rows of one group of `final_tasks` as ClickHouse's `SELECT ... FINAL` returns them: the
         engine's merge applied across all of them (engines.py), then filtered by `where`."""
         names = self._columns(columns)
         meta = self.metadata
@@ -414,8 +418,10 @@ class MergeTreeTable:
                                                                                         if engine else ())
         needed |= columns_of(predicate) if predicate is not None else set()
         wanted = [n for n, _ in meta.columns if n in needed or n in names]
-        ordered = sorted(tasks, key=lambda task: (PartInfo.parse(task.part).min_block, task.ranges[0][0]
-                                                  if task.ranges else 0))
+        # Rows of equal keys in ClickHouse's order of parts: by partition id, then block number.
+        ordered = sorted(tasks, key=lambda task: (PartInfo.parse(task.part).partition_id,
+                                                  PartInfo.parse(task.part).min_block,
+                                                  task.ranges[0][0] if task.ranges else 0))
         rows = pa.concat_tables([self.read_task(task, wanted) for task in ordered]) if ordered else \
             pa.schema([self.schema.field(n) for n in wanted]).empty_table()
         if engine is not None:
@@ -462,7 +468,7 @@ class MergeTreeTable:
     def to_batches(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
                    snapshot: int | None = None, transaction: Transaction | None = None, final: bool = False
                    ) -> Iterator[pa.RecordBatch]:
-        """Like to_arrow, one task at a time (bounded memory; `final=True`: a partition at a time)."""
+        """Like to_arrow, one task at a time (bounded memory; `final=True`: a group of `final_tasks` at a time)."""
         names = self._columns(columns)
         if final:
             for tasks in self.final_tasks(snapshot=snapshot, transaction=transaction):

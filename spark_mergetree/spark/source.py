@@ -183,7 +183,7 @@ class MergeTreeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot, self.opts.transaction)
-        if self.opts.final:  # one input partition per table partition: a key's rows never leave theirs
+        if self.opts.final:  # one input partition per group of rows FINAL merges together (engine final_tasks)
             return [MergeTreePartition(i, tasks, parts)
                     for i, tasks in enumerate(adapter.final_tasks(self.ref, parts))]
         explicit = self.opts.target_rows is not None

@@ -183,3 +183,28 @@ def test_replacing_without_sorting_key_keeps_the_last_row_when_merged(tmp_path: 
     assert _rows(table.to_arrow(final=True)) == expected_final
     table.optimize(final=True)
     assert _rows(table.to_arrow()) == expected
+
+
+@pytest.mark.parametrize("engine", ["ReplacingMergeTree", "SummingMergeTree"])
+def test_final_merges_a_key_across_partitions_when_the_partition_is_not_in_the_key(tmp_path: Path,
+                                                                                   engine: str) -> None:
+    """PARTITION BY a column outside ORDER BY: ClickHouse's FINAL merges a key's rows of every partition
+    (parts in partition-id, then block order), while merges keep partitions apart."""
+    inserts = ["INSERT INTO r VALUES (1, 2, 5), (2, 1, 1)", "INSERT INTO r VALUES (1, 1, 7), (3, 3, 0)",
+               "INSERT INTO r VALUES (2, 3, 4)"]
+    sess, _ = make_chdb_table(tmp_path, f"CREATE TABLE r (k UInt32, p UInt8, x Int32) ENGINE = {engine} "
+                              f"PARTITION BY p ORDER BY k SETTINGS {NO_MERGES}", inserts)
+    expected_final = _select(sess, "SELECT * FROM r FINAL")
+    sess.query("OPTIMIZE TABLE r FINAL")
+    expected_merged = _select(sess, "SELECT * FROM r")
+    close_session()
+    table = MergeTreeTable.create(tmp_path / "ours", [("k", "UInt32"), ("p", "UInt8"), ("x", "Int32")],
+                                  order_by="k", partition_by="p", engine=engine, settings={"auto_merge": False})
+    for rows in ([(1, 2, 5), (2, 1, 1)], [(1, 1, 7), (3, 3, 0)], [(2, 3, 4)]):
+        table.insert(pa.table({"k": pa.array([r[0] for r in rows], pa.uint32()),
+                               "p": pa.array([r[1] for r in rows], pa.uint8()),
+                               "x": pa.array([r[2] for r in rows], pa.int32())}))
+    assert _rows(table.to_arrow(final=True)) == expected_final
+    table.optimize(final=True)
+    assert _rows(table.to_arrow()) == expected_merged
+    assert _rows(table.to_arrow(final=True)) == expected_final
