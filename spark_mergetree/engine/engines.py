@@ -9,8 +9,9 @@ order, then row order in a part), as ClickHouse's merging algorithms see them:
 * Replacing: the last row of each key, or with `version` the last row with the greatest version; with
   `is_deleted`, a FINAL read drops keys whose surviving row has is_deleted = 1 (merges keep it).
 * Summing: one row per key; the summed columns (the listed ones, or every numeric column outside the
-  sorting key; Nullable ones skip NULLs) hold the sums (wrapping in the column's type), other columns
-  the key's first row; a row whose summed columns are all zero is dropped. SimpleAggregateFunction
+  sorting and partition keys; Nullable ones skip NULLs) hold the sums (wrapping in the column's type),
+  other columns the key's first row; a row whose summed columns all hold their default (0, or NULL
+  for a Nullable column: a Nullable sum of 0 keeps its row) is dropped. SimpleAggregateFunction
   columns are combined with their function.
 * Aggregating: one row per key, SimpleAggregateFunction columns combined with their function, other
   columns from the key's first row. AggregateFunction states cannot be combined here: refused.
@@ -266,6 +267,9 @@ def plan_rows(engine: MergingEngine, table: pa.Table, sort_key: Sequence[str], c
         zero = np.ones(len(first), dtype=bool)
         for column in engine.summed:
             sums = _aggregate(table.column(column), group_ids, "sum")
+            if column_types[column].startswith("Nullable("):  # its default, NULL, is its "zero"; a sum of 0 is not
+                zero &= pc.is_null(sums).to_numpy(zero_copy_only=False)
+                continue
             zero &= ~pc.fill_null(pc.not_equal(sums, pa.scalar(0, sums.type) if not pa.types.is_boolean(sums.type)
                                                else pa.scalar(False)), False).to_numpy(zero_copy_only=False)
         if engine.summed:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from datetime import datetime
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -208,3 +209,29 @@ def test_final_merges_a_key_across_partitions_when_the_partition_is_not_in_the_k
     table.optimize(final=True)
     assert _rows(table.to_arrow()) == expected_merged
     assert _rows(table.to_arrow(final=True)) == expected_final
+
+
+def test_summing_types_nullable_decimal_bool_date_and_wrapping(tmp_path: Path) -> None:
+    """Nullable sums skip NULLs and only an all-NULL sum counts as zero; Decimal and Bool are summed,
+    Int8 wraps, Date and LowCardinality(String) keep the key's first row — as ClickHouse does."""
+    columns = [("k", "UInt32"), ("n", "Nullable(Int32)"), ("dec", "Decimal(10, 2)"), ("b", "Bool"), ("d", "Date"),
+               ("lc", "LowCardinality(String)"), ("i8", "Int8")]
+    data = pa.table({"k": pa.array([1, 1, 2, 2, 3, 4], pa.uint32()), "n": pa.array([None, None, 3, -3, None, None],
+                                                                                      pa.int32()),
+                     "dec": pa.array([Decimal("1.5"), Decimal("2.5"), 0, 0, 0, 0], pa.decimal128(10, 2)),
+                     "b": [True, False, False, False, False, True],
+                     "d": [date(2020, 1, 1), date(2020, 1, 2), *[date(2020, 1, 1)] * 4],
+                     "lc": ["a", "b", "c", "c", "c", "c"], "i8": pa.array([100, 100, 0, 0, 0, 0], pa.int8())})
+    pq.write_table(data, tmp_path / "rows.parquet")
+    ddl = ", ".join(f"{n} {t}" for n, t in columns)
+    sess, _ = make_chdb_table(tmp_path, f"CREATE TABLE s ({ddl}) ENGINE = SummingMergeTree ORDER BY k "
+                              f"SETTINGS {NO_MERGES}",
+                              [f"INSERT INTO s SELECT * FROM file('{tmp_path}/rows.parquet', Parquet) "
+                               "SETTINGS optimize_on_insert = 0"])
+    expected = _select(sess, "SELECT * FROM s FINAL")
+    close_session()
+    table = MergeTreeTable.create(tmp_path / "ours", columns, order_by="k", engine="SummingMergeTree",
+                                  settings={"auto_merge": False})
+    table.insert(data)
+    assert _rows(table.to_arrow(final=True)) == expected
+    assert _rows(table.to_arrow()) == expected  # the insert itself was summed (optimize_on_insert)
