@@ -279,3 +279,19 @@ def test_checkpoint_lets_a_new_process_skip_folded_entries(s3_bucket: str) -> No
     assert same(reopened.to_arrow(), pa.concat_tables([rows(1000, 3), rows(2000, 2), rows(3000, 4)]))
     assert reopened.log.cleanup(reopened.coordinator, retention_seconds=0)  # the overwritten parts
     assert set(reopened.parts_store.part_names()) - {""} == reopened.visible_parts()[1]
+
+
+def test_command_line_on_an_s3_table(s3_bucket: str) -> None:
+    from click.testing import CliRunner
+
+    from spark_mergetree.cli import main
+
+    url = f"s3://{s3_bucket}/cli"
+    create(url).insert(rows(0, 250))
+    listed = CliRunner().invoke(main, ["parts", url])
+    assert listed.exit_code == 0 and "1 parts, 250 rows" in listed.output, listed.output
+    head = CliRunner().invoke(main, ["head", url, "-n", "3", "--where", "id < 3"])
+    assert head.exit_code == 0 and head.output.count("\n") >= 3, head.output
+    assert CliRunner().invoke(main, ["cleanup", url]).exit_code == 0
+    refused = CliRunner().invoke(main, ["optimize", url])
+    assert isinstance(refused.exception, UnsupportedError) and url in str(refused.exception)
