@@ -340,7 +340,8 @@ class MergeTreeTable:
     def plan_read(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
                   snapshot: int | None = None, transaction: Transaction | None = None,
                   parts: set[str] | None = None,
-                  target_rows: int = selecting.DEFAULT_TARGET_ROWS) -> selecting.ReadPlan:
+                  target_rows: int = selecting.DEFAULT_TARGET_ROWS,
+                  use_skip_indexes: bool = True) -> selecting.ReadPlan:
         """Which parts and granule ranges a read touches, cut into ReadTasks of ~target_rows rows."""
         self._columns(columns)
         predicate = selecting.bind_where(where, self.metadata.column_types)
@@ -353,7 +354,7 @@ class MergeTreeTable:
         infos = [info for info, _ in named]
         readers = [self.reader(name) for _, name in named]
         plan.parts = selecting.plan_parts(readers, infos, predicate, meta.partition_key, meta.primary_key_types,
-                                          meta.skip_indexes, meta.column_types)
+                                          meta.skip_indexes if use_skip_indexes else [], meta.column_types)
         for reader, part_plan in zip(readers, plan.parts, strict=True):
             plan.tasks.extend(selecting.split_tasks(reader, part_plan.ranges, target_rows))
         return plan
@@ -391,16 +392,21 @@ class MergeTreeTable:
                 yield from ready.to_batches()
             yield from pending.result().to_batches()
 
-    def final_tasks(self, *, snapshot: int | None = None, transaction: Transaction | None = None,
+    def final_tasks(self, where: str | Expr | None = None, *, snapshot: int | None = None,
+                    transaction: Transaction | None = None,
                     parts: set[str] | None = None) -> list[list[selecting.ReadTask]]:
         """The read tasks of a FINAL read, in groups whose rows are merged together: one per partition
         when every partition key column is an element of the sorting key (rows of one key then share
         a partition), else one group of all (ClickHouse's FINAL merges a key's rows across
-        partitions). Nothing is pruned by `where`: which row of a key survives depends on all of them."""
-        plan = self.plan_read(None, None, snapshot=snapshot, transaction=transaction, parts=parts,
-                              target_rows=1 << 62)
+        partitions).
+
+        `where` prunes only where that keeps every row of each key it can return: granules by the
+        primary key (all rows of a key share its value), and partitions in the first case; never by
+        skip indexes (a key's other rows decide which of them survives)."""
         key_columns = {element.strip("`") for element in self.metadata.sorting_key}
         by_partition = set(self.metadata.partition_key.columns) <= key_columns
+        plan = self.plan_read(None, where if by_partition else None, snapshot=snapshot, transaction=transaction,
+                              parts=parts, target_rows=1 << 62, use_skip_indexes=False)
         groups: dict[str, list[selecting.ReadTask]] = {}
         for task in plan.tasks:
             groups.setdefault(PartInfo.parse(task.part).partition_id if by_partition else "", []).append(task)
@@ -443,7 +449,7 @@ class MergeTreeTable:
         """
         if final:
             names = self._columns(columns)
-            groups = self.final_tasks(snapshot=snapshot, transaction=transaction)
+            groups = self.final_tasks(where, snapshot=snapshot, transaction=transaction)
             with ThreadPoolExecutor(max_workers=max(1, min(4, len(groups)))) as pool:
                 tables = list(pool.map(lambda tasks: self.read_final(tasks, names, where), groups))
             return pa.concat_tables(tables) if tables else pa.schema([self.schema.field(n) for n in names]).empty_table()
@@ -471,7 +477,7 @@ class MergeTreeTable:
         """Like to_arrow, one task at a time (bounded memory; `final=True`: a group of `final_tasks` at a time)."""
         names = self._columns(columns)
         if final:
-            for tasks in self.final_tasks(snapshot=snapshot, transaction=transaction):
+            for tasks in self.final_tasks(where, snapshot=snapshot, transaction=transaction):
                 yield from self.read_final(tasks, names, where).to_batches()
             return
         for task in self.plan_read(names, where, snapshot=snapshot, transaction=transaction).tasks:

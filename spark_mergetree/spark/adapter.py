@@ -408,9 +408,9 @@ def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, parts:
                        sum(p.granules_read for p in counted))
 
 
-def final_tasks(ref: TableRef, parts: PartSets) -> list[list[Any]]:
-    """The read tasks of a FINAL read over the parts a plan covers, one list per table partition."""
-    return open_table(ref).final_tasks(parts=set(parts.known))
+def final_tasks(ref: TableRef, parts: PartSets, where: Any) -> list[list[Any]]:
+    """The read tasks of a FINAL read over the parts a plan covers, in groups merged together."""
+    return open_table(ref).final_tasks(where, parts=set(parts.known))
 
 
 def read_final(ref: TableRef, tasks: Sequence[Any], columns: list[str], where: Any) -> Iterator[pa.RecordBatch]:

@@ -183,15 +183,15 @@ class MergeTreeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot, self.opts.transaction)
+        prune = self.where if self.pushed is None else adapter.conjunction(self.where, self.pushed)
         if self.opts.final:  # one input partition per group of rows FINAL merges together (engine final_tasks)
             return [MergeTreePartition(i, tasks, parts)
-                    for i, tasks in enumerate(adapter.final_tasks(self.ref, parts))]
+                    for i, tasks in enumerate(adapter.final_tasks(self.ref, parts, prune))]
         explicit = self.opts.target_rows is not None
         # Big parts are cut into tasks of a share of the rows (so one part feeds every core); the
         # tasks are then packed into partitions of about `target_rows` rows, counting a cost for
         # every part opened.
         split_rows = _balanced_target(self.target_rows, adapter.visible_rows(self.ref, parts), explicit)
-        prune = self.where if self.pushed is None else adapter.conjunction(self.where, self.pushed)
         planned = adapter.plan(self.ref, self.columns, prune, split_rows, parts)
         open_rows = max(1, OPEN_COST_BYTES // _row_bytes(self.target))
         shares = _pack(planned.tasks, parts, self.target_rows, open_rows, None if explicit else _cores())

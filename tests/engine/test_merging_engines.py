@@ -59,7 +59,7 @@ def _create(name: str, engine: str) -> str:
     columns = ", ".join(f"{n} {t}" for n, t in _columns(engine))
     # ClickHouse asks AggregatingMergeTree tables with plain columns outside the key to say so
     dimensions = ", allow_dimensions_outside_sorting_key = 1" if engine.startswith("Aggregating") else ""
-    return (f"CREATE TABLE {name} ({columns}) ENGINE = {engine} PARTITION BY p ORDER BY k "
+    return (f"CREATE TABLE {name} ({columns}) ENGINE = {engine} PARTITION BY p ORDER BY (k, p) "
             f"SETTINGS {NO_MERGES}{dimensions}")
 
 
@@ -87,14 +87,20 @@ def test_final_and_optimize_match_clickhouse(tmp_path: Path, engine: str) -> Non
     sess.query("OPTIMIZE TABLE t FINAL")
     expected_optimized = _select(sess, f"SELECT {names} FROM t")
     expected_filtered = _select(sess, f"SELECT {names} FROM t FINAL WHERE x > 0")
+    expected_keys = _select(sess, f"SELECT {names} FROM t FINAL WHERE k BETWEEN 30 AND 50 AND x > 0 AND p = 1")
 
-    ours = MergeTreeTable.create(tmp_path / "ours", _columns(engine), order_by="k", partition_by="p", engine=engine,
+    ours = MergeTreeTable.create(tmp_path / "ours", _columns(engine), order_by="(k, p)", partition_by="p", engine=engine,
                                  settings={"auto_merge": False, "index_granularity": 64})
     for batch in batches:
         ours.insert(batch)
     assert len(ours.parts()) > 3  # several parts per partition: FINAL works across them
     assert _rows(ours.to_arrow(final=True)) == expected_final
     assert _rows(pa.Table.from_batches(list(ours.to_batches(final=True)), ours.schema)) == expected_final
+    # conditions on the key prune granules and partitions, and still give ClickHouse's rows
+    key_where = "k BETWEEN 30 AND 50 AND x > 0 AND p = 1"
+    assert _rows(ours.to_arrow(where=key_where, final=True)) == expected_keys
+    pruned = [task for tasks in ours.final_tasks(key_where) for task in tasks]
+    assert 0 < sum(t.rows for t in pruned) < sum(t.rows for tasks in ours.final_tasks() for t in tasks)
 
     # ClickHouse attaching our parts (in block order) reads the same FINAL rows.
     sess, data_dir = make_chdb_table(tmp_path, _create("back", engine))
@@ -206,6 +212,8 @@ def test_final_merges_a_key_across_partitions_when_the_partition_is_not_in_the_k
                                "p": pa.array([r[1] for r in rows], pa.uint8()),
                                "x": pa.array([r[2] for r in rows], pa.int32())}))
     assert _rows(table.to_arrow(final=True)) == expected_final
+    # a condition on the partition column cannot prune partitions here: a key's row elsewhere may win
+    assert _rows(table.to_arrow(where="p = 1", final=True)) == [r for r in expected_final if r[1] == 1]
     table.optimize(final=True)
     assert _rows(table.to_arrow()) == expected_merged
     assert _rows(table.to_arrow(final=True)) == expected_final
