@@ -109,6 +109,12 @@ def txn_for_task(explicit: TxnContext | None) -> TxnContext | None:
     return explicit if explicit is not None else session
 
 
+def _refuse_object_store_transaction(ref: TableRef, txn: TxnContext | None) -> None:
+    if txn is not None and ref.in_object_store:
+        raise UnsupportedError(f"transaction {txn.tid}: Spark jobs inside a transaction are not supported yet for "
+                               f"{ref.describe()} in object storage; run the job outside the transaction")
+
+
 def check_transaction(ref: TableRef, txn: TxnContext | None) -> None:
     """On the driver, before anything is written: the `transaction` option names a running
     transaction, of the coordinator the table is bound to."""
@@ -123,9 +129,7 @@ def check_transaction(ref: TableRef, txn: TxnContext | None) -> None:
             f"option {TXN_OPTION!r}: transaction {txn.tid} is {state.value}"
             + (f" at csn {csn}" if csn is not None else "")
             + ": use the id of a transaction inside its `with` block")
-    if ref.in_object_store:
-        raise UnsupportedError(f"option {TXN_OPTION!r}: Spark jobs inside a transaction are not supported yet for "
-                               f"{ref.describe()} in object storage; commit the job on its own")
+    _refuse_object_store_transaction(ref, txn)
     identity = TableLog(ref.path).identity() if ref.path else None
     if identity is not None and identity["coordinator"] != txn.coordinator:
         raise InvalidOptionError(
@@ -378,6 +382,7 @@ class PlannedRead:
 
 
 def part_sets(ref: TableRef, snapshot: int | None = None, txn: TxnContext | None = None) -> PartSets:
+    _refuse_object_store_transaction(ref, txn)
     table = open_table(ref)
     if txn is not None and snapshot is None and table.log.identity() is not None:
         view = frozenset(visible_in_transaction(table.path, txn))
@@ -463,6 +468,7 @@ def visible_for_task(ref: TableRef, parts: PartSets, txn: TxnContext | None) -> 
     """The parts one read task may return: the planning snapshot's, or its transaction's view."""
     if txn is None or parts.time_travel:
         return parts.visible
+    _refuse_object_store_transaction(ref, txn)
     table = open_table(ref)
     if table.log.identity() is None:
         return parts.visible
@@ -504,6 +510,7 @@ def stage(ref: TableRef, data: pa.Table, tag: str) -> list[Any]:
 def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None,
            partition_overwrite_mode: str = "static") -> list[str]:
     """Make a job's staged parts visible (or, inside a transaction, staged for its owner to adopt)."""
+    _refuse_object_store_transaction(ref, txn)
     table = open_table(ref)
     if txn is None:
         return list(table.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode))

@@ -228,16 +228,32 @@ class Bucket:
 
     def __init__(self, bucket: str, options: Mapping[str, Any] | None = None) -> None:
         explicit = check_storage_options(options)
-        merged = storage_options()
-        with _options_lock:
-            if explicit:
+        if explicit:
+            with _options_lock:
                 # Options given for a bucket (a table's, e.g. from a Spark job's options) serve every
-                # later handle of that bucket in this process too (its coordinator, its log).
+                # handle of that bucket in this process (its coordinator, its log), also one made
+                # before them: a handle takes its options when it first sends a request.
                 _bucket_options[bucket] = explicit
-            merged.update(_bucket_options.get(bucket, {}))
         self.name = bucket
-        self.options = merged
-        self._client = _client(merged)
+        self._explicit = explicit
+        self._resolved: tuple[dict[str, str], Any] | None = None
+
+    def _resolve(self) -> tuple[dict[str, str], Any]:
+        if self._resolved is None:
+            merged = storage_options()
+            with _options_lock:
+                merged.update(_bucket_options.get(self.name, {}))
+            merged.update(self._explicit)
+            self._resolved = (merged, _client(merged))
+        return self._resolved
+
+    @property
+    def options(self) -> dict[str, str]:
+        return self._resolve()[0]
+
+    @property
+    def _client(self) -> Any:
+        return self._resolve()[1]
 
     def credentials(self) -> tuple[str, str] | None:
         """(access key id, secret) this handle signs with, if it has any."""

@@ -127,3 +127,17 @@ def test_spark_retried_task_writes_each_row_once_on_s3(spark, s3_server, s3_buck
     assert set(table.parts_store.part_names()) - {""} == visible  # type: ignore[attr-defined]
     assert sorted(r["id"] for r in spark.read.format("mergetree").options(**options(s3_server)).load(url)
                   .collect()) == list(range(400))
+
+
+def test_spark_jobs_inside_a_transaction_are_refused_for_s3_tables(spark, s3_server, s3_bucket: str) -> None:
+    from spark_mergetree.spark import transaction
+
+    url = f"s3://{s3_bucket}/in_tx"
+    coordinator = f"s3://{s3_bucket}/coordinator"
+    spark.range(3).write.format("mergetree").options(**options(s3_server)).option("order_by", "id") \
+        .option("coordinator", coordinator).mode("append").save(url)
+    with pytest.raises(Exception, match="not supported yet .* in object storage"), \
+            transaction(spark, coordinator) as tx:
+        spark.range(5).write.format("mergetree").options(**options(s3_server)).option("transaction", tx.id) \
+            .mode("append").save(url)
+    assert MergeTreeTable.open(url).count() == 3
