@@ -102,7 +102,7 @@ def covering_ranges(removed: Sequence[str]) -> dict[str, tuple[int, int]]:
 
 def new_part_names(table: MergeTreeTable, staged: Sequence[StagedPart], removed: Sequence[str], first: int,
                    tx: Any) -> list[str]:
-    """`<partition>_<n>_<n>_0` per staged part. The first new part of a replaced partition
+    """`<partition>_<n>_<n>_0` per staged part (`_1` in tables of the merging engines). The first new part of a replaced partition
     covers the parts it replaces (as ClickHouse's REPLACE PARTITION does), so a ClickHouse
     opening the directory before our cleanup shows only the new rows, unless the range would
     also cover a part another transaction may still commit or committed after our snapshot."""
@@ -115,11 +115,14 @@ def new_part_names(table: MergeTreeTable, staged: Sequence[StagedPart], removed:
             info = PartInfo.parse(name)
             blocking.setdefault(info.partition_id, []).append((info.min_block, info.max_block))
     finals = []
+    # Inserts into Replacing/Summing/... tables were merged as they were written (engines.py), and
+    # ClickHouse names such parts at level 1 (its optimize_on_insert), which its merges rely on.
+    inserted = 1 if table.metadata.merging_engine is not None else 0
     for number, part in enumerate(staged):
         block = first + number
-        low, level = covering.pop(part.partition_id, (block, 0))
+        low, level = covering.pop(part.partition_id, (block, inserted))
         if any(a <= block and low <= b for a, b in blocking.get(part.partition_id, ())):
-            low, level = block, 0
+            low, level = block, inserted
         finals.append(PartInfo(part.partition_id, low, block, level).name)
     return finals
 

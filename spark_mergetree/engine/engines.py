@@ -15,19 +15,21 @@ order, then row order in a part), as ClickHouse's merging algorithms see them:
   columns are combined with their function.
 * Aggregating: one row per key, SimpleAggregateFunction columns combined with their function, other
   columns from the key's first row. AggregateFunction states cannot be combined here: refused.
-Collapsing and VersionedCollapsing tables are refused for now (UnsupportedError). ClickHouse (26.x)
-never compares the keys of consecutive rows that come from one part of level > 0 (it takes them for
-different keys, ClickHouse issue #120649), and writes the parts of inserts it collapsed
-(optimize_on_insert) at level 1; for Collapsing tables, whose merged parts keep up to two rows per key,
-that changes which rows survive, and we do not reproduce it yet (nor name our collapsed inserts
-level 1). For the other engines every part of level > 0 has one row per key, so it changes nothing.
-The algorithms below are what ClickHouse does over one sorted sequence (parts of level 0):
+ClickHouse (26.x) never compares the keys of two rows of one part of level > 0 (it takes them for
+different keys, ClickHouse issue #120649), and names the parts of inserts it
+merged (optimize_on_insert) at level 1. For Collapsing tables, whose parts keep up to two rows per
+key, that changes which rows survive; we do the same (`plan_rows(sources=...)`, and inserts into
+tables of these engines are named at level 1), so ClickHouse and we keep the same rows. For the other
+engines every part of level > 0 holds each key once, so it changes nothing (VersionedCollapsing
+compares keys always). Within a run of rows compared as one key:
 
 * Collapsing: per key, with P rows of sign 1 and N of sign -1: nothing if P = N and the last row is
   negative; otherwise the first negative row if P ≤ N and the last positive row if P ≥ N (a FINAL
   read keeps only the positive one).
 * VersionedCollapsing: per (key, version) — the version ends the sorting key — each row of one sign
-  cancels the latest still unmatched row of the other sign; the unmatched rows stay.
+  cancels the latest still unmatched row of the other sign; the unmatched rows stay. (ClickHouse
+  also writes out the oldest unmatched row once more than 8191 of one (key, version) wait, so a
+  later row cannot cancel it; we do not.)
 
 Everything is vectorised (numpy/pyarrow over group boundaries); nothing loops over rows.
 """
@@ -96,10 +98,6 @@ def engine_of(definition: TableDefinition) -> MergingEngine | None:
         if arg not in types:
             raise SchemaMismatchError(f"table {table!r}: {name} parameter {arg!r} is not a column; columns: "
                                       f"{', '.join(types)}")
-    if name in ("CollapsingMergeTree", "VersionedCollapsingMergeTree"):
-        raise UnsupportedError(
-            f"table {table!r}: {name} is not supported yet (which rows ClickHouse keeps when a key's rows of both "
-            "signs span several parts is not yet matched exactly)")
     keys = set(_key_columns(definition))
     aggregates = []
     for column, type_text in types.items():
@@ -242,12 +240,28 @@ def group_starts(key_arrays: Sequence[pa.Array | pa.ChunkedArray], rows: int) ->
     return starts
 
 
+def part_sources(levels: Sequence[int], rows: Sequence[int]) -> np.ndarray:
+    """Per row (parts' rows one after another), its part's number if the part's level is above 0,
+    else -1: what `plan_rows` needs to treat rows as ClickHouse does (see there)."""
+    numbers = np.array([n if level > 0 else -1 for n, level in enumerate(levels)], dtype=np.int64)
+    return np.repeat(numbers, np.asarray(rows, dtype=np.int64))
+
+
 def plan_rows(engine: MergingEngine, table: pa.Table, sort_key: Sequence[str], column_types: Mapping[str, str],
-              *, final: bool) -> RowPlan:
+              *, final: bool, sources: np.ndarray | None = None) -> RowPlan:
     """The rows a merge (`final=False`) or a FINAL read keeps of `table`, sorted by `sort_key` with
-    equal keys in insertion order; `table` holds the key's and the engine's control columns."""
+    equal keys in insertion order; `table` holds the key's and the engine's control columns.
+
+    `sources` (`part_sources`, in the rows' sorted order): ClickHouse compares each row with the first
+    row of the current key's run, and takes a row of the same part of level > 0 as that first row for
+    another key without comparing them (such a part is assumed to hold each key once; ClickHouse issue
+    #120649); and so does this. Rows of equal keys come part by part, so within a run of equal keys
+    every row of its first part (if of level > 0) starts a run of its own."""
     rows = table.num_rows
     starts = group_starts(key_element_arrays(list(sort_key), table, dict(column_types)), rows)
+    if sources is not None and rows > 1 and engine.name != "VersionedCollapsingMergeTree":
+        run_first = np.flatnonzero(starts)[np.cumsum(starts) - 1]
+        starts |= (sources >= 0) & (sources == sources[run_first])
     first = np.flatnonzero(starts)
     last = np.append(first[1:] - 1, rows - 1) if rows else first
     name = engine.name

@@ -270,7 +270,9 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
     if meta.sorting_key and rows > 1:
         order = sort_indices(meta.sorting_key, key_table, meta.column_types)
         key_table = key_table.take(order)
-    plan = engines.plan_rows(engine, key_table, meta.sorting_key, meta.column_types, final=False) if engine else None
+    sources = engines.part_sources([PartInfo.parse(r.part).level for r in readers], [r.existing_rows for r in readers])
+    plan = engines.plan_rows(engine, key_table, meta.sorting_key, meta.column_types, final=False,
+                             sources=sources[order.to_numpy()] if order is not None else sources) if engine else None
     if plan is not None:  # the engine's merge (engines.py): rows of equal keys replaced, summed or collapsed
         key_table, rows = plan.apply(key_table), plan.count
 

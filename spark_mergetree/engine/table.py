@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeAlias, cast
 
+import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.engine import background, engines, staging
@@ -428,12 +429,17 @@ class MergeTreeTable:
         ordered = sorted(tasks, key=lambda task: (PartInfo.parse(task.part).partition_id,
                                                   PartInfo.parse(task.part).min_block,
                                                   task.ranges[0][0] if task.ranges else 0))
-        rows = pa.concat_tables([self.read_task(task, wanted) for task in ordered]) if ordered else \
-            pa.schema([self.schema.field(n) for n in wanted]).empty_table()
+        pieces = [self.read_task(task, wanted) for task in ordered]
+        rows = pa.concat_tables(pieces) if pieces else pa.schema([self.schema.field(n) for n in wanted]).empty_table()
         if engine is not None:
+            parts = [task.part for task in ordered]
+            sources = engines.part_sources([PartInfo.parse(p).level for p in parts], [t.num_rows for t in pieces])
+            sources[sources >= 0] = np.unique(parts, return_inverse=True)[1][sources[sources >= 0]]  # one per part
             if meta.sorting_key and rows.num_rows > 1:
-                rows = rows.take(sort_indices(meta.sorting_key, rows, meta.column_types))
-            rows = engines.collapse(engine, rows, meta.sorting_key, meta.column_types, final=True)
+                order = sort_indices(meta.sorting_key, rows, meta.column_types)
+                rows, sources = rows.take(order), sources[order.to_numpy()]
+            rows = engines.plan_rows(engine, rows, meta.sorting_key, meta.column_types, final=True,
+                                     sources=sources).apply(rows)
         if predicate is not None:
             rows = filter_table(rows, predicate)
         return rows.select(names)

@@ -27,7 +27,8 @@ COLUMNS = [("k", "UInt32"), ("p", "UInt8"), ("v", "UInt32"), ("d", "UInt8"), ("s
 AGGREGATES = [("mx", "SimpleAggregateFunction(max, UInt32)"), ("total", "SimpleAggregateFunction(sum, Int64)"),
               ("latest", "SimpleAggregateFunction(anyLast, String)")]
 ENGINES = ["ReplacingMergeTree", "ReplacingMergeTree(v)", "ReplacingMergeTree(v, d)", "SummingMergeTree",
-           "SummingMergeTree((x, y))", "AggregatingMergeTree", "SummingMergeTree(total)"]
+           "SummingMergeTree((x, y))", "AggregatingMergeTree", "SummingMergeTree(total)",
+           "CollapsingMergeTree(s)", "VersionedCollapsingMergeTree(s, v)"]
 NO_MERGES = "index_granularity = 64, min_parts_to_merge_at_once = 1000"
 
 
@@ -136,7 +137,8 @@ def test_bad_engines_are_refused_before_anything_is_written(tmp_path: Path) -> N
     cases = [("ReplacingMergeTree(nope)", SchemaMismatchError), ("ReplacingMergeTree(name)", SchemaMismatchError),
              ("SummingMergeTree(k)", SchemaMismatchError), ("Log", InvalidOptionError),
              ("ReplacingMergeTree(v) SETTINGS index_granularity = 1", InvalidOptionError),
-             ("CollapsingMergeTree(s)", UnsupportedError), ("VersionedCollapsingMergeTree(s, v)", UnsupportedError)]
+             ("CollapsingMergeTree(x)", SchemaMismatchError), ("CollapsingMergeTree", SchemaMismatchError),
+             ("VersionedCollapsingMergeTree(s, name)", SchemaMismatchError)]
     for number, (engine, error) in enumerate(cases):
         with pytest.raises(error):
             MergeTreeTable.create(tmp_path / str(number), COLUMNS, order_by="k", engine=engine)
