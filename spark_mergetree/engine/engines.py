@@ -115,14 +115,13 @@ def engine_of(definition: TableDefinition) -> MergingEngine | None:
     simple = {c for c, _ in aggregates}
 
     def check_type(arg: str, pattern: re.Pattern[str], what: str) -> None:
-        base = _unwrapped(types[arg])
-        if not pattern.fullmatch(base):
+        if not pattern.fullmatch(types[arg]):  # never Nullable, as ClickHouse requires
             raise SchemaMismatchError(f"table {table!r}: {name}'s {what} column {arg!r} cannot be {types[arg]}")
 
     if name == "ReplacingMergeTree":
         if args:
             check_type(args[0], _VERSION_TYPE, "version")
-        if len(args) == 2 and _unwrapped(types[args[1]]) not in ("UInt8", "Bool"):
+        if len(args) == 2 and types[args[1]] not in ("UInt8", "Bool"):
             raise SchemaMismatchError(f"table {table!r}: is_deleted column {args[1]!r} must be UInt8, not {types[args[1]]}")
         return MergingEngine(name, version=args[0] if args else None, is_deleted=args[1] if len(args) == 2 else None)
     if name in ("CollapsingMergeTree", "VersionedCollapsingMergeTree"):

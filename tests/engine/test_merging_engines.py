@@ -139,9 +139,11 @@ def test_bad_engines_are_refused_before_anything_is_written(tmp_path: Path) -> N
              ("ReplacingMergeTree(v) SETTINGS index_granularity = 1", InvalidOptionError),
              ("CollapsingMergeTree(x)", SchemaMismatchError), ("CollapsingMergeTree", SchemaMismatchError),
              ("VersionedCollapsingMergeTree(s, name)", SchemaMismatchError)]
+    cases.append(("ReplacingMergeTree(nv)", SchemaMismatchError))  # a Nullable version
     for number, (engine, error) in enumerate(cases):
         with pytest.raises(error):
-            MergeTreeTable.create(tmp_path / str(number), COLUMNS, order_by="k", engine=engine)
+            MergeTreeTable.create(tmp_path / str(number), [*COLUMNS, ("nv", "Nullable(UInt32)")], order_by="k",
+                                  engine=engine)
         assert not (tmp_path / str(number)).exists()
     with pytest.raises(UnsupportedError, match="AggregateFunction states"):
         MergeTreeTable.create(tmp_path / "agg", [("k", "UInt32"), ("u", "AggregateFunction(sum, UInt64)")],
