@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import FormatError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.ddl import TableDefinition
+from spark_mergetree.expressions.predicate import columns_of, parse_expression
 from spark_mergetree.expressions.sort_key import key_element_arrays
 from spark_mergetree.format.types import AggregateFunction, parse_type
 
@@ -149,8 +150,6 @@ def engine_of(definition: TableDefinition) -> MergingEngine | None:
 
 def _key_columns(definition: TableDefinition) -> list[str]:
     """Columns the sorting and partition keys read (never summed)."""
-    from spark_mergetree.expressions.predicate import columns_of, parse_expression
-
     elements = [*definition.order_by, *([definition.partition_by] if definition.partition_by else [])]
     return sorted({c for element in elements for c in columns_of(parse_expression(element))})
 
