@@ -32,17 +32,16 @@ from spark_mergetree.engine.metadata import (
     SETTINGS_FILE,
     STATEMENT_FILE,
     TableMetadata,
-    split_settings,
     validate_engine_settings,
 )
-from spark_mergetree.engine.table import MergeTreeTable, SchemaLike, _check_modes, _normalize_schema
+from spark_mergetree.engine.table import MergeTreeTable, SchemaLike, _check_modes, new_definition
 from spark_mergetree.errors import (
     InvalidOptionError,
     TableExistsError,
     TableNotFoundError,
     UnsupportedError,
 )
-from spark_mergetree.expressions.ddl import build_definition, format_attach, key_column_names, parse_create
+from spark_mergetree.expressions.ddl import format_attach, parse_create
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.storage.object_store import (
@@ -132,21 +131,10 @@ class ObjectStoreTable(MergeTreeTable):
                   primary_key: str | Sequence[str] | None = None, settings: Mapping[str, Any] | None = None, *,
                   if_not_exists: bool = False, coordinator: Coordinator | str | None = None,
                   storage_options: Mapping[str, Any] | None = None, engine: str | None = None) -> ObjectStoreTable:
-        import uuid as uuid_module
-
-        import pyarrow as pa
-
         location = parse_object_url(url)
         bucket = cls._bucket(location, storage_options)
-        clickhouse_settings, engine_settings = split_settings(settings)
-        if isinstance(coordinator, str):
-            engine_settings["coordinator"] = coordinator
-        columns = _normalize_schema(schema, set())
-        if isinstance(schema, pa.Schema):
-            keys = key_column_names([name for name, _ in columns], order_by, partition_by, primary_key)
-            columns = _normalize_schema(schema, keys)
-        definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
-                                      uuid=str(uuid_module.uuid4()), engine=engine)
+        definition, engine_settings = new_definition(schema, order_by, partition_by, primary_key, settings,
+                                                     coordinator, engine)
         metadata = TableMetadata(definition, validate_engine_settings(engine_settings))
         metadata.validate_keys()
         statement_key = location.child(META_DIR, STATEMENT_FILE).key

@@ -123,6 +123,24 @@ def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[s
     return out
 
 
+def new_definition(schema: SchemaLike, order_by: str | Sequence[str], partition_by: str | None,
+                   primary_key: str | Sequence[str] | None, settings: Mapping[str, Any] | None,
+                   coordinator: Coordinator | str | None, engine: str | None) -> tuple[TableDefinition, dict[str, Any]]:
+    """The definition (with a new UUID) and the engine settings of a new table, from `create()`'s
+    arguments: one way for tables in every location."""
+    clickhouse_settings, engine_settings = split_settings(settings)
+    if isinstance(coordinator, str):
+        engine_settings["coordinator"] = coordinator
+    # ClickHouse keys cannot be Nullable: Arrow fields the keys read are stored non-nullable.
+    columns = _normalize_schema(schema, set())
+    if isinstance(schema, pa.Schema):
+        keys = key_column_names([name for name, _ in columns], order_by, partition_by, primary_key)
+        columns = _normalize_schema(schema, keys)
+    definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
+                                  uuid=str(uuid_module.uuid4()), engine=engine)
+    return definition, engine_settings
+
+
 def _check_modes(mode: str, partition_overwrite_mode: str) -> WriteMode:
     if mode not in WRITE_MODES:
         raise InvalidOptionError(f"mode {mode!r} is not valid; use one of {', '.join(WRITE_MODES)}")
@@ -194,16 +212,8 @@ class MergeTreeTable:
             if if_not_exists:
                 return cls.open(target, coordinator=coordinator)
             raise TableExistsError(f"a table already exists at {target}")
-        clickhouse_settings, engine_settings = split_settings(settings)
-        if isinstance(coordinator, str):
-            engine_settings["coordinator"] = coordinator
-        # ClickHouse keys cannot be Nullable: Arrow fields the keys read are stored non-nullable.
-        columns = _normalize_schema(schema, set())
-        if isinstance(schema, pa.Schema):
-            keys = key_column_names([name for name, _ in columns], order_by, partition_by, primary_key)
-            columns = _normalize_schema(schema, keys)
-        definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
-                                      uuid=str(uuid_module.uuid4()), engine=engine)
+        definition, engine_settings = new_definition(schema, order_by, partition_by, primary_key, settings,
+                                                     coordinator, engine)
         table = cls.new(target, definition, engine_settings,
                         coordinator=coordinator if not isinstance(coordinator, str) else None)
         table.write_directory()
