@@ -10,7 +10,7 @@ source first.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -44,6 +44,9 @@ class MergeCandidate:
         return PartInfo.merged([PartInfo.parse(p) for p in self.parts]).name
 
 
+_NO_BLOCK = (1 << 63) - 1  # above every block number (Int64 in part names)
+
+
 def by_partition(parts: Sequence[str]) -> dict[str, list[PartInfo]]:
     groups: dict[str, list[PartInfo]] = {}
     for name in parts:
@@ -67,6 +70,21 @@ def _segments(infos: list[PartInfo], reserved: Sequence[tuple[int, int]]) -> lis
             continue
         current.append(info)
     return [segment for segment in segments if segment]
+
+
+def fence_reserved(reserved: Mapping[str, Sequence[tuple[int, int]]], visible: Iterable[str], watermark: int,
+                   busy: bool) -> dict[str, list[tuple[int, int]]]:
+    """`reserved` plus what a table without a commit lock cannot rule out (`TableLog.allocation_fence`):
+    in every partition, blocks from `watermark` on and, when other transactions were running
+    (`busy`), every gap between the visible parts (a block there may be one of theirs)."""
+    out = {partition: list(ranges) for partition, ranges in reserved.items()}
+    for partition_id, infos in by_partition(list(visible)).items():
+        ranges = out.setdefault(partition_id, [])
+        ranges.append((watermark, _NO_BLOCK))
+        if busy:
+            ranges.extend((a.max_block + 1, b.min_block - 1) for a, b in zip(infos, infos[1:], strict=False)
+                          if b.min_block > a.max_block + 1)
+    return out
 
 
 @dataclass(frozen=True)

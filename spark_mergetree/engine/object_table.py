@@ -11,8 +11,10 @@ rename, no lock and no listing to decide anything:
 3. the coordinator commits the transaction (the one commit point); readers see the parts from then.
 
 A crash before 3 leaves parts no committed entry names: `cleanup()` deletes them. Reading is the
-local table's code over `ObjectParts` (one LIST per part per process, ranged GETs). Merges, CHECK,
-scrub and column changes are not implemented for object-store tables yet and say so.
+local table's code over `ObjectParts` (one LIST per part per process, ranged GETs). Merges
+(`optimize`, `merge`) are the local table's selector and merger: the merged part is uploaded under
+its final key, then one transaction adds it and removes its sources. CHECK, scrub and column
+changes are not implemented for object-store tables yet and say so.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import table as table_module
 from spark_mergetree.engine.commit import PartitionOverwriteMode, WriteMode
+from spark_mergetree.engine.merge import MergeCandidate
 from spark_mergetree.engine.metadata import (
     META_DIR,
     SETTINGS_FILE,
@@ -42,6 +46,7 @@ from spark_mergetree.errors import (
     UnsupportedError,
 )
 from spark_mergetree.expressions.ddl import format_attach, parse_create
+from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.storage.object_store import (
@@ -323,6 +328,28 @@ class ObjectStoreTable(MergeTreeTable):
                         self.parts_store.remove(part.name)
             raise
 
+    def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
+        """Upload a merged part under its final key and name it in `tx`. The name is the candidate's
+        result name, its level raised past any name the log or the bucket already holds (a merge
+        that failed after its upload): a name is never reused, so no cleanup of a failed merge can
+        delete a later one's part. A failure before the entry names it deletes the upload."""
+        info = PartInfo.parse(candidate.result_name)
+        taken = set(self.log.versions(None)[1]) | {name for entry in self.log.entries() for name in entry.added}
+        while info.name in taken or self.parts_store.exists(info.name):
+            info = replace(info, level=info.level + 1)
+        named = False
+        try:
+            self.parts_store.write_part(info.name, files.files, _upload_pool("files"))
+            tx.add_parts(self.log, [info.name])
+            named = True
+        finally:
+            if not named:
+                self.parts_store.remove(info.name)
+        return info.name
+
+    def part_bytes(self, part: str) -> int:
+        return sum(self.parts_store.files(part).values())
+
     def cleanup(self, orphan_seconds: float = 3600.0) -> list[str]:
         """Delete parts no snapshot reads any more (removed past the retention, or of aborted
         transactions) and uploads no entry names that are `orphan_seconds` old (a crash between
@@ -382,12 +409,6 @@ class ObjectStoreTable(MergeTreeTable):
 
     def _unsupported(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"table {self.location.url}: {what} is not implemented for tables in object storage")
-
-    def optimize(self, final: bool = False) -> list[str]:
-        raise self._unsupported("OPTIMIZE (merging parts)")
-
-    def merge(self) -> list[str]:
-        raise self._unsupported("merging parts")
 
     def check(self, on_part: Any = None) -> Any:
         raise self._unsupported("CHECK TABLE")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
 from spark_mergetree.errors import TransactionError
+from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn import Transaction
 
@@ -33,6 +34,7 @@ def _begin_merge_transaction(table: MergeTreeTable) -> tuple[Transaction, dict[s
     """(transaction, reserved blocks, visible parts), the first two taken together under the commit
     lock, where block numbers are allocated: every block below is committed, reserved, or lost."""
     with table.log.commit_lock():
+        fence = table.log.allocation_fence(table.coordinator)
         reserved = table.log.reserved_blocks(table.coordinator)
         tx = Transaction(table.coordinator)
         try:
@@ -40,6 +42,8 @@ def _begin_merge_transaction(table: MergeTreeTable) -> tuple[Transaction, dict[s
         except BaseException:
             tx.rollback()
             raise
+    if fence is not None:
+        reserved = merging.fence_reserved(reserved, visible, *fence)
     return tx, reserved, visible
 
 
@@ -99,28 +103,38 @@ def run_merges(table: MergeTreeTable, final: bool) -> list[str]:
 
 def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Transaction) -> str:
     """Merge one candidate in `tx` and commit it; return the result's name."""
-    result = candidate.result_name
-    staged_name = f"{inserting.STAGING_PREFIX}t{tx.tid}_merge_{uuid.uuid4().hex[:12]}"
-    placed = False
     try:
         # Removal locks first: of two concurrent merges of the same parts, one fails here,
         # before writing anything.
         tx.remove_parts(table.log, candidate.parts)
         files = merging.merge_parts([table.reader(p) for p in candidate.parts], table.metadata)
-        table.store.write_part(staged_name, files.files, files.boundaries)
-        with table.log.commit_lock():
-            table.log.claim_name(result, tx.coordinator, tx.tid)
-            tx.add_parts(table.log, [result])
-            table.store.rename_part(staged_name, result)
-            placed = True
+        result = table.publish_merged(candidate, files, tx)
         tx.commit()
     except BaseException:
         if tx.state == "unknown":
             raise
         tx.rollback()  # deletes the result only if this transaction's entry still names it
+        raise
+    return result
+
+
+def publish_merged(table: MergeTreeTable, candidate: merging.MergeCandidate, files: PartFiles,
+                   tx: Transaction) -> str:
+    """A local table's merged part: written under a staged name, then named in `tx` and renamed to
+    the candidate's result name under the commit lock; nothing is left if that fails."""
+    result = candidate.result_name
+    staged_name = f"{inserting.STAGING_PREFIX}t{tx.tid}_merge_{uuid.uuid4().hex[:12]}"
+    table.store.write_part(staged_name, files.files, files.boundaries)
+    placed = False
+    try:
+        with table.log.commit_lock():
+            table.log.claim_name(result, tx.coordinator, tx.tid)
+            tx.add_parts(table.log, [result])
+            table.store.rename_part(staged_name, result)
+            placed = True
+    finally:
         if not placed:
             table.store.remove_part(staged_name, missing_ok=True)
-        raise
     return result
 
 

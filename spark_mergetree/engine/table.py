@@ -41,6 +41,7 @@ from spark_mergetree.engine.commit import (
     WriteMode,
 )
 from spark_mergetree.engine.directories import TableDirectories, remove_table_directory, write_table_directory
+from spark_mergetree.engine.merge import MergeCandidate
 from spark_mergetree.engine.metadata import (
     META_DIR,
     STATEMENT_FILE,
@@ -67,6 +68,7 @@ from spark_mergetree.expressions.predicate import Expr, columns_of, filter_table
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.format.compression_codecs import split_codec_clause
+from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_column_type
@@ -656,6 +658,11 @@ class MergeTreeTable:
         (ClickHouse's simple merge selector; see docs) until it finds nothing more; return the new
         parts' names. Each merge is a transaction."""
         return background.merge_until_settled(self)
+
+    def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
+        """Write a merged part and name it in `tx` (which removes its sources); return its name.
+        On failure nothing unnamed is left behind."""
+        return optimizing.publish_merged(self, candidate, files, tx)
 
     @staticmethod
     def wait_for_merges(timeout: float | None = None) -> bool:

@@ -204,6 +204,14 @@ class ObjectTableLog(TableLog):
             latest[entry.tid] = entry
         return list(latest.values())
 
+    def allocation_fence(self, coordinator: Coordinator) -> tuple[int, bool] | None:
+        """(watermark, busy) for a merge, taken before its snapshot: nothing orders block allocation
+        against this log (an insert's entry is written after its upload), so a block a running
+        insert holds may be in no entry yet. Blocks from `watermark` on were allocated after this
+        call; a block below it is committed, lost, or held by a transaction running now (`busy`)."""
+        watermark = coordinator.allocate_blocks(self.bind(coordinator.url), 1)
+        return watermark, bool(coordinator.running())
+
     def write_pending(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str]) -> None:
         """Append an entry naming what `tid` adds and removes (before the coordinator commits it)."""
         self.bind(coordinator_url)

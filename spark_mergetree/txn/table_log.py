@@ -565,6 +565,11 @@ class TableLog:
 
     # ---- block numbers and names in flight ---------------------------------------------------------
 
+    def allocation_fence(self, coordinator: Coordinator) -> tuple[int, bool] | None:
+        """None here: `commit_lock` orders block allocation against `reserved_blocks`. A log without
+        that lock returns (watermark, busy) taken before a merge's snapshot (see ObjectTableLog)."""
+        return None
+
     def reserved_blocks(self, coordinator: Coordinator, exclude_tid: int | None = None
                         ) -> dict[str, list[tuple[int, int]]]:
         """Per partition, the block ranges of parts that running transactions named (pending entries

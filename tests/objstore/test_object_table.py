@@ -293,5 +293,105 @@ def test_command_line_on_an_s3_table(s3_bucket: str) -> None:
     head = CliRunner().invoke(main, ["head", url, "-n", "3", "--where", "id < 3"])
     assert head.exit_code == 0 and head.output.count("\n") >= 3, head.output
     assert CliRunner().invoke(main, ["cleanup", url]).exit_code == 0
-    refused = CliRunner().invoke(main, ["optimize", url])
+    MergeTreeTable.open(url).insert(rows(250, 50))
+    merged = CliRunner().invoke(main, ["optimize", url, "--final"])
+    assert merged.exit_code == 0 and "merged into" in merged.output, merged.output
+    refused = CliRunner().invoke(main, ["check", url])
     assert isinstance(refused.exception, UnsupportedError) and url in str(refused.exception)
+
+
+# ---------------------------------------------------------------- merges
+
+
+def block_ranges_overlap(parts: set[str]) -> bool:
+    infos = sorted(PartInfo.parse(name) for name in parts)
+    return any(a.partition_id == b.partition_id and b.min_block <= a.max_block for a, b in zip(infos, infos[1:]))
+
+
+def test_optimize_final_leaves_one_part_per_partition_and_old_snapshots_read(s3_bucket: str) -> None:
+    table = create(f"s3://{s3_bucket}/merged")
+    for start in range(0, 5000, 1000):  # five inserts over two months: several parts per partition
+        table.insert(rows(start, 1000))
+    before_parts = table.visible_parts()[1]
+    before = table.to_arrow()
+    snapshot = table.coordinator.current_timestamp()
+    partitions = {PartInfo.parse(name).partition_id for name in before_parts}
+    assert len(before_parts) > len(partitions) == 2
+    created = table.optimize(final=True)
+    after_parts = table.visible_parts()[1]
+    assert sorted(after_parts) == sorted(created) and len(created) == len(partitions)
+    assert {PartInfo.parse(name).partition_id for name in after_parts} == partitions
+    assert all(PartInfo.parse(name).level >= 1 for name in after_parts)
+    reopened = MergeTreeTable.open(f"s3://{s3_bucket}/merged")
+    assert same(reopened.to_arrow(), before)
+    assert table.optimize(final=True) == []  # nothing left to merge
+    table.cleanup(orphan_seconds=0)  # replaced parts stay for old snapshots (old_parts_lifetime)
+    assert same(reopened.to_arrow(snapshot=snapshot), before)
+    assert reopened.visible_parts(snapshot=snapshot)[1] == before_parts
+
+
+def test_background_selector_merges_an_object_store_table(s3_bucket: str) -> None:
+    table = MergeTreeTable.create(f"s3://{s3_bucket}/small", SCHEMA, order_by="id",
+                                  settings={"merge_parts_threshold": 2})
+    expected = []
+    for start in range(0, 400, 100):
+        table.insert(rows(start, 100))
+        expected.append(rows(start, 100))
+    created = table.merge()
+    assert created and len(table.visible_parts()[1]) < 4
+    assert same(table.to_arrow(), pa.concat_tables(expected))
+
+
+def test_a_merge_losing_to_an_overwrite_leaves_the_overwrites_rows_only(s3_bucket: str) -> None:
+    from spark_mergetree.engine import merge as merging
+    from spark_mergetree.engine import optimize as optimizing
+
+    table = create(f"s3://{s3_bucket}/raced")
+    for start in range(0, 3000, 1000):
+        table.insert(rows(start, 1000))
+    # The merge takes its snapshot and chooses its parts; the overwrite commits first.
+    tx, reserved, visible = optimizing._begin_merge_transaction(table)
+    candidate = merging.select_merges(sorted(visible), {p: table.reader(p).rows for p in visible}, table.metadata,
+                                      final=True, reserved=reserved)[0]
+    table.overwrite(rows(10_000, 300))
+    with pytest.raises(SerializationError):
+        optimizing.merge_one(table, candidate, tx)
+    assert same(table.to_arrow(), rows(10_000, 300))
+    assert set(table.parts_store.part_names()) - {""} <= visible | table.visible_parts()[1]  # nothing uploaded
+
+    # A merge that uploaded its part and then lost (its transaction rolled back) leaves nothing either.
+    table.insert(rows(20_000, 300))
+    tx, reserved, visible = optimizing._begin_merge_transaction(table)
+    candidate = merging.select_merges(sorted(visible), {p: table.reader(p).rows for p in visible}, table.metadata,
+                                      final=True, reserved=reserved)[0]
+    tx.remove_parts(table.log, candidate.parts)
+    files = merging.merge_parts([table.reader(p) for p in candidate.parts], table.metadata)
+    uploaded = table.publish_merged(candidate, files, tx)
+    assert table.parts_store.exists(uploaded)
+    tx.rollback()
+    assert same(table.to_arrow(), pa.concat_tables([rows(10_000, 300), rows(20_000, 300)]))
+    table.cleanup(orphan_seconds=0)
+    assert not table.parts_store.exists(uploaded)
+    # The next merge of the same parts takes a name no entry ever held.
+    created = table.optimize(final=True)
+    assert created and uploaded not in created
+    assert same(table.to_arrow(), pa.concat_tables([rows(10_000, 300), rows(20_000, 300)]))
+    table.cleanup(orphan_seconds=0)
+    assert same(MergeTreeTable.open(f"s3://{s3_bucket}/raced").to_arrow(),
+                pa.concat_tables([rows(10_000, 300), rows(20_000, 300)]))
+
+
+def test_a_merge_never_spans_the_block_of_an_insert_still_uploading(s3_bucket: str) -> None:
+    table = create(f"s3://{s3_bucket}/inflight")
+    table.insert(rows(0, 100))
+    pending = Transaction(table.coordinator)
+    staged = table.stage(rows(100, 100), transaction=pending)  # blocks allocated, uploaded, named by no entry
+    table.insert(rows(200, 100))
+    table.optimize(final=True)
+    table.commit_staged(staged, transaction=pending)
+    pending.commit()
+    visible = table.visible_parts()[1]
+    assert not block_ranges_overlap(visible), sorted(visible)
+    assert same(table.to_arrow(), rows(0, 300))
+    assert len(table.optimize(final=True)) == 1  # with nothing running, the partition merges whole
+    assert same(table.to_arrow(), rows(0, 300))
