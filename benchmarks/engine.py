@@ -7,7 +7,6 @@ several runs and the ratios ours/chdb. Usage: python benchmarks/engine.py [--row
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import tempfile
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from harness import private_coordinator  # benchmarks/ is the script's directory
 
 
 def make_data(rows: int) -> pa.Table:
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mergetree-bench-"))
-    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (work / "coordinator").as_uri())
+    private_coordinator(work)
     from chdb import session
 
     from spark_mergetree import MergeTreeTable

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import warm_median  # noqa: E402
+from benchmarks.harness import private_coordinator, warm_median  # noqa: E402
 from spark_mergetree import MergeTreeTable  # noqa: E402
 
 
@@ -54,6 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     data = batches(args.rows, args.inserts, args.updates)
     with tempfile.TemporaryDirectory() as tmp:
+        private_coordinator(Path(tmp))
         table = MergeTreeTable.create(Path(tmp) / "t", [("id", "UInt64"), ("version", "UInt64"), ("value", "Float64"),
                                                         ("name", "String")], order_by="id", partition_by="id % 4",
                                       engine="ReplacingMergeTree(version)", settings={"auto_merge": False})

@@ -1,5 +1,5 @@
-"""What the Spark benchmarks share: a local SparkSession set up with spark_mergetree.configure (its
-Python workers import this checkout), and warm median timings."""
+"""What the benchmarks share: a coordinator of their own, a local SparkSession set up with
+spark_mergetree.configure (its Python workers import this checkout), and warm median timings."""
 
 from __future__ import annotations
 
@@ -12,6 +12,14 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def private_coordinator(work: Path) -> str:
+    """Make the benchmark's transactions commit to a coordinator under `work` (unless one is set), so
+    no benchmark writes into the user's own (~/.spark_mergetree); set before a SparkSession starts,
+    its Python workers inherit it."""
+    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (Path(work).resolve() / "coordinator").as_uri())
+    return os.environ["SPARK_MERGETREE_COORDINATOR"]
 
 
 def local_session(app: str, settings: dict[str, str], extra_paths: tuple[str, ...] = ()) -> Any:

@@ -31,6 +31,8 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness import private_coordinator  # noqa: E402 - benchmarks/ is the script's directory
+
 from spark_mergetree import MergeTreeTable  # noqa: E402
 
 COLUMNS = [("id", "UInt64"), ("ts", "UInt64"), ("value", "Float64"), ("name", "String")]
@@ -152,7 +154,7 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=300)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mergetree-merge-bench-"))
-    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (work / "coordinator").as_uri())
+    private_coordinator(work)
     throughput(work / "throughput", args.rows, args.parts)
     peak_memory(work / "memory", args.big_rows, args.parts)
     insert_latency(work / "latency", args.appends)

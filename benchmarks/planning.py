@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ import pyarrow as pa
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from harness import private_coordinator, warm_median  # noqa: E402 - benchmarks/ is the script's directory
+
 _COLD = """
 import sys, time
 started = time.perf_counter()
@@ -43,16 +44,6 @@ plan = table.explain(sys.argv[2])
 done = time.perf_counter()
 print(imported - started, done - imported, plan.granules_read)
 """
-
-
-def _median(fn, runs: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _insert_in_blocks(table, rows: int, block: int = 10_000_000) -> None:
@@ -77,7 +68,7 @@ def planning_at_scale(work: Path, parts: int, granules: int, runs: int) -> None:
                          text=True, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     imports, cold, cold_granules = out.stdout.split()
     opened = MergeTreeTable.open(path)
-    warm = _median(lambda: opened.explain(where), runs)
+    warm, _ = warm_median(runs, lambda: opened.explain(where))
     plan = opened.explain(where)
     assert plan.granules_read == int(cold_granules)
     print(f"  key range of 1,000 ids: {plan.granules_read:,} granules of {len(plan.parts):,} parts")
@@ -98,8 +89,8 @@ def key_range_curve(work: Path, sizes: list[int], runs: int) -> None:
         _insert_in_blocks(table, rows)
         low = rows // 3
         where = f"id BETWEEN {low} AND {low + 9_999}"
-        plan_time = _median(lambda t=table, w=where: t.explain(w), runs)
-        read_time = _median(lambda t=table, w=where: t.to_arrow(["id", "value"], w), runs)
+        plan_time, _ = warm_median(runs, lambda t=table, w=where: t.explain(w))
+        read_time, _ = warm_median(runs, lambda t=table, w=where: t.to_arrow(["id", "value"], w))
         result = table.to_arrow(["id"], where)
         assert result.num_rows == 10_000, result.num_rows
         plan = table.explain(where)
@@ -116,7 +107,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="mergetree-planning-"))
-    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (work / "coordinator").as_uri())
+    private_coordinator(work)
     try:
         planning_at_scale(work, args.parts, args.granules, args.runs)
         key_range_curve(work, [int(float(size)) for size in args.sizes.split(",")], args.runs)

@@ -14,7 +14,6 @@ read with two disks lost ≤ 3×, Q parity ≥ 1 GB/s per core).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from harness import private_coordinator  # benchmarks/ is the script's directory
 
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.storage import DegradedReadWarning
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--root", default=None, help="where the disk directories go (default: a temp dir)")
     args = parser.parse_args()
     root = Path(args.root or tempfile.mkdtemp(prefix="mergetree-raid-"))
-    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (root / "coordinator").as_uri())
+    private_coordinator(root)
     data = make_data(args.rows)
 
     write_plain = writer(root, "plain", {}, data)

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,6 +24,7 @@ import pyarrow as pa
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.harness import warm_median  # noqa: E402
 from spark_mergetree import MergeTreeTable  # noqa: E402
 from tests.format.chdb_util import close_session, make_chdb_table  # noqa: E402
 
@@ -33,16 +32,6 @@ CREATE = """CREATE TABLE {name} (id UInt64, s String, v Float64{index})
 ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192"""
 INSERT = ("INSERT INTO {name} SELECT number, concat('user-', toString(cityHash64(number) % 100000000)), "
           "number / 7 FROM numbers({rows})")
-
-
-def _median(run, runs: int) -> tuple[float, object]:
-    result = run()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
 
 
 def main() -> None:
@@ -64,8 +53,8 @@ def main() -> None:
         for name in dirs:
             explained = sess.query(f"EXPLAIN indexes = 1 SELECT * FROM {name} WHERE {where}", "TabSeparatedRaw").bytes().decode()
             granules = re.findall(r"Granules: (\d+)/(\d+)", explained)
-            seconds, result = _median(lambda name=name: sess.query(f"SELECT id, s, v FROM {name} WHERE {where}", "Arrow"),
-                                      args.runs)
+            seconds, result = warm_median(args.runs, lambda name=name: sess.query(f"SELECT id, s, v FROM {name} WHERE {where}",
+                                                                                  "Arrow"))
             table = pa.ipc.open_file(pa.py_buffer(result.bytes())).read_all()  # type: ignore[attr-defined]
             clickhouse_rows[name] = sorted(table.column("id").to_pylist())
             shown = f"{granules[-1][0]}/{granules[-1][1]}" if granules else "?"
@@ -74,7 +63,7 @@ def main() -> None:
         for name, data_dir in dirs.items():
             ours = MergeTreeTable.open(data_dir, create_statement=statements[name])
             plan = ours.explain(where)
-            seconds, result = _median(lambda ours=ours: ours.to_arrow(["id", "s", "v"], where=where), args.runs)
+            seconds, result = warm_median(args.runs, lambda ours=ours: ours.to_arrow(["id", "s", "v"], where=where))
             ids = sorted(result.column("id").to_pylist())  # type: ignore[attr-defined]
             if ids != clickhouse_rows[name]:
                 raise SystemExit(f"{name}: our rows differ from ClickHouse's")

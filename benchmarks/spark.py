@@ -30,7 +30,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness import REPO_ROOT, local_session, warm_median  # benchmarks/ is the script's directory
+from harness import (  # benchmarks/ is the script's directory
+    REPO_ROOT,
+    local_session,
+    private_coordinator,
+    warm_median,
+)
 
 sys.path.insert(0, str(REPO_ROOT))  # this checkout's package, in the driver as in the workers
 MANY_PARTITIONS = 84
@@ -74,6 +79,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     root = Path(args.dir)
+    private_coordinator(root)  # before the session: its workers inherit it
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     parquet_path, mergetree_path, many_path = str(root / "parquet"), str(root / "mergetree"), str(root / "many")

@@ -23,7 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-from harness import REPO_ROOT, local_session, warm_median  # benchmarks/ is the script's directory
+from harness import (  # benchmarks/ is the script's directory
+    REPO_ROOT,
+    local_session,
+    private_coordinator,
+    warm_median,
+)
 
 sys.path.insert(0, str(REPO_ROOT))  # this checkout's package, in the driver as in the workers
 
@@ -283,6 +288,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--queries", default=",".join(map(str, QUERIES)), help="comma-separated query numbers")
     args = parser.parse_args(argv)
     root = Path(args.dir)
+    private_coordinator(root)  # before the session: its workers inherit it
     generated = root / f"generated-sf{args.scale:g}"
     if not (generated / "lineitem.parquet").exists():
         shutil.rmtree(generated, ignore_errors=True)

@@ -86,6 +86,9 @@ def main(argv: list[str]) -> int:
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    # The demo's transactions commit to a coordinator beside its tables (unless one is set), not to
+    # the user's own: the demo deletes its tables on every run.
+    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (root.resolve() / "coordinator").as_uri())
     import spark_mergetree
 
     builder = (SparkSession.builder.master("local[2]").appName("spark-mergetree-demo")
