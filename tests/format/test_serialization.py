@@ -228,8 +228,8 @@ def _normalize(dt: DataType, value):
         return int(value.timestamp())
     if isinstance(dt, Primitive) and dt.name == "UUID":
         return uuid.UUID(value)
-    if isinstance(dt, Primitive) and dt.name in ("Int128", "UInt128"):
-        return int(value).to_bytes(16, "little", signed=dt.name == "Int128")
+    if isinstance(dt, Primitive) and dt.name in ("Int128", "UInt128", "Int256", "UInt256"):
+        return int(value).to_bytes(int(dt.name[-3:]) // 8, "little", signed=dt.name.startswith("Int"))
     if isinstance(dt, Enum):
         return dict(dt.values)[value]
     if isinstance(dt, (Time, Time64)):  # chdb's Arrow gives a time of day (its values are within one day)
