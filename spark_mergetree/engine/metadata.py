@@ -34,6 +34,7 @@ from spark_mergetree.expressions.sort_key import key_element_arrays, key_element
 from spark_mergetree.format import granularity
 from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, parse_column_codec
 from spark_mergetree.format.part_writer import WriterSettings
+from spark_mergetree.format.skip_index_writer import IndexSpec
 from spark_mergetree.format.types import parse_type, to_arrow_field
 
 META_DIR = "_mergetree"
@@ -204,6 +205,8 @@ class TableMetadata:
             # 0 (ClickHouse's own default for these table settings) means the default block sizes.
             min_compress_block_size=int(s.get("min_compress_block_size", 0)) or WriterSettings.min_compress_block_size,
             max_compress_block_size=int(s.get("max_compress_block_size", 0)) or WriterSettings.max_compress_block_size,
+            skip_indexes=tuple(IndexSpec(i.name, i.type, i.columns, i.arguments, i.granularity)
+                               for i in self.skip_indexes if i.usable),
         )
 
     @staticmethod

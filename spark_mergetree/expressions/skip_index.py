@@ -251,10 +251,13 @@ def _tokens(text: bytes, bounded_left: bool, bounded_right: bool) -> list[bytes]
 
 
 def _ngrams(text: bytes, n: int) -> list[bytes] | None:
-    """The n-grams of `text` (of ASCII text only: ClickHouse counts UTF-8 characters)."""
-    if any(b >= 0x80 for b in text):
+    """The n-grams of `text`: every run of n UTF-8 characters (ClickHouse counts characters, not
+    bytes; None for text that is not UTF-8)."""
+    try:
+        chars = text.decode("utf-8")
+    except UnicodeDecodeError:
         return None
-    return [text[i:i + n] for i in range(len(text) - n + 1)]
+    return [chars[i:i + n].encode() for i in range(len(chars) - n + 1)]
 
 
 def text_terms(index: SkipIndex, expr: Expr, column: str) -> list[bytes] | None:

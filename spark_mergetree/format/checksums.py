@@ -275,9 +275,9 @@ def is_compressed_file(name: str) -> bool:
 
     Every file made of compressed blocks is: column streams (``.bin``), compressed marks
     (``.cmrk*``), the compressed primary index (``primary.cidx``) and skip index data
-    (``skp_idx_*.idx``). ``primary.idx``, ``.mrk*``, ``minmax_*.idx`` and text files are plain.
+    (``skp_idx_*.idx``, ``skp_idx_*.idx2``). ``primary.idx``, ``.mrk*``, ``minmax_*.idx`` and text files are plain.
     """
-    return name.endswith(_COMPRESSED_SUFFIXES) or (name.startswith("skp_idx_") and name.endswith(".idx"))
+    return name.endswith(_COMPRESSED_SUFFIXES) or (name.startswith("skp_idx_") and name.endswith((".idx", ".idx2")))
 
 
 def combine_stream_hashes(stream_hashes: list[bytes]) -> bytes:

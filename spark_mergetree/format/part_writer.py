@@ -2,7 +2,8 @@
 
 The output is a `PartFiles` (file name → bytes) that storage places on disk atomically. Every file
 is one ClickHouse would write for the same rows: column streams of compressed blocks, `.mrk2` marks,
-`primary.idx`, `partition.dat` and `minmax_<col>.idx`, `count.txt`, `columns.txt`,
+`primary.idx`, `partition.dat` and `minmax_<col>.idx`, the table's data-skipping indexes
+(`skp_idx_<name>.idx`/`.idx2` + `.mrk2`, skip_index_writer.py), `count.txt`, `columns.txt`,
 `serialization.json`, `default_compression_codec.txt` and `checksums.txt`.
 """
 
@@ -49,6 +50,7 @@ from spark_mergetree.format.part import (
 )
 from spark_mergetree.format.row_binary import serialize_rows
 from spark_mergetree.format.serialization import serialize_column
+from spark_mergetree.format.skip_index_writer import IndexSpec, write_skip_indexes
 from spark_mergetree.format.streams import StreamBytes, stream_value_types
 from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type
 
@@ -76,6 +78,8 @@ class WriterSettings:
     string_sizes: bool = True  # the 26.x String encoding: lengths in `<col>.size.bin`
     # (column, its CODEC(...) chain) for columns with a codec clause; the others use `codec`.
     column_codecs: tuple[tuple[str, CodecChain], ...] = ()
+    # The table's data-skipping indexes, written into every part.
+    skip_indexes: tuple[IndexSpec, ...] = ()
 
     def stream_codecs(self, column: str, dt: DataType) -> dict[str, Codec | CodecChain]:
         """The codec of each stream of a column, as ClickHouse picks it: the column's chain bound to
@@ -236,12 +240,17 @@ def write_wide_part_by_column(
     files = PartFiles(rows=num_rows)
     checksums: dict[str, FileChecksum] = {}
     written: set[str] = set()
+    # The columns skip indexes are built from stay until the part's indexes are written.
+    indexed = {column for spec in settings.skip_indexes for column in spec.columns}
+    kept: dict[str, pa.Array | pa.ChunkedArray] = {}
     with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:
         for name, type_text in columns:
             dt = parse_type(type_text)
             values = column_of(name)
             if len(values) != num_rows:
                 raise SchemaMismatchError(f"column {name!r} has {len(values)} rows, the part {num_rows}")
+            if name in indexed:
+                kept[name] = values
             streams = serialize_column(dt, name, values, granule_rows, string_sizes=settings.string_sizes)
             del values
             codecs = settings.stream_codecs(name, dt)
@@ -259,7 +268,8 @@ def write_wide_part_by_column(
                 files.files.update(result.files)
                 files.boundaries.update(result.boundaries)
             del streams, jobs
-    return _finish_part(files, checksums, num_rows, columns, primary_key, partition, settings, granule_rows, column_of)
+    return _finish_part(files, checksums, num_rows, columns, primary_key, partition, settings, granule_rows,
+                        lambda name: kept[name] if name in kept else column_of(name))
 
 
 def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, columns: Sequence[tuple[str, str]],
@@ -283,6 +293,9 @@ def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, c
             bounds = pa.chunked_array([pa.array([pc.min(values).as_py(), pc.max(values).as_py()],
                                                 type=values.type)])
             files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
+
+    write_skip_indexes(settings.skip_indexes, dict(columns), granule_rows, column_of, settings.codec,
+                       settings.min_compress_block_size, settings.max_compress_block_size, files.files, checksums)
 
     files.files[COUNT_FILE] = format_count(n)
     files.files[COLUMNS_FILE] = format_columns(list(columns))

@@ -130,6 +130,17 @@ def serialize_rows(dts: Sequence[DataType], arrays: Sequence[pa.Array | pa.Chunk
     return _interleave(parts)[0].tobytes()
 
 
+def value_chunks(dt: DataType, arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value of `arr` in ClickHouse's binary value format: (bytes, offsets of the n + 1 value bounds)."""
+    return _row_chunks(dt, combine(arr), "")
+
+
+def interleave_chunks(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked byte arrays (bytes, offsets) joined entry by entry: entry i of the result is entry i of
+    every part, in order. Returns (bytes, offsets)."""
+    return _interleave(parts)
+
+
 def read_varuint(buf: memoryview | np.ndarray, pos: int, where: str) -> tuple[int, int]:
     """The LEB128 unsigned integer at `pos` and the position after it."""
     value = shift = 0

@@ -37,6 +37,8 @@ __all__ = [
     "text_bloom_granules",
     "bloom_filter_parameters",
     "bloom_value_hash",
+    "BLOOM_SEEDS",
+    "hash128_to_64",
     "bloom_positions",
     "bits_set",
     "text_bloom_contains",
@@ -181,7 +183,7 @@ def _strings_end(buf: np.ndarray, pos: int, rows: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 # The seeds of the k hash functions of a bloom_filter index (ClickHouse's BloomFilterHash).
-_BLOOM_SEEDS = (13635471485423070496, 10336109063487487899, 17779957404565211594, 8988612159822229247,
+BLOOM_SEEDS = (13635471485423070496, 10336109063487487899, 17779957404565211594, 8988612159822229247,
                 4954614162757618085, 12980113590177089081, 9263883436177860930, 3656772712723269762,
                 10362091744962961274, 7582936617938287249, 15033938188484401405, 18286745649494826751,
                 6852245486148412312, 8886056245089344681, 10151472371158292780)
@@ -260,7 +262,7 @@ def _int_hash64(x: int) -> int:
     return x ^ (x >> 33)
 
 
-def _hash128_to_64(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+def hash128_to_64(low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """CityHash's Hash128to64 of (low, high) pairs, uint64 arithmetic wrapping."""
     mul = np.uint64(0x9DDFEA08EB382D69)
     with np.errstate(over="ignore"):
@@ -311,8 +313,8 @@ def bloom_value_hash(value: object, type_text: str) -> int | None:
 
 def bloom_positions(value_hash: int, hashes: int, filter_bits: np.ndarray) -> np.ndarray:
     """Bit positions (one row per hash function) of a hashed value in filters of `filter_bits` bits."""
-    seeds = np.array(_BLOOM_SEEDS[:hashes], np.uint64)
-    mixed = _hash128_to_64(np.full(hashes, value_hash, np.uint64), seeds)
+    seeds = np.array(BLOOM_SEEDS[:hashes], np.uint64)
+    mixed = hash128_to_64(np.full(hashes, value_hash, np.uint64), seeds)
     bits = np.maximum(filter_bits.astype(np.uint64), np.uint64(1))
     return (mixed[:, None] % bits[None, :]).astype(np.int64)
 

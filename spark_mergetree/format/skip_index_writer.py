@@ -1,0 +1,289 @@
+"""Writes the data-skipping indexes of a part (format_spec/skip_indexes.md): for each declared index,
+`skp_idx_<name>.idx2` (minmax) or `skp_idx_<name>.idx` (set, bloom_filter, ngrambf_v1, tokenbf_v1)
+and its marks `skp_idx_<name>.mrk2`, the bytes ClickHouse writes for the same rows and granules with
+`packed_skip_index_max_bytes = 0` (ClickHouse reads both that layout and its `skp_idx.packed` archive).
+
+An index granule covers `granularity` consecutive data granules. Its data is a compressed stream
+(the table's default codec, blocks cut as for a column), one mark (compressed offset, offset in the
+block, 1) per index granule, no final mark. What one granule holds:
+
+- minmax: each column's min then max, in its type's binary form (a Nullable column's max is NULL when
+  the granule holds a NULL; its min is the least value that is not NULL, NULL when all are).
+- set(N): the distinct values (tuples) in order of first appearance as a UInt64 count and each
+  column's values in its bulk binary form; a count of 0 when the granule holds more than N.
+- bloom_filter: VarUInt rows (the most distinct value hashes of one column), then per column a filter
+  of ceil(bits_per_row * rows / 8) bytes with each distinct hash set under k seeds.
+- ngrambf_v1 / tokenbf_v1: per column a filter of the declared size, every n-gram / token of every
+  value added with two seeded CityHash64s.
+
+An index whose column types we cannot build it for is not written: the part then has no such index
+(as a part written before the index was added), and ClickHouse and we read all of its granules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.format.checksums import FileChecksum
+from spark_mergetree.format.cityhash import file_hash
+from spark_mergetree.format.compression import CompressedStreamWriter
+from spark_mergetree.format.compression_codecs import Codec
+from spark_mergetree.format.granularity import granule_offsets
+from spark_mergetree.format.marks import write_wide_marks
+from spark_mergetree.format.row_binary import interleave_chunks, value_chunks
+from spark_mergetree.format.skip_index import (
+    BLOOM_SEEDS,
+    INDEX_PREFIX,
+    bloom_filter_parameters,
+    hash128_to_64,
+)
+from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type
+from spark_mergetree.format.values import (
+    combine,
+    default_scalar,
+    encode_varuints,
+    fixed_storage,
+    string_buffers,
+)
+
+__all__ = ["IndexSpec", "write_skip_indexes", "index_buildable"]
+
+_MASK64 = (1 << 64) - 1
+_INT_TYPES = {"UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64", "Date", "Date32",
+              "DateTime", "Enum8", "Enum16"}
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """One skip index to write: its name, type, columns (plain columns only), arguments and
+    granularity (data granules per index granule)."""
+
+    name: str
+    type: str
+    columns: tuple[str, ...]
+    arguments: tuple[float, ...]
+    granularity: int
+
+
+def _base(dt: DataType) -> DataType:
+    while isinstance(dt, (Nullable, LowCardinality)):
+        dt = dt.inner
+    return dt
+
+
+def _base_name(dt: DataType) -> str:
+    name = _base(dt).to_clickhouse()
+    return name.split("(")[0] if name.startswith(("DateTime(", "Enum8(", "Enum16(")) else name
+
+
+def _plain(dt: DataType) -> bool:
+    return isinstance(dt, Primitive) and not dt.to_clickhouse().startswith(("Nullable", "LowCardinality"))
+
+
+def index_buildable(spec: IndexSpec, types: Sequence[str]) -> bool:
+    """Whether we write `spec` for columns of these ClickHouse types."""
+    if not spec.columns or len(types) != len(spec.columns) or spec.granularity < 1:
+        return False
+    dts = [parse_type(t) for t in types]
+    if spec.type == "minmax":
+        return all(isinstance(_base(dt), Primitive) for dt in dts)
+    if spec.type == "set":
+        return all(_plain(dt) for dt in dts)
+    if spec.type == "bloom_filter":
+        return all(isinstance(_base(dt), Primitive) and (_base_name(dt) in _INT_TYPES
+                   or _base_name(dt) in ("Float32", "Float64", "String") or _base_name(dt).startswith("FixedString("))
+                   for dt in dts)
+    if spec.type in ("ngrambf_v1", "tokenbf_v1"):
+        return all(not isinstance(dt, Nullable) and _base_name(dt) == "String" for dt in dts)
+    return False
+
+
+def _index_granules(granule_rows: np.ndarray, granularity: int) -> np.ndarray:
+    """Row bounds of the index granules (count + 1 offsets)."""
+    starts = granule_offsets(granule_rows)
+    picks = np.arange(0, len(granule_rows), granularity)
+    return np.append(starts[picks], starts[-1]).astype(np.int64)
+
+
+def _granule_of_rows(bounds: np.ndarray) -> np.ndarray:
+    return np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
+
+
+def _plain_values(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    values = combine(arr)
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(values.type.value_type)
+    return values
+
+
+# --- minmax ----------------------------------------------------------------------------------------
+
+def _minmax(dts: Sequence[DataType], columns: Sequence[pa.Array], bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    parts = []
+    for dt, values in zip(dts, columns, strict=True):
+        lows, highs = [], []
+        for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            piece = values.slice(begin, end - begin)
+            found = pc.min_max(piece)
+            lows.append(found["min"].as_py())
+            highs.append(None if piece.null_count else found["max"].as_py())
+        parts.append(value_chunks(dt, pa.array(lows, type=values.type)))
+        parts.append(value_chunks(dt, pa.array(highs, type=values.type)))
+    return interleave_chunks(parts)
+
+
+# --- set(N) ----------------------------------------------------------------------------------------
+
+def _set(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
+         bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    count = len(bounds) - 1
+    granule = _granule_of_rows(bounds)
+    names = [f"c{i}" for i in range(len(columns))]
+    table = pa.table({"g": granule, "r": np.arange(len(granule), dtype=np.int64),
+                      **{n: c for n, c in zip(names, columns, strict=True)}})
+    first = np.sort(table.group_by(["g", *names], use_threads=False).aggregate([("r", "min")])
+                    .column("r_min").to_numpy())
+    sizes = np.bincount(granule[first], minlength=count)
+    limit = int(spec.arguments[0]) if spec.arguments else 0
+    if limit:
+        over = sizes > limit
+        first = first[~over[granule[first]]]
+        sizes = np.where(over, 0, sizes)
+    value_bounds = np.zeros(count + 1, np.int64)
+    np.cumsum(sizes, out=value_bounds[1:])
+    parts = [(sizes.astype("<u8").view(np.uint8), np.arange(count + 1, dtype=np.int64) * 8)]
+    picks = pa.array(first)
+    for dt, values in zip(dts, columns, strict=True):
+        data, offsets = value_chunks(dt, values.take(picks))
+        parts.append((data, offsets[value_bounds]))
+    return interleave_chunks(parts)
+
+
+# --- bloom_filter ----------------------------------------------------------------------------------
+
+def _int_hash64(x: np.ndarray) -> np.ndarray:
+    """ClickHouse's intHash64 (the murmur finalizer), on uint64."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(33))
+        x = x * np.uint64(0xFF51AFD7ED558CCD)
+        x = x ^ (x >> np.uint64(33))
+        x = x * np.uint64(0xC4CEB9FE1A85EC53)
+        return x ^ (x >> np.uint64(33))
+
+
+def _value_hashes(dt: DataType, values: pa.Array) -> np.ndarray:
+    """The 64-bit hash a bloom_filter index files each value under (a NULL as its type's default)."""
+    if isinstance(dt, Nullable):
+        inner = dt.inner
+        if values.null_count:
+            values = values.fill_null(default_scalar(_base(inner), values.type))
+        return _value_hashes(inner, values)
+    if isinstance(dt, LowCardinality):
+        return _value_hashes(dt.inner, values)
+    name = _base_name(dt)
+    if name == "String":
+        from spark_mergetree.format.skip_index_compiled import string_hashes
+
+        offsets, data = string_buffers(values)
+        return string_hashes(data, offsets)
+    if name.startswith("FixedString("):
+        from spark_mergetree.format.skip_index_compiled import string_hashes
+
+        raw = fixed_storage(dt, values, "index")
+        width = raw.dtype.itemsize if raw.ndim == 1 else raw.shape[1]
+        return string_hashes(np.frombuffer(raw.tobytes(), np.uint8), np.arange(len(values) + 1, dtype=np.int64) * width)
+    if name in ("Float32", "Float64"):
+        floats = np.asarray(values.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False), np.float64)
+        return _int_hash64(floats.view(np.uint64))
+    raw = np.ascontiguousarray(fixed_storage(dt, values, "index"))
+    unsigned = raw.view(f"<u{raw.dtype.itemsize}")
+    return _int_hash64(unsigned.astype(np.uint64))
+
+
+def _bloom(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
+           bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    count = len(bounds) - 1
+    bits_per_row, hashes = bloom_filter_parameters(spec.arguments[0] if spec.arguments else 0.025)
+    granule = _granule_of_rows(bounds)
+    distinct = []
+    for dt, values in zip(dts, columns, strict=True):
+        value_hash = _value_hashes(dt, values)
+        order = np.lexsort((value_hash, granule))
+        g, h = granule[order], value_hash[order]
+        keep = np.ones(len(g), bool)
+        keep[1:] = (g[1:] != g[:-1]) | (h[1:] != h[:-1])
+        distinct.append((g[keep], h[keep]))
+    rows = np.max([np.bincount(g, minlength=count) for g, _ in distinct], axis=0).astype(np.int64)
+    sizes = (bits_per_row * rows + 7) // 8
+    starts = np.zeros(count + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    parts = [encode_varuints(rows.astype(np.uint64))]
+    seeds = np.array(BLOOM_SEEDS[:hashes], np.uint64)
+    for g, h in distinct:
+        buffer = np.zeros(int(starts[-1]), np.uint8)
+        for seed in seeds:
+            position = hash128_to_64(h, np.full(len(h), seed, np.uint64)) % (sizes[g] * 8).astype(np.uint64)
+            np.bitwise_or.at(buffer, starts[g] + (position >> np.uint64(3)).astype(np.int64),
+                             (np.uint8(1) << (position & np.uint64(7)).astype(np.uint8)))
+        parts.append((buffer, starts))
+    return interleave_chunks(parts)
+
+
+# --- ngrambf_v1 / tokenbf_v1 -----------------------------------------------------------------------
+
+def _text(spec: IndexSpec, columns: Sequence[pa.Array], bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from spark_mergetree.format.skip_index_compiled import text_filters
+
+    count = len(bounds) - 1
+    size, hashes, seed = (int(a) for a in spec.arguments[-3:])
+    ngram = int(spec.arguments[0]) if spec.type == "ngrambf_v1" else 0
+    filters = np.zeros((count, len(columns), size), np.uint8)
+    granule = _granule_of_rows(bounds)
+    for position, values in enumerate(columns):
+        offsets, data = string_buffers(values)
+        text_filters(filters, position, data, offsets, granule, ngram, hashes, seed)
+    return filters.reshape(-1), np.arange(count + 1, dtype=np.int64) * len(columns) * size
+
+
+# --- files -----------------------------------------------------------------------------------------
+
+def write_skip_indexes(specs: Sequence[IndexSpec], type_of: dict[str, str], granule_rows: np.ndarray,
+                       column_of: Callable[[str], pa.Array | pa.ChunkedArray], codec: Codec,
+                       min_block: int, max_block: int, files: dict[str, bytes],
+                       checksums: dict[str, FileChecksum]) -> None:
+    """Add the data and marks files of every index of `specs` we can build to `files` (and the data
+    files' checksums, with their uncompressed size and hash, to `checksums`)."""
+    if not len(granule_rows) or not int(np.sum(granule_rows)):
+        return
+    for spec in specs:
+        types = [type_of.get(c, "") for c in spec.columns]
+        if not all(types) or not index_buildable(spec, types):
+            continue
+        dts = [parse_type(t) for t in types]
+        columns = [_plain_values(column_of(c)) for c in spec.columns]
+        bounds = _index_granules(granule_rows, spec.granularity)
+        if spec.type == "minmax":
+            data, offsets = _minmax(dts, columns, bounds)
+        elif spec.type == "set":
+            data, offsets = _set(spec, dts, columns, bounds)
+        elif spec.type == "bloom_filter":
+            data, offsets = _bloom(spec, dts, columns, bounds)
+        else:
+            data, offsets = _text(spec, columns, bounds)
+        writer = CompressedStreamWriter(codec, min_block, max_block)
+        writer.write_granules(np.ascontiguousarray(data, np.uint8).data, np.asarray(offsets, np.int64))
+        writer.finish()
+        body = writer.getvalue()
+        name = f"{INDEX_PREFIX}{spec.name}.{'idx2' if spec.type == 'minmax' else 'idx'}"
+        files[name] = body
+        checksums[name] = FileChecksum(len(body), file_hash(body), True, writer.uncompressed_size,
+                                       writer.uncompressed_hash)
+        marks = np.empty((len(bounds) - 1, 3), np.uint64)
+        marks[:, :2] = writer.marks
+        marks[:, 2] = 1
+        files[f"{INDEX_PREFIX}{spec.name}.mrk2"] = write_wide_marks(marks)

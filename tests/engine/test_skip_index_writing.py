@@ -1,0 +1,144 @@
+"""Data-skipping indexes we write into our parts: the same bytes ClickHouse (chdb) writes for the same
+rows, inserted and merged; ClickHouse attaches our parts, CHECK TABLE passes, and its EXPLAIN shows
+each index skipping granules of our parts while returning the rows it returns from its own."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.expressions.ddl import parse_create
+from spark_mergetree.format.checksums import Checksums
+from tests.format.chdb_util import close_session, make_chdb_table, part_dirs
+
+CREATE = """CREATE TABLE t (k UInt64, a Int64, b UInt32, s String, n Nullable(Int32), f Float64, d Date,
+    doc String, t String,
+    INDEX i_mm a TYPE minmax GRANULARITY 2,
+    INDEX i_mm2 (n, s) TYPE minmax GRANULARITY 1,
+    INDEX i_set b TYPE set(50) GRANULARITY 1,
+    INDEX i_set2 (b, s) TYPE set(8) GRANULARITY 2,
+    INDEX i_bf s TYPE bloom_filter GRANULARITY 1,
+    INDEX i_bf2 (b, d, f, n) TYPE bloom_filter(0.01) GRANULARITY 3,
+    INDEX i_ng doc TYPE ngrambf_v1(3, 512, 3, 7) GRANULARITY 1,
+    INDEX i_tk t TYPE tokenbf_v1(512, 2, 11) GRANULARITY 2)
+    ENGINE = MergeTree ORDER BY k
+    SETTINGS index_granularity = 256, min_bytes_for_wide_part = 0, compress_marks = 0,
+    compress_primary_key = 0, packed_skip_index_max_bytes = 0"""
+
+INSERT = ("INSERT INTO t SELECT number + {offset}, intDiv(number + {offset}, 100) * 3 - 500, "
+          "intDiv(number + {offset}, 300) % 97, concat('key-', toString((number + {offset}) * 7919 % 100003)), "
+          "if(number % 11 = 0, NULL, toInt32(number % 1000) - 400), (number + {offset}) / 7, "
+          "toDate('2024-01-01') + intDiv(number + {offset}, 1000), "
+          "concat(['alpha', 'beta', 'gamma', 'delta'][number % 4 + 1], ' ', "
+          "if((number + {offset}) % 887 = 0, 'zébra', 'plain'), ' w', toString(number % 13)), "
+          "concat('t', toString(number % 50), if((number + {offset}) % 887 = 0, ' zebra', ' plain')) "
+          "FROM numbers({rows})")
+
+# (where, index): a selective predicate each index can skip granules for.
+PREDICATES = [
+    ("a BETWEEN 100 AND 130", "i_mm"),
+    ("n < -390", "i_mm2"),
+    ("b = 40", "i_set"),
+    ("b IN (3, 77)", "i_set"),
+    ("s = 'key-15838'", "i_bf"),
+    ("d = '2024-01-09'", "i_bf2"),
+    ("doc LIKE '%zébra%'", "i_ng"),
+    ("t LIKE '%7 zebra'", "i_tk"),
+]
+
+COLUMNS = "k, a, b, s, n, f, d, doc, t"
+
+
+def _arrow(sess, query: str) -> pa.Table:
+    return pa.ipc.open_file(pa.py_buffer(sess.query(query, "Arrow").bytes())).read_all()
+
+
+def _rows(data: pa.Table) -> list[tuple]:
+    columns = [[v.decode() if isinstance(v, bytes) else v for v in c.to_pylist()] for c in data.columns]
+    return sorted(zip(*columns))
+
+
+def _index_files(part: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(part.iterdir()) if p.name.startswith("skp_idx")}
+
+
+def _index_checksums(part: Path) -> dict:
+    files = Checksums.parse((part / "checksums.txt").read_bytes()).files
+    return {name: value for name, value in files.items() if name.startswith("skp_idx")}
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    """chdb's table `t` (two inserts, merges stopped) and ours made from the same statement and rows."""
+    tmp = tmp_path_factory.mktemp("skip_write")
+    sess, data_dir = make_chdb_table(tmp, CREATE, [], ["SET allow_suspicious_low_cardinality_types = 1"])
+    sess.query("SYSTEM STOP MERGES t")
+    for offset, rows in ((0, 9000), (9000, 7000)):
+        sess.query(INSERT.format(offset=offset, rows=rows))
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp / "ours", parse_create(statement), {"auto_merge": False})
+    ours.write_directory()
+    for part in part_dirs(data_dir):
+        ours.insert(_arrow(sess, f"SELECT {COLUMNS} FROM t WHERE _part = '{part.name}' ORDER BY k"))
+    yield sess, data_dir, ours
+    close_session()
+
+
+def test_inserted_parts_hold_clickhouses_index_bytes(tables) -> None:
+    sess, data_dir, ours = tables
+    theirs = part_dirs(data_dir)
+    mine = sorted(ours.path / p.name for p in ours.parts())
+    assert [p.name for p in theirs] == [p.name for p in mine]
+    for their_part, our_part in zip(theirs, mine, strict=True):
+        expected = _index_files(their_part)
+        assert len(expected) == 16  # .idx/.idx2 and .mrk2 of each of the 8 indexes
+        assert _index_files(our_part) == expected, our_part.name
+        assert _index_checksums(our_part) == _index_checksums(their_part)
+
+
+def test_clickhouse_checks_and_uses_the_indexes_of_our_parts(tables) -> None:
+    sess, _, ours = tables
+    sess.query("CREATE TABLE attached AS t")
+    target = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'attached'",
+                             "TabSeparatedRaw").bytes().decode().strip())
+    for part in ours.parts():
+        shutil.copytree(ours.path / part.name, target / "detached" / part.name)
+        sess.query(f"ALTER TABLE attached ATTACH PART '{part.name}'")
+    check = sess.query("CHECK TABLE attached", "TabSeparatedRaw").bytes().decode().split()
+    assert check and "0" not in check and "1" in check
+    for where, index in PREDICATES:
+        explain = sess.query(f"EXPLAIN indexes = 1 SELECT k FROM attached WHERE {where} "
+                             "SETTINGS use_query_condition_cache = 0", "TabSeparatedRaw").bytes().decode()
+        found = re.search(rf"Name: {index}\n(?:.*\n)*?\s*Granules: (\d+)/(\d+)", explain)
+        assert found is not None, explain
+        assert int(found.group(1)) < int(found.group(2)), (where, explain)
+        assert _rows(_arrow(sess, f"SELECT {COLUMNS} FROM attached WHERE {where}")) == \
+            _rows(_arrow(sess, f"SELECT {COLUMNS} FROM t WHERE {where}")), where
+
+
+def test_our_reads_skip_with_the_indexes_we_wrote(tables) -> None:
+    sess, _, ours = tables
+    for where, index in PREDICATES:
+        assert _rows(ours.to_arrow(COLUMNS.split(", "), where=where)) == \
+            _rows(_arrow(sess, f"SELECT {COLUMNS} FROM t WHERE {where}")), where
+        if index == "i_mm2":  # a granule holding a NULL has max NULL (+inf); our reads then skip nothing
+            continue
+        assert ours.explain(where).skipped_by_index.get(index, 0) > 0, (where, str(ours.explain(where)))
+
+
+def test_merged_part_holds_clickhouses_index_bytes(tables) -> None:
+    """Merges write the indexes too: OPTIMIZE FINAL here and in ClickHouse, the same index bytes."""
+    sess, data_dir, ours = tables
+    sess.query("SYSTEM START MERGES t")
+    sess.query("OPTIMIZE TABLE t FINAL")
+    ours.optimize(final=True)
+    (theirs,) = [p for p in part_dirs(data_dir) if p.name == "all_1_2_1"]
+    (mine,) = [ours.path / p.name for p in ours.parts()]
+    assert mine.name == "all_1_2_1"
+    assert _index_files(mine) == _index_files(theirs)
+    assert _index_checksums(mine) == _index_checksums(theirs)
