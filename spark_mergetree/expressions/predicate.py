@@ -178,6 +178,15 @@ class Contains(Expr):
 
 
 @dataclass(frozen=True)
+class HasToken(Expr):
+    """ClickHouse's hasToken(haystack, token): whether `token` is one of the haystack's tokens, the
+    maximal runs of bytes other than ASCII characters that are not letters or digits."""
+
+    expr: Expr
+    token: str
+
+
+@dataclass(frozen=True)
 class Fixed(Expr):
     """A comparison whose answer does not depend on the value: `value` wherever `expr` is not NULL,
     NULL where it is. Binding makes it from comparisons such as `u8 < 300` (true for every UInt8)."""
@@ -222,7 +231,7 @@ def _children(expr: Expr) -> tuple[Expr, ...]:
         return (expr.arg,)
     if isinstance(expr, Func):
         return expr.args
-    if isinstance(expr, (IsNull, IsNotNull, Like, StartsWith, EndsWith, Contains, Fixed)):
+    if isinstance(expr, (IsNull, IsNotNull, Like, StartsWith, EndsWith, Contains, HasToken, Fixed)):
         return (expr.expr,)
     return ()
 
@@ -409,6 +418,8 @@ def _function(name: str, args: tuple[Expr, ...], source: str) -> Expr:
             return StartsWith(args[0], constant)
         if name == "endsWith":
             return EndsWith(args[0], constant)
+        if name == "hasToken":
+            return HasToken(args[0], check_token(constant, source))
         if name in ("like", "ilike", "notLike", "notILike"):
             like_parts(constant)
             like = Like(args[0], constant, name.lower().endswith("ilike"))
@@ -481,7 +492,7 @@ def bind(expr: Expr, schema: Mapping[str, str]) -> Expr:
         return type(expr)(bind(expr.expr, schema))
     if isinstance(expr, Fixed):
         return Fixed(bind(expr.expr, schema), expr.value)
-    if isinstance(expr, (Like, StartsWith, EndsWith, Contains)):
+    if isinstance(expr, (Like, StartsWith, EndsWith, Contains, HasToken)):
         inner = bind(expr.expr, schema)
         target = _type_of(inner)
         if target and type_info(target).base not in ("String", "FixedString"):
@@ -493,6 +504,8 @@ def bind(expr: Expr, schema: Mapping[str, str]) -> Expr:
             return StartsWith(inner, expr.prefix)
         if isinstance(expr, EndsWith):
             return EndsWith(inner, expr.suffix)
+        if isinstance(expr, HasToken):
+            return HasToken(inner, expr.token)
         return Contains(inner, expr.substring)
     if isinstance(expr, Func):
         args = tuple(bind(arg, schema) for arg in expr.args)
@@ -555,6 +568,8 @@ def to_sql(expr: Expr) -> str:
         return f"({to_sql(expr.expr)} IS NOT NULL) = {_literal_sql(expr.value)}"
     if isinstance(expr, Like):
         return f"{to_sql(expr.expr)} {'ILIKE' if expr.case_insensitive else 'LIKE'} {_literal_sql(expr.pattern)}"
+    if isinstance(expr, HasToken):
+        return f"hasToken({to_sql(expr.expr)}, {_literal_sql(expr.token)})"
     if isinstance(expr, (StartsWith, EndsWith, Contains)):
         name = {StartsWith: "startsWith", EndsWith: "endsWith", Contains: "position"}[type(expr)]
         text = expr.prefix if isinstance(expr, StartsWith) else expr.suffix if isinstance(expr, EndsWith) else expr.substring
@@ -692,6 +707,8 @@ def _eval(expr: Expr, table: pa.Table) -> pa.Array | pa.Scalar:
         return pc.ends_with(_strings(expr, table), expr.suffix)
     if isinstance(expr, Contains):
         return pc.match_substring(_strings(expr, table), expr.substring)
+    if isinstance(expr, HasToken):
+        return pc.match_substring_regex(_strings(expr, table), _token_regex(expr.token))
     if isinstance(expr, Func):
         return _eval_function(expr, table)
     raise ExpressionError(f"cannot evaluate {to_sql(expr)}")
@@ -835,7 +852,25 @@ def _eval_in(expr: In, table: pa.Table) -> pa.Array:
     return pc.if_else(pc.is_valid(inner), found, pa.scalar(None, pa.bool_()))
 
 
-def _strings(expr: Like | StartsWith | EndsWith | Contains, table: pa.Table) -> pa.Array:
+# ASCII characters other than letters and digits: what separates tokens (bytes >= 0x80 never do).
+_TOKEN_SEPARATOR = r"[\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]"
+
+
+def check_token(token: str, source: str) -> str:
+    """hasToken's needle: one token (ClickHouse refuses a needle holding a separator)."""
+    if not token:
+        raise UnsupportedError(f"hasToken with an empty token in {source!r}")
+    if re.search(_TOKEN_SEPARATOR, token):
+        raise ExpressionError(f"hasToken({token!r}) in {source!r}: the token must not contain whitespace or "
+                              "separator characters (ASCII other than letters and digits)")
+    return token
+
+
+def _token_regex(token: str) -> str:
+    return f"(?:^|{_TOKEN_SEPARATOR}){re.escape(token)}(?:{_TOKEN_SEPARATOR}|$)"
+
+
+def _strings(expr: Like | StartsWith | EndsWith | Contains | HasToken, table: pa.Table) -> pa.Array:
     array = _as_array(_eval(expr.expr, table), table.num_rows)
     if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type) or pa.types.is_binary(array.type)
             or pa.types.is_large_binary(array.type)):

@@ -26,6 +26,7 @@ from spark_mergetree.expressions.predicate import (
     Compare,
     Expr,
     Fixed,
+    HasToken,
     In,
     Like,
     Not,
@@ -266,6 +267,8 @@ def text_terms(index: SkipIndex, expr: Expr, column: str) -> list[bytes] | None:
     ngram = index.type == "ngrambf_v1"
     n = int(index.arguments[0]) if ngram else 0
     literal: str | None = None
+    if isinstance(expr, HasToken) and not ngram and isinstance(expr.expr, Column) and expr.expr.name == column:
+        return [expr.token.encode()]
     if isinstance(expr, Compare) and expr.op == "=":
         left, right = expr.left, expr.right
         if isinstance(right, Column):

@@ -12,7 +12,9 @@ import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
+from spark_mergetree.errors import ExpressionError
 from spark_mergetree.expressions.ddl import parse_create
+from spark_mergetree.expressions.predicate import bind, evaluate, parse_predicate
 from spark_mergetree.format.checksums import Checksums
 from tests.format.chdb_util import close_session, make_chdb_table, part_dirs
 
@@ -49,6 +51,7 @@ PREDICATES = [
     ("d = '2024-01-09'", "i_bf2"),
     ("doc LIKE '%zébra%'", "i_ng"),
     ("t LIKE '%7 zebra'", "i_tk"),
+    ("hasToken(t, 'zebra')", "i_tk"),
 ]
 
 COLUMNS = "k, a, b, s, n, f, d, doc, t"
@@ -142,3 +145,25 @@ def test_merged_part_holds_clickhouses_index_bytes(tables) -> None:
     assert mine.name == "all_1_2_1"
     assert _index_files(mine) == _index_files(theirs)
     assert _index_checksums(mine) == _index_checksums(theirs)
+
+
+HAYSTACKS = ["ab", "xab ab", "abc", "a ab-c", "zab", "", "é ab", "éab", "ab\x00", "AB ab", "a_b ab.", "ab\tcd",
+             "naïve ab", "1ab2 ab3 ab"]
+
+
+@pytest.mark.parametrize("token", ["ab", "AB", "ab3", "naïve", "é", "cd", "b"])
+def test_has_token_matches_clickhouse(tables, token: str) -> None:
+    """hasToken over strings with separators, non-ASCII bytes, case and NUL: ClickHouse's answers."""
+    sess = tables[0]
+    quoted = ", ".join("'" + h.replace("\\", "\\\\").replace("'", "\\'").replace("\x00", "\\0") + "'"
+                       for h in HAYSTACKS)
+    expected = sess.query(f"SELECT hasToken(h, '{token}') FROM (SELECT arrayJoin([{quoted}]) AS h, "
+                          "rowNumberInAllBlocks() AS i) ORDER BY i", "TabSeparatedRaw").bytes().decode().split()
+    got = evaluate(bind(parse_predicate(f"hasToken(h, '{token}')"), {"h": "String"}), pa.table({"h": HAYSTACKS}))
+    assert [str(int(v)) for v in got.to_pylist()] == expected
+
+
+@pytest.mark.parametrize("token", ["a b", "a,b", "x-"])
+def test_has_token_refuses_a_needle_with_separators(token: str) -> None:
+    with pytest.raises(ExpressionError, match="separator"):
+        parse_predicate(f"hasToken(h, '{token}')")
