@@ -83,6 +83,8 @@ _KNOWN_FILES = frozenset({
     SUBSTREAMS_FILE, PARTITION_FILE, "primary.idx", "primary.cidx", "uuid.txt", "ttl.txt",
     "delete-on-destroy.txt",
 })
+# Files whose compressed blocks are verified whenever they are read: no whole-file hash needed.
+_BLOCK_CHECKED_SUFFIXES = (".bin", ".cmrk", ".cmrk2", ".cmrk3", ".cmrk4")
 _KNOWN_PREFIXES = ("minmax_", "skp_idx", "statistics")
 MINMAX_PREFIX = "minmax_"
 # Part-wide files a read interprets: loaded and verified against checksums.txt when the part is opened.
@@ -229,14 +231,17 @@ class PartReader:
             raise CorruptPartError(f"{self._path(name)}: file is missing")
 
     def _read(self, name: str) -> bytes:
-        """A whole file of the part. Files other than column data (`.bin`: every block carries its
-        own checksum) are checked against their checksums.txt entry, if they have one."""
+        """A whole file of the part. Files other than column data and compressed marks (`.bin`,
+        `.cmrk*`: every block carries its own checksum, verified as it is decompressed, and the size
+        was checked against checksums.txt on opening) are checked against their checksums.txt entry,
+        if they have one. (primary.cidx is hashed too: its parsed index is cached by part identity,
+        so a damaged copy might otherwise never be decompressed.)"""
         cached = self._metadata.get(name)
         if cached is not None:
             return cached
         self._require(name)
         data = self.source.read_file(self.part, name)
-        if not name.endswith(".bin"):
+        if not name.endswith(_BLOCK_CHECKED_SUFFIXES):
             self._check_against_checksums(name, data)
         return data
 

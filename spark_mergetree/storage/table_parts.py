@@ -222,7 +222,8 @@ class TableParts:
 
     def read_file(self, part: str, name: str) -> bytes:
         """The whole file, every unit verified; degraded reads warn with DegradedReadWarning."""
-        data = self.read_range(part, name, 0, self.file_size(part, name))
+        opened = self.open(part)
+        data = opened.layout.read_range(opened, name, 0, self.file_size(part, name), True)
         return data if isinstance(data, bytes) else data.tobytes()
 
     def read_range(self, part: str, name: str, start: int, end: int, verify: bool = True) -> bytes | memoryview:
