@@ -18,9 +18,10 @@ import pyarrow as pa
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.format.compact_writer import encode_part
 from spark_mergetree.format.conform import conform_column
 from spark_mergetree.format.part import PartFiles
-from spark_mergetree.format.part_writer import PartitionValue, write_wide_part
+from spark_mergetree.format.part_writer import PartitionValue
 from spark_mergetree.format.types import Array, Map, Tuple, is_nullable, parse_type, to_arrow
 
 STAGING_PREFIX = "staged_"
@@ -109,7 +110,8 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
         if key.is_partitioned:
             values = [pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(group.values, key.result_types)]
             partition = PartitionValue(values, key.result_types, key.columns)
-        files = write_wide_part(rows, meta.columns, meta.primary_key_values(rows), partition, meta.writer_settings)
+        files = encode_part(rows, meta.columns, meta.primary_key_values(rows), partition, meta.writer_settings,
+                            meta.definition.settings)
         name = part_name(group.partition_id) if part_name is not None else f"{STAGING_PREFIX}{tag}_{number}"
         write_part(name, files)
         staged.append(StagedPart(name, group.partition_id, rows.num_rows, files.size, tag))

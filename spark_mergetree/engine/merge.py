@@ -19,6 +19,7 @@ from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.expressions.ddl import key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
+from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_compact_part
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
@@ -308,12 +309,21 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
         if width is None:  # variable-width values: measured (the column is read again when written)
             width = in_memory_width(dt, key_table.column(name) if name in keys else read_column(name))
         total += width
-    granules = plan_granules_of(rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
     key = meta.partition_key
     partition = None
     if key.is_partitioned:
         values = readers[0].partition_values(key.result_types)
         partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
                                    key.result_types, key.columns)
-    return write_wide_part_by_column(rows, meta.columns, column_of, meta.primary_key_values(key_table), partition,
+    primary_key = meta.primary_key_values(key_table)
+    if is_compact_part(definition.settings, rows, total):  # small parts merge into a Compact part, as in ClickHouse
+        blocks = [(min(MERGE_BLOCK_ROWS, rows - start), total * min(MERGE_BLOCK_ROWS, rows - start) // max(rows, 1))
+                  for start in range(0, rows, MERGE_BLOCK_ROWS)]
+        merged = pa.table({name: column_of(name) for name in names})
+        files = write_compact_part(merged, meta.columns, primary_key, partition, meta.writer_settings,
+                                   plan_compact_granules(blocks, meta.writer_settings))
+        if files is not None:
+            return files
+    granules = plan_granules_of(rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
+    return write_wide_part_by_column(rows, meta.columns, column_of, primary_key, partition,
                                      meta.writer_settings, granules)

@@ -91,6 +91,9 @@ def test_clickhouse_attaches_what_we_write(made, case, tmp_path):
     for part in ours.parts():
         shutil.copytree(ours.path / part.name, target_dir / "detached" / part.name)
         sess.query(f"ALTER TABLE {target} ATTACH PART '{part.name}'")
+    kinds = corpus.query_text(sess, f"SELECT DISTINCT part_type FROM system.parts WHERE database = currentDatabase() "
+                                    f"AND table = '{target}' AND active").split()
+    assert kinds == [case.kind]
     check = corpus.query_text(sess, f"CHECK TABLE {target} SETTINGS check_query_single_value_result = 1").split()
     assert check == ["1"]
     got = corpus.query_arrow(sess, case.select_sql(target))

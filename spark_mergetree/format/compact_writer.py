@@ -1,0 +1,227 @@
+"""Writes one Compact part (ClickHouse's `MergeTreeDataPartWriterCompact`), and decides, as ClickHouse
+does, whether a table's new part is Wide or Compact.
+
+A Compact part keeps every column in one `data.bin`: for each granule, for each column (in
+`columns.txt` order), the column's substreams one after the other; each column of each granule ends
+its compressed block. Substreams whose codecs differ (a column's CODEC on its values, the generic
+codecs on its null map and sizes) are cut into separate blocks as well. `data.cmrk4` holds one
+(block offset, offset in block) pair per substream per granule and the granule's rows, then a final
+mark at the end of `data.bin`; `columns_substreams.txt` names the substreams. Granules are
+self-contained: LowCardinality columns write their keys version (`<col>.dict_prefix`) and their keys
+as the piece's additional keys in every granule, and no shared dictionary. format_spec/part.md,
+marks.md, blocks.md and types.md describe the bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.format import granularity
+from spark_mergetree.format.checksums import FileChecksum, combine_stream_hashes
+from spark_mergetree.format.cityhash import FileHasher, file_hash
+from spark_mergetree.format.compression import CompressedStreamWriter
+from spark_mergetree.format.compression_codecs import Codec, CodecChain
+from spark_mergetree.format.marks import CompactMarks, format_columns_substreams, write_compact_marks
+from spark_mergetree.format.part import COMPACT_DATA_FILE, PartFiles
+from spark_mergetree.format.part_writer import (
+    PartitionValue,
+    WriterSettings,
+    _finish_part,
+    in_memory_width,
+    write_wide_part,
+)
+from spark_mergetree.format.serialization import serialize_column
+from spark_mergetree.format.types import DataType, parse_type
+
+__all__ = [
+    "COMPACT_MARKS_FILE", "SUBSTREAMS_FILE", "is_compact_part", "plan_compact_granules", "write_compact_part",
+    "encode_part",
+]
+
+COMPACT_MARKS_FILE = "data.cmrk4"
+SUBSTREAMS_FILE = "columns_substreams.txt"
+# ClickHouse's defaults of the table settings that choose the part type.
+DEFAULT_MIN_BYTES_FOR_WIDE_PART = 10 * 1024 * 1024
+DEFAULT_MIN_ROWS_FOR_WIDE_PART = 0
+
+_DICT = ".dict"
+_DICT_PREFIX = ".dict_prefix"
+_LC_NEED_GLOBAL_DICTIONARY = 1 << 8
+_LC_HAS_ADDITIONAL_KEYS = 1 << 9
+
+
+def is_compact_part(settings: Mapping[str, str], rows: int, in_memory_bytes: int) -> bool:
+    """Whether ClickHouse writes a part of `rows` rows taking `in_memory_bytes` as Compact: when it is
+    under `min_bytes_for_wide_part` or under `min_rows_for_wide_part`.
+
+    Only tables whose statement sets one of the two settings get Compact parts: without them this
+    package writes Wide parts (ClickHouse's defaults would make parts under 10 MiB Compact; both kinds
+    read the same in ClickHouse)."""
+    if "min_bytes_for_wide_part" not in settings and "min_rows_for_wide_part" not in settings:
+        return False
+    min_bytes = int(settings.get("min_bytes_for_wide_part", DEFAULT_MIN_BYTES_FOR_WIDE_PART))
+    min_rows = int(settings.get("min_rows_for_wide_part", DEFAULT_MIN_ROWS_FOR_WIDE_PART))
+    return in_memory_bytes < min_bytes or rows < min_rows
+
+
+def plan_compact_granules(blocks: Sequence[tuple[int, int]], settings: WriterSettings) -> np.ndarray:
+    """Rows per granule of a Compact part written from blocks of (rows, in-memory bytes)."""
+    return granularity.part_granules(blocks, settings.index_granularity, settings.index_granularity_bytes,
+                                     compact=True)
+
+
+def _compact_low_cardinality(dict_bytes: bytes, index_bytes: bytes) -> tuple[bytes, bytes] | None:
+    """One granule's LowCardinality streams as a Wide part writes them (keys version + one dictionary;
+    one piece using it) → the Compact form: (keys version, piece carrying the dictionary as additional
+    keys). None when the Wide form is not that (more keys than one dictionary holds)."""
+    prefix, dictionary = dict_bytes[:8], dict_bytes[8:]
+    if not index_bytes:  # no rows in the granule (all arrays empty): no piece
+        return prefix, b""
+    flags = struct.unpack_from("<Q", index_bytes)[0]
+    if flags & _LC_HAS_ADDITIONAL_KEYS or not flags & _LC_NEED_GLOBAL_DICTIONARY:
+        return None
+    flags = (flags & ~_LC_NEED_GLOBAL_DICTIONARY) | _LC_HAS_ADDITIONAL_KEYS
+    return prefix, struct.pack("<Q", flags) + dictionary + index_bytes[8:]
+
+
+def _has_low_cardinality(dt: DataType) -> bool:
+    return "LowCardinality(" in dt.to_clickhouse()
+
+
+def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray, granule_rows: np.ndarray,
+                     string_sizes: bool) -> list[list[tuple[str, bytes]]] | None:
+    """Each granule's substreams of one column, in the order they are written: [(name, bytes)]."""
+    if not _has_low_cardinality(dt):
+        streams = serialize_column(dt, name, column, granule_rows, string_sizes=string_sizes)
+        return [[(stream, s.data[int(s.granule_offsets[g]):int(s.granule_offsets[g + 1])])
+                 for stream, s in streams.items()] for g in range(len(granule_rows))]
+    granules = []
+    start = 0
+    for rows in granule_rows.tolist():
+        streams = serialize_column(dt, name, column.slice(start, rows), np.array([rows]), string_sizes=string_sizes)
+        start += rows
+        prefixes: list[tuple[str, bytes]] = []
+        body: list[tuple[str, bytes]] = []
+        for stream, s in streams.items():
+            if stream.endswith(_DICT):
+                continue
+            data = bytes(s.data)
+            dictionary = streams.get(stream + _DICT)
+            if dictionary is not None:
+                # The keys version is written first (the state prefix); the piece carries the keys.
+                converted = _compact_low_cardinality(bytes(dictionary.data), data)
+                if converted is None:
+                    return None
+                prefixes.append((stream + _DICT_PREFIX, converted[0]))
+                body.append((stream + _DICT, b""))
+                data = converted[1]
+            body.append((stream, data))
+        granules.append(prefixes + body)
+    return granules
+
+
+def encode_part(table: pa.Table, columns: Sequence[tuple[str, str]],
+               primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]], partition: PartitionValue | None,
+               settings: WriterSettings, table_settings: Mapping[str, str]) -> PartFiles:
+    """An inserted block as the part ClickHouse would make of it: Compact or Wide (`is_compact_part`)."""
+    if table_settings.keys() & {"min_bytes_for_wide_part", "min_rows_for_wide_part"}:
+        types = [parse_type(type_text) for _, type_text in columns]
+        total = sum(in_memory_width(dt, table.column(name)) for (name, _), dt in zip(columns, types, strict=True))
+        if is_compact_part(table_settings, table.num_rows, total):
+            granules = plan_compact_granules([(table.num_rows, total)], settings)
+            files = write_compact_part(table, columns, primary_key, partition, settings, granules)
+            if files is not None:
+                return files
+    return write_wide_part(table, columns, primary_key, partition, settings)
+
+
+def write_compact_part(
+    table: pa.Table,
+    columns: Sequence[tuple[str, str]],
+    primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]],
+    partition: PartitionValue | None,
+    settings: WriterSettings,
+    granule_rows: np.ndarray | None = None,
+) -> PartFiles | None:
+    """Serialize sorted rows into a Compact part (the arguments are `write_wide_part`'s).
+
+    Returns None for rows a Compact part of this version cannot hold (a LowCardinality granule with
+    more distinct keys than one dictionary takes): the caller writes a Wide part instead."""
+    missing = [name for name, _ in columns if name not in table.column_names]
+    if missing:
+        raise SchemaMismatchError(f"rows to write lack column(s) {', '.join(missing)}")
+    types = [parse_type(type_text) for _, type_text in columns]
+    table = table.select([name for name, _ in columns])
+    n = table.num_rows
+    if granule_rows is None:
+        total = sum(in_memory_width(dt, table.column(i)) for i, dt in enumerate(types))
+        granule_rows = plan_compact_granules([(n, total)], settings)
+    granule_rows = np.asarray(granule_rows, np.int64)
+
+    per_column: list[list[list[tuple[str, bytes]]]] = []
+    codecs: list[dict[str, Codec | CodecChain]] = []
+    for (name, _), dt, column in zip(columns, types, table.columns, strict=True):
+        granules = _granule_streams(dt, name, column, granule_rows, settings.string_sizes)
+        if granules is None:
+            return None
+        per_column.append(granules)
+        stream_codecs = settings.stream_codecs(name, dt)
+        chain = dict(settings.column_codecs).get(name)
+        generic = chain.for_stream(None, settings.codec) if chain is not None else settings.codec
+        codecs.append({**{s + _DICT_PREFIX: generic for s in stream_codecs if s + _DICT in stream_codecs},
+                       **stream_codecs})
+
+    substreams = [[stream for stream, _ in granules[0]] for granules in per_column] if len(granule_rows) else [
+        [] for _ in per_column]
+    blocks: list[bytes] = []
+    offset = 0
+    hashers: dict[str, FileHasher] = {}  # uncompressed bytes per codec, in order of first use
+    marks: list[list[tuple[int, int]]] = []
+    for g in range(len(granule_rows)):
+        row: list[tuple[int, int]] = []
+        for c, granules in enumerate(per_column):
+            writer: CompressedStreamWriter | None = None
+            for stream, data in granules[g]:
+                codec = codecs[c][stream]
+                if writer is not None and writer.codec != codec:
+                    offset = _close(writer, blocks, offset)
+                    writer = None
+                if writer is None:
+                    writer = CompressedStreamWriter(codec, 0, settings.max_compress_block_size)
+                    base = offset
+                position = writer.position
+                row.append((base + position[0], position[1]))
+                writer.write(data)
+                hashers.setdefault(codec.text, FileHasher()).update(data)
+            if writer is not None:
+                offset = _close(writer, blocks, offset)
+        marks.append(row)
+    all_streams = [s for streams in substreams for s in streams]
+    marks.append([(offset, 0)] * len(all_streams))
+    body = b"".join(blocks)
+
+    files = PartFiles(rows=n)
+    files.files[COMPACT_DATA_FILE] = body
+    checksums = {COMPACT_DATA_FILE: FileChecksum(
+        len(body), file_hash(body), True, sum(h.size for h in hashers.values()),
+        combine_stream_hashes([h.digest() for h in hashers.values()]))}
+    offsets = np.array(marks, np.uint64).reshape(len(marks), len(all_streams), 2)
+    rows = np.append(granule_rows, 0).astype(np.uint64)
+    files.files[COMPACT_MARKS_FILE] = write_compact_marks(CompactMarks(offsets, rows), compressed=True)
+    files.files[SUBSTREAMS_FILE] = format_columns_substreams(
+        [(name, streams) for (name, _), streams in zip(columns, substreams, strict=True)]).encode()
+    column_of: Callable[[str], pa.Array | pa.ChunkedArray] = table.column
+    return _finish_part(files, checksums, n, columns, primary_key, partition, settings, granule_rows, column_of)
+
+
+def _close(writer: CompressedStreamWriter, blocks: list[bytes], offset: int) -> int:
+    """End a column's (or a codec run's) blocks; returns the new end of data.bin."""
+    writer.finish()
+    value = writer.getvalue()
+    blocks.append(value)
+    return offset + len(value)
