@@ -38,8 +38,8 @@ def _open(path: str, create_statement: str | None) -> MergeTreeTable:
 
 
 class _LocalDirectory(click.ParamType):
-    """A directory given as a local path or a file:// URL, or (for an existing table) an s3:// URL;
-    other URLs (gs://, hdfs://, ...) are refused."""
+    """A directory given as a local path or a file:// URL, or (for an existing table) an object-store
+    URL (s3://, gs://, abfss://); other URLs (hdfs://, ...) are refused."""
 
     name = "directory"
 

@@ -181,6 +181,37 @@ def s3_bucket(s3_server: object, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture(scope="session")
+def gcs_server() -> Iterator[object]:
+    """One fake-gcs-server on a free loopback port for the whole session (tests/cloud_servers.py)."""
+    from tests.cloud_servers import GcsServer
+
+    server = GcsServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def azure_server() -> Iterator[object]:
+    """One Azurite Blob service on a free loopback port for the whole session (tests/cloud_servers.py)."""
+    from tests.cloud_servers import AzureServer
+
+    server = AzureServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["s3", "gs", "abfss"])
+def object_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
+    """A fresh bucket (an Azure container) on the S3, GCS or Azure server of the session, reached
+    through the environment the way each cloud's tools take it (so every process this test starts
+    reaches it too): a `tests.cloud_servers.StoreUnderTest`."""
+    from tests.cloud_servers import StoreUnderTest
+
+    server = request.getfixturevalue({"s3": "s3_server", "gs": "gcs_server", "abfss": "azure_server"}[request.param])
+    return StoreUnderTest.make(request.param, server, monkeypatch)
+
+
+@pytest.fixture(scope="session")
 def zookeeper() -> Iterator[object]:
     """One real ZooKeeper server for the session (tests/zookeeper_server.py)."""
     from tests.zookeeper_server import ZooKeeperServer

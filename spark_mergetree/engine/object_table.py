@@ -1,4 +1,5 @@
-"""ObjectStoreTable: a MergeTree table in object storage (`s3://bucket/prefix/table`).
+"""ObjectStoreTable: a MergeTree table in object storage (`s3://bucket/prefix/table`, `gs://...`,
+`abfss://container@account.dfs.core.windows.net/...`).
 
 The same table as a local one — ClickHouse part directories (as keys under the table's prefix) and
 `_mergetree/` (table.sql, settings.json, the commit log) — written by a protocol that needs no
@@ -50,11 +51,14 @@ from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.storage.object_store import (
+    OBJECT_SCHEMES,
     Bucket,
     ObjectParts,
     ObjectUrl,
     PreconditionFailed,
+    bucket_for,
     check_storage_options,
+    is_object_url,
     parse_object_url,
 )
 from spark_mergetree.txn import Coordinator, Transaction, coordinator_from_url
@@ -81,9 +85,9 @@ def _upload_pool(kind: str) -> ThreadPoolExecutor:
 
 def default_object_coordinator(location: ObjectUrl) -> str:
     """The coordinator of an object-store table that names none: $SPARK_MERGETREE_COORDINATOR if it
-    is one every machine can reach (s3:// or zk://), else one under the table's own prefix."""
+    is one every machine can reach (in object storage or zk://), else one under the table's own prefix."""
     url = os.environ.get(COORDINATOR_ENV, "")
-    if url.startswith(("s3://", "s3a://", "zk://", "zookeeper://")):
+    if is_object_url(url) or url.startswith(("zk://", "zookeeper://")):
         return url
     return location.child("_mergetree", "coordinator").url
 
@@ -93,11 +97,12 @@ def refuse_local_coordinator(coordinator: Coordinator, table: str) -> None:
         raise UnsupportedError(
             f"table {table} is in object storage, but coordinator {coordinator.url} is a local directory that "
             "the other machines reaching the bucket cannot share: use an object-store coordinator "
-            "(coordinator='s3://bucket/prefix') or ZooKeeper (coordinator='zk://host:port/path')")
+            "(coordinator='s3://bucket/prefix', 'gs://...' or 'abfss://...') or ZooKeeper (coordinator='zk://host:port/path')")
 
 
 class ObjectStoreTable(MergeTreeTable):
-    """A table under an s3:// prefix; `MergeTreeTable.create/open` return one for an s3:// URL."""
+    """A table under an object-store prefix; `MergeTreeTable.create/open` return one for an s3://,
+    gs:// or abfss:// URL."""
 
     def __init__(self, location: ObjectUrl, metadata: TableMetadata, coordinator: Coordinator | None = None,
                  storage_options: Mapping[str, Any] | None = None) -> None:
@@ -107,7 +112,7 @@ class ObjectStoreTable(MergeTreeTable):
         self.location = location
         self.path = location.url  # type: ignore[assignment]
         self.metadata = metadata
-        self.storage_options = check_storage_options(storage_options)
+        self.storage_options = check_storage_options(storage_options, location.scheme)
         self._coordinator = coordinator
         if coordinator is not None:
             refuse_local_coordinator(coordinator, location.url)
@@ -127,7 +132,7 @@ class ObjectStoreTable(MergeTreeTable):
 
     @staticmethod
     def _bucket(location: ObjectUrl, options: Mapping[str, Any] | None) -> Bucket:
-        bucket = Bucket(location.bucket, options)
+        bucket = bucket_for(location, options)
         bucket.check(location.key)  # a missing bucket, no credentials, access denied: fail now, naming the URL
         return bucket
 
@@ -372,6 +377,8 @@ class ObjectStoreTable(MergeTreeTable):
 
         from spark_mergetree.expressions.ddl import quote_string
 
+        if self.location.scheme != "s3":
+            raise self._unsupported("clickhouse_ddl (ClickHouse's plain disks are S3's)")
         visible = self.visible_parts()[1]
         extra = sorted(n for n in self.parts_store.part_names() if n and n not in visible)
         if extra:
@@ -430,4 +437,5 @@ class ObjectStoreTable(MergeTreeTable):
         self.parts_store.bucket.delete_prefix(self.location.key + "/")
 
 
-table_module.URL_TABLES["s3"] = ObjectStoreTable
+for _scheme in set(OBJECT_SCHEMES.values()):
+    table_module.URL_TABLES[_scheme] = ObjectStoreTable

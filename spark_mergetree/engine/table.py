@@ -73,22 +73,22 @@ from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_column_type
 from spark_mergetree.storage.location import local_path
-from spark_mergetree.storage.object_store import S3_SCHEMES, url_scheme
+from spark_mergetree.storage.object_store import OBJECT_SCHEMES, url_scheme
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
 from spark_mergetree.storage.policy import StoragePolicy
 from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
 
 SchemaLike: TypeAlias = "pa.Schema | Sequence[tuple[str, str]] | Mapping[str, str]"
 #: Table classes for locations that are URLs of remote stores, by canonical scheme (object_table.py
-#: registers ObjectStoreTable for "s3").
+#: registers ObjectStoreTable for "s3", "gs" and "abfss").
 URL_TABLES: dict[str, Any] = {}
 
 
 def _url_table(path: str | os.PathLike[str]) -> Any:
     """The table class for an object-store URL (None for a local path or file:// URL)."""
     scheme = url_scheme(path) if isinstance(path, str) else None
-    if scheme in S3_SCHEMES:
-        return URL_TABLES["s3"]
+    if scheme in OBJECT_SCHEMES:
+        return URL_TABLES[OBJECT_SCHEMES[scheme]]
     return None
 
 

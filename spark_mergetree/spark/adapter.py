@@ -26,6 +26,7 @@ from spark_mergetree.errors import (
     TransactionError,
     UnsupportedError,
 )
+from spark_mergetree.storage.object_store import is_object_url
 from spark_mergetree.txn.table_log import table_dir_of
 
 # How a Spark job learns its transaction. `transaction(spark)` sets this session conf where the
@@ -45,7 +46,7 @@ class TableRef:
     create_statement: str | None = None
     coordinator: str | None = None
     name: str | None = None  # "db.table" when it came from a catalog (for messages)
-    storage: tuple[tuple[str, str], ...] = ()  # endpoint/credentials of an s3:// table
+    storage: tuple[tuple[str, str], ...] = ()  # endpoint/credentials of an object-store table
 
     def __post_init__(self) -> None:
         # A ref read back from JSON (a transaction's record of staged tables) has lists here; the
@@ -54,7 +55,7 @@ class TableRef:
 
     @property
     def in_object_store(self) -> bool:
-        return self.path.startswith("s3://")
+        return is_object_url(self.path)
 
     def describe(self) -> str:
         return f"table {self.name} ({self.path})" if self.name else f"table at {self.path}"
@@ -172,7 +173,7 @@ def resolve(path: str, catalog: str | None, create_statement: str | None, coordi
         except TableNotFoundError:
             return TableRef("", None, coordinator, name=path)
         return TableRef(str(info.data_path), info.statement, coordinator, name=path)
-    if path.startswith("s3://"):
+    if is_object_url(path):
         if create_statement:
             raise InvalidOptionError(f"option 'create_statement' is not supported for a table in object storage ({path})")
         return TableRef(path, None, coordinator, storage=storage)

@@ -15,6 +15,8 @@ from spark_mergetree.format.compression_codecs import parse_codec
 from spark_mergetree.spark.adapter import TXN_OPTION, TxnContext
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.object_store import (
+    CLOUD_NAMES,
+    OPTION_PREFIXES,
     STORAGE_OPTION_KEYS,
     check_storage_options,
     is_object_url,
@@ -34,12 +36,12 @@ DEFAULT_STAGE_ROWS = 4 << 20
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
-# Endpoint and credentials of an s3:// table (`s3.endpoint`, `s3.access_key_id`, ...): they win over
-# the environment's (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, profiles, instance roles).
-STORAGE_PREFIX = "s3."
+# Endpoint and credentials of a table in object storage, prefixed by its cloud (`s3.endpoint`,
+# `s3.access_key_id`, `gcs.endpoint`, `gcs.credentials_file`, `azure.account_key`, ...): they win
+# over the environment's (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*, profiles, roles).
 # Options that only name the table, and the transaction; shared by reads and writes.
 _LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator", TXN_OPTION} | {
-    STORAGE_PREFIX + key for key in STORAGE_OPTION_KEYS}
+    OPTION_PREFIXES[cloud] + key for cloud, keys in STORAGE_OPTION_KEYS.items() for key in keys}
 
 READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot", "final"}
 
@@ -113,13 +115,27 @@ def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
     return str(local_path(path)), None
 
 
-def _storage(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The `s3.*` options, checked, as sorted (name, value) pairs (picklable, hashable)."""
-    given = {key[len(STORAGE_PREFIX):]: value for key, value in options.items() if key.startswith(STORAGE_PREFIX)}
-    try:
-        return tuple(sorted(check_storage_options(given).items()))
-    except InvalidOptionError as error:
-        raise InvalidOptionError(f"options {sorted(STORAGE_PREFIX + k for k in given)}: {error}") from None
+def _storage(options: Mapping[str, str], path: str) -> tuple[tuple[str, str], ...]:
+    """The storage options of the table's cloud (`s3.*`, `gcs.*`, `azure.*`), checked, as sorted
+    (name, value) pairs without their prefix (picklable, hashable). Another cloud's options are
+    refused, naming them and the table's URL."""
+    cloud = parse_object_url(path).scheme if is_object_url(path) else None
+    found: dict[str, str] = {}
+    for scheme, prefix in OPTION_PREFIXES.items():
+        given = {key[len(prefix):]: value for key, value in options.items() if key.startswith(prefix)}
+        if not given:
+            continue
+        if cloud is not None and scheme != cloud:
+            raise InvalidOptionError(f"options {sorted(prefix + k for k in given)} are for {CLOUD_NAMES[scheme]}, "
+                                     f"but the table {path} is in {CLOUD_NAMES[cloud]}: use "
+                                     f"{OPTION_PREFIXES[cloud]}* options")
+        try:
+            checked = check_storage_options(given, scheme)
+        except InvalidOptionError as error:
+            raise InvalidOptionError(f"options {sorted(prefix + k for k in given)}: {error}") from None
+        if scheme == cloud:
+            found = checked
+    return tuple(sorted(found.items()))
 
 
 @dataclass(frozen=True)
@@ -156,7 +172,7 @@ class ReadOptions:
             pushdown=parse_bool(options, "pushdown", True),
             snapshot=parse_int(options, "snapshot", None),
             transaction=_transaction(options, "snapshot"),
-            storage=_storage(options),
+            storage=_storage(options, path),
             final=parse_bool(options, "final", False),
         )
 
@@ -223,7 +239,7 @@ class WriteOptions:
             merge_schema=parse_bool(options, "merge_schema", False),
             stage_rows=parse_int(options, "stage_rows", DEFAULT_STAGE_ROWS, minimum=1) or DEFAULT_STAGE_ROWS,
             transaction=_transaction(options),
-            storage=_storage(options),
+            storage=_storage(options, path),
         )
 
 

@@ -1,7 +1,7 @@
 """Where a table or catalog lives, as a user writes it: a local path or a `file://` URL.
 
-Object storage and other remote file systems (`s3://`, `gs://`, `abfss://`, `hdfs://`, `dbfs:/`,
-...) are not supported yet, nor Databricks' FUSE mounts of object storage (`/dbfs`, `/Volumes`). Such a location is refused before anything is written: taken as a
+Object storage (`s3://`, `gs://`, `abfss://`) is served by storage/object_store.py for tables,
+not here; other remote file systems (`hdfs://`, `dbfs:/`, ...) are not supported yet, nor Databricks' FUSE mounts of object storage (`/dbfs`, `/Volumes`). Such a location is refused before anything is written: taken as a
 path it would quietly become a local directory named `s3:` in the working directory of every
 process, while its user believes the data went to the bucket.
 """

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from spark_mergetree.errors import InvalidOptionError
+from spark_mergetree.storage.object_store import OBJECT_SCHEMES
 from spark_mergetree.txn.coordinator import Coordinator
 
 COORDINATOR_ENV = "SPARK_MERGETREE_COORDINATOR"
@@ -48,7 +49,7 @@ def coordinator_from_url(url: str) -> Coordinator:
         root = parsed.path or "/spark_mergetree"
         key_url = ZooKeeperCoordinator.url_for(parsed.netloc, root)
         factory = lambda: ZooKeeperCoordinator(parsed.netloc, root)  # noqa: E731
-    elif parsed.scheme in ("s3", "s3a", "s3n"):
+    elif parsed.scheme in OBJECT_SCHEMES:
         from spark_mergetree.txn.object_store import ObjectStoreCoordinator
         probe = ObjectStoreCoordinator(url)
         key_url = probe.url
@@ -56,7 +57,8 @@ def coordinator_from_url(url: str) -> Coordinator:
     else:
         raise InvalidOptionError(
             f"coordinator url {url!r}: unknown scheme {parsed.scheme!r}; use file:///path, a directory path, "
-            "zk://host:port/path or s3://bucket/prefix")
+            "zk://host:port/path, s3://bucket/prefix, gs://bucket/prefix or "
+            "abfss://container@account.dfs.core.windows.net/prefix")
     # Keyed by pid: a ZooKeeper client or an fcntl lock does not survive fork().
     key = (os.getpid(), key_url)
     with _instances_lock:

@@ -1,5 +1,6 @@
-"""ObjectStoreCoordinator: a coordinator that lives in object storage (`s3://bucket/prefix`), built
-only on S3's conditional writes — no locks, no renames, no listing for any decision.
+"""ObjectStoreCoordinator: a coordinator that lives in object storage (`s3://bucket/prefix`,
+`gs://bucket/prefix`, `abfss://container@account.dfs.core.windows.net/prefix`), built only on
+conditional writes (storage/object_store.py maps them to each cloud) — no locks, no renames, no listing for any decision.
 
 Objects under the prefix (format_spec/transactions.md, "Object-store coordinator"):
   clock.json                {"ts": n, "decided": {tid: csn}}: the last timestamp handed out, and the
@@ -36,7 +37,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
-from spark_mergetree.storage.object_store import Bucket, ObjectUrl, PreconditionFailed, parse_object_url
+from spark_mergetree.storage.object_store import ObjectUrl, PreconditionFailed, bucket_for, parse_object_url
 from spark_mergetree.txn.coordinator import Coordinator, TxnInfo, TxnRecord, TxnState, _check_count
 
 DEFAULT_LEASE = 10.0  # seconds a running transaction's owner may go without renewing its lease
@@ -48,7 +49,7 @@ def _name(text: str) -> str:
 
 
 class ObjectStoreCoordinator(Coordinator):
-    """Coordinator in an S3 prefix. One instance per process (`coordinator_from_url` shares it)."""
+    """Coordinator in an object-store prefix. One instance per process (`coordinator_from_url` shares it)."""
 
     def __init__(self, url: str, *, lease: float | None = None) -> None:
         parsed = urlparse(url)
@@ -62,7 +63,7 @@ class ObjectStoreCoordinator(Coordinator):
             raise InvalidOptionError(f"coordinator url {url!r}: lease must be positive")
         self.location: ObjectUrl = parse_object_url(url.split("?", 1)[0])
         self.lease = float(lease)
-        self._bucket = Bucket(self.location.bucket)
+        self._bucket = bucket_for(self.location)
         self._owned: dict[int, str] = {}  # tid -> its running key
         self._locks: dict[int, set[str]] = {}
         self._mutex = threading.Lock()
@@ -90,7 +91,7 @@ class ObjectStoreCoordinator(Coordinator):
         try:
             return json.loads(data)
         except ValueError as error:
-            raise TransactionError(f"s3://{self._bucket.name}/{key}: corrupt coordinator object: {error}") from error
+            raise TransactionError(f"{self._bucket.url(key)}: corrupt coordinator object: {error}") from error
 
     def _put_json(self, key: str, value: Any, *, if_absent: bool = False, if_match: str | None = None) -> None:
         self._bucket.put(key, json.dumps(value, sort_keys=True).encode(), if_absent=if_absent, if_match=if_match)

@@ -1,5 +1,6 @@
-"""The object-store layer against a real S3-protocol server (moto, tests/s3_server.py): conditional
-writes, ranged reads, listings, and errors that name the URL and the cause."""
+"""The object-store layer against real servers on 127.0.0.1 — S3 (moto, tests/s3_server.py), GCS
+(fake-gcs-server) and Azure Blob Storage (Azurite) (tests/cloud_servers.py): conditional writes,
+ranged reads, listings, and errors that name the URL and the cause."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import pytest
 
 from spark_mergetree.errors import InvalidOptionError, StorageError, UnsupportedError
 from spark_mergetree.storage.object_store import (
-    Bucket,
     ObjectFileSystem,
+    ObjectUrl,
     PreconditionFailed,
+    bucket_for,
+    check_storage_options,
     filesystem_for,
     is_object_url,
     parse_object_url,
@@ -20,13 +23,43 @@ def test_urls() -> None:
     assert parse_object_url("s3a://my-bucket/a/b/").url == "s3://my-bucket/a/b"
     assert parse_object_url("s3://my-bucket").key == ""
     assert is_object_url("s3://b/x") and is_object_url("S3A://b/x") and not is_object_url("/tmp/s3:/x")
-    for bad in ("s3://UPPER/x", "s3://ab/x", "s3://bucket/a//b", "s3://bucket/../x", "gs://bucket/x"):
-        with pytest.raises(InvalidOptionError):
-            parse_object_url(bad)
+    assert parse_object_url("gs://my_bucket.v2/a/b/") == ObjectUrl("my_bucket.v2", "a/b", "gs")
+    azure = parse_object_url("abfs://events@acct01.dfs.core.windows.net/warehouse/t/")
+    assert azure == ObjectUrl("events", "warehouse/t", "abfss", "acct01.dfs.core.windows.net")
+    assert azure.url == "abfss://events@acct01.dfs.core.windows.net/warehouse/t" and azure.account == "acct01"
+    assert azure.child("p", "f.bin").url == "abfss://events@acct01.dfs.core.windows.net/warehouse/t/p/f.bin"
+    assert is_object_url("GS://b/x") and is_object_url("abfss://c@a.dfs.core.windows.net/x")
+    assert not is_object_url("hdfs://nn/x") and not is_object_url("wasbs://c@a.blob.core.windows.net/x")
+    bad = {
+        "s3://UPPER/x": "not a valid bucket name", "s3://ab/x": "not a valid bucket name",
+        "s3://bucket/a//b": "empty, '.' or '..'", "s3://bucket/../x": "empty, '.' or '..'",
+        "s3:///x": "no bucket", "gs:///x": "no bucket", "gs://Bad Bucket/x": "not a valid bucket name",
+        "abfss://acct.dfs.core.windows.net/x": "no container",
+        "abfss://@acct.dfs.core.windows.net/x": "no container",
+        "abfss://c@/x": "not a storage account's host", "abfss://events@acct/x": "not a storage account's host",
+        "abfss://Events@acct.dfs.core.windows.net/x": "not a valid container name",
+        "abfss://a--b@acct.dfs.core.windows.net/x": "not a valid container name",
+        "hdfs://nn/x": "not an object-store URL",
+    }
+    for url, cause in bad.items():
+        with pytest.raises(InvalidOptionError, match=cause) as caught:
+            parse_object_url(url)
+        assert repr(url) in str(caught.value)
 
 
-def test_conditional_writes_and_ranges(s3_bucket: str) -> None:
-    bucket = Bucket(s3_bucket)
+def test_storage_options_per_cloud() -> None:
+    assert check_storage_options({"endpoint": "http://h", "project": "p"}, "gs") == {"endpoint": "http://h",
+                                                                                      "project": "p"}
+    with pytest.raises(InvalidOptionError, match="unknown Google Cloud Storage storage option 'access_key_id'"):
+        check_storage_options({"access_key_id": "x"}, "gs")
+    with pytest.raises(InvalidOptionError, match="unknown Azure storage option 'region'"):
+        check_storage_options({"region": "x"}, "abfss")
+    with pytest.raises(InvalidOptionError, match="client_id and client_secret and tenant_id go together"):
+        check_storage_options({"client_id": "x"}, "abfss")
+
+
+def test_conditional_writes_and_ranges(object_store) -> None:  # type: ignore[no-untyped-def]
+    bucket = object_store.bucket()
     etag = bucket.put("dir/one", b"0123456789", if_absent=True)
     with pytest.raises(PreconditionFailed, match="dir/one"):
         bucket.put("dir/one", b"other", if_absent=True)
@@ -39,12 +72,25 @@ def test_conditional_writes_and_ranges(s3_bucket: str) -> None:
     assert bucket.get_versioned("dir/one") == (b"swapped", new_etag)
     with pytest.raises(FileNotFoundError):
         bucket.get("dir/absent")
+    with pytest.raises(FileNotFoundError):
+        bucket.head("dir/absent")
+    assert bucket.get("dir/one", 7, 7) == b"" and bucket.get("dir/one", 20, 30) == b""
+    assert bucket.head("dir/one") == len(b"swapped")
+    bucket.put("dir/sub/two", [b"ab", memoryview(b"c")])
+    assert bucket.list_objects("dir/") == ({"dir/one": 7}, ["dir/sub/"])
+    assert bucket.list_objects("dir/", delimiter=None)[0] == {"dir/one": 7, "dir/sub/two": 3}
+    times, now = bucket.list_with_times("dir/")
+    assert times.keys() == {"dir/one", "dir/sub/two"} and all(-5 < now - t < 120 for t in times.values())
+    assert -5 < bucket.age("dir/one") < 120
+    assert sorted(bucket.delete_prefix("dir/")) == ["dir/one", "dir/sub/two"]
+    bucket.delete(["dir/one", "never-was"])  # absent objects are no error
+    assert bucket.list_objects("", delimiter=None) == ({}, [])
 
 
-def test_filesystem_primitives(s3_bucket: str) -> None:
-    fs = filesystem_for(f"s3://{s3_bucket}/t")
+def test_filesystem_primitives(object_store) -> None:  # type: ignore[no-untyped-def]
+    root = object_store.url("t")
+    fs = filesystem_for(root)
     assert isinstance(fs, ObjectFileSystem)
-    root = f"s3://{s3_bucket}/t"
     fs.write(f"{root}/p/a.bin", [b"ab", memoryview(b"cd")])
     fs.write(f"{root}/top.txt", [b"x"])
     assert fs.size(f"{root}/p/a.bin") == 4 and fs.read_range(f"{root}/p/a.bin", 1, 3) == b"bc"
@@ -61,7 +107,7 @@ def test_filesystem_primitives(s3_bucket: str) -> None:
 
 def test_missing_bucket_and_credentials_name_url_and_cause(s3_bucket: str, monkeypatch, tmp_path) -> None:
     with pytest.raises(StorageError, match=r"s3://no-such-bucket-here/x: bucket 'no-such-bucket-here' does not exist"):
-        Bucket("no-such-bucket-here").check("x")
+        bucket_for("s3://no-such-bucket-here").check("x")
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
@@ -70,9 +116,9 @@ def test_missing_bucket_and_credentials_name_url_and_cause(s3_bucket: str, monke
     for name in ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(StorageError, match=rf"s3://{s3_bucket}/k: no usable credentials"):
-        Bucket(s3_bucket, {"region": "us-east-1", "endpoint": "http://127.0.0.1:1"}).get("k")
+        bucket_for(f"s3://{s3_bucket}", {"region": "us-east-1", "endpoint": "http://127.0.0.1:1"}).get("k")
     with pytest.raises(InvalidOptionError, match="go together"):
-        Bucket(s3_bucket, {"access_key_id": "only-one"})
+        bucket_for(f"s3://{s3_bucket}", {"access_key_id": "only-one"})
 
 
 def test_a_lease_renewal_never_brings_back_an_ended_transaction(s3_bucket: str) -> None:
@@ -91,7 +137,7 @@ def test_a_lease_renewal_never_brings_back_an_ended_transaction(s3_bucket: str) 
             time.sleep(rng.uniform(0.0, 0.12))
             coordinator.commit(info.tid)
         time.sleep(0.25)  # any renewal in flight has landed
-        assert Bucket(s3_bucket).list_objects("coordinator/running/", delimiter=None)[0] == {}
+        assert bucket_for(f"s3://{s3_bucket}").list_objects("coordinator/running/", delimiter=None)[0] == {}
     finally:
         coordinator.close()
 
@@ -107,3 +153,46 @@ def test_access_denied_names_url_and_cause(s3_server_with_auth) -> None:  # type
                               storage_options=options)
     with pytest.raises(StorageError, match=r"s3://guarded-bucket/events: access denied"):
         MergeTreeTable.open("s3://guarded-bucket/events", storage_options=options)
+
+
+def test_gcs_missing_bucket_and_credentials_name_url_and_cause(gcs_server, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from spark_mergetree import MergeTreeTable
+
+    options = {"endpoint": gcs_server.endpoint}
+    with pytest.raises(StorageError, match=r"gs://no-such-bucket-g/t: bucket 'no-such-bucket-g' does not exist"):
+        MergeTreeTable.create("gs://no-such-bucket-g/t", [("id", "UInt64")], order_by="id", storage_options=options)
+    # No endpoint, no credentials anywhere Application Default Credentials look (and no metadata server).
+    for name in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(StorageError, match=r"gs://some-bucket/t: no usable credentials .*GOOGLE_APPLICATION_CREDENTIALS"):
+        MergeTreeTable.create("gs://some-bucket/t", [("id", "UInt64")], order_by="id")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    with pytest.raises(StorageError, match=r"gs://some-bucket/t: no usable credentials .*missing.json"):
+        MergeTreeTable.open("gs://some-bucket/t")
+
+
+def test_azure_missing_container_and_credentials_name_url_and_cause(azure_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from spark_mergetree import MergeTreeTable
+    from tests.cloud_servers import AZURE_ACCOUNT
+
+    host = f"{AZURE_ACCOUNT}.dfs.core.windows.net"
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"abfss://no-such-container@{host}/t"
+    with pytest.raises(StorageError, match=rf"{url}: container 'no-such-container' does not exist in account "
+                                           f"'{AZURE_ACCOUNT}'"):
+        MergeTreeTable.create(url, [("id", "UInt64")], order_by="id", storage_options=azure_server.options())
+    container = azure_server.container()
+    url = f"abfss://{container}@{host}/t"
+    with pytest.raises(StorageError, match=rf"abfss://{container}@{host}: no credentials for the http endpoint"):
+        MergeTreeTable.create(url, [("id", "UInt64")], order_by="id",
+                              storage_options={"endpoint": azure_server.blob_endpoint})
+    wrong = {**azure_server.options(), "account_key": "d3Jvbmcga2V5"}
+    with pytest.raises(StorageError, match=rf"{url}: access denied"):
+        MergeTreeTable.open(url, storage_options=wrong)
+    other = azure_server.environment()["AZURE_STORAGE_CONNECTION_STRING"].replace(AZURE_ACCOUNT, "otheraccount")
+    with pytest.raises(StorageError, match="connection string is for account 'otheraccount'"):
+        MergeTreeTable.open(url, storage_options={"connection_string": other})
+    assert list(azure_server.client().get_container_client(container).list_blobs()) == []

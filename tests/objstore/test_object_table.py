@@ -1,5 +1,6 @@
-"""Tables in object storage (s3:// on a real S3-protocol server): create, insert, select, overwrite,
-transactions across tables, crash leftovers and cleanup, racing committers."""
+"""Tables in object storage (s3://, gs:// and abfss:// on real servers on 127.0.0.1: moto,
+fake-gcs-server, Azurite): create, insert, select, overwrite, transactions across tables, crash
+leftovers and cleanup, racing committers."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from spark_mergetree.errors import (
     UnsupportedError,
 )
 from spark_mergetree.format.part_info import PartInfo
-from spark_mergetree.storage.object_store import REQUESTS, Bucket
+from spark_mergetree.storage.object_store import REQUESTS
 from spark_mergetree.txn import coordinator_from_url
 
 FORK = multiprocessing.get_context("fork")
@@ -48,13 +49,13 @@ def create(url: str, **kwargs: object) -> ObjectStoreTable:
     return table
 
 
-def test_create_insert_select_overwrite(s3_bucket: str) -> None:
-    url = f"s3a://{s3_bucket}/warehouse/events"
+def test_create_insert_select_overwrite(object_store) -> None:  # type: ignore[no-untyped-def]
+    url = object_store.url("warehouse/events").replace("s3://", "s3a://").replace("abfss://", "abfs://")
     table = create(url)
     data = rows(0, 5000)
     names = table.insert(data)
     assert len(names) == 2  # two months
-    reopened = MergeTreeTable.open(f"s3://{s3_bucket}/warehouse/events/")
+    reopened = MergeTreeTable.open(object_store.url("warehouse/events/"))
     assert isinstance(reopened, ObjectStoreTable)
     assert same(reopened.to_arrow(), data)
     key_range = reopened.to_arrow(where="id BETWEEN 1200 AND 1300")
@@ -65,38 +66,43 @@ def test_create_insert_select_overwrite(s3_bucket: str) -> None:
     assert same(reopened.to_arrow(), rows(100_000, 10))
     assert reopened.to_arrow(snapshot=before).num_rows == 5000  # the old parts are kept for old snapshots
     # Every object of a part is under its final key; nothing was renamed or staged elsewhere.
-    keys = Bucket(s3_bucket).list_objects("warehouse/events/", delimiter=None)[0]
+    keys = object_store.bucket().list_objects("warehouse/events/", delimiter=None)[0]
     assert not [k for k in keys if "tmp" in k or "staged" in k]
     with pytest.raises(TableExistsError):
         create(url)
     assert create(url, if_not_exists=True).uuid == table.uuid
-    with pytest.raises(TableNotFoundError, match=f"s3://{s3_bucket}/nothing"):
-        MergeTreeTable.open(f"s3://{s3_bucket}/nothing")
+    with pytest.raises(TableNotFoundError, match=object_store.url("nothing")):
+        MergeTreeTable.open(object_store.url("nothing"))
 
 
-def test_bad_locations_fail_before_anything_is_written(s3_bucket: str, tmp_path) -> None:
-    with pytest.raises(StorageError, match="s3://no-such-bucket-x/t: bucket 'no-such-bucket-x' does not exist"):
-        create("s3://no-such-bucket-x/t")
+def test_bad_locations_fail_before_anything_is_written(object_store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    missing = object_store.missing
+    with pytest.raises(StorageError, match=rf"{missing}/t: (bucket|container) 'no-such-[a-z-]+' does not exist"):
+        create(f"{missing}/t")
     local = coordinator_from_url(str(tmp_path / "coordinator"))
     with pytest.raises(UnsupportedError, match="object-store coordinator"):
-        create(f"s3://{s3_bucket}/t", coordinator=local)
-    table = create(f"s3://{s3_bucket}/t2", coordinator=local.url)
+        create(object_store.url("t"), coordinator=local)
+    table = create(object_store.url("t2"), coordinator=local.url)
     with pytest.raises(UnsupportedError, match=r"coordinator='s3://bucket/prefix'"):
         table.insert(rows(0, 1))
-    assert Bucket(s3_bucket).list_objects("t2/", delimiter=None)[0].keys() == {
+    assert object_store.bucket().list_objects("t2/", delimiter=None)[0].keys() == {
         "t2/_mergetree/table.sql", "t2/_mergetree/settings.json"}
 
 
-@pytest.mark.parametrize("backend", ["s3", "zookeeper"])
-def test_two_tables_commit_atomically_and_overwrites_conflict(s3_bucket: str, backend: str,
-                                                              request: pytest.FixtureRequest) -> None:
-    if backend == "s3":
-        coordinator = coordinator_from_url(f"s3://{s3_bucket}/coordinator")
-    else:
-        hosts = request.getfixturevalue("zookeeper").hosts
-        coordinator = coordinator_from_url(f"zk://{hosts}/objstore_{s3_bucket}")
-    orders = create(f"s3://{s3_bucket}/orders", coordinator=coordinator)
-    audit = create(f"s3://{s3_bucket}/audit", coordinator=coordinator)
+def test_two_tables_commit_atomically_and_overwrites_conflict(object_store) -> None:  # type: ignore[no-untyped-def]
+    """With the coordinator in the same object store as the tables (s3://, gs://, abfss://)."""
+    two_tables_commit_atomically_and_overwrites_conflict(object_store.root,
+                                                         coordinator_from_url(object_store.url("coordinator")))
+
+
+def test_two_tables_with_zookeeper(s3_bucket: str, zookeeper) -> None:  # type: ignore[no-untyped-def]
+    coordinator = coordinator_from_url(f"zk://{zookeeper.hosts}/objstore_{s3_bucket}")
+    two_tables_commit_atomically_and_overwrites_conflict(f"s3://{s3_bucket}", coordinator)
+
+
+def two_tables_commit_atomically_and_overwrites_conflict(root: str, coordinator) -> None:  # type: ignore[no-untyped-def]
+    orders = create(f"{root}/orders", coordinator=coordinator)
+    audit = create(f"{root}/audit", coordinator=coordinator)
     with Transaction(coordinator) as tx:
         orders.insert(rows(0, 100), transaction=tx)
         audit.insert(rows(0, 10), transaction=tx)
@@ -127,8 +133,8 @@ def _upload_forever(url: str, ready: multiprocessing.synchronize.Event) -> None:
         table.stage(big)  # uploads parts under final keys that no entry names yet
 
 
-def test_kill_mid_upload_then_cleanup(s3_bucket: str) -> None:
-    url = f"s3://{s3_bucket}/t"
+def test_kill_mid_upload_then_cleanup(object_store) -> None:  # type: ignore[no-untyped-def]
+    url = object_store.url("t")
     table = create(url)
     table.insert(rows(0, 1000))
     ready = FORK.Event()
@@ -164,8 +170,8 @@ def _commit_one(url: str, start: int, barrier: multiprocessing.synchronize.Barri
             raise
 
 
-def test_concurrent_committers_race_on_conditional_writes(s3_bucket: str) -> None:
-    url = f"s3://{s3_bucket}/race"
+def test_concurrent_committers_race_on_conditional_writes(object_store) -> None:  # type: ignore[no-untyped-def]
+    url = object_store.url("race")
     table = create(url)
     table.insert(rows(0, 10))
     barrier, results = FORK.Barrier(4), FORK.Queue()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.storage.object_store import Bucket
+from spark_mergetree.storage.object_store import bucket_for
 from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY
 
 
@@ -74,7 +74,7 @@ def test_spark_bad_locations_fail_on_the_driver_naming_url_and_cause(spark, s3_s
         spark.read.format("mergetree").options(**options(s3_server)).load(f"s3://{s3_bucket}/absent").count()
     with pytest.raises(Exception, match="access_key_id and secret_access_key go together"):
         spark.read.format("mergetree").option("s3.access_key_id", "x").load(f"s3://{s3_bucket}/t").count()
-    assert Bucket(s3_bucket).list_objects("", delimiter=None)[0] == {}
+    assert bucket_for(f"s3://{s3_bucket}").list_objects("", delimiter=None)[0] == {}
 
 
 def test_spark_pushdown_prunes_granules_on_s3(spark, s3_server, s3_bucket: str) -> None:

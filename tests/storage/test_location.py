@@ -17,7 +17,7 @@ from spark_mergetree.storage.location import local_path
 
 REMOTE = ["s3://bucket/t", "s3a://bucket/t", "gs://bucket/t", "abfss://c@account.dfs.core.windows.net/t",
           "hdfs://namenode:8020/t", "dbfs:/mnt/t", "HTTPS://host/t", "file://otherhost/t"]
-NOT_TABLES = [location for location in REMOTE if not location.startswith(("s3:", "s3a:"))]
+NOT_TABLES = [location for location in REMOTE if not location.startswith(("s3:", "s3a:", "gs:", "abfss:"))]
 
 
 def test_local_paths_and_file_urls(tmp_path: Path) -> None:
@@ -61,7 +61,7 @@ def test_engine_accepts_file_urls(tmp_path: Path) -> None:
 
 def test_cli_refuses_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    for args in (["parts", "gs://bucket/t"], ["catalog", "--root", "gs://bucket/root", "databases"]):
+    for args in (["parts", "hdfs://nn/t"], ["catalog", "--root", "gs://bucket/root", "databases"]):
         result = CliRunner().invoke(main, args)
         assert isinstance(result.exception, UnsupportedError), result.output
         assert args[-1 if args[0] == "parts" else 2] in str(result.exception)

@@ -237,7 +237,7 @@ def test_plain_paths_and_file_urls_name_local_coordinators(tmp_path, monkeypatch
     info = by_path.begin()
     by_path.abort(info.tid)
     assert by_path.status(info.tid)[0] is TxnState.ABORTED
-    for bad in ("", "  ", "gs://bucket/coordinator"):
+    for bad in ("", "  ", "hdfs://nn/coordinator"):
         with pytest.raises(InvalidOptionError):
             coordinator_from_url(bad)
 
