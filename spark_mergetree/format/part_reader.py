@@ -10,6 +10,8 @@ it is loaded: the part-wide ones when the reader opens the part, marks when a co
 needed. `columns.txt` and `columns_substreams.txt` are not listed there (ClickHouse never lists
 them); they are checked against the files and marks instead.
 
+A packed part (one `data.packed` archive, format/packed.py) is read through the files inside it.
+
 Rows a lightweight DELETE removed stay in the part, marked 0 in its `_row_exists` column: reads
 drop them, as ClickHouse does. Projections (`<name>.proj/`) are read past: the part's own columns
 are the table. What could change which rows a part holds and is not understood here (patch parts of
@@ -50,6 +52,7 @@ from spark_mergetree.format.marks import (
     read_compact_marks,
     read_wide_marks,
 )
+from spark_mergetree.format.packed import PackedSource, is_packed
 from spark_mergetree.format.part import (
     CHECKSUMS_FILE,
     CODEC_FILE,
@@ -122,11 +125,19 @@ def merge_ranges(ranges: Iterable[GranuleRange]) -> list[GranuleRange]:
     return [(b, e) for b, e in merged]
 
 
+def _unpacked(source: FileSource, part: str, location: str) -> FileSource:
+    """The source itself, or for a packed part (one `data.packed` archive) the files inside it."""
+    if is_packed(source.list_files(part)):
+        return PackedSource(source, location)
+    return source
+
+
 def verify_part(source: FileSource, part: str, location: str = "") -> list[str]:
     """Like CHECK TABLE for one part: every file checksums.txt lists, projections included, is
     re-hashed; returns every problem found (none when the part is intact). Needs no reader, so a
     part too damaged to open still gets all its problems listed."""
     where = location or part
+    source = _unpacked(source, part, where)
     if CHECKSUMS_FILE not in source.list_files(part):
         return [f"{where}/{CHECKSUMS_FILE}: file is missing"]
     try:
@@ -186,15 +197,15 @@ class PartReader:
     """One part, opened for reading. Cheap to create; metadata is loaded once and cached."""
 
     def __init__(self, source: FileSource, part: str, location: str = "") -> None:
-        self.source = source
         self.part = part
         self.location = location or part
+        self.source = _unpacked(source, part, self.location)
         self._lock = threading.Lock()
         self._marks_cache: dict[str, np.ndarray] = {}
         self._primary: dict[tuple[str, ...], list[pa.Array]] = {}
         self._decoded: dict[tuple[str, ...], object] = {}  # partition values and minmax ranges
         self._checked_types: set[tuple[str, str]] = set()
-        self.files = set(source.list_files(part))
+        self.files = set(self.source.list_files(part))
         self._refuse_row_changing_features()
         self._metadata: dict[str, bytes] = {}
         for name in sorted(self.files):

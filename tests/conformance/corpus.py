@@ -142,12 +142,17 @@ FEATURES: dict[str, list[Column]] = {
     "codec-ZSTD": _codec("c", "ZSTD(3)", [("String", "repeat('a', number % 9)")]) + _codec("n", "ZSTD(-1)", [("UInt32", "toUInt32(number)")]),
     "codec-NONE": _codec("c", "NONE", [("String", "toString(number)"), ("Nullable(UInt16)", "if(number % 2, NULL, number)")]),
 }
-# Features that change a part rather than add a type: (extra CREATE clauses, statements after the inserts).
-PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...]]] = {
+# Features that change a part rather than add a type: (columns, extra CREATE clauses, statements after
+# the inserts, extra settings).
+PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...], str]] = {
     "lightweight-delete": ([("s", "String", "toString(number)"), ("v", "Nullable(Int32)", "if(number % 3 = 0, NULL, number)")],
-                           "", ("DELETE FROM {table} WHERE id % 7 = 0 OR id BETWEEN 100 AND 140",)),
+                           "", ("DELETE FROM {table} WHERE id % 7 = 0 OR id BETWEEN 100 AND 140",), ""),
     "projection": ([("k", "UInt32", "toUInt32(number % 13)"), ("v", "Float64", "number / 3")],
-                   ", PROJECTION by_k (SELECT k, sum(v) GROUP BY k), PROJECTION ordered (SELECT * ORDER BY k)", ()),
+                   ", PROJECTION by_k (SELECT k, sum(v) GROUP BY k), PROJECTION ordered (SELECT * ORDER BY k)", (), ""),
+    # Packed part storage: each part is one `data.packed` archive of its files.
+    "packed": ([("s", "String", "toString(number)"), ("a", "Array(LowCardinality(String))", "[toString(number % 3)]"),
+                ("n", "Nullable(Float32)", "if(number % 4 = 0, NULL, number / 4)")], "", (),
+               ", min_bytes_for_full_part_storage = 1000000000"),
 }
 # Types this package refuses to read or write: UnsupportedError, never wrong rows.
 REFUSED: dict[str, list[Column]] = {
@@ -191,11 +196,12 @@ class Case:
         return f"SELECT {listed} FROM {table or self.table} ORDER BY id"
 
     def create_sql(self, table: str | None = None) -> str:
-        extra = PART_FEATURES[self.feature][1] if self.feature in PART_FEATURES else ""
+        extra, settings = (PART_FEATURES[self.feature][1], PART_FEATURES[self.feature][3]) \
+            if self.feature in PART_FEATURES else ("", "")
         cols = ", ".join(f"`{name}` {type_text}" for name, type_text, _ in self.columns)
         partition = f" PARTITION BY {PARTITION_BY}" if self.partitioned else ""
         return (f"CREATE TABLE {table or self.table} (id UInt64, {cols}{extra}) ENGINE = MergeTree{partition} "
-                f"ORDER BY id SETTINGS index_granularity = {GRANULARITY}, {PART_KINDS[self.kind]}")
+                f"ORDER BY id SETTINGS index_granularity = {GRANULARITY}, {PART_KINDS[self.kind]}{settings}")
 
     def statements(self) -> list[str]:
         exprs = ", ".join(expr for _, _, expr in self.columns)
