@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import lz4.block
 import numpy as np
@@ -365,7 +366,10 @@ class CompressedStreamWriter:
         codec: Codec | CodecChain = LZ4,
         min_compress_block_size: int = DEFAULT_MIN_COMPRESS_BLOCK_SIZE,
         max_compress_block_size: int = DEFAULT_MAX_COMPRESS_BLOCK_SIZE,
+        sink: BinaryIO | None = None,
     ) -> None:
+        """`sink`: a file the compressed blocks are written to as they are made (getvalue() is then
+        unavailable); without one they are kept in memory."""
         if not 0 < max_compress_block_size <= MAX_BLOCK_SIZE:
             raise InvalidOptionError(
                 f"max_compress_block_size must be between 1 and {MAX_BLOCK_SIZE}, got {max_compress_block_size}"
@@ -379,16 +383,24 @@ class CompressedStreamWriter:
         self._compressed_size = 0
         self._buffer = bytearray()
         self._marks: list[tuple[int, int]] = []
-        self._marks_array: np.ndarray | None = None  # set by write_granules
+        self._mark_arrays: list[np.ndarray] = []  # appended by append_granules
         self._final_mark: tuple[int, int] | None = None
         self._hasher = FileHasher()
+        self._file_hasher = FileHasher()
+        self._sink = sink
         self._value: bytes | None = None
+
+    def _emit(self, block: bytes) -> None:
+        if self._sink is not None:
+            self._sink.write(block)
+        else:
+            self._blocks.append(block)
+        self._file_hasher.update(block)
+        self._compressed_size += len(block)
 
     def _flush(self) -> None:
         if self._buffer:
-            block = compress_block(self.codec, self._buffer)
-            self._blocks.append(block)
-            self._compressed_size += len(block)
+            self._emit(compress_block(self.codec, self._buffer))
             self._buffer = bytearray()
 
     def _current_mark(self) -> tuple[int, int]:
@@ -409,8 +421,8 @@ class CompressedStreamWriter:
 
     def write_granule(self, chunk: bytes | bytearray | memoryview) -> tuple[int, int]:
         """Start a granule (records and returns its mark) and append its bytes."""
-        if self._final_mark is not None or self._marks_array is not None:
-            raise InvalidOptionError("write_granule() after finish() or write_granules()")
+        if self._final_mark is not None or self._mark_arrays:
+            raise InvalidOptionError("write_granule() after finish() or append_granules()")
         mark = self._current_mark()
         self._marks.append(mark)
         self.write(chunk)
@@ -418,24 +430,38 @@ class CompressedStreamWriter:
 
     def write_granules(self, data: bytes | bytearray | memoryview, offsets: np.ndarray) -> None:
         """A whole stream at once: `data[:offsets[0]]` (a stream prefix), then granule g as
-        `data[offsets[g]:offsets[g + 1]]`. The same blocks and marks as write() and write_granule()
-        per granule, found one block at a time (a block ends at the first granule start at least
-        min_compress_block_size bytes in if it comes within max_compress_block_size, else after
-        max_compress_block_size bytes when more follow), so the cost does not grow with granules."""
-        if self._final_mark is not None or self._buffer or self._blocks or self._marks:
+        `data[offsets[g]:offsets[g + 1]]` (see `append_granules`)."""
+        if self._final_mark is not None or self._buffer or self._blocks or self._marks or self._compressed_size:
             raise InvalidOptionError("write_granules() writes a whole stream into a new writer")
-        view = memoryview(data).cast("B")
-        end = len(view)
-        starts = np.asarray(offsets[:-1], dtype=np.int64)
-        if len(offsets) and int(offsets[-1]) != end:
-            raise InvalidOptionError(f"granule offsets end at {int(offsets[-1])}, the stream has {end} bytes")
+        self.append_granules(data, offsets)
+
+    def append_granules(self, data: bytes | bytearray | memoryview, offsets: np.ndarray) -> None:
+        """More of the stream: `data[:offsets[0]]` continues the current granule (or is the stream's
+        prefix), then granule g is `data[offsets[g]:offsets[g + 1]]`. The same blocks and marks as
+        write() and write_granule() per granule, found one block at a time (a block ends at the first
+        granule start at least min_compress_block_size bytes in if it comes within
+        max_compress_block_size, else after max_compress_block_size bytes when more follow), so the
+        cost does not grow with granules; a stream may come in any number of calls."""
+        if self._final_mark is not None or self._marks:
+            raise InvalidOptionError("append_granules() after finish() or write_granule()")
+        new = memoryview(data).cast("B")
+        if len(offsets) and int(offsets[-1]) != len(new):
+            raise InvalidOptionError(f"granule offsets end at {int(offsets[-1])}, the stream has {len(new)} bytes")
         low, high = self.min_compress_block_size, self.max_compress_block_size
         if high < low:  # a granule may start at a full buffer that is not flushed: granule by granule
             bounds = np.asarray(offsets, np.int64).tolist()
-            self.write(view[: bounds[0]] if bounds else view)
+            self.write(new[: bounds[0]] if bounds else new)
             for begin, stop in zip(bounds[:-1], bounds[1:]):
-                self.write_granule(view[begin:stop])
+                self.write_granule(new[begin:stop])
+            self._mark_arrays.append(np.array(self._marks, dtype=np.uint64).reshape(-1, 2))
+            self._marks = []
             return
+        self._hasher.update(new)
+        # The buffer starts a block: cut blocks over buffer + new bytes.
+        held = len(self._buffer)
+        view = memoryview(bytes(self._buffer) + bytes(new)) if held else new
+        end = len(view)
+        starts = np.asarray(offsets[:-1], dtype=np.int64) + held
         block_starts = [0]
         position = 0
         while position < end:
@@ -445,26 +471,20 @@ class CompressedStreamWriter:
             elif position + high < end:
                 position += high  # a full buffer, flushed when more bytes come
             else:
-                break  # the last block, flushed by finish()
+                break  # the last block, flushed by a later call or finish()
             block_starts.append(position)
-        self._hasher.update(view)
-        bounds = block_starts + [end] if block_starts[-1] < end else block_starts
         compressed_offsets = []
-        for begin, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        for begin, stop in zip(block_starts[:-1], block_starts[1:], strict=True):
             compressed_offsets.append(self._compressed_size)
-            block = compress_block(self.codec, view[begin:stop])
-            self._blocks.append(block)
-            self._compressed_size += len(block)
-        if block_starts[-1] == end:  # a block was cut where the data ends: the next one starts empty
-            compressed_offsets.append(self._compressed_size)
-        else:  # the last block stays in the buffer's place until finish() (see _current_mark)
-            last = self._blocks.pop()
-            self._compressed_size -= len(last)
-            self._buffer = bytearray(view[block_starts[-1]:end])
+            self._emit(compress_block(self.codec, view[begin:stop]))
+        # The block from the last cut stays in the buffer until a cut (see _current_mark).
+        compressed_offsets.append(self._compressed_size)
+        self._buffer = bytearray(view[block_starts[-1]:end])
         block_index = np.searchsorted(np.asarray(block_starts, np.int64), starts, side="right") - 1
-        self._marks_array = np.stack([np.asarray(compressed_offsets, np.uint64)[block_index],
-                                      (starts - np.asarray(block_starts, np.int64)[block_index]).astype(np.uint64)],
-                                     axis=1) if len(starts) else np.zeros((0, 2), np.uint64)
+        self._mark_arrays.append(
+            np.stack([np.asarray(compressed_offsets, np.uint64)[block_index],
+                      (starts - np.asarray(block_starts, np.int64)[block_index]).astype(np.uint64)], axis=1)
+            if len(starts) else np.zeros((0, 2), np.uint64))
 
     def write(self, chunk: bytes | bytearray | memoryview) -> None:
         """Append bytes to the current granule."""
@@ -496,6 +516,8 @@ class CompressedStreamWriter:
         """The compressed file (call after finish())."""
         if self._final_mark is None:
             raise InvalidOptionError("getvalue() before finish()")
+        if self._sink is not None:
+            raise InvalidOptionError("getvalue() of a writer with a sink")
         if self._value is None:
             self._value = b"".join(self._blocks)
             self._blocks = [self._value]
@@ -504,8 +526,8 @@ class CompressedStreamWriter:
     @property
     def marks(self) -> np.ndarray:
         """(n_granules, 2) uint64: block offset in the file, offset inside the decompressed block."""
-        if self._marks_array is not None:
-            return self._marks_array
+        if self._mark_arrays:
+            return np.concatenate(self._mark_arrays) if len(self._mark_arrays) > 1 else self._mark_arrays[0]
         return np.array(self._marks, dtype=np.uint64).reshape(-1, 2)
 
     @property
@@ -516,6 +538,11 @@ class CompressedStreamWriter:
     def uncompressed_hash(self) -> bytes:
         """checksums.txt hash of the uncompressed stream."""
         return self._hasher.digest()
+
+    @property
+    def file_hash(self) -> bytes:
+        """checksums.txt hash of the compressed file (after finish())."""
+        return self._file_hasher.digest()
 
     @property
     def compressed_size(self) -> int:

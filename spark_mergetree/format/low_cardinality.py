@@ -32,7 +32,10 @@ from spark_mergetree.format.values import (
     string_buffers,
 )
 
-__all__ = ["LOW_CARDINALITY_MAX_DICTIONARY_SIZE", "serialize_low_cardinality", "deserialize_low_cardinality"]
+__all__ = [
+    "LOW_CARDINALITY_MAX_DICTIONARY_SIZE", "LowCardinalityState", "serialize_low_cardinality",
+    "deserialize_low_cardinality",
+]
 
 
 LOW_CARDINALITY_MAX_DICTIONARY_SIZE = 8192
@@ -51,20 +54,38 @@ def _key_bytes(key_type: DataType, keys: pa.Array) -> bytes:
     return fixed_storage(key_type, keys, "<dictionary>").tobytes()
 
 
+class LowCardinalityState:
+    """What a LowCardinality stream carries from one block of granules to the next when a column is
+    written in several blocks: whether the keys version was written and the shared dictionary not
+    yet flushed (keys after the reserved slots, in order of first appearance)."""
+
+    __slots__ = ("started", "shared")
+
+    def __init__(self) -> None:
+        self.started = False
+        self.shared: pa.Array | None = None
+
+
 def serialize_low_cardinality(dt: LowCardinality, base: str, arr: pa.Array, bounds: np.ndarray, column: str,
-                               out: dict[str, StreamBytes]) -> None:
+                               out: dict[str, StreamBytes], state: LowCardinalityState | None = None,
+                               last: bool = True) -> None:
+    """The `.dict` and index streams of rows cut at `bounds`. Written in blocks, the rows of one
+    column pass the same `state` each time, `last` set for the last block only (it flushes the shared
+    dictionary): the bytes are those of one call over all rows."""
     key_type, nullable = dt.dictionary_type, isinstance(dt.inner, Nullable)
     if arr.null_count and not nullable:
         raise SchemaMismatchError(f"column {column!r} has NULLs but its type {dt.to_clickhouse()} is not Nullable")
+    state = state if state is not None else LowCardinalityState()
     default = pa.array([default_scalar(key_type, arr.type)], arr.type)
     reserved = 2 if nullable else 1  # NULL slot (nullable only), then the default value
-    dict_parts: list[bytes] = [struct.pack("<Q", _LC_KEYS_VERSION)]
-    dict_size = 8
+    dict_parts: list[bytes] = [] if state.started else [struct.pack("<Q", _LC_KEYS_VERSION)]
+    dict_size = 0 if state.started else 8
+    state.started = True
     index_parts: list[bytes] = []
     index_size = 0
     dict_offsets = np.zeros(len(bounds), np.int64)
     index_offsets = np.zeros(len(bounds), np.int64)
-    shared: pa.Array | None = None  # keys after the reserved slots, in order of first appearance
+    shared = state.shared
 
     def flush_dictionary(keys: pa.Array) -> None:
         nonlocal dict_size
@@ -114,8 +135,10 @@ def serialize_low_cardinality(dt: LowCardinality, base: str, arr: pa.Array, boun
         blob = b"".join(piece)
         index_parts.append(blob)
         index_size += len(blob)
-    if shared is not None:
+    if shared is not None and last:
         flush_dictionary(shared)
+        shared = None
+    state.shared = shared
     dict_offsets[-1], index_offsets[-1] = dict_size, index_size
     out[base + ".dict"] = StreamBytes(b"".join(dict_parts), dict_offsets)
     out[base] = StreamBytes(b"".join(index_parts), index_offsets)

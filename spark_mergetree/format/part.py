@@ -132,7 +132,7 @@ class PartFiles:
     """A part as file bytes, ready to hand to storage. `boundaries[file]` are the offsets of the
     compressed blocks that start granules: where storage may cut the file into stripe units."""
 
-    files: dict[str, bytes] = field(default_factory=dict)
+    files: dict[str, bytes | memoryview] = field(default_factory=dict)
     boundaries: dict[str, np.ndarray] = field(default_factory=dict)
     rows: int = 0
 

@@ -9,10 +9,12 @@ is one ClickHouse would write for the same rows: column streams of compressed bl
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -27,13 +29,13 @@ from spark_mergetree.format.checksums import (
     compute_file_checksum,
     is_compressed_file,
 )
-from spark_mergetree.format.cityhash import file_hash
 from spark_mergetree.format.compression import (
     DEFAULT_MAX_COMPRESS_BLOCK_SIZE,
     DEFAULT_MIN_COMPRESS_BLOCK_SIZE,
     CompressedStreamWriter,
 )
 from spark_mergetree.format.compression_codecs import LZ4, Codec, CodecChain
+from spark_mergetree.format.low_cardinality import LowCardinalityState
 from spark_mergetree.format.marks import wide_marks_with_rows, write_wide_marks
 from spark_mergetree.format.part import (
     CHECKSUMS_FILE,
@@ -52,7 +54,7 @@ from spark_mergetree.format.row_binary import serialize_rows
 from spark_mergetree.format.serialization import serialize_column
 from spark_mergetree.format.skip_index_writer import IndexSpec, write_skip_indexes
 from spark_mergetree.format.streams import StreamBytes, stream_value_types
-from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type
+from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type, to_arrow
 
 PRIMARY_INDEX_FILE = "primary.idx"
 PARTITION_FILE = "partition.dat"
@@ -151,21 +153,199 @@ def plan_granules_of(n: int, total_bytes: int, settings: WriterSettings, block_r
     return granularity.part_granules(blocks, settings.index_granularity, settings.index_granularity_bytes)
 
 
-def _write_stream(files: PartFiles, checksums: dict[str, FileChecksum], stream: str, data: memoryview,
-                  offsets: np.ndarray, granule_rows: np.ndarray, settings: WriterSettings,
-                  codec: Codec | CodecChain) -> None:
-    writer = CompressedStreamWriter(codec, settings.min_compress_block_size, settings.max_compress_block_size)
-    # (a stream prefix, the LowCardinality keys version, may precede the first granule)
-    writer.write_granules(data[: offsets[len(granule_rows)]], offsets[: len(granule_rows) + 1])
-    final = writer.finish()
-    body = writer.getvalue()
-    bin_name = stream + ".bin"
-    files.files[bin_name] = body
-    files.boundaries[bin_name] = np.unique(writer.marks[:, 0]).astype(np.int64)
-    checksums[bin_name] = FileChecksum(len(body), file_hash(body), True, writer.uncompressed_size,
-                                       writer.uncompressed_hash)
-    marks = wide_marks_with_rows(writer.marks, granule_rows, final)
-    files.files[stream + ".mrk2"] = write_wide_marks(marks)
+class _StreamFile:
+    """One compressed stream being written: its writer and, when spilled, its file."""
+
+    def __init__(self, writer: CompressedStreamWriter, path: str | None, handle: BinaryIO | None) -> None:
+        self.writer, self.path, self.handle = writer, path, handle
+
+
+class PartStreamWriter:
+    """Writes one Wide part incrementally: the one way parts are written.
+
+    The granules of the part (`granule_rows`) are planned up front. Each column then arrives in
+    blocks of whole granules, in row order (`write`), columns in any interleaving (a vertical merge
+    writes one column after another; an insert all at once); each block is serialized and its
+    streams compressed and appended as it comes, so memory holds one block per column, not the part.
+    The primary key's values come in blocks the same way (`primary_key`). `finish()` writes marks,
+    `primary.idx`, `partition.dat`, `minmax_*.idx`, the metadata files and `checksums.txt`.
+
+    With `spill_dir`, compressed streams go to files there as they are written and the finished
+    part's column files are read-only memory maps of them (the caller removes the directory once
+    storage holds the part); otherwise they stay in memory. The bytes are the same either way, and
+    the same however the rows were cut into blocks.
+    """
+
+    def __init__(self, columns: Sequence[tuple[str, str]], granule_rows: np.ndarray,
+                 primary_key_types: Sequence[str], partition: PartitionValue | None,
+                 settings: WriterSettings = WriterSettings(), spill_dir: str | None = None,
+                 stream_pool: ThreadPoolExecutor | None = None) -> None:
+        self.columns = list(columns)
+        self.types = {name: parse_type(t) for name, t in self.columns}
+        self.granule_rows = np.asarray(granule_rows, np.int64)
+        self.granule_starts = granularity.granule_offsets(self.granule_rows)
+        self.rows = int(self.granule_starts[-1])
+        self.settings = settings
+        self.partition = partition
+        self.spill_dir = spill_dir
+        self.stream_pool = stream_pool  # compresses the streams of one block side by side
+        self._key_types = [parse_type(t) for t in primary_key_types]
+        self._key_rows: list[list[pa.Array]] = []  # per block: the key values at granule starts
+        self._key_last: list[pa.Array] = []
+        self._key_cursor = 0
+        self._cursor = dict.fromkeys(self.types, 0)  # next granule of each column
+        self._lc_states: dict[str, dict[str, LowCardinalityState]] = {name: {} for name in self.types}
+        self._minmax: dict[str, list[Any]] = {}
+        self._minmax_type: dict[str, pa.DataType] = {}
+        # The columns skip indexes are built from are kept until the part's indexes are written.
+        self._indexed = {column for spec in settings.skip_indexes for column in spec.columns}
+        self._kept: dict[str, list[pa.Array]] = {}
+        self._streams: dict[str, _StreamFile] = {}
+        self._done: set[str] = set()
+        self._files = PartFiles(rows=self.rows)
+        self._checksums: dict[str, FileChecksum] = {}
+        # Columns of one Nested table share their sizes stream (n.size0): the first column writes it.
+        self._owner: dict[str, str] = {}
+        for name, dt in self.types.items():
+            for stream in stream_value_types(dt, name, settings.string_sizes):
+                self._owner.setdefault(stream, name)
+
+    def write(self, name: str, values: pa.Array | pa.ChunkedArray) -> None:
+        """The next rows of column `name`: whole granules (the part's last rows end its last one)."""
+        if name not in self.types:
+            raise SchemaMismatchError(f"the part has no column {name!r}")
+        first = self._cursor[name]
+        if name in self._done:
+            raise SchemaMismatchError(f"column {name!r} got rows after the part's {self.rows}")
+        target = self.granule_starts[first] + len(values)
+        last = int(np.searchsorted(self.granule_starts, target))
+        if last >= len(self.granule_starts) or int(self.granule_starts[last]) != target:
+            raise SchemaMismatchError(f"column {name!r}: a block of {len(values)} rows from row "
+                                      f"{int(self.granule_starts[first])} does not end on a granule boundary")
+        self._cursor[name] = last
+        if name in self._indexed:
+            chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+            self._kept.setdefault(name, []).extend(chunks)
+        dt = self.types[name]
+        ends = last == len(self.granule_rows)
+        granules = self.granule_rows[first:last]
+        streams = serialize_column(dt, name, values, granules, string_sizes=self.settings.string_sizes,
+                                   states=self._lc_states[name], last=ends)
+        codecs = self.settings.stream_codecs(name, dt)
+        jobs = [(stream, codecs[stream], data) for stream, data in streams.items() if self._owner.get(stream, name) == name]
+        if self.stream_pool is not None and len(jobs) > 1:
+            list(self.stream_pool.map(lambda job: self._append(*job), jobs))
+        else:
+            for job in jobs:
+                self._append(*job)
+        if self.partition is not None and name in self.partition.minmax_columns and len(values):
+            bounds = [pc.min(values).as_py(), pc.max(values).as_py()]
+            self._minmax_type.setdefault(name, values.type)
+            seen = self._minmax.setdefault(name, bounds)
+            if bounds[0] is not None:
+                seen[0] = bounds[0] if seen[0] is None else min(seen[0], bounds[0])
+                seen[1] = bounds[1] if seen[1] is None else max(seen[1], bounds[1])
+        if ends:
+            for stream in streams:
+                if self._owner.get(stream, name) == name:
+                    self._finish_stream(stream)
+            self._done.add(name)
+
+    def write_columns(self, block: pa.Table, pool: ThreadPoolExecutor | None = None) -> None:
+        """The next rows of every column of `block` (columns side by side on `pool`'s threads)."""
+        names = [name for name, _ in self.columns if name in block.column_names]
+        if pool is None or len(names) < 2:
+            for name in names:
+                self.write(name, block.column(name))
+        else:
+            list(pool.map(lambda name: self.write(name, block.column(name)), names))
+
+    def primary_key(self, values: Sequence[pa.Array | pa.ChunkedArray]) -> None:
+        """The next rows of the PRIMARY KEY's elements (one array each, of equal lengths)."""
+        if not self._key_types or not len(values) or not len(values[0]):
+            return
+        n = len(values[0])
+        begin = int(self.granule_starts[self._key_cursor])
+        stop = int(np.searchsorted(self.granule_starts, begin + n))
+        starts = self.granule_starts[self._key_cursor:stop] - begin
+        starts = starts[starts < n]
+        self._key_cursor = stop
+        chosen = pa.array(starts, pa.int64())
+        self._key_rows.append([combine_chunks(v).take(chosen) for v in values])
+        self._key_last = [combine_chunks(v).slice(n - 1, 1) for v in values]
+
+    def _append(self, stream: str, codec: Codec | CodecChain, data: StreamBytes) -> None:
+        target = self._streams.get(stream)
+        if target is None:
+            path = handle = None
+            if self.spill_dir is not None:
+                path = os.path.join(self.spill_dir, f"{len(self._streams)}.bin")
+                handle = open(path, "wb")  # noqa: SIM115 (closed by _finish_stream)
+            target = self._streams[stream] = _StreamFile(
+                CompressedStreamWriter(codec, self.settings.min_compress_block_size,
+                                       self.settings.max_compress_block_size, sink=handle), path, handle)
+        target.writer.append_granules(memoryview(data.data), data.granule_offsets)
+
+    def _finish_stream(self, stream: str) -> None:
+        target = self._streams[stream]
+        writer = target.writer
+        final = writer.finish()
+        bin_name = stream + ".bin"
+        body: bytes | memoryview
+        if target.handle is not None and target.path is not None:
+            target.handle.close()
+            body = _map_file(target.path)
+        else:
+            body = writer.getvalue()
+        self._files.files[bin_name] = body
+        self._files.boundaries[bin_name] = np.unique(writer.marks[:, 0]).astype(np.int64)
+        self._checksums[bin_name] = FileChecksum(writer.compressed_size, writer.file_hash, True,
+                                                 writer.uncompressed_size, writer.uncompressed_hash)
+        marks = wide_marks_with_rows(writer.marks, self.granule_rows, final)
+        self._files.files[stream + ".mrk2"] = write_wide_marks(marks)
+        target.writer = CompressedStreamWriter()  # drop the finished stream's blocks
+
+    def finish(self) -> PartFiles:
+        """The whole part, once every column got all its rows."""
+        for name in self.types:
+            if name not in self._done and self._cursor[name] == len(self.granule_rows):
+                self.write(name, pa.array([], to_arrow(self.types[name])))  # a part of no rows
+        short = [name for name in self.types if name not in self._done]
+        if short:
+            raise SchemaMismatchError(f"column(s) {', '.join(short)} got fewer rows than the part's {self.rows}")
+        files = self._files
+        if self._key_types and self.rows:
+            key_values = [pa.concat_arrays([block[i] for block in self._key_rows] + [self._key_last[i]])
+                          for i in range(len(self._key_types))]
+            files.files[PRIMARY_INDEX_FILE] = serialize_rows(self._key_types, key_values,
+                                                             np.arange(len(key_values[0])))
+        elif self._key_types:
+            files.files[PRIMARY_INDEX_FILE] = b""
+        partition = self.partition
+        if partition is not None and partition.result_types:
+            files.files[PARTITION_FILE] = serialize_rows(
+                [parse_type(t) for t in partition.result_types], list(partition.values), [0])
+            for column_name in partition.minmax_columns:
+                dt = self.types[column_name]
+                low, high = self._minmax.get(column_name, [None, None])
+                bounds = pa.chunked_array([pa.array([low, high], type=self._minmax_type.get(column_name, to_arrow(dt)))])
+                files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
+
+        return _finish_metadata(files, self._checksums, self.rows, self.columns, self.settings, self.granule_rows,
+                                lambda name: pa.chunked_array(self._kept.get(name, []), self._minmax_type.get(
+                                    name, to_arrow(self.types[name]))))
+
+
+def _map_file(path: str) -> memoryview:
+    """A read-only memory map of a whole file (empty files: empty bytes)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def combine_chunks(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
 def write_wide_part(
@@ -176,7 +356,7 @@ def write_wide_part(
     settings: WriterSettings = WriterSettings(),
     granule_rows: np.ndarray | None = None,
 ) -> PartFiles:
-    """Serialize sorted rows into a Wide part.
+    """Serialize sorted rows into a Wide part (`PartStreamWriter` given all rows as one block).
 
     `columns` are (name, ClickHouse type) in table order; `table` must hold them (by name).
     `primary_key` gives each PRIMARY KEY element's (ClickHouse type, values over these rows).
@@ -187,41 +367,18 @@ def write_wide_part(
         raise SchemaMismatchError(f"rows to write lack column(s) {', '.join(missing)}")
     types = [parse_type(type_text) for _, type_text in columns]
     table = table.select([name for name, _ in columns])
-    n = table.num_rows
     if granule_rows is None:
         granule_rows = plan_granules(table, types, settings)
-    files = PartFiles(rows=n)
-    checksums: dict[str, FileChecksum] = {}
-
-    def serialize(item: tuple[tuple[str, str], DataType, pa.ChunkedArray]) -> dict[str, StreamBytes]:
-        (name, _), dt, column = item
-        return serialize_column(dt, name, column, granule_rows, string_sizes=settings.string_sizes)
-
-    def compress(stream: str, stream_bytes: StreamBytes, codec: Codec | CodecChain) -> PartFiles:
-        out = PartFiles()
-        _write_stream(out, checksums, stream, memoryview(stream_bytes.data), stream_bytes.granule_offsets,
-                      granule_rows, settings, codec)
-        return out
-
+    writer = PartStreamWriter(columns, granule_rows, [t for t, _ in primary_key], partition, settings)
     # Columns are independent: serialize and compress them on all cores (LZ4, ZSTD and the hash
     # chain release the GIL); small parts stay on this thread.
-    items = list(zip(columns, types, table.columns))
-    parallel = n >= PARALLEL_MIN_ROWS and len(items) > 1
-    with ThreadPoolExecutor(max_workers=WRITER_THREADS if parallel else 1) as pool:
-        all_streams = list(pool.map(serialize, items)) if parallel else [serialize(i) for i in items]
-        jobs: list[tuple[str, StreamBytes, Codec | CodecChain]] = []
-        for ((name, _), dt, _), streams in zip(items, all_streams, strict=True):
-            codecs = settings.stream_codecs(name, dt)
-            for stream, stream_bytes in streams.items():
-                # Columns of one Nested table share their sizes stream (n.size0): write it once.
-                if all(stream != s for s, _, _ in jobs):
-                    jobs.append((stream, stream_bytes, codecs[stream]))
-        results = list(pool.map(lambda job: compress(*job), jobs)) if parallel else [compress(*j) for j in jobs]
-    for result in results:
-        files.files.update(result.files)
-        files.boundaries.update(result.boundaries)
-
-    return _finish_part(files, checksums, n, columns, primary_key, partition, settings, granule_rows, table.column)
+    if table.num_rows >= PARALLEL_MIN_ROWS and len(columns) > 1:
+        with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:
+            writer.write_columns(table, pool)
+    else:
+        writer.write_columns(table)
+    writer.primary_key([values for _, values in primary_key])
+    return writer.finish()
 
 
 def write_wide_part_by_column(
@@ -235,48 +392,26 @@ def write_wide_part_by_column(
 ) -> PartFiles:
     """`write_wide_part` with one column in memory at a time (ClickHouse's vertical merge writes a
     part so): `column_of(name)` gives a column's `num_rows` sorted values when its turn comes; the
-    column's streams are compressed in parallel, then its values are dropped. The bytes are those
-    `write_wide_part` writes for the same rows and granules."""
-    files = PartFiles(rows=num_rows)
-    checksums: dict[str, FileChecksum] = {}
-    written: set[str] = set()
-    # The columns skip indexes are built from stay until the part's indexes are written.
-    indexed = {column for spec in settings.skip_indexes for column in spec.columns}
-    kept: dict[str, pa.Array | pa.ChunkedArray] = {}
+    column's streams are compressed in parallel, then its values are dropped."""
     with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:
-        for name, type_text in columns:
-            dt = parse_type(type_text)
+        writer = PartStreamWriter(columns, granule_rows, [t for t, _ in primary_key], partition, settings,
+                                  stream_pool=pool)
+        for name, _ in columns:
             values = column_of(name)
             if len(values) != num_rows:
                 raise SchemaMismatchError(f"column {name!r} has {len(values)} rows, the part {num_rows}")
-            if name in indexed:
-                kept[name] = values
-            streams = serialize_column(dt, name, values, granule_rows, string_sizes=settings.string_sizes)
+            writer.write(name, values)
             del values
-            codecs = settings.stream_codecs(name, dt)
-            jobs = [(stream, data) for stream, data in streams.items() if stream not in written]
-            written.update(stream for stream, _ in jobs)
-
-            def compress(job: tuple[str, StreamBytes], codecs: dict[str, Codec | CodecChain] = codecs) -> PartFiles:
-                out = PartFiles()
-                stream, data = job
-                _write_stream(out, checksums, stream, memoryview(data.data), data.granule_offsets, granule_rows,
-                              settings, codecs[stream])
-                return out
-
-            for result in pool.map(compress, jobs):
-                files.files.update(result.files)
-                files.boundaries.update(result.boundaries)
-            del streams, jobs
-    return _finish_part(files, checksums, num_rows, columns, primary_key, partition, settings, granule_rows,
-                        lambda name: kept[name] if name in kept else column_of(name))
+        writer.primary_key([values for _, values in primary_key])
+        return writer.finish()
 
 
 def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, columns: Sequence[tuple[str, str]],
                  primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]], partition: PartitionValue | None,
                  settings: WriterSettings, granule_rows: np.ndarray,
                  column_of: Callable[[str], pa.Array | pa.ChunkedArray]) -> PartFiles:
-    """The part's index, partition, metadata files and checksums.txt, after its column streams."""
+    """The part's index, partition, metadata files and checksums.txt, after its column streams
+    (for writers given whole columns: the Compact writer)."""
     if primary_key:
         starts = granularity.granule_offsets(granule_rows)[:-1]
         index_rows = np.append(starts, n - 1) if n else starts
@@ -293,16 +428,20 @@ def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, c
             bounds = pa.chunked_array([pa.array([pc.min(values).as_py(), pc.max(values).as_py()],
                                                 type=values.type)])
             files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
+    return _finish_metadata(files, checksums, n, columns, settings, granule_rows, column_of)
 
+
+def _finish_metadata(files: PartFiles, checksums: dict[str, FileChecksum], n: int,
+                     columns: Sequence[tuple[str, str]], settings: WriterSettings, granule_rows: np.ndarray,
+                     column_of: Callable[[str], pa.Array | pa.ChunkedArray]) -> PartFiles:
+    """Skip indexes, count.txt, columns.txt and the other metadata files, then checksums.txt."""
     write_skip_indexes(settings.skip_indexes, dict(columns), granule_rows, column_of, settings.codec,
                        settings.min_compress_block_size, settings.max_compress_block_size, files.files, checksums)
-
     files.files[COUNT_FILE] = format_count(n)
     files.files[COLUMNS_FILE] = format_columns(list(columns))
     files.files[CODEC_FILE] = settings.codec.text.encode()
     files.files[METADATA_VERSION_FILE] = b"0"
     files.files[SERIALIZATION_FILE] = SerializationInfo(string_sizes=settings.string_sizes).to_bytes([])
-
     for name, data in files.files.items():
         if name not in NOT_CHECKSUMMED and name not in checksums:
             checksums[name] = compute_file_checksum(data, is_compressed_file(name))

@@ -18,7 +18,11 @@ import pyarrow as pa
 from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.aggregate_states import state_lengths
-from spark_mergetree.format.low_cardinality import deserialize_low_cardinality, serialize_low_cardinality
+from spark_mergetree.format.low_cardinality import (
+    LowCardinalityState,
+    deserialize_low_cardinality,
+    serialize_low_cardinality,
+)
 from spark_mergetree.format.sparse import default_cursors, read_sparse_positions, spread_sparse
 from spark_mergetree.format.streams import (
     SparseSpec,
@@ -64,8 +68,13 @@ def serialize_column(
     array: pa.Array | pa.ChunkedArray,
     granule_rows: np.ndarray,
     string_sizes: bool = True,
+    states: dict[str, LowCardinalityState] | None = None,
+    last: bool = True,
 ) -> dict[str, StreamBytes]:
-    """Every stream of a column, cut into granules of `granule_rows` rows (must sum to len(array))."""
+    """Every stream of a column, cut into granules of `granule_rows` rows (must sum to len(array)).
+
+    A column written in blocks of granules passes one `states` dict for all its blocks and `last`
+    for the last one: the streams' bytes then continue one another as one call's would."""
     arr = combine(array)
     granule_rows = np.asarray(granule_rows, dtype=np.int64)
     if (granule_rows < 0).any() or int(granule_rows.sum()) != len(arr):
@@ -74,13 +83,14 @@ def serialize_column(
     bounds = np.zeros(len(granule_rows) + 1, np.int64)
     np.cumsum(granule_rows, out=bounds[1:])
     out: dict[str, StreamBytes] = {}
-    _serialize(dt, escape_for_file_name(column_name), 0, arr, bounds, string_sizes, column_name, out)
+    _serialize(dt, escape_for_file_name(column_name), 0, arr, bounds, string_sizes, column_name, out,
+               {} if states is None else states, last)
     return {external_name(dt, column_name, name): out[name]
             for name in internal_names(dt, column_name, string_sizes, False)}
 
 
 def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.ndarray, string_sizes: bool,
-               column: str, out: dict[str, StreamBytes]) -> None:
+               column: str, out: dict[str, StreamBytes], states: dict[str, LowCardinalityState], last: bool) -> None:
     if isinstance(dt, Nullable):
         nulls = np.asarray(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(len(arr), np.uint8)
         out[base + ".null"] = StreamBytes(nulls.tobytes(), bounds.copy())
@@ -88,7 +98,8 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         return
     if isinstance(dt, LowCardinality):
         arr = coerce(dt, arr, column)
-        serialize_low_cardinality(dt, base, arr, bounds, column, out)
+        serialize_low_cardinality(dt, base, arr, bounds, column, out, states.setdefault(base, LowCardinalityState()),
+                                  last)
         return
     if isinstance(dt, (Array, Map)):
         arr = coerce(dt, arr, column)
@@ -98,18 +109,20 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         out[f"{base}.size{level}"] = StreamBytes(lengths.astype("<u8").tobytes(), bounds * 8)
         child_bounds = child_offsets[bounds]
         if isinstance(dt, Array):
-            _serialize(dt.inner, base, level + 1, child, child_bounds, string_sizes, column, out)
+            _serialize(dt.inner, base, level + 1, child, child_bounds, string_sizes, column, out, states, last)
         else:
             keys, values = child.flatten()
-            _serialize(dt.key, element_base(base, "keys"), level + 1, keys, child_bounds, string_sizes, column, out)
-            _serialize(dt.value, element_base(base, "values"), level + 1, values, child_bounds, string_sizes, column, out)
+            _serialize(dt.key, element_base(base, "keys"), level + 1, keys, child_bounds, string_sizes, column, out,
+                       states, last)
+            _serialize(dt.value, element_base(base, "values"), level + 1, values, child_bounds, string_sizes, column,
+                       out, states, last)
         return
     if isinstance(dt, Tuple):
         arr = coerce(dt, arr, column)
         if arr.null_count:
             raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} cannot hold NULL tuples")
         for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
-            _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out)
+            _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last)
         return
     _serialize_values(dt, base, arr, bounds, string_sizes, column, out, allow_nulls=False)
 

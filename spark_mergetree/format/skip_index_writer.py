@@ -254,7 +254,7 @@ def _text(spec: IndexSpec, columns: Sequence[pa.Array], bounds: np.ndarray) -> t
 
 def write_skip_indexes(specs: Sequence[IndexSpec], type_of: dict[str, str], granule_rows: np.ndarray,
                        column_of: Callable[[str], pa.Array | pa.ChunkedArray], codec: Codec,
-                       min_block: int, max_block: int, files: dict[str, bytes],
+                       min_block: int, max_block: int, files: dict[str, bytes | memoryview],
                        checksums: dict[str, FileChecksum]) -> None:
     """Add the data and marks files of every index of `specs` we can build to `files` (and the data
     files' checksums, with their uncompressed size and hash, to `checksums`)."""

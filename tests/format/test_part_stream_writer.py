@@ -1,0 +1,96 @@
+"""The streaming part writer: a part written block by block (and spilled to files) has the bytes of
+the same rows written at once, for every kind of column."""
+
+from __future__ import annotations
+
+import decimal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.format.part_writer import (
+    PartitionValue,
+    PartStreamWriter,
+    WriterSettings,
+    write_wide_part,
+)
+
+COLUMNS = [
+    ("k", "UInt64"),
+    ("s", "String"),
+    ("lc", "LowCardinality(String)"),
+    ("lcn", "LowCardinality(Nullable(String))"),
+    ("n", "Nullable(Int32)"),
+    ("a", "Array(LowCardinality(String))"),
+    ("m", "Map(String, UInt16)"),
+    ("d", "Decimal(18, 4)"),
+    ("nest.x", "Array(UInt8)"),
+    ("nest.y", "Array(String)"),
+    ("day", "Date"),
+]
+
+
+def _rows(n: int) -> pa.Table:
+    rng = np.random.default_rng(7)
+    k = np.sort(rng.integers(0, 1 << 40, n)).astype(np.uint64)
+    words = [f"w{i}" for i in rng.integers(0, 20_000, n)]  # > 8192 distinct: shared dictionaries flush
+    lengths = rng.integers(0, 4, n)
+    nested = [[int(v) for v in rng.integers(0, 200, size)] for size in lengths]
+    return pa.table({
+        "k": k,
+        "s": [("x" * int(i % 37)) + str(i) for i in range(n)],
+        "lc": words,
+        "lcn": [None if i % 11 == 0 else w for i, w in enumerate(words)],
+        "n": pa.array([None if i % 3 == 0 else i - n // 2 for i in range(n)], pa.int32()),
+        "a": [[w] * int(i % 3) for i, w in enumerate(words)],
+        "m": pa.array([[(w, i % 60000)] * int(i % 2) for i, w in enumerate(words)], pa.map_(pa.string(), pa.uint16())),
+        "d": pa.array([decimal.Decimal(i - n // 2).scaleb(-3) for i in range(n)], pa.decimal128(18, 4)),
+        "nest.x": pa.array(nested, pa.list_(pa.uint8())),
+        "nest.y": pa.array([[str(v) for v in row] for row in nested], pa.list_(pa.string())),
+        "day": pa.array((rng.integers(19000, 19030, n)).astype("int32"), pa.int32()).cast(pa.date32()),
+    })
+
+
+@pytest.mark.parametrize("spill", [False, True])
+def test_blocks_write_the_bytes_of_one_block(tmp_path, spill):
+    n = 30_000
+    rows = _rows(n)
+    settings = WriterSettings(index_granularity=512, min_compress_block_size=3000, max_compress_block_size=9000)
+    granules = np.full(n // 512, 512, np.int64)
+    granules = np.append(granules, n - int(granules.sum()))
+    partition = PartitionValue([pa.array([7], pa.uint8())], ["UInt8"], ["day"])
+    whole = write_wide_part(rows, COLUMNS, [("UInt64", rows["k"])], partition, settings, granule_rows=granules)
+
+    writer = PartStreamWriter(COLUMNS, granules, ["UInt64"], partition, settings,
+                              spill_dir=str(tmp_path) if spill else None)
+    starts = np.concatenate([[0], np.cumsum(granules)])
+    rng = np.random.default_rng(3)
+    # Each column in its own cut into blocks of whole granules, columns interleaved.
+    cuts = {name: np.unique(np.concatenate([[0], rng.choice(starts, 12), [n]])) for name, _ in COLUMNS}
+    cuts["k-primary"] = np.unique(np.concatenate([[0], rng.choice(starts, 5), [n]]))
+    for block in range(13):
+        for name, _ in COLUMNS:
+            c = cuts[name]
+            if block < len(c) - 1:
+                writer.write(name, rows[name].slice(int(c[block]), int(c[block + 1] - c[block])))
+        c = cuts["k-primary"]
+        if block < len(c) - 1:
+            writer.primary_key([rows["k"].slice(int(c[block]), int(c[block + 1] - c[block]))])
+    streamed = writer.finish()
+
+    assert sorted(streamed.files) == sorted(whole.files)
+    for name, data in whole.files.items():
+        assert bytes(streamed.files[name]) == bytes(data), name
+    for name, cut in whole.boundaries.items():
+        assert np.array_equal(streamed.boundaries[name], cut), name
+
+
+def test_a_block_off_a_granule_boundary_is_refused():
+    writer = PartStreamWriter([("k", "UInt64")], np.array([8, 8]), ["UInt64"], None, WriterSettings())
+    with pytest.raises(SchemaMismatchError, match="granule boundary"):
+        writer.write("k", pa.array(np.arange(5, dtype=np.uint64)))
+    writer.write("k", pa.array(np.arange(8, dtype=np.uint64)))
+    with pytest.raises(SchemaMismatchError, match="fewer rows"):
+        writer.finish()
