@@ -15,6 +15,7 @@ Each server runs in a process of its own on a free port; `start()` waits (bounde
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import time
@@ -32,9 +33,12 @@ AZURE_ACCOUNT = "devstoreaccount1"
 AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-class _Server:
+class LoopbackServer:
+    """A server process on a free loopback port, started with a bounded wait and stopped on close()."""
+
     name = "server"
     cwd: str | None = None
+    env: dict[str, str] | None = None
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -51,9 +55,9 @@ class _Server:
         """A URL that answers (any HTTP status) once the server is up."""
         return self.endpoint + "/"
 
-    def start(self, timeout: float = 60.0) -> _Server:
+    def start(self, timeout: float = 60.0) -> LoopbackServer:
         self.process = subprocess.Popen(self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        cwd=self.cwd)
+                                        cwd=self.cwd, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -79,7 +83,7 @@ class _Server:
         self.process = None
 
 
-class GcsServer(_Server):
+class GcsServer(LoopbackServer):
     """fake-gcs-server over http, objects in memory."""
 
     name = "fake-gcs-server"
@@ -110,7 +114,7 @@ class GcsServer(_Server):
         return name
 
 
-class AzureServer(_Server):
+class AzureServer(LoopbackServer):
     """Azurite's Blob service, in memory, the account in the path (http://127.0.0.1:port/account)."""
 
     name = "azurite"
@@ -121,9 +125,7 @@ class AzureServer(_Server):
         self.cwd = self._workspace.name  # nothing is kept on disk; anything it would write lands here
 
     def _command(self) -> list[str]:
-        if not AZURITE.exists():
-            raise RuntimeError(f"Azurite is not installed at {AZURITE}: run `npm install --prefix .node azurite@3` "
-                               "in the repository (scripts/test does)")
+        install_azurite()
         return [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--inMemoryPersistence",
                 "--silent", "--skipApiVersionCheck", "--disableProductStyleUrl", "--disableTelemetry"]
 
@@ -155,6 +157,18 @@ class AzureServer(_Server):
     def close(self) -> None:
         super().close()
         self._workspace.cleanup()
+
+
+def install_azurite() -> None:
+    """Azurite into the repository's .node/ when it is not there yet (scripts/test installs it first)."""
+    if AZURITE.exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError(f"Azurite is not installed at {AZURITE} and npm is missing: run scripts/test, or "
+                           "install Node.js and run `npm install --prefix .node azurite@3` in the repository")
+    subprocess.run([npm, "install", "--prefix", str(REPO_ROOT / ".node"), "--no-audit", "--no-fund", "--silent",
+                    "azurite@3"], check=True, timeout=600, stdout=subprocess.DEVNULL)
 
 
 class StoreUnderTest:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
-import urllib.request
 import uuid
 
+from tests.cloud_servers import LoopbackServer
 from tests.zookeeper_server import free_port
 
 ACCESS_KEY = "testing-access-key"
@@ -23,41 +21,30 @@ SECRET_KEY = "testing-secret-key"
 REGION = "us-east-1"
 
 
-class S3Server:
+class S3Server(LoopbackServer):
     """One moto S3 server process; `endpoint` is its http URL."""
+
+    name = "moto_server"
 
     def __init__(self, auth: bool = False) -> None:
         """`auth`: moto checks every request's credentials (IAM), as S3 does: ours are unknown to it."""
-        self.port = free_port()
+        super().__init__()
         self.auth = auth
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        if auth:
+            self.env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0")
 
     def environment(self) -> dict[str, str]:
         """The variables boto3 (and our filesystem layer) take their endpoint and credentials from."""
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                 "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": REGION}
 
-    def start(self, timeout: float = 30.0) -> S3Server:
+    def _command(self) -> list[str]:
         executable = shutil.which("moto_server")
         command = [executable] if executable else [sys.executable, "-m", "moto.server"]
-        environment = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0") if self.auth else None
-        self.process = subprocess.Popen([*command, "-H", "127.0.0.1", "-p", str(self.port)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"moto_server exited with {self.process.returncode}")
-            try:
-                urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1).read()
-                return self
-            except OSError:
-                time.sleep(0.1)
-        self.close()
-        raise RuntimeError(f"moto_server did not answer on {self.endpoint} within {timeout} s")
+        return [*command, "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def _probe(self) -> str:
+        return self.endpoint + "/moto-api/"
 
     def client(self):  # type: ignore[no-untyped-def]
         import boto3
@@ -69,16 +56,6 @@ class S3Server:
         name = f"test-{uuid.uuid4().hex[:16]}"
         self.client().create_bucket(Bucket=name)
         return name
-
-    def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
 
 
 class FlakyProxy:
