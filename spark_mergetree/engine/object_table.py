@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from spark_mergetree.engine import clickhouse_ddl
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import table as table_module
 from spark_mergetree.engine.commit import PartitionOverwriteMode, WriteMode
@@ -46,7 +47,7 @@ from spark_mergetree.errors import (
     TableNotFoundError,
     UnsupportedError,
 )
-from spark_mergetree.expressions.ddl import format_attach, parse_create
+from spark_mergetree.expressions.ddl import format_attach, parse_create, quote_string
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
@@ -373,17 +374,10 @@ class ObjectStoreTable(MergeTreeTable):
         `credentials=True` writes the access key and secret into the statement; otherwise the
         server takes them from its environment (`use_environment_credentials = 1`).
         """
-        import warnings
-
-        from spark_mergetree.expressions.ddl import quote_string
-
         if self.location.scheme != "s3":
             raise self._unsupported("clickhouse_ddl (ClickHouse's plain disks are S3's)")
-        visible = self.visible_parts()[1]
-        extra = sorted(n for n in self.parts_store.part_names() if n and n not in visible)
-        if extra:
-            warnings.warn(f"{self.location.url}: ClickHouse would also read part(s) {', '.join(extra[:5])} that the "
-                          "table's log does not show (replaced or left by a crash): run cleanup() first", stacklevel=2)
+        clickhouse_ddl.warn_if_clickhouse_sees_other_parts(
+            self.location.url, (n for n in self.parts_store.part_names() if n), self.visible_parts()[1])
         options = dict(self.parts_store.bucket.options)
         endpoint = options.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         key = self.location.key + "/" if self.location.key else ""
@@ -400,17 +394,7 @@ class ObjectStoreTable(MergeTreeTable):
             disk.append(f"access_key_id = {quote_string(found[0])}, secret_access_key = {quote_string(found[1])}")
         else:
             disk.append("use_environment_credentials = 1")
-        statement = format_attach(self.definition).rstrip("\n")
-        head, _, body = statement.partition("\n")
-        database, _, table = name.rpartition(".")
-        target = ".".join(f"`{part}`" for part in ((database, table) if database else (table,)))
-        lines = body.split("\n")
-        setting = f"table_disk = 1, disk = disk({', '.join(disk)})"
-        if lines[-1].startswith("SETTINGS "):
-            lines[-1] += ", " + setting
-        else:
-            lines.append("SETTINGS " + setting)
-        return f"ATTACH TABLE {target} UUID {quote_string(self.uuid or '')}\n" + "\n".join(lines) + "\n"
+        return clickhouse_ddl.attach_statement(self.definition, name, self.uuid, disk)
 
     # ------------------------------------------------------------------ not here yet
 

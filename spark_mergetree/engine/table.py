@@ -27,7 +27,7 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 import pyarrow as pa
 
-from spark_mergetree.engine import background, engines, staging
+from spark_mergetree.engine import background, clickhouse_ddl, engines, staging
 from spark_mergetree.engine import check as checking
 from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import insert as inserting
@@ -714,12 +714,18 @@ class MergeTreeTable:
         return self.store.export_plain(part, destination)
 
     def clickhouse_ddl(self, name: str = "default.events", *, credentials: bool = False) -> str:
-        """The statement a ClickHouse server runs to open this table where it lies (tables in
-        object storage: `ObjectStoreTable.clickhouse_ddl`)."""
-        raise UnsupportedError(
-            f"{self.path}: a local table is opened by ClickHouse from its own data directory "
-            "(store/<uuid>/ under its path, with format_attach's statement); clickhouse_ddl() covers tables in "
-            "object storage, where a server mounts the table's prefix as a read-only s3_plain disk")
+        """The ATTACH TABLE statement a ClickHouse server runs to read this table where it lies: a
+        read-only disk over the table's directory (engine/clickhouse_ddl.py). The server must see
+        the directory at the same path (a local disk, or a shared mount). `credentials` matters only
+        for tables in object storage. Tables whose storage policy spreads parts over several disks
+        are refused: ClickHouse takes one disk here."""
+        if self.metadata.setting("storage_policy"):
+            raise UnsupportedError(
+                f"{self.path}: the table's storage policy spreads parts over disks; ClickHouse opens a table in "
+                "place from one directory (a single-disk table, or a catalog root ClickHouse runs on)")
+        clickhouse_ddl.warn_if_clickhouse_sees_other_parts(str(self.path), self.store.list_parts(),
+                                                          self.visible_parts()[1])
+        return clickhouse_ddl.attach_statement(self.definition, name, self.uuid, clickhouse_ddl.local_disk(str(self.path)))
 
     def drop_data(self) -> None:
         """Delete the table's data on every disk of its storage policy, then the table directory

@@ -1,0 +1,104 @@
+"""clickhouse_ddl() of a local table: ClickHouse (chdb) opens the table where it lies, read-only, and
+returns the rows we return; it refuses writes; differences between what it would load and our
+snapshot are warned about."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from decimal import Decimal
+from pathlib import Path
+
+import chdb
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.cli import main
+from spark_mergetree.errors import UnsupportedError
+
+SCHEMA = [("d", "Date"), ("id", "UInt64"), ("name", "LowCardinality(String)"),
+          ("price", "Decimal(18, 4)"), ("note", "Nullable(String)")]
+
+
+def _rows(start: int, count: int, day: str = "2024-03-01") -> pa.Table:
+    ids = list(range(start, start + count))
+    return pa.table({
+        "d": pa.array([day] * count).cast(pa.string()).cast(pa.date32()),
+        "id": pa.array(ids, pa.uint64()),
+        "name": [f"n{i % 7}" for i in ids],
+        "price": pa.array([Decimal(i) / 8 for i in ids], pa.decimal128(18, 4)),
+        "note": [None if i % 3 == 0 else f"x{i}" for i in ids],
+    })
+
+
+def _clickhouse_rows(work: Path, statement: str) -> tuple[list[tuple], str]:
+    """Rows of the attached table as ClickHouse returns them, and what an INSERT into it says."""
+    connection = chdb.connect(f"file:{work}")
+    cursor = connection.cursor()
+    try:
+        cursor.execute(statement)
+        cursor.execute("SELECT toString(d), id, name, toString(price), note FROM default.events ORDER BY id")
+        rows = [tuple(row) for row in cursor.fetchall()]
+        try:
+            cursor.execute("INSERT INTO default.events (d, id, name, price) VALUES ('2024-03-01', 999999, 'w', 1)")
+            refusal = ""
+        except Exception as error:  # chdb raises its own exception type
+            refusal = str(error)
+        return rows, refusal
+    finally:
+        cursor.close()
+        connection.close()
+
+
+def _our_rows(table: MergeTreeTable) -> list[tuple]:
+    got = table.to_arrow().sort_by("id").to_pylist()
+    return [(str(r["d"]), r["id"], r["name"], f"{r['price']:.4f}".rstrip("0").rstrip("."), r["note"]) for r in got]
+
+
+def test_clickhouse_opens_a_local_table_in_place_read_only(tmp_path: Path) -> None:
+    table = MergeTreeTable.create(tmp_path / "events", SCHEMA, order_by="id", partition_by="toYYYYMM(d)",
+                                  settings={"index_granularity": 64, "auto_merge": False})
+    table.insert(_rows(0, 500))
+    table.insert(_rows(500, 300, "2024-04-02"))
+    table.insert(_rows(800, 200))
+    table.optimize(final=True)  # the merged parts cover their sources: ClickHouse loads only them
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        statement = table.clickhouse_ddl("default.events")
+    assert "local_blob_storage" in statement and str(table.path) in statement
+    printed = CliRunner().invoke(main, ["clickhouse-ddl", str(table.path), "--name", "default.events"])
+    assert printed.exit_code == 0, printed.output
+    assert printed.output == statement
+
+    ours = _our_rows(table)
+    theirs, refusal = _clickhouse_rows(tmp_path / "chdb", statement)
+    assert len(ours) == 1000
+    assert theirs == ours
+    assert "readonly" in refusal.lower() or "read only" in refusal.lower(), refusal
+    assert _our_rows(MergeTreeTable.open(table.path)) == ours  # nothing was written beside our log
+
+
+def test_parts_clickhouse_would_read_but_the_log_does_not_show_are_named(tmp_path: Path) -> None:
+    table = MergeTreeTable.create(tmp_path / "events", SCHEMA, order_by="id",
+                                  settings={"auto_merge": False, "old_parts_lifetime": 0})
+    (part,) = table.insert(_rows(0, 10))
+    table.overwrite(_rows(100, 5))  # its part covers the replaced one: ClickHouse skips that too
+    # What a writer that crashed after writing its part and before committing leaves behind.
+    shutil.copytree(table.path / part, table.path / "all_9_9_0")
+    with pytest.warns(UserWarning, match=r"also read part\(s\) all_9_9_0"):
+        table.clickhouse_ddl()
+    shutil.rmtree(table.path / "all_9_9_0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        statement = table.clickhouse_ddl()
+    assert _clickhouse_rows(tmp_path / "chdb", statement)[0] == _our_rows(table)
+
+
+def test_a_table_spread_over_disks_is_refused(tmp_path: Path) -> None:
+    policy = {"name": "two", "disks": {name: {"path": str(tmp_path / name)} for name in ("d1", "d2")},
+              "volumes": [{"name": "v", "layout": "jbod", "disks": ["d1", "d2"]}]}
+    table = MergeTreeTable.create(tmp_path / "events", SCHEMA, order_by="id", settings={"storage_policy": policy})
+    with pytest.raises(UnsupportedError, match="storage policy"):
+        table.clickhouse_ddl()
