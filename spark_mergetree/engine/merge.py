@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
+from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_compact_part
@@ -270,7 +271,15 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
     merge writes it: the key columns (those ORDER BY, PRIMARY KEY and PARTITION BY read) are read
     and sorted first, giving the rows' merged order; then every column in turn is read from all
     parts, put in that order, serialized and compressed, and dropped before the next. Memory holds
-    the keys, one column and the compressed output, not the whole decoded table."""
+    the keys, one column and the compressed output, not the whole decoded table.
+
+    Parts holding projections (`<name>.proj/`) are not merged: the merged part would lack them
+    (ClickHouse rebuilds them in a merge; this version does not write projections)."""
+    for reader in readers:
+        if reader.projections:
+            raise UnsupportedError(
+                f"{reader.location}: holds projection(s) {', '.join(reader.projections)}; merging parts with "
+                "projections is not supported (the merged part would lose them): merge them in ClickHouse")
     names = [n for n, _ in meta.columns]
     definition = meta.definition
     keys = key_column_names(names, definition.order_by, definition.partition_by, definition.primary_key)

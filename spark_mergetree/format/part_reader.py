@@ -305,6 +305,13 @@ class PartReader:
                 "knows; it may change which rows the part holds, so the part is not read (a newer ClickHouse "
                 f"feature, or a damaged {COLUMNS_FILE})")
 
+    @cached_property
+    def projections(self) -> list[str]:
+        """Names of the projections the part holds (`<name>.proj/` directories listed in checksums.txt)."""
+        if self.checksums is None:
+            return []
+        return sorted(name[: -len(PROJECTION_SUFFIX)] for name in self.checksums.files if name.endswith(PROJECTION_SUFFIX))
+
     def _check_files_present(self) -> None:
         """Files checksums.txt names must exist with the size it records (as ClickHouse checks on attach).
         Projection directories (`<name>.proj`) are read past: `verify()` checks them."""

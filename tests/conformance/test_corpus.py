@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
+from spark_mergetree.engine.merge import merge_parts
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import parse_create
 from tests.conformance import corpus
@@ -85,6 +86,26 @@ def test_packed_parts_are_read_and_checked(made, case, tmp_path):
     opened = MergeTreeTable.open(copy, create_statement=table.statement)
     report = opened.check()
     assert report.ok and report.parts_checked == len(table.parts), report
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.feature == "projection"], ids=lambda c: c.id)
+def test_parts_with_projections_are_checked_and_not_merged(made, case, tmp_path):
+    """Parts with projections: we read their base columns (above); CHECK covers the `<name>.proj`
+    directories; merging them is refused rather than writing a part without its projections."""
+    table = made.made[case.id]
+    assert all({"by_k.proj", "ordered.proj"} <= {p.name for p in part.iterdir()} for part in table.parts)
+    copy = tmp_path / "copy"
+    shutil.copytree(table.data_dir, copy)
+    opened = MergeTreeTable.open(copy, create_statement=table.statement)
+    report = opened.check()
+    assert report.ok and report.parts_checked == len(table.parts), report
+    victim = copy / table.parts[0].name / "ordered.proj" / ("k.bin" if case.kind == "Wide" else "data.bin")
+    victim.write_bytes(victim.read_bytes()[:-1] + bytes([victim.read_bytes()[-1] ^ 1]))
+    damaged = MergeTreeTable.open(copy, create_statement=table.statement).check()
+    assert not damaged.ok and f"ordered.proj/{victim.name}" in str(damaged)
+    readers = [opened.reader(part.name) for part in table.parts[:2]]
+    with pytest.raises(UnsupportedError, match=r"holds projection\(s\) by_k, ordered; merging parts with projections"):
+        merge_parts(readers, opened.metadata)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
