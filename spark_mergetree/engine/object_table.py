@@ -416,6 +416,12 @@ class ObjectStoreTable(MergeTreeTable):
     def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
         raise self._unsupported("ALTER TABLE ADD COLUMN")
 
+    def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:
+        raise self._unsupported("DELETE (a lightweight delete's new part versions)")
+
+    def update(self, set: Any, where: Any, *, transaction: Transaction | None = None) -> list[str]:  # noqa: A002
+        raise self._unsupported("UPDATE (a mutation's new part versions)")
+
     def drop_data(self) -> None:
         """Delete every object of the table (its parts, log and metadata)."""
         self.parts_store.bucket.delete_prefix(self.location.key + "/")

@@ -31,6 +31,7 @@ from spark_mergetree.engine import background, clickhouse_ddl, engines, staging
 from spark_mergetree.engine import check as checking
 from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import insert as inserting
+from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine import optimize as optimizing
 from spark_mergetree.engine import select as selecting
 from spark_mergetree.engine.check import CheckReport
@@ -620,6 +621,24 @@ class MergeTreeTable:
             partition_overwrite_mode = "dynamic" if partitions_only else "static"
         _check_modes("overwrite", partition_overwrite_mode)
         return self._write(data, "overwrite", partition_overwrite_mode, transaction)
+
+    # ------------------------------------------------------------------ mutations
+
+    def delete(self, where: str | Expr, *, transaction: Transaction | None = None) -> list[str]:
+        """Delete the rows matching `where` as ClickHouse's lightweight `DELETE FROM ... WHERE`:
+        every part gets a new version (`all_1_1_0` → `all_1_1_0_<N>`) whose `_row_exists` mask hides
+        the deleted rows, and `mutation_<N>.txt` records the command (engine/mutations.py). Atomic,
+        and inside `transaction` invisible until it commits; a concurrent merge or overwrite of the
+        same parts makes one of them fail with SerializationError. Returns the new parts' names
+        (none when no row matches)."""
+        return mutating.run(self, mutating.delete_mutation(self, where), transaction)
+
+    def update(self, set: Mapping[str, Any], where: str | Expr, *,  # noqa: A002 - ClickHouse's word
+               transaction: Transaction | None = None) -> list[str]:
+        """Set columns in the rows matching `where`, as ClickHouse's `ALTER TABLE ... UPDATE col = expr
+        WHERE ...`: `set` maps columns to a ClickHouse expression ("v * 2", "'text'") or a Python value.
+        Key columns cannot be updated. Parts get new versions as with `delete`."""
+        return mutating.run(self, mutating.update_mutation(self, set, where), transaction)
 
     # ------------------------------------------------------------------ schema
 

@@ -670,9 +670,10 @@ class PartReader:
                 "describe this table")
 
     def read(self, columns: Sequence[str] | None = None, ranges: Sequence[GranuleRange] | None = None,
-             table_types: Mapping[str, str] | None = None) -> pa.Table:
+             table_types: Mapping[str, str] | None = None, *, apply_mask: bool = True) -> pa.Table:
         """Columns over granule ranges (all granules by default) as an Arrow table, without the rows
-        a lightweight DELETE removed.
+        a lightweight DELETE removed (with them, in stored order, when not `apply_mask`: a mutation
+        rewriting the part keeps every stored row and its mask).
 
         `table_types` (name → ClickHouse type) are the table's columns: a column the part holds must
         have that type (SchemaMismatchError otherwise); a column the table gained after this part was
@@ -698,7 +699,7 @@ class PartReader:
             arrays = [column(n) for n in names]
         fields = [pa.field(n, a.type) for n, a in zip(names, arrays)]
         table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-        mask = self.row_mask(ranges) if arrays else None
+        mask = self.row_mask(ranges) if arrays and apply_mask else None
         if mask is not None and not mask.all():
             table = table.filter(pa.array(mask))
         return table

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
@@ -67,6 +67,7 @@ class Transaction:
         self._tables: dict[Path | str, _TableChanges] = {}
         self.state = "running"
         self.csn: int | None = None
+        self._on_commit: list[Callable[[int], None]] = []
 
     @property
     def tid(self) -> int:
@@ -193,6 +194,13 @@ class Transaction:
         table_id = self._table(table).log.bind(self.coordinator.url)
         return self.coordinator.allocate_blocks(table_id, count)
 
+    def on_commit(self, callback: Callable[[int], None]) -> None:
+        """Run `callback(csn)` once this transaction has committed (never if it does not): for what
+        may only exist once the change is visible (a mutation's `mutation_N.txt`, which ClickHouse
+        would otherwise apply). A failing callback is logged; the commit stands."""
+        self._require_writable()
+        self._on_commit.append(callback)
+
     def commit(self) -> int | None:
         """Make every change visible at once; return the csn (None for a read-only transaction).
 
@@ -258,6 +266,12 @@ class Transaction:
             self._drop_adopted()
         except Exception as error:  # noqa: BLE001
             log.warning("transaction %s committed; removing adopted proposals failed: %r", self.tid, error)
+        for callback in self._on_commit:
+            try:
+                callback(csn)
+            except Exception as error:  # noqa: BLE001 - past the commit point
+                log.warning("transaction %s committed at csn %s; an after-commit step failed: %r",
+                            self.tid, csn, error)
         for changes in touched.values():
             try:
                 changes.log.maybe_checkpoint()

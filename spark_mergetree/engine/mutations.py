@@ -1,0 +1,336 @@
+"""Mutations: ClickHouse's lightweight DELETE and ALTER TABLE ... UPDATE, as transactions.
+
+A mutation gets a version N: a block number allocated like an insert's, above every part's. As
+ClickHouse does, it leaves every part of the table at a data version of at least N: each visible
+part is replaced by `<partition>_<min>_<max>_<level>_N`. A part holding rows the mutation changes
+is rewritten (DELETE: the `_row_exists` mask gains zeros for the matching rows, every stored row
+kept; UPDATE: the assigned columns take their new values in the matching rows that exist); a part
+with no such row is copied unchanged under the new name. Once the transaction has committed,
+`mutation_N.txt` records the command in the table directory as ClickHouse keeps it; a ClickHouse
+opening the table finds every part at version N or above and the mutation done (a mutation file
+without such parts would make ClickHouse apply it again; so it is written only after the commit).
+
+One transaction removes the old versions and adds the new (snapshots before it keep reading the
+old ones until cleanup). Its conflicts are ClickHouse's: a concurrent merge or overwrite of the
+same parts takes their removal locks first (SerializationError), and a part another transaction
+committed after this one's snapshot or may still commit below N would miss a mutation ClickHouse
+applies to it, so the mutation refuses to commit (SerializationError: run it again).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.engine import commit as committing
+from spark_mergetree.engine import insert as inserting
+from spark_mergetree.engine import select as selecting
+from spark_mergetree.errors import ExpressionError, InvalidOptionError, SerializationError, UnsupportedError
+from spark_mergetree.expressions.ddl import key_column_names
+from spark_mergetree.expressions.predicate import (
+    Column,
+    Expr,
+    Literal,
+    bind,
+    columns_of,
+    evaluate,
+    evaluate_value,
+    parse_expression,
+    to_sql,
+)
+from spark_mergetree.fileops import write_file_atomically
+from spark_mergetree.format.part import PartFiles
+from spark_mergetree.format.part_info import PartInfo
+from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, PartReader
+from spark_mergetree.format.part_writer import PartitionValue, write_wide_part_by_column
+from spark_mergetree.format.types import parse_type, to_arrow
+from spark_mergetree.txn import Transaction
+
+if TYPE_CHECKING:
+    from spark_mergetree.engine.table import MergeTreeTable
+
+MUTATION_FILE = "mutation_{}.txt"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One mutation command, bound to a table: which rows (`predicate`) and what happens to them
+    (`assignments` column → value; none: a lightweight DELETE)."""
+
+    predicate: Expr
+    assignments: Mapping[str, Expr]
+
+    @property
+    def is_delete(self) -> bool:
+        return not self.assignments
+
+    @property
+    def command(self) -> str:
+        """The command as ClickHouse records it in `mutation_N.txt` (a lightweight DELETE is an
+        UPDATE of the mask)."""
+        sets = ({ROW_EXISTS_COLUMN: "0"} if self.is_delete
+                else {name: to_sql(value) for name, value in self.assignments.items()})
+        return f"(UPDATE {', '.join(f'{_quote(n)} = {v}' for n, v in sets.items())} WHERE {to_sql(self.predicate)})"
+
+
+def _quote(name: str) -> str:
+    return to_sql(Column(name))
+
+
+def delete_mutation(table: MergeTreeTable, where: str | Expr) -> Mutation:
+    """A lightweight DELETE of the rows matching `where` (required: ClickHouse's DELETE needs one)."""
+    return Mutation(_predicate(table, where, "delete"), {})
+
+
+def update_mutation(table: MergeTreeTable, assignments: Mapping[str, Any], where: str | Expr) -> Mutation:
+    """ALTER TABLE ... UPDATE: `assignments` maps columns to a ClickHouse expression (text, e.g.
+    "v * 2" or "'text'") or a Python value. Key columns (ORDER BY, PRIMARY KEY, PARTITION BY and
+    the engine's control columns) cannot be updated, as in ClickHouse."""
+    meta = table.metadata
+    if not isinstance(assignments, Mapping) or not assignments:
+        raise InvalidOptionError("update needs a non-empty mapping of column → new value")
+    names = [n for n, _ in meta.columns]
+    keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
+    engine = meta.merging_engine
+    keys |= set(engine.control_columns if engine else ()) | set(meta.sorting_key) & set(names)
+    bound: dict[str, Expr] = {}
+    for column, value in assignments.items():
+        if column not in meta.column_types:
+            raise InvalidOptionError(f"update: unknown column {column!r}; table columns: {', '.join(names)}")
+        if column in keys:
+            raise UnsupportedError(f"update: column {column!r} is a key column of {table.path} (ORDER BY, PRIMARY KEY, "
+                                   "PARTITION BY or the engine's); ClickHouse cannot UPDATE key columns either")
+        if isinstance(value, Expr):
+            expr = value
+        elif isinstance(value, str):
+            try:
+                expr = parse_expression(value)
+            except ExpressionError as error:
+                raise ExpressionError(f"update: value of column {column!r}: {error}") from None
+        else:
+            expr = Literal(value)
+        bound[column] = bind(expr, meta.column_types)
+    return Mutation(_predicate(table, where, "update"), bound)
+
+
+def _predicate(table: MergeTreeTable, where: str | Expr, what: str) -> Expr:
+    predicate = selecting.bind_where(where, table.metadata.column_types)
+    if predicate is None:
+        raise InvalidOptionError(f"{what} needs a WHERE condition (where='1' for every row, as in ClickHouse)")
+    return predicate
+
+
+# ------------------------------------------------------------------ rewriting one part
+
+
+def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) -> PartFiles | None:
+    """The files of `reader`'s part with `mutation` applied, every stored row kept in place (same
+    granules); None when no existing row of the part matches."""
+    meta = table.metadata
+    ranges = [(0, reader.n_granules)]
+    rows = reader.rows
+    wanted = sorted(columns_of(mutation.predicate).union(*(columns_of(e) for e in mutation.assignments.values()),
+                                                          mutation.assignments))
+    stored = reader.read(wanted, ranges, meta.column_types, apply_mask=False)
+    exists = reader.row_mask(ranges)
+    hits = np.array(evaluate(mutation.predicate, stored).to_numpy(zero_copy_only=False), dtype=bool)
+    if exists is not None:
+        hits &= exists
+    if not hits.any():
+        return None
+    columns = list(meta.columns)
+    hidden = {n: t.to_clickhouse() for n, t in reader.types.items() if n in HIDDEN_COLUMNS and n != ROW_EXISTS_COLUMN}
+    columns += hidden.items()
+    if mutation.is_delete or exists is not None:
+        columns.append((ROW_EXISTS_COLUMN, "UInt8"))
+    new_values: dict[str, pa.Array] = {}
+    mask = pa.array(hits)
+    for name, expr in mutation.assignments.items():
+        target = meta.arrow_schema.field(name).type
+        try:
+            value = evaluate_value(expr, stored).cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise ExpressionError(f"update: {to_sql(expr)} does not fit column {name!r} "
+                                  f"({meta.column_types[name]}): {error}") from None
+        new_values[name] = pc.if_else(mask, value, stored.column(name).combine_chunks())
+
+    def column_of(name: str) -> pa.Array | pa.ChunkedArray:
+        if name == ROW_EXISTS_COLUMN:
+            kept = exists if exists is not None else np.ones(rows, dtype=bool)
+            if mutation.is_delete:
+                kept = kept & ~hits
+            return pa.array(kept.astype(np.uint8))
+        if name in new_values:
+            return new_values[name]
+        if name in hidden and name not in meta.column_types:
+            return reader.read_column(name, ranges)
+        return reader.read([name], ranges, meta.column_types, apply_mask=False).column(0)
+
+    names = [n for n, _ in meta.columns]
+    keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
+    key_table = pa.table({name: column_of(name) for name in names if name in keys})
+    partition = None
+    key = meta.partition_key
+    if key.is_partitioned:
+        values = reader.partition_values(key.result_types)
+        partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
+                                   key.result_types, key.columns)
+    return write_wide_part_by_column(rows, columns, column_of, meta.primary_key_values(key_table), partition,
+                                     meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+
+
+def copy_part(table: MergeTreeTable, source: str, target: str) -> None:
+    """Write `source`'s files unchanged as part `target` (a part a mutation does not change)."""
+    store = table.store
+    files = {name: store.read_file(source, name) for name in store.list_files(source)}
+    boundaries = {name: b for name in files if (b := store.boundaries(source, name)) is not None}
+    store.write_part(target, files, boundaries)
+
+
+# ------------------------------------------------------------------ running a mutation
+
+
+RETRIES = 4  # a mutation of its own transaction that lost a race runs again this often
+
+
+def run(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None) -> list[str]:
+    """Apply `mutation` to every visible part in one transaction (`transaction`, or one of its own
+    that commits here, run again on a new snapshot when it loses a race: SerializationError after
+    `RETRIES` more attempts); return the new parts' names (empty when no existing row matches)."""
+    if transaction is not None:
+        return run_once(table, mutation, transaction)
+    for attempt in range(RETRIES + 1):
+        try:
+            return run_once(table, mutation, None)
+        except SerializationError:
+            if attempt == RETRIES:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def run_once(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None) -> list[str]:
+    """One attempt of `run`."""
+    table.check_same_table()
+    adopt_directory_parts(table)
+    own = transaction is None
+    tx = transaction if transaction is not None else Transaction(table.coordinator)
+    staged: dict[str, str] = {}  # visible part → its staged new version
+    placed: set[str] = set()
+    try:
+        visible = sorted(tx.visible_parts(table.log))
+        plan = table.plan_read(None, mutation.predicate, transaction=tx)
+        candidates = {p.part for p in plan.parts if p.ranges}
+        changed = False
+        for part in visible:
+            files = rewrite_part(table.reader(part), table, mutation) if part in candidates else None
+            if files is None:
+                continue
+            name = _staged_name(tx)
+            table.store.write_part(name, files.files, files.boundaries)
+            staged[part] = name
+            changed = True
+        if not changed:
+            if own:
+                tx.rollback()
+            return []
+        for part in visible:
+            if part not in staged:
+                name = _staged_name(tx)
+                copy_part(table, part, name)
+                staged[part] = name
+        finals, version = _publish(table, tx, staged, placed)
+        tx.on_commit(lambda _csn: write_mutation_file(table, version, mutation.command))
+        if own:
+            tx.commit()
+    except BaseException as error:
+        if tx.state == "unknown":
+            raise
+        if tx.state == "running" and (own or isinstance(error, SerializationError)):
+            tx.rollback()  # the loser of a conflict cannot commit anything any more, as with removal locks
+        for name in staged.values():
+            if name not in placed:
+                table.store.remove_part(name, missing_ok=True)
+        raise
+    return finals
+
+
+def _staged_name(tx: Transaction) -> str:
+    return f"{inserting.STAGING_PREFIX}t{tx.tid}_mutation_{uuid.uuid4().hex[:12]}"
+
+
+def _publish(table: MergeTreeTable, tx: Transaction, staged: Mapping[str, str], placed: set[str]
+             ) -> tuple[list[str], int]:
+    """Under the commit lock: the removal locks of the old versions, the mutation's version, the
+    conflict checks, the pending entry naming the new versions and their renames into place."""
+    log = table.log
+    table_id = log.bind(tx.coordinator.url)
+    with log.commit_lock():
+        tx.remove_parts(log, list(staged))
+        version = committing.allocate_blocks(table, tx, table_id, 1)
+        reserved = log.reserved_blocks(tx.coordinator, exclude_tid=tx.tid)
+        pending = sorted(p for p, ranges in reserved.items() if any(low < version for low, _ in ranges))
+        if pending:
+            raise SerializationError(
+                f"{table.path}: another transaction is writing parts (partition {pending[0]}) with block numbers "
+                f"below this mutation's version {version}; ClickHouse would apply the mutation to them. Run it again")
+        latest = log.snapshot(tx.coordinator.current_timestamp(), tx.coordinator)
+        missed = sorted(latest - set(staged))
+        if missed:
+            raise SerializationError(
+                f"{table.path}: part {missed[0]} was committed after this transaction's snapshot; the mutation would "
+                "not change it but ClickHouse would. Run it again")
+        finals = []
+        for part in staged:
+            info = PartInfo.parse(part)
+            final = PartInfo(info.partition_id, info.min_block, info.max_block, info.level, version).name
+            log.claim_name(final, tx.coordinator, tx.tid)
+            finals.append(final)
+        tx.add_parts(log, finals)
+        for name, final in zip(staged.values(), finals, strict=True):
+            table.store.rename_part(name, final)
+            placed.add(name)
+    return finals, version
+
+
+def adopt_directory_parts(table: MergeTreeTable) -> None:
+    """A table ClickHouse wrote has parts and no log yet: take them in, in a transaction of their own
+    (a mutation's transaction may still roll back; the parts must not go with it)."""
+    if table.log.identity() is not None and (table.log.entries() or (table.log.directory / "checkpoint.json").exists()):
+        return
+    if not table.directory_parts():
+        return
+    tx = Transaction(table.coordinator)
+    try:
+        table.log.bind(tx.coordinator.url)
+        with table.log.commit_lock():
+            if not table.log.entries() and not (table.log.directory / "checkpoint.json").exists():
+                committing.adopt_unlogged_parts(table, tx)
+        tx.commit()
+    except BaseException:
+        if tx.state == "running":
+            tx.rollback()
+        raise
+
+
+def write_mutation_file(table: MergeTreeTable, version: int, command: str) -> None:
+    """`mutation_<version>.txt` as ClickHouse writes it (format_spec/mutations.md): format version,
+    local creation time, and the command escaped as in ClickHouse's TSV."""
+    created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    text = f"format version: 1\ncreate time: {created}\ncommands: {_escape(command)}\n"
+    write_file_atomically(table.path / MUTATION_FILE.format(version), text.encode())
+
+
+_ESCAPES = {"\\": "\\\\", "'": "\\'", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
+
+
+def _escape(text: str) -> str:
+    return "".join(_ESCAPES.get(ch, ch) for ch in text)
