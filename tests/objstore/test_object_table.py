@@ -401,3 +401,26 @@ def test_a_merge_never_spans_the_block_of_an_insert_still_uploading(s3_bucket: s
     assert same(table.to_arrow(), rows(0, 300))
     assert len(table.optimize(final=True)) == 1  # with nothing running, the partition merges whole
     assert same(table.to_arrow(), rows(0, 300))
+
+
+@pytest.mark.parametrize("scheme", ["gs", "abfss"])
+def test_transient_errors_are_retried_on_gcs_and_azure(scheme: str, request: pytest.FixtureRequest) -> None:
+    """As on S3: 503s (each cloud's throttling answer) from a proxy in front of the emulator, on
+    the conditional writes too, are retried; the table is created, written and read whole."""
+    from tests.s3_server import FlakyProxy
+
+    server = request.getfixturevalue("gcs_server" if scheme == "gs" else "azure_server")
+    proxy = FlakyProxy(server.endpoint, every=5, limit=3)
+    try:
+        if scheme == "gs":
+            url, options = f"gs://{server.bucket()}/flaky", {"endpoint": proxy.endpoint}
+        else:
+            from tests.cloud_servers import AZURE_ACCOUNT, AZURE_KEY
+            url = f"abfss://{server.container()}@{AZURE_ACCOUNT}.dfs.core.windows.net/flaky"
+            options = {"endpoint": f"{proxy.endpoint}/{AZURE_ACCOUNT}", "account_key": AZURE_KEY}
+        table = MergeTreeTable.create(url, SCHEMA, order_by="id", storage_options=options)
+        table.insert(rows(0, 300))
+        assert same(MergeTreeTable.open(url, storage_options=options).to_arrow(), rows(0, 300))
+        assert proxy.injected == 3
+    finally:
+        proxy.close()
