@@ -2,7 +2,7 @@
 
 The public API is what `__all__` lists: tables (`MergeTreeTable`), the catalog (`Catalog`),
 transactions (`Transaction` and the coordinators that decide them), the Spark entry points
-(`configure`, `register`, `transaction`, `optimize`; importing them imports pyspark), the reports and the errors.
+(`configure`, `register`, `transaction`, `optimize`, `delete`, `update`; importing them imports pyspark), the reports and the errors.
 Everything else is internal and may change.
 
 Packages, highest first; a package imports only from the ones below it (tests/test_layering.py):
@@ -45,6 +45,8 @@ _OWNERS = {
     "register": "spark_mergetree.spark",
     "transaction": "spark_mergetree.spark",
     "optimize": "spark_mergetree.spark",
+    "delete": "spark_mergetree.spark",
+    "update": "spark_mergetree.spark",
     **{name: "spark_mergetree.errors" for name in (
         "CorruptPartError", "ExpressionError", "FormatError", "InvalidOptionError", "MergeTreeError",
         "SchemaMismatchError", "SerializationError", "StorageError", "TableExistsError", "TableNotFoundError",
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
         UnsupportedError,
     )
     from spark_mergetree.recovery import RecoveryReport
+    from spark_mergetree.spark.mutations import delete, update
     from spark_mergetree.spark.optimize import optimize
     from spark_mergetree.spark.session import configure
     from spark_mergetree.spark.source import register
@@ -107,6 +110,8 @@ __all__ = [
     "register",
     "transaction",
     "optimize",
+    "delete",
+    "update",
     # reports
     "CheckReport",
     "PartSummary",

@@ -20,6 +20,7 @@ applies to it, so the mutation refuses to commit (SerializationError: run it aga
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -51,6 +52,7 @@ from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, PartReader
 from spark_mergetree.format.part_writer import PartitionValue, write_wide_part_by_column
+from spark_mergetree.format.serialization import default_column
 from spark_mergetree.format.types import parse_type, to_arrow
 from spark_mergetree.txn import Transaction
 
@@ -118,7 +120,22 @@ def update_mutation(table: MergeTreeTable, assignments: Mapping[str, Any], where
         else:
             expr = Literal(value)
         bound[column] = bind(expr, meta.column_types)
+    # Evaluated once over a row of defaults: what cannot be computed or stored fails here, before
+    # anything is written (in Spark: on the driver, not in a task).
+    sample = pa.table({name: default_column(parse_type(type_text), 1) for name, type_text in meta.columns})
+    for column, expr in bound.items():
+        new_values(column, expr, sample, table)
     return Mutation(_predicate(table, where, "update"), bound)
+
+
+def new_values(column: str, expr: Expr, rows: pa.Table, table: MergeTreeTable) -> pa.Array:
+    """`expr` over `rows`, as values of `column`'s type (ExpressionError if they do not fit)."""
+    meta = table.metadata
+    try:
+        return evaluate_value(expr, rows).cast(meta.arrow_schema.field(column).type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+        raise ExpressionError(f"update: {to_sql(expr)} does not fit column {column!r} "
+                              f"({meta.column_types[column]}): {error}") from None
 
 
 def _predicate(table: MergeTreeTable, where: str | Expr, what: str) -> Expr:
@@ -151,16 +168,10 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
     columns += hidden.items()
     if mutation.is_delete or exists is not None:
         columns.append((ROW_EXISTS_COLUMN, "UInt8"))
-    new_values: dict[str, pa.Array] = {}
+    changed: dict[str, pa.Array] = {}
     mask = pa.array(hits)
     for name, expr in mutation.assignments.items():
-        target = meta.arrow_schema.field(name).type
-        try:
-            value = evaluate_value(expr, stored).cast(target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
-            raise ExpressionError(f"update: {to_sql(expr)} does not fit column {name!r} "
-                                  f"({meta.column_types[name]}): {error}") from None
-        new_values[name] = pc.if_else(mask, value, stored.column(name).combine_chunks())
+        changed[name] = pc.if_else(mask, new_values(name, expr, stored, table), stored.column(name).combine_chunks())
 
     def column_of(name: str) -> pa.Array | pa.ChunkedArray:
         if name == ROW_EXISTS_COLUMN:
@@ -168,8 +179,8 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
             if mutation.is_delete:
                 kept = kept & ~hits
             return pa.array(kept.astype(np.uint8))
-        if name in new_values:
-            return new_values[name]
+        if name in changed:
+            return changed[name]
         if name in hidden and name not in meta.column_types:
             return reader.read_column(name, ranges)
         return reader.read([name], ranges, meta.column_types, apply_mask=False).column(0)
@@ -218,53 +229,95 @@ def run(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | No
 
 
 def run_once(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None) -> list[str]:
-    """One attempt of `run`."""
-    table.check_same_table()
-    adopt_directory_parts(table)
-    own = transaction is None
-    tx = transaction if transaction is not None else Transaction(table.coordinator)
+    """One attempt of `run`, every part rewritten or copied in this process."""
+    tx, parts, candidates = begin(table, mutation, transaction)
     staged: dict[str, str] = {}  # visible part → its staged new version
-    placed: set[str] = set()
     try:
-        visible = sorted(tx.visible_parts(table.log))
-        plan = table.plan_read(None, mutation.predicate, transaction=tx)
-        candidates = {p.part for p in plan.parts if p.ranges}
         changed = False
-        for part in visible:
-            files = rewrite_part(table.reader(part), table, mutation) if part in candidates else None
-            if files is None:
-                continue
-            name = _staged_name(tx)
-            table.store.write_part(name, files.files, files.boundaries)
-            staged[part] = name
-            changed = True
+        for part in parts:
+            name, rewritten = stage_part(table, mutation, part, part in candidates, f"t{tx.tid}_mutation",
+                                         copy=False)
+            if name is not None:
+                staged[part] = name
+                changed |= rewritten
         if not changed:
-            if own:
+            if transaction is None:
                 tx.rollback()
             return []
-        for part in visible:
+        for part in parts:
             if part not in staged:
-                name = _staged_name(tx)
-                copy_part(table, part, name)
-                staged[part] = name
+                copied, _ = stage_part(table, mutation, part, False, f"t{tx.tid}_mutation")
+                assert copied is not None
+                staged[part] = copied
+    except BaseException:
+        abort(table, tx, staged, own=transaction is None)
+        raise
+    return finish(table, mutation, tx, staged, own=transaction is None)
+
+
+def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None
+          ) -> tuple[Transaction, list[str], set[str]]:
+    """(transaction, every visible part, the parts whose granules `mutation`'s condition may match):
+    the parts a mutation gives new versions, and those it may have to rewrite."""
+    if not table.supports_mutations:
+        raise UnsupportedError(f"{table}: DELETE and UPDATE (a mutation's new part versions) are not implemented "
+                               "for this kind of table")
+    table.check_same_table()
+    adopt_directory_parts(table)
+    tx = transaction if transaction is not None else Transaction(table.coordinator)
+    try:
+        parts = sorted(tx.visible_parts(table.log))
+        plan = table.plan_read(None, mutation.predicate, transaction=tx)
+    except BaseException:
+        if transaction is None:
+            tx.rollback()
+        raise
+    return tx, parts, {p.part for p in plan.parts if p.ranges}
+
+
+def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: bool, prefix: str, *,
+               copy: bool = True) -> tuple[str | None, bool]:
+    """Write `part`'s new version under a staged name starting with `prefix` (any process): rewritten
+    when `candidate` and a row changes, else (with `copy`) copied. Returns (staged name or None,
+    whether rewritten)."""
+    files = rewrite_part(table.reader(part), table, mutation) if candidate else None
+    if files is None and not copy:
+        return None, False
+    name = f"{inserting.STAGING_PREFIX}{prefix}_{uuid.uuid4().hex[:12]}_0"
+    if files is None:
+        copy_part(table, part, name)
+    else:
+        table.store.write_part(name, files.files, files.boundaries)
+    return name, files is not None
+
+
+def finish(table: MergeTreeTable, mutation: Mutation, tx: Transaction, staged: Mapping[str, str], *,
+           own: bool) -> list[str]:
+    """Publish the staged new version of every part (`staged`: old part → staged name) in `tx`,
+    commit it if `own`; `mutation_N.txt` follows the commit. Returns the new parts' names; on
+    failure nothing staged is left."""
+    placed: set[str] = set()
+    try:
         finals, version = _publish(table, tx, staged, placed)
         tx.on_commit(lambda _csn: write_mutation_file(table, version, mutation.command))
         if own:
             tx.commit()
-    except BaseException as error:
-        if tx.state == "unknown":
-            raise
-        if tx.state == "running" and (own or isinstance(error, SerializationError)):
-            tx.rollback()  # the loser of a conflict cannot commit anything any more, as with removal locks
-        for name in staged.values():
-            if name not in placed:
-                table.store.remove_part(name, missing_ok=True)
+    except BaseException:
+        abort(table, tx, {part: name for part, name in staged.items() if name not in placed}, own=own)
         raise
     return finals
 
 
-def _staged_name(tx: Transaction) -> str:
-    return f"{inserting.STAGING_PREFIX}t{tx.tid}_mutation_{uuid.uuid4().hex[:12]}"
+def abort(table: MergeTreeTable, tx: Transaction, staged: Mapping[str, str], *, own: bool) -> None:
+    """After a failure: roll back `tx` if this mutation owns it or lost a conflict (the loser cannot
+    commit anything any more, as with removal locks), and delete the staged parts."""
+    error = sys.exc_info()[1]
+    if tx.state == "unknown":
+        return
+    if tx.state == "running" and (own or isinstance(error, SerializationError)):
+        tx.rollback()
+    for name in staged.values():
+        table.store.remove_part(name, missing_ok=True)
 
 
 def _publish(table: MergeTreeTable, tx: Transaction, staged: Mapping[str, str], placed: set[str]

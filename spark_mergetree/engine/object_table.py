@@ -416,6 +416,8 @@ class ObjectStoreTable(MergeTreeTable):
     def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
         raise self._unsupported("ALTER TABLE ADD COLUMN")
 
+    supports_mutations = False  # the engine's mutations write, copy and rename parts on a local policy
+
     def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:
         raise self._unsupported("DELETE (a lightweight delete's new part versions)")
 

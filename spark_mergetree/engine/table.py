@@ -163,6 +163,9 @@ class MergeTreeTable:
     ```
     """
 
+    #: Whether `delete`/`update` work on this kind of table (engine/mutations.py).
+    supports_mutations = True
+
     def __init__(self, path: str | os.PathLike[str], metadata: TableMetadata,
                  coordinator: Coordinator | None = None) -> None:
         self.path = Path(path).resolve()

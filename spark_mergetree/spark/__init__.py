@@ -3,17 +3,20 @@
 `configure(builder)` sets a session builder up (column pruning and safe filter pushdown through the
 session extension, fast worker sockets); `register(spark)` registers the source explicitly (pip
 installs auto-register it through the top-level module `pyspark_mergetree`); `transaction(spark)`
-makes several Spark writes atomic; `optimize(spark, table)` merges a table's parts on the executors.
+makes several Spark writes atomic; `optimize(spark, table)` merges a table's parts on the executors;
+`delete(spark, table, where)` and `update(spark, table, set, where)` run mutations there.
 
 Owns the DataSource contract (source.py), its options (options.py), Spark ↔ Arrow types
 (types.py), Spark filters (filters.py), the session set-up (session.py) and Spark transactions
-(transaction.py), the distributed OPTIMIZE (optimize.py); every call into the layers below goes through adapter.py. May import every
+(transaction.py), the distributed OPTIMIZE (optimize.py) and DELETE/UPDATE (mutations.py); every call into the layers below goes through adapter.py. May import every
 package below; the only one that imports pyspark.
 """
 
+from spark_mergetree.spark.mutations import delete, update
 from spark_mergetree.spark.optimize import optimize
 from spark_mergetree.spark.session import configure
 from spark_mergetree.spark.source import MergeTreeDataSource, register
 from spark_mergetree.spark.transaction import SparkTransaction, transaction
 
-__all__ = ["configure", "MergeTreeDataSource", "SparkTransaction", "optimize", "register", "transaction"]
+__all__ = ["configure", "MergeTreeDataSource", "SparkTransaction", "delete", "optimize", "register", "transaction",
+           "update"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -722,3 +722,68 @@ def end_merges(ref: TableRef, job: MergeJob) -> None:
         job.transaction.rollback()
     if job.groups:
         discard(ref, job.tag)
+
+
+# ---------------------------------------------------------------------------------- mutations
+
+
+@dataclass
+class MutationJob:
+    """A distributed DELETE/UPDATE in progress on the driver (tasks get `parts`, `candidates`, `tag`)."""
+
+    transaction: Any
+    parts: list[str]
+    candidates: set[str]
+    tag: str
+
+
+def _mutation(table: Any, assignments: Mapping[str, Any] | None, where: Any) -> Any:
+    from spark_mergetree.engine import mutations
+
+    if assignments is None:
+        return mutations.delete_mutation(table, where)
+    return mutations.update_mutation(table, assignments, where)
+
+
+def plan_mutation(ref: TableRef, assignments: Mapping[str, Any] | None, where: Any) -> MutationJob:
+    """The transaction, the parts that get new versions and those the condition may match; every
+    bad input (column, value, condition) fails here, before any task."""
+    from spark_mergetree.engine import insert as inserting
+    from spark_mergetree.engine import mutations
+
+    table = open_table(ref)
+    mutation = _mutation(table, assignments, where)
+    tx, parts, candidates = mutations.begin(table, mutation, None)
+    tag = inserting.new_tag()
+    try:
+        table.log.register_job(tag)
+    except BaseException:
+        tx.rollback()
+        raise
+    return MutationJob(tx, parts, candidates, tag)
+
+
+def stage_mutation(ref: TableRef, assignments: Mapping[str, Any] | None, where: Any, part: str, candidate: bool,
+                   tag: str) -> tuple[str | None, bool]:
+    """One part's new version, staged for the job `tag` (executor side)."""
+    from spark_mergetree.engine import mutations
+
+    table = open_table(ref)
+    table.log.register_job(tag)
+    return mutations.stage_part(table, _mutation(table, assignments, where), part, candidate, tag)
+
+
+def commit_mutation(ref: TableRef, job: MutationJob, assignments: Mapping[str, Any] | None, where: Any,
+                    staged: Mapping[str, str]) -> list[str]:
+    """Publish every part's staged new version and commit them in the job's transaction."""
+    from spark_mergetree.engine import mutations
+
+    table = open_table(ref)
+    return mutations.finish(table, _mutation(table, assignments, where), job.transaction, staged, own=True)
+
+
+def end_mutation(ref: TableRef, job: MutationJob) -> None:
+    """Roll back what did not commit and delete every staged part nobody published."""
+    if job.transaction.state == "running":
+        job.transaction.rollback()
+    discard(ref, job.tag)

@@ -411,3 +411,19 @@ def test_transient_errors_are_retried_with_backoff(scheme: str, request: pytest.
         assert proxy.injected == 3
     finally:
         proxy.close()
+
+
+def test_delete_and_update_are_refused_clearly_and_change_nothing(s3_bucket: str) -> None:
+    from spark_mergetree.engine import mutations
+
+    url = f"s3://{s3_bucket}/mutated"
+    table = create(url)
+    table.insert(rows(0, 100))
+    with pytest.raises(UnsupportedError, match=rf"{url}: DELETE .*not implemented for tables in object storage"):
+        table.delete("id < 5")
+    with pytest.raises(UnsupportedError, match=rf"{url}: UPDATE .*not implemented for tables in object storage"):
+        table.update({"value": 0}, "id < 5")
+    # The engine's entry point (the Spark helpers go through it) refuses too.
+    with pytest.raises(UnsupportedError, match="DELETE and UPDATE"):
+        mutations.run(table, mutations.delete_mutation(table, "id < 5"), None)
+    assert same(table.to_arrow(), rows(0, 100))
