@@ -268,12 +268,12 @@ def test_checkpoint_lets_a_new_process_skip_folded_entries(s3_bucket: str) -> No
     assert set(reopened.parts_store.part_names()) - {""} == reopened.visible_parts()[1]
 
 
-def test_command_line_on_an_s3_table(s3_bucket: str) -> None:
+def test_command_line_on_an_object_store_table(object_store) -> None:  # type: ignore[no-untyped-def]
     from click.testing import CliRunner
 
     from spark_mergetree.cli import main
 
-    url = f"s3://{s3_bucket}/cli"
+    url = object_store.url("cli")
     create(url).insert(rows(0, 250))
     listed = CliRunner().invoke(main, ["parts", url])
     assert listed.exit_code == 0 and "1 parts, 250 rows" in listed.output, listed.output

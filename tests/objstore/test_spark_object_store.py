@@ -143,28 +143,43 @@ def test_spark_jobs_inside_a_transaction_are_refused_for_s3_tables(spark, s3_ser
     assert MergeTreeTable.open(url).count() == 3
 
 
-def test_spark_round_trip_on_gcs_with_gcs_options(spark, gcs_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """gs:// with the endpoint given only as `.option("gcs.endpoint", ...)`: neither the driver's nor
+@pytest.mark.parametrize("scheme", ["gs", "abfss"])
+def test_spark_round_trip_on_gcs_and_azure_with_options(spark, scheme: str, request, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """gs:// and abfss:// with the endpoint and credentials given only as options
+    (`.option("gcs.endpoint", ...)`, `.option("azure.account_key", ...)`): neither the driver's nor
     the workers' environment names the emulator."""
-    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-    bucket = gcs_server.bucket()
-    url = f"gs://{bucket}/warehouse/events"
-    gcs = {"gcs.endpoint": gcs_server.endpoint, "gcs.project": "test"}
+    from tests.cloud_servers import AZURE_ACCOUNT
+
+    for name in ("STORAGE_EMULATOR_HOST", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    if scheme == "gs":
+        server = request.getfixturevalue("gcs_server")
+        root, missing = f"gs://{server.bucket()}", "gs://no-such-bucket-s"
+        cloud_options = {"gcs.endpoint": server.endpoint, "gcs.project": "test"}
+        engine_options = {"endpoint": server.endpoint}
+        cause = "bucket 'no-such-bucket-s' does not exist"
+    else:
+        server = request.getfixturevalue("azure_server")
+        host = f"{AZURE_ACCOUNT}.dfs.core.windows.net"
+        root, missing = f"abfss://{server.container()}@{host}", f"abfss://no-such-container@{host}"
+        engine_options = server.options()
+        cloud_options = {f"azure.{key}": value for key, value in engine_options.items()}
+        cause = "container 'no-such-container' does not exist"
+    url = f"{root}/warehouse/events"
     df = spark.range(0, 3000).selectExpr("id", "id % 5 AS k", "cast(id * 3 AS double) AS v")
-    df.write.format("mergetree").options(**gcs).option("order_by", "id").option("partition_by", "k") \
+    df.write.format("mergetree").options(**cloud_options).option("order_by", "id").option("partition_by", "k") \
         .mode("append").save(url)
-    read = spark.read.format("mergetree").options(**gcs).load(url)
+    read = spark.read.format("mergetree").options(**cloud_options).load(url)
     # The oracle: Spark's own rows of the source DataFrame.
     assert sorted(read.filter("id BETWEEN 10 AND 40").collect()) == sorted(df.filter("id BETWEEN 10 AND 40").collect())
     assert read.count() == 3000
     small = spark.range(4).selectExpr("id", "id % 5 AS k", "cast(id AS double) AS v")
-    small.write.format("mergetree").options(**gcs).mode("overwrite").save(url)
-    assert sorted(r.id for r in spark.read.format("mergetree").options(**gcs).load(url).collect()) == [0, 1, 2, 3]
-    table = MergeTreeTable.open(url, storage_options={"endpoint": gcs_server.endpoint})
+    small.write.format("mergetree").options(**cloud_options).mode("overwrite").save(url)
+    assert sorted(r.id for r in spark.read.format("mergetree").options(**cloud_options).load(url).collect()) == [0, 1, 2, 3]
+    table = MergeTreeTable.open(url, storage_options=engine_options)
     assert table.count() == 4
-    # Another cloud's options on a gs:// table, and a missing bucket, fail on the driver naming both.
-    with pytest.raises(Exception, match=rf"options \['s3.region'\] are for S3, but the table {url} is in Google"):
-        spark.read.format("mergetree").options(**gcs).option("s3.region", "x").load(url).count()
-    with pytest.raises(Exception, match=r"gs://no-such-bucket-s/t: bucket 'no-such-bucket-s' does not exist"):
-        df.write.format("mergetree").options(**gcs).option("order_by", "id").mode("append").save(
-            "gs://no-such-bucket-s/t")
+    # Another cloud's options, and a missing bucket or container, fail on the driver naming them.
+    with pytest.raises(Exception, match=rf"options \['s3.region'\] are for S3, but the table {url} is in"):
+        spark.read.format("mergetree").options(**cloud_options).option("s3.region", "x").load(url).count()
+    with pytest.raises(Exception, match=rf"{missing}/t: {cause}"):
+        df.write.format("mergetree").options(**cloud_options).option("order_by", "id").mode("append").save(f"{missing}/t")
