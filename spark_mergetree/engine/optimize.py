@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _begin_merge_transaction(table: MergeTreeTable) -> tuple[Transaction, dict[str, list[tuple[int, int]]], set[str]]:
+def begin_merge_transaction(table: MergeTreeTable) -> tuple[Transaction, dict[str, list[tuple[int, int]]], set[str]]:
     """(transaction, reserved blocks, visible parts), the first two taken together under the commit
     lock, where block numbers are allocated: every block below is committed, reserved, or lost."""
     with table.log.commit_lock():
@@ -63,7 +63,7 @@ def merge_step(table: MergeTreeTable) -> str | None:
     name, or None when it finds nothing to merge. A lost race raises SerializationError and leaves
     nothing behind."""
     table.check_same_table()
-    tx, reserved, visible = _begin_merge_transaction(table)
+    tx, reserved, visible = begin_merge_transaction(table)
     try:
         candidates = merging.select_automatic(sorted(visible), part_stats(table, visible),
                                               merging.SelectorSettings.of(table.metadata), reserved)
@@ -85,7 +85,7 @@ def run_merges(table: MergeTreeTable, final: bool) -> list[str]:
     created: list[str] = []
     done: set[str] = set()
     while True:
-        tx, reserved, visible = _begin_merge_transaction(table)
+        tx, reserved, visible = begin_merge_transaction(table)
         try:
             rows = {p: table.reader(p).rows for p in visible}
             candidates = [c for c in merging.select_merges(sorted(visible), rows, table.metadata, final=final,
@@ -122,7 +122,12 @@ def publish_merged(table: MergeTreeTable, candidate: merging.MergeCandidate, fil
                    tx: Transaction) -> str:
     """A local table's merged part: written under a staged name, then named in `tx` and renamed to
     the candidate's result name under the commit lock; nothing is left if that fails."""
-    result = candidate.result_name
+    return publish_part(table, candidate.result_name, files, tx)
+
+
+def publish_part(table: MergeTreeTable, result: str, files: PartFiles, tx: Transaction) -> str:
+    """Write a part that replaces others in `tx` (a merge's, a mutation's) under a staged name, then
+    name it `result` in `tx` and rename it under the commit lock; nothing is left if that fails."""
     staged_name = f"{inserting.STAGING_PREFIX}t{tx.tid}_merge_{uuid.uuid4().hex[:12]}"
     table.store.write_part(staged_name, files.files, files.boundaries)
     placed = False
@@ -156,7 +161,7 @@ def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
     reserved block splits it); otherwise each partition with ≥ 2 parts merges in runs of up to
     `max_parts_to_merge` adjacent parts. With no group, the transaction is already rolled back."""
     table.check_same_table()
-    tx, reserved, visible = _begin_merge_transaction(table)
+    tx, reserved, visible = begin_merge_transaction(table)
     try:
         if where is not None:
             plan = table.plan_read(None, where, transaction=tx)

@@ -30,6 +30,7 @@ import pyarrow as pa
 from spark_mergetree.engine import background, clickhouse_ddl, engines, staging
 from spark_mergetree.engine import check as checking
 from spark_mergetree.engine import commit as committing
+from spark_mergetree.engine import indexes as indexing
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine import optimize as optimizing
@@ -658,12 +659,35 @@ class MergeTreeTable:
             raise SchemaMismatchError(f"column(s) {', '.join(clash)} already exist in {self.path}")
         added = tuple(ColumnDefinition(name, parse_column_type(name, type_text).to_clickhouse())
                       for name, type_text in columns)
-        definition = replace(self.definition, columns=self.definition.columns + added)
+        self.replace_definition(replace(self.definition, columns=self.definition.columns + added))
+
+    def replace_definition(self, definition: TableDefinition) -> None:
+        """Write the table's new statement (an ALTER of its metadata: columns, indexes)."""
+        if self._external_definition:
+            raise UnsupportedError(
+                f"{self.path}: the table's definition lives outside the table directory (a catalog or a "
+                "ClickHouse metadata file); alter it there")
         self.check_same_table()
         statement = format_attach(definition)
         write_file_atomically(self.path / META_DIR / STATEMENT_FILE, statement.encode())
         self.metadata = self.metadata.with_definition(definition)
         self._statement_text = statement
+
+    def add_index(self, declaration: str) -> None:
+        """ALTER TABLE ADD INDEX: `INDEX name expr TYPE minmax|set(N)|bloom_filter[(fpr)]|ngrambf_v1(...)|
+        tokenbf_v1(...) [GRANULARITY g]`. Parts written from now on carry it; `materialize_index`
+        builds it into the parts that exist."""
+        indexing.add_index(self, declaration)
+
+    def materialize_index(self, name: str) -> list[str]:
+        """ALTER TABLE MATERIALIZE INDEX: a mutation rewriting every part with the index built;
+        returns the new parts' names."""
+        return indexing.materialize_index(self, name)
+
+    def drop_index(self, name: str) -> list[str]:
+        """ALTER TABLE DROP INDEX: removes the index from the statement and, by a mutation, its files
+        from every part that has them; returns the new parts' names."""
+        return indexing.drop_index(self, name)
 
     # ------------------------------------------------------------------ merges and upkeep
 

@@ -12,10 +12,11 @@ import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.errors import ExpressionError
+from spark_mergetree.errors import ExpressionError, SchemaMismatchError
 from spark_mergetree.expressions.ddl import parse_create
 from spark_mergetree.expressions.predicate import bind, evaluate, parse_predicate
 from spark_mergetree.format.checksums import Checksums
+from spark_mergetree.format.part_info import PartInfo
 from tests.format.chdb_util import close_session, make_chdb_table, part_dirs
 
 CREATE = """CREATE TABLE t (k UInt64, a Int64, b UInt32, s String, n Nullable(Int32), f Float64, d Date,
@@ -167,3 +168,60 @@ def test_has_token_matches_clickhouse(tables, token: str) -> None:
 def test_has_token_refuses_a_needle_with_separators(token: str) -> None:
     with pytest.raises(ExpressionError, match="separator"):
         parse_predicate(f"hasToken(h, '{token}')")
+
+
+def test_add_materialize_and_drop_index(tmp_path) -> None:
+    """ADD INDEX (new parts get it), MATERIALIZE INDEX (a mutation: every part a new version with the
+    index, the bytes ClickHouse's MATERIALIZE INDEX writes, mutation_N.txt), DROP INDEX (files gone)."""
+    create = ("CREATE TABLE m (k UInt64, s String) ENGINE = MergeTree ORDER BY k SETTINGS index_granularity = 128, "
+              "min_bytes_for_wide_part = 0, compress_marks = 0, compress_primary_key = 0, "
+              "packed_skip_index_max_bytes = 0")
+    # One part: ClickHouse's mutation waits for merges, which would merge two parts first.
+    inserts = ["INSERT INTO m SELECT number, concat('v', toString(number * 7919 % 100003)) FROM numbers(6000)"]
+    sess, data_dir = make_chdb_table(tmp_path, create, inserts)
+    statement = sess.query("SHOW CREATE TABLE m", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp_path / "ours", parse_create(statement), {"auto_merge": False})
+    ours.write_directory()
+    for part in part_dirs(data_dir):
+        ours.insert(_arrow(sess, f"SELECT k, s FROM m WHERE _part = '{part.name}' ORDER BY k"))
+    where = "s = 'v15838'"
+    expected = _rows(_arrow(sess, f"SELECT k, s FROM m WHERE {where}"))
+
+    ours.add_index("INDEX i_bf s TYPE bloom_filter GRANULARITY 1")
+    assert "INDEX i_bf s TYPE bloom_filter GRANULARITY 1" in (ours.path / "_mergetree" / "table.sql").read_text()
+    assert ours.explain(where).skipped_by_index == {}  # the parts have no files of it yet
+    with pytest.raises(SchemaMismatchError, match="already has an index"):
+        ours.add_index("i_bf s TYPE minmax")
+    with pytest.raises(SchemaMismatchError, match="has no index"):
+        ours.materialize_index("nope")
+
+    created = ours.materialize_index("i_bf")
+    assert len(created) == 1 and all(PartInfo.parse(name).mutation > 0 for name in created)
+    version = PartInfo.parse(created[0]).mutation
+    assert "commands: MATERIALIZE INDEX i_bf" in (ours.path / f"mutation_{version}.txt").read_text()
+    assert _rows(ours.to_arrow(["k", "s"], where=where)) == expected
+    assert ours.explain(where).skipped_by_index.get("i_bf", 0) > 0
+
+    sess.query("ALTER TABLE m ADD INDEX i_bf s TYPE bloom_filter GRANULARITY 1")
+    sess.query("ALTER TABLE m MATERIALIZE INDEX i_bf SETTINGS mutations_sync = 2")
+    theirs = {PartInfo.parse(p.name).min_block: p for p in part_dirs(data_dir)}
+    for name in created:
+        mine = ours.path / name
+        their_part = theirs[PartInfo.parse(name).min_block]
+        assert PartInfo.parse(their_part.name).mutation > 0
+        assert _index_files(mine) == _index_files(their_part) and _index_files(mine)
+
+    sess.query("CREATE TABLE m2 AS m")
+    target = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'm2'",
+                             "TabSeparatedRaw").bytes().decode().strip())
+    for name in created:
+        shutil.copytree(ours.path / name, target / "detached" / name)
+        sess.query(f"ALTER TABLE m2 ATTACH PART '{name}'")
+    assert "0" not in sess.query("CHECK TABLE m2", "TabSeparatedRaw").bytes().decode().split()
+    assert _rows(_arrow(sess, f"SELECT k, s FROM m2 WHERE {where}")) == expected
+
+    dropped = ours.drop_index("i_bf")
+    assert len(dropped) == 1 and not any(_index_files(ours.path / name) for name in dropped)
+    assert "i_bf" not in (ours.path / "_mergetree" / "table.sql").read_text()
+    assert _rows(ours.to_arrow(["k", "s"], where=where)) == expected
+    close_session()
