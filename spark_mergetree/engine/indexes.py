@@ -2,38 +2,38 @@
 
 ADD INDEX changes the table's statement only: parts written from then on carry the index, parts
 written before have no files of it (ClickHouse and we read all their granules). MATERIALIZE INDEX
-and DROP INDEX are mutations, as in ClickHouse: the mutation takes a block number N, records its
-command in `mutation_N.txt` in the table directory, and replaces every visible part by a new version
-of it named with data version N (`all_1_1_0` → `all_1_1_0_N`) holding the same rows, with the
-index's files built (MATERIALIZE) or gone (DROP). The replacement is one transaction: readers see
-all old parts or all new ones. The new versions are written whole by our writer (ClickHouse
-hard-links the files that do not change; the rows and the index files are the same).
+and DROP INDEX are mutations, as in ClickHouse, run by mutations.py's machinery: one transaction
+gives every visible part a new version named with the mutation's block number N (`all_1_1_0` →
+`all_1_1_0_N`) and `mutation_N.txt` records the command after the commit. A part the command
+changes is written again whole by our writer, every stored row in the same granules, with the
+index's files built (MATERIALIZE) or gone (DROP); ClickHouse hard-links the files that do not
+change (the rows and the index files are the same).
 """
 
 from __future__ import annotations
 
-import datetime
+import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
-from spark_mergetree.engine import commit as committing
-from spark_mergetree.engine import optimize as optimizing
-from spark_mergetree.errors import ExpressionError, SchemaMismatchError
+from spark_mergetree.engine import insert as inserting
+from spark_mergetree.engine import mutations
+from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.expressions.ddl import key_column_names
 from spark_mergetree.expressions.skip_index import check_supported, parse_skip_index
-from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.format.part import PartFiles
-from spark_mergetree.format.part_info import PartInfo
-from spark_mergetree.format.part_reader import PartReader
-from spark_mergetree.format.part_writer import PartitionValue, write_wide_part
+from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, PartReader
+from spark_mergetree.format.part_writer import PartitionValue, write_wide_part_by_column
+from spark_mergetree.format.skip_index import INDEX_PREFIX, PACKED_FILE
 from spark_mergetree.format.types import parse_type, to_arrow
+from spark_mergetree.txn import Transaction
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
-
-MUTATION_FILE = "mutation_{}.txt"
-
 
 def add_index(table: MergeTreeTable, declaration: str) -> None:
     """`INDEX name expr TYPE type[(args)] [GRANULARITY g]` (the words `INDEX` optional): checked
@@ -62,7 +62,8 @@ def drop_index(table: MergeTreeTable, name: str) -> list[str]:
     if len(kept) == len(table.definition.indexes):
         raise SchemaMismatchError(f"table {table.path} has no index named {name!r}")
     table.replace_definition(replace(table.definition, indexes=kept))
-    return _mutate(table, f"DROP INDEX {name}", lambda reader: f"skp_idx_{name}." in " ".join(reader.files))
+    return _mutate(table, f"DROP INDEX {name}",
+                   lambda reader: PACKED_FILE in reader.files or f"{INDEX_PREFIX}{name}." in " ".join(reader.files))
 
 
 def materialize_index(table: MergeTreeTable, name: str) -> list[str]:
@@ -72,51 +73,57 @@ def materialize_index(table: MergeTreeTable, name: str) -> list[str]:
     return _mutate(table, f"MATERIALIZE INDEX {name}", lambda reader: True)
 
 
-def _mutate(table: MergeTreeTable, command: str, affects: object) -> list[str]:
-    """Replace each visible part `affects(reader)` holds for by a version rewritten under the table's
-    current definition, in one transaction with a new block number as its data version."""
+def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader], bool]) -> list[str]:
+    """Give every visible part a new version (mutations.py: one transaction, version N, mutation_N.txt
+    after the commit): rewritten under the table's current definition where `affects(reader)`,
+    copied otherwise."""
+    if not table.supports_mutations:
+        raise UnsupportedError(f"{table}: {command} (a mutation's new part versions) is not implemented for this "
+                               "kind of table")
     table.check_same_table()
-    tx, _, visible = optimizing.begin_merge_transaction(table)
-    created: list[str] = []
+    mutations.adopt_directory_parts(table)
+    tx = Transaction(table.coordinator)
+    staged: dict[str, str] = {}  # visible part → its staged new version
     try:
-        table_id = table.log.bind(tx.coordinator.url)
-        with table.log.commit_lock():
-            version = committing.allocate_blocks(table, tx, table_id, 1)
-        targets = sorted(p for p in visible if affects(table.reader(p)))  # type: ignore[operator]
-        _write_mutation_file(table, version, command)
-        if targets:
-            tx.remove_parts(table.log, targets)
-        for part in targets:
-            info = PartInfo.parse(part)
-            result = replace(info, mutation=version).name
-            files = _rewritten(table, table.reader(part))
-            created.append(optimizing.publish_part(table, result, files, tx))
-        tx.commit()
+        for part in sorted(tx.visible_parts(table.log)):
+            name = f"{inserting.STAGING_PREFIX}t{tx.tid}_index_{uuid.uuid4().hex[:12]}_0"
+            reader = table.reader(part)
+            if affects(reader):
+                files = _rewritten(table, reader)
+                table.store.write_part(name, files.files, files.boundaries)
+            else:
+                mutations.copy_part(table, part, name)
+            staged[part] = name
     except BaseException:
-        if tx.state != "unknown":
-            tx.rollback()
+        mutations.abort(table, tx, staged, own=True)
         raise
-    return created
-
-
-def _write_mutation_file(table: MergeTreeTable, version: int, command: str) -> None:
-    """`mutation_N.txt` as ClickHouse writes it for a finished mutation of a MergeTree table."""
-    created = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    text = f"format version: 1\ncreate time: {created}\ncommands: {command}\n"
-    write_file_atomically(table.path / MUTATION_FILE.format(version), text.encode())
+    if not staged:
+        tx.rollback()
+        return []
+    return mutations.finish(table, command, tx, staged, own=True)
 
 
 def _rewritten(table: MergeTreeTable, reader: PartReader) -> PartFiles:
-    """The files of `reader`'s part written again: its rows (those a lightweight DELETE left), its
-    granules when every row stays, the table's current indexes."""
+    """The files of `reader`'s part written again with the table's current indexes: every stored row
+    (with its lightweight-DELETE mask) in the same granules."""
     meta = table.metadata
-    rows = reader.read([n for n, _ in meta.columns], None, meta.column_types)
+    ranges = [(0, reader.n_granules)]
+    columns = list(meta.columns) + [(n, t.to_clickhouse()) for n, t in reader.types.items()
+                                    if n in HIDDEN_COLUMNS and n not in meta.column_types]
+
+    def column_of(name: str) -> pa.Array | pa.ChunkedArray:
+        if name in meta.column_types:
+            return reader.read([name], ranges, meta.column_types, apply_mask=False).column(0)
+        return reader.read_column(name, ranges)
+
+    names = [n for n, _ in meta.columns]
+    keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
+    key_table = pa.table({name: column_of(name) for name in names if name in keys})
     key = meta.partition_key
     partition = None
     if key.is_partitioned:
         values = reader.partition_values(key.result_types)
         partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
                                    key.result_types, key.columns)
-    granules = reader.granule_rows if reader.existing_rows == reader.rows else None
-    return write_wide_part(rows, meta.columns, meta.primary_key_values(rows), partition, meta.writer_settings,
-                           granule_rows=granules)
+    return write_wide_part_by_column(reader.rows, columns, column_of, meta.primary_key_values(key_table), partition,
+                                     meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))

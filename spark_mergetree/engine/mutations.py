@@ -252,7 +252,7 @@ def run_once(table: MergeTreeTable, mutation: Mutation, transaction: Transaction
     except BaseException:
         abort(table, tx, staged, own=transaction is None)
         raise
-    return finish(table, mutation, tx, staged, own=transaction is None)
+    return finish(table, mutation.command, tx, staged, own=transaction is None)
 
 
 def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None
@@ -291,15 +291,15 @@ def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: 
     return name, files is not None
 
 
-def finish(table: MergeTreeTable, mutation: Mutation, tx: Transaction, staged: Mapping[str, str], *,
+def finish(table: MergeTreeTable, command: str, tx: Transaction, staged: Mapping[str, str], *,
            own: bool) -> list[str]:
     """Publish the staged new version of every part (`staged`: old part → staged name) in `tx`,
-    commit it if `own`; `mutation_N.txt` follows the commit. Returns the new parts' names; on
-    failure nothing staged is left."""
+    commit it if `own`; `mutation_N.txt`, recording `command`, follows the commit. Returns the new
+    parts' names; on failure nothing staged is left."""
     placed: set[str] = set()
     try:
         finals, version = _publish(table, tx, staged, placed)
-        tx.on_commit(lambda _csn: write_mutation_file(table, version, mutation.command))
+        tx.on_commit(lambda _csn: write_mutation_file(table, version, command))
         if own:
             tx.commit()
     except BaseException:

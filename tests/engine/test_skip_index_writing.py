@@ -225,3 +225,18 @@ def test_add_materialize_and_drop_index(tmp_path) -> None:
     assert "i_bf" not in (ours.path / "_mergetree" / "table.sql").read_text()
     assert _rows(ours.to_arrow(["k", "s"], where=where)) == expected
     close_session()
+
+
+def test_materialize_keeps_deleted_rows_masked(tmp_path) -> None:
+    """A part a lightweight DELETE masked keeps its stored rows and mask through MATERIALIZE INDEX."""
+    ours = MergeTreeTable.create(tmp_path / "t", [("k", "UInt64"), ("s", "String")], order_by="k",
+                                 settings={"index_granularity": 64, "auto_merge": False})
+    ours.insert(pa.table({"k": pa.array(range(1000), pa.uint64()), "s": [f"v{i}" for i in range(1000)]}))
+    ours.delete("k % 3 = 0")
+    before = ours.to_arrow().to_pylist()
+    ours.add_index("INDEX i s TYPE bloom_filter GRANULARITY 1")
+    (created,) = ours.materialize_index("i")
+    assert ours.to_arrow().to_pylist() == before
+    assert ours.reader(created).rows == 1000 and ours.reader(created).existing_rows == len(before)
+    assert ours.to_arrow(where="s = 'v500'").to_pylist() == [{"k": 500, "s": "v500"}]
+    assert ours.explain("s = 'v500'").skipped_by_index.get("i", 0) > 0
