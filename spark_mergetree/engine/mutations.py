@@ -5,8 +5,8 @@ ClickHouse does, it leaves every part of the table at a data version of at least
 part is replaced by `<partition>_<min>_<max>_<level>_N`. A part holding rows the mutation changes
 is rewritten (DELETE: the `_row_exists` mask gains zeros for the matching rows, every stored row
 kept; UPDATE: the assigned columns take their new values in the matching rows that exist); a part
-with no such row is copied unchanged under the new name. Once the transaction has committed,
-`mutation_N.txt` records the command in the table directory as ClickHouse keeps it; a ClickHouse
+with no such row gets the same files under the new name (hard links where the storage allows).
+Once the transaction has committed, `mutation_N.txt` records the command in the table directory as ClickHouse keeps it; a ClickHouse
 opening the table finds every part at version N or above and the mutation done (a mutation file
 without such parts would make ClickHouse apply it again; so it is written only after the commit).
 
@@ -198,14 +198,6 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
                                      meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
 
 
-def copy_part(table: MergeTreeTable, source: str, target: str) -> None:
-    """Write `source`'s files unchanged as part `target` (a part a mutation does not change)."""
-    store = table.store
-    files = {name: store.read_file(source, name) for name in store.list_files(source)}
-    boundaries = {name: b for name in files if (b := store.boundaries(source, name)) is not None}
-    store.write_part(target, files, boundaries)
-
-
 # ------------------------------------------------------------------ running a mutation
 
 
@@ -285,7 +277,7 @@ def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: 
         return None, False
     name = f"{inserting.STAGING_PREFIX}{prefix}_{uuid.uuid4().hex[:12]}_0"
     if files is None:
-        copy_part(table, part, name)
+        table.store.clone_part(part, name)
     else:
         table.store.write_part(name, files.files, files.boundaries)
     return name, files is not None

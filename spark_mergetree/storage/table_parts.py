@@ -9,6 +9,7 @@ built on this in maintenance.py and transfer.py.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from concurrent.futures import wait
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from spark_mergetree.errors import InvalidOptionError, StorageError
-from spark_mergetree.storage.filesystem import Buffer, byte_view
+from spark_mergetree.storage.filesystem import Buffer, LocalFileSystem, byte_view
 from spark_mergetree.storage.layouts import DiskWrite, Layout, OpenPart, layout_for, shared_pool
 from spark_mergetree.storage.policy import Disk, StoragePolicy, Volume
 from spark_mergetree.storage.reports import PartLocation
@@ -257,6 +258,39 @@ class TableParts:
         for disk in holders:
             self.dirs.retire(disk, part, sidecar=not self.layout(volume).map_inside)
         self.forget(part)
+
+    def clone_part(self, source: str, target: str) -> None:
+        """Write `source`'s files unchanged as the new part `target`, atomically like `write_part`:
+        hard links on a single local disk (as ClickHouse's mutations make them; parts never change
+        once written), copies elsewhere."""
+        check_part_name(target)
+        found = self.dirs.holders(source)
+        if found is None:
+            raise StorageError(f"part {source!r} not found in table path {self.table_path!r}")
+        if self.dirs.holders(target) is not None:
+            raise StorageError(f"part {target!r} already exists in table path {self.table_path!r}")
+        volume, holders = found
+        fs = self.dirs.fs(holders[0])
+        origin = self.dirs.part_dir(holders[0], source)
+        entries = os.listdir(origin) if volume.layout == "single" and isinstance(fs, LocalFileSystem) else None
+        if entries is None or any(os.path.isdir(os.path.join(origin, name)) for name in entries):
+            files = {name: self.read_file(source, name) for name in self.list_files(source)}
+            boundaries = {name: b for name in files if (b := self.boundaries(source, name)) is not None}
+            self.write_part(target, files, boundaries)
+            return
+        disk = holders[0]
+        staging = self.dirs.staging_dir(disk, target)
+        fs.remove(staging)  # left by a crashed clone of the same part
+        fs.makedirs(staging)
+        try:
+            for name in entries:
+                os.link(os.path.join(origin, name), os.path.join(staging, name))
+            fs.sync_dir(staging)
+        except BaseException:
+            self.dirs.discard_staged(disk, target)
+            raise
+        self.dirs.publish(disk, target, False)
+        self.forget(target)
 
     def rename_part(self, old: str, new: str) -> None:
         check_part_name(old)

@@ -281,3 +281,13 @@ def test_our_delete_and_update_on_a_table_clickhouse_wrote_and_deleted_from(tmp_
         "OPTIMIZE TABLE t FINAL", "SELECT * FROM t ORDER BY k")
     assert rows(check) == [["1"]] and rows(pending) == [["0"]]
     assert rows(select) == ours == rows(merged)
+
+
+def test_parts_without_matching_rows_get_hard_links_on_a_single_disk(tmp_path: Path) -> None:
+    _, table = _catalog_table(tmp_path)
+    table.insert(_data(0, 100))
+    (old,) = [p.name for p in table.parts() if p.partition_id == "0"]
+    new = table.delete("k = 1")  # partition 1 only
+    (copied,) = [name for name in new if PartInfo.parse(name).partition_id == "0"]
+    for file in (table.path / old).iterdir():
+        assert (table.path / copied / file.name).stat().st_ino == file.stat().st_ino

@@ -126,3 +126,16 @@ def test_striped_part_exports_to_clickhouse(table, tmp_path):
         ["6000", str(sum(range(6000)))]
     close_session()
     assert filecmp.cmp(destination / "count.txt", destination / "count.txt")
+
+
+def test_delete_and_update_on_every_layout(table):
+    """A mutation rewrites the parts with matching rows and copies the others onto the same layout."""
+    table.update({"value": -1.0}, "id < 10")
+    table.delete("id % 2 = 0 AND id >= 6000")  # rows of the second part only: the first is copied
+    data = pa.concat_tables([_data(0, 6000), _data(6000, 4000)]).to_pylist()
+    expected = [{**row, "value": -1.0} if row["id"] < 10 else row for row in data
+                if not (row["id"] % 2 == 0 and row["id"] >= 6000)]
+    assert table.to_arrow().sort_by("id").to_pylist() == expected
+    assert table.check().ok and not table.scrub().problems
+    table.cleanup()
+    assert table.optimize(final=True) and table.to_arrow().sort_by("id").to_pylist() == expected
