@@ -10,12 +10,14 @@ source first.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spark_mergetree.engine import engines
+from spark_mergetree.engine import engines, merge_stream
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import key_column_names
@@ -266,12 +268,26 @@ def _select_run(partition_id: str, infos: list[PartInfo], rows: Mapping[str, int
     return MergeCandidate(partition_id, names, best[0])
 
 
-def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles:
+@contextmanager
+def merged_part(readers: Sequence[PartReader], meta: TableMetadata) -> Iterator[PartFiles]:
+    """The files of the part that merges `readers` (`merge_parts`), valid inside the `with` block: a
+    big merge's column files are memory maps of streams it wrote to a temporary directory as it
+    merged, removed when the block ends."""
+    with tempfile.TemporaryDirectory(prefix="mergetree_merge_") as spill_dir:
+        yield merge_parts(readers, meta, spill_dir)
+
+
+def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str | None = None) -> PartFiles:
     """The files of the part that merges `readers` (all of one partition), as ClickHouse's vertical
-    merge writes it: the key columns (those ORDER BY, PRIMARY KEY and PARTITION BY read) are read
-    and sorted first, giving the rows' merged order; then every column in turn is read from all
-    parts, put in that order, serialized and compressed, and dropped before the next. Memory holds
-    the keys, one column and the compressed output, not the whole decoded table.
+    merge writes it: the key columns (those ORDER BY, PRIMARY KEY and PARTITION BY read) first,
+    giving the rows' merged order; then every column in turn, read from all parts, put in that order,
+    serialized and compressed.
+
+    With `spill_dir`, an ordinary MergeTree's merge into a Wide part streams (merge_stream.py):
+    memory holds blocks, not parts, and the output goes to files there as it is written. Otherwise,
+    and for the engines that combine rows (whose plan needs all keys) and Compact results, the keys
+    are sorted whole and each column is read whole: memory holds the keys, one column and the
+    compressed output, not the whole decoded table.
 
     Parts holding projections (`<name>.proj/`) are not merged: the merged part would lack them
     (ClickHouse rebuilds them in a merge; this version does not write projections)."""
@@ -287,6 +303,13 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
     keys |= set(engine.control_columns if engine else ()) | set(meta.sorting_key) & set(names)
     if engine and not keys:  # ORDER BY tuple(): the engine still needs the rows counted
         keys = {names[0]}
+    partition = _merged_partition(readers, meta)
+    if engine is None and spill_dir is not None:
+        rows = sum(r.existing_rows for r in readers)
+        compact_possible = "min_bytes_for_wide_part" in definition.settings or "min_rows_for_wide_part" in definition.settings
+        granules, total = merge_stream.plan_merged_granules(readers, meta, rows, exact=compact_possible)
+        if rows and not is_compact_part(definition.settings, rows, total):
+            return merge_stream.merge_streaming(readers, meta, keys, rows, granules, partition, spill_dir)
 
     def read_column(name: str) -> pa.ChunkedArray:
         chunks = [chunk for r in readers for chunk in r.read([name], None, meta.column_types).column(0).chunks]
@@ -318,12 +341,6 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
         if width is None:  # variable-width values: measured (the column is read again when written)
             width = in_memory_width(dt, key_table.column(name) if name in keys else read_column(name))
         total += width
-    key = meta.partition_key
-    partition = None
-    if key.is_partitioned:
-        values = readers[0].partition_values(key.result_types)
-        partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
-                                   key.result_types, key.columns)
     primary_key = meta.primary_key_values(key_table)
     if is_compact_part(definition.settings, rows, total):  # small parts merge into a Compact part, as in ClickHouse
         blocks = [(min(MERGE_BLOCK_ROWS, rows - start), total * min(MERGE_BLOCK_ROWS, rows - start) // max(rows, 1))
@@ -336,3 +353,13 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata) -> PartFiles
     granules = plan_granules_of(rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
     return write_wide_part_by_column(rows, meta.columns, column_of, primary_key, partition,
                                      meta.writer_settings, granules)
+
+
+def _merged_partition(readers: Sequence[PartReader], meta: TableMetadata) -> PartitionValue | None:
+    """The partition of a merge's result: its sources'."""
+    key = meta.partition_key
+    if not key.is_partitioned:
+        return None
+    values = readers[0].partition_values(key.result_types)
+    return PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
+                          key.result_types, key.columns)

@@ -107,8 +107,8 @@ def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Tran
         # Removal locks first: of two concurrent merges of the same parts, one fails here,
         # before writing anything.
         tx.remove_parts(table.log, candidate.parts)
-        files = merging.merge_parts([table.reader(p) for p in candidate.parts], table.metadata)
-        result = table.publish_merged(candidate, files, tx)
+        with merging.merged_part([table.reader(p) for p in candidate.parts], table.metadata) as files:
+            result = table.publish_merged(candidate, files, tx)
         tx.commit()
     except BaseException:
         if tx.state == "unknown":
@@ -182,10 +182,10 @@ def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
 def stage_group_merge(table: MergeTreeTable, group: merging.MergeCandidate, tag: str) -> inserting.StagedPart:
     """Merge one group's parts into a staged part of the write job `tag` (any process)."""
     table.log.register_job(tag)
-    files = merging.merge_parts([table.reader(p) for p in group.parts], table.metadata)
     name = f"{inserting.STAGING_PREFIX}{tag}_{uuid.uuid4().hex[:12]}_0"
-    table.store.write_part(name, files.files, files.boundaries)
-    return inserting.StagedPart(name, group.partition_id, int(files.rows), files.size, tag)
+    with merging.merged_part([table.reader(p) for p in group.parts], table.metadata) as files:
+        table.store.write_part(name, files.files, files.boundaries)
+        return inserting.StagedPart(name, group.partition_id, int(files.rows), files.size, tag)
 
 
 def commit_group_merges(table: MergeTreeTable, tx: Transaction, groups: list[merging.MergeCandidate],

@@ -164,9 +164,10 @@ class PartStreamWriter:
     """Writes one Wide part incrementally: the one way parts are written.
 
     The granules of the part (`granule_rows`) are planned up front. Each column then arrives in
-    blocks of whole granules, in row order (`write`), columns in any interleaving (a vertical merge
-    writes one column after another; an insert all at once); each block is serialized and its
-    streams compressed and appended as it comes, so memory holds one block per column, not the part.
+    blocks of any size, in row order (`write`), columns in any interleaving (a vertical merge writes
+    one column after another; an insert all at once); the whole granules of each block are
+    serialized and their streams compressed and appended as they come (the rows of a granule not yet
+    complete wait for the next block), so memory holds a block per column, not the part.
     The primary key's values come in blocks the same way (`primary_key`). `finish()` writes marks,
     `primary.idx`, `partition.dat`, `minmax_*.idx`, the metadata files and `checksums.txt`.
 
@@ -192,8 +193,9 @@ class PartStreamWriter:
         self._key_types = [parse_type(t) for t in primary_key_types]
         self._key_rows: list[list[pa.Array]] = []  # per block: the key values at granule starts
         self._key_last: list[pa.Array] = []
-        self._key_cursor = 0
+        self._key_row = 0  # primary key rows given so far
         self._cursor = dict.fromkeys(self.types, 0)  # next granule of each column
+        self._pending: dict[str, pa.ChunkedArray] = {}  # rows short of a whole granule, per column
         self._lc_states: dict[str, dict[str, LowCardinalityState]] = {name: {} for name in self.types}
         self._minmax: dict[str, list[Any]] = {}
         self._minmax_type: dict[str, pa.DataType] = {}
@@ -211,17 +213,30 @@ class PartStreamWriter:
                 self._owner.setdefault(stream, name)
 
     def write(self, name: str, values: pa.Array | pa.ChunkedArray) -> None:
-        """The next rows of column `name`: whole granules (the part's last rows end its last one)."""
+        """The next rows of column `name`, any number: the rows up to the last whole granule are
+        serialized and compressed now, the rest (less than a granule) when more rows come."""
         if name not in self.types:
             raise SchemaMismatchError(f"the part has no column {name!r}")
-        first = self._cursor[name]
         if name in self._done:
             raise SchemaMismatchError(f"column {name!r} got rows after the part's {self.rows}")
-        target = self.granule_starts[first] + len(values)
-        last = int(np.searchsorted(self.granule_starts, target))
-        if last >= len(self.granule_starts) or int(self.granule_starts[last]) != target:
-            raise SchemaMismatchError(f"column {name!r}: a block of {len(values)} rows from row "
-                                      f"{int(self.granule_starts[first])} does not end on a granule boundary")
+        pending = self._pending.pop(name, None)
+        if pending is not None:
+            chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+            values = pa.chunked_array([*pending.chunks, *chunks], pending.type)
+        first = self._cursor[name]
+        begin = int(self.granule_starts[first])
+        if begin + len(values) > self.rows:
+            raise SchemaMismatchError(f"column {name!r} got {begin + len(values)} rows, the part has {self.rows}")
+        last = int(np.searchsorted(self.granule_starts, begin + len(values), side="right")) - 1
+        whole = int(self.granule_starts[last]) - begin
+        if whole < len(values):
+            rest = values.slice(whole)
+            self._pending[name] = rest if isinstance(rest, pa.ChunkedArray) else pa.chunked_array([rest])
+            values = values.slice(0, whole)
+        if last > first or last == len(self.granule_rows):
+            self._write_granules(name, values, first, last)
+
+    def _write_granules(self, name: str, values: pa.Array | pa.ChunkedArray, first: int, last: int) -> None:
         self._cursor[name] = last
         if name in self._indexed:
             chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
@@ -265,11 +280,10 @@ class PartStreamWriter:
         if not self._key_types or not len(values) or not len(values[0]):
             return
         n = len(values[0])
-        begin = int(self.granule_starts[self._key_cursor])
-        stop = int(np.searchsorted(self.granule_starts, begin + n))
-        starts = self.granule_starts[self._key_cursor:stop] - begin
-        starts = starts[starts < n]
-        self._key_cursor = stop
+        begin = self._key_row
+        first, stop = np.searchsorted(self.granule_starts[:-1], [begin, begin + n])
+        starts = self.granule_starts[first:stop] - begin
+        self._key_row += n
         chosen = pa.array(starts, pa.int64())
         self._key_rows.append([combine_chunks(v).take(chosen) for v in values])
         self._key_last = [combine_chunks(v).slice(n - 1, 1) for v in values]
@@ -279,7 +293,7 @@ class PartStreamWriter:
         if target is None:
             path = handle = None
             if self.spill_dir is not None:
-                path = os.path.join(self.spill_dir, f"{len(self._streams)}.bin")
+                path = os.path.join(self.spill_dir, stream + ".bin")  # (stream names are file names)
                 handle = open(path, "wb")  # noqa: SIM115 (closed by _finish_stream)
             target = self._streams[stream] = _StreamFile(
                 CompressedStreamWriter(codec, self.settings.min_compress_block_size,

@@ -67,10 +67,11 @@ def test_blocks_write_the_bytes_of_one_block(tmp_path, spill):
                               spill_dir=str(tmp_path) if spill else None)
     starts = np.concatenate([[0], np.cumsum(granules)])
     rng = np.random.default_rng(3)
-    # Each column in its own cut into blocks of whole granules, columns interleaved.
-    cuts = {name: np.unique(np.concatenate([[0], rng.choice(starts, 12), [n]])) for name, _ in COLUMNS}
-    cuts["k-primary"] = np.unique(np.concatenate([[0], rng.choice(starts, 5), [n]]))
-    for block in range(13):
+    # Each column in its own cut into blocks (some of whole granules, some not), columns interleaved.
+    cuts = {name: np.unique(np.concatenate([[0], rng.choice(starts, 6), rng.integers(0, n, 6), [n]]))
+            for name, _ in COLUMNS}
+    cuts["k-primary"] = np.unique(np.concatenate([[0], rng.choice(starts, 3), rng.integers(0, n, 3), [n]]))
+    for block in range(max(len(c) for c in cuts.values())):
         for name, _ in COLUMNS:
             c = cuts[name]
             if block < len(c) - 1:
@@ -87,10 +88,11 @@ def test_blocks_write_the_bytes_of_one_block(tmp_path, spill):
         assert np.array_equal(streamed.boundaries[name], cut), name
 
 
-def test_a_block_off_a_granule_boundary_is_refused():
+def test_rows_beyond_or_short_of_the_part_are_refused():
     writer = PartStreamWriter([("k", "UInt64")], np.array([8, 8]), ["UInt64"], None, WriterSettings())
-    with pytest.raises(SchemaMismatchError, match="granule boundary"):
-        writer.write("k", pa.array(np.arange(5, dtype=np.uint64)))
+    writer.write("k", pa.array(np.arange(5, dtype=np.uint64)))
+    with pytest.raises(SchemaMismatchError, match="got 17 rows, the part has 16"):
+        writer.write("k", pa.array(np.arange(12, dtype=np.uint64)))
     writer.write("k", pa.array(np.arange(8, dtype=np.uint64)))
     with pytest.raises(SchemaMismatchError, match="fewer rows"):
         writer.finish()

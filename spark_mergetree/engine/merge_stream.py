@@ -1,0 +1,262 @@
+"""A merge in bounded memory: a k-way merge over sorted parts that streams granule blocks column by
+column and writes the new part as it goes (ClickHouse's vertical merge).
+
+1. The key columns (those ORDER BY, PRIMARY KEY and PARTITION BY read) of every source part are read
+   a block of granules at a time. The current blocks of all sources form a window; its rows are
+   sorted and the window's rows up to the smallest "last row of a source's block" (among sources
+   with more blocks to come) are final: no later row of any source sorts before them. They are
+   written to the new part (key columns and primary index), and which source each came from is
+   appended to a file of one byte (two past 255 sources) per row. A source whose block is used up
+   reads its next one; the other rows stay for the next window. Ties keep the sources' order, as
+   the whole-part sort (stable) does.
+2. Every other column, one at a time, is read from all sources a block at a time and put in merged
+   order by that file of sources: within a source, rows keep their order.
+
+Memory holds a block per source and per column, not the parts: the output streams go to files as
+they are compressed (PartStreamWriter's spill directory). Rows a lightweight DELETE removed are not
+read. Granules are planned up front, as the whole-part merge plans them (MERGE_BLOCK_ROWS blocks of
+the merged rows' average width), so the part's bytes are the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+
+from spark_mergetree.engine.metadata import TableMetadata
+from spark_mergetree.expressions.sort_key import sort_indices
+from spark_mergetree.format.part import PartFiles
+from spark_mergetree.format.part_reader import PartReader
+from spark_mergetree.format.part_writer import (
+    MERGE_BLOCK_ROWS,
+    PartitionValue,
+    PartStreamWriter,
+    in_memory_width,
+    in_memory_width_of_type,
+    plan_granules_of,
+)
+from spark_mergetree.format.streams import stream_names
+from spark_mergetree.format.types import parse_type
+
+# Rows of a source read at a time (whole granules, at least this many unless the part ends).
+READ_BLOCK_ROWS = 65_536
+# Columns streamed side by side in the second phase.
+COLUMN_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
+def granule_blocks(reader: PartReader, rows: int | None = None) -> list[tuple[int, int]]:
+    """A part's granules cut into ranges of at least `rows` (READ_BLOCK_ROWS) rows (the last may be
+    shorter)."""
+    rows = READ_BLOCK_ROWS if rows is None else rows
+    starts = reader.granule_starts
+    out = []
+    begin = 0
+    while begin < reader.n_granules:
+        end = int(np.searchsorted(starts, starts[begin] + rows, side="left"))
+        end = min(max(end, begin + 1), reader.n_granules)
+        out.append((begin, end))
+        begin = end
+    return out
+
+
+def _blocks(reader: PartReader, columns: Sequence[str], meta: TableMetadata) -> Iterator[pa.Table]:
+    """A part's rows (those not deleted) of `columns`, a block of granules at a time."""
+    for begin, end in granule_blocks(reader):
+        block = reader.read(list(columns), [(begin, end)], meta.column_types)
+        if block.num_rows:
+            yield block
+
+
+def _stored_bytes(reader: PartReader, name: str) -> int | None:
+    """Uncompressed bytes of a column's streams in a Wide part (None when unknown)."""
+    checksums = reader.checksums
+    if checksums is None or reader.is_compact or name not in reader.types:
+        return None
+    total = 0
+    for stream in stream_names(reader.types[name], name, reader.serialization.string_sizes,
+                               reader.serialization.sparse_spec(name)):
+        entry = checksums.files.get(stream + ".bin")
+        if entry is None:
+            return None
+        total += entry.uncompressed_size
+    return total
+
+
+def plan_merged_granules(readers: Sequence[PartReader], meta: TableMetadata, rows: int,
+                         exact: bool = False) -> tuple[np.ndarray, int]:
+    """(granule rows, in-memory bytes) of the merged part, as the whole-part merge plans them.
+
+    Fixed-width columns are counted from their type. Variable-width ones need their values measured
+    only when it could matter (or `exact` bytes are wanted): if a generous bound from the sources'
+    stored sizes (checksums.txt) already leaves every granule at `index_granularity` rows, the plan
+    is that of fixed widths (and the bytes returned are that bound)."""
+    settings = meta.writer_settings
+    fixed = 0
+    variable = []
+    for name, type_text in meta.columns:
+        width = in_memory_width_of_type(parse_type(type_text), meta.arrow_schema.field(name).type, rows)
+        if width is None:
+            variable.append(name)
+        else:
+            fixed += width
+    if not variable:
+        return plan_granules_of(rows, fixed, settings, block_rows=MERGE_BLOCK_ROWS), fixed
+    bound = fixed
+    for name in variable:
+        stored = [_stored_bytes(r, name) for r in readers]
+        if any(s is None for s in stored):
+            bound = -1
+            break
+        bound += 2 * sum(s or 0 for s in stored) + 17 * sum(r.rows for r in readers) + 1024
+    low = plan_granules_of(rows, fixed, settings, block_rows=MERGE_BLOCK_ROWS)
+    if bound >= 0 and not exact:
+        high = plan_granules_of(rows, bound, settings, block_rows=MERGE_BLOCK_ROWS)
+        if np.array_equal(low, high):
+            return low, bound
+    total = fixed
+    for name in variable:
+        dt = parse_type(dict(meta.columns)[name])
+        for reader in readers:
+            for block in _blocks(reader, [name], meta):
+                total += in_memory_width(dt, block.column(0))
+    return plan_granules_of(rows, total, settings, block_rows=MERGE_BLOCK_ROWS), total
+
+
+class _Source:
+    """One source part's key blocks: the rows of its current block not yet merged."""
+
+    def __init__(self, blocks: Iterator[pa.Table]) -> None:
+        self._blocks = blocks
+        self.current: pa.Table | None = None
+        self.more = True
+        self.advance()
+
+    def advance(self) -> None:
+        """Load the next block (`current` None once the part is used up)."""
+        self.current = next(self._blocks, None)
+        self.more = self.current is not None
+        if self.more:  # whether a block follows this one
+            following = next(self._blocks, None)
+            self.more = following is not None
+            if following is not None:
+                self._blocks = _chain(following, self._blocks)
+
+
+def _chain(first: pa.Table, rest: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    yield first
+    yield from rest
+
+
+def merge_streaming(readers: Sequence[PartReader], meta: TableMetadata, keys: set[str], rows: int,
+                    granules: np.ndarray, partition: PartitionValue | None, spill_dir: str) -> PartFiles:
+    """The merged part of `readers` (an ordinary MergeTree's merge: no rows combined), written
+    block by block into `spill_dir` (see the module's description). `keys`: the key columns;
+    `rows`: the rows the sources hold (not deleted); `granules`: the part's granule plan."""
+    names = [n for n, _ in meta.columns]
+    key_names = [n for n in names if n in keys] if meta.sorting_key else []
+    writer = PartStreamWriter(meta.columns, granules, [t for _, t in meta.primary_key_types], partition,
+                              meta.writer_settings, spill_dir=spill_dir)
+    source_dtype: type[np.unsignedinteger] = np.uint8 if len(readers) <= 256 else np.uint16
+    order_path = os.path.join(spill_dir, "merge_sources")
+    with open(order_path, "wb") as order_file:
+        if key_names:
+            _merge_keys(readers, meta, key_names, writer, order_file, source_dtype)
+        else:  # ORDER BY tuple(): the parts one after another
+            for number, reader in enumerate(readers):
+                np.full(reader.existing_rows, number, source_dtype).tofile(order_file)
+    rest = [n for n in names if n not in key_names]
+    if rest:
+        with ThreadPoolExecutor(max_workers=min(COLUMN_THREADS, len(rest))) as pool:
+            list(pool.map(lambda name: _gather_column(readers, meta, name, order_path, source_dtype, writer), rest))
+    return writer.finish()
+
+
+def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: list[str],
+                writer: PartStreamWriter, order_file: BinaryIO, source_dtype: type[np.unsignedinteger]) -> None:
+    sources = [_Source(_blocks(r, key_names, meta)) for r in readers]
+    while True:
+        active = [i for i, s in enumerate(sources) if s.current is not None]
+        if not active:
+            return
+        tables = [sources[i].current for i in active]
+        lengths = np.array([t.num_rows for t in tables if t is not None], np.int64)
+        window = pa.concat_tables([t for t in tables if t is not None]) if len(tables) > 1 else tables[0]
+        assert window is not None
+        order = sort_indices(meta.sorting_key, window, meta.column_types).to_numpy()
+        ends = np.cumsum(lengths)
+        bounded = [j for j, i in enumerate(active) if sources[i].more]
+        if bounded:
+            rank = np.empty(len(order), np.int64)
+            rank[order] = np.arange(len(order))
+            cut = int(min(rank[ends[j] - 1] for j in bounded)) + 1
+        else:
+            cut = len(order)
+        taken = order[:cut]
+        owner = np.repeat(np.arange(len(active)), lengths)[taken]
+        merged = window.take(pa.array(taken))
+        for name in key_names:
+            writer.write(name, merged.column(name))
+        writer.primary_key([values for _, values in meta.primary_key_values(merged)])
+        np.asarray(active, source_dtype)[owner].tofile(order_file)
+        used = np.bincount(owner, minlength=len(active))
+        for j, i in enumerate(active):
+            source = sources[i]
+            assert source.current is not None
+            if used[j] == source.current.num_rows:
+                source.advance()
+            elif used[j]:
+                source.current = source.current.slice(int(used[j]))
+
+
+class _ColumnSource:
+    """One source part's values of one column, handed out in order a few rows at a time."""
+
+    def __init__(self, reader: PartReader, name: str, meta: TableMetadata) -> None:
+        self._blocks = _blocks(reader, [name], meta)
+        self._held: list[pa.Array] = []
+        self._count = 0
+
+    def take(self, n: int) -> list[pa.Array]:
+        while self._count < n:
+            block = next(self._blocks)
+            self._held.extend(block.column(0).chunks)
+            self._count += block.num_rows
+        out: list[pa.Array] = []
+        need = n
+        while need:
+            head = self._held[0]
+            if len(head) <= need:
+                out.append(self._held.pop(0))
+                need -= len(head)
+            else:
+                out.append(head.slice(0, need))
+                self._held[0] = head.slice(need)
+                need = 0
+        self._count -= n
+        return out
+
+
+def _gather_column(readers: Sequence[PartReader], meta: TableMetadata, name: str, order_path: str,
+                   source_dtype: type[np.unsignedinteger], writer: PartStreamWriter) -> None:
+    """Write column `name` of the merged part: the sources' values in the order the file of
+    sources gives, a block at a time."""
+    sources = [_ColumnSource(r, name, meta) for r in readers]
+    arrow_type = meta.arrow_schema.field(name).type
+    with open(order_path, "rb") as order_file:
+        while True:
+            owner = np.fromfile(order_file, dtype=source_dtype, count=READ_BLOCK_ROWS)
+            if not len(owner):
+                return
+            counts = np.bincount(owner, minlength=len(sources))
+            chunks = [chunk for number, count in enumerate(counts.tolist()) if count
+                      for chunk in sources[number].take(count)]
+            grouped = pa.chunked_array(chunks, arrow_type).combine_chunks()
+            # Rows grouped by source (in source order, each in its own order) -> merged order.
+            position = np.empty(len(owner), np.int64)
+            position[np.argsort(owner, kind="stable")] = np.arange(len(owner))
+            writer.write(name, grouped.take(pa.array(position)))

@@ -1,0 +1,145 @@
+"""The streaming merge (engine/merge_stream.py) writes, block by block, the part the in-memory merge
+writes from whole columns: byte for byte, for every kind of column and key, with ties across
+parts, lightweight-deleted rows and ORDER BY tuple(); and its memory does not grow with the parts."""
+
+from __future__ import annotations
+
+import decimal
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.engine import merge as merging
+from spark_mergetree.engine import merge_stream
+from tests.format.chdb_util import close_session, make_chdb_table
+
+REPO = Path(__file__).resolve().parents[2]
+
+COLUMNS = [("d", "Date"), ("id", "UInt64"), ("name", "String"), ("score", "Nullable(Float64)"),
+           ("tags", "Array(LowCardinality(String))"), ("kind", "LowCardinality(Nullable(String))"),
+           ("attrs", "Map(String, Int32)"), ("price", "Decimal(18, 3)"), ("flag", "UInt8")]
+
+
+def _batch(rng: np.random.Generator, n: int, salt: int) -> pa.Table:
+    ids = rng.integers(0, 300, n).astype(np.uint64)  # few distinct keys: ties across parts
+    seq = np.arange(n) + salt
+    return pa.table({
+        "d": pa.array((19_700 + rng.integers(0, 40, n)).astype(np.int32)).cast(pa.date32()),
+        "id": ids,
+        "name": pa.array([f"n{i % 40}" + "x" * int(s % 9) for i, s in zip(ids.tolist(), seq.tolist())]),
+        "score": pa.array([None if s % 7 == 0 else s / 3 for s in seq.tolist()], pa.float64()),
+        "tags": pa.array([[f"t{s % 9000}"] * int(s % 3) for s in seq.tolist()], pa.list_(pa.string())),
+        "kind": pa.array([None if s % 5 == 0 else f"k{s % 9500}" for s in seq.tolist()]),
+        "attrs": pa.array([[("a", int(s))] * int(s % 2) for s in seq.tolist()], pa.map_(pa.string(), pa.int32())),
+        "price": pa.array([decimal.Decimal(int(s)).scaleb(-3) for s in seq.tolist()], pa.decimal128(18, 3)),
+        "flag": pa.array((seq % 2).astype(np.uint8)),
+    })
+
+
+def _both(table: MergeTreeTable, parts: list[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    readers = [table.reader(p) for p in parts]
+    whole = merging.merge_parts(readers, table.metadata)
+    with merging.merged_part(readers, table.metadata) as streamed:
+        assert any(isinstance(data, memoryview) for data in streamed.files.values())  # the streaming path
+        return ({name: bytes(data) for name, data in whole.files.items()},
+                {name: bytes(data) for name, data in streamed.files.items()})
+
+
+@pytest.mark.parametrize("order_by", ["id", "(name, id)", "(toStartOfMonth(d), score)", "tuple()"])
+def test_streaming_merge_writes_the_in_memory_merge_byte_for_byte(tmp_path: Path, monkeypatch, order_by: str) -> None:
+    monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 700)  # many windows and blocks per part
+    rng = np.random.default_rng(11)
+    settings = {"auto_merge": False, "index_granularity": 256, "allow_nullable_key": 1}
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by=order_by, partition_by="toYYYYMM(d)",
+                                  settings=settings)
+    for number, n in enumerate((3000, 5000, 700, 2500)):
+        table.insert(_batch(rng, n, number * 100_000))
+    partition = max({p.partition_id for p in table.parts()}, key=lambda pid: sum(
+        p.rows for p in table.parts() if p.partition_id == pid))
+    parts = [p.name for p in table.parts() if p.partition_id == partition]
+    assert len(parts) == 4
+    whole, streamed = _both(table, parts)
+    assert sorted(streamed) == sorted(whole)
+    for name in whole:
+        assert streamed[name] == whole[name], name
+
+
+def test_streaming_merge_drops_deleted_rows_as_clickhouse_reads_them(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 5000)
+    create = ("CREATE TABLE t (k UInt64, v String, n Nullable(Int32)) ENGINE = MergeTree ORDER BY k "
+              "SETTINGS index_granularity = 1024, min_parts_to_merge_at_once = 1000, "
+              "min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0")
+    sess, data_dir = make_chdb_table(tmp_path, create, [
+        "INSERT INTO t SELECT number * 2, toString(number), if(number % 5 = 0, NULL, number) FROM numbers(40000)",
+        "INSERT INTO t SELECT number * 3, repeat('v', number % 11), NULL FROM numbers(30000)",
+        "DELETE FROM t WHERE k % 7 = 0",
+    ])
+    expected = sess.query("SELECT k FROM t", "TSV").bytes().decode()
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    close_session()
+    table = MergeTreeTable.open(data_dir, create_statement=statement)
+    parts = sorted(p.name for p in table.parts())
+    assert len(parts) == 2 and all(table.reader(p).has_row_mask for p in parts)
+    whole, streamed = _both(table, parts)
+    assert streamed == whole
+    assert int(streamed["count.txt"]) == len(expected.splitlines())  # the rows ClickHouse reads
+
+
+_RSS_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    from spark_mergetree import MergeTreeTable
+    from spark_mergetree.engine import merge as merging
+
+    def status(field):  # kB; VmHWM: this process's peak resident memory since it started
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+    table = MergeTreeTable.open(sys.argv[1])
+    readers = [table.reader(p.name) for p in table.parts()]
+    before = status("VmHWM")
+    started = time.perf_counter()
+    if sys.argv[2] == "streaming":
+        with merging.merged_part(readers, table.metadata) as files:
+            rows = files.rows
+    else:
+        rows = merging.merge_parts(readers, table.metadata).rows
+    print(json.dumps({"before_kb": before, "peak_kb": status("VmHWM"), "rows": rows,
+                      "seconds": time.perf_counter() - started}))
+""")
+
+
+def merge_memory(table_path: Path, how: str = "streaming") -> dict[str, float]:
+    """Peak resident memory (and rows, seconds) of a fresh process merging every part of a table."""
+    done = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(table_path), how], capture_output=True, text=True,
+                          cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_merge_memory_does_not_grow_with_the_parts(tmp_path: Path) -> None:
+    # 3 parts, 7.5M rows, ~660 MB decoded (four 8-byte columns and a 56-byte string column); values
+    # that compress well, so the output the merge holds mapped stays small. The in-memory merge
+    # holds the sorted keys (60 MB), one whole decoded column (the strings: 420+ MB with their
+    # offsets) and its compressed copy: far over the bound.
+    rows, parts = 7_500_000, 3
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("a", "UInt64"), ("b", "Float64"),
+                                                   ("c", "Int64"), ("s", "String")],
+                                  order_by="id", settings={"auto_merge": False})
+    for number in range(parts):
+        ids = np.arange(number, rows, parts, dtype=np.uint64)
+        text = pa.array(np.char.add("value-of-a-fairly-long-string-column-number-", (ids % 1000).astype("U12")))
+        table.insert(pa.table({"id": ids, "a": ids * 3, "b": (ids % 1024).astype(np.float64), "c": -ids.astype(np.int64),
+                               "s": text}))
+    decoded = sum(r.rows for r in (table.reader(p.name) for p in table.parts())) * (32 + 8 + 56)
+    assert decoded > 600e6
+    report = merge_memory(tmp_path / "t")
+    assert report["rows"] == rows
+    grown_mb = (report["peak_kb"] - report["before_kb"]) / 1024
+    assert grown_mb < 200, report
