@@ -1,8 +1,10 @@
 """Where a table or catalog lives, as a user writes it: a local path or a `file://` URL.
 
-Object storage (`s3://`, `gs://`, `abfss://`) is served by storage/object_store.py for tables,
-not here; other remote file systems (`hdfs://`, `dbfs:/`, ...) are not supported yet, nor Databricks' FUSE mounts of object storage (`/dbfs`, `/Volumes`). Such a location is refused before anything is written: taken as a
-path it would quietly become a local directory named `s3:` in the working directory of every
+Object storage (`s3://`, `gs://`, `abfss://`) holds tables, served by storage/object_store.py, not
+here: places that must be a directory (a catalog root, a coordinator directory) refuse it. Other
+remote file systems (`hdfs://`, `dbfs:/`, ...) are not supported, nor Databricks' FUSE mounts of
+object storage (`/dbfs`, `/Volumes`). Such a location is refused before anything is written: taken
+as a path it would quietly become a local directory named `s3:` in the working directory of every
 process, while its user believes the data went to the bucket.
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from spark_mergetree.errors import UnsupportedError
+from spark_mergetree.storage.object_base import OBJECT_SCHEMES
 
 # A scheme followed by ":/" (RFC 3986 letters); "data:2024" without a slash stays a file name.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):/")
@@ -56,7 +59,12 @@ def local_path(location: str | os.PathLike[str]) -> Path:
                                    "use file:///path or a path mounted on this machine")
         refuse_fuse_mount(unquote(parsed.path), "location")
         return Path(unquote(parsed.path))
+    if scheme in OBJECT_SCHEMES:
+        raise UnsupportedError(
+            f"location {text!r}: {scheme}:// is object storage, which holds tables (MergeTreeTable.create/open, "
+            "format('mergetree') paths) but not this: use a local directory, a file:// URL or a file system "
+            "every process mounts as a local path (e.g. NFS)")
     raise UnsupportedError(
-        f"location {text!r}: {scheme}: URLs are not supported yet (object storage and remote file systems); "
-        "use a local directory or a file:// URL, or a file system every process mounts as a local path "
+        f"location {text!r}: {scheme}: URLs are not supported (tables live in local directories, file:// URLs, "
+        "s3://, gs:// or abfss://); use one of those, or a file system every process mounts as a local path "
         "(e.g. NFS)")

@@ -1,5 +1,5 @@
 """Table locations: local paths and file:// URLs are local directories; s3:// URLs are tables in
-object storage (tests/objstore); every other URL is refused before anything is written (no local
+object storage (tests/objstore), never directories; every other URL is refused before anything is written (no local
 directory named `s3:`)."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from spark_mergetree.storage.location import local_path
 
 REMOTE = ["s3://bucket/t", "s3a://bucket/t", "gs://bucket/t", "abfss://c@account.dfs.core.windows.net/t",
           "hdfs://namenode:8020/t", "dbfs:/mnt/t", "HTTPS://host/t", "file://otherhost/t"]
-NOT_TABLES = [location for location in REMOTE if not location.startswith(("s3:", "s3a:", "gs:", "abfss:"))]
+OBJECT = [location for location in REMOTE if location.startswith(("s3:", "s3a:", "gs:", "abfss:"))]
+NOT_TABLES = [location for location in REMOTE if location not in OBJECT]
 
 
 def test_local_paths_and_file_urls(tmp_path: Path) -> None:
@@ -33,7 +34,9 @@ def test_local_paths_and_file_urls(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("location", REMOTE)
 def test_other_schemes_are_refused_naming_the_location(location: str) -> None:
-    with pytest.raises(UnsupportedError, match="not supported") as caught:
+    # Object storage holds tables only: a catalog root or coordinator directory there is refused too.
+    cause = "is object storage, which holds tables" if location in OBJECT else "not supported"
+    with pytest.raises(UnsupportedError, match=cause) as caught:
         local_path(location)
     assert repr(location) in str(caught.value)
 
