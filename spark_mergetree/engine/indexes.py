@@ -24,6 +24,7 @@ from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import mutations
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.ddl import key_column_names
+from spark_mergetree.expressions.predicate import Column, to_sql
 from spark_mergetree.expressions.skip_index import check_supported, parse_skip_index
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, PartReader
@@ -62,7 +63,7 @@ def drop_index(table: MergeTreeTable, name: str) -> list[str]:
     if len(kept) == len(table.definition.indexes):
         raise SchemaMismatchError(f"table {table.path} has no index named {name!r}")
     table.replace_definition(replace(table.definition, indexes=kept))
-    return _mutate(table, f"DROP INDEX {name}",
+    return _mutate(table, f"(DROP INDEX {to_sql(Column(name))})",
                    lambda reader: PACKED_FILE in reader.files or f"{INDEX_PREFIX}{name}." in " ".join(reader.files))
 
 
@@ -70,7 +71,7 @@ def materialize_index(table: MergeTreeTable, name: str) -> list[str]:
     """Build index `name` into every part that exists (a mutation); returns the new parts' names."""
     if not any(index.name == name for index in table.metadata.skip_indexes):
         raise SchemaMismatchError(f"table {table.path} has no index named {name!r}")
-    return _mutate(table, f"MATERIALIZE INDEX {name}", lambda reader: True)
+    return _mutate(table, f"(MATERIALIZE INDEX {to_sql(Column(name))})", lambda reader: True)
 
 
 def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader], bool]) -> list[str]:

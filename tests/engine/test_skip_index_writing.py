@@ -198,7 +198,7 @@ def test_add_materialize_and_drop_index(tmp_path) -> None:
     created = ours.materialize_index("i_bf")
     assert len(created) == 1 and all(PartInfo.parse(name).mutation > 0 for name in created)
     version = PartInfo.parse(created[0]).mutation
-    assert "commands: MATERIALIZE INDEX i_bf" in (ours.path / f"mutation_{version}.txt").read_text()
+    assert "\ncommands: (MATERIALIZE INDEX i_bf)\n" in (ours.path / f"mutation_{version}.txt").read_text()
     assert _rows(ours.to_arrow(["k", "s"], where=where)) == expected
     assert ours.explain(where).skipped_by_index.get("i_bf", 0) > 0
 
@@ -223,6 +223,8 @@ def test_add_materialize_and_drop_index(tmp_path) -> None:
     dropped = ours.drop_index("i_bf")
     assert len(dropped) == 1 and not any(_index_files(ours.path / name) for name in dropped)
     assert "i_bf" not in (ours.path / "_mergetree" / "table.sql").read_text()
+    version = PartInfo.parse(dropped[0]).mutation
+    assert "\ncommands: (DROP INDEX i_bf)\n" in (ours.path / f"mutation_{version}.txt").read_text()
     assert _rows(ours.to_arrow(["k", "s"], where=where)) == expected
     close_session()
 
