@@ -93,7 +93,7 @@ def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader],
                 files = _rewritten(table, reader)
                 table.store.write_part(name, files.files, files.boundaries)
             else:
-                mutations.copy_part(table, part, name)
+                table.store.clone_part(part, name)
             staged[part] = name
     except BaseException:
         mutations.abort(table, tx, staged, own=True)

@@ -47,10 +47,11 @@ from spark_mergetree.expressions.predicate import (
     parse_expression,
     to_sql,
 )
-from spark_mergetree.fileops import write_file_atomically
-from spark_mergetree.format.part import PartFiles
+from spark_mergetree.fileops import escape_for_file_name, write_file_atomically
+from spark_mergetree.format.checksums import Checksums
+from spark_mergetree.format.part import CHECKSUMS_FILE, COLUMNS_FILE, COUNT_FILE, PartFiles, format_columns
 from spark_mergetree.format.part_info import PartInfo
-from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, PartReader
+from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, SUBSTREAMS_FILE, PartReader
 from spark_mergetree.format.part_writer import PartitionValue, write_wide_part_by_column
 from spark_mergetree.format.serialization import default_column
 from spark_mergetree.format.types import parse_type, to_arrow
@@ -185,6 +186,8 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
             return reader.read_column(name, ranges)
         return reader.read([name], ranges, meta.column_types, apply_mask=False).column(0)
 
+    if mutation.is_delete and exists is None and _mask_only(reader):
+        return _with_mask(reader, table, column_of(ROW_EXISTS_COLUMN))
     names = [n for n, _ in meta.columns]
     keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
     key_table = pa.table({name: column_of(name) for name in names if name in keys})
@@ -196,6 +199,33 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
                                    key.result_types, key.columns)
     return write_wide_part_by_column(rows, columns, column_of, meta.primary_key_values(key_table), partition,
                                      meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+
+
+def _mask_only(reader: PartReader) -> bool:
+    """Whether a first DELETE may give the part just a `_row_exists` column beside its other files,
+    as ClickHouse does: a Wide part with `.mrk2` marks (ours write no others) and no
+    columns_substreams.txt to extend; other parts are rewritten whole."""
+    return (not reader.is_compact and reader.checksums is not None and SUBSTREAMS_FILE not in reader.files
+            and not any(name.endswith((".cmrk2", ".mrk", ".cmrk")) for name in reader.files))
+
+
+def _with_mask(reader: PartReader, table: MergeTreeTable, mask: pa.Array | pa.ChunkedArray) -> PartFiles:
+    """The files a first DELETE changes or adds in a part: the mask's streams (granules as the
+    part's), `columns.txt` with `_row_exists` last, and `checksums.txt` listing them; the part's
+    other files stay as they are (`replaced` of `TableParts.clone_part`)."""
+    written = write_wide_part_by_column(reader.rows, [(ROW_EXISTS_COLUMN, "UInt8")], lambda _name: mask, [], None,
+                                        table.metadata.writer_settings,
+                                        np.asarray(reader.granule_rows, dtype=np.int64))
+    added = Checksums.parse(written.files[CHECKSUMS_FILE]).files
+    stem = escape_for_file_name(ROW_EXISTS_COLUMN) + "."
+    out = PartFiles(rows=reader.rows)
+    out.files = {name: data for name, data in written.files.items() if name.startswith(stem)}
+    out.boundaries = {name: cuts for name, cuts in written.boundaries.items() if name in out.files}
+    assert reader.checksums is not None
+    entries = {**reader.checksums.files, **{name: added[name] for name in out.files}}
+    out.files[COLUMNS_FILE] = format_columns([*reader.columns, (ROW_EXISTS_COLUMN, "UInt8")])
+    out.files[CHECKSUMS_FILE] = Checksums(dict(sorted(entries.items()))).to_bytes()
+    return out
 
 
 # ------------------------------------------------------------------ running a mutation
@@ -278,6 +308,8 @@ def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: 
     name = f"{inserting.STAGING_PREFIX}{prefix}_{uuid.uuid4().hex[:12]}_0"
     if files is None:
         table.store.clone_part(part, name)
+    elif CHECKSUMS_FILE in files.files and COUNT_FILE not in files.files:  # a mask beside the part's files
+        table.store.clone_part(part, name, files.files, files.boundaries)
     else:
         table.store.write_part(name, files.files, files.boundaries)
     return name, files is not None

@@ -259,10 +259,13 @@ class TableParts:
             self.dirs.retire(disk, part, sidecar=not self.layout(volume).map_inside)
         self.forget(part)
 
-    def clone_part(self, source: str, target: str) -> None:
-        """Write `source`'s files unchanged as the new part `target`, atomically like `write_part`:
-        hard links on a single local disk (as ClickHouse's mutations make them; parts never change
-        once written), copies elsewhere."""
+    def clone_part(self, source: str, target: str, replaced: Mapping[str, Buffer] | None = None,
+                   boundaries: Mapping[str, np.ndarray] | None = None) -> None:
+        """Write `source`'s files as the new part `target`, atomically like `write_part`, with the
+        files of `replaced` (and their `boundaries`, as `write_part` takes them) instead of or beside
+        its own: the others are hard links on a single local disk (as ClickHouse's mutations make
+        them; parts never change once written), copies elsewhere."""
+        replaced = dict(replaced or {})
         check_part_name(target)
         found = self.dirs.holders(source)
         if found is None:
@@ -274,9 +277,12 @@ class TableParts:
         origin = self.dirs.part_dir(holders[0], source)
         entries = os.listdir(origin) if volume.layout == "single" and isinstance(fs, LocalFileSystem) else None
         if entries is None or any(os.path.isdir(os.path.join(origin, name)) for name in entries):
-            files = {name: self.read_file(source, name) for name in self.list_files(source)}
-            boundaries = {name: b for name in files if (b := self.boundaries(source, name)) is not None}
-            self.write_part(target, files, boundaries)
+            files: dict[str, Buffer] = {name: self.read_file(source, name) for name in self.list_files(source)
+                                        if name not in replaced}
+            cuts = {name: b for name in files if (b := self.boundaries(source, name)) is not None}
+            files.update(replaced)
+            cuts.update(boundaries or {})
+            self.write_part(target, files, cuts)
             return
         disk = holders[0]
         staging = self.dirs.staging_dir(disk, target)
@@ -284,7 +290,10 @@ class TableParts:
         fs.makedirs(staging)
         try:
             for name in entries:
-                os.link(os.path.join(origin, name), os.path.join(staging, name))
+                if name not in replaced:
+                    os.link(os.path.join(origin, name), os.path.join(staging, name))
+            for name, data in (self._check_files(target, replaced) if replaced else {}).items():
+                fs.write(f"{staging}/{name}", [data])
             fs.sync_dir(staging)
         except BaseException:
             self.dirs.discard_staged(disk, target)

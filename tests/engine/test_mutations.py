@@ -291,3 +291,21 @@ def test_parts_without_matching_rows_get_hard_links_on_a_single_disk(tmp_path: P
     (copied,) = [name for name in new if PartInfo.parse(name).partition_id == "0"]
     for file in (table.path / old).iterdir():
         assert (table.path / copied / file.name).stat().st_ino == file.stat().st_ino
+
+
+def test_a_first_delete_adds_only_the_mask_beside_hard_links(tmp_path: Path) -> None:
+    """As ClickHouse leaves a Wide part after a lightweight DELETE: `_row_exists.bin` + marks, a new
+    columns.txt and checksums.txt; every other file is the old part's (hard links)."""
+    root, table = _catalog_table(tmp_path)
+    table.insert(_data(0, 100))
+    (old,) = [p.name for p in table.parts() if p.partition_id == "1"]
+    new = table.delete("k = 1")
+    (masked,) = [name for name in new if PartInfo.parse(name).partition_id == "1"]
+    files = {p.name for p in (table.path / masked).iterdir()}
+    assert files == {p.name for p in (table.path / old).iterdir()} | {"_row_exists.bin", "_row_exists.mrk2"}
+    for name in files - {"_row_exists.bin", "_row_exists.mrk2", "checksums.txt", "columns.txt"}:
+        assert (table.path / masked / name).stat().st_ino == (table.path / old / name).stat().st_ino
+    assert (table.path / masked / "columns.txt").read_text().endswith("`_row_exists` UInt8\n")
+    check, count = run_chdb(root, "CHECK TABLE db.t SETTINGS check_query_single_value_result = 1",
+                            "SELECT count() FROM db.t WHERE k = 1")
+    assert rows(check) == [["1"]] and rows(count) == [["0"]]
