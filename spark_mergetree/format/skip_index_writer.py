@@ -42,7 +42,18 @@ from spark_mergetree.format.skip_index import (
     bloom_filter_parameters,
     hash128_to_64,
 )
-from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type
+from spark_mergetree.format.types import (
+    DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
+    Enum,
+    FixedString,
+    LowCardinality,
+    Nullable,
+    Primitive,
+    parse_type,
+)
 from spark_mergetree.format.values import (
     combine,
     default_scalar,
@@ -55,7 +66,9 @@ __all__ = ["IndexSpec", "write_skip_indexes", "index_buildable"]
 
 _MASK64 = (1 << 64) - 1
 _INT_TYPES = {"UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64", "Date", "Date32",
-              "DateTime", "Enum8", "Enum16"}
+              "DateTime", "DateTime64", "Enum8", "Enum16"}
+# Types of single values (what minmax and set indexes hold).
+_SCALAR = (Primitive, FixedString, DateTime, DateTime64, Decimal, Enum)
 
 
 @dataclass(frozen=True)
@@ -78,11 +91,7 @@ def _base(dt: DataType) -> DataType:
 
 def _base_name(dt: DataType) -> str:
     name = _base(dt).to_clickhouse()
-    return name.split("(")[0] if name.startswith(("DateTime(", "Enum8(", "Enum16(")) else name
-
-
-def _plain(dt: DataType) -> bool:
-    return isinstance(dt, Primitive) and not dt.to_clickhouse().startswith(("Nullable", "LowCardinality"))
+    return name.split("(")[0] if name.startswith(("DateTime(", "DateTime64(", "Enum8(", "Enum16(")) else name
 
 
 def index_buildable(spec: IndexSpec, types: Sequence[str]) -> bool:
@@ -91,11 +100,11 @@ def index_buildable(spec: IndexSpec, types: Sequence[str]) -> bool:
         return False
     dts = [parse_type(t) for t in types]
     if spec.type == "minmax":
-        return all(isinstance(_base(dt), Primitive) for dt in dts)
+        return all(isinstance(_base(dt), _SCALAR) for dt in dts)
     if spec.type == "set":
-        return all(_plain(dt) for dt in dts)
+        return all(isinstance(dt, _SCALAR) for dt in dts)
     if spec.type == "bloom_filter":
-        return all(isinstance(_base(dt), Primitive) and (_base_name(dt) in _INT_TYPES
+        return all(isinstance(_base(dt), _SCALAR) and (_base_name(dt) in _INT_TYPES
                    or _base_name(dt) in ("Float32", "Float64", "String") or _base_name(dt).startswith("FixedString("))
                    for dt in dts)
     if spec.type in ("ngrambf_v1", "tokenbf_v1"):

@@ -242,3 +242,58 @@ def test_materialize_keeps_deleted_rows_masked(tmp_path) -> None:
     assert ours.reader(created).rows == 1000 and ours.reader(created).existing_rows == len(before)
     assert ours.to_arrow(where="s = 'v500'").to_pylist() == [{"k": 500, "s": "v500"}]
     assert ours.explain("s = 'v500'").skipped_by_index.get("i", 0) > 0
+
+
+MORE_TYPES = """CREATE TABLE w (k UInt64, lc LowCardinality(String), fs FixedString(6), f32 Float32, d32 Date32,
+    dt DateTime('UTC'), i8 Int8, e Enum8('a' = 1, 'b' = -2), ns Nullable(String), u16 UInt16, dec Decimal(10, 2),
+    dt64 DateTime64(3, 'UTC'),
+    INDEX a lc TYPE bloom_filter GRANULARITY 1,
+    INDEX b lc TYPE tokenbf_v1(128, 2, 3) GRANULARITY 1,
+    INDEX c fs TYPE bloom_filter GRANULARITY 2,
+    INDEX d (f32, i8, e, dt64) TYPE bloom_filter(0.05) GRANULARITY 1,
+    INDEX e2 (d32, dt, dec, dt64) TYPE minmax GRANULARITY 1,
+    INDEX f ns TYPE minmax GRANULARITY 1,
+    INDEX g (u16, fs) TYPE set(0) GRANULARITY 1,
+    INDEX h (i8, e, d32) TYPE set(20) GRANULARITY 1,
+    INDEX i lc TYPE minmax GRANULARITY 1,
+    INDEX j lc TYPE ngrambf_v1(4, 256, 2, 1) GRANULARITY 3)
+    ENGINE = MergeTree ORDER BY k
+    SETTINGS index_granularity = 128, min_bytes_for_wide_part = 0, compress_marks = 0, compress_primary_key = 0,
+    packed_skip_index_max_bytes = 0, default_compression_codec = 'ZSTD(3)'"""
+
+MORE_ROWS = ("INSERT INTO w SELECT number, concat('v ', toString(number % 300)), toFixedString(toString(number % 1000), 6), "
+             "number / 7, toDate32('1960-01-01') + number, toDateTime('2024-01-01 00:00:00', 'UTC') + number * 61, "
+             "toInt8(number % 200 - 100), if(number % 3 = 0, 'a', 'b'), if(number % 5 = 0, NULL, toString(number)), "
+             "number % 7000, number / 100, toDateTime64('2024-01-01 00:00:00', 3, 'UTC') + number FROM numbers(5000)")
+
+
+def test_index_bytes_for_more_types_and_zstd(tmp_path) -> None:
+    """LowCardinality, FixedString, Float32, Date32, DateTime, DateTime64, Enum, Decimal, Nullable
+    columns in every index type, compressed with ZSTD: ClickHouse's bytes."""
+    sess, data_dir = make_chdb_table(tmp_path, MORE_TYPES, [MORE_ROWS])
+    statement = sess.query("SHOW CREATE TABLE w", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp_path / "ours", parse_create(statement), {"auto_merge": False, "codec": "ZSTD(3)"})
+    ours.write_directory()
+    ours.insert(_arrow(sess, "SELECT * FROM w ORDER BY k"))
+    close_session()
+    (theirs,) = part_dirs(data_dir)
+    expected = _index_files(theirs)
+    assert len(expected) == 20
+    assert _index_files(ours.path / ours.parts()[0].name) == expected
+
+
+def test_drop_index_copies_parts_without_it(tmp_path) -> None:
+    """DROP INDEX gives every part the mutation's version: parts without the index unchanged."""
+    ours = MergeTreeTable.create(tmp_path / "t", [("k", "UInt64"), ("a", "Int64")], order_by="k",
+                                 settings={"index_granularity": 64, "auto_merge": False})
+    ours.insert(pa.table({"k": pa.array(range(500), pa.uint64()), "a": pa.array(range(500), pa.int64())}))
+    ours.add_index("INDEX i a TYPE minmax GRANULARITY 1")
+    ours.insert(pa.table({"k": pa.array(range(500, 900), pa.uint64()), "a": pa.array(range(500, 900), pa.int64())}))
+    old = {p.name: _index_files(ours.path / p.name) for p in ours.parts()}
+    assert [bool(files) for _, files in sorted(old.items())] == [False, True]
+    before = ours.to_arrow().to_pylist()
+    dropped = sorted(ours.drop_index("i"))
+    assert [PartInfo.parse(name).min_block for name in dropped] == [1, 2]
+    assert not any(_index_files(ours.path / name) for name in dropped)
+    assert (ours.path / dropped[0] / "a.bin").read_bytes() == (ours.path / sorted(old)[0] / "a.bin").read_bytes()
+    assert ours.to_arrow().to_pylist() == before
