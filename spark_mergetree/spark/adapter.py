@@ -779,7 +779,7 @@ def commit_mutation(ref: TableRef, job: MutationJob, assignments: Mapping[str, A
     from spark_mergetree.engine import mutations
 
     table = open_table(ref)
-    return mutations.finish(table, _mutation(table, assignments, where), job.transaction, staged, own=True)
+    return mutations.finish(table, _mutation(table, assignments, where).command, job.transaction, staged, own=True)
 
 
 def end_mutation(ref: TableRef, job: MutationJob) -> None:

@@ -266,13 +266,7 @@ class TableParts:
         its own: the others are hard links on a single local disk (as ClickHouse's mutations make
         them; parts never change once written), copies elsewhere."""
         replaced = dict(replaced or {})
-        check_part_name(target)
-        found = self.dirs.holders(source)
-        if found is None:
-            raise StorageError(f"part {source!r} not found in table path {self.table_path!r}")
-        if self.dirs.holders(target) is not None:
-            raise StorageError(f"part {target!r} already exists in table path {self.table_path!r}")
-        volume, holders = found
+        volume, holders = self._existing_to_free(source, target)
         fs = self.dirs.fs(holders[0])
         origin = self.dirs.part_dir(holders[0], source)
         entries = os.listdir(origin) if volume.layout == "single" and isinstance(fs, LocalFileSystem) else None
@@ -301,15 +295,19 @@ class TableParts:
         self.dirs.publish(disk, target, False)
         self.forget(target)
 
-    def rename_part(self, old: str, new: str) -> None:
+    def _existing_to_free(self, old: str, new: str) -> tuple[Volume, list[Disk]]:
+        """Where part `old` is, checking that the name `new` is free (for a rename or a clone)."""
         check_part_name(old)
         check_part_name(new)
         found = self.dirs.holders(old)
         if found is None:
             raise StorageError(f"part {old!r} not found in table path {self.table_path!r}")
         if self.dirs.holders(new) is not None:
-            raise StorageError(f"cannot rename part {old!r} to {new!r}: {new!r} already exists")
-        volume, holders = found
+            raise StorageError(f"cannot name part {old!r}'s successor {new!r}: {new!r} already exists")
+        return found
+
+    def rename_part(self, old: str, new: str) -> None:
+        volume, holders = self._existing_to_free(old, new)
         for disk in holders:
             fs = self.dirs.fs(disk)
             fs.rename(self.dirs.part_dir(disk, old), self.dirs.part_dir(disk, new))
