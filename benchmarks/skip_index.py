@@ -8,15 +8,20 @@ whose values are not ordered by the key. The query `s = '<one value>'` is then r
 - by us (`MergeTreeTable.to_arrow(where=...)` on each table's data directory): granules read (from
   `explain()`), median time;
 - by ClickHouse (chdb, the same tables): granules read (`EXPLAIN indexes = 1`), median time.
-Both must return the same rows (checked). Medians of `runs` runs after one warm-up.
+Then we write the same rows ourselves into two tables of the same statements (`ours-plain`,
+`ours-indexed`: one insert, then OPTIMIZE FINAL, our writer building the index), timing the writes
+(median of `runs`), and read them the same way. Every read must return the same rows (checked).
+Medians of `runs` runs after one warm-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,6 +31,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.harness import warm_median  # noqa: E402
 from spark_mergetree import MergeTreeTable  # noqa: E402
+from spark_mergetree.expressions.ddl import parse_create  # noqa: E402
 from tests.format.chdb_util import close_session, make_chdb_table  # noqa: E402
 
 CREATE = """CREATE TABLE {name} (id UInt64, s String, v Float64{index})
@@ -48,7 +54,7 @@ def main() -> None:
         where = f"s = '{value}'"
         statements = {name: sess.query(f"SHOW CREATE TABLE {name}", "TabSeparatedRaw").bytes().decode() for name in dirs}
         print(f"{args.rows:,} rows, ORDER BY id, index_granularity 8192; query: WHERE {where}")
-        print(f"{'table':<8} {'engine':<11} {'granules read':>16} {'rows':>5} {'median ms':>10}")
+        print(f"{'table':<12} {'engine':<11} {'granules read':>16} {'rows':>5} {'median ms':>10}")
         clickhouse_rows = {}
         for name in dirs:
             explained = sess.query(f"EXPLAIN indexes = 1 SELECT * FROM {name} WHERE {where}", "TabSeparatedRaw").bytes().decode()
@@ -58,7 +64,7 @@ def main() -> None:
             table = pa.ipc.open_file(pa.py_buffer(result.bytes())).read_all()  # type: ignore[attr-defined]
             clickhouse_rows[name] = sorted(table.column("id").to_pylist())
             shown = f"{granules[-1][0]}/{granules[-1][1]}" if granules else "?"
-            print(f"{name:<8} {'ClickHouse':<11} {shown:>16} {len(clickhouse_rows[name]):>5} {seconds * 1000:>10.1f}")
+            print(f"{name:<12} {'ClickHouse':<11} {shown:>16} {len(clickhouse_rows[name]):>5} {seconds * 1000:>10.1f}")
         close_session()
         for name, data_dir in dirs.items():
             ours = MergeTreeTable.open(data_dir, create_statement=statements[name])
@@ -67,8 +73,28 @@ def main() -> None:
             ids = sorted(result.column("id").to_pylist())  # type: ignore[attr-defined]
             if ids != clickhouse_rows[name]:
                 raise SystemExit(f"{name}: our rows differ from ClickHouse's")
-            print(f"{name:<8} {'ours':<11} {f'{plan.granules_read}/{plan.granules_total}':>16} {len(ids):>5} "
+            print(f"{name:<12} {'ours':<11} {f'{plan.granules_read}/{plan.granules_total}':>16} {len(ids):>5} "
                   f"{seconds * 1000:>10.1f}")
+        rows = MergeTreeTable.open(dirs["plain"], create_statement=statements["plain"]).to_arrow()
+        for name in dirs:
+            target = Path(tmp) / f"ours-{name}"
+            writes = []
+            for _ in range(args.runs):
+                shutil.rmtree(target, ignore_errors=True)
+                ours = MergeTreeTable.new(target, parse_create(statements[name]), {"auto_merge": False})
+                ours.write_directory()
+                start = time.perf_counter()
+                ours.insert(rows)
+                ours.optimize(final=True)
+                writes.append(time.perf_counter() - start)
+            plan = ours.explain(where)
+            seconds, result = warm_median(args.runs, lambda ours=ours: ours.to_arrow(["id", "s", "v"], where=where))
+            ids = sorted(result.column("id").to_pylist())  # type: ignore[attr-defined]
+            if ids != clickhouse_rows[name]:
+                raise SystemExit(f"ours-{name}: our rows differ from ClickHouse's")
+            write_ms = sorted(writes)[len(writes) // 2] * 1000
+            print(f"{'ours-' + name:<12} {'ours':<11} {f'{plan.granules_read}/{plan.granules_total}':>16} {len(ids):>5} "
+                  f"{seconds * 1000:>10.1f}   (written by us: insert + merge {write_ms:.0f} ms)")
 
 
 if __name__ == "__main__":

@@ -218,15 +218,13 @@ def _bloom(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array]
            bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     count = len(bounds) - 1
     bits_per_row, hashes = bloom_filter_parameters(spec.arguments[0] if spec.arguments else 0.025)
-    granule = _granule_of_rows(bounds)
     distinct = []
     for dt, values in zip(dts, columns, strict=True):
         value_hash = _value_hashes(dt, values)
-        order = np.lexsort((value_hash, granule))
-        g, h = granule[order], value_hash[order]
-        keep = np.ones(len(g), bool)
-        keep[1:] = (g[1:] != g[:-1]) | (h[1:] != h[:-1])
-        distinct.append((g[keep], h[keep]))
+        # Each granule's distinct hashes (a loop over index granules, each np.unique vectorised).
+        unique = [np.unique(value_hash[begin:end]) for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        counts = np.array([len(u) for u in unique], np.int64)
+        distinct.append((np.repeat(np.arange(count, dtype=np.int64), counts), np.concatenate(unique)))
     rows = np.max([np.bincount(g, minlength=count) for g, _ in distinct], axis=0).astype(np.int64)
     sizes = (bits_per_row * rows + 7) // 8
     starts = np.zeros(count + 1, np.int64)
@@ -234,11 +232,11 @@ def _bloom(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array]
     parts = [encode_varuints(rows.astype(np.uint64))]
     seeds = np.array(BLOOM_SEEDS[:hashes], np.uint64)
     for g, h in distinct:
-        buffer = np.zeros(int(starts[-1]), np.uint8)
+        bits = np.zeros(int(starts[-1]) * 8, bool)
         for seed in seeds:
             position = hash128_to_64(h, np.full(len(h), seed, np.uint64)) % (sizes[g] * 8).astype(np.uint64)
-            np.bitwise_or.at(buffer, starts[g] + (position >> np.uint64(3)).astype(np.int64),
-                             (np.uint8(1) << (position & np.uint64(7)).astype(np.uint8)))
+            bits[starts[g] * 8 + position.astype(np.int64)] = True
+        buffer = np.packbits(bits, bitorder="little")
         parts.append((buffer, starts))
     return interleave_chunks(parts)
 
