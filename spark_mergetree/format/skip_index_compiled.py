@@ -24,19 +24,22 @@ _SEED_GEN_B = np.uint64(217728422)
 
 
 @njit(cache=True)
-def _fetch64(data, p):
+def _fetch(data, p, width):
+    """`width` bytes at `p` as a little-endian unsigned number."""
     value = np.uint64(0)
-    for i in range(8):
+    for i in range(width):
         value |= np.uint64(data[p + i]) << np.uint64(8 * i)
     return value
 
 
 @njit(cache=True)
+def _fetch64(data, p):
+    return _fetch(data, p, 8)
+
+
+@njit(cache=True)
 def _fetch32(data, p):
-    value = np.uint64(0)
-    for i in range(4):
-        value |= np.uint64(data[p + i]) << np.uint64(8 * i)
-    return value
+    return _fetch(data, p, 4)
 
 
 @njit(cache=True)

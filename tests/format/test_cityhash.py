@@ -141,3 +141,23 @@ def test_hashing_keeps_no_reference_to_the_buffer() -> None:
     cityhash128_int(array)
     cityhash128(array.data)
     assert sys.getrefcount(array) == before
+
+
+def test_compiled_cityhash64_matches_the_package_at_every_length():
+    """The compiled CityHash64 v1.0.2 (skip index hashing) against clickhouse-cityhash, plain and
+    seeded, over every length path (0-16, 17-32, 33-64, longer, not multiples of 64)."""
+    import random
+
+    import numpy as np
+    from clickhouse_cityhash.cityhash import CityHash64, CityHash64WithSeed
+
+    from spark_mergetree.format.skip_index_compiled import _cityhash64_seeded, string_hashes
+
+    rng = random.Random(64)
+    strings = [bytes(rng.randrange(256) for _ in range(n)) for n in [*range(0, 200), 255, 256, 1000, 4097]]
+    data = np.frombuffer(b"".join(strings), np.uint8)
+    offsets = np.concatenate(([0], np.cumsum([len(s) for s in strings]))).astype(np.int64)
+    assert string_hashes(data, offsets).tolist() == [CityHash64(s) for s in strings]
+    seed = np.uint64(0x9AE16A3B2F90404F)
+    seeded = [int(_cityhash64_seeded(data, int(offsets[i]), len(s), seed)) for i, s in enumerate(strings)]
+    assert seeded == [CityHash64WithSeed(s, int(seed)) for s in strings]
