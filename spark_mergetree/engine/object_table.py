@@ -416,6 +416,12 @@ class ObjectStoreTable(MergeTreeTable):
     def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
         raise self._unsupported("ALTER TABLE ADD COLUMN")
 
+    def replace_definition(self, definition: Any) -> None:
+        raise self._unsupported("ALTER TABLE (ADD/DROP INDEX: a change of the table's statement)")
+
+    def materialize_index(self, name: str) -> list[str]:
+        raise self._unsupported("MATERIALIZE INDEX (a mutation's new part versions)")
+
     supports_mutations = False  # the engine's mutations write, copy and rename parts on a local policy
 
     def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:

@@ -426,4 +426,8 @@ def test_delete_and_update_are_refused_clearly_and_change_nothing(s3_bucket: str
     # The engine's entry point (the Spark helpers go through it) refuses too.
     with pytest.raises(UnsupportedError, match="DELETE and UPDATE"):
         mutations.run(table, mutations.delete_mutation(table, "id < 5"), None)
+    with pytest.raises(UnsupportedError, match=rf"{url}: ALTER TABLE \(ADD/DROP INDEX"):
+        table.add_index("INDEX i value TYPE minmax GRANULARITY 1")
+    with pytest.raises(UnsupportedError, match=rf"{url}: MATERIALIZE INDEX"):
+        table.materialize_index("i")
     assert same(table.to_arrow(), rows(0, 100))
