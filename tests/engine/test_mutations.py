@@ -309,3 +309,35 @@ def test_a_first_delete_adds_only_the_mask_beside_hard_links(tmp_path: Path) -> 
     check, count = run_chdb(root, "CHECK TABLE db.t SETTINGS check_query_single_value_result = 1",
                             "SELECT count() FROM db.t WHERE k = 1")
     assert rows(check) == [["1"]] and rows(count) == [["0"]]
+
+
+def test_updates_of_every_kind_of_column_read_the_same_in_clickhouse(tmp_path: Path) -> None:
+    """LowCardinality, Nullable (set to NULL, and NULL + 1), Date, Array and Decimal columns."""
+    root = tmp_path / "root"
+    cat = Catalog(root)
+    cat.create_database("db")
+    table = cat.create_table("db.t", [("k", "UInt64"), ("lc", "LowCardinality(String)"), ("n", "Nullable(Int32)"),
+                                      ("d", "Date"), ("a", "Array(UInt8)"), ("dec", "Decimal(10, 2)")], "k",
+                             settings={"auto_merge": False})
+    table.insert(pa.table({
+        "k": pa.array(range(6), pa.uint64()), "lc": ["a", "b", "a", "c", "b", "c"],
+        "n": pa.array([1, None, 3, 4, 5, 6], pa.int32()),
+        "d": pa.array([19000 + i for i in range(6)], pa.int32()).cast(pa.date32()),
+        "a": pa.array([[1], [2, 3], [], [4], [5], [6]], pa.list_(pa.uint8())),
+        "dec": pa.array(["1.00", "2.00", "3.00", "4.00", "5.00", "6.00"]).cast(pa.decimal128(10, 2))}))
+    for assignment, where in [({"lc": "'z'"}, "k >= 3"), ({"n": None}, "k = 4"), ({"n": "n + 1"}, "k >= 4"),
+                              ({"d": "'2025-02-03'"}, "k = 5"), ({"dec": "1.5"}, "lc = 'z'"), ({"a": [9]}, "k < 2")]:
+        table.update(assignment, where)
+    table.delete("lc = 'b'")
+
+    def text(value: object) -> str:
+        if value is None:
+            return "\\N"
+        if isinstance(value, list):
+            return "[" + ",".join(map(str, value)) + "]"
+        return f"{float(value):g}" if type(value).__name__ == "Decimal" else str(value)
+
+    ours = [[text(v) for v in row.values()] for row in table.to_arrow().sort_by("k").to_pylist()]
+    assert len(ours) == 5
+    (select,) = run_chdb(root, "SELECT k, lc, n, d, a, toFloat64(dec) FROM db.t ORDER BY k")
+    assert rows(select) == ours
