@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.functions import needs_ordering_map, orderable
@@ -163,9 +164,21 @@ def minmax_may_match(index: SkipIndex, types: Sequence[str], bounds: Sequence[tu
     for column, type_text, (lo, hi) in zip(index.columns, types, bounds, strict=True):
         if needs_ordering_map(type_text):
             lo, hi = orderable(lo, type_text), orderable(hi, type_text)
+        else:
+            hi = _top_for_nulls(lo, hi)
         keyed[Column(column)] = KeyBounds(lo, hi, _valid(lo) & _valid(hi), type_text)
     may_true, _ = _Evaluator(keyed, count).evaluate(predicate)
     return np.asarray(may_true, dtype=bool)
+
+
+def _top_for_nulls(lo: pa.Array, hi: pa.Array) -> pa.Array:
+    """A Nullable column's granule holding a NULL has max NULL (ClickHouse: +infinity) and min its
+    least other value: for numbers, the type's largest value stands in for the max (a NULL row
+    matches no comparison, so the granule's other rows are all that can match)."""
+    if not hi.null_count or not (pa.types.is_integer(hi.type) or pa.types.is_floating(hi.type)):
+        return hi
+    top = float("inf") if pa.types.is_floating(hi.type) else int(np.iinfo(hi.type.to_pandas_dtype()).max)
+    return pc.if_else(pc.and_(pc.is_null(hi), pc.is_valid(lo)), pa.scalar(top, hi.type), hi)
 
 
 def set_may_match(index: SkipIndex, granules: Sequence[Sequence[pa.Array] | None], predicate: Expr) -> np.ndarray:
