@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import mmap
 import os
 import re
 import shutil
@@ -21,6 +22,8 @@ import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from spark_mergetree.errors import StorageError, TableExistsError, TableNotFoundError, UnsupportedError
 
@@ -109,15 +112,36 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+# Bytes written per write() call of a memory-mapped chunk, whose pages are unmapped once written.
+MAPPED_WRITE_BYTES = 16 << 20
+
+
 def _write_fd(fd: int, chunks: Sequence[Buffer]) -> None:
     try:
         for chunk in chunks:
             view = memoryview(chunk).cast("B")
+            source = view.obj
+            if isinstance(source, mmap.mmap) and len(view):
+                _write_mapped(fd, view, source)
+                continue
             while view:
                 view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_mapped(fd: int, view: memoryview, source: mmap.mmap) -> None:
+    """Write a chunk that is (a slice of) a memory-mapped file, dropping its pages from this process
+    as they are written: a big file (a merge's spilled column) never becomes resident whole."""
+    offset = int(np.frombuffer(view, np.uint8).ctypes.data - np.frombuffer(source, np.uint8).ctypes.data)
+    written = 0
+    while written < len(view):
+        step = os.write(fd, view[written:written + MAPPED_WRITE_BYTES])
+        begin = offset + written
+        aligned = begin - begin % mmap.PAGESIZE
+        source.madvise(mmap.MADV_DONTNEED, aligned, begin + step - aligned)
+        written += step
 
 
 def write_file(path: str | os.PathLike[str], chunks: Sequence[Buffer]) -> None:

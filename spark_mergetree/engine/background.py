@@ -101,8 +101,8 @@ class BackgroundMerges:
                 self._start(key, table)
 
     def _start(self, key: str, table: MergeTreeTable) -> None:
-        thread = threading.Thread(target=self._run, args=(key, table), name=f"mergetree-merge-{table.path.name}",
-                                  daemon=True)
+        name = str(table.path).rstrip("/").rsplit("/", 1)[-1]  # (a local path or an object-store URL)
+        thread = threading.Thread(target=self._run, args=(key, table), name=f"mergetree-merge-{name}", daemon=True)
         self._running[key] = thread
         thread.start()
 

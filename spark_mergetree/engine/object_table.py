@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from spark_mergetree.engine import clickhouse_ddl
+from spark_mergetree.engine import background, clickhouse_ddl
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import table as table_module
 from spark_mergetree.engine.commit import PartitionOverwriteMode, WriteMode
@@ -313,6 +313,8 @@ class ObjectStoreTable(MergeTreeTable):
             if own:
                 tx.rollback()
             raise
+        if own:
+            background.after_commit(self)
         return names
 
     def _write(self, data: Any, mode: WriteMode, partition_overwrite_mode: PartitionOverwriteMode,
@@ -320,12 +322,13 @@ class ObjectStoreTable(MergeTreeTable):
         own = transaction is None
         tx = transaction if transaction is not None else Transaction(self.coordinator)
         try:
+            if mode == "append":
+                background.throttle(self, tx.visible_parts(self.log))
             staged = self.stage(data, transaction=tx)
             names = self.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode,
                                        transaction=tx)
             if own:
                 tx.commit()
-            return names
         except BaseException:
             if own:
                 tx.rollback()
@@ -333,6 +336,9 @@ class ObjectStoreTable(MergeTreeTable):
                     for part in locals().get("staged", ()):
                         self.parts_store.remove(part.name)
             raise
+        if own:  # merges run in the background, as after a local table's commit
+            background.after_commit(self)
+        return names
 
     def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
         """Upload a merged part under its final key and name it in `tx`. The name is the candidate's

@@ -193,6 +193,7 @@ def test_key_range_read_costs_a_constant_number_of_requests(s3_bucket: str) -> N
     table = create(f"s3://{s3_bucket}/ranged")
     for start in range(0, 40_000, 10_000):
         table.insert(rows(start, 10_000))
+    assert MergeTreeTable.wait_for_merges(timeout=60)  # no background merge's requests in the count
     # Warm: part metadata (file sizes, marks, primary indexes) is cached per process by part identity.
     table.to_arrow(["id", "value"], where="id BETWEEN 20000 AND 20010")
     before = REQUESTS.snapshot()
@@ -319,7 +320,7 @@ def test_optimize_final_leaves_one_part_per_partition_and_old_snapshots_read(s3_
 
 def test_background_selector_merges_an_object_store_table(s3_bucket: str) -> None:
     table = MergeTreeTable.create(f"s3://{s3_bucket}/small", SCHEMA, order_by="id",
-                                  settings={"merge_parts_threshold": 2})
+                                  settings={"merge_parts_threshold": 2, "auto_merge": False})
     expected = []
     for start in range(0, 400, 100):
         table.insert(rows(start, 100))
@@ -327,6 +328,26 @@ def test_background_selector_merges_an_object_store_table(s3_bucket: str) -> Non
     created = table.merge()
     assert created and len(table.visible_parts()[1]) < 4
     assert same(table.to_arrow(), pa.concat_tables(expected))
+
+
+def test_inserts_into_an_object_store_table_merge_in_the_background(s3_bucket: str) -> None:
+    # Beyond merge_parts_threshold parts, the insert's commit schedules a merge (as on local tables);
+    # no merge()/optimize() is called. The merged part is uploaded by the streaming merge.
+    table = MergeTreeTable.create(f"s3://{s3_bucket}/auto", SCHEMA, order_by="id",
+                                  settings={"merge_parts_threshold": 3, "max_parts_to_merge": 5,
+                                            "merge_selecting_sleep_ms": 50, "index_granularity": 256})
+    expected = [rows(start, 500) for start in range(0, 3000, 500)]
+    for batch in expected[:3]:
+        table.insert(batch)
+    assert MergeTreeTable.wait_for_merges(timeout=60)
+    assert len(table.visible_parts()[1]) == 3  # at the threshold: nothing merged
+    for batch in expected[3:]:
+        table.insert(batch)
+    assert MergeTreeTable.wait_for_merges(timeout=60)
+    visible = table.visible_parts()[1]
+    assert len(visible) < 6 and any(PartInfo.parse(p).level > 0 for p in visible)
+    assert same(table.to_arrow(), pa.concat_tables(expected))
+    assert same(MergeTreeTable.open(f"s3://{s3_bucket}/auto").to_arrow(), pa.concat_tables(expected))
 
 
 def test_a_merge_losing_to_an_overwrite_leaves_the_overwrites_rows_only(s3_bucket: str) -> None:
@@ -337,7 +358,7 @@ def test_a_merge_losing_to_an_overwrite_leaves_the_overwrites_rows_only(s3_bucke
     for start in range(0, 3000, 1000):
         table.insert(rows(start, 1000))
     # The merge takes its snapshot and chooses its parts; the overwrite commits first.
-    tx, reserved, visible = optimizing._begin_merge_transaction(table)
+    tx, reserved, visible = optimizing.begin_merge_transaction(table)
     candidate = merging.select_merges(sorted(visible), {p: table.reader(p).rows for p in visible}, table.metadata,
                                       final=True, reserved=reserved)[0]
     table.overwrite(rows(10_000, 300))
@@ -348,7 +369,7 @@ def test_a_merge_losing_to_an_overwrite_leaves_the_overwrites_rows_only(s3_bucke
 
     # A merge that uploaded its part and then lost (its transaction rolled back) leaves nothing either.
     table.insert(rows(20_000, 300))
-    tx, reserved, visible = optimizing._begin_merge_transaction(table)
+    tx, reserved, visible = optimizing.begin_merge_transaction(table)
     candidate = merging.select_merges(sorted(visible), {p: table.reader(p).rows for p in visible}, table.metadata,
                                       final=True, reserved=reserved)[0]
     tx.remove_parts(table.log, candidate.parts)
