@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_mergetree.errors import CorruptPartError
 from spark_mergetree.format.compression import decompress_all
@@ -132,8 +133,11 @@ def set_granules(data: SkipIndexData, types: Sequence[str], count: int, where: s
     granule that holds more than N distinct values (written as 0 rows: every value may be there).
 
     A granule is a UInt64 row count, then each column's values in its bulk binary form (for plain
-    types the same bytes as row-binary values of that column)."""
+    types the same bytes as row-binary values of that column; a Nullable column's null map, one byte
+    per value, comes before its values, a NULL's value being its type's default)."""
     dts = [parse_type(t) for t in types]
+    nullable = [isinstance(dt, Nullable) for dt in dts]
+    dts = [dt.inner if isinstance(dt, Nullable) else dt for dt in dts]
     widths = [_plain_width(dt) for dt in dts]
     if any(width is None for width in widths):
         raise CorruptPartError(f"{where}: set index of types {', '.join(types)} is not decoded")
@@ -150,8 +154,14 @@ def set_granules(data: SkipIndexData, types: Sequence[str], count: int, where: s
             out.append(None)
             continue
         columns = []
-        for dt, width in zip(dts, widths, strict=True):
+        for dt, width, has_nulls in zip(dts, widths, nullable, strict=True):
             assert width is not None
+            nulls = None
+            if has_nulls:
+                if pos + rows > len(view):
+                    raise CorruptPartError(f"{where}: set granule {granule} ({rows} values) runs past the end")
+                nulls = buf[pos:pos + rows] != 0
+                pos += rows
             if width >= 0:
                 end = pos + rows * width
             else:
@@ -159,6 +169,8 @@ def set_granules(data: SkipIndexData, types: Sequence[str], count: int, where: s
             if end < 0 or end > len(view):
                 raise CorruptPartError(f"{where}: set granule {granule} ({rows} values) runs past the end")
             (column,) = deserialize_rows([dt], view[pos:end], rows)
+            if nulls is not None and nulls.any():
+                column = pc.if_else(pa.array(nulls), pa.scalar(None, column.type), column)
             columns.append(column)
             pos = end
         out.append(columns)

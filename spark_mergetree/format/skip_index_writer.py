@@ -102,7 +102,7 @@ def index_buildable(spec: IndexSpec, types: Sequence[str]) -> bool:
     if spec.type == "minmax":
         return all(isinstance(_base(dt), _SCALAR) for dt in dts)
     if spec.type == "set":
-        return all(isinstance(dt, _SCALAR) for dt in dts)
+        return all(isinstance(dt.inner if isinstance(dt, Nullable) else dt, _SCALAR) for dt in dts)
     if spec.type == "bloom_filter":
         return all(isinstance(_base(dt), _SCALAR) and (_base_name(dt) in _INT_TYPES
                    or _base_name(dt) in ("Float32", "Float64", "String") or _base_name(dt).startswith("FixedString("))
@@ -168,7 +168,14 @@ def _set(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
     parts = [(sizes.astype("<u8").view(np.uint8), np.arange(count + 1, dtype=np.int64) * 8)]
     picks = pa.array(first)
     for dt, values in zip(dts, columns, strict=True):
-        data, offsets = value_chunks(dt, values.take(picks))
+        kept = values.take(picks)
+        if isinstance(dt, Nullable):  # the null map, then the values (a NULL as its type's default)
+            nulls = np.asarray(kept.is_null(), np.uint8) if kept.null_count else np.zeros(len(kept), np.uint8)
+            parts.append((nulls, value_bounds))
+            dt = dt.inner
+            if kept.null_count:
+                kept = kept.fill_null(default_scalar(dt, kept.type))
+        data, offsets = value_chunks(dt, kept)
         parts.append((data, offsets[value_bounds]))
     return interleave_chunks(parts)
 
