@@ -108,7 +108,8 @@ def index_buildable(spec: IndexSpec, types: Sequence[str]) -> bool:
                    or _base_name(dt) in ("Float32", "Float64", "String") or _base_name(dt).startswith("FixedString("))
                    for dt in dts)
     if spec.type in ("ngrambf_v1", "tokenbf_v1"):
-        return all(not isinstance(dt, Nullable) and _base_name(dt) == "String" for dt in dts)
+        return all(not isinstance(dt, Nullable) and (_base_name(dt) == "String" or isinstance(_base(dt), FixedString))
+                   for dt in dts)
     return False
 
 
@@ -250,7 +251,8 @@ def _bloom(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array]
 
 # --- ngrambf_v1 / tokenbf_v1 -----------------------------------------------------------------------
 
-def _text(spec: IndexSpec, columns: Sequence[pa.Array], bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _text(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
+          bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from spark_mergetree.format.skip_index_compiled import text_filters
 
     count = len(bounds) - 1
@@ -258,8 +260,13 @@ def _text(spec: IndexSpec, columns: Sequence[pa.Array], bounds: np.ndarray) -> t
     ngram = int(spec.arguments[0]) if spec.type == "ngrambf_v1" else 0
     filters = np.zeros((count, len(columns), size), np.uint8)
     granule = _granule_of_rows(bounds)
-    for position, values in enumerate(columns):
-        offsets, data = string_buffers(values)
+    for position, (dt, values) in enumerate(zip(dts, columns, strict=True)):
+        if isinstance(_base(dt), FixedString):  # every value's N bytes, zero padding included
+            raw = np.ascontiguousarray(fixed_storage(_base(dt), values, "index"))
+            data = np.frombuffer(raw.tobytes(), np.uint8)
+            offsets = np.arange(len(values) + 1, dtype=np.int64) * (len(data) // max(len(values), 1))
+        else:
+            offsets, data = string_buffers(values)
         text_filters(filters, position, data, offsets, granule, ngram, hashes, seed)
     return filters.reshape(-1), np.arange(count + 1, dtype=np.int64) * len(columns) * size
 
@@ -288,7 +295,7 @@ def write_skip_indexes(specs: Sequence[IndexSpec], type_of: dict[str, str], gran
         elif spec.type == "bloom_filter":
             data, offsets = _bloom(spec, dts, columns, bounds)
         else:
-            data, offsets = _text(spec, columns, bounds)
+            data, offsets = _text(spec, dts, columns, bounds)
         writer = CompressedStreamWriter(codec, min_block, max_block)
         writer.write_granules(np.ascontiguousarray(data, np.uint8).data, np.asarray(offsets, np.int64))
         writer.finish()

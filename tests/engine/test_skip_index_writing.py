@@ -263,7 +263,9 @@ MORE_TYPES = """CREATE TABLE w (k UInt64, lc LowCardinality(String), fs FixedStr
     INDEX g (u16, fs) TYPE set(0) GRANULARITY 1,
     INDEX h (i8, e, d32) TYPE set(20) GRANULARITY 1,
     INDEX i lc TYPE minmax GRANULARITY 1,
-    INDEX j lc TYPE ngrambf_v1(4, 256, 2, 1) GRANULARITY 3)
+    INDEX j lc TYPE ngrambf_v1(4, 256, 2, 1) GRANULARITY 3,
+    INDEX l fs TYPE ngrambf_v1(3, 128, 2, 5) GRANULARITY 1,
+    INDEX m fs TYPE tokenbf_v1(128, 2, 0) GRANULARITY 2)
     ENGINE = MergeTree ORDER BY k
     SETTINGS index_granularity = 128, min_bytes_for_wide_part = 0, compress_marks = 0, compress_primary_key = 0,
     packed_skip_index_max_bytes = 0, default_compression_codec = 'ZSTD(3)'"""
@@ -285,7 +287,7 @@ def test_index_bytes_for_more_types_and_zstd(tmp_path) -> None:
     close_session()
     (theirs,) = part_dirs(data_dir)
     expected = _index_files(theirs)
-    assert len(expected) == 20
+    assert len(expected) == 24
     assert _index_files(ours.path / ours.parts()[0].name) == expected
 
 
