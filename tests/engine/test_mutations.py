@@ -341,3 +341,22 @@ def test_updates_of_every_kind_of_column_read_the_same_in_clickhouse(tmp_path: P
     assert len(ours) == 5
     (select,) = run_chdb(root, "SELECT k, lc, n, d, a, toFloat64(dec) FROM db.t ORDER BY k")
     assert rows(select) == ours
+
+
+def test_delete_racing_an_overwrite_never_resurrects_replaced_rows(tmp_path: Path) -> None:
+    _, table = _catalog_table(tmp_path)
+    table.insert(_data(0, 50))
+    tx = Transaction(table.coordinator)
+    tx.visible_parts(table.log)
+    table.overwrite(_data(1000, 20))  # replaces every part the delete would give a new version
+    with pytest.raises(SerializationError):
+        table.delete("k % 2 = 0", transaction=tx)
+    assert _tsv(table.to_arrow()) == _tsv(_data(1000, 20))
+    # And the other way round: the overwrite loses to a delete holding the removal locks.
+    tx = Transaction(table.coordinator)
+    table.delete("k % 2 = 0", transaction=tx)
+    with pytest.raises(SerializationError):
+        table.overwrite(_data(2000, 5))
+    tx.commit()
+    expected = _data(1000, 20)
+    assert _tsv(table.to_arrow()) == _tsv(expected.filter(pc.equal(pc.bit_wise_and(expected["k"], 1), 1)))
