@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -213,9 +213,9 @@ def _with_mask(reader: PartReader, table: MergeTreeTable, mask: pa.Array | pa.Ch
     """The files a first DELETE changes or adds in a part: the mask's streams (granules as the
     part's), `columns.txt` with `_row_exists` last, and `checksums.txt` listing them; the part's
     other files stay as they are (`replaced` of `TableParts.clone_part`)."""
+    settings = replace(table.metadata.writer_settings, skip_indexes=())  # the part keeps its index files
     written = write_wide_part_by_column(reader.rows, [(ROW_EXISTS_COLUMN, "UInt8")], lambda _name: mask, [], None,
-                                        table.metadata.writer_settings,
-                                        np.asarray(reader.granule_rows, dtype=np.int64))
+                                        settings, np.asarray(reader.granule_rows, dtype=np.int64))
     added = Checksums.parse(written.files[CHECKSUMS_FILE]).files
     stem = escape_for_file_name(ROW_EXISTS_COLUMN) + "."
     out = PartFiles(rows=reader.rows)
