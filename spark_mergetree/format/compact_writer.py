@@ -36,6 +36,7 @@ from spark_mergetree.format.part_writer import (
     write_wide_part,
 )
 from spark_mergetree.format.serialization import serialize_column
+from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX
 from spark_mergetree.format.types import DataType, parse_type
 
 __all__ = [
@@ -98,8 +99,12 @@ def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray
     """Each granule's substreams of one column, in the order they are written: [(name, bytes)]."""
     if not _has_low_cardinality(dt):
         streams = serialize_column(dt, name, column, granule_rows, string_sizes=string_sizes)
-        return [[(stream, s.data[int(s.granule_offsets[g]):int(s.granule_offsets[g + 1])])
-                 for stream, s in streams.items()] for g in range(len(granule_rows))]
+        # A stream's prefix (a Variant's discriminators mode) is a substream of its own in every granule,
+        # all prefixes before the column's other substreams.
+        heads = [(stream + PREFIX, s.data[:int(s.granule_offsets[0])]) for stream, s in streams.items()
+                 if int(s.granule_offsets[0])]
+        return [heads + [(stream, s.data[int(s.granule_offsets[g]):int(s.granule_offsets[g + 1])])
+                            for stream, s in streams.items()] for g in range(len(granule_rows))]
     granules = []
     start = 0
     for rows in granule_rows.tolist():
@@ -174,6 +179,7 @@ def write_compact_part(
         chain = dict(settings.column_codecs).get(name)
         generic = chain.for_stream(None, settings.codec) if chain is not None else settings.codec
         codecs.append({**{s + _DICT_PREFIX: generic for s in stream_codecs if s + _DICT in stream_codecs},
+                       **{s + PREFIX: generic for s in stream_codecs if s.endswith(DISCRIMINATORS)},
                        **stream_codecs})
 
     substreams = [[stream for stream, _ in granules[0]] for granules in per_column] if len(granule_rows) else [

@@ -36,6 +36,7 @@ from spark_mergetree.format.types import (
     Time,
     Time64,
     Tuple,
+    Variant,
     is_nullable,
     time_ticks,
     to_arrow,
@@ -119,6 +120,8 @@ def _arrow_type_is_exact(dt: DataType) -> bool:
         return _arrow_type_is_exact(dt.key) and _arrow_type_is_exact(dt.value)
     if isinstance(dt, Tuple):
         return all(_arrow_type_is_exact(e) for e in dt.elements)
+    if isinstance(dt, Variant):
+        return False  # a row may set several fields
     if isinstance(dt, (Enum, DateTime, Time, Time64)):
         return False  # names and seconds outside the enum / 1970..2106 / ±999:59:59
     if isinstance(dt, DateTime64):
@@ -559,7 +562,37 @@ def _tuple(arr: pa.Array, dt: Tuple, column: str) -> pa.Array:
     return pa.StructArray.from_arrays(converted, fields=list(target))
 
 
+def _variant(arr: pa.Array, dt: Variant, column: str) -> pa.Array:
+    """A struct with fields named by some of the variants' types, at most one set per row (none for
+    NULL): the struct `to_arrow(dt)` reads give, which is also what is written back."""
+    t = arr.type
+    if not pa.types.is_struct(t):
+        raise _refuse_type("struct (one field per variant type, named by the type)")
+    have = [t.field(i).name for i in range(t.num_fields)]
+    unknown = [name for name in have if name not in dt.names]
+    if unknown or len(set(have)) != len(have):
+        raise _Refusal(f"the struct has fields {', '.join(have)}; the variants are {', '.join(dt.names)}")
+    children = dict(zip(have, arr.flatten(), strict=True))
+    set_count = np.zeros(len(arr), np.int64)
+    for child in children.values():
+        set_count += np.asarray(child.is_valid(), dtype=np.int64)
+    if (set_count > 1).any():
+        row = int(np.argmax(set_count > 1))
+        raise _Refusal(f"row {row} sets {int(set_count[row])} variants; a Variant value has one type")
+    fields = []
+    for name, variant in zip(dt.names, dt.variants, strict=True):
+        child = children.get(name)
+        mine = np.zeros(len(arr), bool) if child is None else np.asarray(child.is_valid(), dtype=bool)
+        values = pa.array([], type=to_arrow(variant)) if child is None else child.filter(pa.array(mine))
+        converted = _conform_child(values, variant, _element_label(column, f".{name}"))
+        # Row r takes the k-th value when it is the k-th row setting this variant; NULL elsewhere
+        # (writing reads only the rows that set it).
+        fields.append(converted.take(pa.array(np.cumsum(mine, dtype=np.int64) - 1, mask=~mine)))
+    return pa.StructArray.from_arrays(fields, fields=list(to_arrow(dt)), mask=pa.array(set_count == 0))
+
+
 _HANDLERS: dict[type[DataType], Callable[[pa.Array, Any, str], pa.Array]] = {
     Primitive: _primitive, Decimal: _decimal, FixedString: _fixed_string, Enum: _enum,
     AggregateFunction: _aggregate_states, DateTime: _datetime, DateTime64: _datetime64, Time: _time, Time64: _time, Array: _array, Map: _map, Tuple: _tuple,
+    Variant: _variant,
 }

@@ -41,7 +41,8 @@ from spark_mergetree.errors import (
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
 from spark_mergetree.format.cityhash import file_hash
-from spark_mergetree.format.compression import decompress_all, decompress_range, iter_blocks
+from spark_mergetree.format.compression import CHECKSUM_SIZE, decompress_all, decompress_range, iter_blocks
+from spark_mergetree.format.compression_codecs import BLOCK_HEADER, HEADER_SIZE
 from spark_mergetree.format.marks import (
     COMPACT_EXTENSIONS,
     WIDE_EXTENSIONS,
@@ -69,7 +70,7 @@ from spark_mergetree.format.part_writer import PARTITION_FILE
 from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
-from spark_mergetree.format.streams import stream_names
+from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, stream_names
 from spark_mergetree.format.types import DataType, parse_column_type, parse_type, to_arrow
 
 GranuleRange = tuple[int, int]
@@ -554,6 +555,40 @@ class PartReader:
             out[stream] = b"".join(pieces)
         return out
 
+    def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
+                       names: Sequence[str]) -> dict[str, bytes | bytearray]:
+        """Streams whose prefix (a state written once, before the first granule) the deserializer
+        reads first: a Variant's `.variant_discr` starts with its discriminators mode. A Wide part
+        keeps the prefix at the start of the stream's file, before mark 0; a Compact part keeps it
+        in the substream `<stream>_prefix` of every granule (the first granule's is read)."""
+        out = dict(streams)
+        for stream in names:
+            if stream.endswith(DISCRIMINATORS):
+                out[stream] = self._stream_prefix(stream) + streams[stream]
+        return out
+
+    def _stream_prefix(self, stream: str) -> bytearray:
+        key = ("prefix", stream)
+        if key not in self._decoded:
+            prefix: bytes | bytearray
+            if self.is_compact:
+                _marks, substreams = self.compact_layout
+                if stream + PREFIX not in substreams:
+                    raise CorruptPartError(f"{self._path(SUBSTREAMS_FILE)}: no substream {stream + PREFIX!r}")
+                prefix = self._compact_streams([stream + PREFIX], 0, 1)[stream + PREFIX]
+            else:
+                first = (int(self.wide_marks(stream)[0, 0]), int(self.wide_marks(stream)[0, 1]))
+                file = stream + ".bin"
+                self._require(file)
+                stop = first[0]
+                if first[1]:  # the prefix ends inside the block mark 0 points into: read through that block
+                    header = self.source.read_range(self.part, file, first[0], first[0] + CHECKSUM_SIZE + HEADER_SIZE)
+                    stop = first[0] + CHECKSUM_SIZE + BLOCK_HEADER.unpack_from(header, CHECKSUM_SIZE)[1]
+                prefix = self._read_verified_blocks(
+                    file, 0, stop, lambda buf: decompress_range(buf, self._path(file), (0, 0), first))
+            self._decoded[key] = prefix
+        return bytearray(cast(bytearray, self._decoded[key]))
+
     def read_column(self, name: str, ranges: Sequence[GranuleRange]) -> pa.Array:
         """A column's values over granule ranges (as from merge_ranges), concatenated; every row the
         part holds, deleted or not (`read` drops deleted rows)."""
@@ -571,6 +606,7 @@ class PartReader:
                     streams = self._compact_streams(names, begin, end)
                 else:
                     streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
+                streams = self._with_prefixes(streams, names)
                 # (deserialize_column reads bytearrays as it reads bytes)
                 chunks.append(deserialize_column(dt, name, cast(Mapping[str, bytes], streams), rows,
                                                  self.serialization.string_sizes, sparse,

@@ -14,10 +14,12 @@ from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError
+from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.aggregate_states import state_lengths
+from spark_mergetree.format.conform import conform_array
 from spark_mergetree.format.low_cardinality import (
     LowCardinalityState,
     deserialize_low_cardinality,
@@ -25,14 +27,17 @@ from spark_mergetree.format.low_cardinality import (
 )
 from spark_mergetree.format.sparse import default_cursors, read_sparse_positions, spread_sparse
 from spark_mergetree.format.streams import (
+    DISCRIMINATORS,
     SparseSpec,
     StreamBytes,
     element_base,
     external_name,
     internal_names,
     sparse_streams,
+    variant_base,
 )
 from spark_mergetree.format.types import (
+    VARIANT_NULL,
     AggregateFunction,
     Array,
     DataType,
@@ -40,6 +45,7 @@ from spark_mergetree.format.types import (
     Map,
     Nullable,
     Tuple,
+    Variant,
     to_arrow,
 )
 from spark_mergetree.format.values import (
@@ -49,6 +55,7 @@ from spark_mergetree.format.values import (
     combine,
     default_scalar,
     encode_classic,
+    encode_varuints,
     fixed_storage,
     fixed_to_arrow,
     fixed_width,
@@ -124,7 +131,50 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
             _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last)
         return
+    if isinstance(dt, Variant):
+        arr = conform_array(arr, dt, column)
+        _serialize_variant(dt, base, level, arr, bounds, string_sizes, column, out, states, last)
+        return
     _serialize_values(dt, base, arr, bounds, string_sizes, column, out, allow_nulls=False)
+
+
+def variant_discriminators(dt: Variant, arr: pa.Array) -> np.ndarray:
+    """Each row's discriminator: the position of its set field in the struct, VARIANT_NULL for none."""
+    discriminators = np.full(len(arr), VARIANT_NULL, np.uint8)
+    for i, field in enumerate(arr.flatten()):
+        discriminators[np.asarray(field.is_valid(), dtype=bool)] = i
+    return discriminators
+
+
+def _serialize_variant(dt: Variant, base: str, level: int, arr: pa.Array, bounds: np.ndarray, string_sizes: bool,
+                       column: str, out: dict[str, StreamBytes], states: dict[str, LowCardinalityState],
+                       last: bool) -> None:
+    """Compact discriminators mode (the 26.x default): per granule of rows, VarUInt rows, then format
+    1 + the one discriminator when every row has it, else format 0 + one discriminator per row."""
+    discriminators = variant_discriminators(dt, arr)
+    state = states.setdefault(base + DISCRIMINATORS, LowCardinalityState())
+    pieces = [] if state.started else [np.array([DISCRIMINATORS_COMPACT], "<u8").view(np.uint8)]
+    state.started = True
+    offsets = np.zeros(len(bounds), np.int64)
+    offsets[0] = written = sum(len(p) for p in pieces)
+    for g in range(len(bounds) - 1):
+        rows = discriminators[bounds[g]:bounds[g + 1]]
+        if len(rows):
+            count, _ = encode_varuints(np.array([len(rows)], np.uint64))
+            if (rows == rows[0]).all():
+                pieces += [count, np.array([GRANULE_COMPACT, rows[0]], np.uint8)]
+            else:
+                pieces += [count, np.array([GRANULE_PLAIN], np.uint8), rows]
+            written += len(count) + 1 + (1 if (rows == rows[0]).all() else len(rows))
+        offsets[g + 1] = written
+    data = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+    out[base + DISCRIMINATORS] = StreamBytes(data.tobytes(), offsets)
+    for i, (name, variant, field) in enumerate(zip(dt.names, dt.variants, arr.flatten(), strict=True)):
+        mine = discriminators == i
+        before = np.zeros(len(mine) + 1, np.int64)
+        np.cumsum(mine, out=before[1:])
+        _serialize(variant, variant_base(base, name), level, field.filter(pa.array(mine)), before[bounds],
+                   string_sizes, column, out, states, last)
 
 
 def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray, string_sizes: bool, column: str,
@@ -157,10 +207,10 @@ def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray
 
 def default_column(dt: DataType, num_rows: int) -> pa.Array:
     """`num_rows` default values of a type (what a part written before a column existed holds):
-    NULL for Nullable, empty for Array/Map, zero/empty for the rest, element-wise for Tuple."""
+    NULL for Nullable and Variant, empty for Array/Map, zero/empty for the rest, element-wise for Tuple."""
     arrow_type = to_arrow(dt)
     inner = dt.inner if isinstance(dt, LowCardinality) else dt
-    if isinstance(inner, Nullable):
+    if isinstance(inner, (Nullable, Variant)):  # a Variant's default is NULL
         return pa.nulls(num_rows, arrow_type)
     if isinstance(inner, (Array, Map)):
         one = pa.array([[]], arrow_type)
@@ -245,6 +295,8 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         children = [_deserialize(e, element_base(base, name), level, n, string_sizes, cursors, sparse)
                     for name, e in zip(dt.element_names, dt.elements, strict=True)]
         return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
+    if isinstance(dt, Variant):
+        return _deserialize_variant(dt, base, level, n, string_sizes, cursors)
     if is_string(dt):
         if string_sizes:
             lengths = cursors[base + ".size"].sizes(n)
@@ -258,3 +310,65 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
     width = fixed_width(dt)
     raw = cursors[base].take(n * width)
     return fixed_to_arrow(dt, raw, n, base)
+
+
+# Discriminators serialization modes (the 8-byte prefix of `.variant_discr`) and, in compact mode,
+# the format byte of each granule: its discriminators follow, or one discriminator stands for all rows.
+DISCRIMINATORS_BASIC, DISCRIMINATORS_COMPACT = 0, 1
+GRANULE_PLAIN, GRANULE_COMPACT = 0, 1
+
+
+def read_discriminators(cursor: Cursor, n: int) -> np.ndarray:
+    """`n` discriminators from a `.variant_discr` stream that starts with its mode (the prefix)."""
+    mode = cursor.uint64()
+    if mode == DISCRIMINATORS_BASIC:
+        return cursor.take(n)
+    if mode != DISCRIMINATORS_COMPACT:
+        raise UnsupportedError(f"stream {cursor.name!r}: discriminators serialization mode {mode} is not supported")
+    pieces = []
+    left = n
+    while left:
+        at = cursor.pos
+        rows = cursor.varuint()
+        kind = int(cursor.take(1)[0])
+        if rows == 0 or rows > left:
+            raise CorruptPartError(f"stream {cursor.name!r}: a granule of {rows} discriminators at offset {at} "
+                                   f"where {left} rows are left to read")
+        if kind == GRANULE_COMPACT:
+            pieces.append(np.full(rows, cursor.take(1)[0], np.uint8))
+        elif kind == GRANULE_PLAIN:
+            pieces.append(cursor.take(rows))
+        else:
+            raise CorruptPartError(f"stream {cursor.name!r}: unknown granule format {kind} at offset {at}")
+        left -= rows
+    return np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+
+
+def spread_variant(dt: DataType, values: pa.Array, mine: np.ndarray) -> pa.Array:
+    """One field of a Variant's struct: row r takes the variant's k-th value when it is the k-th row
+    holding this variant (`mine`), and is NULL elsewhere. Fields of a Tuple stay non-NULL under a NULL
+    tuple (they keep their defaults), as the Arrow type says they are."""
+    n = len(mine)
+    filled = values.take(pa.array(np.maximum(np.cumsum(mine, dtype=np.int64) - 1, 0))) if len(values) \
+        else default_column(dt, n)
+    if isinstance(dt, Tuple):
+        return pa.StructArray.from_arrays(filled.flatten(), fields=list(filled.type), mask=pa.array(~mine))
+    return apply_nulls(filled, ~mine)
+
+
+def _deserialize_variant(dt: Variant, base: str, level: int, n: int, string_sizes: bool,
+                         cursors: dict[str, Cursor]) -> pa.Array:
+    cursor = cursors[base + DISCRIMINATORS]
+    discriminators = read_discriminators(cursor, n)
+    bad = (discriminators >= len(dt.variants)) & (discriminators != VARIANT_NULL)
+    if bad.any():
+        raise CorruptPartError(f"stream {cursor.name!r}: discriminator {int(discriminators[np.argmax(bad)])} "
+                               f"for {dt.to_clickhouse()}")
+    fields = []
+    for i, (name, variant) in enumerate(zip(dt.names, dt.variants, strict=True)):
+        mine = discriminators == i
+        values = _deserialize(variant, variant_base(base, name), level, int(np.count_nonzero(mine)), string_sizes,
+                              cursors)
+        fields.append(spread_variant(variant, values, mine))
+    validity = pa.array(discriminators != VARIANT_NULL)
+    return pa.StructArray.from_arrays(fields, fields=list(to_arrow(dt)), mask=pc.invert(validity))

@@ -18,13 +18,18 @@ import numpy as np
 from spark_mergetree.errors import CorruptPartError, UnsupportedError
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.sparse import sparse_capable
-from spark_mergetree.format.types import Array, DataType, LowCardinality, Map, Nullable, Tuple
+from spark_mergetree.format.types import Array, DataType, LowCardinality, Map, Nullable, Tuple, Variant
 from spark_mergetree.format.values import is_string
 
 __all__ = [
     "StreamBytes", "SparseSpec", "stream_names", "stream_value_types", "sparse_streams",
-    "internal_names", "external_name", "element_base",
+    "internal_names", "external_name", "element_base", "variant_base", "DISCRIMINATORS", "PREFIX",
 ]
+
+# The stream of a Variant's discriminators, and the suffix of the substream a Compact part keeps a
+# stream's prefix in (a Wide part keeps it at the start of the stream's file, before the first mark).
+DISCRIMINATORS = ".variant_discr"
+PREFIX = "_prefix"
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,11 @@ class StreamBytes:
 
 def element_base(base: str, element: str) -> str:
     return f"{base}%2E{escape_for_file_name(element)}"
+
+
+def variant_base(base: str, type_name: str) -> str:
+    """Streams of one variant of a Variant column: `<column>.<escaped type name>` (`v.Array%28UInt8%29`)."""
+    return f"{base}.{escape_for_file_name(type_name)}"
 
 
 SparseSpec = bool | Mapping[str, Any] | Collection[str] | None
@@ -134,6 +144,10 @@ def _collect_streams(dt: DataType, base: str, level: int, string_sizes: bool, ou
     elif isinstance(dt, Tuple):
         for name, element in zip(dt.element_names, dt.elements, strict=True):
             _collect_streams(element, element_base(base, name), level, string_sizes, out, sparse)
+    elif isinstance(dt, Variant):
+        out.append((base + DISCRIMINATORS, None))
+        for name, variant in zip(dt.names, dt.variants, strict=True):
+            _collect_streams(variant, variant_base(base, name), level, string_sizes, out)
     elif isinstance(dt, LowCardinality):
         out.extend([(base + ".dict", dt.dictionary_type), (base, None)])
     elif is_string(dt) and string_sizes:

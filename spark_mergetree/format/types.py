@@ -16,7 +16,7 @@ from spark_mergetree.errors import FormatError, SchemaMismatchError, Unsupported
 
 __all__ = [
     "DataType", "AggregateFunction", "Primitive", "FixedString", "DateTime", "DateTime64", "Time", "Time64", "Decimal", "Enum",
-    "Nullable", "Array", "Map", "Tuple", "LowCardinality",
+    "Nullable", "Array", "Map", "Tuple", "LowCardinality", "Variant", "VARIANT_NULL",
     "parse_type", "parse_column_type", "to_arrow", "to_arrow_field", "from_arrow", "is_nullable", "datetime64_arrow_unit", "time_ticks",
     "TIME_MAX_SECONDS",
     "PRIMITIVE_NAMES", "DEFAULT_TIMEZONE",
@@ -253,7 +253,7 @@ class Nullable(DataType):
     inner: DataType
 
     def __post_init__(self) -> None:
-        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality)):
+        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant)):
             raise FormatError(f"Nullable cannot wrap {self.inner.to_clickhouse()}")
 
     def _spelling(self) -> str:
@@ -317,6 +317,37 @@ class LowCardinality(DataType):
 
     def _spelling(self) -> str:
         return f"LowCardinality({self.inner.to_clickhouse()})"
+
+
+# The discriminator of a NULL Variant value.
+VARIANT_NULL = 255
+
+
+@dataclass(frozen=True)
+class Variant(DataType):
+    """Variant(T1, T2, ...): each row holds a value of one of the types, or NULL. The types are kept
+    sorted by their names, as ClickHouse sorts them: a value's discriminator is its type's position."""
+
+    variants: tuple[DataType, ...]
+
+    def __post_init__(self) -> None:
+        if not self.variants or len(self.variants) > VARIANT_NULL:
+            raise FormatError(f"Variant needs 1 to {VARIANT_NULL} types, got {len(self.variants)}")
+        for v in self.variants:
+            if isinstance(v, (Nullable, Variant)) or (isinstance(v, LowCardinality) and isinstance(v.inner, Nullable)):
+                raise FormatError(f"Variant cannot hold {v.to_clickhouse()} (a NULL is the Variant's own)")
+        names = [v.to_clickhouse() for v in self.variants]
+        if len(set(names)) != len(names):
+            raise FormatError(f"Variant has duplicate types: {names!r}")
+        object.__setattr__(self, "variants", tuple(sorted(self.variants, key=lambda v: v.to_clickhouse())))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The variants' type names: the names of their subcolumns and of the Arrow struct's fields."""
+        return tuple(v.to_clickhouse() for v in self.variants)
+
+    def _spelling(self) -> str:
+        return "Variant(" + ", ".join(self.names) + ")"
 
 
 def _quote(text: str) -> str:
@@ -475,6 +506,13 @@ class _Parser:
                 arguments.append(self.type())
             self._take("punct", ")")
             return AggregateFunction(function, tuple(arguments))
+        if name == "Variant":
+            self._take("punct", "(")
+            variants = [self.type()]
+            while self._accept(","):
+                variants.append(self.type())
+            self._take("punct", ")")
+            return Variant(tuple(variants))
         if name in ("Nullable", "Array", "LowCardinality"):
             self._take("punct", "(")
             inner = self.type()
@@ -600,12 +638,15 @@ def to_arrow(dt: DataType) -> pa.DataType:
                        pa.field("value", to_arrow(dt.value), nullable=is_nullable(dt.value)))
     if isinstance(dt, Tuple):
         return pa.struct([pa.field(n, to_arrow(e), nullable=is_nullable(e)) for n, e in zip(dt.element_names, dt.elements, strict=True)])
+    if isinstance(dt, Variant):
+        # One nullable field per variant, named by its type; at most one is set, none for NULL.
+        return pa.struct([pa.field(n, to_arrow(v), nullable=True) for n, v in zip(dt.names, dt.variants, strict=True)])
     raise UnsupportedError(f"no Arrow mapping for {dt.to_clickhouse()}")
 
 
 def is_nullable(dt: DataType) -> bool:
     """True when values of `dt` can be NULL (Nullable, or LowCardinality(Nullable(...)))."""
-    return isinstance(dt, Nullable) or (isinstance(dt, LowCardinality) and isinstance(dt.inner, Nullable))
+    return isinstance(dt, (Nullable, Variant)) or (isinstance(dt, LowCardinality) and isinstance(dt.inner, Nullable))
 
 
 def to_arrow_field(name: str, dt: DataType) -> pa.Field:

@@ -421,6 +421,17 @@ class Cursor:
     def uint64(self) -> int:
         return int(self.take(8).view("<u8")[0])
 
+    def varuint(self) -> int:
+        """One LEB128 unsigned integer (at most 10 bytes)."""
+        value = shift = 0
+        for _ in range(10):
+            byte = int(self.take(1)[0])
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+        raise CorruptPartError(f"stream {self.name!r}: a varint longer than 10 bytes ends at offset {self.pos}")
+
     def at_end(self) -> bool:
         return self.pos >= len(self.buf)
 

@@ -1,0 +1,172 @@
+"""Variant columns against chdb: parts ClickHouse writes (Wide and Compact, partitioned or not, several
+granules, NULLs, every variant populated, granules holding one variant only) read as SELECT returns
+them; our parts of the same rows are attached by ClickHouse, pass CHECK TABLE and SELECT returns them.
+
+A Variant reads as a struct with one nullable field per variant type (named by the type): the
+expected struct is built from ClickHouse's own `variantType(v)` and `variantElement(v, 'T')`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.types import Array, Variant, parse_type
+from tests.format.chdb_util import close_session, make_chdb_table
+from tests.format.test_part_interop import _attach_and_check
+from tests.format.test_serialization import _chdb_arrow, _normalize
+
+ROWS = 300
+V = "Variant(Int32, String, Array(UInt16), Tuple(a Float64, b String))"
+AV = "Array(Variant(UInt8, String))"
+# Rows 0..63 (the first granule) hold Strings only, rows 256.. are NULL, the rest cycle through
+# every variant and NULL.
+V_EXPR = (f"multiIf(number < 64, ('s' || toString(number))::{V}, number >= 256, NULL::{V}, number % 5 = 0, "
+          f"toInt32(-number)::{V}, number % 5 = 1, repeat('x', number % 7)::{V}, number % 5 = 2, "
+          f"range(number % 4)::Array(UInt16)::{V}, number % 5 = 3, (number / 3, toString(number))::Tuple(a Float64, b String)::{V}, NULL::{V})")
+AV_EXPR = "arrayMap(i -> if(i % 2 = 0, toUInt8(i)::Variant(UInt8, String), ('s' || toString(i))::Variant(UInt8, String)), range(number % 4))"
+COLUMNS = [("v", V, V_EXPR), ("av", AV, AV_EXPR)]
+
+PART_KINDS = {
+    "Wide": "min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0",
+    "Compact": "min_bytes_for_wide_part = 1000000000, min_rows_for_wide_part = 1000000000",
+}
+
+
+def _variant_select(name: str, dt: Variant) -> list[str]:
+    return [f"toString(variantType({name})) AS `{name}.type`"] + [
+        f"variantElement({name}, '{t}') AS `{name}.{t}`" for t in dt.names]
+
+
+def _expected_variant(row: dict, name: str, dt: Variant) -> dict | None:
+    kind = row[f"{name}.type"]
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind == "None":
+        return None
+    return {t: row[f"{name}.{t}"] if t == kind else None for t in dt.names}
+
+
+def _ours_variant(value: dict | None, dt: Variant) -> dict | None:
+    if value is None:
+        return None
+    assert sum(v is not None for v in value.values()) == 1, value
+    return {t: _normalize(vt, value[t]) for t, vt in zip(dt.names, dt.variants, strict=True)}
+
+
+def _expected_rows(sess, table: str) -> list[dict]:
+    """What ClickHouse SELECTs, as our struct form of each Variant."""
+    v = parse_type(V)
+    av = parse_type(AV)
+    assert isinstance(v, Variant) and isinstance(av, Array) and isinstance(av.inner, Variant)
+    inner = av.inner
+    select = ", ".join(["id", *_variant_select("v", v),
+                        "arrayMap(x -> toString(variantType(x)), av) AS `av.types`",
+                        *(f"arrayMap(x -> variantElement(x, '{t}'), av) AS `av.{t}`" for t in inner.names)])
+    rows = _chdb_arrow(sess, f"SELECT {select} FROM {table} ORDER BY id").to_pylist()
+    out = []
+    for row in rows:
+        items = []
+        for i, kind in enumerate(row["av.types"]):
+            kind = kind.decode() if isinstance(kind, bytes) else kind
+            items.append({t: row[f"av.{t}"][i] if t == kind else None for t in inner.names})
+        out.append({"id": row["id"], "v": _expected_variant(row, "v", v), "av": items})
+    return out
+
+
+def _our_rows(table: pa.Table) -> list[dict]:
+    v = parse_type(V)
+    av = parse_type(AV)
+    assert isinstance(v, Variant) and isinstance(av, Array) and isinstance(av.inner, Variant)
+    return [{"id": r["id"], "v": _ours_variant(r["v"], v), "av": [_ours_variant(x, av.inner) for x in r["av"]]}
+            for r in table.sort_by("id").to_pylist()]
+
+
+@pytest.mark.parametrize(("partitioned", "discriminators"), [(False, 1), (True, 1), (False, 0)],
+                         ids=["flat", "partitioned", "basic-discriminators"])
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_variant_parts_clickhouse_wrote_read_as_select_returns(tmp_path, kind, partitioned, discriminators):
+    cols = ", ".join(f"`{n}` {t}" for n, t, _ in COLUMNS)
+    exprs = ", ".join(e for _, _, e in COLUMNS)
+    partition = " PARTITION BY intDiv(id, 100)" if partitioned else ""
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree{partition} ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}, "
+                  f"use_compact_variant_discriminators_serialization = {discriminators}",
+        [f"INSERT INTO src SELECT number, {exprs} FROM numbers({ROWS})"])
+    try:
+        kinds = sess.query("SELECT DISTINCT part_type FROM system.parts WHERE table = 'src' AND active",
+                           "TabSeparatedRaw").bytes().decode().split()
+        assert kinds == [kind]
+        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        expected = _expected_rows(sess, "src")
+        assert {r["v"] and next(k for k, x in r["v"].items() if x is not None) for r in expected} == \
+            {None, *parse_type(V).names}  # type: ignore[attr-defined]
+        table = MergeTreeTable.open(data_dir, create_statement=statement)
+        assert _our_rows(table.to_arrow()) == expected
+        # A read of later granules starts at their marks; the discriminators' prefix is read on its own.
+        part = table.parts()[-1]
+        reader = table.reader(part.name)
+        first = int(reader.granule_starts[1])
+        later = reader.read(["id", "v", "av"], ranges=[(1, reader.n_granules)])
+        by_id = {r["id"]: r for r in expected}
+        assert _our_rows(later) == [by_id[i] for i in later.column("id").to_pylist()]
+        assert later.num_rows == reader.rows - first > 0
+
+        # Both ways: the rows we read, written into parts of our own (two inserts; merged too),
+        # are attached by ClickHouse, pass CHECK TABLE and SELECT returns them.
+        ours_table = table.to_arrow()
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        for merge in (False, True):
+            ours = MergeTreeTable.create(
+                tmp_path / f"ours_{merge}", [("id", "UInt64"), *((n, t) for n, t, _ in COLUMNS)], order_by="id",
+                partition_by="intDiv(id, 100)" if partitioned else None,
+                settings={"index_granularity": 64, "auto_merge": False, **settings})
+            ours.insert(ours_table.slice(0, 150))
+            ours.insert(ours_table.slice(150))
+            if merge:
+                assert ours.optimize(final=True)
+            assert {(ours.path / p.name / "data.bin").exists() for p in ours.parts()} == {kind == "Compact"}
+            back = f"back_{int(merge)}"
+            sess.query(f"CREATE TABLE {back} (id UInt64, {cols}) ENGINE = MergeTree{partition} ORDER BY id "
+                       f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+            back_dir = Path(sess.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{back}'",
+                                       "TabSeparatedRaw").bytes().decode().strip())
+            _attach_and_check(sess, back, back_dir, ours)
+            assert _expected_rows(sess, back) == expected
+            assert _our_rows(ours.to_arrow()) == expected
+    finally:
+        close_session()
+
+
+def test_variant_cannot_be_nullable():
+    with pytest.raises(Exception, match="Nullable cannot wrap"):
+        parse_type("Nullable(Variant(UInt8, String))")
+    with pytest.raises(Exception, match="Variant cannot hold"):
+        parse_type("Variant(Nullable(UInt8), String)")
+
+
+def test_variant_types_are_sorted_by_name():
+    assert parse_type("Variant(UInt64, String, Array(UInt8))").to_clickhouse() == "Variant(Array(UInt8), String, UInt64)"
+
+
+_ = (Path, UnsupportedError, _attach_and_check)
+
+
+def test_writing_refuses_a_row_with_two_variants_or_an_unknown_type(tmp_path):
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("v", "Variant(UInt64, String)")], order_by="id")
+    two = pa.array([{"String": "a", "UInt64": None}, {"String": "b", "UInt64": 2}],
+                   pa.struct([("String", pa.string()), ("UInt64", pa.uint64())]))
+    with pytest.raises(SchemaMismatchError, match=r"column 'v'.*row 1 sets 2 variants"):
+        table.insert(pa.table({"id": [1, 2], "v": two}))
+    unknown = pa.array([{"Int8": 1}], pa.struct([("Int8", pa.int8())]))
+    with pytest.raises(SchemaMismatchError, match=r"column 'v'.*fields Int8; the variants are String, UInt64"):
+        table.insert(pa.table({"id": [1], "v": unknown}))
+    assert table.parts() == []
+    # A struct naming only some variants, in another order, with a NULL row, is accepted as it is.
+    some = pa.array([{"UInt64": 7}, None], pa.struct([("UInt64", pa.int64())]))
+    table.insert(pa.table({"id": [1, 2], "v": some}))
+    assert table.to_arrow().column("v").to_pylist() == [{"String": None, "UInt64": 7}, None]
