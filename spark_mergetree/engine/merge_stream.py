@@ -128,28 +128,22 @@ def plan_merged_granules(readers: Sequence[PartReader], meta: TableMetadata, row
 
 
 class _Source:
-    """One source part's key blocks: the rows of its current block not yet merged."""
+    """One source part's key blocks: the rows of its current block not yet merged, and whether
+    another block follows (its next block is read ahead)."""
 
     def __init__(self, blocks: Iterator[pa.Table]) -> None:
         self._blocks = blocks
+        self._following = next(blocks, None)
         self.current: pa.Table | None = None
         self.more = True
         self.advance()
 
     def advance(self) -> None:
-        """Load the next block (`current` None once the part is used up)."""
-        self.current = next(self._blocks, None)
-        self.more = self.current is not None
-        if self.more:  # whether a block follows this one
-            following = next(self._blocks, None)
-            self.more = following is not None
-            if following is not None:
-                self._blocks = _chain(following, self._blocks)
-
-
-def _chain(first: pa.Table, rest: Iterator[pa.Table]) -> Iterator[pa.Table]:
-    yield first
-    yield from rest
+        """Move to the next block (`current` None once the part is used up)."""
+        self.current, self._following = self._following, None
+        if self.current is not None:
+            self._following = next(self._blocks, None)
+        self.more = self._following is not None
 
 
 def merge_streaming(readers: Sequence[PartReader], meta: TableMetadata, keys: set[str], rows: int,
