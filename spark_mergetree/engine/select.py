@@ -278,8 +278,9 @@ def _index_granules(index: SkipIndex, reader: PartReader, predicate: Expr,
 
 
 def _plain_set_type(type_text: str) -> bool:
-    if type_text.startswith("Nullable(") and type_text.endswith(")"):
-        type_text = type_text[len("Nullable("):-1]
+    for wrapper in ("LowCardinality(", "Nullable("):
+        if type_text.startswith(wrapper) and type_text.endswith(")"):
+            type_text = type_text[len(wrapper):-1]
     return not type_text.startswith(("Nullable", "LowCardinality", "Array", "Map", "Tuple", "Variant",
                                      "Dynamic", "JSON", "Object", "Nested"))
 

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from spark_mergetree.errors import CorruptPartError
 from spark_mergetree.format.compression import decompress_all
 from spark_mergetree.format.row_binary import deserialize_rows, read_varuint
-from spark_mergetree.format.types import DataType, Nullable, parse_type
+from spark_mergetree.format.types import DataType, LowCardinality, Nullable, parse_type
 from spark_mergetree.format.values import fixed_width, is_string
 
 __all__ = [
@@ -136,6 +136,8 @@ def set_granules(data: SkipIndexData, types: Sequence[str], count: int, where: s
     types the same bytes as row-binary values of that column; a Nullable column's null map, one byte
     per value, comes before its values, a NULL's value being its type's default)."""
     dts = [parse_type(t) for t in types]
+    low_cardinality = [isinstance(dt, LowCardinality) for dt in dts]
+    dts = [dt.inner if isinstance(dt, LowCardinality) else dt for dt in dts]
     nullable = [isinstance(dt, Nullable) for dt in dts]
     dts = [dt.inner if isinstance(dt, Nullable) else dt for dt in dts]
     widths = [_plain_width(dt) for dt in dts]
@@ -154,8 +156,13 @@ def set_granules(data: SkipIndexData, types: Sequence[str], count: int, where: s
             out.append(None)
             continue
         columns = []
-        for dt, width, has_nulls in zip(dts, widths, nullable, strict=True):
+        for dt, width, has_nulls, dictionary in zip(dts, widths, nullable, low_cardinality, strict=True):
             assert width is not None
+            if dictionary:
+                column, pos = _low_cardinality_values(dt, width, has_nulls, view, buf, pos, rows,
+                                                      f"{where}: set granule {granule}")
+                columns.append(column)
+                continue
             nulls = None
             if has_nulls:
                 if pos + rows > len(view):
@@ -177,6 +184,32 @@ def set_granules(data: SkipIndexData, types: Sequence[str], count: int, where: s
     if pos != len(view):
         raise CorruptPartError(f"{where}: {len(view) - pos} bytes left after {count} set granules")
     return out
+
+
+def _low_cardinality_values(dt: DataType, width: int, nullable: bool, view: memoryview, buf: np.ndarray, pos: int,
+                            rows: int, where: str) -> tuple[pa.Array, int]:
+    """`rows` values of a LowCardinality column in its single-stream bulk form (keys version, index
+    type, dictionary, indexes; for LowCardinality(Nullable) index 0 is NULL), and the end offset."""
+    if pos + 24 > len(view):
+        raise CorruptPartError(f"{where}: LowCardinality values run past the end")
+    _version, flags, keys = struct.unpack_from("<QQQ", view, pos)
+    pos += 24
+    end = pos + keys * width if width >= 0 else _strings_end(buf, pos, keys)
+    if end < 0 or end + 8 > len(view) or flags & 0xFF > 3:
+        raise CorruptPartError(f"{where}: LowCardinality dictionary of {keys} keys runs past the end")
+    (dictionary,) = deserialize_rows([dt], view[pos:end], keys)
+    (count,) = _U64.unpack_from(view, end)
+    index_width = 1 << (flags & 0xFF)
+    pos = end + 8
+    if count != rows or pos + rows * index_width > len(view):
+        raise CorruptPartError(f"{where}: {count} LowCardinality indexes where {rows} values were expected")
+    indexes = np.frombuffer(view[pos:pos + rows * index_width], f"<u{index_width}").astype(np.int64)
+    if len(indexes) and int(indexes.max()) >= keys:
+        raise CorruptPartError(f"{where}: LowCardinality index {int(indexes.max())} of a dictionary of {keys} keys")
+    values = dictionary.take(pa.array(indexes))
+    if nullable and (indexes == 0).any():
+        values = pc.if_else(pa.array(indexes == 0), pa.scalar(None, values.type), values)
+    return values, pos + rows * index_width
 
 
 def _strings_end(buf: np.ndarray, pos: int, rows: int) -> int:

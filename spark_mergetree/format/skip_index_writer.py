@@ -102,7 +102,7 @@ def index_buildable(spec: IndexSpec, types: Sequence[str]) -> bool:
     if spec.type == "minmax":
         return all(isinstance(_base(dt), _SCALAR) for dt in dts)
     if spec.type == "set":
-        return all(isinstance(dt.inner if isinstance(dt, Nullable) else dt, _SCALAR) for dt in dts)
+        return all(isinstance(_base(dt), _SCALAR) for dt in dts)
     if spec.type == "bloom_filter":
         return all(isinstance(_base(dt), _SCALAR) and (_base_name(dt) in _INT_TYPES
                    or _base_name(dt) in ("Float32", "Float64", "String") or _base_name(dt).startswith("FixedString("))
@@ -170,6 +170,9 @@ def _set(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
     picks = pa.array(first)
     for dt, values in zip(dts, columns, strict=True):
         kept = values.take(picks)
+        if isinstance(dt, LowCardinality):
+            parts.append(_low_cardinality_sets(dt, kept, value_bounds))
+            continue
         if isinstance(dt, Nullable):  # the null map, then the values (a NULL as its type's default)
             nulls = np.asarray(kept.is_null(), np.uint8) if kept.null_count else np.zeros(len(kept), np.uint8)
             parts.append((nulls, value_bounds))
@@ -179,6 +182,45 @@ def _set(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
         data, offsets = value_chunks(dt, kept)
         parts.append((data, offsets[value_bounds]))
     return interleave_chunks(parts)
+
+
+_LC_KEYS_VERSION = 1  # LowCardinality's bulk state prefix: keys serialization version
+_LC_FLAGS = (1 << 9) | (1 << 10)  # HasAdditionalKeys | NeedUpdateDictionary, over the index width code
+
+
+def _low_cardinality_sets(dt: LowCardinality, values: pa.Array, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each granule's values of a LowCardinality column in its single-stream bulk form: the keys
+    version, the index type, the granule's dictionary (for LowCardinality(Nullable): a NULL slot, then
+    the default, then the other values in order of appearance) and each value's index into it. A
+    loop over index granules."""
+    inner = dt.inner
+    nullable = isinstance(inner, Nullable)
+    base = inner.inner if isinstance(inner, Nullable) else inner
+    arrow_type = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
+    default = default_scalar(base, arrow_type)
+    pieces: list[bytes] = []
+    for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if begin == end:
+            pieces.append(b"")
+            continue
+        granule = values.slice(begin, end - begin)
+        plain = granule.fill_null(default) if granule.null_count else granule
+        is_default = np.asarray(pc.equal(plain, default).fill_null(False), bool)
+        is_null = np.asarray(granule.is_null(), bool)
+        others = ~is_default & ~is_null
+        reserved = 2 if nullable else 1
+        other_values = plain.filter(pa.array(others))
+        distinct = pc.unique(other_values)  # in order of first appearance
+        keys = pa.concat_arrays([pa.array([default] * reserved, arrow_type), distinct])
+        indices = np.where(is_null, 0, reserved - 1)
+        indices[others] = reserved + np.asarray(pc.index_in(other_values, value_set=distinct), np.int64)
+        code, width = next((c, w) for c, w in enumerate((1, 2, 4, 8)) if len(keys) <= 1 << (8 * w))
+        key_bytes, _ = value_chunks(base, keys)
+        pieces.append(np.array([_LC_KEYS_VERSION, _LC_FLAGS | code, len(keys)], "<u8").tobytes() + key_bytes.tobytes()
+                      + np.array([len(granule)], "<u8").tobytes() + indices.astype(f"<u{width}").tobytes())
+    offsets = np.zeros(len(pieces) + 1, np.int64)
+    np.cumsum([len(p) for p in pieces], out=offsets[1:])
+    return np.frombuffer(b"".join(pieces), np.uint8), offsets
 
 
 # --- bloom_filter ----------------------------------------------------------------------------------

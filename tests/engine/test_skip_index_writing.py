@@ -308,25 +308,33 @@ def test_drop_index_copies_parts_without_it(tmp_path) -> None:
     assert ours.to_arrow().to_pylist() == before
 
 
-NULLABLE_SETS = """CREATE TABLE ns (k UInt64, ni Nullable(Int32), ns Nullable(String),
+NULLABLE_SETS = """CREATE TABLE ns (k UInt64, ni Nullable(Int32), ns Nullable(String), lc LowCardinality(String),
+    lcn LowCardinality(Nullable(String)), lu LowCardinality(UInt32),
     INDEX a ni TYPE set(50) GRANULARITY 1,
     INDEX b ns TYPE set(0) GRANULARITY 1,
-    INDEX c (ni, k) TYPE set(1000) GRANULARITY 1)
+    INDEX c (ni, k) TYPE set(1000) GRANULARITY 1,
+    INDEX d (lc, lcn) TYPE set(100) GRANULARITY 2,
+    INDEX e lu TYPE set(300) GRANULARITY 1)
     ENGINE = MergeTree ORDER BY k
     SETTINGS index_granularity = 128, min_bytes_for_wide_part = 0, compress_marks = 0, compress_primary_key = 0,
     packed_skip_index_max_bytes = 0"""
 NULLABLE_ROWS = ("INSERT INTO ns SELECT number, if(number % 7 = 0, NULL, toInt32(intDiv(number, 300))), "
-                 "if(number % 500 < 100, NULL, concat('w ', toString(intDiv(number, 250)))) FROM numbers(3000)")
+                 "if(number % 500 < 100, NULL, concat('w ', toString(intDiv(number, 250)))), "
+                 "if(number % 9 = 0, '', toString(intDiv(number, 200))), if(number % 4 = 0, NULL, toString(intDiv(number, 400))), "
+                 "intDiv(number, 100) FROM numbers(3000)")
 
 
 @pytest.mark.parametrize("where", ["ni = 5", "ni IS NULL", "ns = 'w 3'", "ns IS NULL", "NOT (ni != 5)",
-                                   "ni IN (1, 2) OR ns IS NULL", "ni IS NOT NULL AND ni > 8"])
+                                   "ni IN (1, 2) OR ns IS NULL", "ni IS NOT NULL AND ni > 8", "lc = '7'",
+                                   "lc = ''", "lcn = '3'", "lcn IS NULL", "lu = 17", "lu IN (3, 29)"])
 def test_nullable_set_indexes(tmp_path, where: str) -> None:
-    """set indexes over Nullable columns: the null map then the values, as ClickHouse writes them;
-    our reads of ClickHouse's parts and of ours skip with them and return ClickHouse's rows."""
-    sess, data_dir = make_chdb_table(tmp_path, NULLABLE_SETS, [NULLABLE_ROWS])
+    """set indexes over Nullable and LowCardinality columns (the null map then the values; the
+    dictionary and indexes), as ClickHouse writes them; our reads of ClickHouse's parts and of ours
+    skip with them and return ClickHouse's rows."""
+    sess, data_dir = make_chdb_table(tmp_path, NULLABLE_SETS, [NULLABLE_ROWS],
+                                     ["SET allow_suspicious_low_cardinality_types = 1"])
     statement = sess.query("SHOW CREATE TABLE ns", "TabSeparatedRaw").bytes().decode()
-    expected = _rows(_arrow(sess, f"SELECT k, ni, ns FROM ns WHERE {where}"))
+    expected = _rows(_arrow(sess, f"SELECT k, ni, ns, lc, lcn, lu FROM ns WHERE {where}"))
     ours = MergeTreeTable.new(tmp_path / "ours", parse_create(statement), {"auto_merge": False})
     ours.write_directory()
     ours.insert(_arrow(sess, "SELECT * FROM ns ORDER BY k"))
@@ -334,6 +342,6 @@ def test_nullable_set_indexes(tmp_path, where: str) -> None:
     (theirs,) = part_dirs(data_dir)
     assert _index_files(ours.path / ours.parts()[0].name) == _index_files(theirs)
     for table in (ours, MergeTreeTable.open(data_dir, create_statement=statement)):
-        assert _rows(table.to_arrow(["k", "ni", "ns"], where=where)) == expected
-    if where in ("ni = 5", "ns = 'w 3'", "NOT (ni != 5)"):
+        assert _rows(table.to_arrow(["k", "ni", "ns", "lc", "lcn", "lu"], where=where)) == expected
+    if where in ("ni = 5", "ns = 'w 3'", "NOT (ni != 5)", "lc = '7'", "lcn = '3'", "lu = 17"):
         assert sum(ours.explain(where).skipped_by_index.values()) > 0
