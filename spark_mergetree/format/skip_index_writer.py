@@ -43,6 +43,7 @@ from spark_mergetree.format.skip_index import (
     hash128_to_64,
 )
 from spark_mergetree.format.types import (
+    Array,
     DataType,
     DateTime,
     DateTime64,
@@ -59,6 +60,7 @@ from spark_mergetree.format.values import (
     default_scalar,
     encode_varuints,
     fixed_storage,
+    list_parts,
     string_buffers,
 )
 
@@ -104,6 +106,7 @@ def index_buildable(spec: IndexSpec, types: Sequence[str]) -> bool:
     if spec.type == "set":
         return all(isinstance(_base(dt), _SCALAR) for dt in dts)
     if spec.type == "bloom_filter":
+        dts = [dt.inner if isinstance(dt, Array) and not isinstance(dt.inner, Nullable) else dt for dt in dts]
         return all(isinstance(_base(dt), _SCALAR) and (_base_name(dt) in _INT_TYPES
                    or _base_name(dt) in ("Float32", "Float64", "String") or _base_name(dt).startswith("FixedString("))
                    for dt in dts)
@@ -264,15 +267,27 @@ def _value_hashes(dt: DataType, values: pa.Array) -> np.ndarray:
     return _int_hash64(unsigned.astype(np.uint64))
 
 
-def _bloom(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
-           bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _bloom(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array], bounds: np.ndarray,
+           granule_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     count = len(bounds) - 1
     bits_per_row, hashes = bloom_filter_parameters(spec.arguments[0] if spec.arguments else 0.025)
     distinct = []
     for dt, values in zip(dts, columns, strict=True):
-        value_hash = _value_hashes(dt, values)
+        value_bounds, extra = bounds, [np.zeros(0, np.uint64)] * count
+        if isinstance(dt, Array):  # the elements' hashes; a data granule of empty arrays adds hash 0
+            lengths, child = list_parts(values)
+            element_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+            value_hash = _value_hashes(dt.inner, child)
+            value_bounds = element_offsets[bounds]
+            elements = np.diff(element_offsets[granule_offsets(granule_rows)])
+            empty = np.zeros(count, bool)
+            empty[np.flatnonzero(elements == 0) // spec.granularity] = True
+            extra = [np.zeros(1 if e else 0, np.uint64) for e in empty.tolist()]
+        else:
+            value_hash = _value_hashes(dt, values)
         # Each granule's distinct hashes (a loop over index granules, each np.unique vectorised).
-        unique = [np.unique(value_hash[begin:end]) for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        unique = [np.unique(np.concatenate((value_hash[begin:end], more))) for begin, end, more
+                  in zip(value_bounds[:-1].tolist(), value_bounds[1:].tolist(), extra, strict=True)]
         counts = np.array([len(u) for u in unique], np.int64)
         distinct.append((np.repeat(np.arange(count, dtype=np.int64), counts), np.concatenate(unique)))
     rows = np.max([np.bincount(g, minlength=count) for g, _ in distinct], axis=0).astype(np.int64)
@@ -335,7 +350,7 @@ def write_skip_indexes(specs: Sequence[IndexSpec], type_of: dict[str, str], gran
         elif spec.type == "set":
             data, offsets = _set(spec, dts, columns, bounds)
         elif spec.type == "bloom_filter":
-            data, offsets = _bloom(spec, dts, columns, bounds)
+            data, offsets = _bloom(spec, dts, columns, bounds, granule_rows)
         else:
             data, offsets = _text(spec, dts, columns, bounds)
         writer = CompressedStreamWriter(codec, min_block, max_block)

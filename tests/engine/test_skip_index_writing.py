@@ -345,3 +345,39 @@ def test_nullable_set_indexes(tmp_path, where: str) -> None:
         assert _rows(table.to_arrow(["k", "ni", "ns", "lc", "lcn", "lu"], where=where)) == expected
     if where in ("ni = 5", "ns = 'w 3'", "NOT (ni != 5)", "lc = '7'", "lcn = '3'", "lu = 17"):
         assert sum(ours.explain(where).skipped_by_index.values()) > 0
+
+
+ARRAYS = """CREATE TABLE arr (k UInt64, tags Array(String), nums Array(UInt32), s String,
+    INDEX a tags TYPE bloom_filter GRANULARITY 1,
+    INDEX b nums TYPE bloom_filter(0.01) GRANULARITY 2,
+    INDEX c (tags, s) TYPE bloom_filter GRANULARITY 1)
+    ENGINE = MergeTree ORDER BY k
+    SETTINGS index_granularity = 128, min_bytes_for_wide_part = 0, compress_marks = 0, compress_primary_key = 0,
+    packed_skip_index_max_bytes = 0"""
+ARRAY_ROWS = ("INSERT INTO arr SELECT number, if(number < 300 OR number % 11 = 0, [], "
+              "arrayMap(x -> concat('t', toString(x)), range(number % 4))), "
+              "if(number BETWEEN 600 AND 800, [], range(number % 5)), toString(number % 77) FROM numbers(2000)")
+
+
+def test_bloom_filters_over_arrays(tmp_path) -> None:
+    """bloom_filter over Array columns hashes the elements (a data granule of empty arrays adds hash
+    0): ClickHouse's bytes, and ClickHouse skips granules of our part for has()."""
+    sess, data_dir = make_chdb_table(tmp_path, ARRAYS, [ARRAY_ROWS])
+    statement = sess.query("SHOW CREATE TABLE arr", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp_path / "ours", parse_create(statement), {"auto_merge": False})
+    ours.write_directory()
+    ours.insert(_arrow(sess, "SELECT * FROM arr ORDER BY k"))
+    (theirs,) = part_dirs(data_dir)
+    mine = ours.path / ours.parts()[0].name
+    assert _index_files(mine) == _index_files(theirs) and len(_index_files(mine)) == 6
+    sess.query("CREATE TABLE arr2 AS arr")
+    target = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'arr2'",
+                             "TabSeparatedRaw").bytes().decode().strip())
+    shutil.copytree(mine, target / "detached" / mine.name)
+    sess.query(f"ALTER TABLE arr2 ATTACH PART '{mine.name}'")
+    assert "0" not in sess.query("CHECK TABLE arr2", "TabSeparatedRaw").bytes().decode().split()
+    explain = sess.query("EXPLAIN indexes = 1 SELECT k FROM arr2 WHERE has(tags, 't3')",
+                         "TabSeparatedRaw").bytes().decode()
+    found = re.search(r"Name: a\n(?:.*\n)*?\s*Granules: (\d+)/(\d+)", explain)
+    assert found is not None and int(found.group(1)) < int(found.group(2)), explain
+    close_session()
