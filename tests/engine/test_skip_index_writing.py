@@ -5,7 +5,6 @@ each index skipping granules of our parts while returning the rows it returns fr
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +16,7 @@ from spark_mergetree.expressions.ddl import parse_create
 from spark_mergetree.expressions.predicate import bind, evaluate, parse_predicate
 from spark_mergetree.format.checksums import Checksums
 from spark_mergetree.format.part_info import PartInfo
-from tests.format.chdb_util import close_session, make_chdb_table, part_dirs
+from tests.format.chdb_util import attach_and_check, close_session, make_chdb_table, part_dirs
 
 CREATE = """CREATE TABLE t (k UInt64, a Int64, b UInt32, s String, n Nullable(Int32), f Float64, d Date,
     doc String, t String,
@@ -108,13 +107,7 @@ def test_inserted_parts_hold_clickhouses_index_bytes(tables) -> None:
 def test_clickhouse_checks_and_uses_the_indexes_of_our_parts(tables) -> None:
     sess, _, ours = tables
     sess.query("CREATE TABLE attached AS t")
-    target = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'attached'",
-                             "TabSeparatedRaw").bytes().decode().strip())
-    for part in ours.parts():
-        shutil.copytree(ours.path / part.name, target / "detached" / part.name)
-        sess.query(f"ALTER TABLE attached ATTACH PART '{part.name}'")
-    check = sess.query("CHECK TABLE attached", "TabSeparatedRaw").bytes().decode().split()
-    assert check and "0" not in check and "1" in check
+    attach_and_check(sess, "attached", [ours.path / part.name for part in ours.parts()])
     for where, index in PREDICATES:
         explain = sess.query(f"EXPLAIN indexes = 1 SELECT k FROM attached WHERE {where} "
                              "SETTINGS use_query_condition_cache = 0", "TabSeparatedRaw").bytes().decode()
@@ -219,12 +212,7 @@ def test_add_materialize_and_drop_index(tmp_path) -> None:
         assert _index_files(mine) == _index_files(their_part) and _index_files(mine)
 
     sess.query("CREATE TABLE m2 AS m")
-    target = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'm2'",
-                             "TabSeparatedRaw").bytes().decode().strip())
-    for name in created:
-        shutil.copytree(ours.path / name, target / "detached" / name)
-        sess.query(f"ALTER TABLE m2 ATTACH PART '{name}'")
-    assert "0" not in sess.query("CHECK TABLE m2", "TabSeparatedRaw").bytes().decode().split()
+    attach_and_check(sess, "m2", [ours.path / name for name in created])
     assert _rows(_arrow(sess, f"SELECT k, s FROM m2 WHERE {where}")) == expected
 
     dropped = ours.drop_index("i_bf")
@@ -371,11 +359,7 @@ def test_bloom_filters_over_arrays(tmp_path) -> None:
     mine = ours.path / ours.parts()[0].name
     assert _index_files(mine) == _index_files(theirs) and len(_index_files(mine)) == 6
     sess.query("CREATE TABLE arr2 AS arr")
-    target = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'arr2'",
-                             "TabSeparatedRaw").bytes().decode().strip())
-    shutil.copytree(mine, target / "detached" / mine.name)
-    sess.query(f"ALTER TABLE arr2 ATTACH PART '{mine.name}'")
-    assert "0" not in sess.query("CHECK TABLE arr2", "TabSeparatedRaw").bytes().decode().split()
+    attach_and_check(sess, "arr2", [mine])
     explain = sess.query("EXPLAIN indexes = 1 SELECT k FROM arr2 WHERE has(tags, 't3')",
                          "TabSeparatedRaw").bytes().decode()
     found = re.search(r"Name: a\n(?:.*\n)*?\s*Granules: (\d+)/(\d+)", explain)

@@ -112,3 +112,17 @@ def active_part_dirs(session: chdb_session.Session, table: str) -> list[Path]:
         "TabSeparatedRaw",
     ).bytes().decode().split()
     return [Path(path) for path in paths]
+
+
+def attach_and_check(session: chdb_session.Session, table: str, parts: Iterable[Path]) -> None:
+    """Copy part directories into ``table``'s detached/ folder, ATTACH PART each, and assert that
+    CHECK TABLE passes."""
+    import shutil
+
+    target = Path(session.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{table}'",
+                                "TabSeparatedRaw").bytes().decode().strip())
+    for part in parts:
+        shutil.copytree(part, target / "detached" / part.name)
+        session.query(f"ALTER TABLE {table} ATTACH PART '{part.name}'")
+    check = session.query(f"CHECK TABLE {table}", "TabSeparatedRaw").bytes().decode().split()
+    assert check and "0" not in check and "1" in check, check

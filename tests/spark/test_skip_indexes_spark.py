@@ -8,7 +8,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from tests.format.chdb_util import close_session, make_chdb_table
+from tests.format.chdb_util import attach_and_check, close_session, make_chdb_table
 
 pytestmark = pytest.mark.spark
 
@@ -49,9 +49,6 @@ def test_spark_writes_parts_with_the_tables_indexes(spark, tmp_path) -> None:
     """A Spark write into a table that declares indexes: every part holds them, ClickHouse attaches
     the parts (CHECK TABLE) and skips granules with them; our reads skip too, `where` with hasToken
     (engine-only: Spark has no filter for it) included."""
-    import shutil
-    from pathlib import Path
-
     from spark_mergetree import MergeTreeTable
     from spark_mergetree.expressions.ddl import parse_create
 
@@ -71,12 +68,7 @@ def test_spark_writes_parts_with_the_tables_indexes(spark, tmp_path) -> None:
     for name in parts:
         files = {p.name for p in (ours.path / name).iterdir()}
         assert {"skp_idx_i_set.idx", "skp_idx_i_bf.idx", "skp_idx_i_tk.idx", "skp_idx_i_tk.mrk2"} <= files
-    target = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 't'",
-                             "TabSeparatedRaw").bytes().decode().strip())
-    for name in parts:
-        shutil.copytree(ours.path / name, target / "detached" / name)
-        sess.query(f"ALTER TABLE t ATTACH PART '{name}'")
-    assert "0" not in sess.query("CHECK TABLE t", "TabSeparatedRaw").bytes().decode().split()
+    attach_and_check(sess, "t", [ours.path / name for name in parts])
     explain = sess.query("EXPLAIN indexes = 1 SELECT k FROM t WHERE s = 'v7919'", "TabSeparatedRaw").bytes().decode()
     granules = re.search(r"Name: i_bf\n(?:.*\n)*?\s*Granules: (\d+)/(\d+)", explain)
     assert granules is not None and int(granules.group(1)) < int(granules.group(2)), explain
