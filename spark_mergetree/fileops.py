@@ -120,9 +120,14 @@ def _write_fd(fd: int, chunks: Sequence[Buffer]) -> None:
     try:
         for chunk in chunks:
             view = memoryview(chunk).cast("B")
-            source = view.obj
-            if isinstance(source, mmap.mmap) and len(view):
-                _write_mapped(fd, view, source)
+            if isinstance(view.obj, mmap.mmap):
+                # A slice at a time, its pages dropped once written: a big memory-mapped file (a
+                # merge's spilled column) never becomes resident whole.
+                for start in range(0, len(view), MAPPED_WRITE_BYTES):
+                    piece = view[start:start + MAPPED_WRITE_BYTES]
+                    while piece:
+                        piece = piece[os.write(fd, piece):]
+                    release_mapped(view[start:start + MAPPED_WRITE_BYTES])
                 continue
             while view:
                 view = view[os.write(fd, view):]
@@ -131,17 +136,15 @@ def _write_fd(fd: int, chunks: Sequence[Buffer]) -> None:
         os.close(fd)
 
 
-def _write_mapped(fd: int, view: memoryview, source: mmap.mmap) -> None:
-    """Write a chunk that is (a slice of) a memory-mapped file, dropping its pages from this process
-    as they are written: a big file (a merge's spilled column) never becomes resident whole."""
-    offset = int(np.frombuffer(view, np.uint8).ctypes.data - np.frombuffer(source, np.uint8).ctypes.data)
-    written = 0
-    while written < len(view):
-        step = os.write(fd, view[written:written + MAPPED_WRITE_BYTES])
-        begin = offset + written
-        aligned = begin - begin % mmap.PAGESIZE
-        source.madvise(mmap.MADV_DONTNEED, aligned, begin + step - aligned)
-        written += step
+def release_mapped(view: memoryview) -> None:
+    """Drop from this process the pages of a memory-mapped file's bytes `view` covers (nothing for
+    other buffers): they are read from the file again if touched, so RSS holds only what is in use."""
+    source = view.obj
+    if not isinstance(source, mmap.mmap) or not len(view):
+        return
+    begin = int(np.frombuffer(view, np.uint8).ctypes.data - np.frombuffer(source, np.uint8).ctypes.data)
+    aligned = begin - begin % mmap.PAGESIZE
+    source.madvise(mmap.MADV_DONTNEED, aligned, begin + len(view) - aligned)
 
 
 def write_file(path: str | os.PathLike[str], chunks: Sequence[Buffer]) -> None:

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spark_mergetree.errors import StorageError, UnsupportedError
+from spark_mergetree.fileops import release_mapped
 from spark_mergetree.storage.azure_store import AzureBucket
 from spark_mergetree.storage.filesystem import LOCAL, Buffer, Entry, FileSystem, RangeReader, byte_view
 from spark_mergetree.storage.gcs_store import GcsBucket
@@ -243,11 +244,17 @@ class ObjectParts:
         """Upload every file of a new part under its final keys (in parallel with `pool`). Nothing
         reads them before a committed log entry names the part."""
         items = sorted(files.items())
+
+        def put(name: str, data: Buffer) -> None:
+            self.bucket.put(self._key(part, name), data)
+            if isinstance(data, memoryview):
+                release_mapped(data)  # a merge's spilled stream: its pages leave memory once sent
+
         if pool is None:
             for name, data in items:
-                self.bucket.put(self._key(part, name), data)
+                put(name, data)
         else:
-            for future in [pool.submit(self.bucket.put, self._key(part, name), data) for name, data in items]:
+            for future in [pool.submit(put, name, data) for name, data in items]:
                 future.result()
         with _PART_FILES_LOCK:
             _PART_FILES[self.url(part)] = {name: len(byte_view(data)) for name, data in items}

@@ -3,10 +3,12 @@ interface, through boto3: storage/object_store.py says why boto3."""
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from spark_mergetree.errors import StorageError, UnsupportedError
+from spark_mergetree.fileops import release_mapped
 from spark_mergetree.storage.filesystem import Buffer
 from spark_mergetree.storage.object_base import (
     MULTIPART_THRESHOLD,
@@ -15,6 +17,9 @@ from spark_mergetree.storage.object_base import (
     http_time,
     joined,
 )
+
+# Parts of a memory-mapped body (a merge's spilled stream) uploaded at once: each is copied once.
+MAPPED_UPLOAD_THREADS = 3
 
 
 class S3Bucket(Bucket):
@@ -112,6 +117,9 @@ class S3Bucket(Bucket):
 
     def put(self, key: str, data: Buffer | Sequence[Buffer], *, if_absent: bool = False,
             if_match: str | None = None) -> str:
+        if isinstance(data, memoryview) and isinstance(data.obj, mmap.mmap) and len(data) >= MULTIPART_THRESHOLD \
+                and not if_absent and if_match is None:
+            return self._multipart(key, data, threads=MAPPED_UPLOAD_THREADS)  # not copied whole
         body = joined(data)
         if len(body) >= MULTIPART_THRESHOLD and not if_absent and if_match is None:
             return self._multipart(key, body)
@@ -122,7 +130,9 @@ class S3Bucket(Bucket):
             arguments["IfMatch"] = if_match
         return str(self._s3("PUT", key, "put_object", **arguments)["ETag"])
 
-    def _multipart(self, key: str, body: bytes) -> str:
+    def _multipart(self, key: str, body: bytes | memoryview, threads: int = 8) -> str:
+        """Upload in parts of MULTIPART_THRESHOLD bytes, `threads` at once. A memory-mapped body (a
+        merge's spilled stream) is read a part at a time and its pages dropped once sent."""
         from concurrent.futures import ThreadPoolExecutor
 
         upload = self._s3("PUT", key, "create_multipart_upload", Key=key)["UploadId"]
@@ -134,10 +144,11 @@ class S3Bucket(Bucket):
             number, chunk = piece
             response = self._s3("PUT", key, "upload_part", Key=key, UploadId=upload, PartNumber=number,
                                 Body=bytes(chunk))
+            release_mapped(chunk)
             return {"PartNumber": number, "ETag": response["ETag"]}
 
         try:
-            with ThreadPoolExecutor(min(8, len(pieces))) as pool:
+            with ThreadPoolExecutor(min(threads, len(pieces))) as pool:
                 parts = list(pool.map(send, pieces))
             return str(self._s3("PUT", key, "complete_multipart_upload", Key=key, UploadId=upload,
                                 MultipartUpload={"Parts": parts})["ETag"])

@@ -4,6 +4,7 @@ ranged reads, listings, and errors that name the URL and the cause."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from spark_mergetree.errors import InvalidOptionError, StorageError, UnsupportedError
@@ -196,3 +197,25 @@ def test_azure_missing_container_and_credentials_name_url_and_cause(azure_server
     with pytest.raises(StorageError, match="connection string is for account 'otheraccount'"):
         MergeTreeTable.open(url, storage_options={"connection_string": other})
     assert list(azure_server.client().get_container_client(container).list_blobs()) == []
+
+
+def test_a_memory_mapped_body_goes_up_in_parts_without_a_whole_copy(s3_bucket: str, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A merge's spilled stream is a memory map: uploaded a part at a time (not joined into one copy),
+    # its pages dropped once sent; the object is the file.
+    import mmap
+
+    from spark_mergetree.storage import s3_store
+
+    monkeypatch.setattr(s3_store, "MULTIPART_THRESHOLD", 5 << 20)  # S3's smallest part
+    data = np.random.default_rng(1).integers(0, 256, 13 << 20, dtype=np.uint8).tobytes()
+    (tmp_path / "stream.bin").write_bytes(data)
+    with open(tmp_path / "stream.bin", "rb") as f:
+        view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    bucket = bucket_for(f"s3://{s3_bucket}")
+    calls = []
+    original = bucket._multipart
+    monkeypatch.setattr(bucket, "_multipart", lambda key, body, threads=8: calls.append((type(body), threads))
+                        or original(key, body, threads))
+    bucket.put("merged/stream.bin", view)
+    assert calls == [(memoryview, s3_store.MAPPED_UPLOAD_THREADS)]
+    assert bucket.get("merged/stream.bin") == data
