@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.types import (
     AggregateFunction,
     Array,
@@ -27,6 +27,7 @@ from spark_mergetree.format.types import (
     DateTime,
     DateTime64,
     Decimal,
+    Dynamic,
     Enum,
     FixedString,
     LowCardinality,
@@ -138,6 +139,8 @@ def _convert(arr: pa.Array, dt: DataType, column: str) -> pa.Array:
             raise _Refusal("a UUID column goes into a UUID column only")
         return with_validity(uuid_text(fixed_bytes(arr.storage, 16)), arr.storage)
     handler = _HANDLERS.get(type(dt))
+    if isinstance(dt, Dynamic):
+        raise UnsupportedError(f"column {column!r}: writing {dt.to_clickhouse()} is not supported (reading is)")
     if handler is None:
         raise _Refusal("no conversion for this type")
     return handler(arr, dt, column)

@@ -43,6 +43,7 @@ from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
 from spark_mergetree.format.cityhash import file_hash
 from spark_mergetree.format.compression import CHECKSUM_SIZE, decompress_all, decompress_range, iter_blocks
 from spark_mergetree.format.compression_codecs import BLOCK_HEADER, HEADER_SIZE
+from spark_mergetree.format.dynamic import DynamicStructure, dynamic_values, parse_structure
 from spark_mergetree.format.marks import (
     COMPACT_EXTENSIONS,
     WIDE_EXTENSIONS,
@@ -70,8 +71,8 @@ from spark_mergetree.format.part_writer import PARTITION_FILE
 from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
-from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, stream_names
-from spark_mergetree.format.types import DataType, parse_column_type, parse_type, to_arrow
+from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
+from spark_mergetree.format.types import DataType, Dynamic, parse_column_type, parse_type, to_arrow
 
 GranuleRange = tuple[int, int]
 
@@ -555,6 +556,23 @@ class PartReader:
             out[stream] = b"".join(pieces)
         return out
 
+    def _dynamic_structure(self, name: str) -> DynamicStructure:
+        """The types a Dynamic column holds in this part: the prefix of its `.dynamic_structure`
+        stream (the whole stream of a Wide part; a Compact part repeats it in every granule)."""
+        key = ("dynamic", name)
+        if key not in self._decoded:
+            stream = escape_for_file_name(name) + STRUCTURE
+            if self.is_compact:
+                buf: bytes | bytearray = self._compact_streams([stream], 0, 1)[stream] if self.n_granules else b""
+            else:
+                self._require(stream + ".bin")
+                buf = decompress_all(self._read(stream + ".bin"), self._path(stream + ".bin"))
+            try:
+                self._decoded[key] = parse_structure(buf, stream)
+            except (CorruptPartError, UnsupportedError) as exc:
+                raise type(exc)(f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()}): {exc}") from exc
+        return cast(DynamicStructure, self._decoded[key])
+
     def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
                        names: Sequence[str]) -> dict[str, bytes | bytearray]:
         """Streams whose prefix (a state written once, before the first granule) the deserializer
@@ -596,7 +614,9 @@ class PartReader:
             raise CorruptPartError(f"{self.location}: part has no column {name!r}")
         dt = self.types[name]
         sparse = self.serialization.sparse_spec(name)
-        names = stream_names(dt, name, self.serialization.string_sizes, sparse)
+        structure = self._dynamic_structure(name) if isinstance(dt, Dynamic) else None
+        stored = structure.variant if structure is not None else dt
+        names = stream_names(stored, name, self.serialization.string_sizes, sparse)
         chunks = []
         for begin, end in ranges:
             rows = int(self.granule_starts[end] - self.granule_starts[begin])
@@ -608,9 +628,9 @@ class PartReader:
                     streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
                 streams = self._with_prefixes(streams, names)
                 # (deserialize_column reads bytearrays as it reads bytes)
-                chunks.append(deserialize_column(dt, name, cast(Mapping[str, bytes], streams), rows,
-                                                 self.serialization.string_sizes, sparse,
-                                                 exact=True))
+                chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
+                                           self.serialization.string_sizes, sparse, exact=True)
+                chunks.append(dynamic_values(structure, chunk) if structure is not None else chunk)
             except CorruptPartError as exc:
                 raise self._explain_read_error(name, names, begin, end, exc) from exc
             except UnsupportedError as exc:

@@ -41,6 +41,7 @@ from spark_mergetree.format.types import (
     AggregateFunction,
     Array,
     DataType,
+    Dynamic,
     LowCardinality,
     Map,
     Nullable,
@@ -131,6 +132,8 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
             _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last)
         return
+    if isinstance(dt, Dynamic):
+        raise UnsupportedError(f"column {column!r}: writing {dt.to_clickhouse()} is not supported (reading is)")
     if isinstance(dt, Variant):
         arr = conform_array(arr, dt, column)
         _serialize_variant(dt, base, level, arr, bounds, string_sizes, column, out, states, last)
@@ -207,10 +210,10 @@ def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray
 
 def default_column(dt: DataType, num_rows: int) -> pa.Array:
     """`num_rows` default values of a type (what a part written before a column existed holds):
-    NULL for Nullable and Variant, empty for Array/Map, zero/empty for the rest, element-wise for Tuple."""
+    NULL for Nullable, Variant and Dynamic, empty for Array/Map, zero/empty for the rest, element-wise for Tuple."""
     arrow_type = to_arrow(dt)
     inner = dt.inner if isinstance(dt, LowCardinality) else dt
-    if isinstance(inner, (Nullable, Variant)):  # a Variant's default is NULL
+    if isinstance(inner, (Nullable, Variant, Dynamic)):  # the default of Variant and Dynamic is NULL
         return pa.nulls(num_rows, arrow_type)
     if isinstance(inner, (Array, Map)):
         one = pa.array([[]], arrow_type)
@@ -297,6 +300,9 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
     if isinstance(dt, Variant):
         return _deserialize_variant(dt, base, level, n, string_sizes, cursors)
+    if isinstance(dt, Dynamic):
+        raise UnsupportedError(f"stream {base!r}: Dynamic inside another type is not supported (a column of "
+                               "type Dynamic is)")
     if is_string(dt):
         if string_sizes:
             lengths = cursors[base + ".size"].sizes(n)

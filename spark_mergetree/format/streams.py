@@ -18,18 +18,30 @@ import numpy as np
 from spark_mergetree.errors import CorruptPartError, UnsupportedError
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.sparse import sparse_capable
-from spark_mergetree.format.types import Array, DataType, LowCardinality, Map, Nullable, Tuple, Variant
+from spark_mergetree.format.types import (
+    Array,
+    DataType,
+    Dynamic,
+    LowCardinality,
+    Map,
+    Nullable,
+    Tuple,
+    Variant,
+)
 from spark_mergetree.format.values import is_string
 
 __all__ = [
     "StreamBytes", "SparseSpec", "stream_names", "stream_value_types", "sparse_streams",
-    "internal_names", "external_name", "element_base", "variant_base", "DISCRIMINATORS", "PREFIX",
+    "internal_names", "external_name", "element_base", "variant_base", "DISCRIMINATORS", "PREFIX", "STRUCTURE",
 ]
 
 # The stream of a Variant's discriminators, and the suffix of the substream a Compact part keeps a
 # stream's prefix in (a Wide part keeps it at the start of the stream's file, before the first mark).
 DISCRIMINATORS = ".variant_discr"
 PREFIX = "_prefix"
+# The stream whose prefix lists the types a part's Dynamic column holds (its other streams follow
+# from them: see format/dynamic.py).
+STRUCTURE = ".dynamic_structure"
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,8 @@ def _collect_streams(dt: DataType, base: str, level: int, string_sizes: bool, ou
     elif isinstance(dt, Tuple):
         for name, element in zip(dt.element_names, dt.elements, strict=True):
             _collect_streams(element, element_base(base, name), level, string_sizes, out, sparse)
+    elif isinstance(dt, Dynamic):
+        out.append((base + STRUCTURE, None))
     elif isinstance(dt, Variant):
         out.append((base + DISCRIMINATORS, None))
         for name, variant in zip(dt.names, dt.variants, strict=True):

@@ -16,7 +16,7 @@ from spark_mergetree.errors import FormatError, SchemaMismatchError, Unsupported
 
 __all__ = [
     "DataType", "AggregateFunction", "Primitive", "FixedString", "DateTime", "DateTime64", "Time", "Time64", "Decimal", "Enum",
-    "Nullable", "Array", "Map", "Tuple", "LowCardinality", "Variant", "VARIANT_NULL",
+    "Nullable", "Array", "Map", "Tuple", "LowCardinality", "Variant", "VARIANT_NULL", "Dynamic",
     "parse_type", "parse_column_type", "to_arrow", "to_arrow_field", "from_arrow", "is_nullable", "datetime64_arrow_unit", "time_ticks",
     "TIME_MAX_SECONDS",
     "PRIMITIVE_NAMES", "DEFAULT_TIMEZONE",
@@ -253,7 +253,7 @@ class Nullable(DataType):
     inner: DataType
 
     def __post_init__(self) -> None:
-        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant)):
+        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant, Dynamic)):
             raise FormatError(f"Nullable cannot wrap {self.inner.to_clickhouse()}")
 
     def _spelling(self) -> str:
@@ -334,7 +334,7 @@ class Variant(DataType):
         if not self.variants or len(self.variants) > VARIANT_NULL:
             raise FormatError(f"Variant needs 1 to {VARIANT_NULL} types, got {len(self.variants)}")
         for v in self.variants:
-            if isinstance(v, (Nullable, Variant)) or (isinstance(v, LowCardinality) and isinstance(v.inner, Nullable)):
+            if isinstance(v, (Nullable, Variant, Dynamic)) or (isinstance(v, LowCardinality) and isinstance(v.inner, Nullable)):
                 raise FormatError(f"Variant cannot hold {v.to_clickhouse()} (a NULL is the Variant's own)")
         names = [v.to_clickhouse() for v in self.variants]
         if len(set(names)) != len(names):
@@ -348,6 +348,21 @@ class Variant(DataType):
 
     def _spelling(self) -> str:
         return "Variant(" + ", ".join(self.names) + ")"
+
+
+@dataclass(frozen=True)
+class Dynamic(DataType):
+    """Dynamic[(max_types=N)]: each row holds a value of any type (or NULL); each part lists the types
+    it stores (at most N get their own streams, the rest share one)."""
+
+    max_types: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_types is not None and not 0 <= self.max_types <= 254:
+            raise FormatError(f"Dynamic max_types must be 0..254, got {self.max_types}")
+
+    def _spelling(self) -> str:
+        return "Dynamic" if self.max_types is None else f"Dynamic(max_types={self.max_types})"
 
 
 def _quote(text: str) -> str:
@@ -506,6 +521,15 @@ class _Parser:
                 arguments.append(self.type())
             self._take("punct", ")")
             return AggregateFunction(function, tuple(arguments))
+        if name == "Dynamic":
+            max_types = None
+            if self._accept("("):
+                if self._take("ident") != "max_types":
+                    raise self._fail("max_types")
+                self._take("punct", "=")
+                max_types = self._int()
+                self._take("punct", ")")
+            return Dynamic(max_types)
         if name == "Variant":
             self._take("punct", "(")
             variants = [self.type()]
@@ -638,6 +662,9 @@ def to_arrow(dt: DataType) -> pa.DataType:
                        pa.field("value", to_arrow(dt.value), nullable=is_nullable(dt.value)))
     if isinstance(dt, Tuple):
         return pa.struct([pa.field(n, to_arrow(e), nullable=is_nullable(e)) for n, e in zip(dt.element_names, dt.elements, strict=True)])
+    if isinstance(dt, Dynamic):
+        # A value as ClickHouse's binary encoding of its type, then the value (format_spec/types.md).
+        return pa.binary()
     if isinstance(dt, Variant):
         # One nullable field per variant, named by its type; at most one is set, none for NULL.
         return pa.struct([pa.field(n, to_arrow(v), nullable=True) for n, v in zip(dt.names, dt.variants, strict=True)])
@@ -646,7 +673,7 @@ def to_arrow(dt: DataType) -> pa.DataType:
 
 def is_nullable(dt: DataType) -> bool:
     """True when values of `dt` can be NULL (Nullable, or LowCardinality(Nullable(...)))."""
-    return isinstance(dt, (Nullable, Variant)) or (isinstance(dt, LowCardinality) and isinstance(dt.inner, Nullable))
+    return isinstance(dt, (Nullable, Variant, Dynamic)) or (isinstance(dt, LowCardinality) and isinstance(dt.inner, Nullable))
 
 
 def to_arrow_field(name: str, dt: DataType) -> pa.Field:

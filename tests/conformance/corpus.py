@@ -157,7 +157,6 @@ PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...], str]] = {
 # Types this package refuses to read or write: UnsupportedError, never wrong rows.
 REFUSED: dict[str, list[Column]] = {
     "JSON": [("j", "JSON", "toJSONString(map('a', number))")],
-    "Dynamic": [("dy", "Dynamic", "number::Dynamic")],
 }
 
 

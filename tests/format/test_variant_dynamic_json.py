@@ -170,3 +170,54 @@ def test_writing_refuses_a_row_with_two_variants_or_an_unknown_type(tmp_path):
     some = pa.array([{"UInt64": 7}, None], pa.struct([("UInt64", pa.int64())]))
     table.insert(pa.table({"id": [1, 2], "v": some}))
     assert table.to_arrow().column("v").to_pylist() == [{"String": None, "UInt64": 7}, None]
+
+
+# Dynamic: every row's value as ClickHouse's binary form (type encoding, then the value); the oracle
+# is ClickHouse's RowBinary export of the column, which is those bytes row after row (0x00 for NULL).
+D_EXPR = ("multiIf(number % 7 = 0, number::Dynamic, number % 7 = 1, ('s' || toString(number))::Dynamic, "
+          "number % 7 = 2, (number / 2)::Float64::Dynamic, number % 7 = 3, range(number % 5)::Array(UInt64)::Dynamic, "
+          "number % 7 = 4, (number, 'x')::Tuple(a UInt8, b String)::Dynamic, "
+          "number % 7 = 5, toDateTime64(number, 3, 'Asia/Tokyo')::Dynamic, NULL)")
+
+
+@pytest.mark.parametrize(("partitioned", "version", "max_types"),
+                         [(False, "v3", ""), (True, "v3", "(max_types=2)"), (False, "v2", "(max_types=3)"),
+                          (False, "v1", "")],
+                         ids=["flat", "partitioned-shared-variant", "v2-shared-variant", "v1"])
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_dynamic_parts_clickhouse_wrote_read_as_select_returns(tmp_path, kind, partitioned, version, max_types):
+    partition = " PARTITION BY intDiv(id, 100)" if partitioned else ""
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, d Dynamic{max_types}) ENGINE = MergeTree{partition} ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}, dynamic_serialization_version = '{version}'",
+        [f"INSERT INTO src SELECT number, {D_EXPR} FROM numbers({ROWS})"])
+    try:
+        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        expected = sess.query("SELECT d FROM src ORDER BY id", "RowBinary").bytes()
+        nulls = _chdb_arrow(sess, "SELECT d IS NULL AS n FROM src ORDER BY id").column("n").to_pylist()
+        if max_types:
+            shared = _chdb_arrow(sess, "SELECT countIf(isDynamicElementInSharedData(d)) AS c FROM src")
+            assert shared.column("c")[0].as_py() > 0  # some values are in the shared variant
+        table = MergeTreeTable.open(data_dir, create_statement=statement)
+        ours = table.to_arrow().sort_by("id")
+        assert ours.schema.field("d").type == pa.binary()
+        values = ours.column("d").to_pylist()
+        assert [v is None for v in values] == [bool(n) for n in nulls]
+        assert b"".join(b"\x00" if v is None else v for v in values) == expected
+        # Later granules alone (their marks; the structure and discriminators prefixes read on their own).
+        part = table.parts()[-1]
+        reader = table.reader(part.name)
+        later = reader.read(["id", "d"], ranges=[(1, reader.n_granules)])
+        by_id = dict(zip(ours.column("id").to_pylist(), values, strict=True))
+        assert later.column("d").to_pylist() == [by_id[i] for i in later.column("id").to_pylist()]
+        with pytest.raises(UnsupportedError, match=r"column 'd'.*writing Dynamic"):
+            MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("d", "Dynamic")], order_by="id").insert(ours)
+    finally:
+        close_session()
+
+
+def test_dynamic_type_text():
+    assert parse_type("Dynamic(max_types=3)").to_clickhouse() == "Dynamic(max_types=3)"
+    assert parse_type("Dynamic").to_clickhouse() == "Dynamic"
+    with pytest.raises(Exception, match="Nullable cannot wrap"):
+        parse_type("Nullable(Dynamic)")

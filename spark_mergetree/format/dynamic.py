@@ -1,0 +1,204 @@
+"""Dynamic columns: the structure a part stores them with, and their Arrow form.
+
+A part stores a `Dynamic` column as a Variant over the types its rows hold, plus the variant
+`SharedVariant` holding the values of types beyond `max_types` (each as its type's binary encoding,
+then the value). The list of types is the prefix of the `.dynamic_structure` stream. We read the
+column as that Variant (serialization.py) and give each row as ClickHouse's binary form of a Dynamic
+value: the binary encoding of its type, then the value in ClickHouse's binary value format (what a
+`RowBinary` export of the column holds) — the `SharedVariant` rows are already stored so.
+format_spec/types.md (*Dynamic*) describes the bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+
+from spark_mergetree.errors import CorruptPartError, UnsupportedError
+from spark_mergetree.format.row_binary import interleave_chunks, value_chunks
+from spark_mergetree.format.types import (
+    Array,
+    DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
+    Enum,
+    FixedString,
+    LowCardinality,
+    Map,
+    Nullable,
+    Primitive,
+    Tuple,
+    Variant,
+    parse_type,
+)
+from spark_mergetree.format.values import Cursor, encode_varuints, string_buffers
+
+__all__ = ["SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values"]
+
+SHARED_VARIANT = "SharedVariant"
+# Versions of the structure prefix: V1 starts with max_types, V2 does not; V3 (written by 26.x,
+# MergeTree setting dynamic_serialization_version = 'v3') adds a flag byte saying statistics follow.
+_V1, _V2, _V3 = 1, 2, 4
+
+# ClickHouse's binary encoding of types (DataTypesBinaryEncoding): the codes we decode.
+_NUMBERS = {0x01: "UInt8", 0x02: "UInt16", 0x03: "UInt32", 0x04: "UInt64", 0x05: "UInt128", 0x06: "UInt256",
+            0x07: "Int8", 0x08: "Int16", 0x09: "Int32", 0x0A: "Int64", 0x0B: "Int128", 0x0C: "Int256",
+            0x0D: "Float32", 0x0E: "Float64", 0x0F: "Date", 0x10: "Date32", 0x15: "String", 0x1D: "UUID",
+            0x28: "IPv4", 0x29: "IPv6", 0x2D: "Bool"}
+_DATETIME, _DATETIME_TZ, _DATETIME64, _DATETIME64_TZ = 0x11, 0x12, 0x13, 0x14
+_FIXED_STRING, _ENUM8, _ENUM16 = 0x16, 0x17, 0x18
+_DECIMALS = {0x19: 9, 0x1A: 18, 0x1B: 38, 0x1C: 76}
+_ARRAY, _TUPLE, _NAMED_TUPLE, _NULLABLE, _LOW_CARDINALITY, _MAP = 0x1E, 0x1F, 0x20, 0x23, 0x26, 0x27
+
+
+def _text(cursor: Cursor) -> str:
+    return bytes(cursor.take(cursor.varuint())).decode("utf-8", "surrogateescape")
+
+
+def decode_type(cursor: Cursor) -> DataType:
+    """One type in ClickHouse's binary type encoding; UnsupportedError for codes not listed above."""
+    at = cursor.pos
+    code = int(cursor.take(1)[0])
+    if code in _NUMBERS:
+        return Primitive(_NUMBERS[code])
+    if code in (_DATETIME, _DATETIME_TZ):
+        return DateTime(_text(cursor) if code == _DATETIME_TZ else None)
+    if code in (_DATETIME64, _DATETIME64_TZ):
+        precision = int(cursor.take(1)[0])
+        return DateTime64(precision, _text(cursor) if code == _DATETIME64_TZ else None)
+    if code == _FIXED_STRING:
+        return FixedString(cursor.varuint())
+    if code in (_ENUM8, _ENUM16):
+        width = 1 if code == _ENUM8 else 2
+        values = []
+        for _ in range(cursor.varuint()):
+            name = _text(cursor)
+            values.append((name, int(cursor.take(width).view("<i1" if width == 1 else "<i2")[0])))
+        return Enum(8 * width, tuple(values))
+    if code in _DECIMALS:
+        precision, scale = (int(b) for b in cursor.take(2))
+        return Decimal(precision, scale)
+    if code in (_ARRAY, _NULLABLE, _LOW_CARDINALITY):
+        inner = decode_type(cursor)
+        return Array(inner) if code == _ARRAY else Nullable(inner) if code == _NULLABLE else LowCardinality(inner)
+    if code == _MAP:
+        key = decode_type(cursor)
+        return Map(key, decode_type(cursor))
+    if code in (_TUPLE, _NAMED_TUPLE):
+        names, elements = [], []
+        for _ in range(cursor.varuint()):
+            if code == _NAMED_TUPLE:
+                names.append(_text(cursor))
+            elements.append(decode_type(cursor))
+        return Tuple(tuple(elements), tuple(names) if names else None)
+    raise UnsupportedError(f"stream {cursor.name!r}: a Dynamic value's type has binary type code 0x{code:02X} "
+                           f"at offset {at}, which is not supported")
+
+
+def _text_bytes(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogateescape")
+    return encode_varuints(np.array([len(raw)], np.uint64))[0].tobytes() + raw
+
+
+_NUMBER_CODES = {name: code for code, name in _NUMBERS.items()}
+
+
+def encode_type(dt: DataType) -> bytes:
+    """`dt` in ClickHouse's binary type encoding (the inverse of `decode_type`)."""
+    if dt.custom_name is not None:
+        raise UnsupportedError(f"no binary type encoding for {dt.to_clickhouse()} here")
+    if isinstance(dt, Primitive) and dt.name in _NUMBER_CODES:
+        return bytes([_NUMBER_CODES[dt.name]])
+    if isinstance(dt, DateTime):
+        return bytes([_DATETIME]) if dt.timezone is None else bytes([_DATETIME_TZ]) + _text_bytes(dt.timezone)
+    if isinstance(dt, DateTime64):
+        head = bytes([_DATETIME64 if dt.timezone is None else _DATETIME64_TZ, dt.precision])
+        return head if dt.timezone is None else head + _text_bytes(dt.timezone)
+    if isinstance(dt, FixedString):
+        return bytes([_FIXED_STRING]) + encode_varuints(np.array([dt.length], np.uint64))[0].tobytes()
+    if isinstance(dt, Enum):
+        out = bytes([_ENUM8 if dt.bits == 8 else _ENUM16]) + encode_varuints(np.array([len(dt.values)], np.uint64))[0].tobytes()
+        for name, value in dt.values:
+            out += _text_bytes(name) + value.to_bytes(dt.bits // 8, "little", signed=True)
+        return out
+    if isinstance(dt, Decimal):
+        code = next(c for c, p in _DECIMALS.items() if dt.precision <= p)
+        return bytes([code, dt.precision, dt.scale])
+    if isinstance(dt, (Array, Nullable, LowCardinality)):
+        code = _ARRAY if isinstance(dt, Array) else _NULLABLE if isinstance(dt, Nullable) else _LOW_CARDINALITY
+        return bytes([code]) + encode_type(dt.inner)
+    if isinstance(dt, Map):
+        return bytes([_MAP]) + encode_type(dt.key) + encode_type(dt.value)
+    if isinstance(dt, Tuple):
+        out = bytes([_TUPLE if dt.names is None else _NAMED_TUPLE])
+        out += encode_varuints(np.array([len(dt.elements)], np.uint64))[0].tobytes()
+        for name, element in zip(dt.element_names, dt.elements, strict=True):
+            out += (b"" if dt.names is None else _text_bytes(name)) + encode_type(element)
+        return out
+    raise UnsupportedError(f"no binary type encoding for {dt.to_clickhouse()} here")
+
+
+class DynamicStructure:
+    """The types of one part's Dynamic column, in the order its structure lists them, and the Variant
+    the part stores it as (those types and SharedVariant, sorted by name)."""
+
+    def __init__(self, types: list[DataType], encodings: list[bytes]) -> None:
+        self.types = types
+        self.encodings = dict(zip((t.to_clickhouse() for t in types), encodings, strict=True))
+        shared = replace(Primitive("String"), custom_name=SHARED_VARIANT)
+        self.variant = Variant((shared, *types))
+
+
+def parse_structure(buf: bytes | bytearray | memoryview, name: str) -> DynamicStructure:
+    """The prefix of a `.dynamic_structure` stream (the statistics after the types are not needed)."""
+    cursor = Cursor(name, bytes(buf))
+    version = cursor.uint64()
+    if version not in (_V1, _V2, _V3):
+        raise UnsupportedError(f"stream {name!r}: Dynamic structure serialization version {version} is not supported")
+    if version == _V1:
+        cursor.varuint()  # max_types
+    count = cursor.varuint()
+    if count > 255:
+        raise CorruptPartError(f"stream {name!r}: {count} Dynamic types")
+    types: list[DataType] = []
+    for _ in range(count):
+        # V3 lists the types in their binary encoding, V1 and V2 by name.
+        types.append(decode_type(cursor) if version == _V3 else parse_type(_text(cursor)))
+    return DynamicStructure(types, [encode_type(t) for t in types])
+
+
+def _binary(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    n = len(offsets) - 1
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer((offsets - offsets[0]).astype(np.int32)),
+                                                  pa.py_buffer(data[int(offsets[0]):int(offsets[-1])].tobytes())])
+
+
+def dynamic_values(structure: DynamicStructure, struct: pa.StructArray) -> pa.Array:
+    """The rows of the Variant a part stores a Dynamic column as → each row's type encoding + value
+    (binary; NULL stays NULL)."""
+    n = len(struct)
+    pieces: list[pa.Array] = []
+    index = np.full(n, -1, np.int64)
+    start = 0
+    for name, dt, field in zip(structure.variant.names, structure.variant.variants, struct.flatten(), strict=True):
+        mine = np.asarray(field.is_valid(), dtype=bool)
+        count = int(np.count_nonzero(mine))
+        if not count:
+            continue
+        values = field.filter(pa.array(mine))
+        if name == SHARED_VARIANT:
+            offsets, data = string_buffers(values)
+        else:
+            encoding = np.frombuffer(structure.encodings[name], np.uint8)
+            head = (np.tile(encoding, count), np.arange(count + 1, dtype=np.int64) * len(encoding))
+            data, offsets = interleave_chunks([head, value_chunks(dt, values)])
+        pieces.append(_binary(np.asarray(data, np.uint8), np.asarray(offsets, np.int64)))
+        index[mine] = start + np.arange(count)
+        start += count
+    if not pieces:
+        return pa.nulls(n, pa.binary())
+    every = pa.concat_arrays(pieces)
+    return every.take(pa.array(np.maximum(index, 0), mask=index < 0))
