@@ -10,6 +10,8 @@ source first.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -273,8 +275,37 @@ def merged_part(readers: Sequence[PartReader], meta: TableMetadata) -> Iterator[
     """The files of the part that merges `readers` (`merge_parts`), valid inside the `with` block: a
     big merge's column files are memory maps of streams it wrote to a temporary directory as it
     merged, removed when the block ends."""
-    with tempfile.TemporaryDirectory(prefix="mergetree_merge_") as spill_dir:
+    remove_abandoned_spills()
+    with tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}_") as spill_dir:
         yield merge_parts(readers, meta, spill_dir)
+
+
+SPILL_PREFIX = "mergetree_merge_"
+
+
+def remove_abandoned_spills(directory: str | None = None) -> list[str]:
+    """Delete the spill directories (`mergetree_merge_<pid>_*` in the temporary directory) of merges
+    whose process is gone (killed mid-merge); return their paths."""
+    root = directory or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        pid = name[len(SPILL_PREFIX):].split("_", 1)[0]
+        if not name.startswith(SPILL_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its process runs (or the pid is another's now: left for later)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed.append(os.path.join(root, name))
+    return removed
 
 
 def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str | None = None) -> PartFiles:

@@ -143,3 +143,38 @@ def test_merge_memory_does_not_grow_with_the_parts(tmp_path: Path) -> None:
     assert report["rows"] == rows
     grown_mb = (report["peak_kb"] - report["before_kb"]) / 1024
     assert grown_mb < 200, report
+
+
+_KILLED_MERGE = textwrap.dedent("""
+    import os, signal, sys
+    from spark_mergetree import MergeTreeTable
+    from spark_mergetree.engine import merge_stream
+    original = merge_stream._gather_column
+    def gather_then_die(*args, **kwargs):  # the keys are merged and spilled: die mid-merge
+        os.kill(os.getpid(), signal.SIGKILL)
+    merge_stream._gather_column = gather_then_die
+    MergeTreeTable.open(sys.argv[1]).optimize(final=True)
+""")
+
+
+def test_a_killed_merge_leaves_its_spill_for_the_next_merge_to_remove(tmp_path: Path, monkeypatch) -> None:
+    spills = tmp_path / "spills"
+    spills.mkdir()
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("v", "String")], order_by="id",
+                                  settings={"auto_merge": False})
+    for start in (0, 1):
+        table.insert(pa.table({"id": np.arange(start, 20_000, 2, dtype=np.uint64),
+                               "v": pa.array([str(i) for i in range(start, 20_000, 2)])}))
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "TMPDIR": str(spills)}
+    done = subprocess.run([sys.executable, "-c", _KILLED_MERGE, str(tmp_path / "t")], env=env, cwd=REPO,
+                          capture_output=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    left = list(spills.iterdir())
+    assert len(left) == 1 and left[0].name.startswith(merging.SPILL_PREFIX) and any(left[0].iterdir())
+    assert len(table.parts()) == 2  # nothing committed
+
+    monkeypatch.setenv("TMPDIR", str(spills))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    table.optimize(final=True)
+    assert list(spills.iterdir()) == []  # the dead merge's spill removed, this merge's own too
+    assert len(table.parts()) == 1 and table.count() == 20_000
