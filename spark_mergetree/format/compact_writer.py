@@ -116,6 +116,10 @@ def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray
             if stream.endswith(_DICT):
                 continue
             data = bytes(s.data)
+            head = int(s.granule_offsets[0])
+            if head:  # a Variant's discriminators mode
+                prefixes.append((stream + PREFIX, data[:head]))
+                data = data[head:]
             dictionary = streams.get(stream + _DICT)
             if dictionary is not None:
                 # The keys version is written first (the state prefix); the piece carries the keys.
