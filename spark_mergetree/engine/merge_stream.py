@@ -45,6 +45,8 @@ from spark_mergetree.format.types import parse_type
 
 # Rows of a source read at a time (whole granules, at least this many unless the part ends).
 READ_BLOCK_ROWS = 65_536
+# Most blocks a LowCardinality column of a part is read in (see _blocks).
+LOW_CARDINALITY_BLOCKS = 16
 # Columns streamed side by side in the second phase.
 COLUMN_THREADS = max(1, min(4, os.cpu_count() or 1))
 
@@ -65,8 +67,14 @@ def granule_blocks(reader: PartReader, rows: int | None = None) -> list[tuple[in
 
 
 def _blocks(reader: PartReader, columns: Sequence[str], meta: TableMetadata) -> Iterator[pa.Table]:
-    """A part's rows (those not deleted) of `columns`, a block of granules at a time."""
-    for begin, end in granule_blocks(reader):
+    """A part's rows (those not deleted) of `columns`, a block of granules at a time. A block of a
+    LowCardinality column is read with its `.dict` stream from the block's mark to the stream's end
+    (a granule's dictionary may be written after it): such columns are read in at most
+    LOW_CARDINALITY_BLOCKS blocks, so a big dictionary is not decompressed again for every block."""
+    rows = None
+    if any("LowCardinality" in meta.column_types.get(name, "") for name in columns):
+        rows = max(READ_BLOCK_ROWS, -(-reader.rows // LOW_CARDINALITY_BLOCKS))
+    for begin, end in granule_blocks(reader, rows):
         block = reader.read(list(columns), [(begin, end)], meta.column_types)
         if block.num_rows:
             yield block
