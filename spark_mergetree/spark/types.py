@@ -248,7 +248,7 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
             column = column.view(pa.string())
         if column.type != table_field.type:
             try:
-                column = column.cast(table_field.type, safe=True)
+                column = _cast(column, table_field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
                 raise SchemaMismatchError(
                     f"column {table_field.name!r}: cannot store {column.type} values as {table_field.type}: {error}"
@@ -264,6 +264,21 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
             )
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=table_schema)
+
+
+def _cast(column: pa.Array, target: pa.DataType) -> pa.Array:
+    """A safe cast; structs field by field, so a NULL struct (a NULL Variant, or a Variant whose
+    Tuple field is unset) may hide NULLs under children the target declares non-nullable, which
+    Arrow's own struct cast refuses."""
+    if not (pa.types.is_struct(target) and pa.types.is_struct(column.type)):
+        return column.cast(target, safe=True)
+    names = [column.type.field(i).name for i in range(column.type.num_fields)]
+    if sorted(names) != sorted(target.field(i).name for i in range(target.num_fields)):
+        return column.cast(target, safe=True)
+    children = dict(zip(names, column.flatten(), strict=True))
+    fields = [target.field(i) for i in range(target.num_fields)]
+    mask = column.is_null() if column.null_count else None
+    return pa.StructArray.from_arrays([_cast(children[f.name], f.type) for f in fields], fields=fields, mask=mask)
 
 
 def _is_nested(arrow_type: pa.DataType) -> bool:

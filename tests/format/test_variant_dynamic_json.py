@@ -318,3 +318,44 @@ def test_variant_data_files_are_clickhouses_bytes(tmp_path, kind):
             assert (b / name).read_bytes() == (a / name).read_bytes(), name
     finally:
         close_session()
+
+
+@pytest.mark.spark
+def test_spark_reads_variant_and_dynamic_and_writes_variant(spark, tmp_path):
+    """Spark sees a Variant as a struct of one field per type and a Dynamic as binary (what
+    MergeTreeTable reads, checked against ClickHouse above); a Spark write of the struct is
+    attached by ClickHouse and selected as the same values."""
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, v {V}, d Dynamic) ENGINE = MergeTree ORDER BY id "
+                  "SETTINGS index_granularity = 64",
+        [f"INSERT INTO src SELECT number, {V_EXPR}, {D_EXPR} FROM numbers({ROWS})"])
+    try:
+        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        ours = MergeTreeTable.open(data_dir, create_statement=statement).to_arrow().sort_by("id")
+        df = spark.read.format("mergetree").option("create_statement", statement).load(str(data_dir))
+        assert [f.name for f in df.schema["v"].dataType.fields] == list(parse_type(V).names)  # type: ignore[attr-defined]
+        rows = sorted(df.collect(), key=lambda r: r["id"])
+        assert [None if r["v"] is None else r["v"].asDict(recursive=True) for r in rows] == \
+            ours.column("v").to_pylist()
+        assert [None if r["d"] is None else bytes(r["d"]) for r in rows] == ours.column("d").to_pylist()
+
+        target = tmp_path / "spark_written"
+        MergeTreeTable.create(target, [("id", "UInt64"), ("v", V)], order_by="id",
+                              settings={"index_granularity": 64})
+        df.select("id", "v").write.format("mergetree").mode("append").save(str(target))
+        written = MergeTreeTable.open(target)
+        sess.query(f"CREATE TABLE back (id UInt64, v {V}) ENGINE = MergeTree ORDER BY id "
+                   "SETTINGS index_granularity = 64")
+        back_dir = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'back'",
+                                   "TabSeparatedRaw").bytes().decode().strip())
+        _attach_and_check(sess, "back", back_dir, written)
+        assert _expected_rows_v(sess, "back") == _expected_rows_v(sess, "src")
+    finally:
+        close_session()
+
+
+def _expected_rows_v(sess, table: str) -> list[dict]:
+    v = parse_type(V)
+    assert isinstance(v, Variant)
+    rows = _chdb_arrow(sess, f"SELECT id, {', '.join(_variant_select('v', v))} FROM {table} ORDER BY id").to_pylist()
+    return [{"id": row["id"], "v": _expected_variant(row, "v", v)} for row in rows]
