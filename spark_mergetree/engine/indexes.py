@@ -126,5 +126,6 @@ def _rewritten(table: MergeTreeTable, reader: PartReader) -> PartFiles:
         values = reader.partition_values(key.result_types)
         partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
                                    key.result_types, key.columns)
-    return write_wide_part_by_column(reader.rows, columns, column_of, meta.primary_key_values(key_table), partition,
-                                     meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+    files = write_wide_part_by_column(reader.rows, columns, column_of, meta.primary_key_values(key_table), partition,
+                                      meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+    return meta.add_projections(files, lambda _projection, names: pa.table({n: column_of(n) for n in names}))

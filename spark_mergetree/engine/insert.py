@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ import pyarrow as pa
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.expressions.ddl import Projection
 from spark_mergetree.format.compact_writer import encode_part
 from spark_mergetree.format.conform import conform_column
 from spark_mergetree.format.part import PartFiles
@@ -89,6 +91,10 @@ def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=wanted)
 
 
+def _selected(rows: pa.Table, _projection: Projection, names: list[str]) -> pa.Table:
+    return rows.select(names)
+
+
 def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Callable[[str, PartFiles], None],
                           tag: str, part_name: Callable[[str], str] | None = None) -> list[StagedPart]:
     """Split `table` (conformed) by partition and write each group as one sorted part.
@@ -101,6 +107,7 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
     key = meta.partition_key
     for number, group in enumerate(key.group_rows(table)):
         rows = table.take(pa.array(group.row_indices)) if len(key.elements) else table
+        arrived = rows  # projections are built from the rows in the order they came, as ClickHouse does
         rows = meta.sort(rows)
         if meta.merging_engine is not None:  # ClickHouse's optimize_on_insert: the block merged as a part would be
             rows = engines.collapse(meta.merging_engine, rows, meta.sorting_key, meta.column_types, final=False)
@@ -112,6 +119,7 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
             partition = PartitionValue(values, key.result_types, key.columns)
         files = encode_part(rows, meta.columns, meta.primary_key_values(rows), partition, meta.writer_settings,
                             meta.definition.settings)
+        files = meta.add_projections(files, partial(_selected, arrived))
         name = part_name(group.partition_id) if part_name is not None else f"{STAGING_PREFIX}{tag}_{number}"
         write_part(name, files)
         staged.append(StagedPart(name, group.partition_id, rows.num_rows, files.size, tag))

@@ -22,7 +22,7 @@ import pyarrow as pa
 from spark_mergetree.engine import engines, merge_stream
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import UnsupportedError
-from spark_mergetree.expressions.ddl import key_column_names
+from spark_mergetree.expressions.ddl import Projection, key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_compact_part
 from spark_mergetree.format.part import PartFiles
@@ -320,13 +320,43 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     are sorted whole and each column is read whole: memory holds the keys, one column and the
     compressed output, not the whole decoded table.
 
-    Parts holding projections (`<name>.proj/`) are not merged: the merged part would lack them
-    (ClickHouse rebuilds them in a merge; this version does not write projections)."""
+    The table's projections are built again from the merged rows (engine/projections.py); parts
+    holding a projection this version cannot build (`unmergeable_projections`) are not merged: the
+    merged part would lack it."""
     for reader in readers:
-        if reader.projections:
+        lost = unmergeable_projections(reader, meta)
+        if lost:
             raise UnsupportedError(
-                f"{reader.location}: holds projection(s) {', '.join(reader.projections)}; merging parts with "
-                "projections is not supported (the merged part would lose them): merge them in ClickHouse")
+                f"{reader.location}: holds projection(s) {', '.join(lost)} this version cannot build "
+                "(only normal projections of the table's statement are); merging the part would lose them: "
+                "merge it in ClickHouse")
+    files = _merge_rows(readers, meta, spill_dir)
+
+    def source_rows(projection: Projection, names: list[str]) -> pa.Table:
+        # Sources in order, each one's rows as its projection holds them when it has it (else in the
+        # part's order): sorted stably by a normal projection's key, ties keep that order, as
+        # ClickHouse's merge of the sources' projection parts does. Aggregates are computed again.
+        tables = []
+        for reader in readers:
+            held = None
+            if not projection.is_aggregate and projection.name in reader.projections \
+                    and reader.existing_rows == reader.rows:
+                held = reader.projection_reader(projection.name)
+                held = held if set(names) <= {n for n, _ in held.columns} else None
+            tables.append((held or reader).read(names, None, meta.column_types))
+        return pa.concat_tables(tables)
+
+    return meta.add_projections(files, source_rows)
+
+
+def unmergeable_projections(reader: PartReader, meta: TableMetadata) -> list[str]:
+    """The projections a part holds that a merge could not build again (a merge would lose them)."""
+    buildable = {p.name for p in meta.projections}
+    return [name for name in reader.projections if name not in buildable]
+
+
+def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str | None) -> PartFiles:
+    """`merge_parts` without the projections."""
     names = [n for n, _ in meta.columns]
     definition = meta.definition
     keys = key_column_names(names, definition.order_by, definition.partition_by, definition.primary_key)

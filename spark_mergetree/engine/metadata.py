@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -18,11 +18,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from spark_mergetree.engine import projections
 from spark_mergetree.engine.engines import MergingEngine, engine_of
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.ddl import (
     CLICKHOUSE_ONLY_SETTINGS,
     UNDERSTOOD_SETTINGS,
+    Projection,
     TableDefinition,
     check_settings,
     known_settings_text,
@@ -33,6 +35,7 @@ from spark_mergetree.expressions.skip_index import SkipIndex, skip_indexes_of
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 from spark_mergetree.format import granularity
 from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, parse_column_codec
+from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_writer import WriterSettings
 from spark_mergetree.format.skip_index_writer import IndexSpec
 from spark_mergetree.format.types import parse_type, to_arrow_field
@@ -190,6 +193,37 @@ class TableMetadata:
             raise SchemaMismatchError(f"table {self.definition.name!r}: {exc}") from exc
 
     @cached_property
+    def projections(self) -> list[Projection]:
+        """The statement's PROJECTION elements that parts of this version carry (engine/projections.py);
+        `unbuildable_projections` names the others."""
+        return [p for p in self._declared_projections if p.name not in self.unbuildable_projections]
+
+    @cached_property
+    def _declared_projections(self) -> list[Projection]:
+        try:
+            return projections.declared_projections(self.definition.indexes)
+        except ExpressionError as exc:
+            raise SchemaMismatchError(f"table {self.definition.name!r}: {exc}") from exc
+
+    @cached_property
+    def unbuildable_projections(self) -> dict[str, str]:
+        """Name → why, for declared projections this version cannot write (parts holding them are
+        not merged: the result would lose them)."""
+        return {p.name: reason for p in self._declared_projections
+                if (reason := projections.why_unbuildable(p, self.column_types, self.merging_engine is not None))}
+
+    def add_projections(self, files: PartFiles, rows: Callable[[Projection, list[str]], pa.Table]) -> PartFiles:
+        """A finished part's files with the table's projections added (`rows(projection, names)`:
+        the rows to build it from, see engine/projections.py). A table declaring a projection this
+        version cannot build gets no new parts (they would lack it): UnsupportedError naming it."""
+        if self.unbuildable_projections:
+            name, reason = next(iter(self.unbuildable_projections.items()))
+            raise UnsupportedError(f"table {self.definition.name!r}: projection {name!r}: {reason}; parts written "
+                                   "here would lack it (write to this table with ClickHouse)")
+        return projections.add_projections(files, self.projections, rows, self.columns, self.writer_settings,
+                                           dict(self.definition.settings))
+
+    @cached_property
     def partition_key(self) -> PartitionKey:
         return PartitionKey.parse(self.definition.partition_by, self.column_types)
 
@@ -252,6 +286,7 @@ class TableMetadata:
         from spark_mergetree.format.serialization import default_column
 
         _ = self.order_by, self.primary_key, self.partition_key, self.writer_settings, self.merging_engine
+        projections.check_declared(self._declared_projections, self.column_types, self.merging_engine is not None)
         probe = pa.table({name: default_column(parse_type(type_text), 2) for name, type_text in self.columns})
         unorderable = (pa.ArrowTypeError, pa.ArrowNotImplementedError)
         for clause, elements in (("ORDER BY", self.order_by), ("PRIMARY KEY", self.primary_key)):

@@ -153,6 +153,11 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
     """The files of `reader`'s part with `mutation` applied, every stored row kept in place (same
     granules); None when no existing row of the part matches."""
     meta = table.metadata
+    if meta.projections and (mutation.is_delete or reader.existing_rows != reader.rows):
+        raise UnsupportedError(
+            f"table {meta.definition.name!r} has projections ({', '.join(p.name for p in meta.projections)}): "
+            "lightweight DELETE is refused on it, as ClickHouse does by default (lightweight_mutation_projection_mode "
+            "= 'throw'); drop the projections first or delete in ClickHouse")
     ranges = [(0, reader.n_granules)]
     rows = reader.rows
     wanted = sorted(columns_of(mutation.predicate).union(*(columns_of(e) for e in mutation.assignments.values()),
@@ -197,8 +202,10 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
         values = reader.partition_values(key.result_types)
         partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
                                    key.result_types, key.columns)
-    return write_wide_part_by_column(rows, columns, column_of, meta.primary_key_values(key_table), partition,
-                                     meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+    files = write_wide_part_by_column(rows, columns, column_of, meta.primary_key_values(key_table), partition,
+                                      meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+    # The projections are built again from the updated rows (ClickHouse's ALTER UPDATE rebuilds them).
+    return meta.add_projections(files, lambda _projection, names: pa.table({n: column_of(n) for n in names}))
 
 
 def _mask_only(reader: PartReader) -> bool:

@@ -65,6 +65,7 @@ def merge_step(table: MergeTreeTable) -> str | None:
     table.check_same_table()
     tx, reserved, visible = begin_merge_transaction(table)
     try:
+        visible, reserved = _without_unmergeable(table, visible, reserved)
         candidates = merging.select_automatic(sorted(visible), part_stats(table, visible),
                                               merging.SelectorSettings.of(table.metadata), reserved)
     except BaseException:
@@ -76,6 +77,32 @@ def merge_step(table: MergeTreeTable) -> str | None:
     # Processes merging one table at once start from different partitions' best merges, so that
     # fewer of them lose the same race.
     return merge_one(table, candidates[os.getpid() % len(candidates)], tx)
+
+
+_reported_unmergeable: set[tuple[str, str]] = set()
+
+
+def _without_unmergeable(table: MergeTreeTable, visible: set[str], reserved: dict[str, list[tuple[int, int]]]
+                         ) -> tuple[set[str], dict[str, list[tuple[int, int]]]]:
+    """The parts background merges may take: not those holding a projection this version cannot build
+    (merging them would lose it; ClickHouse merges them). Their blocks are reserved, so no merge
+    spans them; each is logged once."""
+    if not table.metadata.unbuildable_projections and not any(
+            table.reader(p).projections for p in visible):
+        return visible, reserved
+    kept, reserved = set(), {k: list(v) for k, v in reserved.items()}
+    for part in visible:
+        lost = merging.unmergeable_projections(table.reader(part), table.metadata)
+        if not lost:
+            kept.add(part)
+            continue
+        info = PartInfo.parse(part)
+        reserved.setdefault(info.partition_id, []).append((info.min_block, info.max_block))
+        if (str(table.path), part) not in _reported_unmergeable:
+            _reported_unmergeable.add((str(table.path), part))
+            log.info("%s: part %s is not merged in the background: it holds projection(s) %s this version "
+                     "cannot build", table.path, part, ", ".join(lost))
+    return kept, reserved
 
 
 def run_merges(table: MergeTreeTable, final: bool) -> list[str]:

@@ -129,7 +129,8 @@ def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[s
 
 def new_definition(schema: SchemaLike, order_by: str | Sequence[str], partition_by: str | None,
                    primary_key: str | Sequence[str] | None, settings: Mapping[str, Any] | None,
-                   coordinator: Coordinator | str | None, engine: str | None) -> tuple[TableDefinition, dict[str, Any]]:
+                   coordinator: Coordinator | str | None, engine: str | None,
+                   projections: Sequence[str] = ()) -> tuple[TableDefinition, dict[str, Any]]:
     """The definition (with a new UUID) and the engine settings of a new table, from `create()`'s
     arguments: one way for tables in every location."""
     clickhouse_settings, engine_settings = split_settings(settings)
@@ -142,6 +143,13 @@ def new_definition(schema: SchemaLike, order_by: str | Sequence[str], partition_
         columns = _normalize_schema(schema, keys)
     definition = build_definition(columns, order_by, partition_by, primary_key, clickhouse_settings,
                                   uuid=str(uuid_module.uuid4()), engine=engine)
+    if projections:
+        if isinstance(projections, str):
+            raise InvalidOptionError("projections must be a list of declarations such as "
+                                     "'PROJECTION p (SELECT * ORDER BY k)', not one string")
+        texts = tuple(t.strip() if t.strip().upper().startswith("PROJECTION") else f"PROJECTION {t.strip()}"
+                      for t in projections)
+        definition = replace(definition, indexes=definition.indexes + texts)
     return definition, engine_settings
 
 
@@ -195,7 +203,8 @@ class MergeTreeTable:
                partition_by: str | None = None, primary_key: str | Sequence[str] | None = None,
                settings: Mapping[str, Any] | None = None, *, if_not_exists: bool = False,
                coordinator: Coordinator | str | None = None,
-               storage_options: Mapping[str, Any] | None = None, engine: str | None = None) -> MergeTreeTable:
+               storage_options: Mapping[str, Any] | None = None, engine: str | None = None,
+               projections: Sequence[str] = ()) -> MergeTreeTable:
         """Create a table directory at `path`.
 
         `schema`: a pyarrow Schema (types mapped as format_spec/types.md says; non-key nullable
@@ -207,10 +216,14 @@ class MergeTreeTable:
         (an `ObjectStoreTable`; `storage_options`: endpoint, access_key_id, secret_access_key,
         session_token, region, when the environment's are not the ones to use). `engine`: an engine
         of the MergeTree family with its parameters, e.g. "ReplacingMergeTree(version)" (see
-        engine/engines.py for what merges and `final=True` reads do with each).
+        engine/engines.py for what merges and `final=True` reads do with each). `projections`:
+        declarations such as "PROJECTION by_k (SELECT * ORDER BY k)" (the word PROJECTION optional);
+        every part gets them (engine/projections.py).
         """
         url_table = _url_table(path)
         if url_table is not None:
+            if projections:
+                raise UnsupportedError(f"{path}: projections on tables in object storage are not supported")
             return url_table.create_at(path, schema, order_by, partition_by, primary_key, settings,
                                        if_not_exists=if_not_exists, coordinator=coordinator,
                                        storage_options=storage_options, engine=engine)
@@ -220,7 +233,7 @@ class MergeTreeTable:
                 return cls.open(target, coordinator=coordinator)
             raise TableExistsError(f"a table already exists at {target}")
         definition, engine_settings = new_definition(schema, order_by, partition_by, primary_key, settings,
-                                                     coordinator, engine)
+                                                     coordinator, engine, projections)
         table = cls.new(target, definition, engine_settings,
                         coordinator=coordinator if not isinstance(coordinator, str) else None)
         table.write_directory()

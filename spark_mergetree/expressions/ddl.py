@@ -273,6 +273,74 @@ def _key_elements(text: str, tokens: list[Token], begin: int, end: int) -> tuple
     return tuple(_span_text(text, tokens, a, b) for a, b in _split_top_level(tokens, *inner))
 
 
+@dataclass(frozen=True)
+class Projection:
+    """A `PROJECTION name (SELECT ... [GROUP BY ...] [ORDER BY ...])` element of a CREATE statement.
+
+    A normal projection selects columns (`*` for all stored ones) and stores them sorted by its
+    ORDER BY; an aggregate projection (GROUP BY, or aggregate functions in the select list) stores
+    one row per group with the aggregates' states."""
+
+    name: str
+    select: tuple[str, ...]  # the select list as written ('*' for all columns)
+    group_by: tuple[str, ...]
+    order_by: tuple[str, ...]
+    text: str
+
+    @property
+    def is_aggregate(self) -> bool:
+        return bool(self.group_by) or any(not _PLAIN_IDENTIFIER.match(e.strip("`")) and e != "*" for e in self.select)
+
+    @property
+    def selected(self) -> tuple[str, ...]:
+        """The column names a normal projection's select list names ('*' stays '*')."""
+        return tuple(e if e == "*" else e.strip("`") for e in self.select)
+
+    def columns(self, stored: Sequence[str]) -> list[str]:
+        """The stored columns a normal projection holds, in table order (as its part lists them)."""
+        if "*" in self.select:
+            return list(stored)
+        return [name for name in stored if name in self.selected]
+
+
+def parse_projection(text: str) -> Projection | None:
+    """The projection a table element declares (None for INDEX and CONSTRAINT elements). Raises
+    ExpressionError naming the element when it does not parse."""
+    tokens = _tokenize(text)
+    if not tokens or _word(tokens[0]) != "PROJECTION":
+        return None
+    if len(tokens) < 4 or tokens[2].token_type != TokenType.L_PAREN or _word(tokens[3]) != "SELECT" \
+            or _matching_paren(tokens, 2) != len(tokens) - 1:
+        raise ExpressionError(f"projection {text!r}: expected PROJECTION name (SELECT ... [GROUP BY ...] [ORDER BY ...])")
+    name = _identifier(tokens[1], "a projection name")
+    clauses: dict[str, tuple[int, int]] = {}
+    start, clause, depth = 4, "SELECT", 0
+    for index in range(4, len(tokens) - 1):
+        kind = tokens[index].token_type
+        if kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif depth == 0 and _word(tokens[index]) in ("GROUP BY", "ORDER BY", "WHERE", "HAVING", "LIMIT"):
+            clauses[clause] = (start, index)
+            clause, start = _word(tokens[index]) or "", index + 1
+    clauses[clause] = (start, len(tokens) - 1)
+    unknown = sorted(set(clauses) - {"SELECT", "GROUP BY", "ORDER BY"})
+    if unknown:
+        raise UnsupportedError(f"projection {name!r}: {', '.join(unknown)} in a projection is not supported")
+
+    def elements(clause: str) -> tuple[str, ...]:
+        if clause not in clauses:
+            return ()
+        begin, end = clauses[clause]
+        pieces = _split_top_level(tokens, begin, end)
+        if clause != "SELECT" and len(pieces) == 1:  # `(a, b)` and `tuple(a, b)` list their elements
+            return _key_elements(text, tokens, begin, end)
+        return tuple(_span_text(text, tokens, a, b) for a, b in pieces)
+
+    return Projection(name, elements("SELECT"), elements("GROUP BY"), elements("ORDER BY"), text)
+
+
 def _parse_column(text: str, tokens: list[Token], begin: int, end: int) -> ColumnDefinition:
     name = _identifier(tokens[begin], "a column name")
     index = begin + 1

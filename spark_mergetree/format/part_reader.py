@@ -195,6 +195,26 @@ def _column_pool() -> ThreadPoolExecutor:
         return pool
 
 
+class SubpartSource:
+    """The files of a projection (`<name>.proj/`) of a part, as a source of their own."""
+
+    def __init__(self, source: FileSource, projection: str) -> None:
+        self.source = source
+        self.prefix = projection + PROJECTION_SUFFIX + "/"
+
+    def list_files(self, part: str) -> list[str]:
+        return [n[len(self.prefix):] for n in self.source.list_files(part) if n.startswith(self.prefix)]
+
+    def read_file(self, part: str, name: str) -> bytes:
+        return self.source.read_file(part, self.prefix + name)
+
+    def read_range(self, part: str, name: str, start: int, end: int, verify: bool = True) -> bytes | memoryview:
+        return self.source.read_range(part, self.prefix + name, start, end, verify)
+
+    def file_size(self, part: str, name: str) -> int:
+        return self.source.file_size(part, self.prefix + name)
+
+
 class PartReader:
     """One part, opened for reading. Cheap to create; metadata is loaded once and cached."""
 
@@ -207,7 +227,8 @@ class PartReader:
         self._primary: dict[tuple[str, ...], list[pa.Array]] = {}
         self._decoded: dict[tuple[str, ...], object] = {}  # partition values and minmax ranges
         self._checked_types: set[tuple[str, str]] = set()
-        self.files = set(self.source.list_files(part))
+        # The part's own files; a projection's (`<name>.proj/<file>`) are checked by verify().
+        self.files = {name for name in self.source.list_files(part) if "/" not in name}
         self._refuse_row_changing_features()
         self._metadata: dict[str, bytes] = {}
         for name in sorted(self.files):
@@ -313,6 +334,10 @@ class PartReader:
         if self.checksums is None:
             return []
         return sorted(name[: -len(PROJECTION_SUFFIX)] for name in self.checksums.files if name.endswith(PROJECTION_SUFFIX))
+
+    def projection_reader(self, name: str) -> PartReader:
+        """A reader of the part's projection `name` (a part of its own in `<name>.proj/`)."""
+        return PartReader(SubpartSource(self.source, name), self.part, f"{self.location}/{name}{PROJECTION_SUFFIX}")
 
     def _check_files_present(self) -> None:
         """Files checksums.txt names must exist with the size it records (as ClickHouse checks on attach).

@@ -243,9 +243,18 @@ def striped_units(stripe_map: StripeMap) -> np.ndarray:
     return np.arange(sum(e.unit_count for e in stripe_map.files.values() if e.striped), dtype=np.int64)
 
 
+SUBPART_SUFFIX = ".proj"  # a projection's directory inside a part: the one subdirectory parts have
+
+
 def check_file_name(name: str, part: str) -> None:
-    if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or "\0" in name:
-        raise InvalidOptionError(f"part {part!r}: file name {name!r} must be a non-empty name without '/'")
+    """A part's file is a plain name, or `<projection>.proj/<name>` for a file of a projection."""
+    pieces = name.split("/") if isinstance(name, str) else [name]
+    if len(pieces) == 2 and isinstance(pieces[0], str) and pieces[0].endswith(SUBPART_SUFFIX) \
+            and len(pieces[0]) > len(SUBPART_SUFFIX):
+        pieces = pieces[1:] if pieces[0] not in (".", "..") else pieces
+    if len(pieces) != 1 or not isinstance(name, str) or not pieces[0] or pieces[0] in (".", "..") or "\0" in name:
+        raise InvalidOptionError(f"part {part!r}: file name {name!r} must be a non-empty name without '/' "
+                                 f"(or <projection>{SUBPART_SUFFIX}/<name>)")
     if name in _RESERVED_NAMES:
         raise InvalidOptionError(f"part {part!r}: file name {name!r} is reserved by the storage layer; "
                                  f"reserved: {', '.join(sorted(_RESERVED_NAMES))}")

@@ -89,8 +89,13 @@ class TableDirs:
         fs.makedirs(self.table_dir(disk))
         fs.remove(staging)  # left by a crashed write of the same part
         fs.makedirs(staging)
+        subdirectories = sorted({name.rsplit("/", 1)[0] for name, _ in files if "/" in name})
+        for sub in subdirectories:  # projections' directories (`<name>.proj/`)
+            fs.makedirs(f"{staging}/{sub}")
         for name, chunks in files:
             fs.write(f"{staging}/{name}", chunks)
+        for sub in subdirectories:
+            fs.sync_dir(f"{staging}/{sub}")
         if sidecar is not None:
             fs.write(self.sidecar_map(disk, part, staged=True), [sidecar])
         fs.sync_dir(staging)

@@ -14,6 +14,7 @@ import numpy as np
 from spark_mergetree.errors import InvalidOptionError, StorageError
 from spark_mergetree.fileops import fsync_dir, write_file
 from spark_mergetree.storage.filesystem import Buffer, byte_view
+from spark_mergetree.storage.stripe_map import SUBPART_SUFFIX
 from spark_mergetree.storage.table_dirs import TMP_PREFIX
 from spark_mergetree.storage.table_parts import TableParts
 
@@ -101,6 +102,8 @@ def import_plain(parts: TableParts, source_dir: str | os.PathLike[str], part_nam
     if not source.is_dir():
         raise InvalidOptionError(f"import_plain: {source} is not a directory")
     files = {p.name: p.read_bytes() for p in sorted(source.iterdir()) if p.is_file()}
+    for sub in sorted(p for p in source.iterdir() if p.is_dir() and p.name.endswith(SUBPART_SUFFIX)):
+        files.update({f"{sub.name}/{p.name}": p.read_bytes() for p in sorted(sub.iterdir()) if p.is_file()})
     if not files:
         raise InvalidOptionError(f"import_plain: {source} holds no files")
     part = part_name or source.name
@@ -119,8 +122,14 @@ def export_plain(parts: TableParts, part: str, dest_dir: str | os.PathLike[str])
         shutil.rmtree(staging)
     staging.mkdir()
     try:
-        for name in parts.list_files(part):
+        names = parts.list_files(part)
+        subdirectories = sorted({name.rsplit("/", 1)[0] for name in names if "/" in name})
+        for sub in subdirectories:  # projections' directories
+            (staging / sub).mkdir()
+        for name in names:
             write_file(staging / name, [parts.read_file(part, name)])
+        for sub in subdirectories:
+            fsync_dir(staging / sub)
         fsync_dir(staging)
         os.rename(staging, destination)
         fsync_dir(destination.parent)

@@ -22,6 +22,8 @@ from spark_mergetree import MergeTreeTable
 from spark_mergetree.engine.merge import merge_parts
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import parse_create
+from spark_mergetree.format.checksums import Checksums
+from spark_mergetree.format.part_info import PartInfo
 from tests.conformance import corpus
 from tests.format.chdb_util import close_session
 from tests.format.test_modern_types import _days
@@ -92,23 +94,45 @@ def test_packed_parts_are_read_and_checked(made, case, tmp_path):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.feature == "projection"], ids=lambda c: c.id)
-def test_parts_with_projections_are_checked_and_not_merged(made, case, tmp_path):
+def test_parts_with_projections_are_checked_and_merged(made, case, tmp_path):
     """Parts with projections: we read their base columns (above); CHECK covers the `<name>.proj`
-    directories; merging them is refused rather than writing a part without its projections."""
+    directories; a merge builds both projections (normal and aggregate) again, and ClickHouse checks
+    the merged part and answers from its projections what it answers from its own parts."""
     table = made.made[case.id]
     assert all({"by_k.proj", "ordered.proj"} <= {p.name for p in part.iterdir()} for part in table.parts)
     copy = tmp_path / "copy"
     shutil.copytree(table.data_dir, copy)
+    damaged_copy = tmp_path / "damaged"
+    shutil.copytree(table.data_dir, damaged_copy)
     opened = MergeTreeTable.open(copy, create_statement=table.statement)
     report = opened.check()
     assert report.ok and report.parts_checked == len(table.parts), report
-    victim = copy / table.parts[0].name / "ordered.proj" / ("k.bin" if case.kind == "Wide" else "data.bin")
+    victim = damaged_copy / table.parts[0].name / "ordered.proj" / ("k.bin" if case.kind == "Wide" else "data.bin")
     victim.write_bytes(victim.read_bytes()[:-1] + bytes([victim.read_bytes()[-1] ^ 1]))
-    damaged = MergeTreeTable.open(copy, create_statement=table.statement).check()
+    damaged = MergeTreeTable.open(damaged_copy, create_statement=table.statement).check()
     assert not damaged.ok and f"ordered.proj/{victim.name}" in str(damaged)
-    readers = [opened.reader(part.name) for part in table.parts[:2]]
-    with pytest.raises(UnsupportedError, match=r"holds projection\(s\) by_k, ordered; merging parts with projections"):
-        merge_parts(readers, opened.metadata)
+    first = PartInfo.parse(table.parts[0].name).partition_id
+    readers = [opened.reader(p.name) for p in table.parts if PartInfo.parse(p.name).partition_id == first]
+    files = merge_parts(readers, opened.metadata)
+    assert {"by_k.proj", "ordered.proj"} <= set(Checksums.parse(files.files["checksums.txt"]).files)
+    infos = [PartInfo.parse(r.part) for r in readers]
+    name = f"{first}_{min(i.min_block for i in infos)}_{max(i.max_block for i in infos)}_{max(i.level for i in infos) + 1}"
+    sess = made.session
+    target = f"merged_{case.table}"
+    sess.query(case.create_sql(target))
+    part_dir = corpus.data_dir_of(sess, target) / "detached" / name
+    for file_name, data in files.files.items():
+        (part_dir / file_name).parent.mkdir(parents=True, exist_ok=True)
+        (part_dir / file_name).write_bytes(bytes(data))
+    sess.query(f"ALTER TABLE {target} ATTACH PART '{name}'")
+    for part in table.parts:  # the other partitions' parts, as ClickHouse wrote them
+        if PartInfo.parse(part.name).partition_id != first:
+            shutil.copytree(part, part_dir.parent / part.name)
+            sess.query(f"ALTER TABLE {target} ATTACH PART '{part.name}'")
+    check = corpus.query_text(sess, f"CHECK TABLE {target} SETTINGS check_query_single_value_result = 1").split()
+    assert check == ["1"]
+    query = "SELECT k, round(sum(v), 6) FROM {} GROUP BY k ORDER BY k SETTINGS force_optimize_projection = 1"
+    assert corpus.query_text(sess, query.format(target)) == corpus.query_text(sess, query.format(case.table))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

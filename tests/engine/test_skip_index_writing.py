@@ -16,7 +16,13 @@ from spark_mergetree.expressions.ddl import parse_create
 from spark_mergetree.expressions.predicate import bind, evaluate, parse_predicate
 from spark_mergetree.format.checksums import Checksums
 from spark_mergetree.format.part_info import PartInfo
-from tests.format.chdb_util import attach_and_check, close_session, make_chdb_table, part_dirs
+from tests.format.chdb_util import (
+    attach_and_check,
+    close_session,
+    make_chdb_table,
+    paired_part_dirs,
+    part_dirs,
+)
 
 CREATE = """CREATE TABLE t (k UInt64, a Int64, b UInt32, s String, n Nullable(Int32), f Float64, d Date,
     doc String, t String,
@@ -94,10 +100,7 @@ def tables(tmp_path_factory):
 
 def test_inserted_parts_hold_clickhouses_index_bytes(tables) -> None:
     sess, data_dir, ours = tables
-    theirs = part_dirs(data_dir)
-    mine = sorted(ours.path / p.name for p in ours.parts())
-    assert [p.name for p in theirs] == [p.name for p in mine]
-    for their_part, our_part in zip(theirs, mine, strict=True):
+    for their_part, our_part in paired_part_dirs(data_dir, ours):
         expected = _index_files(their_part)
         assert len(expected) == 16  # .idx/.idx2 and .mrk2 of each of the 8 indexes
         assert _index_files(our_part) == expected, our_part.name

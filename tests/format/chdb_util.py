@@ -126,3 +126,12 @@ def attach_and_check(session: chdb_session.Session, table: str, parts: Iterable[
         session.query(f"ALTER TABLE {table} ATTACH PART '{part.name}'")
     check = session.query(f"CHECK TABLE {table}", "TabSeparatedRaw").bytes().decode().split()
     assert check and "0" not in check and "1" in check, check
+
+
+def paired_part_dirs(table_data_dir: Path | str, ours: object) -> list[tuple[Path, Path]]:
+    """(ClickHouse's part, our part of the same name) for every part: both tables must have the same
+    part names (`ours` is a MergeTreeTable)."""
+    theirs = part_dirs(table_data_dir)
+    mine = sorted(ours.path / p.name for p in ours.parts())  # type: ignore[attr-defined]
+    assert [p.name for p in theirs] == [p.name for p in mine]
+    return list(zip(theirs, mine, strict=True))

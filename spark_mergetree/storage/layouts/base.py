@@ -27,6 +27,7 @@ from spark_mergetree.storage.reports import DegradedReadWarning, ScrubProblem, S
 from spark_mergetree.storage.stripe_map import (
     IN_PLAIN_FILE,
     STRIPED_MAP_NAME,
+    SUBPART_SUFFIX,
     UNITS_FILE_NAME,
     StripeMap,
     cut_files,
@@ -203,9 +204,13 @@ class Layout(ABC):
         for disk in opened.disks:
             if disk == excluded:
                 continue
+            fs, directory = self.dirs.fs(disk), self.dirs.part_dir(disk, opened.name)
             try:
-                return sorted(e.name for e in self.dirs.fs(disk).ls(self.dirs.part_dir(disk, opened.name))
-                              if not e.is_dir)
+                entries = fs.ls(directory)
+                names = [e.name for e in entries if not e.is_dir]
+                for sub in (e.name for e in entries if e.is_dir and e.name.endswith(SUBPART_SUFFIX)):
+                    names += [f"{sub}/{e.name}" for e in fs.ls(f"{directory}/{sub}") if not e.is_dir]
+                return sorted(names)
             except (FileNotFoundError, NotADirectoryError):
                 continue
         raise StorageError(f"part {opened.name!r}: directory vanished from disks {[d.name for d in opened.disks]}")

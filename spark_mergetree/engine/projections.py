@@ -1,0 +1,260 @@
+"""Projections: the `<name>.proj/` subparts a table's PROJECTION declarations give every part.
+
+A normal projection (`PROJECTION p (SELECT a, b ORDER BY b)`, `SELECT *` for every stored column)
+is a part of its own inside the parent part's directory: the selected columns of the parent's rows,
+sorted (stably) by the projection's ORDER BY, with primary.idx over that key, written by the same
+writer as any part (Wide or Compact by the table's settings, the table's codecs) but with no
+partition.dat, minmax or skip index files. The parent's checksums.txt lists `<name>.proj` with the
+total size and the hash of the projection's own checksums.txt entries (Checksums.total_hash), as
+ClickHouse's MergeTreeDataWriter::writeProjectionPart and MergeTreeData::addProjectionPart record it.
+
+Inserts, merges and mutations write every buildable projection from the rows of the part they write
+(a merge from the merged rows: ClickHouse merges the sources' projection parts, which gives the same
+rows in the same order). Aggregate projections (GROUP BY / aggregate functions) are not built: a table
+of ours cannot declare them, and parts ClickHouse made with them are not merged (the selector leaves
+them alone) rather than losing them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.expressions.ddl import Projection, parse_projection
+from spark_mergetree.expressions.key_condition import key_columns_for
+from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
+from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums, FileChecksum
+from spark_mergetree.format.compact_writer import encode_part
+from spark_mergetree.format.compiled import lazy_njit
+from spark_mergetree.format.part import CHECKSUMS_FILE, PartFiles
+from spark_mergetree.format.part_writer import WriterSettings
+from spark_mergetree.format.values import encode_varuints
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def declared_projections(indexes: Sequence[str]) -> list[Projection]:
+    """The PROJECTION elements of a statement, parsed."""
+    return [p for text in indexes if (p := parse_projection(text)) is not None]
+
+
+def why_unbuildable(projection: Projection, column_types: dict[str, str], merging_engine: bool) -> str | None:
+    """Why parts of this version cannot carry `projection` (None when they can)."""
+    if merging_engine:
+        return "projections on engines that combine rows in merges are not supported"
+    if projection.is_aggregate:
+        return _why_not_aggregate(projection, column_types)
+    missing = [c for c in projection.selected if c != "*" and c not in column_types]
+    if missing:
+        return f"selects {', '.join(missing)}, which are not stored columns of the table"
+    try:
+        types = key_element_types(projection.order_by, column_types)
+    except ExpressionError as error:
+        return f"ORDER BY {', '.join(projection.order_by)}: {error}"
+    if any(t is None for t in types):
+        return f"ORDER BY {', '.join(projection.order_by)}: only columns and the functions of partition keys are supported"
+    return None
+
+
+def check_declared(projections: Sequence[Projection], column_types: dict[str, str], merging_engine: bool) -> None:
+    """A new table's projections must all be buildable (UnsupportedError naming the one that is not)."""
+    seen: set[str] = set()
+    for projection in projections:
+        if projection.name in seen:
+            raise SchemaMismatchError(f"projection {projection.name!r} is declared twice")
+        seen.add(projection.name)
+        reason = why_unbuildable(projection, column_types, merging_engine)
+        if reason is not None:
+            raise UnsupportedError(f"projection {projection.name!r}: {reason}")
+
+
+_AGGREGATE = re.compile(r"^(\w+)\((`?)(\w*)\2\)$")
+_INTEGERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64")
+_NUMBERS = (*_INTEGERS, "Float32", "Float64")
+# The functions whose states are built here, over non-Nullable numeric columns.
+AGGREGATES = ("count", "sum", "avg", "min", "max", "any", "anyLast")
+
+
+def _aggregates(projection: Projection) -> list[tuple[str, str, str]]:
+    """(column name, function, argument column or '') of each aggregate of the select list."""
+    out = []
+    for element in projection.select:
+        if element.strip("`") in projection.group_by:
+            continue
+        match = _AGGREGATE.match(element.replace(" ", ""))
+        out.append((element, match.group(1), match.group(3)) if match else (element, "", ""))
+    return out
+
+
+def _why_not_aggregate(projection: Projection, column_types: dict[str, str]) -> str | None:
+    keys = [k.strip("`") for k in projection.group_by]
+    bad_keys = [k for k in keys if column_types.get(k) is None or column_types[k].startswith(("Nullable", "LowCardinality"))]
+    if not keys or bad_keys or projection.order_by:
+        return (f"aggregate projection: GROUP BY {', '.join(projection.group_by) or '(nothing)'}: this version builds "
+                "aggregate projections grouped by non-Nullable columns, without ORDER BY")
+    plain = [e.strip("`") for e in projection.select if _PLAIN.match(e.strip("`"))]
+    if any(name not in keys for name in plain):
+        return f"aggregate projection selects {', '.join(n for n in plain if n not in keys)} outside GROUP BY"
+    for element, function, argument in _aggregates(projection):
+        if function not in AGGREGATES or (function != "count" and column_types.get(argument) not in _NUMBERS) \
+                or (function == "count" and argument and argument not in column_types):
+            return (f"aggregate {element}: this version builds the states of {', '.join(AGGREGATES)} over "
+                    f"non-Nullable numeric columns ({', '.join(_NUMBERS)}) only")
+    return None
+
+
+def _state_type(function: str, argument: str, column_types: dict[str, str]) -> str:
+    if function == "count":
+        return "AggregateFunction(count)" if not argument else f"AggregateFunction(count, {column_types[argument]})"
+    return f"AggregateFunction({function}, {column_types[argument]})"
+
+
+@lazy_njit
+def _group_sums(values: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - compiled
+    """Each group's float sum, added row after row as ClickHouse's sum state adds."""
+    out = np.zeros(len(starts), np.float64)
+    for g in range(len(starts)):
+        end = starts[g + 1] if g + 1 < len(starts) else n
+        total = 0.0
+        for i in range(starts[g], end):
+            total += values[i]
+        out[g] = total
+    return out
+
+
+def _fixed(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed-width little-endian values as (bytes, offsets n+1)."""
+    width = values.dtype.itemsize
+    data = np.ascontiguousarray(values.astype(values.dtype.newbyteorder("<"))).view(np.uint8)
+    return data, np.arange(len(values) + 1, dtype=np.int64) * width
+
+
+def _concat_rows(pieces: Sequence[tuple[np.ndarray, np.ndarray]]) -> pa.BinaryArray:
+    """Per row, the bytes of every piece back to back: one state per row."""
+    lengths: np.ndarray = np.sum([np.diff(offsets) for _, offsets in pieces], axis=0)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), np.uint8)
+    at = offsets[:-1].copy()
+    for data, piece_offsets in pieces:
+        sizes = np.diff(piece_offsets)
+        dest = np.arange(len(data), dtype=np.int64) + np.repeat(at - piece_offsets[:-1], sizes)
+        out[dest] = data
+        at += sizes
+    return pa.Array.from_buffers(pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(out)]) \
+        .cast(pa.binary())
+
+
+def _states(function: str, values: np.ndarray | None, starts: np.ndarray, n: int) -> pa.BinaryArray:
+    """The state of `function` over each group of the grouped rows (groups start at `starts`)."""
+    counts = np.diff(np.append(starts, n)).astype(np.uint64)
+    if function == "count":
+        return _concat_rows([encode_varuints(counts)])
+    assert values is not None
+    flag = (np.ones(len(starts), np.uint8), np.arange(len(starts) + 1, dtype=np.int64))
+    if function in ("min", "max", "any", "anyLast"):
+        if function == "any":
+            picked = values[starts]
+        elif function == "anyLast":
+            picked = values[np.append(starts[1:], n) - 1]
+        else:
+            picked = (np.minimum if function == "min" else np.maximum).reduceat(values, starts)
+        return _concat_rows([flag, _fixed(picked)])
+    if values.dtype.kind == "f":
+        sums = _group_sums(values.astype(np.float64), starts, n)
+    else:
+        wide = np.int64 if values.dtype.kind == "i" else np.uint64
+        sums = np.add.reduceat(values.astype(wide), starts)
+    if function == "sum":
+        return _concat_rows([_fixed(sums)])
+    return _concat_rows([_fixed(sums), encode_varuints(counts)])  # avg: numerator, then the count
+
+
+def _aggregate_table(projection: Projection, rows: pa.Table, column_types: dict[str, str]
+                     ) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
+    """An aggregate projection's rows (one per group, by the GROUP BY key), columns and key."""
+    keys = [k.strip("`") for k in projection.group_by]
+    n = rows.num_rows
+    order = sort_indices(keys, rows, column_types) if n > 1 else pa.array(range(n), pa.uint64())
+    grouped = rows.take(order)
+    changes = np.zeros(n, bool)
+    if n:
+        changes[0] = True
+        for key in keys:
+            column = grouped.column(key)
+            changes[1:] |= ~np.asarray(pc.equal(column.slice(1), column.slice(0, n - 1)).combine_chunks()
+                                       if isinstance(column, pa.ChunkedArray) else
+                                       pc.equal(column.slice(1), column.slice(0, n - 1)))
+    starts = np.flatnonzero(changes)
+    arrays: dict[str, pa.Array] = {key: grouped.column(key).take(pa.array(starts)) for key in keys}
+    columns: list[tuple[str, str]] = []
+    aggregates = {element: (function, argument) for element, function, argument in _aggregates(projection)}
+    for element in projection.select:
+        name = element.strip("`")
+        if name in keys:
+            columns.append((name, column_types[name]))
+            continue
+        function, argument = aggregates[element]
+        values = grouped.column(argument).to_numpy() if argument and function != "count" else None
+        arrays[element] = _states(function, values, starts, n)
+        columns.append((element, _state_type(function, argument, column_types)))
+    return pa.table({name: arrays[name] for name, _ in columns}), columns, keys
+
+
+def projection_files(projection: Projection, rows: pa.Table, columns: Sequence[tuple[str, str]],
+                     settings: WriterSettings, table_settings: dict[str, str]) -> PartFiles:
+    """The files of one projection over `rows` (the parent part's rows, in the order they came)."""
+    column_types = dict(columns)
+    if projection.is_aggregate:
+        table, selected, key = _aggregate_table(projection, rows, column_types)
+        column_types = {**column_types, **dict(selected)}
+    else:
+        names = projection.columns([n for n, _ in columns])
+        selected = [(name, column_types[name]) for name in names]
+        table, key = rows.select(names), list(projection.order_by)
+        if key and table.num_rows > 1:
+            table = table.take(sort_indices(key, table, column_types))
+    key_types = key_columns_for(key, column_types)
+    key_values = key_element_arrays(key, table, column_types)
+    primary_key = [(type_text, values) for (_, type_text), values in zip(key_types, key_values, strict=True)]
+    return encode_part(table, selected, primary_key, None, dataclasses.replace(settings, skip_indexes=()),
+                       table_settings)
+
+
+def projection_columns(projection: Projection, stored: Sequence[str]) -> list[str]:
+    """The stored columns a projection is computed from."""
+    if not projection.is_aggregate:
+        return projection.columns(stored)
+    wanted = {a for _, _, a in _aggregates(projection) if a} | {k.strip("`") for k in projection.group_by}
+    return [name for name in stored if name in wanted]
+
+
+def add_projections(files: PartFiles, projections: Sequence[Projection],
+                    rows: Callable[[Projection, list[str]], pa.Table], columns: Sequence[tuple[str, str]],
+                    settings: WriterSettings, table_settings: dict[str, str]) -> PartFiles:
+    """`files` (a finished part) with every projection's files under `<name>.proj/` and their
+    entries in its checksums.txt. `rows(projection, names)` gives the rows to build it from: those
+    columns of the part's rows, in the order a normal projection keeps between equal keys."""
+    if not projections:
+        return files
+    stored = [n for n, _ in columns]
+    checksums = Checksums.parse(bytes(files.files[CHECKSUMS_FILE]), CHECKSUMS_FILE)
+    entries = dict(checksums.files)
+    for projection in projections:
+        table = rows(projection, projection_columns(projection, stored))
+        built = projection_files(projection, table, columns, settings, table_settings)
+        directory = projection.name + PROJECTION_SUFFIX
+        for name, data in built.files.items():
+            files.files[f"{directory}/{name}"] = data
+        for name, cuts in built.boundaries.items():
+            files.boundaries[f"{directory}/{name}"] = cuts
+        inner = Checksums.parse(bytes(built.files[CHECKSUMS_FILE]), f"{directory}/{CHECKSUMS_FILE}")
+        entries[directory] = FileChecksum(inner.total_size, inner.total_hash())
+    files.files[CHECKSUMS_FILE] = Checksums(dict(sorted(entries.items()))).to_bytes()
+    return files

@@ -1,0 +1,251 @@
+"""Projections we write into our parts (`<name>.proj/`): the same bytes ClickHouse (chdb) writes for
+the same rows, inserted and merged; ClickHouse attaches our parts, CHECK TABLE passes, and a query
+with force_optimize_projection = 1 (which fails unless a projection is used) returns its rows."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.cli import main as cli
+from spark_mergetree.engine.optimize import merge_step
+from spark_mergetree.errors import UnsupportedError
+from spark_mergetree.expressions.ddl import format_create, parse_create
+from spark_mergetree.format.checksums import Checksums
+from tests.engine.test_storage_policies import LAYOUTS, _policy
+from tests.format.chdb_util import (
+    attach_and_check,
+    close_session,
+    make_chdb_table,
+    paired_part_dirs,
+    part_dirs,
+)
+
+CREATE = """CREATE TABLE t (id UInt64, k UInt32, v Float64, s String,
+    PROJECTION ordered (SELECT * ORDER BY k),
+    PROJECTION sel (SELECT s, id ORDER BY (s, id)),
+    PROJECTION by_k (SELECT k, sum(v), count(), min(id), max(v), avg(k), any(id), anyLast(v), sum(id) GROUP BY k))
+    ENGINE = MergeTree ORDER BY id
+    SETTINGS index_granularity = 64, compress_primary_key = 0, {kind}"""
+# The marks each part kind's writer here writes as ClickHouse does (uncompressed Wide, compressed Compact).
+KINDS = {"Wide": "min_bytes_for_wide_part = 0, compress_marks = 0", "Compact": "min_bytes_for_wide_part = 1000000000"}
+# Rows arrive out of the table's order: projections are built from them in the order they came.
+ROWS = ("SELECT (number * 7919) % {rows} + {offset} AS id, toUInt32((number * 7) % 13) AS k, (number + {offset}) / 3 AS v, "
+        "toString((number * 7919) % 1000) AS s FROM numbers({rows})")
+COLUMNS = "id, k, v, s"
+PROJECTIONS = ("ordered", "sel", "by_k")
+
+
+def _arrow(sess, query: str) -> pa.Table:
+    return pa.ipc.open_file(pa.py_buffer(sess.query(query, "Arrow").bytes())).read_all()
+
+
+def _rows(data: pa.Table) -> list[tuple]:
+    columns = [[v.decode() if isinstance(v, bytes) else v for v in c.to_pylist()] for c in data.columns]
+    return sorted(zip(*columns))
+
+
+# Files our writer writes differently from ClickHouse 26 in every part, projection or not (it records
+# no per-column default counts and no substreams listing); the rest must be ClickHouse's bytes.
+NOT_COMPARED = ("serialization.json", "columns_substreams.txt", "checksums.txt")
+
+
+def _projection_files(part: Path) -> dict[str, bytes]:
+    return {f"{d.name}/{f.name}": f.read_bytes() for d in sorted(part.glob("*.proj")) for f in sorted(d.iterdir())
+            if f.name not in NOT_COMPARED}
+
+
+def _checksum_entries(directory: Path) -> dict:
+    files = Checksums.parse((directory / "checksums.txt").read_bytes()).files
+    return {name: entry for name, entry in files.items() if name != "serialization.json"}
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def tables(request, tmp_path_factory):
+    """chdb's table `t` (two inserts, merges stopped) and ours made from the same statement and rows."""
+    tmp = tmp_path_factory.mktemp(f"proj_{request.param}")
+    sess, data_dir = make_chdb_table(tmp, CREATE.format(kind=KINDS[request.param]))
+    sess.query("SYSTEM STOP MERGES t")
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp / "ours", parse_create(statement), {"auto_merge": False})
+    ours.write_directory()
+    for offset, rows in ((0, 500), (500, 300)):
+        sess.query("INSERT INTO t " + ROWS.format(offset=offset, rows=rows))
+        ours.insert(_arrow(sess, ROWS.format(offset=offset, rows=rows)))
+    yield sess, data_dir, ours
+    close_session()
+
+
+def test_inserted_parts_hold_clickhouses_projection_bytes(tables) -> None:
+    sess, data_dir, ours = tables
+    for their_part, our_part in paired_part_dirs(data_dir, ours):
+        expected = _projection_files(their_part)
+        assert {name.split("/")[0] for name in expected} == {f"{p}.proj" for p in PROJECTIONS}
+        assert _projection_files(our_part) == expected, our_part.name
+        for projection in (f"{p}.proj" for p in PROJECTIONS):
+            assert _checksum_entries(our_part / projection) == _checksum_entries(their_part / projection)
+    assert ours.check().ok
+
+
+def _attach(sess, ours: MergeTreeTable, name: str) -> None:
+    sess.query(f"CREATE TABLE {name} AS t")
+    attach_and_check(sess, name, [ours.path / part.name for part in ours.parts()])
+
+
+def test_clickhouse_checks_and_uses_the_projections_of_our_parts(tables) -> None:
+    sess, _, ours = tables
+    _attach(sess, ours, "attached")
+    query = "SELECT k, sum(v), count(), min(id), max(v), avg(k), sum(id) FROM {} GROUP BY k"
+    forced = query.format("attached") + " SETTINGS force_optimize_projection = 1"
+    assert "by_k" in sess.query(f"EXPLAIN projections = 1 {forced}", "TabSeparatedRaw").bytes().decode()
+    # The same states as ClickHouse's parts: the same answers, float sums to the last bit.
+    assert _rows(_arrow(sess, forced)) == _rows(_arrow(sess, query.format("t") + " SETTINGS force_optimize_projection = 1"))
+    for where, projection in (("k = 5", "ordered"), ("s = '77'", "sel")):
+        columns = "id, s" if projection == "sel" else COLUMNS
+        forced = f"SELECT {columns} FROM attached WHERE {where} SETTINGS force_optimize_projection = 1, " \
+                 f"preferred_optimize_projection_name = '{projection}'"
+        explain = sess.query(f"EXPLAIN projections = 1 {forced}", "TabSeparatedRaw").bytes().decode()
+        assert projection in explain, explain
+        assert _rows(_arrow(sess, forced)) == _rows(_arrow(sess, f"SELECT {columns} FROM t WHERE {where}")), where
+
+
+def test_merged_part_holds_clickhouses_projection_bytes(tables) -> None:
+    """Merges rebuild the projections: OPTIMIZE FINAL here and in ClickHouse, the same bytes."""
+    sess, data_dir, ours = tables
+    sess.query("SYSTEM START MERGES t")
+    sess.query("OPTIMIZE TABLE t FINAL")
+    ours.optimize(final=True)
+    (theirs,) = [p for p in part_dirs(data_dir) if p.name == "all_1_2_1"]
+    (mine,) = [ours.path / p.name for p in ours.parts()]
+    assert mine.name == "all_1_2_1"
+    # A merge computes aggregate states again from the rows; ClickHouse merges the sources' states:
+    # the same for count, min, max and integer sums; any/anyLast may pick other rows, and float sums
+    # round differently (their values are compared below).
+    recomputed = {f"by_k.proj/{name}" for name in ("any%28id%29.bin", "anyLast%28v%29.bin", "sum%28v%29.bin",
+                                                    "data.bin", "data.cmrk4")}  # Compact: all states in data.bin
+    ours_files, their_files = _projection_files(mine), _projection_files(theirs)
+    assert ours_files.keys() == their_files.keys()
+    assert {n: b for n, b in ours_files.items() if n not in recomputed} == \
+        {n: b for n, b in their_files.items() if n not in recomputed}
+    for projection in ("ordered.proj", "sel.proj"):
+        assert _checksum_entries(mine / projection) == _checksum_entries(theirs / projection)
+    assert ours.check().ok
+    _attach(sess, ours, "merged")
+    query = "SELECT k, round(sum(v), 6), count(), min(id), max(v), avg(k), sum(id) FROM {} GROUP BY k"
+    forced = query.format("merged") + " SETTINGS force_optimize_projection = 1"
+    assert "by_k" in sess.query(f"EXPLAIN projections = 1 {forced}", "TabSeparatedRaw").bytes().decode()
+    assert _rows(_arrow(sess, forced)) == _rows(_arrow(sess, query.format("t") + " SETTINGS optimize_use_projections = 0"))
+
+
+def test_create_refuses_projections_it_cannot_write(tmp_path) -> None:
+    with pytest.raises(UnsupportedError, match="by_k.*uniqExact"):
+        MergeTreeTable.create(tmp_path / "a", [("k", "UInt32"), ("v", "Float64")], "k",
+                              projections=["PROJECTION by_k (SELECT k, uniqExact(v) GROUP BY k)"])
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(UnsupportedError, match="combine rows"):
+        MergeTreeTable.create(tmp_path / "b", [("k", "UInt32"), ("v", "Float64")], "k",
+                              engine="ReplacingMergeTree", projections=["p (SELECT * ORDER BY v)"])
+    table = MergeTreeTable.create(tmp_path / "c", [("k", "UInt32"), ("v", "Float64")], "k",
+                                  projections=["p (SELECT * ORDER BY v)"])
+    table.insert(pa.table({"k": pa.array([3, 1, 2], pa.uint32()), "v": [0.5, 0.25, 0.75]}))
+    (part,) = table.parts()
+    assert (table.path / part.name / "p.proj" / "count.txt").read_text() == "3"
+    assert "p.proj" in Checksums.parse((table.path / part.name / "checksums.txt").read_bytes()).files
+    assert table.check().ok
+
+
+def test_background_merges_leave_parts_with_projections_they_cannot_build(tmp_path, caplog) -> None:
+    """ClickHouse's parts hold a projection we cannot build (uniqExact states): inserts into such a
+    table are refused (their parts would lack it); with the statement declaring only what we build,
+    background merges skip those parts (saying so once per part) and merge ours; OPTIMIZE refuses
+    naming the projection."""
+    create = ("CREATE TABLE u (k UInt32, v UInt64, PROJECTION u_k (SELECT k, uniqExact(v) GROUP BY k), "
+              "PROJECTION o (SELECT * ORDER BY v)) ENGINE = MergeTree ORDER BY k SETTINGS min_bytes_for_wide_part = 0")
+    sess, data_dir = make_chdb_table(tmp_path, create)
+    sess.query("SYSTEM STOP MERGES u")
+    for offset in (0, 100, 200):
+        sess.query(f"INSERT INTO u SELECT number % 7, number + {offset} FROM numbers(100)")
+    statement = sess.query("SHOW CREATE TABLE u", "TabSeparatedRaw").bytes().decode()
+    copy = tmp_path / "copy"
+    shutil.copytree(data_dir, copy)
+    close_session()
+    rows = pa.table({"k": pa.array([1, 2], pa.uint32()), "v": pa.array([5, 6], pa.uint64())})
+    table = MergeTreeTable.open(copy, create_statement=statement)
+    assert table.metadata.unbuildable_projections.keys() == {"u_k"}
+    with pytest.raises(UnsupportedError, match="u_k.*uniqExact"):
+        table.insert(rows)
+    assert len(table.parts()) == 3
+    definition = parse_create(statement)
+    ours_only = format_create(replace(definition, indexes=tuple(i for i in definition.indexes if "u_k" not in i)))
+    table = MergeTreeTable.open(copy, create_statement=ours_only)
+    assert [p.name for p in table.metadata.projections] == ["o"]
+    table.insert(rows)
+    table.insert(rows)
+    with caplog.at_level(logging.INFO, logger="spark_mergetree.engine.optimize"):
+        merge_step(table)
+        merge_step(table)
+    said = [r.getMessage() for r in caplog.records if "u_k" in r.getMessage()]
+    assert len(said) == 3 and all("cannot build" in line for line in said)  # once per part
+    assert {p.name for p in table.parts()} >= {"all_1_1_0", "all_2_2_0", "all_3_3_0"}
+    with pytest.raises(UnsupportedError, match="u_k"):
+        table.optimize(final=True)
+
+
+def test_mutations_rebuild_projections_and_lightweight_delete_is_refused(tmp_path) -> None:
+    """UPDATE rewrites a part with its projections built from the new rows; MATERIALIZE INDEX keeps
+    them; a lightweight DELETE is refused as ClickHouse refuses it on tables with projections."""
+    table = MergeTreeTable.create(tmp_path / "m", [("k", "UInt32"), ("v", "Int64")], "k",
+                                  settings={"auto_merge": False},
+                                  projections=["p (SELECT * ORDER BY v)", "s (SELECT k, sum(v), count() GROUP BY k)"])
+    table.insert(pa.table({"k": pa.array([1, 2, 3, 1], pa.uint32()), "v": pa.array([40, 30, 20, 10], pa.int64())}))
+    with pytest.raises(UnsupportedError, match="lightweight DELETE"):
+        table.delete("k = 2")
+    (part,) = table.update({"v": "v * -1"}, "k = 1")
+    reader = table.reader(part)
+    assert reader.projections == ["p", "s"]
+    by_v = reader.projection_reader("p").read(["k", "v"]).to_pydict()
+    assert by_v == {"k": [1, 1, 3, 2], "v": [-40, -10, 20, 30]}
+    assert table.check().ok
+    table.add_index("INDEX i v TYPE minmax GRANULARITY 1")
+    (indexed,) = table.materialize_index("i")
+    assert table.reader(indexed).projections == ["p", "s"] and table.check().ok
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_projections_on_every_storage_layout(layout, tmp_path) -> None:
+    """Parts with `<name>.proj/` on every layout: written, merged, checked, scrubbed, exported as a
+    plain part ClickHouse attaches with CHECK TABLE = 1 and answers from its projection."""
+    table = MergeTreeTable.create(tmp_path / "t", [("k", "UInt32"), ("v", "Int64")], "k",
+                                  settings={"storage_policy": _policy(tmp_path, layout, LAYOUTS[layout]),
+                                            "auto_merge": False, "index_granularity": 64},
+                                  projections=["p (SELECT * ORDER BY v)", "s (SELECT k, sum(v) GROUP BY k)"])
+    for start in (0, 300):
+        v = np.arange(start, start + 300, dtype=np.int64)
+        table.insert(pa.table({"k": pa.array(v % 11, pa.uint32()), "v": -v}))
+    (merged,) = table.optimize(final=True)
+    assert table.reader(merged).projections == ["p", "s"]
+    assert table.check().ok
+    assert table.store.scrub().ok
+    destination = tmp_path / "export" / merged
+    result = CliRunner().invoke(cli, ["export-part", str(table.path), merged, str(destination)])
+    assert result.exit_code == 0, result.output
+    assert (destination / "p.proj" / "checksums.txt").is_file()
+    sess, data_dir = make_chdb_table(tmp_path / "ch", "CREATE TABLE e (k UInt32, v Int64, PROJECTION p (SELECT * "
+                                     "ORDER BY v), PROJECTION s (SELECT k, sum(v) GROUP BY k)) ENGINE = MergeTree "
+                                     "ORDER BY k SETTINGS index_granularity = 64")
+    shutil.copytree(destination, data_dir / "detached" / merged)
+    sess.query(f"ALTER TABLE e ATTACH PART '{merged}'")
+    assert sess.query("CHECK TABLE e", "TabSeparatedRaw").bytes().decode().split()[1] == "1"
+    got = sess.query("SELECT k, sum(v) FROM e GROUP BY k ORDER BY k SETTINGS force_optimize_projection = 1",
+                     "TabSeparatedRaw").bytes().decode().split()
+    v = np.arange(600)
+    assert got == [str(x) for k in range(11) for x in (k, -int(v[v % 11 == k].sum()))]
+    close_session()
