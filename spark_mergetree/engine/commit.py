@@ -62,10 +62,9 @@ def publish(table: MergeTreeTable, staged: Sequence[StagedPart], mode: WriteMode
     """Under the table's commit lock: removals, block numbers, the pending entry naming the
     new parts, then their renames into place (names of renamed staged parts go into `placed`)."""
     log = table.log
+    table.adopt_directory_parts()
     table_id = log.bind(tx.coordinator.url)
     with log.commit_lock():
-        if not log.entries() and not (log.directory / "checkpoint.json").exists():
-            adopt_unlogged_parts(table, tx)
         visible = tx.visible_parts(log)
         removed: list[str] = []
         if mode == "overwrite" and partition_overwrite_mode == "static":
@@ -139,8 +138,4 @@ def allocate_blocks(table: MergeTreeTable, tx: Any, table_id: str, count: int) -
     return first
 
 
-def adopt_unlogged_parts(table: MergeTreeTable, tx: Any) -> None:
-    """A table ClickHouse wrote has parts but no log: the first write takes them into the log."""
-    existing = table.directory_parts() - tx.visible_parts(table.log)
-    if existing:
-        tx.add_parts(table.log, sorted(existing))
+

@@ -82,7 +82,7 @@ def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader],
         raise UnsupportedError(f"{table}: {command} (a mutation's new part versions) is not implemented for this "
                                "kind of table")
     table.check_same_table()
-    mutations.adopt_directory_parts(table)
+    table.adopt_directory_parts()
     tx = Transaction(table.coordinator)
     staged: dict[str, str] = {}  # visible part → its staged new version
     try:

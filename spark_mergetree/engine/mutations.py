@@ -292,7 +292,7 @@ def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | 
         raise UnsupportedError(f"{table}: DELETE and UPDATE (a mutation's new part versions) are not implemented "
                                "for this kind of table")
     table.check_same_table()
-    adopt_directory_parts(table)
+    table.adopt_directory_parts()
     tx = transaction if transaction is not None else Transaction(table.coordinator)
     try:
         parts = sorted(tx.visible_parts(table.log))
@@ -383,26 +383,6 @@ def _publish(table: MergeTreeTable, tx: Transaction, staged: Mapping[str, str], 
             table.store.rename_part(name, final)
             placed.add(name)
     return finals, version
-
-
-def adopt_directory_parts(table: MergeTreeTable) -> None:
-    """A table ClickHouse wrote has parts and no log yet: take them in, in a transaction of their own
-    (a mutation's transaction may still roll back; the parts must not go with it)."""
-    if table.log.identity() is not None and (table.log.entries() or (table.log.directory / "checkpoint.json").exists()):
-        return
-    if not table.directory_parts():
-        return
-    tx = Transaction(table.coordinator)
-    try:
-        table.log.bind(tx.coordinator.url)
-        with table.log.commit_lock():
-            if not table.log.entries() and not (table.log.directory / "checkpoint.json").exists():
-                committing.adopt_unlogged_parts(table, tx)
-        tx.commit()
-    except BaseException:
-        if tx.state == "running":
-            tx.rollback()
-        raise
 
 
 def write_mutation_file(table: MergeTreeTable, version: int, command: str) -> None:

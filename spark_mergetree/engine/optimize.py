@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 def begin_merge_transaction(table: MergeTreeTable) -> tuple[Transaction, dict[str, list[tuple[int, int]]], set[str]]:
     """(transaction, reserved blocks, visible parts), the first two taken together under the commit
     lock, where block numbers are allocated: every block below is committed, reserved, or lost."""
+    table.adopt_directory_parts()  # a table ClickHouse wrote: its parts are what there is to merge
     with table.log.commit_lock():
         fence = table.log.allocation_fence(table.coordinator)
         reserved = table.log.reserved_blocks(table.coordinator)

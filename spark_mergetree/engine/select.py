@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,7 +28,7 @@ from spark_mergetree.expressions.skip_index import (
     set_may_match,
     text_may_match,
 )
-from spark_mergetree.format.part_info import PartInfo
+from spark_mergetree.format.part_info import PartInfo, uncovered_parts
 from spark_mergetree.format.part_reader import PATCH_PART_PREFIX, GranuleRange, PartReader, merge_ranges
 from spark_mergetree.format.skip_index import (
     bits_set,
@@ -118,15 +117,7 @@ def active_parts(names: Iterable[str], table_path: str) -> set[str]:
     that no other part covers (PartInfo.contains: a merge's or a mutation's result covers its
     sources). Names that are not parts are ignored. Patch parts (`patch-...`, lightweight UPDATE)
     change rows of other parts when ClickHouse reads them: UnsupportedError names them."""
-    by_partition: dict[str, list[PartInfo]] = defaultdict(list)
-    for name in names:
-        try:
-            info = PartInfo.parse(name)
-        except MergeTreeError:
-            continue
-        by_partition[info.partition_id].append(info)
-    active = {info.name for infos in by_partition.values() for info in infos
-              if not any(other != info and other.contains(info) for other in infos)}
+    active = uncovered_parts(names)
     patches = sorted(name for name in active if name.startswith(PATCH_PART_PREFIX))
     if patches:
         raise UnsupportedError(

@@ -335,6 +335,12 @@ class MergeTreeTable:
         `all_1_1_0`) is outdated. Patch parts of lightweight UPDATEs are refused, never read past."""
         return selecting.active_parts(self.store.list_parts(), str(self.path))
 
+    def adopt_directory_parts(self) -> None:
+        """A table ClickHouse wrote has parts but no log history: the log takes them in
+        (TableLog.adopt) before the first write, merge or mutation binds it."""
+        if not self.log.has_history():
+            self.log.adopt(self.directory_parts())
+
     def visible_parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None
                       ) -> tuple[int | None, set[str]]:
         """(snapshot csn, names of visible parts): the transaction's view, the given csn's, or now's."""

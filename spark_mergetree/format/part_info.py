@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from spark_mergetree.errors import FormatError, InvalidOptionError
+from spark_mergetree.errors import FormatError, InvalidOptionError, MergeTreeError
 
 __all__ = ["PartInfo", "MAX_BLOCK_NUMBER"]
 
@@ -130,3 +131,17 @@ class PartInfo:
 def _parse_cached(name: str) -> PartInfo:
     # Planning parses the name of every visible part on every query; PartInfo is immutable.
     return PartInfo._parse(name)
+
+
+def uncovered_parts(names: Iterable[str]) -> set[str]:
+    """The parts among `names` that no other part covers (`PartInfo.contains`): those ClickHouse
+    loads as active from a directory holding them. Names that are not parts are ignored."""
+    by_partition: dict[str, list[PartInfo]] = defaultdict(list)
+    for name in names:
+        try:
+            info = PartInfo.parse(name)
+        except MergeTreeError:
+            continue
+        by_partition[info.partition_id].append(info)
+    return {info.name for infos in by_partition.values() for info in infos
+            if not any(other != info and other.contains(info) for other in infos)}

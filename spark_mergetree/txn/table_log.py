@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
 from spark_mergetree.fileops import Subdirectories, fsync_dir, write_file_atomically
-from spark_mergetree.format.part_info import PartInfo
+from spark_mergetree.format.part_info import PartInfo, uncovered_parts
 from spark_mergetree.recovery import RecoveryReport
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 
@@ -181,6 +181,30 @@ class TableLog:
         except FileNotFoundError:
             return None
 
+    def has_history(self) -> bool:
+        """Whether anything was ever written through the log (an entry, or a checkpoint)."""
+        return bool(self.entries()) or (self.directory / "checkpoint.json").exists()
+
+    def adopt(self, names: Iterable[str]) -> bool:
+        """Take in the parts a table directory held before this log had any history (a table
+        ClickHouse wrote): a checkpoint in which each exists since csn 0, so every snapshot sees it.
+
+        Adoption is no transaction: a transaction that rolled back would delete the parts it named
+        (ClickHouse's own data). It runs before the first write binds the log, so readers, which
+        take an unbound table's parts from its directory, see the same parts before and after.
+        Returns whether it wrote the checkpoint (False: the log has history, or no parts)."""
+        names = sorted(names)
+        if not names:
+            return False
+        with self._lock(exclusive=True):
+            if self.has_history():
+                return False
+            identity = self.identity()
+            self._write_checkpoint(-1, {name: PartVersion(created=0) for name in names},
+                                   identity["coordinator"] if identity else None)
+            fsync_dir(self.directory)
+        return True
+
     def bind(self, coordinator_url: str) -> str:
         """Bind the table to a coordinator (first writer wins); return the table id.
 
@@ -229,6 +253,18 @@ class TableLog:
             except FileNotFoundError:
                 continue
         return result
+
+    def _folded_state(self) -> tuple[int, dict[str, PartVersion], list[LogEntry]]:
+        """(floor, checkpointed versions, entries), under the caller's shared lock. A log never
+        bound and never adopted into (a table ClickHouse wrote) holds the parts its directory holds,
+        as ClickHouse loads them (the uncovered ones), since csn 0: what `adopt` will write. (Every
+        change of ours binds the log first, so none of its parts can be among them.)"""
+        floor, versions = self._load_checkpoint()
+        entries = self.entries()
+        if (not entries and not versions and self.identity() is None
+                and not (self.directory / "checkpoint.json").exists()):
+            versions = {name: PartVersion(created=0) for name in uncovered_parts(self.directories.names())}
+        return floor, versions, entries
 
     def _load_checkpoint(self) -> tuple[int, dict[str, PartVersion]]:
         path = self.directory / "checkpoint.json"
@@ -382,8 +418,7 @@ class TableLog:
         with self._lock(exclusive=False):
             # Entries are listed after the checkpoint is read: a concurrent checkpoint only deletes
             # entries it folded, and the shared lock keeps it out while we read both.
-            floor, versions = self._load_checkpoint()
-            entries = self.entries()
+            floor, versions, entries = self._folded_state()
         for entry, csn in self._resolve(entries, coordinator, None):
             if csn is not None:
                 self._fold(versions, entry, csn)
@@ -393,8 +428,7 @@ class TableLog:
         """Names of the parts visible at `snapshot_csn`, plus the changes of running transaction
         `own_tid`: its pending entry and the proposals staged for it (a reader inside it sees them)."""
         with self._lock(exclusive=False):
-            floor, versions = self._load_checkpoint()
-            entries = self.entries()
+            floor, versions, entries = self._folded_state()
             proposals = [proposal for _, proposal in self.staged(own_tid)] if own_tid is not None else []
         if snapshot_csn < floor:
             raise TransactionError(
