@@ -1,0 +1,41 @@
+"""A Spark write into a table that declares projections: every part holds them, ClickHouse attaches
+the parts (CHECK TABLE) and answers from the projections what it answers from the base columns."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.format.chdb_util import attach_and_check, close_session, make_chdb_table
+
+pytestmark = pytest.mark.spark
+
+CREATE = """CREATE TABLE t (k UInt64, g UInt32, v Int64,
+    PROJECTION by_v (SELECT * ORDER BY v),
+    PROJECTION per_g (SELECT g, sum(v), count() GROUP BY g))
+    ENGINE = MergeTree ORDER BY k SETTINGS index_granularity = 128"""
+
+
+def test_spark_writes_parts_with_the_tables_projections(spark, tmp_path) -> None:
+    from spark_mergetree import MergeTreeTable
+    from spark_mergetree.expressions.ddl import parse_create
+
+    sess, _ = make_chdb_table(tmp_path, CREATE)
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp_path / "ours", parse_create(statement), {"auto_merge": False})
+    ours.write_directory()
+    rows = spark.range(3000).selectExpr("cast(id as long) as k", "cast(id % 17 as int) as g",
+                                        "cast(id * 7919 % 1009 as long) - 500 as v")
+    rows.repartition(2).write.format("mergetree").mode("append").save(str(ours.path))
+    parts = [p.name for p in ours.parts()]
+    assert len(parts) >= 2
+    for name in parts:
+        assert ours.reader(name).projections == ["by_v", "per_g"]
+    attach_and_check(sess, "t", [ours.path / name for name in parts])
+    try:
+        for query in ("SELECT g, sum(v), count() FROM t GROUP BY g ORDER BY g",
+                      "SELECT k, g, v FROM t WHERE v = 3"):
+            forced = sess.query(f"{query} SETTINGS force_optimize_projection = 1", "TabSeparatedRaw").bytes()
+            plain = sess.query(f"{query} SETTINGS optimize_use_projections = 0", "TabSeparatedRaw").bytes()
+            assert sorted(forced.split(b"\n")) == sorted(plain.split(b"\n")) and forced.strip(), query
+    finally:
+        close_session()
