@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spark_mergetree.engine import engines, merge_stream
+from spark_mergetree.engine import engines, merge_stream, projections
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import Projection, key_column_names
@@ -333,18 +333,19 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     files = _merge_rows(readers, meta, spill_dir)
 
     def source_rows(projection: Projection, names: list[str]) -> pa.Table:
-        # Sources in order, each one's rows as its projection holds them when it has it (else in the
-        # part's order): sorted stably by a normal projection's key, ties keep that order, as
-        # ClickHouse's merge of the sources' projection parts does. Aggregates are computed again.
-        tables = []
-        for reader in readers:
-            held = None
-            if not projection.is_aggregate and projection.name in reader.projections \
-                    and reader.existing_rows == reader.rows:
-                held = reader.projection_reader(projection.name)
-                held = held if set(names) <= {n for n, _ in held.columns} else None
-            tables.append((held or reader).read(names, None, meta.column_types))
-        return pa.concat_tables(tables)
+        # Sources in order, each one's rows as its projection part holds them: sorted stably by a
+        # normal projection's key (ties keep that order), an aggregate projection's states combined
+        # group by group, as ClickHouse's merge of the sources' projection parts does. A source
+        # without the projection (or with deleted rows) gives its rows, in the part's order.
+        held = [reader.projection_reader(projection.name) if projection.name in reader.projections
+                and reader.existing_rows == reader.rows else None for reader in readers]
+        if projection.is_aggregate:
+            wanted = projections.state_columns(projection)
+            if all(h is not None and set(wanted) <= {n for n, _ in h.columns} for h in held):
+                return pa.concat_tables([h.read(wanted) for h in held if h is not None])
+            return pa.concat_tables([r.read(names, None, meta.column_types) for r in readers])
+        return pa.concat_tables([(h if h is not None and set(names) <= {n for n, _ in h.columns} else r)
+                                 .read(names, None, meta.column_types) for h, r in zip(held, readers)])
 
     return meta.add_projections(files, source_rows)
 

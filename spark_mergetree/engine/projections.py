@@ -34,7 +34,7 @@ from spark_mergetree.format.compact_writer import encode_part
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.part import CHECKSUMS_FILE, PartFiles
 from spark_mergetree.format.part_writer import WriterSettings
-from spark_mergetree.format.values import encode_varuints
+from spark_mergetree.format.values import encode_varuints, string_buffers
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -151,11 +151,52 @@ def _concat_rows(pieces: Sequence[tuple[np.ndarray, np.ndarray]]) -> pa.BinaryAr
         .cast(pa.binary())
 
 
-def _states(function: str, values: np.ndarray | None, starts: np.ndarray, n: int) -> pa.BinaryArray:
-    """The state of `function` over each group of the grouped rows (groups start at `starts`)."""
-    counts = np.diff(np.append(starts, n)).astype(np.uint64)
+_NUMPY = {"UInt8": np.uint8, "UInt16": np.uint16, "UInt32": np.uint32, "UInt64": np.uint64, "Int8": np.int8,
+          "Int16": np.int16, "Int32": np.int32, "Int64": np.int64, "Float32": np.float32, "Float64": np.float64}
+
+
+def _sum_dtype(argument_type: str) -> type[np.generic]:
+    """The type a sum (and avg's numerator) of `argument_type` accumulates in: 8 bytes."""
+    return np.float64 if argument_type.startswith("Float") else np.int64 if argument_type.startswith("Int") \
+        else np.uint64
+
+
+def _decode_varuints(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The varuint filling data[starts[i]:ends[i]] of each row (every one at least a byte)."""
+    lengths = ends - starts
+    firsts = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=firsts[1:])
+    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(firsts, lengths)
+    digits = (data[np.repeat(starts, lengths) + within].astype(np.uint64) & np.uint64(0x7F)) << (
+        np.uint64(7) * within.astype(np.uint64))
+    return np.add.reduceat(digits, firsts) if len(firsts) else np.zeros(0, np.uint64)
+
+
+def _partials_of_states(function: str, argument_type: str, states: pa.Array | pa.ChunkedArray
+                        ) -> tuple[np.ndarray | None, np.ndarray]:
+    """A state column read back as (values, counts) per row: what `_states` combines."""
+    offsets, data = string_buffers(states.combine_chunks() if isinstance(states, pa.ChunkedArray) else states)
+    n = len(offsets) - 1
     if function == "count":
-        return _concat_rows([encode_varuints(counts)])
+        return None, _decode_varuints(data, offsets[:-1], offsets[1:])
+    if function in ("sum", "avg"):
+        rows = data[(offsets[:-1, None] + np.arange(8)).ravel()] if n else np.zeros(0, np.uint8)
+        values = rows.view(np.dtype(_sum_dtype(argument_type)).newbyteorder("<"))
+        counts = _decode_varuints(data, offsets[:-1] + 8, offsets[1:]) if function == "avg" else np.ones(n, np.uint64)
+        return values, counts
+    dtype = np.dtype(_NUMPY[argument_type]).newbyteorder("<")
+    picked = data[(offsets[:-1, None] + 1 + np.arange(dtype.itemsize)).ravel()] if n else np.zeros(0, np.uint8)
+    return picked.view(dtype), np.ones(n, np.uint64)  # min/max/any/anyLast: a flag byte, then the value
+
+
+def _states(function: str, values: np.ndarray | None, counts: np.ndarray, starts: np.ndarray, n: int
+            ) -> pa.BinaryArray:
+    """The state of `function` over each group of rows (groups start at `starts`), from each row's
+    value and count: a row of the table (count 1), or a state of a projection part being merged
+    (its partial sum, minimum, ... and count), combined in order as ClickHouse merges states."""
+    group_counts = np.add.reduceat(counts.astype(np.uint64), starts) if len(starts) else np.zeros(0, np.uint64)
+    if function == "count":
+        return _concat_rows([encode_varuints(group_counts)])
     assert values is not None
     flag = (np.ones(len(starts), np.uint8), np.arange(len(starts) + 1, dtype=np.int64))
     if function in ("min", "max", "any", "anyLast"):
@@ -169,16 +210,17 @@ def _states(function: str, values: np.ndarray | None, starts: np.ndarray, n: int
     if values.dtype.kind == "f":
         sums = _group_sums(values.astype(np.float64), starts, n)
     else:
-        wide = np.int64 if values.dtype.kind == "i" else np.uint64
-        sums = np.add.reduceat(values.astype(wide), starts)
+        sums = np.add.reduceat(values.astype(np.int64 if values.dtype.kind == "i" else np.uint64), starts)
     if function == "sum":
         return _concat_rows([_fixed(sums)])
-    return _concat_rows([_fixed(sums), encode_varuints(counts)])  # avg: numerator, then the count
+    return _concat_rows([_fixed(sums), encode_varuints(group_counts)])  # avg: numerator, then the count
 
 
 def _aggregate_table(projection: Projection, rows: pa.Table, column_types: dict[str, str]
                      ) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
-    """An aggregate projection's rows (one per group, by the GROUP BY key), columns and key."""
+    """An aggregate projection's rows (one per group, by the GROUP BY key), columns and key. `rows`
+    are the table's rows, or (a merge) the rows of the sources' projection parts in order: their
+    states are then combined, as ClickHouse's merge of aggregate projection parts does."""
     keys = [k.strip("`") for k in projection.group_by]
     n = rows.num_rows
     order = sort_indices(keys, rows, column_types) if n > 1 else pa.array(range(n), pa.uint64())
@@ -201,8 +243,13 @@ def _aggregate_table(projection: Projection, rows: pa.Table, column_types: dict[
             columns.append((name, column_types[name]))
             continue
         function, argument = aggregates[element]
-        values = grouped.column(argument).to_numpy() if argument and function != "count" else None
-        arrays[element] = _states(function, values, starts, n)
+        values: np.ndarray | None
+        if element in grouped.column_names:  # states of the sources' projection parts
+            values, counts = _partials_of_states(function, column_types.get(argument, ""), grouped.column(element))
+        else:
+            values = grouped.column(argument).to_numpy() if argument and function != "count" else None
+            counts = np.ones(n, np.uint64)
+        arrays[element] = _states(function, values, counts, starts, n)
         columns.append((element, _state_type(function, argument, column_types)))
     return pa.table({name: arrays[name] for name, _ in columns}), columns, keys
 
@@ -225,6 +272,11 @@ def projection_files(projection: Projection, rows: pa.Table, columns: Sequence[t
     primary_key = [(type_text, values) for (_, type_text), values in zip(key_types, key_values, strict=True)]
     return encode_part(table, selected, primary_key, None, dataclasses.replace(settings, skip_indexes=()),
                        table_settings)
+
+
+def state_columns(projection: Projection) -> list[str]:
+    """The columns of an aggregate projection's part: its GROUP BY keys and its states."""
+    return [e.strip("`") if e.strip("`") in projection.group_by else e for e in projection.select]
 
 
 def projection_columns(projection: Projection, stored: Sequence[str]) -> list[str]:
