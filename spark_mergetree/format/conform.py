@@ -30,6 +30,7 @@ from spark_mergetree.format.types import (
     Dynamic,
     Enum,
     FixedString,
+    Json,
     LowCardinality,
     Map,
     Nullable,
@@ -139,7 +140,7 @@ def _convert(arr: pa.Array, dt: DataType, column: str) -> pa.Array:
             raise _Refusal("a UUID column goes into a UUID column only")
         return with_validity(uuid_text(fixed_bytes(arr.storage, 16)), arr.storage)
     handler = _HANDLERS.get(type(dt))
-    if isinstance(dt, Dynamic):
+    if isinstance(dt, (Dynamic, Json)):
         raise UnsupportedError(f"column {column!r}: writing {dt.to_clickhouse()} is not supported (reading is)")
     if handler is None:
         raise _Refusal("no conversion for this type")

@@ -15,8 +15,10 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_mergetree.errors import CorruptPartError, UnsupportedError
+from spark_mergetree.format.json_text import value_text
 from spark_mergetree.format.row_binary import interleave_chunks, value_chunks
 from spark_mergetree.format.types import (
     Array,
@@ -36,7 +38,7 @@ from spark_mergetree.format.types import (
 )
 from spark_mergetree.format.values import Cursor, encode_varuints, string_buffers
 
-__all__ = ["SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values"]
+__all__ = ["SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text"]
 
 SHARED_VARIANT = "SharedVariant"
 # Versions of the structure prefix: V1 starts with max_types, V2 does not; V3 (written by 26.x,
@@ -202,3 +204,17 @@ def dynamic_values(structure: DynamicStructure, struct: pa.StructArray) -> pa.Ar
         return pa.nulls(n, pa.binary())
     every = pa.concat_arrays(pieces)
     return every.take(pa.array(np.maximum(index, 0), mask=index < 0))
+
+
+def dynamic_text(structure: DynamicStructure, struct: pa.StructArray, where: str) -> pa.Array:
+    """The rows of a stored Dynamic as JSON text of their values (NULL for NULL); values in the
+    shared variant are refused."""
+    texts = []
+    for name, dt, field in zip(structure.variant.names, structure.variant.variants, struct.flatten(), strict=True):
+        if name == SHARED_VARIANT:
+            if field.null_count != len(field):
+                raise UnsupportedError(f"{where}: {len(field) - field.null_count} value(s) in the shared variant "
+                                       "(types beyond max_dynamic_types) are not read here")
+            continue
+        texts.append(value_text(dt, field, where))
+    return pc.coalesce(*texts) if texts else pa.nulls(len(struct), pa.string())

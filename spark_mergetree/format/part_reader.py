@@ -43,7 +43,16 @@ from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
 from spark_mergetree.format.cityhash import file_hash
 from spark_mergetree.format.compression import CHECKSUM_SIZE, decompress_all, decompress_range, iter_blocks
 from spark_mergetree.format.compression_codecs import BLOCK_HEADER, HEADER_SIZE
-from spark_mergetree.format.dynamic import DynamicStructure, dynamic_values, parse_structure
+from spark_mergetree.format.dynamic import DynamicStructure, dynamic_text, dynamic_values, parse_structure
+from spark_mergetree.format.json_text import (
+    OBJECT_STRUCTURE,
+    ObjectStructure,
+    check_counts,
+    object_text,
+    parse_object_structure,
+    path_base,
+    shared_data_sizes,
+)
 from spark_mergetree.format.marks import (
     COMPACT_EXTENSIONS,
     WIDE_EXTENSIONS,
@@ -72,7 +81,7 @@ from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
-from spark_mergetree.format.types import DataType, Dynamic, parse_column_type, parse_type, to_arrow
+from spark_mergetree.format.types import DataType, Dynamic, Json, parse_column_type, parse_type, to_arrow
 
 GranuleRange = tuple[int, int]
 
@@ -581,22 +590,66 @@ class PartReader:
             out[stream] = b"".join(pieces)
         return out
 
-    def _dynamic_structure(self, name: str) -> DynamicStructure:
-        """The types a Dynamic column holds in this part: the prefix of its `.dynamic_structure`
-        stream (the whole stream of a Wide part; a Compact part repeats it in every granule)."""
-        key = ("dynamic", name)
+    def _dynamic_structure(self, name: str, base: str | None = None) -> DynamicStructure:
+        """The types a Dynamic column (or a JSON column's dynamic path, streams named from `base`)
+        holds in this part: the prefix of its `.dynamic_structure` stream."""
+        stream = (escape_for_file_name(name) if base is None else base) + STRUCTURE
+        key = ("dynamic", stream)
         if key not in self._decoded:
-            stream = escape_for_file_name(name) + STRUCTURE
-            if self.is_compact:
-                buf: bytes | bytearray = self._compact_streams([stream], 0, 1)[stream] if self.n_granules else b""
-            else:
-                self._require(stream + ".bin")
-                buf = decompress_all(self._read(stream + ".bin"), self._path(stream + ".bin"))
             try:
-                self._decoded[key] = parse_structure(buf, stream)
+                self._decoded[key] = parse_structure(self._structure_prefix(stream), stream)
             except (CorruptPartError, UnsupportedError) as exc:
                 raise type(exc)(f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()}): {exc}") from exc
         return cast(DynamicStructure, self._decoded[key])
+
+    def _structure_prefix(self, stream: str) -> bytes | bytearray:
+        """A structure stream's prefix: the whole stream of a Wide part; a Compact part repeats it
+        in every granule (the first granule's is read)."""
+        if self.is_compact:
+            return self._compact_streams([stream], 0, 1)[stream] if self.n_granules else b""
+        self._require(stream + ".bin")
+        return decompress_all(self._read(stream + ".bin"), self._path(stream + ".bin"))
+
+    def _range_streams(self, names: Sequence[str], begin: int, end: int) -> dict[str, bytes | bytearray]:
+        streams: Mapping[str, bytes | bytearray]
+        if self.is_compact:
+            streams = self._compact_streams(names, begin, end)
+        else:
+            streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
+        return self._with_prefixes(streams, names)
+
+    def _read_json(self, name: str, ranges: Sequence[GranuleRange]) -> pa.Array:
+        """A JSON column as ClickHouse's text of each row's object (format/json_text.py): its dynamic
+        paths read as Dynamic columns; rows with paths in the shared data are refused."""
+        base = escape_for_file_name(name)
+        where = f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()})"
+        key = ("object", name)
+        if key not in self._decoded:
+            try:
+                self._decoded[key] = parse_object_structure(self._structure_prefix(base + OBJECT_STRUCTURE),
+                                                            base + OBJECT_STRUCTURE)
+            except (CorruptPartError, UnsupportedError) as exc:
+                raise type(exc)(f"{where}: {exc}") from exc
+        structure = cast(ObjectStructure, self._decoded[key])
+        chunks = []
+        for begin, end in ranges:
+            rows = int(self.granule_starts[end] - self.granule_starts[begin])
+            sizes = shared_data_sizes(base, structure)
+            for stream, data in self._range_streams(sizes, begin, end).items():
+                check_counts(np.frombuffer(bytes(data), "<u8"), f"{where}, stream {stream!r}")
+            texts: dict[str, pa.Array] = {}
+            for path in structure.paths:
+                path_streams = path_base(base, path)
+                dynamic = self._dynamic_structure(name, path_streams)
+                names = stream_names(dynamic.variant, name, self.serialization.string_sizes, False, base=path_streams)
+                struct = deserialize_column(dynamic.variant, name, cast(Mapping[str, bytes],
+                                                                         self._range_streams(names, begin, end)),
+                                            rows, self.serialization.string_sizes, False, exact=True, base=path_streams)
+                texts[path] = dynamic_text(dynamic, struct, f"{where}, path {path!r}")
+            chunks.append(object_text(texts, rows, where))
+        if not chunks:
+            return pa.array([], type=pa.string())
+        return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
     def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
                        names: Sequence[str]) -> dict[str, bytes | bytearray]:
@@ -638,6 +691,8 @@ class PartReader:
         if name not in self.types:
             raise CorruptPartError(f"{self.location}: part has no column {name!r}")
         dt = self.types[name]
+        if isinstance(dt, Json):
+            return self._read_json(name, ranges)
         sparse = self.serialization.sparse_spec(name)
         structure = self._dynamic_structure(name) if isinstance(dt, Dynamic) else None
         stored = structure.variant if structure is not None else dt
@@ -646,12 +701,7 @@ class PartReader:
         for begin, end in ranges:
             rows = int(self.granule_starts[end] - self.granule_starts[begin])
             try:
-                streams: Mapping[str, bytes | bytearray]
-                if self.is_compact:
-                    streams = self._compact_streams(names, begin, end)
-                else:
-                    streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
-                streams = self._with_prefixes(streams, names)
+                streams = self._range_streams(names, begin, end)
                 # (deserialize_column reads bytearrays as it reads bytes)
                 chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
                                            self.serialization.string_sizes, sparse, exact=True)

@@ -42,6 +42,7 @@ from spark_mergetree.format.types import (
     Array,
     DataType,
     Dynamic,
+    Json,
     LowCardinality,
     Map,
     Nullable,
@@ -132,7 +133,7 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
             _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last)
         return
-    if isinstance(dt, Dynamic):
+    if isinstance(dt, (Dynamic, Json)):
         raise UnsupportedError(f"column {column!r}: writing {dt.to_clickhouse()} is not supported (reading is)")
     if isinstance(dt, Variant):
         arr = conform_array(arr, dt, column)
@@ -215,6 +216,8 @@ def default_column(dt: DataType, num_rows: int) -> pa.Array:
     inner = dt.inner if isinstance(dt, LowCardinality) else dt
     if isinstance(inner, (Nullable, Variant, Dynamic)):  # the default of Variant and Dynamic is NULL
         return pa.nulls(num_rows, arrow_type)
+    if isinstance(inner, Json):
+        return pa.array(["{}"] * num_rows, arrow_type)
     if isinstance(inner, (Array, Map)):
         one = pa.array([[]], arrow_type)
     elif isinstance(inner, Tuple):
@@ -233,8 +236,11 @@ def deserialize_column(
     string_sizes: bool = True,
     sparse: SparseSpec = False,
     exact: bool = False,
+    base: str | None = None,
 ) -> pa.Array:
     """Read `num_rows` rows of a column from streams positioned at the first requested granule.
+
+    `base`: the streams' names start with it instead of the escaped column name (`stream_names`).
 
     `exact`: the streams end exactly where the rows end (the caller cut them between two marks), so
     bytes left over mean the part's columns.txt or marks do not describe its data.
@@ -248,12 +254,13 @@ def deserialize_column(
     """
     sparse_bases = sparse_streams(dt, column_name, sparse)
     cursors: dict[str, Cursor] = {}
-    for name in internal_names(dt, column_name, string_sizes, sparse_bases):
+    for name in internal_names(dt, column_name, string_sizes, sparse_bases, base):
         external = external_name(dt, column_name, name)
         if external not in streams:
             raise CorruptPartError(f"column {column_name!r}: stream {external!r} is missing")
         cursors[name] = Cursor(external, streams[external])
-    result = _deserialize(dt, escape_for_file_name(column_name), 0, num_rows, string_sizes, cursors, sparse_bases)
+    result = _deserialize(dt, escape_for_file_name(column_name) if base is None else base, 0, num_rows, string_sizes,
+                          cursors, sparse_bases)
     if exact:
         for cursor in cursors.values():
             if cursor.pos != len(cursor.buf) and not cursor.name.endswith((".dict", ".sparse.idx")):
@@ -300,9 +307,9 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
     if isinstance(dt, Variant):
         return _deserialize_variant(dt, base, level, n, string_sizes, cursors)
-    if isinstance(dt, Dynamic):
-        raise UnsupportedError(f"stream {base!r}: Dynamic inside another type is not supported (a column of "
-                               "type Dynamic is)")
+    if isinstance(dt, (Dynamic, Json)):
+        raise UnsupportedError(f"stream {base!r}: {dt.family} inside another type is not supported (a column of "
+                               f"type {dt.family} is)")
     if is_string(dt):
         if string_sizes:
             lengths = cursors[base + ".size"].sizes(n)

@@ -22,6 +22,7 @@ from spark_mergetree.format.types import (
     Array,
     DataType,
     Dynamic,
+    Json,
     LowCardinality,
     Map,
     Nullable,
@@ -101,18 +102,22 @@ def _walk_serialization_info(dt: DataType, base: str, info: Mapping[str, Any], c
             _walk_serialization_info(element, element_base(base, name), sub, column, found)
 
 
-def stream_names(dt: DataType, column_name: str, string_sizes: bool = True, sparse: SparseSpec = False) -> list[str]:
+def stream_names(dt: DataType, column_name: str, string_sizes: bool = True, sparse: SparseSpec = False,
+                 base: str | None = None) -> list[str]:
     """Stream names (without `.bin`) of a column, in the order ClickHouse writes them.
 
     LowCardinality `.dict` streams come first: their keys version is written before any data. A
     sparse column or tuple element (see `sparse_streams`) starts with its `.sparse.idx` stream.
+    `base` names the streams of a subcolumn stored on its own (a JSON path: `j.a`) instead of
+    the escaped column name.
     """
-    return [external_name(dt, column_name, n) for n in internal_names(dt, column_name, string_sizes, sparse)]
+    return [external_name(dt, column_name, n) for n in internal_names(dt, column_name, string_sizes, sparse, base)]
 
 
-def internal_names(dt: DataType, column_name: str, string_sizes: bool, sparse: SparseSpec) -> list[str]:
+def internal_names(dt: DataType, column_name: str, string_sizes: bool, sparse: SparseSpec,
+                   base: str | None = None) -> list[str]:
     names: list[str] = []
-    _collect_names(dt, escape_for_file_name(column_name), 0, string_sizes, names,
+    _collect_names(dt, escape_for_file_name(column_name) if base is None else base, 0, string_sizes, names,
                    sparse_streams(dt, column_name, sparse))
     return [n for n in names if n.endswith(".dict")] + [n for n in names if not n.endswith(".dict")]
 
@@ -158,6 +163,8 @@ def _collect_streams(dt: DataType, base: str, level: int, string_sizes: bool, ou
             _collect_streams(element, element_base(base, name), level, string_sizes, out, sparse)
     elif isinstance(dt, Dynamic):
         out.append((base + STRUCTURE, None))
+    elif isinstance(dt, Json):
+        out.append((base + ".object_structure", None))
     elif isinstance(dt, Variant):
         out.append((base + DISCRIMINATORS, None))
         for name, variant in zip(dt.names, dt.variants, strict=True):

@@ -16,7 +16,7 @@ from spark_mergetree.errors import FormatError, SchemaMismatchError, Unsupported
 
 __all__ = [
     "DataType", "AggregateFunction", "Primitive", "FixedString", "DateTime", "DateTime64", "Time", "Time64", "Decimal", "Enum",
-    "Nullable", "Array", "Map", "Tuple", "LowCardinality", "Variant", "VARIANT_NULL", "Dynamic",
+    "Nullable", "Array", "Map", "Tuple", "LowCardinality", "Variant", "VARIANT_NULL", "Dynamic", "Json",
     "parse_type", "parse_column_type", "to_arrow", "to_arrow_field", "from_arrow", "is_nullable", "datetime64_arrow_unit", "time_ticks",
     "TIME_MAX_SECONDS",
     "PRIMITIVE_NAMES", "DEFAULT_TIMEZONE",
@@ -253,7 +253,7 @@ class Nullable(DataType):
     inner: DataType
 
     def __post_init__(self) -> None:
-        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant, Dynamic)):
+        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant, Dynamic, Json)):
             raise FormatError(f"Nullable cannot wrap {self.inner.to_clickhouse()}")
 
     def _spelling(self) -> str:
@@ -363,6 +363,22 @@ class Dynamic(DataType):
 
     def _spelling(self) -> str:
         return "Dynamic" if self.max_types is None else f"Dynamic(max_types={self.max_types})"
+
+
+@dataclass(frozen=True)
+class Json(DataType):
+    """JSON[(max_dynamic_paths=N, max_dynamic_types=M)]: an object per row, stored path by path
+    (format/json_text.py); read as the JSON text ClickHouse prints for it. `params` keep the order
+    they were written in, as ClickHouse prints them."""
+
+    params: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def family(self) -> str:
+        return "JSON"
+
+    def _spelling(self) -> str:
+        return "JSON" + (f"({', '.join(f'{k}={v}' for k, v in self.params)})" if self.params else "")
 
 
 def _quote(text: str) -> str:
@@ -521,6 +537,19 @@ class _Parser:
                 arguments.append(self.type())
             self._take("punct", ")")
             return AggregateFunction(function, tuple(arguments))
+        if name == "JSON":
+            params: list[tuple[str, int]] = []
+            if self._accept("("):
+                while True:
+                    param = self._take("ident")
+                    if param not in ("max_dynamic_paths", "max_dynamic_types") or not self._peek_is("="):
+                        raise UnsupportedError(f"JSON with typed paths or SKIP clauses ({self.text!r}) is not supported")
+                    self._take("punct", "=")
+                    params.append((param, self._int()))
+                    if not self._accept(","):
+                        break
+                self._take("punct", ")")
+            return Json(tuple(params))
         if name == "Dynamic":
             max_types = None
             if self._accept("("):
@@ -603,7 +632,31 @@ def parse_type(text: str) -> DataType:
     """Parse ClickHouse type text (`Array(Nullable(String))`, `DateTime64(3, 'UTC')`, ...)."""
     if not isinstance(text, str) or not text.strip():
         raise FormatError(f"empty or non-text ClickHouse type: {text!r}")
-    return _Parser(text).parse()
+    try:
+        parsed = _Parser(text).parse()
+    except FormatError:
+        if re.search(r"\bJSON\s*\(", text):
+            raise UnsupportedError(f"JSON with typed paths or SKIP clauses ({text!r}) is not supported") from None
+        raise
+    _refuse_nested_objects(parsed, top=True)
+    return parsed
+
+
+def _refuse_nested_objects(dt: DataType, top: bool) -> None:
+    """JSON and Dynamic are read as columns of their own only."""
+    if isinstance(dt, (Json, Dynamic)) and not top:
+        raise UnsupportedError(f"{dt.family} inside another type is not supported (a column of type {dt.family} is)")
+    children: tuple[DataType, ...] = ()
+    if isinstance(dt, (Nullable, Array, LowCardinality)):
+        children = (dt.inner,)
+    elif isinstance(dt, Map):
+        children = (dt.key, dt.value)
+    elif isinstance(dt, Tuple):
+        children = dt.elements
+    elif isinstance(dt, Variant):
+        children = dt.variants
+    for child in children:
+        _refuse_nested_objects(child, top=False)
 
 
 # ---------------------------------------------------------------------------------------------- Arrow
@@ -662,6 +715,8 @@ def to_arrow(dt: DataType) -> pa.DataType:
                        pa.field("value", to_arrow(dt.value), nullable=is_nullable(dt.value)))
     if isinstance(dt, Tuple):
         return pa.struct([pa.field(n, to_arrow(e), nullable=is_nullable(e)) for n, e in zip(dt.element_names, dt.elements, strict=True)])
+    if isinstance(dt, Json):
+        return pa.string()  # the object as ClickHouse's text of it
     if isinstance(dt, Dynamic):
         # A value as ClickHouse's binary encoding of its type, then the value (format_spec/types.md).
         return pa.binary()

@@ -6,8 +6,8 @@
     ClickHouse ATTACHes our parts, CHECK TABLE returns 1, the parts are of the kind the table's
     settings choose (Wide or Compact) and SELECT returns what we wrote. In partitioned cases the
     parts ClickHouse attaches include one our merge made of the two inserts' rows.
-Types we refuse (JSON) raise UnsupportedError both ways; Variant (both ways) and Dynamic (read; its
-writing is refused) are covered by tests/format/test_variant_dynamic_json.py.
+Types we refuse (JSON with typed paths) raise UnsupportedError both ways; Variant (both ways), Dynamic
+and JSON (read; their writing is refused) are covered by tests/format/test_variant_dynamic_json.py.
 """
 
 from __future__ import annotations

@@ -359,3 +359,53 @@ def _expected_rows_v(sess, table: str) -> list[dict]:
     assert isinstance(v, Variant)
     rows = _chdb_arrow(sess, f"SELECT id, {', '.join(_variant_select('v', v))} FROM {table} ORDER BY id").to_pylist()
     return [{"id": row["id"], "v": _expected_variant(row, "v", v)} for row in rows]
+
+
+# JSON: read as the text ClickHouse prints for each row's object (`toString(j)`).
+J_EXPR = ("multiIf(number % 5 = 0, '{\"a\":' || toString(number) || ',\"b\":{\"c\":\"s/\\\\\"' || toString(number) "
+          "|| '\",\"d\":[1,2]}}', number % 5 = 1, '{\"b\":{\"e\":' || toString(number / 4) || '},\"t\":true}', "
+          "number % 5 = 2, '{}', number % 5 = 3, '{\"z\":\"2020-01-0' || toString(number % 9 + 1) || '\","
+          "\"n\":[[1],[2,' || toString(number) || ']],\"a\":-' || toString(number) || '}', "
+          "'{\"u\":18446744073709551615,\"s\":\"tab\\\\tnew\\\\nline\"}')")
+
+
+def _json_table(tmp_path, kind: str, partitioned: bool = False, version: str = "v3", json_type: str = "JSON"):
+    partition = " PARTITION BY intDiv(id, 100)" if partitioned else ""
+    return make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, j {json_type}) ENGINE = MergeTree{partition} ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}, object_serialization_version = '{version}'",
+        [f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS})"])
+
+
+@pytest.mark.parametrize(("partitioned", "version"), [(False, "v3"), (True, "v3"), (False, "v2")],
+                         ids=["flat", "partitioned", "v2"])
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_parts_clickhouse_wrote_read_as_its_text(tmp_path, kind, partitioned, version):
+    sess, data_dir = _json_table(tmp_path, kind, partitioned, version)
+    try:
+        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        expected = _chdb_arrow(sess, "SELECT id, toString(j) AS j FROM src ORDER BY id").to_pylist()
+        table = MergeTreeTable.open(data_dir, create_statement=statement)
+        ours = table.to_arrow().sort_by("id")
+        assert ours.schema.field("j").type == pa.string()
+        assert [{"id": r["id"], "j": r["j"].encode()} for r in ours.to_pylist()] == \
+            [{"id": r["id"], "j": r["j"] if isinstance(r["j"], bytes) else r["j"].encode()} for r in expected]
+        part = table.parts()[-1]
+        reader = table.reader(part.name)
+        later = reader.read(["id", "j"], ranges=[(1, reader.n_granules)])
+        by_id = {r["id"]: r["j"] for r in ours.to_pylist()}
+        assert later.column("j").to_pylist() == [by_id[i] for i in later.column("id").to_pylist()]
+        with pytest.raises(UnsupportedError, match=r"column 'j'.*writing JSON"):
+            MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id").insert(ours)
+    finally:
+        close_session()
+
+
+def test_json_rows_with_shared_data_are_refused_naming_the_column(tmp_path):
+    sess, data_dir = _json_table(tmp_path, "Wide", json_type="JSON(max_dynamic_paths=2)")
+    try:
+        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        with pytest.raises(UnsupportedError, match=r"column 'j'.*shared data"):
+            MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
+    finally:
+        close_session()
