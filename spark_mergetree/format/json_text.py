@@ -27,14 +27,16 @@ __all__ = ["OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "pat
 OBJECT_STRUCTURE = ".object_structure"
 # Object serialization versions (MergeTree setting object_serialization_version): v2 writes 2, v3 4.
 _V2, _V3 = 2, 4
-# Shared data serialization versions in a v3 structure: a Map per row in buckets.
-_SHARED_MAP_WITH_BUCKETS = 1
+# Shared data serialization versions in a v3 structure: a Map per row in buckets (inserted parts);
+# `advanced` (merged parts), whose `copy.sizes` stream holds each row's number of shared paths.
+_SHARED_MAP_WITH_BUCKETS, _SHARED_ADVANCED = 1, 2
 
 
 @dataclass(frozen=True)
 class ObjectStructure:
     paths: tuple[str, ...]  # dynamic paths, in the order listed (sorted)
     buckets: int | None  # None: one shared-data Map (v2); else its number of buckets (v3)
+    advanced: bool = False  # shared data in the `advanced` layout
 
 
 def parse_object_structure(buf: bytes | bytearray | memoryview, name: str) -> ObjectStructure:
@@ -48,10 +50,10 @@ def parse_object_structure(buf: bytes | bytearray | memoryview, name: str) -> Ob
     if version == _V2:
         return ObjectStructure(paths, None)
     shared = int(cursor.take(1)[0])
-    if shared != _SHARED_MAP_WITH_BUCKETS:
+    if shared not in (_SHARED_MAP_WITH_BUCKETS, _SHARED_ADVANCED):
         raise UnsupportedError(f"stream {name!r}: JSON shared data serialization version {shared} is not supported "
-                               "(only 'map_with_buckets', what ClickHouse writes for inserted parts)")
-    return ObjectStructure(paths, cursor.varuint())
+                               "('map_with_buckets' and 'advanced' are)")
+    return ObjectStructure(paths, cursor.varuint(), shared == _SHARED_ADVANCED)
 
 
 def path_base(column_base: str, path: str) -> str:
@@ -60,7 +62,10 @@ def path_base(column_base: str, path: str) -> str:
 
 
 def shared_data_sizes(column_base: str, structure: ObjectStructure) -> list[str]:
-    """The `.size0` streams of the shared data (one per bucket)."""
+    """The streams holding each row's number of shared-data paths: the `.size0` of each bucket's
+    Map, or the `advanced` layout's `copy.sizes`."""
+    if structure.advanced:
+        return [f"{column_base}.object_shared_data.copy.sizes"]
     if structure.buckets is None:
         return [f"{column_base}.object_shared_data.size0"]
     return [f"{column_base}.object_shared_data.{b}.size0" for b in range(structure.buckets)]

@@ -409,3 +409,25 @@ def test_json_rows_with_shared_data_are_refused_naming_the_column(tmp_path):
             MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
     finally:
         close_session()
+
+
+def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path):
+    """ClickHouse's merges write the shared data in the `advanced` layout: read when no row holds
+    shared paths, refused when one does."""
+    for json_type, refused in (("JSON", False), ("JSON(max_dynamic_paths=2)", True)):
+        sess, data_dir = _json_table(tmp_path / json_type[:6], "Wide", json_type=json_type)
+        try:
+            sess.query(f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS}, 50)")
+            sess.query("OPTIMIZE TABLE src FINAL")
+            statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+            table = MergeTreeTable.open(data_dir, create_statement=statement)
+            assert len(table.parts()) == 1 and table.parts()[0].level > 0
+            if refused:
+                with pytest.raises(UnsupportedError, match=r"column 'j'.*shared data"):
+                    table.to_arrow()
+                continue
+            expected = _chdb_arrow(sess, "SELECT id, toString(j) AS j FROM src ORDER BY id").to_pylist()
+            assert [{"id": r["id"], "j": r["j"].encode()} for r in table.to_arrow().sort_by("id").to_pylist()] == \
+                [{"id": r["id"], "j": r["j"] if isinstance(r["j"], bytes) else r["j"].encode()} for r in expected]
+        finally:
+            close_session()
