@@ -222,12 +222,15 @@ def open_table(ref: TableRef) -> Any:
 
 def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: str | None,
                  partition_by: str | None, primary_key: str | None, settings: dict[str, str],
-                 catalog: str | None, *, engine: str | None = None) -> TableRef:
+                 catalog: str | None, *, engine: str | None = None, projections: Sequence[str] = ()) -> TableRef:
     """Create the table a first write goes to (if_not_exists: concurrent first writers agree)."""
     engine_settings = dict(settings)
     order = order_by or "tuple()"
     if catalog and engine:
         raise UnsupportedError(f"option 'engine'={engine!r}: the catalog creates MergeTree tables only")
+    if catalog and projections:
+        raise UnsupportedError("option 'projections': tables of a catalog get projections from their CREATE statement, "
+                               "not from a write")
     if catalog:
         from spark_mergetree.catalog.catalog import Catalog
 
@@ -242,7 +245,7 @@ def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: st
 
     MergeTreeTable.create(ref.path, list(columns), order, partition_by, primary_key, engine_settings or None,
                           if_not_exists=True, coordinator=_coordinator(ref.coordinator),
-                          storage_options=dict(ref.storage), engine=engine)
+                          storage_options=dict(ref.storage), engine=engine, projections=projections)
     return ref
 
 

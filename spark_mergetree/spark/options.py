@@ -46,7 +46,7 @@ _LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator", TXN_O
 READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot", "final"}
 
 # Options that shape a table when the first write creates it.
-CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity", "codec", "engine"}
+CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity", "codec", "engine", "projections"}
 WRITE_OPTIONS = _LOCATION_OPTIONS | CREATE_OPTIONS | {"partition_overwrite_mode", "merge_schema", "stage_rows"}
 # Any other MergeTree setting of a new table is given as `setting.<name>`.
 SETTING_PREFIX = "setting."
@@ -187,6 +187,8 @@ class WriteOptions:
     partition_by: str | None = None
     primary_key: str | None = None
     engine: str | None = None  # e.g. "ReplacingMergeTree(version)"; None: MergeTree
+    # PROJECTION declarations of a new table, e.g. ("p (SELECT * ORDER BY v)",); the option separates them by ';'
+    projections: tuple[str, ...] = ()
     settings: dict[str, str] = field(default_factory=dict)
     partition_overwrite_mode: str = "static"  # "dynamic": replace only the partitions written
     merge_schema: bool = False
@@ -222,9 +224,10 @@ class WriteOptions:
                 if not name.isidentifier():
                     raise InvalidOptionError(f"option {key!r} does not name a MergeTree setting")
                 settings[name] = value
-        for key in ("order_by", "partition_by", "primary_key", "engine"):
+        for key in ("order_by", "partition_by", "primary_key", "engine", "projections"):
             if key in options and not str(options[key]).strip():
                 raise InvalidOptionError(f"option {key!r} is empty")
+        projections = tuple(p.strip() for p in str(options.get("projections", "")).split(";") if p.strip())
         return cls(
             path=path,
             catalog=catalog,
@@ -234,6 +237,7 @@ class WriteOptions:
             partition_by=options.get("partition_by"),
             primary_key=options.get("primary_key"),
             engine=options.get("engine"),
+            projections=projections,
             settings=settings,
             partition_overwrite_mode=mode,
             merge_schema=parse_bool(options, "merge_schema", False),

@@ -122,7 +122,8 @@ class MergeTreeDataSource(DataSource):
             columns = clickhouse_columns(schema, non_nullable)
             check_writable(adapter.new_table_schema(columns, *table_options, engine=opts.engine), schema,
                            opts.merge_schema)
-            ref = adapter.create_table(ref, columns, *table_options, opts.catalog, engine=opts.engine)
+            ref = adapter.create_table(ref, columns, *table_options, opts.catalog, engine=opts.engine,
+                                       projections=opts.projections)
         # Also after a create: a concurrent first writer may have created the table differently.
         adapter.check_table_options(ref, *table_options, engine=opts.engine)
         table_arrow = adapter.table_schema(ref)

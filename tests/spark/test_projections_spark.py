@@ -39,3 +39,22 @@ def test_spark_writes_parts_with_the_tables_projections(spark, tmp_path) -> None
             assert sorted(forced.split(b"\n")) == sorted(plain.split(b"\n")) and forced.strip(), query
     finally:
         close_session()
+
+
+def test_spark_write_creates_a_table_with_projections(spark, tmp_path) -> None:
+    """Option `projections` declares them on the table the first write creates; an aggregate we
+    cannot build is refused before anything is written."""
+    from spark_mergetree import MergeTreeTable
+
+    rows = spark.range(200).selectExpr("cast(id as long) as k", "cast(id % 7 as int) as g")
+    target = str(tmp_path / "t")
+    with pytest.raises(Exception, match="uniqExact"):
+        (rows.write.format("mergetree").mode("append").option("order_by", "(g, k)")
+         .option("projections", "u (SELECT g, uniqExact(k) GROUP BY g)").save(target))
+    assert not (tmp_path / "t" / "_mergetree" / "table.sql").exists()
+    (rows.write.format("mergetree").mode("append").option("order_by", "(g, k)")
+     .option("projections", "by_g (SELECT * ORDER BY g); n (SELECT g, count() GROUP BY g)").save(target))
+    table = MergeTreeTable.open(target)
+    assert [p.name for p in table.metadata.projections] == ["by_g", "n"]
+    assert all(table.reader(p.name).projections == ["by_g", "n"] for p in table.parts())
+    assert table.check().ok
