@@ -135,9 +135,11 @@ class Catalog:
         settings: Mapping[str, Any] | None = None,
         *,
         if_not_exists: bool = False,
+        engine: str | None = None,
     ) -> MergeTreeTable:
         """CREATE TABLE and open it (see ``define_table`` for what happens on disk)."""
-        self.define_table(name, schema, order_by, partition_by, primary_key, settings, if_not_exists=if_not_exists)
+        self.define_table(name, schema, order_by, partition_by, primary_key, settings, if_not_exists=if_not_exists,
+                          engine=engine)
         return self.table(name)
 
     def define_table(
@@ -150,10 +152,12 @@ class Catalog:
         settings: Mapping[str, Any] | None = None,
         *,
         if_not_exists: bool = False,
+        engine: str | None = None,
     ) -> TableInfo:
         """CREATE TABLE without opening it: data directory first, metadata rename last.
 
         ``schema`` is ``[(column, ClickHouse type), ...]`` or a parsed TableDefinition.
+        ``engine``: one of the MergeTree family, e.g. "ReplacingMergeTree(version)" (None: MergeTree).
         ``settings``: ClickHouse MergeTree settings go into the statement; the engine's own
         (codec, auto_merge, storage_policy, ...) into `_mergetree/settings.json` of the data
         directory, where ClickHouse never looks. The commit point is renameat2(`<t>.sql.tmp`,
@@ -162,7 +166,7 @@ class Catalog:
         """
         self._before_writing()
         return ddl.define_table(self.layout, name, schema, order_by, partition_by, primary_key, settings,
-                                if_not_exists=if_not_exists)
+                                if_not_exists=if_not_exists, engine=engine)
 
     def rename_table(self, source: TableName, target: TableName) -> TableInfo:
         """RENAME TABLE (also to another database): one renameat2 RENAME_NOREPLACE of the metadata file."""

@@ -129,7 +129,7 @@ def drop_database(layout: CatalogLayout, database: str, drop_delay: float, *, if
 def define_table(layout: CatalogLayout, name: TableName, schema: Sequence[tuple[str, str]] | Any,
                  order_by: str | Sequence[str] | None, partition_by: str | Sequence[str] | None,
                  primary_key: str | Sequence[str] | None, settings: Mapping[str, Any] | None, *,
-                 if_not_exists: bool) -> TableInfo:
+                 if_not_exists: bool, engine: str | None = None) -> TableInfo:
     """CREATE TABLE (`Catalog.define_table`): the data directory first, through the engine; the
     metadata rename (RENAME_NOREPLACE: of two concurrent creators exactly one wins) last."""
     database, table = split_name(name)
@@ -137,7 +137,7 @@ def define_table(layout: CatalogLayout, name: TableName, schema: Sequence[tuple[
     clickhouse, engine_settings = split_settings(settings)
     clickhouse_settings = clickhouse or None
     definition = statements.table_definition(table_uuid, schema, order_by, partition_by, primary_key,
-                                             clickhouse_settings)
+                                             clickhouse_settings, engine)
     statement = format_attach(definition)
     data_path = layout.store_path(table_uuid)
     # Everything is checked (keys, settings, storage policy) before anything is written.

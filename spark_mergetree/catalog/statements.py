@@ -72,19 +72,21 @@ def table_definition(
     partition_by: str | Sequence[str] | None = None,
     primary_key: str | Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,
+    engine: str | None = None,
 ) -> TableDefinition:
-    """The definition of a new MergeTree table as its metadata file holds it: `_` for the name,
-    ``table_uuid`` for the UUID.
+    """The definition of a new table of the MergeTree family (``engine``, e.g.
+    "ReplacingMergeTree(version)"; None: MergeTree) as its metadata file holds it: `_` for the
+    name, ``table_uuid`` for the UUID.
 
     ``definition`` is a column list ``[(name, ClickHouse type), ...]`` or a parsed table
     definition from the expressions layer (then the keys come from it and the key arguments
     must be None).
     """
     if not isinstance(definition, (list, tuple)):
-        if any(arg is not None for arg in (order_by, partition_by, primary_key, settings)):
+        if any(arg is not None for arg in (order_by, partition_by, primary_key, settings, engine)):
             raise InvalidOptionError(
-                "a TableDefinition already carries its keys and settings: pass order_by, partition_by, "
-                "primary_key and settings only with a column list"
+                "a TableDefinition already carries its engine, keys and settings: pass order_by, partition_by, "
+                "primary_key, settings and engine only with a column list"
             )
         return _named_by_uuid(table_uuid, definition)
     if not definition:
@@ -96,7 +98,8 @@ def table_definition(
 
     if order_by is None:
         raise InvalidOptionError("order_by is required for MergeTree (use [] or 'tuple()' for no sorting key)")
-    return _named_by_uuid(table_uuid, build_definition(definition, order_by, partition_by, primary_key, settings))
+    return _named_by_uuid(table_uuid, build_definition(definition, order_by, partition_by, primary_key, settings,
+                                                            engine=engine))
 
 
 def _named_by_uuid(table_uuid: str, definition: TableDefinition) -> TableDefinition:
@@ -107,7 +110,5 @@ def _named_by_uuid(table_uuid: str, definition: TableDefinition) -> TableDefinit
             f"schema must be a list of (column name, ClickHouse type) pairs or a TableDefinition, "
             f"got {type(definition).__name__}"
         )
-    if definition.engine != "MergeTree":
-        raise InvalidOptionError(f"engine {definition.engine!r}: the catalog creates MergeTree tables only")
     # The name lives only in the file name; the UUID is always the one this catalog chose.
     return dataclasses.replace(definition, uuid=table_uuid, database=None, name="_")

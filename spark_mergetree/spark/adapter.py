@@ -226,8 +226,6 @@ def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: st
     """Create the table a first write goes to (if_not_exists: concurrent first writers agree)."""
     engine_settings = dict(settings)
     order = order_by or "tuple()"
-    if catalog and engine:
-        raise UnsupportedError(f"option 'engine'={engine!r}: the catalog creates MergeTree tables only")
     if catalog and projections:
         raise UnsupportedError("option 'projections': tables of a catalog get projections from their CREATE statement, "
                                "not from a write")
@@ -238,7 +236,7 @@ def create_table(ref: TableRef, columns: Sequence[tuple[str, str]], order_by: st
         assert ref.name is not None
         cat.create_database(ref.name.partition(".")[0], if_not_exists=True)
         cat.define_table(ref.name, list(columns), order, partition_by, primary_key, engine_settings or None,
-                         if_not_exists=True)
+                         if_not_exists=True, engine=engine)
         info = cat.table_info(ref.name)
         return TableRef(str(info.data_path), info.statement, ref.coordinator, name=ref.name)
     from spark_mergetree.engine.table import MergeTreeTable
