@@ -50,6 +50,8 @@ def why_unbuildable(projection: Projection, column_types: dict[str, str], mergin
         return "projections on engines that combine rows in merges are not supported"
     if projection.is_aggregate:
         return _why_not_aggregate(projection, column_types)
+    if not projection.order_by:
+        return "a normal projection needs an ORDER BY (ClickHouse refuses an empty one too)"
     missing = [c for c in projection.selected if c != "*" and c not in column_types]
     if missing:
         return f"selects {', '.join(missing)}, which are not stored columns of the table"

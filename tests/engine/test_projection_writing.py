@@ -144,6 +144,8 @@ def test_create_refuses_projections_it_cannot_write(tmp_path) -> None:
         MergeTreeTable.create(tmp_path / "a", [("k", "UInt32"), ("v", "Float64")], "k",
                               projections=["PROJECTION by_k (SELECT k, uniqExact(v) GROUP BY k)"])
     assert not (tmp_path / "a").exists()
+    with pytest.raises(UnsupportedError, match="needs an ORDER BY"):
+        MergeTreeTable.create(tmp_path / "d", [("k", "UInt32"), ("v", "Float64")], "k", projections=["p (SELECT v, k)"])
     with pytest.raises(UnsupportedError, match="combine rows"):
         MergeTreeTable.create(tmp_path / "b", [("k", "UInt32"), ("v", "Float64")], "k",
                               engine="ReplacingMergeTree", projections=["p (SELECT * ORDER BY v)"])
