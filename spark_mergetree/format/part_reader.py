@@ -31,6 +31,7 @@ from typing import Protocol, cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_mergetree.errors import (
     CorruptPartError,
@@ -52,6 +53,7 @@ from spark_mergetree.format.json_text import (
     parse_object_structure,
     path_base,
     shared_data_sizes,
+    value_text,
 )
 from spark_mergetree.format.marks import (
     COMPACT_EXTENSIONS,
@@ -638,6 +640,14 @@ class PartReader:
             for stream, data in self._range_streams(sizes, begin, end).items():
                 check_counts(np.frombuffer(bytes(data), "<u8"), f"{where}, stream {stream!r}")
             texts: dict[str, pa.Array] = {}
+            for path, typed in cast(Json, self.types[name]).typed_paths:
+                # A typed path is stored as an ordinary column of its type; every row prints it.
+                path_streams = path_base(base, path)
+                names = stream_names(typed, name, self.serialization.string_sizes, False, base=path_streams)
+                values = deserialize_column(typed, name, cast(Mapping[str, bytes],
+                                                              self._range_streams(names, begin, end)),
+                                            rows, self.serialization.string_sizes, False, exact=True, base=path_streams)
+                texts[path] = pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
             for path in structure.paths:
                 path_streams = path_base(base, path)
                 dynamic = self._dynamic_structure(name, path_streams)

@@ -367,18 +367,24 @@ class Dynamic(DataType):
 
 @dataclass(frozen=True)
 class Json(DataType):
-    """JSON[(max_dynamic_paths=N, max_dynamic_types=M)]: an object per row, stored path by path
-    (format/json_text.py); read as the JSON text ClickHouse prints for it. `params` keep the order
-    they were written in, as ClickHouse prints them."""
+    """JSON[(max_dynamic_paths=N, max_dynamic_types=M, path Type, ...)]: an object per row, stored path
+    by path (format/json_text.py); read as the JSON text ClickHouse prints for it. `params` keep the
+    order they were written in, as ClickHouse prints them: (name, int) for a setting, (path, type) for
+    a typed path."""
 
-    params: tuple[tuple[str, int], ...] = ()
+    params: tuple[tuple[str, int | DataType], ...] = ()
 
     @property
     def family(self) -> str:
         return "JSON"
 
+    @property
+    def typed_paths(self) -> tuple[tuple[str, DataType], ...]:
+        return tuple((p, t) for p, t in self.params if isinstance(t, DataType))
+
     def _spelling(self) -> str:
-        return "JSON" + (f"({', '.join(f'{k}={v}' for k, v in self.params)})" if self.params else "")
+        items = [f"{k}={v}" if isinstance(v, int) else f"{_quote_name(k)} {v.to_clickhouse()}" for k, v in self.params]
+        return "JSON" + (f"({', '.join(items)})" if items else "")
 
 
 def _quote(text: str) -> str:
@@ -538,14 +544,18 @@ class _Parser:
             self._take("punct", ")")
             return AggregateFunction(function, tuple(arguments))
         if name == "JSON":
-            params: list[tuple[str, int]] = []
+            params: list[tuple[str, int | DataType]] = []
             if self._accept("("):
                 while True:
                     param = self._take("ident")
-                    if param not in ("max_dynamic_paths", "max_dynamic_types") or not self._peek_is("="):
-                        raise UnsupportedError(f"JSON with typed paths or SKIP clauses ({self.text!r}) is not supported")
-                    self._take("punct", "=")
-                    params.append((param, self._int()))
+                    if param in ("max_dynamic_paths", "max_dynamic_types") and self._peek_is("="):
+                        self._take("punct", "=")
+                        params.append((param, self._int()))
+                    elif param.upper() == "SKIP" or self._peek_is("=") or self._peek_is(",") or self._peek_is(")"):
+                        raise UnsupportedError(f"JSON with SKIP clauses or unknown settings ({self.text!r}) is not "
+                                               "supported")
+                    else:
+                        params.append((param, self.type()))
                     if not self._accept(","):
                         break
                 self._take("punct", ")")
@@ -636,7 +646,8 @@ def parse_type(text: str) -> DataType:
         parsed = _Parser(text).parse()
     except FormatError:
         if re.search(r"\bJSON\s*\(", text):
-            raise UnsupportedError(f"JSON with typed paths or SKIP clauses ({text!r}) is not supported") from None
+            raise UnsupportedError(f"cannot parse JSON type {text!r} (a dotted typed path must be in backquotes; SKIP "
+                                   "clauses are not supported)") from None
         raise
     _refuse_nested_objects(parsed, top=True)
     return parsed

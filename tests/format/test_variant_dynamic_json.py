@@ -431,3 +431,19 @@ def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path):
                 [{"id": r["id"], "j": r["j"] if isinstance(r["j"], bytes) else r["j"].encode()} for r in expected]
         finally:
             close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_with_typed_paths_read_as_its_text(tmp_path, kind):
+    json_type = "JSON(`k.x` UInt32, c Nullable(String), `d.e` Array(Int8), max_dynamic_types=4)"
+    sess, data_dir = _json_table(tmp_path, kind, json_type=json_type)
+    try:
+        sess.query("INSERT INTO src SELECT number, '{\"k\":{\"x\":' || toString(number) || '},\"c\":\"v\",\"d\":{\"e\":[1,-2]}}' "
+                   f"FROM numbers({ROWS}, 70)")
+        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        expected = _chdb_arrow(sess, "SELECT id, toString(j) AS j FROM src ORDER BY id").to_pylist()
+        table = MergeTreeTable.open(data_dir, create_statement=statement)
+        assert [{"id": r["id"], "j": r["j"].encode()} for r in table.to_arrow().sort_by("id").to_pylist()] == \
+            [{"id": r["id"], "j": r["j"] if isinstance(r["j"], bytes) else r["j"].encode()} for r in expected]
+    finally:
+        close_session()
