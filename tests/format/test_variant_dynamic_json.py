@@ -322,13 +322,14 @@ def test_variant_data_files_are_clickhouses_bytes(tmp_path, kind):
 
 @pytest.mark.spark
 def test_spark_reads_variant_and_dynamic_and_writes_variant(spark, tmp_path):
-    """Spark sees a Variant as a struct of one field per type and a Dynamic as binary (what
+    """Spark sees a Variant as a struct of one field per type, a Dynamic as binary and a JSON as its
+    text (what
     MergeTreeTable reads, checked against ClickHouse above); a Spark write of the struct is
     attached by ClickHouse and selected as the same values."""
     sess, data_dir = make_chdb_table(
-        tmp_path, f"CREATE TABLE src (id UInt64, v {V}, d Dynamic) ENGINE = MergeTree ORDER BY id "
+        tmp_path, f"CREATE TABLE src (id UInt64, v {V}, d Dynamic, j JSON) ENGINE = MergeTree ORDER BY id "
                   "SETTINGS index_granularity = 64",
-        [f"INSERT INTO src SELECT number, {V_EXPR}, {D_EXPR} FROM numbers({ROWS})"])
+        [f"INSERT INTO src SELECT number, {V_EXPR}, {D_EXPR}, {J_EXPR} FROM numbers({ROWS})"])
     try:
         statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
         ours = MergeTreeTable.open(data_dir, create_statement=statement).to_arrow().sort_by("id")
@@ -338,6 +339,7 @@ def test_spark_reads_variant_and_dynamic_and_writes_variant(spark, tmp_path):
         assert [None if r["v"] is None else r["v"].asDict(recursive=True) for r in rows] == \
             ours.column("v").to_pylist()
         assert [None if r["d"] is None else bytes(r["d"]) for r in rows] == ours.column("d").to_pylist()
+        assert [r["j"] for r in rows] == ours.column("j").to_pylist()
 
         target = tmp_path / "spark_written"
         MergeTreeTable.create(target, [("id", "UInt64"), ("v", V)], order_by="id",
