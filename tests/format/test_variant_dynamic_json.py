@@ -323,9 +323,8 @@ def test_variant_data_files_are_clickhouses_bytes(tmp_path, kind):
 @pytest.mark.spark
 def test_spark_reads_variant_and_dynamic_and_writes_variant(spark, tmp_path):
     """Spark sees a Variant as a struct of one field per type, a Dynamic as binary and a JSON as its
-    text (what
-    MergeTreeTable reads, checked against ClickHouse above); a Spark write of the struct is
-    attached by ClickHouse and selected as the same values."""
+    text (what MergeTreeTable reads, checked against ClickHouse above); a Spark write of the struct
+    is attached by ClickHouse and selected as the same values."""
     sess, data_dir = make_chdb_table(
         tmp_path, f"CREATE TABLE src (id UInt64, v {V}, d Dynamic, j JSON) ENGINE = MergeTree ORDER BY id "
                   "SETTINGS index_granularity = 64",
