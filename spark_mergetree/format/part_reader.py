@@ -592,6 +592,16 @@ class PartReader:
             out[stream] = b"".join(pieces)
         return out
 
+    def _refuse_raw_variant_names(self, name: str) -> None:
+        """Parts written with escape_variant_subcolumn_filenames = 0 name a variant's streams by the
+        raw type name (`v.Array(UInt8).bin`): an escaped name never holds `(` or a space."""
+        stem = escape_for_file_name(name) + "."
+        names = self.compact_layout[1] if self.is_compact else self.files
+        raw = next((f for f in names if f.startswith(stem) and ("(" in f or " " in f)), None)
+        if raw is not None:
+            raise UnsupportedError(f"{self._path(raw)}: a variant stream named by the raw type name (the part was "
+                                   "written with escape_variant_subcolumn_filenames = 0), which is not supported")
+
     def _dynamic_structure(self, name: str, base: str | None = None) -> DynamicStructure:
         """The types a Dynamic column (or a JSON column's dynamic path, streams named from `base`)
         holds in this part: the prefix of its `.dynamic_structure` stream."""
@@ -701,6 +711,7 @@ class PartReader:
         if name not in self.types:
             raise CorruptPartError(f"{self.location}: part has no column {name!r}")
         dt = self.types[name]
+        self._refuse_raw_variant_names(name)
         if isinstance(dt, Json):
             return self._read_json(name, ranges)
         sparse = self.serialization.sparse_spec(name)

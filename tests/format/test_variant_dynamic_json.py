@@ -448,3 +448,17 @@ def test_json_with_typed_paths_read_as_its_text(tmp_path, kind):
             [{"id": r["id"], "j": r["j"] if isinstance(r["j"], bytes) else r["j"].encode()} for r in expected]
     finally:
         close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_parts_with_raw_variant_stream_names_are_refused(tmp_path, kind):
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, v {V}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS {PART_KINDS[kind]}, escape_variant_subcolumn_filenames = 0",
+        [f"INSERT INTO src SELECT number, {V_EXPR} FROM numbers({ROWS})"])
+    try:
+        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        with pytest.raises(UnsupportedError, match=r"escape_variant_subcolumn_filenames = 0"):
+            MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
+    finally:
+        close_session()
