@@ -37,6 +37,10 @@ PART_KINDS = {
 }
 
 
+def _statement(sess, table: str = "src") -> str:
+    return sess.query(f"SHOW CREATE TABLE {table}", "TabSeparatedRaw").bytes().decode()
+
+
 def _variant_select(name: str, dt: Variant) -> list[str]:
     return [f"toString(variantType({name})) AS `{name}.type`"] + [
         f"variantElement({name}, '{t}') AS `{name}.{t}`" for t in dt.names]
@@ -101,7 +105,7 @@ def test_variant_parts_clickhouse_wrote_read_as_select_returns(tmp_path, kind, p
         kinds = sess.query("SELECT DISTINCT part_type FROM system.parts WHERE table = 'src' AND active",
                            "TabSeparatedRaw").bytes().decode().split()
         assert kinds == [kind]
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         expected = _expected_rows(sess, "src")
         assert {r["v"] and next(k for k, x in r["v"].items() if x is not None) for r in expected} == \
             {None, *parse_type(V).names}  # type: ignore[attr-defined]
@@ -192,7 +196,7 @@ def test_dynamic_parts_clickhouse_wrote_read_as_select_returns(tmp_path, kind, p
                   f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}, dynamic_serialization_version = '{version}'",
         [f"INSERT INTO src SELECT number, {D_EXPR} FROM numbers({ROWS})"])
     try:
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         expected = sess.query("SELECT d FROM src ORDER BY id", "RowBinary").bytes()
         nulls = _chdb_arrow(sess, "SELECT d IS NULL AS n FROM src ORDER BY id").column("n").to_pylist()
         if max_types:
@@ -265,7 +269,7 @@ def test_variant_inside_map_tuple_array_and_of_low_cardinality_both_ways(tmp_pat
                   f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
         [f"INSERT INTO src SELECT number, {exprs} FROM numbers(200)"])
     try:
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         types = {"id": parse_type("UInt64"), **{n: parse_type(t) for n, t, _ in NESTED}}
         expected = _chdb_arrow(sess, "SELECT * FROM src ORDER BY id").to_pylist()
         table = MergeTreeTable.open(data_dir, create_statement=statement)
@@ -303,7 +307,7 @@ def test_variant_data_files_are_clickhouses_bytes(tmp_path, kind):
                   f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
         [f"INSERT INTO src SELECT number, {exprs} FROM numbers({ROWS})"])
     try:
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         theirs = MergeTreeTable.open(data_dir, create_statement=statement)
         settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
         ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), *((n, t) for n, t, _ in columns)],
@@ -330,7 +334,7 @@ def test_spark_reads_variant_and_dynamic_and_writes_variant(spark, tmp_path):
                   "SETTINGS index_granularity = 64",
         [f"INSERT INTO src SELECT number, {V_EXPR}, {D_EXPR}, {J_EXPR} FROM numbers({ROWS})"])
     try:
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         ours = MergeTreeTable.open(data_dir, create_statement=statement).to_arrow().sort_by("id")
         df = spark.read.format("mergetree").option("create_statement", statement).load(str(data_dir))
         assert [f.name for f in df.schema["v"].dataType.fields] == list(parse_type(V).names)  # type: ignore[attr-defined]
@@ -384,7 +388,7 @@ def _json_table(tmp_path, kind: str, partitioned: bool = False, version: str = "
 def test_json_parts_clickhouse_wrote_read_as_its_text(tmp_path, kind, partitioned, version):
     sess, data_dir = _json_table(tmp_path, kind, partitioned, version)
     try:
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         expected = _chdb_arrow(sess, "SELECT id, toString(j) AS j FROM src ORDER BY id").to_pylist()
         table = MergeTreeTable.open(data_dir, create_statement=statement)
         ours = table.to_arrow().sort_by("id")
@@ -405,7 +409,7 @@ def test_json_parts_clickhouse_wrote_read_as_its_text(tmp_path, kind, partitione
 def test_json_rows_with_shared_data_are_refused_naming_the_column(tmp_path):
     sess, data_dir = _json_table(tmp_path, "Wide", json_type="JSON(max_dynamic_paths=2)")
     try:
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         with pytest.raises(UnsupportedError, match=r"column 'j'.*shared data"):
             MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
     finally:
@@ -420,7 +424,7 @@ def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path):
         try:
             sess.query(f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS}, 50)")
             sess.query("OPTIMIZE TABLE src FINAL")
-            statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+            statement = _statement(sess)
             table = MergeTreeTable.open(data_dir, create_statement=statement)
             assert len(table.parts()) == 1 and table.parts()[0].level > 0
             if refused:
@@ -441,7 +445,7 @@ def test_json_with_typed_paths_read_as_its_text(tmp_path, kind):
     try:
         sess.query("INSERT INTO src SELECT number, '{\"k\":{\"x\":' || toString(number) || '},\"c\":\"v\",\"d\":{\"e\":[1,-2]}}' "
                    f"FROM numbers({ROWS}, 70)")
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         expected = _chdb_arrow(sess, "SELECT id, toString(j) AS j FROM src ORDER BY id").to_pylist()
         table = MergeTreeTable.open(data_dir, create_statement=statement)
         assert [{"id": r["id"], "j": r["j"].encode()} for r in table.to_arrow().sort_by("id").to_pylist()] == \
@@ -457,7 +461,7 @@ def test_parts_with_raw_variant_stream_names_are_refused(tmp_path, kind):
                   f"SETTINGS {PART_KINDS[kind]}, escape_variant_subcolumn_filenames = 0",
         [f"INSERT INTO src SELECT number, {V_EXPR} FROM numbers({ROWS})"])
     try:
-        statement = sess.query("SHOW CREATE TABLE src", "TabSeparatedRaw").bytes().decode()
+        statement = _statement(sess)
         with pytest.raises(UnsupportedError, match=r"escape_variant_subcolumn_filenames = 0"):
             MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
     finally:
