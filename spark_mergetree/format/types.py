@@ -373,6 +373,8 @@ class Json(DataType):
     a typed path."""
 
     params: tuple[tuple[str, int | DataType], ...] = ()
+    skips: tuple[str, ...] = ()  # SKIP paths: not stored
+    skip_regexps: tuple[str, ...] = ()  # SKIP REGEXP patterns: paths matching them are not stored
 
     @property
     def family(self) -> str:
@@ -383,7 +385,11 @@ class Json(DataType):
         return tuple((p, t) for p, t in self.params if isinstance(t, DataType))
 
     def _spelling(self) -> str:
-        items = [f"{k}={v}" if isinstance(v, int) else f"{_quote_name(k)} {v.to_clickhouse()}" for k, v in self.params]
+        # As ClickHouse prints it: settings, typed paths, SKIP paths, SKIP REGEXP patterns.
+        items = [f"{k}={v}" for k, v in self.params if isinstance(v, int)]
+        items += [f"{_quote_name(k)} {v.to_clickhouse()}" for k, v in self.typed_paths]
+        items += [f"SKIP {_quote_name(path)}" for path in self.skips]
+        items += [f"SKIP REGEXP {_quote(pattern)}" for pattern in self.skip_regexps]
         return "JSON" + (f"({', '.join(items)})" if items else "")
 
 
@@ -545,21 +551,29 @@ class _Parser:
             return AggregateFunction(function, tuple(arguments))
         if name == "JSON":
             params: list[tuple[str, int | DataType]] = []
+            skips: list[str] = []
+            skip_regexps: list[str] = []
             if self._accept("("):
                 while True:
                     param = self._take("ident")
+                    following = self._peek()
                     if param in ("max_dynamic_paths", "max_dynamic_types") and self._peek_is("="):
                         self._take("punct", "=")
                         params.append((param, self._int()))
-                    elif param.upper() == "SKIP" or self._peek_is("=") or self._peek_is(",") or self._peek_is(")"):
-                        raise UnsupportedError(f"JSON with SKIP clauses or unknown settings ({self.text!r}) is not "
-                                               "supported")
+                    elif param.upper() == "SKIP" and following is not None and following[0] == "ident":
+                        path = self._take("ident")
+                        if path.upper() == "REGEXP" and self._peek() is not None and self._peek()[0] == "str":  # type: ignore[index]
+                            skip_regexps.append(self._take("str"))
+                        else:
+                            skips.append(path)
+                    elif self._peek_is("=") or self._peek_is(",") or self._peek_is(")"):
+                        raise UnsupportedError(f"JSON with unknown settings ({self.text!r}) is not supported")
                     else:
                         params.append((param, self.type()))
                     if not self._accept(","):
                         break
                 self._take("punct", ")")
-            return Json(tuple(params))
+            return Json(tuple(params), tuple(skips), tuple(skip_regexps))
         if name == "Dynamic":
             max_types = None
             if self._accept("("):
@@ -646,8 +660,7 @@ def parse_type(text: str) -> DataType:
         parsed = _Parser(text).parse()
     except FormatError:
         if re.search(r"\bJSON\s*\(", text):
-            raise UnsupportedError(f"cannot parse JSON type {text!r} (a dotted typed path must be in backquotes; SKIP "
-                                   "clauses are not supported)") from None
+            raise UnsupportedError(f"cannot parse JSON type {text!r} (a dotted path must be in backquotes)") from None
         raise
     _refuse_nested_objects(parsed, top=True)
     return parsed

@@ -156,7 +156,7 @@ PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...], str]] = {
 }
 # Types this package refuses to read or write: UnsupportedError, never wrong rows.
 REFUSED: dict[str, list[Column]] = {
-    "JSON": [("j", "JSON(SKIP b)", "toJSONString(map('a', number))")],
+    "JSON": [("j", "Array(JSON)", "[toJSONString(map('a', number))]")],
 }
 
 

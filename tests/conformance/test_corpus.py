@@ -6,7 +6,7 @@
     ClickHouse ATTACHes our parts, CHECK TABLE returns 1, the parts are of the kind the table's
     settings choose (Wide or Compact) and SELECT returns what we wrote. In partitioned cases the
     parts ClickHouse attaches include one our merge made of the two inserts' rows.
-Types we refuse (JSON with SKIP clauses) raise UnsupportedError both ways; Variant (both ways), Dynamic
+Types we refuse (JSON inside another type) raise UnsupportedError both ways; Variant (both ways), Dynamic
 and JSON (read; their writing is refused) are covered by tests/format/test_variant_dynamic_json.py.
 """
 

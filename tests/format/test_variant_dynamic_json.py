@@ -439,8 +439,9 @@ def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path):
 
 
 @pytest.mark.parametrize("kind", list(PART_KINDS))
-def test_json_with_typed_paths_read_as_its_text(tmp_path, kind):
-    json_type = "JSON(`k.x` UInt32, c Nullable(String), `d.e` Array(Int8), max_dynamic_types=4)"
+def test_json_with_typed_and_skipped_paths_read_as_its_text(tmp_path, kind):
+    json_type = ("JSON(`k.x` UInt32, c Nullable(String), `d.e` Array(Int8), max_dynamic_types=4, SKIP `b.c`, "
+                 "SKIP REGEXP '^[nz]$')")
     sess, data_dir = _json_table(tmp_path, kind, json_type=json_type)
     try:
         sess.query("INSERT INTO src SELECT number, '{\"k\":{\"x\":' || toString(number) || '},\"c\":\"v\",\"d\":{\"e\":[1,-2]}}' "
