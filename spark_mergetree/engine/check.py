@@ -40,7 +40,7 @@ def check(table: MergeTreeTable, on_part: Callable[[str], None] | None = None) -
             on_part(part)
         report.parts_checked += 1
         try:
-            report.problems += verify_part(table.store, part, str(table.path / part))
+            report.problems += verify_part(table.store, part, table.part_location(part))
         except (CorruptPartError, OSError) as exc:
             report.problems.append(f"{part}: {exc}")
     if report.parts_checked and on_part is not None:

@@ -14,8 +14,10 @@ rename, no lock and no listing to decide anything:
 A crash before 3 leaves parts no committed entry names: `cleanup()` deletes them. Reading is the
 local table's code over `ObjectParts` (one LIST per part per process, ranged GETs). Merges
 (`optimize`, `merge`) are the local table's selector and merger: the merged part is uploaded under
-its final key, then one transaction adds it and removes its sources. CHECK, scrub and column
-changes are not implemented for object-store tables yet and say so.
+its final key, then one transaction adds it and removes its sources. CHECK TABLE re-hashes every
+object of the visible parts (engine/check.py over `ObjectParts`); ADD COLUMN replaces the statement
+by a conditional put. Scrub, rebuild and index changes are not implemented for object-store tables
+and say so.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from spark_mergetree.engine.metadata import (
 from spark_mergetree.engine.table import MergeTreeTable, SchemaLike, _check_modes, new_definition
 from spark_mergetree.errors import (
     InvalidOptionError,
+    SerializationError,
     TableExistsError,
     TableNotFoundError,
     UnsupportedError,
@@ -223,6 +226,9 @@ class ObjectStoreTable(MergeTreeTable):
         raise UnsupportedError(f"table {self.location.url}: an object-store table's parts are those its log "
                                "names, never a listing")
 
+    def part_location(self, part: str) -> str:
+        return self.parts_store.url(part)
+
     def reader(self, part: str) -> PartReader:
         """The process-wide reader of a part (its metadata read once per process)."""
         url = self.parts_store.url(part)
@@ -368,6 +374,33 @@ class ObjectStoreTable(MergeTreeTable):
         upload and commit). Returns the part names deleted."""
         return self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")), orphan_seconds)
 
+    # ------------------------------------------------------------------ schema
+
+    def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
+        """ALTER TABLE ADD COLUMN: the new statement replaces `table.sql` by a conditional put (only
+        over the version this handle read), so of two concurrent ALTERs one wins and the other gets
+        SerializationError. Parts written before return the new columns' defaults."""
+        definition = self.with_columns_added(columns)
+        key = self.location.child(META_DIR, STATEMENT_FILE)
+        bucket = self.parts_store.bucket
+        try:
+            current, token = bucket.get_versioned(key.key)
+        except FileNotFoundError:
+            raise TableNotFoundError(f"the table at {self.location.url} was dropped ({key.url} is gone)") from None
+        if parse_create(current.decode()).uuid != self.uuid:
+            self.check_same_table()  # names the re-creation
+        changed = SerializationError(f"table {self.location.url}: its statement ({key.url}) changed since this "
+                                     "handle read it (another ALTER); open the table again and retry")
+        if current.decode() != self._statement_text:
+            raise changed
+        statement = format_attach(definition)
+        try:
+            bucket.put(key.key, statement.encode(), if_match=token)
+        except PreconditionFailed:
+            raise changed from None
+        self.metadata = self.metadata.with_definition(definition)
+        self._statement_text = statement
+
     # ------------------------------------------------------------------ ClickHouse
 
     def clickhouse_ddl(self, name: str = "default.events", *, credentials: bool = False) -> str:
@@ -407,9 +440,6 @@ class ObjectStoreTable(MergeTreeTable):
     def _unsupported(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"table {self.location.url}: {what} is not implemented for tables in object storage")
 
-    def check(self, on_part: Any = None) -> Any:
-        raise self._unsupported("CHECK TABLE")
-
     def scrub(self, progress: bool = False) -> Any:
         raise self._unsupported("scrub")
 
@@ -418,9 +448,6 @@ class ObjectStoreTable(MergeTreeTable):
 
     def export_part(self, part: str, destination: str | os.PathLike[str]) -> Any:
         raise self._unsupported("export_part")
-
-    def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
-        raise self._unsupported("ALTER TABLE ADD COLUMN")
 
     def replace_definition(self, definition: Any) -> None:
         raise self._unsupported("ALTER TABLE (ADD/DROP INDEX: a change of the table's statement)")

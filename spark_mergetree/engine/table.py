@@ -353,12 +353,16 @@ class MergeTreeTable:
         csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
         return csn, self.log.snapshot(csn, coordinator)
 
+    def part_location(self, part: str) -> str:
+        """Where a part lies (its directory, or its URL), as errors and reports name it."""
+        return str(self.path / part)
+
     def reader(self, part: str) -> PartReader:
         """The (cached) reader of one part; parts never change once written."""
         with self._readers_lock:
             cached = self._readers.get(part)
         if cached is None:
-            cached = PartReader(self.store, part, str(self.path / part))
+            cached = PartReader(self.store, part, self.part_location(part))
             with self._readers_lock:
                 self._readers[part] = cached
         return cached
@@ -668,6 +672,11 @@ class MergeTreeTable:
     def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
         """ALTER TABLE ADD COLUMN: append columns (name, ClickHouse type); parts written before
         hold their default values (NULL for Nullable types, zero or empty otherwise)."""
+        self.replace_definition(self.with_columns_added(columns))
+
+    def with_columns_added(self, columns: Sequence[tuple[str, str]]) -> TableDefinition:
+        """The table's definition with `columns` (name, ClickHouse type) appended; SchemaMismatchError
+        if one exists, UnsupportedError if the definition lives outside the table."""
         if self._external_definition:
             raise UnsupportedError(
                 f"{self.path}: the table's definition lives outside the table directory (a catalog or a "
@@ -678,7 +687,7 @@ class MergeTreeTable:
             raise SchemaMismatchError(f"column(s) {', '.join(clash)} already exist in {self.path}")
         added = tuple(ColumnDefinition(name, parse_column_type(name, type_text).to_clickhouse())
                       for name, type_text in columns)
-        self.replace_definition(replace(self.definition, columns=self.definition.columns + added))
+        return replace(self.definition, columns=self.definition.columns + added)
 
     def replace_definition(self, definition: TableDefinition) -> None:
         """Write the table's new statement (an ALTER of its metadata: columns, indexes)."""
