@@ -23,7 +23,7 @@ import datetime as dt
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ from spark_mergetree.expressions.predicate import (
     parse_expression,
     to_sql,
 )
-from spark_mergetree.fileops import escape_for_file_name, write_file_atomically
+from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.checksums import Checksums
 from spark_mergetree.format.part import CHECKSUMS_FILE, COLUMNS_FILE, COUNT_FILE, PartFiles, format_columns
 from spark_mergetree.format.part_info import PartInfo
@@ -208,6 +208,12 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
     return meta.add_projections(files, lambda _projection, names: pa.table({n: column_of(n) for n in names}))
 
 
+def beside_source(files: PartFiles) -> bool:
+    """Whether `rewrite_part`'s files go beside the source part's other files (a first DELETE's
+    mask: the new version is the source's files with these added or replaced), not replace them all."""
+    return CHECKSUMS_FILE in files.files and COUNT_FILE not in files.files
+
+
 def _mask_only(reader: PartReader) -> bool:
     """Whether a first DELETE may give the part just a `_row_exists` column beside its other files,
     as ClickHouse does: a Wide part with `.mrk2` marks (ours write no others) and no
@@ -241,15 +247,18 @@ def _with_mask(reader: PartReader, table: MergeTreeTable, mask: pa.Array | pa.Ch
 RETRIES = 4  # a mutation of its own transaction that lost a race runs again this often
 
 
-def run(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None) -> list[str]:
+def run(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None,
+        once: Callable[[MergeTreeTable, Mutation, Transaction | None], list[str]] | None = None) -> list[str]:
     """Apply `mutation` to every visible part in one transaction (`transaction`, or one of its own
     that commits here, run again on a new snapshot when it loses a race: SerializationError after
-    `RETRIES` more attempts); return the new parts' names (empty when no existing row matches)."""
+    `RETRIES` more attempts); return the new parts' names (empty when no existing row matches).
+    `once` is one attempt (default `run_once`; object-store tables bring their own)."""
+    attempt_once = once or run_once
     if transaction is not None:
-        return run_once(table, mutation, transaction)
+        return attempt_once(table, mutation, transaction)
     for attempt in range(RETRIES + 1):
         try:
-            return run_once(table, mutation, None)
+            return attempt_once(table, mutation, None)
         except SerializationError:
             if attempt == RETRIES:
                 raise
@@ -284,13 +293,16 @@ def run_once(table: MergeTreeTable, mutation: Mutation, transaction: Transaction
     return finish(table, mutation.command, tx, staged, own=transaction is None)
 
 
-def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None
+def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None, *, staged: bool = True
           ) -> tuple[Transaction, list[str], set[str]]:
     """(transaction, every visible part, the parts whose granules `mutation`'s condition may match):
-    the parts a mutation gives new versions, and those it may have to rewrite."""
-    if not table.supports_mutations:
-        raise UnsupportedError(f"{table}: DELETE and UPDATE (a mutation's new part versions) are not implemented "
-                               "for this kind of table")
+    the parts a mutation gives new versions, and those it may have to rewrite. `staged`: the
+    caller publishes by staging and renaming (`stage_part`, `finish`), which tables that cannot
+    rename refuse (object-store tables run their own attempt, writing under final names)."""
+    if staged and not table.supports_mutations:
+        raise UnsupportedError(f"{table}: DELETE and UPDATE as Spark jobs (part versions staged, then renamed into "
+                               "place) are not implemented for this kind of table; the table's own delete() and "
+                               "update() run them in one process")
     table.check_same_table()
     table.adopt_directory_parts()
     tx = transaction if transaction is not None else Transaction(table.coordinator)
@@ -315,7 +327,7 @@ def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: 
     name = f"{inserting.STAGING_PREFIX}{prefix}_{uuid.uuid4().hex[:12]}_0"
     if files is None:
         table.store.clone_part(part, name)
-    elif CHECKSUMS_FILE in files.files and COUNT_FILE not in files.files:  # a mask beside the part's files
+    elif beside_source(files):
         table.store.clone_part(part, name, files.files, files.boundaries)
     else:
         table.store.write_part(name, files.files, files.boundaries)
@@ -366,12 +378,7 @@ def _publish(table: MergeTreeTable, tx: Transaction, staged: Mapping[str, str], 
             raise SerializationError(
                 f"{table.path}: another transaction is writing parts (partition {pending[0]}) with block numbers "
                 f"below this mutation's version {version}; ClickHouse would apply the mutation to them. Run it again")
-        latest = log.snapshot(tx.coordinator.current_timestamp(), tx.coordinator)
-        missed = sorted(latest - set(staged))
-        if missed:
-            raise SerializationError(
-                f"{table.path}: part {missed[0]} was committed after this transaction's snapshot; the mutation would "
-                "not change it but ClickHouse would. Run it again")
+        refuse_missed_parts(table, tx)
         finals = []
         for part in staged:
             info = PartInfo.parse(part)
@@ -385,12 +392,24 @@ def _publish(table: MergeTreeTable, tx: Transaction, staged: Mapping[str, str], 
     return finals, version
 
 
+def refuse_missed_parts(table: MergeTreeTable, tx: Transaction) -> None:
+    """SerializationError if a part was committed after `tx`'s snapshot: the mutation would not
+    change it, but ClickHouse, seeing its block number below the mutation's version, would."""
+    coordinator = tx.coordinator
+    latest = table.log.snapshot(coordinator.current_timestamp(), coordinator)
+    missed = sorted(latest - table.log.snapshot(tx.snapshot, coordinator))
+    if missed:
+        raise SerializationError(
+            f"{table.path}: part {missed[0]} was committed after this transaction's snapshot; the mutation would "
+            "not change it but ClickHouse would. Run it again")
+
+
 def write_mutation_file(table: MergeTreeTable, version: int, command: str) -> None:
     """`mutation_<version>.txt` as ClickHouse writes it (format_spec/mutations.md): format version,
     local creation time, and the command escaped as in ClickHouse's TSV."""
     created = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     text = f"format version: 1\ncreate time: {created}\ncommands: {_escape(command)}\n"
-    write_file_atomically(table.path / MUTATION_FILE.format(version), text.encode())
+    table.put_table_file(MUTATION_FILE.format(version), text.encode())
 
 
 _ESCAPES = {"\\": "\\\\", "'": "\\'", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}

@@ -32,6 +32,7 @@ from typing import Any
 
 from spark_mergetree.engine import background, clickhouse_ddl
 from spark_mergetree.engine import insert as inserting
+from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine import table as table_module
 from spark_mergetree.engine.commit import PartitionOverwriteMode, WriteMode
 from spark_mergetree.engine.merge import MergeCandidate
@@ -374,6 +375,86 @@ class ObjectStoreTable(MergeTreeTable):
         upload and commit). Returns the part names deleted."""
         return self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")), orphan_seconds)
 
+    # ------------------------------------------------------------------ mutations
+
+    def adopt_directory_parts(self) -> None:
+        """Nothing: an object-store table's parts are those its log names, never a listing."""
+
+    def put_table_file(self, name: str, data: bytes) -> None:
+        self.parts_store.bucket.put(self.location.child(name).key, data)
+
+    def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:
+        """ClickHouse's lightweight DELETE, as on a local table (`MergeTreeTable.delete`): every part's new
+        version is written under its final key (rewritten parts uploaded, untouched ones copied on
+        the server), then one transaction removes the old versions and adds the new."""
+        return mutating.run(self, mutating.delete_mutation(self, where), transaction,
+                            lambda _table, mutation, tx: self._mutate_once(mutation, tx))
+
+    def update(self, set: Mapping[str, Any], where: Any, *,  # noqa: A002 - ClickHouse's word
+               transaction: Transaction | None = None) -> list[str]:
+        """ALTER TABLE ... UPDATE, as on a local table (`MergeTreeTable.update`), published as `delete`."""
+        return mutating.run(self, mutating.update_mutation(self, set, where), transaction,
+                            lambda _table, mutation, tx: self._mutate_once(mutation, tx))
+
+    def _mutate_once(self, mutation: mutating.Mutation, transaction: Transaction | None) -> list[str]:
+        """One attempt of a mutation (engine/mutations.py's planning and rewriting): its version N is
+        allocated first, so each new version is uploaded once under its final, never reused name
+        `<part>_N`; `mutation_N.txt` is written once the transaction has committed."""
+        own = transaction is None
+        tx, parts, candidates = mutating.begin(self, mutation, transaction, staged=False)
+        written: dict[str, str] = {}  # visible part → its new version, uploaded
+        try:
+            version = self._mutation_version(tx)
+            pool = _upload_pool("files")
+
+            def version_of(part: str) -> str:
+                info = PartInfo.parse(part)
+                return PartInfo(info.partition_id, info.min_block, info.max_block, info.level, version).name
+
+            for part in parts:
+                files = mutating.rewrite_part(self.reader(part), self, mutation) if part in candidates else None
+                if files is None:
+                    continue
+                written[part] = version_of(part)
+                if mutating.beside_source(files):
+                    self.parts_store.clone_part(part, written[part], files.files, pool)
+                else:
+                    self.parts_store.write_part(written[part], files.files, pool)
+            if not written:
+                if own:
+                    tx.rollback()
+                return []
+            tx.remove_parts(self.log, parts)  # a concurrent merge or overwrite of them conflicts here
+            for part in parts:
+                if part not in written:
+                    written[part] = version_of(part)
+                    self.parts_store.clone_part(part, written[part], None, pool)
+            mutating.refuse_missed_parts(self, tx)
+            finals = [written[part] for part in parts]
+            tx.add_parts(self.log, finals)
+            tx.on_commit(lambda _csn: mutating.write_mutation_file(self, version, mutation.command))
+            if own:
+                tx.commit()
+        except BaseException:
+            mutating.abort(self, tx, written, own=own)
+            raise
+        if own:
+            background.after_commit(self)
+        return finals
+
+    def _mutation_version(self, tx: Transaction) -> int:
+        """A mutation's version: a block number above every part's. Nothing orders block allocation
+        against this log (an insert's entry follows its upload), so a transaction running now may
+        hold a block below it for a part the mutation would miss and ClickHouse would mutate: then
+        SerializationError (run it again; `delete` and `update` do, a few times)."""
+        version = tx.allocate_blocks(self.log, 1)
+        others = sorted(info.tid for info in tx.coordinator.running() if info.tid != tx.tid)
+        if others:
+            raise SerializationError(
+                f"{self.location.url}: transaction {others[0]} is running and may write parts with block numbers "
+                f"below this mutation's version {version}; ClickHouse would apply the mutation to them. Run it again")
+        return version
+
     # ------------------------------------------------------------------ schema
 
     def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
@@ -455,13 +536,9 @@ class ObjectStoreTable(MergeTreeTable):
     def materialize_index(self, name: str) -> list[str]:
         raise self._unsupported("MATERIALIZE INDEX (a mutation's new part versions)")
 
-    supports_mutations = False  # the engine's mutations write, copy and rename parts on a local policy
-
-    def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:
-        raise self._unsupported("DELETE (a lightweight delete's new part versions)")
-
-    def update(self, set: Any, where: Any, *, transaction: Transaction | None = None) -> list[str]:  # noqa: A002
-        raise self._unsupported("UPDATE (a mutation's new part versions)")
+    # Staged mutations (stage, then rename into place: Spark's distributed DELETE/UPDATE) cannot run
+    # here; `delete` and `update` above write under final names instead.
+    supports_mutations = False
 
     def drop_data(self) -> None:
         """Delete every object of the table (its parts, log and metadata)."""

@@ -353,6 +353,10 @@ class MergeTreeTable:
         csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
         return csn, self.log.snapshot(csn, coordinator)
 
+    def put_table_file(self, name: str, data: bytes) -> None:
+        """Write a file of the table's own beside its parts (a mutation's `mutation_N.txt`), atomically."""
+        write_file_atomically(self.path / name, data)
+
     def part_location(self, part: str) -> str:
         """Where a part lies (its directory, or its URL), as errors and reports name it."""
         return str(self.path / part)

@@ -160,6 +160,22 @@ class AzureBucket(Bucket):
 
         return self._call("PUT", key, upload)
 
+    def copy(self, key: str, new_key: str) -> None:
+        """Copy Blob from the source's URL in the same account (authorised by this request), waited
+        for until the server reports it done."""
+        import time
+
+        def run(client: Any) -> None:
+            target = client.get_blob_client(new_key)
+            status = target.start_copy_from_url(client.get_blob_client(key).url)["copy_status"]
+            while status == "pending":
+                time.sleep(0.05)
+                status = target.get_blob_properties().copy.status
+            if status != "success":
+                raise OSError(f"copy of {key} ended {status}")
+
+        self._call("COPY", new_key, run)
+
     def list_objects(self, prefix: str, delimiter: str | None = "/") -> tuple[dict[str, int], list[str]]:
         def run(client: Any) -> tuple[dict[str, int], list[str]]:
             objects: dict[str, int] = {}

@@ -151,6 +151,18 @@ class GcsBucket(Bucket):
 
         return self._call("PUT", key, upload)
 
+    def copy(self, key: str, new_key: str) -> None:
+        """A rewrite, repeated with its token until the server has copied the whole object."""
+        def rewrite(client: Any) -> None:
+            token = None
+            target = self._blob(client, new_key)
+            while True:
+                token, _, _ = target.rewrite(self._blob(client, key), token=token)
+                if token is None:
+                    return
+
+        self._call("COPY", new_key, rewrite)
+
     def _listing(self, client: Any, prefix: str, delimiter: str | None) -> Any:
         return client.list_blobs(self.name, prefix=prefix, delimiter=delimiter or None)
 

@@ -318,6 +318,11 @@ class Bucket:
         condition does not hold."""
         raise NotImplementedError
 
+    def copy(self, key: str, new_key: str) -> None:
+        """Copy an object to `new_key` in this bucket on the server (no bytes through this machine);
+        FileNotFoundError if it is absent."""
+        raise NotImplementedError
+
     def list_objects(self, prefix: str, delimiter: str | None = "/") -> tuple[dict[str, int], list[str]]:
         """({key: size} of the objects under `prefix`, the common prefixes one level down)."""
         raise NotImplementedError

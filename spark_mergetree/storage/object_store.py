@@ -259,6 +259,28 @@ class ObjectParts:
         with _PART_FILES_LOCK:
             _PART_FILES[self.url(part)] = {name: len(byte_view(data)) for name, data in items}
 
+    def clone_part(self, source: str, target: str, replaced: Mapping[str, Buffer] | None = None,
+                   pool: Any = None) -> None:
+        """Write `source`'s files as the new part `target`: copied on the server (no bytes through
+        this machine), except the files of `replaced`, uploaded instead of or beside them."""
+        replaced = dict(replaced or {})
+        files = self.files(source)
+        copied = sorted(name for name in files if name not in replaced)
+
+        def copy(name: str) -> None:
+            self.bucket.copy(self._key(source, name), self._key(target, name))
+
+        if pool is None:
+            for name in copied:
+                copy(name)
+        else:
+            for future in [pool.submit(copy, name) for name in copied]:
+                future.result()
+        self.write_part(target, replaced, pool)
+        with _PART_FILES_LOCK:
+            _PART_FILES[self.url(target)] = {**{name: files[name] for name in copied},
+                                             **{name: len(byte_view(data)) for name, data in replaced.items()}}
+
     def exists(self, part: str) -> bool:
         try:
             self.files(part)
@@ -271,6 +293,10 @@ class ObjectParts:
         with _PART_FILES_LOCK:
             _PART_FILES.pop(self.url(part), None)
         self.bucket.delete_prefix(self._key(part) + "/")
+
+    def remove_part(self, part: str, *, missing_ok: bool = False) -> None:
+        """`remove`, under the name the local part stores give it."""
+        self.remove(part)
 
     def part_names(self) -> dict[str, float]:
         """{part directory name: newest object time} of everything under the table's prefix that

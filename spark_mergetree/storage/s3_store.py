@@ -159,6 +159,10 @@ class S3Bucket(Bucket):
                 pass
             raise
 
+    def copy(self, key: str, new_key: str) -> None:
+        """CopyObject (boto3's managed copy: a multipart copy for objects past its threshold)."""
+        self._call("COPY", new_key, lambda client: client.copy({"Bucket": self.name, "Key": key}, self.name, new_key))
+
     def list_objects(self, prefix: str, delimiter: str | None = "/") -> tuple[dict[str, int], list[str]]:
         objects: dict[str, int] = {}
         prefixes: list[str] = []

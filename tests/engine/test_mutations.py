@@ -169,6 +169,19 @@ def test_multi_table_transaction_commits_both(tmp_path: Path) -> None:
     assert rows(t_count) == [["40"]] and rows(u_count) == [["10"]]
 
 
+def test_two_mutations_in_one_transaction(tmp_path: Path) -> None:
+    """The second mutation rewrites the first's new versions; the parts the transaction itself
+    replaced are no part 'committed after its snapshot'."""
+    root, table = _catalog_table(tmp_path)
+    table.insert(_data(0, 50))
+    with Transaction(table.coordinator) as tx:
+        table.delete("k < 10", transaction=tx)
+        table.update({"w": 99}, "k < 20", transaction=tx)
+    assert table.count() == 40 and table.to_arrow(where="w = 99").num_rows == 10
+    counts = run_chdb(root, "SELECT count() FROM db.t", "SELECT count() FROM db.t WHERE w = 99")
+    assert [rows(c) for c in counts] == [[["40"]], [["10"]]]
+
+
 def test_time_travel_to_before_the_delete_sees_the_rows(tmp_path: Path) -> None:
     _, table = _catalog_table(tmp_path)
     table.insert(_data(0, 100))

@@ -8,10 +8,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from spark_mergetree import MergeTreeTable
+from spark_mergetree import MergeTreeTable, Transaction
 from spark_mergetree.errors import SerializationError
 from spark_mergetree.format.checksums import Checksums
-from tests.objstore.test_object_table import create, rows, same
+from spark_mergetree.format.part_info import PartInfo
+from tests.objstore.test_object_table import SCHEMA, create, rows, same
 
 
 def test_check_rehashes_every_object_and_names_a_corrupted_one(object_store) -> None:  # type: ignore[no-untyped-def]
@@ -85,3 +86,92 @@ def test_concurrent_add_columns_one_wins(object_store) -> None:  # type: ignore[
     with pytest.raises(SerializationError, match="changed since this handle read it"):
         loser.add_columns([("late", "UInt8")])
     assert pc.sum(MergeTreeTable.open(url).to_arrow()[f"c{winners[0]}"]).as_py() == 0
+
+
+def mutate(table: MergeTreeTable) -> list[list[str]]:
+    return [table.delete("id % 7 = 3"),
+            table.update({"value": "value * 2", "name": "'u'"}, "id BETWEEN 100 AND 900"),
+            table.delete("id >= 5200"),
+            table.delete("id = 999999")]  # matches nothing: no new versions
+
+
+def test_delete_and_update_give_the_local_engines_rows(object_store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = object_store.url("mutated")
+    table = create(url)
+    local = MergeTreeTable.create(tmp_path / "local", SCHEMA, order_by="id", partition_by="toYYYYMM(d)",
+                                  settings={"index_granularity": 256})
+    for target in (table, local):
+        target.insert(rows(0, 3000))
+        target.insert(rows(5000, 300))
+    remote_names, local_names = mutate(table), mutate(local)
+    # The same rows as the local engine, and as an independent computation.
+    assert table.to_arrow().sort_by("id").equals(local.to_arrow().sort_by("id"))
+    data = pa.concat_tables([rows(0, 3000), rows(5000, 300)])
+    ids = data["id"].to_numpy()
+    data = data.filter(pa.array((ids % 7 != 3) & (ids < 5200)))
+    hit = pc.and_(pc.greater_equal(data["id"], 100), pc.less_equal(data["id"], 900))
+    data = data.set_column(2, "value", pc.if_else(hit, pc.multiply(data["value"], 2), data["value"]))
+    data = data.set_column(3, "name", pc.if_else(hit, pa.scalar("u"), data["name"]))
+    assert same(MergeTreeTable.open(url).to_arrow(), data)
+    # Every mutation gave every part a new version under its final name, as locally.
+    assert [len(n) for n in remote_names] == [len(n) for n in local_names] == [3, 3, 3, 0]
+    visible = table.visible_parts()[1]
+    assert visible == set(remote_names[2])
+    # mutation_N.txt, one per mutation that changed rows, N the parts' version, as ClickHouse keeps them.
+    keys = object_store.bucket().list_objects("mutated/", delimiter="/")[0]
+    versions = sorted(int(PartInfo.parse(names[0]).mutation) for names in remote_names[:3])
+    assert sorted(k for k in keys if "mutation_" in k) == [f"mutated/mutation_{v}.txt" for v in versions]
+    local_versions = sorted(int(PartInfo.parse(names[0]).mutation) for names in local_names[:3])
+
+    def command(text: str) -> str:
+        assert text.startswith("format version: 1\ncreate time: ")
+        return text.splitlines()[2]
+
+    assert [command(object_store.bucket().get(f"mutated/mutation_{v}.txt").decode()) for v in versions] == [
+        command((tmp_path / "local" / f"mutation_{v}.txt").read_text()) for v in local_versions]
+    assert table.check().ok
+
+
+def test_a_mutation_in_a_rolled_back_transaction_leaves_nothing(s3_bucket: str) -> None:
+    url = f"s3://{s3_bucket}/undone"
+    table = create(url)
+    table.insert(rows(0, 1000))
+    bucket = table.parts_store.bucket
+
+    def table_objects() -> set[str]:  # parts and mutation files, not the log
+        return {k for k in bucket.list_objects("undone/", delimiter=None)[0] if "/_mergetree/" not in k}
+
+    before = table_objects()
+    with pytest.raises(RuntimeError, match="changed my mind"):
+        with Transaction(table.coordinator) as tx:
+            assert table.delete("id < 10", transaction=tx)
+            assert table.update({"name": "'x'"}, "id < 20", transaction=tx)
+            seen = table.to_arrow(transaction=tx)
+            assert seen.num_rows == 990 and pc.sum(pc.equal(seen["name"], "x")).as_py() == 10
+            assert same(table.to_arrow(), rows(0, 1000))  # invisible outside the transaction
+            raise RuntimeError("changed my mind")
+    assert same(table.to_arrow(), rows(0, 1000))
+    assert same(MergeTreeTable.open(url).to_arrow(), rows(0, 1000))
+    assert table_objects() == before  # the new versions were deleted; no mutation file was written
+
+
+def test_clickhouse_reads_a_mutated_s3_table_in_place(s3_bucket: str) -> None:
+    from chdb import session
+
+    url = f"s3://{s3_bucket}/seen"
+    table = MergeTreeTable.create(url, SCHEMA, order_by="id", partition_by="toYYYYMM(d)",
+                                  settings={"index_granularity": 256, "old_parts_lifetime": 0})
+    table.insert(rows(0, 2000))
+    table.delete("id % 5 = 1")
+    table.update({"value": -1.0}, "id < 300")
+    table.cleanup()  # the replaced versions: ClickHouse reads every part under the prefix
+    ours = table.to_arrow(["id", "value", "name"]).sort_by("id")
+    chdb = session.Session()
+    try:
+        chdb.query(table.clickhouse_ddl("default.seen", credentials=True))
+        text = str(chdb.query("SELECT id, value, name FROM default.seen ORDER BY id", "TSV"))
+    finally:
+        chdb.close()
+    theirs = [(int(i), float(v), n) for i, v, n in (line.split("\t") for line in text.splitlines())]
+    assert theirs == list(zip(ours["id"].to_pylist(), ours["value"].to_pylist(), ours["name"].to_pylist()))
+    assert len(theirs) == 1600

@@ -284,7 +284,9 @@ def test_command_line_on_an_object_store_table(object_store) -> None:  # type: i
     MergeTreeTable.open(url).insert(rows(250, 50))
     merged = CliRunner().invoke(main, ["optimize", url, "--final"])
     assert merged.exit_code == 0 and "merged into" in merged.output, merged.output
-    refused = CliRunner().invoke(main, ["check", url])
+    checked = CliRunner().invoke(main, ["check", url])
+    assert checked.exit_code == 0 and "1 parts checked: all files match" in checked.output, checked.output
+    refused = CliRunner().invoke(main, ["scrub", url])
     assert isinstance(refused.exception, UnsupportedError) and url in str(refused.exception)
 
 
@@ -434,18 +436,14 @@ def test_transient_errors_are_retried_with_backoff(scheme: str, request: pytest.
         proxy.close()
 
 
-def test_delete_and_update_are_refused_clearly_and_change_nothing(s3_bucket: str) -> None:
+def test_staged_mutations_and_index_changes_are_refused_clearly_and_change_nothing(s3_bucket: str) -> None:
     from spark_mergetree.engine import mutations
 
     url = f"s3://{s3_bucket}/mutated"
     table = create(url)
     table.insert(rows(0, 100))
-    with pytest.raises(UnsupportedError, match=rf"{url}: DELETE .*not implemented for tables in object storage"):
-        table.delete("id < 5")
-    with pytest.raises(UnsupportedError, match=rf"{url}: UPDATE .*not implemented for tables in object storage"):
-        table.update({"value": 0}, "id < 5")
-    # The engine's entry point (the Spark helpers go through it) refuses too.
-    with pytest.raises(UnsupportedError, match="DELETE and UPDATE"):
+    # The staged protocol (Spark's distributed DELETE/UPDATE go through it) renames parts into place.
+    with pytest.raises(UnsupportedError, match="DELETE and UPDATE as Spark jobs"):
         mutations.run(table, mutations.delete_mutation(table, "id < 5"), None)
     with pytest.raises(UnsupportedError, match=rf"{url}: ALTER TABLE \(ADD/DROP INDEX"):
         table.add_index("INDEX i value TYPE minmax GRANULARITY 1")
