@@ -314,10 +314,10 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     giving the rows' merged order; then every column in turn, read from all parts, put in that order,
     serialized and compressed.
 
-    With `spill_dir`, an ordinary MergeTree's merge into a Wide part streams (merge_stream.py):
-    memory holds blocks, not parts, and the output goes to files there as it is written. Otherwise,
-    and for the engines that combine rows (whose plan needs all keys) and Compact results, the keys
-    are sorted whole and each column is read whole: memory holds the keys, one column and the
+    With `spill_dir`, a merge into a Wide part streams (merge_stream.py; for the engines that
+    combine rows, window by window of whole keys): memory holds blocks, not parts, and the output
+    goes to files there as it is written. Otherwise, and for Compact results and row-combining
+    engines' tables with ORDER BY tuple(), the keys are sorted whole and each column is read whole: memory holds the keys, one column and the
     compressed output, not the whole decoded table.
 
     The table's projections are built again from the merged rows (engine/projections.py); parts
@@ -372,6 +372,11 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
         granules, total = merge_stream.plan_merged_granules(readers, meta, rows, exact=compact_possible)
         if rows and not is_compact_part(definition.settings, rows, total):
             return merge_stream.merge_streaming(readers, meta, keys, rows, granules, partition, spill_dir)
+    elif engine is not None and spill_dir is not None and meta.sorting_key:
+        numbers = engines.part_sources([PartInfo.parse(r.part).level for r in readers], [1] * len(readers))
+        streamed = merge_stream.merge_engine_streaming(readers, meta, keys, numbers, partition, spill_dir)
+        if streamed is not None:
+            return streamed
 
     def read_column(name: str) -> pa.ChunkedArray:
         chunks = [chunk for r in readers for chunk in r.read([name], None, meta.column_types).column(0).chunks]

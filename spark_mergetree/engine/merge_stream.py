@@ -12,6 +12,8 @@ column and writes the new part as it goes (ClickHouse's vertical merge).
 2. Every other column, one at a time, is read from all sources a block at a time and put in merged
    order by that file of sources: within a source, rows keep their order.
 
+The engines that combine rows of equal sorting keys stream as `merge_engine_streaming` describes.
+
 Memory holds a block per source and per column, not the parts: the output streams go to files as
 they are compressed (PartStreamWriter's spill directory). Rows a lightweight DELETE removed are not
 read. Granules are planned up front, as the whole-part merge plans them (MERGE_BLOCK_ROWS blocks of
@@ -21,15 +23,17 @@ the merged rows' average width), so the part's bytes are the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO
+from contextlib import ExitStack
 
 import numpy as np
 import pyarrow as pa
 
+from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
-from spark_mergetree.expressions.sort_key import sort_indices
+from spark_mergetree.expressions.sort_key import key_element_arrays, sort_indices
+from spark_mergetree.format.compact_writer import is_compact_part
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.part_writer import (
@@ -146,6 +150,13 @@ class _Source:
         self.more = True
         self.advance()
 
+    def extend(self) -> None:
+        """Add the next block to the current one's rows not yet merged."""
+        assert self.current is not None and self._following is not None
+        self.current = pa.concat_tables([self.current, self._following])
+        self._following = next(self._blocks, None)
+        self.more = self._following is not None
+
     def advance(self) -> None:
         """Move to the next block (`current` None once the part is used up)."""
         self.current, self._following = self._following, None
@@ -163,23 +174,114 @@ def merge_streaming(readers: Sequence[PartReader], meta: TableMetadata, keys: se
     key_names = [n for n in names if n in keys] if meta.sorting_key else []
     writer = PartStreamWriter(meta.columns, granules, [t for _, t in meta.primary_key_types], partition,
                               meta.writer_settings, spill_dir=spill_dir)
-    source_dtype: type[np.unsignedinteger] = np.uint8 if len(readers) <= 256 else np.uint16
+    source_dtype = _source_dtype(readers)
     order_path = os.path.join(spill_dir, "merge_sources")
     with open(order_path, "wb") as order_file:
         if key_names:
-            _merge_keys(readers, meta, key_names, writer, order_file, source_dtype)
+            def emit(merged: pa.Table, owner: np.ndarray) -> None:
+                for name in key_names:
+                    writer.write(name, merged.column(name))
+                writer.primary_key([values for _, values in meta.primary_key_values(merged)])
+                owner.astype(source_dtype).tofile(order_file)
+
+            _merge_keys(readers, meta, key_names, emit, whole_keys=False)
         else:  # ORDER BY tuple(): the parts one after another
             for number, reader in enumerate(readers):
                 np.full(reader.existing_rows, number, source_dtype).tofile(order_file)
-    rest = [n for n in names if n not in key_names]
-    if rest:
-        with ThreadPoolExecutor(max_workers=min(COLUMN_THREADS, len(rest))) as pool:
-            list(pool.map(lambda name: _gather_column(readers, meta, name, order_path, source_dtype, writer), rest))
+    _gather_rest(readers, meta, [n for n in names if n not in key_names], order_path, None, source_dtype, writer)
     return writer.finish()
 
 
+def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, keys: set[str],
+                           part_numbers: np.ndarray, partition: PartitionValue | None,
+                           spill_dir: str) -> PartFiles | None:
+    """The merged part of `readers` of a table whose engine combines rows of equal sorting keys
+    (engines.py), written block by block into `spill_dir`; None when the result is a Compact part
+    (the caller merges in memory). `keys`: the key and the engine's control columns;
+    `part_numbers`: per source, its number if its level is above 0, else -1 (engines.part_sources).
+
+    A window emits only the rows whose sorting key is below the smallest last key of the sources with
+    blocks to come, so every run of equal keys is whole in one window, and the engine's plan
+    (engines.plan_rows) is applied window by window. The key and control columns of the kept rows
+    (summed and aggregated values included) go to a spill file, which source every consumed row came
+    from to one file and whether it is kept to another; the granules are planned once the kept rows
+    are counted (as the whole-part merge plans them), then the key columns are written from the spill
+    and every other column is gathered by the sources' file, keeping the kept rows (for Summing and
+    Aggregating tables the first row of each key)."""
+    engine = meta.merging_engine
+    assert engine is not None and meta.sorting_key
+    names = [n for n, _ in meta.columns]
+    key_names = [n for n in names if n in keys]
+    source_dtype = _source_dtype(readers)
+    order_path = os.path.join(spill_dir, "merge_sources")
+    keep_path = os.path.join(spill_dir, "merge_kept")
+    keys_path = os.path.join(spill_dir, "merge_keys.arrow")
+    types = {name: parse_type(text) for name, text in meta.columns}
+    widths = {name: 0 for name in key_names  # variable-width key columns, measured over the kept rows
+              if in_memory_width_of_type(types[name], meta.arrow_schema.field(name).type, 0) is None}
+    kept_rows = 0
+    schema = pa.schema([meta.arrow_schema.field(n).with_nullable(True) for n in key_names])
+    with open(order_path, "wb") as order_file, open(keep_path, "wb") as keep_file, \
+            pa.OSFile(keys_path, "wb") as sink, pa.ipc.new_file(sink, schema) as key_file:
+        def emit(merged: pa.Table, owner: np.ndarray) -> None:
+            nonlocal kept_rows
+            plan = engines.plan_rows(engine, merged, meta.sorting_key, meta.column_types, final=False,
+                                     sources=part_numbers[owner])
+            out = plan.apply(merged.select(key_names))
+            kept = np.zeros(merged.num_rows, np.uint8)
+            kept[plan.rows] = 1
+            owner.astype(source_dtype).tofile(order_file)
+            kept.tofile(keep_file)
+            if out.num_rows:
+                key_file.write_table(out.cast(schema))
+                kept_rows += out.num_rows
+                for name in widths:
+                    widths[name] += in_memory_width(types[name], out.column(name))
+
+        _merge_keys(readers, meta, key_names, emit, whole_keys=True)
+    if not kept_rows:
+        return None
+    total = 0
+    for name in names:
+        width = in_memory_width_of_type(types[name], meta.arrow_schema.field(name).type, kept_rows)
+        if width is None:  # measured: a key column over the kept rows, another over the sources' rows
+            width = widths[name] if name in widths else sum(
+                in_memory_width(types[name], block.column(0)) for r in readers for block in _blocks(r, [name], meta))
+        total += width
+    if is_compact_part(meta.definition.settings, kept_rows, total):
+        return None
+    granules = plan_granules_of(kept_rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
+    writer = PartStreamWriter(meta.columns, granules, [t for _, t in meta.primary_key_types], partition,
+                              meta.writer_settings, spill_dir=spill_dir)
+    with pa.OSFile(keys_path, "rb") as source:  # read, not mapped: its pages would stay resident
+        reader = pa.ipc.open_file(source)
+        for index in range(reader.num_record_batches):
+            batch = pa.Table.from_batches([reader.get_batch(index)])
+            for name in key_names:
+                writer.write(name, batch.column(name))
+            writer.primary_key([values for _, values in meta.primary_key_values(batch)])
+    os.remove(keys_path)
+    _gather_rest(readers, meta, [n for n in names if n not in key_names], order_path, keep_path, source_dtype, writer)
+    return writer.finish()
+
+
+def _source_dtype(readers: Sequence[PartReader]) -> type[np.unsignedinteger]:
+    return np.uint8 if len(readers) <= 256 else np.uint16
+
+
+def _gather_rest(readers: Sequence[PartReader], meta: TableMetadata, rest: list[str], order_path: str,
+                 keep_path: str | None, source_dtype: type[np.unsignedinteger], writer: PartStreamWriter) -> None:
+    if rest:
+        with ThreadPoolExecutor(max_workers=min(COLUMN_THREADS, len(rest))) as pool:
+            list(pool.map(lambda name: _gather_column(readers, meta, name, order_path, keep_path, source_dtype,
+                                                      writer), rest))
+
+
 def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: list[str],
-                writer: PartStreamWriter, order_file: BinaryIO, source_dtype: type[np.unsignedinteger]) -> None:
+                emit: Callable[[pa.Table, np.ndarray], None], *, whole_keys: bool) -> None:
+    """Hand `emit` the sources' rows of `key_names` in merged order, a window at a time, with the
+    source of each row. With `whole_keys`, a window ends before the first row of the key its bound
+    holds, so all rows of one sorting key come in one window."""
     sources = [_Source(_blocks(r, key_names, meta)) for r in readers]
     while True:
         active = [i for i, s in enumerate(sources) if s.current is not None]
@@ -192,19 +294,28 @@ def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: l
         order = sort_indices(meta.sorting_key, window, meta.column_types).to_numpy()
         ends = np.cumsum(lengths)
         bounded = [j for j, i in enumerate(active) if sources[i].more]
+        merged = window.take(pa.array(order))
         if bounded:
             rank = np.empty(len(order), np.int64)
             rank[order] = np.arange(len(order))
-            cut = int(min(rank[ends[j] - 1] for j in bounded)) + 1
+            last_ranks = np.array([rank[ends[j] - 1] for j in bounded])
+            cut = int(last_ranks.min()) + 1
+            if whole_keys:
+                starts = np.flatnonzero(engines.group_starts(
+                    key_element_arrays(list(meta.sorting_key), merged, dict(meta.column_types)), len(order)))
+                # the first row of the bound's key; a window holding nothing below it reads further
+                cut = int(starts[np.searchsorted(starts, cut - 1, side="right") - 1])
+                if not cut:
+                    second = int(np.searchsorted(starts, 0, side="right"))
+                    group_end = int(starts[second]) if second < len(starts) else len(order)
+                    for j, last in zip(bounded, last_ranks.tolist(), strict=True):
+                        if last < group_end:
+                            sources[active[j]].extend()
+                    continue
         else:
             cut = len(order)
-        taken = order[:cut]
-        owner = np.repeat(np.arange(len(active)), lengths)[taken]
-        merged = window.take(pa.array(taken))
-        for name in key_names:
-            writer.write(name, merged.column(name))
-        writer.primary_key([values for _, values in meta.primary_key_values(merged)])
-        np.asarray(active, source_dtype)[owner].tofile(order_file)
+        owner = np.repeat(np.arange(len(active)), lengths)[order[:cut]]
+        emit(merged.slice(0, cut) if cut < len(order) else merged, np.asarray(active, np.int64)[owner])
         used = np.bincount(owner, minlength=len(active))
         for j, i in enumerate(active):
             source = sources[i]
@@ -244,14 +355,16 @@ class _ColumnSource:
 
 
 def _gather_column(readers: Sequence[PartReader], meta: TableMetadata, name: str, order_path: str,
-                   source_dtype: type[np.unsignedinteger], writer: PartStreamWriter) -> None:
+                   keep_path: str | None, source_dtype: type[np.unsignedinteger], writer: PartStreamWriter) -> None:
     """Write column `name` of the merged part: the sources' values in the order the file of
-    sources gives, a block at a time."""
+    sources gives, a block at a time (with `keep_path`, only the rows that file marks kept)."""
     sources = [_ColumnSource(r, name, meta) for r in readers]
     arrow_type = meta.arrow_schema.field(name).type
-    with open(order_path, "rb") as order_file:
+    with open(order_path, "rb") as order_file, ExitStack() as stack:
+        keep_file = stack.enter_context(open(keep_path, "rb")) if keep_path else None
         while True:
             owner = np.fromfile(order_file, dtype=source_dtype, count=READ_BLOCK_ROWS)
+            kept = np.fromfile(keep_file, dtype=np.uint8, count=len(owner)).astype(bool) if keep_file else None
             if not len(owner):
                 return
             counts = np.bincount(owner, minlength=len(sources))
@@ -261,4 +374,6 @@ def _gather_column(readers: Sequence[PartReader], meta: TableMetadata, name: str
             # Rows grouped by source (in source order, each in its own order) -> merged order.
             position = np.empty(len(owner), np.int64)
             position[np.argsort(owner, kind="stable")] = np.arange(len(owner))
+            if kept is not None:
+                position = position[kept]
             writer.write(name, grouped.take(pa.array(position)))
