@@ -21,11 +21,13 @@ import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.errors import SchemaMismatchError
+from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format import granularity
 from spark_mergetree.format.checksums import FileChecksum, combine_stream_hashes
 from spark_mergetree.format.cityhash import FileHasher, file_hash
 from spark_mergetree.format.compression import CompressedStreamWriter
 from spark_mergetree.format.compression_codecs import Codec, CodecChain
+from spark_mergetree.format.dynamic import split_dynamic
 from spark_mergetree.format.marks import CompactMarks, format_columns_substreams, write_compact_marks
 from spark_mergetree.format.part import COMPACT_DATA_FILE, PartFiles
 from spark_mergetree.format.part_writer import (
@@ -36,8 +38,8 @@ from spark_mergetree.format.part_writer import (
     write_wide_part,
 )
 from spark_mergetree.format.serialization import serialize_column
-from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX
-from spark_mergetree.format.types import DataType, parse_type
+from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE
+from spark_mergetree.format.types import DataType, Dynamic, parse_type
 
 __all__ = [
     "COMPACT_MARKS_FILE", "SUBSTREAMS_FILE", "is_compact_part", "plan_compact_granules", "write_compact_part",
@@ -175,11 +177,19 @@ def write_compact_part(
     per_column: list[list[list[tuple[str, bytes]]]] = []
     codecs: list[dict[str, Codec | CodecChain]] = []
     for (name, _), dt, column in zip(columns, types, table.columns, strict=True):
-        granules = _granule_streams(dt, name, column, granule_rows, settings.string_sizes)
+        stored = dt
+        if isinstance(dt, Dynamic):  # stored as a Variant over the types of its rows
+            split = split_dynamic(dt, column, name)
+            stored, column = split.structure.variant, split.struct
+        granules = _granule_streams(stored, name, column, granule_rows, settings.string_sizes)
         if granules is None:
             return None
+        if isinstance(dt, Dynamic):
+            # Every granule repeats the structure's prefix: the first with the statistics, the others a 0 flag.
+            granules = [[(escape_for_file_name(name) + STRUCTURE, split.prefix + (split.statistics if g == 0 else b"\x00")),
+                         *granule] for g, granule in enumerate(granules)]
         per_column.append(granules)
-        stream_codecs = settings.stream_codecs(name, dt)
+        stream_codecs = settings.stream_codecs(name, dt) | settings.stream_codecs(name, stored)
         chain = dict(settings.column_codecs).get(name)
         generic = chain.for_stream(None, settings.codec) if chain is not None else settings.codec
         codecs.append({**{s + _DICT_PREFIX: generic for s in stream_codecs if s + _DICT in stream_codecs},

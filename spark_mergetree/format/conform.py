@@ -140,7 +140,11 @@ def _convert(arr: pa.Array, dt: DataType, column: str) -> pa.Array:
             raise _Refusal("a UUID column goes into a UUID column only")
         return with_validity(uuid_text(fixed_bytes(arr.storage, 16)), arr.storage)
     handler = _HANDLERS.get(type(dt))
-    if isinstance(dt, (Dynamic, Json)):
+    if isinstance(dt, Dynamic) and (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+        return arr.cast(pa.binary())
+    if isinstance(dt, Dynamic):
+        raise _Refusal("a Dynamic column is written from binary (each row a type's binary encoding, then the value)")
+    if isinstance(dt, Json):
         raise UnsupportedError(f"column {column!r}: writing {dt.to_clickhouse()} is not supported (reading is)")
     if handler is None:
         raise _Refusal("no conversion for this type")

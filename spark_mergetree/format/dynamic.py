@@ -6,7 +6,9 @@ then the value). The list of types is the prefix of the `.dynamic_structure` str
 column as that Variant (serialization.py) and give each row as ClickHouse's binary form of a Dynamic
 value: the binary encoding of its type, then the value in ClickHouse's binary value format (what a
 `RowBinary` export of the column holds) — the `SharedVariant` rows are already stored so.
-format_spec/types.md (*Dynamic*) describes the bytes.
+Writing goes the other way (`serialize_dynamic`): rows are grouped by their type's encoding, the
+part's types are chosen from the rows, and the column is written as that Variant after the
+structure. format_spec/types.md (*Dynamic*) describes the bytes.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_mergetree.errors import CorruptPartError, UnsupportedError
+from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.json_text import value_text
-from spark_mergetree.format.row_binary import interleave_chunks, value_chunks
+from spark_mergetree.format.row_binary import deserialize_rows, interleave_chunks, value_chunks
+from spark_mergetree.format.serialization import serialize_column, spread_variant
+from spark_mergetree.format.streams import StreamBytes
 from spark_mergetree.format.types import (
     Array,
     DataType,
     DateTime,
     DateTime64,
     Decimal,
+    Dynamic,
     Enum,
     FixedString,
     LowCardinality,
@@ -36,14 +41,17 @@ from spark_mergetree.format.types import (
     Variant,
     parse_type,
 )
-from spark_mergetree.format.values import Cursor, encode_varuints, string_buffers
+from spark_mergetree.format.values import Cursor, combine, encode_varuints, string_buffers
 
-__all__ = ["SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text"]
+__all__ = ["SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text",
+           "DynamicColumn", "split_dynamic", "serialize_dynamic", "DEFAULT_MAX_TYPES"]
 
 SHARED_VARIANT = "SharedVariant"
 # Versions of the structure prefix: V1 starts with max_types, V2 does not; V3 (written by 26.x,
 # MergeTree setting dynamic_serialization_version = 'v3') adds a flag byte saying statistics follow.
 _V1, _V2, _V3 = 1, 2, 4
+DEFAULT_MAX_TYPES = 32  # Dynamic without (max_types=N)
+_NOTHING = 0x00  # the binary encoding of Nothing: a NULL Dynamic value
 
 # ClickHouse's binary encoding of types (DataTypesBinaryEncoding): the codes we decode.
 _NUMBERS = {0x01: "UInt8", 0x02: "UInt16", 0x03: "UInt32", 0x04: "UInt64", 0x05: "UInt128", 0x06: "UInt256",
@@ -218,3 +226,104 @@ def dynamic_text(structure: DynamicStructure, struct: pa.StructArray, where: str
             continue
         texts.append(value_text(dt, field, where))
     return pc.coalesce(*texts) if texts else pa.nulls(len(struct), pa.string())
+
+
+def _varuint(value: int) -> bytes:
+    return encode_varuints(np.array([value], np.uint64))[0].tobytes()
+
+
+def _gather(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The byte ranges data[starts[i]:ends[i]] one after the other, and their offsets."""
+    lengths = ends - starts
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    index = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1] - starts, lengths)
+    return data[index], offsets
+
+
+class DynamicColumn:
+    """A Dynamic column's rows as one part stores them: its structure, the Variant's struct array, the
+    structure stream's prefix (version 'v3' and the types) and statistics (flag 1, then the rows per
+    variant and per type in the shared variant)."""
+
+    def __init__(self, structure: DynamicStructure, struct: pa.StructArray, prefix: bytes, statistics: bytes) -> None:
+        self.structure = structure
+        self.struct = struct
+        self.prefix = prefix
+        self.statistics = statistics
+
+
+def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) -> DynamicColumn:
+    """Rows of a Dynamic column in their Arrow form (type encoding + value, see `dynamic_values`) →
+    the part's structure and Variant. As an insert does, the first `max_types` types in row order get
+    variants of their own; the values of later types go to SharedVariant as they are."""
+    arr = combine(values)
+    if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+        raise SchemaMismatchError(f"column {column!r}: Dynamic values are written from binary (each a type's binary "
+                                  f"encoding then the value), not {arr.type}")
+    offsets, data = string_buffers(arr)
+    n = len(arr)
+    starts, ends = offsets[:-1], offsets[1:]
+    left = np.asarray(arr.is_valid(), dtype=bool) & (ends > starts)
+    left[left] = data[starts[left]] != _NOTHING
+    type_of = np.full(n, -1, np.int64)
+    types: list[DataType] = []
+    encodings: list[bytes] = []
+    while left.any():
+        row = int(np.argmax(left))
+        cursor = Cursor(f"column {column!r} row {row}", data[int(starts[row]):int(ends[row])].tobytes())
+        found = decode_type(cursor)
+        width = cursor.pos
+        encoding = data[int(starts[row]):int(starts[row]) + width]
+        candidates = np.flatnonzero(left & (ends - starts >= width))
+        # The binary type encoding is prefix-free: rows starting with these bytes hold this type.
+        same = (data[starts[candidates][:, None] + np.arange(width)] == encoding).all(axis=1)
+        mine = candidates[same]
+        type_of[mine] = len(types)
+        left[mine] = False
+        types.append(found)
+        encodings.append(encoding.tobytes())
+    max_types = DEFAULT_MAX_TYPES if dt.max_types is None else dt.max_types
+    kept = sorted(range(min(len(types), max_types)), key=lambda i: types[i].to_clickhouse())
+    structure = DynamicStructure([types[i] for i in kept], [encodings[i] for i in kept])
+    fields: list[pa.Array] = []
+    counts: list[int] = []
+    for name, variant in zip(structure.variant.names, structure.variant.variants, strict=True):
+        if name == SHARED_VARIANT:
+            mine = type_of >= max_types
+            stored: pa.Array = arr.filter(pa.array(mine)).cast(pa.binary())
+        else:
+            i = next(i for i in kept if types[i].to_clickhouse() == name)
+            mine = type_of == i
+            rows = np.flatnonzero(mine)
+            head = len(encodings[i])
+            body, given = _gather(data, starts[rows] + head, ends[rows])
+            try:
+                stored = deserialize_rows([variant], body.tobytes(), len(rows))[0]
+            except (CorruptPartError, FormatError) as exc:
+                raise SchemaMismatchError(f"column {column!r}: a value of type {name} is not in ClickHouse's binary "
+                                          f"format: {exc}") from exc
+            # The rows were read one after another: each must also end where its own bytes end.
+            again, ends_again = value_chunks(variant, stored)
+            if not np.array_equal(ends_again, given) or not np.array_equal(np.asarray(again, np.uint8), body):
+                wrong = np.diff(ends_again) != np.diff(given) if len(ends_again) == len(given) else np.ones(1, bool)
+                raise SchemaMismatchError(f"column {column!r}: row {int(rows[np.argmax(wrong)])}: a value of type "
+                                          f"{name} is not in ClickHouse's binary format (its bytes do not end with the value)")
+        counts.append(int(np.count_nonzero(mine)))
+        fields.append(spread_variant(variant, stored, mine))
+    struct = pa.StructArray.from_arrays(fields, names=list(structure.variant.names),
+                                        mask=pa.array(type_of < 0))
+    prefix = np.array([_V3], "<u8").tobytes() + _varuint(len(structure.types)) + b"".join(
+        structure.encodings[t.to_clickhouse()] for t in structure.types)
+    shared = [(types[i].to_clickhouse(), int(np.count_nonzero(type_of == i))) for i in range(max_types, len(types))]
+    statistics = b"\x01" + b"".join(_varuint(c) for c in counts) + _varuint(len(shared)) + b"".join(
+        _text_bytes(name) + _varuint(count) for name, count in shared)
+    return DynamicColumn(structure, struct, prefix, statistics)
+
+
+def serialize_dynamic(dt: Dynamic, column: str, values: pa.Array | pa.ChunkedArray, granule_rows: np.ndarray,
+                      string_sizes: bool) -> tuple[DynamicColumn, dict[str, StreamBytes]]:
+    """A whole part's Dynamic column → its split form and the streams of its Variant (the caller adds
+    the `.dynamic_structure` stream: whole in a Wide part, per granule in a Compact one)."""
+    split = split_dynamic(dt, values, column)
+    return split, serialize_column(split.structure.variant, column, split.struct, granule_rows, string_sizes)

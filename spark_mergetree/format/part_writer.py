@@ -35,6 +35,7 @@ from spark_mergetree.format.compression import (
     CompressedStreamWriter,
 )
 from spark_mergetree.format.compression_codecs import LZ4, Codec, CodecChain
+from spark_mergetree.format.dynamic import serialize_dynamic
 from spark_mergetree.format.low_cardinality import LowCardinalityState
 from spark_mergetree.format.marks import wide_marks_with_rows, write_wide_marks
 from spark_mergetree.format.part import (
@@ -53,8 +54,16 @@ from spark_mergetree.format.part import (
 from spark_mergetree.format.row_binary import serialize_rows
 from spark_mergetree.format.serialization import serialize_column
 from spark_mergetree.format.skip_index_writer import IndexSpec, write_skip_indexes
-from spark_mergetree.format.streams import StreamBytes, stream_value_types
-from spark_mergetree.format.types import DataType, LowCardinality, Nullable, Primitive, parse_type, to_arrow
+from spark_mergetree.format.streams import STRUCTURE, StreamBytes, stream_value_types
+from spark_mergetree.format.types import (
+    DataType,
+    Dynamic,
+    LowCardinality,
+    Nullable,
+    Primitive,
+    parse_type,
+    to_arrow,
+)
 
 PRIMARY_INDEX_FILE = "primary.idx"
 PARTITION_FILE = "partition.dat"
@@ -227,6 +236,10 @@ class PartStreamWriter:
         begin = int(self.granule_starts[first])
         if begin + len(values) > self.rows:
             raise SchemaMismatchError(f"column {name!r} got {begin + len(values)} rows, the part has {self.rows}")
+        if isinstance(self.types[name], Dynamic) and begin + len(values) < self.rows:
+            # A Dynamic column's streams follow from the types of all its rows: it is written whole.
+            self._pending[name] = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
+            return
         last = int(np.searchsorted(self.granule_starts, begin + len(values), side="right")) - 1
         whole = int(self.granule_starts[last]) - begin
         if whole < len(values):
@@ -244,9 +257,12 @@ class PartStreamWriter:
         dt = self.types[name]
         ends = last == len(self.granule_rows)
         granules = self.granule_rows[first:last]
-        streams = serialize_column(dt, name, values, granules, string_sizes=self.settings.string_sizes,
-                                   states=self._lc_states[name], last=ends)
-        codecs = self.settings.stream_codecs(name, dt)
+        if isinstance(dt, Dynamic):
+            streams, codecs = self._dynamic_streams(dt, name, values, granules)
+        else:
+            streams = serialize_column(dt, name, values, granules, string_sizes=self.settings.string_sizes,
+                                       states=self._lc_states[name], last=ends)
+            codecs = self.settings.stream_codecs(name, dt)
         jobs = [(stream, codecs[stream], data) for stream, data in streams.items() if self._owner.get(stream, name) == name]
         if self.stream_pool is not None and len(jobs) > 1:
             list(self.stream_pool.map(lambda job: self._append(*job), jobs))
@@ -265,6 +281,18 @@ class PartStreamWriter:
                 if self._owner.get(stream, name) == name:
                     self._finish_stream(stream)
             self._done.add(name)
+
+    def _dynamic_streams(self, dt: Dynamic, name: str, values: pa.Array | pa.ChunkedArray, granules: np.ndarray
+                         ) -> tuple[dict[str, StreamBytes], dict[str, Codec | CodecChain]]:
+        """A whole Dynamic column: its structure stream (the types before the first mark, the
+        statistics after the last granule) and the streams of the Variant it is stored as."""
+        split, variant_streams = serialize_dynamic(dt, name, values, granules, self.settings.string_sizes)
+        offsets = np.full(len(granules) + 1, len(split.prefix), np.int64)
+        offsets[-1] += len(split.statistics)
+        streams = {escape_for_file_name(name) + STRUCTURE: StreamBytes(split.prefix + split.statistics, offsets),
+                   **variant_streams}
+        return streams, {**self.settings.stream_codecs(name, dt),
+                         **self.settings.stream_codecs(name, split.structure.variant)}
 
     def write_columns(self, block: pa.Table, pool: ThreadPoolExecutor | None = None) -> None:
         """The next rows of every column of `block` (columns side by side on `pool`'s threads)."""

@@ -133,7 +133,9 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
             _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last)
         return
-    if isinstance(dt, (Dynamic, Json)):
+    if isinstance(dt, Dynamic):  # its streams follow from its rows: format/dynamic.py writes it whole
+        raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
+    if isinstance(dt, Json):
         raise UnsupportedError(f"column {column!r}: writing {dt.to_clickhouse()} is not supported (reading is)")
     if isinstance(dt, Variant):
         arr = conform_array(arr, dt, column)

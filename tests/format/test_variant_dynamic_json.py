@@ -89,6 +89,31 @@ def _our_rows(table: pa.Table) -> list[dict]:
             for r in table.sort_by("id").to_pylist()]
 
 
+def _written_back(sess, tmp_path, kind: str, partitioned: bool, columns: list[tuple[str, str]], rows: pa.Table):
+    """Our parts of `rows` (two inserts; then merged by us too) attached by ClickHouse into a table of
+    the same columns, CHECK TABLE passing: yields (our table, ClickHouse's table name) for each."""
+    settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+    partition = " PARTITION BY intDiv(id, 100)" if partitioned else ""
+    cols = ", ".join(f"`{n}` {t}" for n, t in columns)
+    for merge in (False, True):
+        ours = MergeTreeTable.create(tmp_path / f"ours_{merge}", [("id", "UInt64"), *columns], order_by="id",
+                                     partition_by="intDiv(id, 100)" if partitioned else None,
+                                     settings={"index_granularity": 64, "auto_merge": False, **settings})
+        ours.insert(rows.slice(0, 150))
+        ours.insert(rows.slice(150))
+        if merge:
+            assert ours.optimize(final=True)
+        assert {(ours.path / p.name / "data.bin").exists() for p in ours.parts()} == {kind == "Compact"}
+        back = f"back_{int(merge)}"
+        sess.query(f"CREATE TABLE {back} (id UInt64, {cols}) ENGINE = MergeTree{partition} ORDER BY id "
+                   f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+        back_dir = Path(sess.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{back}'",
+                                   "TabSeparatedRaw").bytes().decode().strip())
+        _attach_and_check(sess, back, back_dir, ours)
+        yield ours, back
+
+
+
 @pytest.mark.parametrize(("partitioned", "discriminators"), [(False, 1), (True, 1), (False, 0)],
                          ids=["flat", "partitioned", "basic-discriminators"])
 @pytest.mark.parametrize("kind", list(PART_KINDS))
@@ -122,24 +147,8 @@ def test_variant_parts_clickhouse_wrote_read_as_select_returns(tmp_path, kind, p
 
         # Both ways: the rows we read, written into parts of our own (two inserts; merged too),
         # are attached by ClickHouse, pass CHECK TABLE and SELECT returns them.
-        ours_table = table.to_arrow()
-        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
-        for merge in (False, True):
-            ours = MergeTreeTable.create(
-                tmp_path / f"ours_{merge}", [("id", "UInt64"), *((n, t) for n, t, _ in COLUMNS)], order_by="id",
-                partition_by="intDiv(id, 100)" if partitioned else None,
-                settings={"index_granularity": 64, "auto_merge": False, **settings})
-            ours.insert(ours_table.slice(0, 150))
-            ours.insert(ours_table.slice(150))
-            if merge:
-                assert ours.optimize(final=True)
-            assert {(ours.path / p.name / "data.bin").exists() for p in ours.parts()} == {kind == "Compact"}
-            back = f"back_{int(merge)}"
-            sess.query(f"CREATE TABLE {back} (id UInt64, {cols}) ENGINE = MergeTree{partition} ORDER BY id "
-                       f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
-            back_dir = Path(sess.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{back}'",
-                                       "TabSeparatedRaw").bytes().decode().strip())
-            _attach_and_check(sess, back, back_dir, ours)
+        for ours, back in _written_back(sess, tmp_path, kind, partitioned, [(n, t) for n, t, _ in COLUMNS],
+                                        table.to_arrow()):
             assert _expected_rows(sess, back) == expected
             assert _our_rows(ours.to_arrow()) == expected
     finally:
@@ -214,8 +223,45 @@ def test_dynamic_parts_clickhouse_wrote_read_as_select_returns(tmp_path, kind, p
         later = reader.read(["id", "d"], ranges=[(1, reader.n_granules)])
         by_id = dict(zip(ours.column("id").to_pylist(), values, strict=True))
         assert later.column("d").to_pylist() == [by_id[i] for i in later.column("id").to_pylist()]
-        with pytest.raises(UnsupportedError, match=r"column 'd'.*writing Dynamic"):
-            MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("d", "Dynamic")], order_by="id").insert(ours)
+        _dynamic_written_back(sess, tmp_path, kind, f"Dynamic{max_types}", ours, expected, partitioned)
+    finally:
+        close_session()
+
+
+def _dynamic_written_back(sess, tmp_path, kind: str, dynamic: str, rows: pa.Table, expected: bytes,
+                          partitioned: bool) -> None:
+    """Our parts of `rows` (two inserts, then the same rows merged by us): ClickHouse attaches them,
+    CHECK TABLE passes, SELECT returns `expected` (its RowBinary of the column), and again after
+    ClickHouse merges our parts."""
+    for mine, back in _written_back(sess, tmp_path, kind, partitioned, [("d", dynamic)], rows):
+        assert b"".join(b"\x00" if v is None else v for v in mine.to_arrow().sort_by("id").column("d").to_pylist()) \
+            == expected
+        assert sess.query(f"SELECT d FROM {back} ORDER BY id", "RowBinary").bytes() == expected
+        sess.query(f"OPTIMIZE TABLE {back} FINAL")
+        assert sess.query(f"SELECT d FROM {back} ORDER BY id", "RowBinary").bytes() == expected
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_dynamic_data_files_are_clickhouses_bytes(tmp_path, kind):
+    """A Dynamic column whose types all get variants, written by us in one insert: every data file
+    holds the bytes ClickHouse wrote (structure prefix and statistics, discriminators, variants)."""
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, d Dynamic) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src SELECT number, {D_EXPR} FROM numbers({ROWS})"])
+    try:
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("d", "Dynamic")], order_by="id",
+                                     settings={"index_granularity": 64, "auto_merge": False, **settings})
+        ours.insert(theirs.to_arrow().sort_by("id"))
+        a = data_dir / theirs.parts()[0].name
+        b = ours.path / ours.parts()[0].name
+        files = sorted(f.name for f in a.iterdir() if f.name.endswith(".bin"))
+        assert files == sorted(f.name for f in b.iterdir() if f.name.endswith(".bin"))
+        assert "d.dynamic_structure.bin" in files if kind == "Wide" else files == ["data.bin"]
+        for name in files:
+            assert (b / name).read_bytes() == (a / name).read_bytes(), name
     finally:
         close_session()
 
@@ -467,3 +513,18 @@ def test_parts_with_raw_variant_stream_names_are_refused(tmp_path, kind):
             MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
     finally:
         close_session()
+
+
+def test_writing_dynamic_refuses_values_not_in_its_binary_form(tmp_path):
+    """A Dynamic column is written from binary (type encoding, then the value): text, an unknown type
+    code or a value cut short are refused naming the column before anything is written."""
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("d", "Dynamic")], order_by="id")
+    with pytest.raises(SchemaMismatchError, match=r"column 'd'.*binary"):
+        table.insert(pa.table({"id": pa.array([1], pa.uint64()), "d": pa.array(["1"])}))
+    with pytest.raises(UnsupportedError, match=r"column 'd' row 1.*0x7F"):
+        table.insert(pa.table({"id": pa.array([1, 2], pa.uint64()), "d": pa.array([b"\x15\x01a", b"\x7f"])}))
+    with pytest.raises(SchemaMismatchError, match=r"column 'd'.*Int64"):
+        table.insert(pa.table({"id": pa.array([1], pa.uint64()), "d": pa.array([b"\x0a\x01\x02"])}))
+    with pytest.raises(SchemaMismatchError, match=r"column 'd': row 0: .*String"):  # a byte left over in row 0
+        table.insert(pa.table({"id": pa.array([1, 2], pa.uint64()), "d": pa.array([b"\x15\x01a\x00", b"\x15"])}))
+    assert table.parts() == []
