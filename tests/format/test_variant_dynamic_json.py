@@ -371,10 +371,10 @@ def test_variant_data_files_are_clickhouses_bytes(tmp_path, kind):
 
 
 @pytest.mark.spark
-def test_spark_reads_variant_and_dynamic_and_writes_variant(spark, tmp_path):
+def test_spark_reads_variant_and_dynamic_and_writes_variant_and_dynamic(spark, tmp_path):
     """Spark sees a Variant as a struct of one field per type, a Dynamic as binary and a JSON as its
     text (what MergeTreeTable reads, checked against ClickHouse above); a Spark write of the struct
-    is attached by ClickHouse and selected as the same values."""
+    and of the binary is attached by ClickHouse and selected as the same values."""
     sess, data_dir = make_chdb_table(
         tmp_path, f"CREATE TABLE src (id UInt64, v {V}, d Dynamic, j JSON) ENGINE = MergeTree ORDER BY id "
                   "SETTINGS index_granularity = 64",
@@ -391,16 +391,18 @@ def test_spark_reads_variant_and_dynamic_and_writes_variant(spark, tmp_path):
         assert [r["j"] for r in rows] == ours.column("j").to_pylist()
 
         target = tmp_path / "spark_written"
-        MergeTreeTable.create(target, [("id", "UInt64"), ("v", V)], order_by="id",
+        MergeTreeTable.create(target, [("id", "UInt64"), ("v", V), ("d", "Dynamic")], order_by="id",
                               settings={"index_granularity": 64})
-        df.select("id", "v").write.format("mergetree").mode("append").save(str(target))
+        df.select("id", "v", "d").write.format("mergetree").mode("append").save(str(target))
         written = MergeTreeTable.open(target)
-        sess.query(f"CREATE TABLE back (id UInt64, v {V}) ENGINE = MergeTree ORDER BY id "
+        sess.query(f"CREATE TABLE back (id UInt64, v {V}, d Dynamic) ENGINE = MergeTree ORDER BY id "
                    "SETTINGS index_granularity = 64")
         back_dir = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'back'",
                                    "TabSeparatedRaw").bytes().decode().strip())
         _attach_and_check(sess, "back", back_dir, written)
         assert _expected_rows_v(sess, "back") == _expected_rows_v(sess, "src")
+        assert sess.query("SELECT d FROM back ORDER BY id", "RowBinary").bytes() == \
+            sess.query("SELECT d FROM src ORDER BY id", "RowBinary").bytes()
     finally:
         close_session()
 
