@@ -16,8 +16,9 @@ def test_readme_has_examples():
     assert len(_blocks()) >= 4
 
 
-def test_readme_python_examples_run(spark, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_MERGETREE_COORDINATOR", (tmp_path / "coordinator").as_uri())
+def test_readme_python_examples_run(spark, tmp_path):
+    # The session's coordinator (tests/conftest.py): Spark's Python workers were started with it, so
+    # the user's process and Spark's agree on the default, as they do in a deployment.
     for number, block in enumerate(_blocks()):
         root = tmp_path / f"block{number}"
         root.mkdir()

@@ -102,7 +102,11 @@ def current_txn_from_task() -> TxnContext | None:
 
 def txn_for_task(explicit: TxnContext | None) -> TxnContext | None:
     """A task's transaction: the `transaction` option's, else its session's; they must agree."""
-    session = current_txn_from_task()
+    return joined_txn(explicit, current_txn_from_task())
+
+
+def joined_txn(explicit: TxnContext | None, session: TxnContext | None) -> TxnContext | None:
+    """The transaction a job runs in: the explicitly named one, else its session's; they must agree."""
     if explicit is not None and session is not None and session != explicit:
         raise TransactionError(
             f"option {TXN_OPTION!r} names transaction {explicit.tid}, but the session runs inside transaction "
@@ -630,7 +634,33 @@ def begin(coordinator_url: str | None) -> tuple[Any, TxnContext]:
     from spark_mergetree.txn.transaction import Transaction
 
     handle = Transaction(coordinator_from_url(coordinator_url) if coordinator_url else None)
-    return handle, TxnContext(handle.coordinator.url, int(handle.tid), int(handle.snapshot))
+    context = TxnContext(handle.coordinator.url, int(handle.tid), int(handle.snapshot))
+    _owned[context] = handle
+    return handle, context
+
+
+# The transactions this process opened and has not finished: a driver-side job of this process
+# (a DELETE/UPDATE) works in its owner's transaction directly.
+_owned: dict[TxnContext, Any] = {}
+
+
+def owned_transaction(txn: TxnContext) -> Any:
+    """The engine transaction this process opened for `txn` (TransactionError if another process did)."""
+    handle = _owned.get(txn)
+    if handle is None:
+        raise TransactionError(
+            f"transaction {txn.tid} was not opened in this process: DELETE and UPDATE join a transaction only in "
+            "the process that runs its `with spark_mergetree.transaction(spark)` block")
+    return handle
+
+
+def session_txn_owned_here(conf_value: str | None) -> TxnContext | None:
+    """The transaction the session conf names, when this process owns it or it still runs (a stale
+    value left after its block ended names nothing)."""
+    txn = TxnContext.parse(conf_value, f"session conf {TXN_CONF!r}")
+    if txn is None or txn in _owned or transaction_state(txn) == "running":
+        return txn
+    return None
 
 
 def _log_of(ref: TableRef) -> Any:
@@ -663,6 +693,7 @@ def finish(handle: Any, commit_it: bool) -> None:
         else:
             handle.rollback()
     finally:
+        _owned.pop(TxnContext(handle.coordinator.url, int(handle.tid), int(handle.snapshot)), None)
         if handle.state == "aborted":
             for log in logs:
                 log.discard_staged(handle.tid)
@@ -730,12 +761,14 @@ def end_merges(ref: TableRef, job: MergeJob) -> None:
 
 @dataclass
 class MutationJob:
-    """A distributed DELETE/UPDATE in progress on the driver (tasks get `parts`, `candidates`, `tag`)."""
+    """A distributed DELETE/UPDATE in progress on the driver (tasks get `parts`, `candidates`, `tag`).
+    `own`: the job's own transaction (committed by the job), else the user's (committed at its end)."""
 
     transaction: Any
     parts: list[str]
     candidates: set[str]
     tag: str
+    own: bool = True
 
 
 def _mutation(table: Any, assignments: Mapping[str, Any] | None, where: Any) -> Any:
@@ -746,22 +779,30 @@ def _mutation(table: Any, assignments: Mapping[str, Any] | None, where: Any) -> 
     return mutations.update_mutation(table, assignments, where)
 
 
-def plan_mutation(ref: TableRef, assignments: Mapping[str, Any] | None, where: Any) -> MutationJob:
-    """The transaction, the parts that get new versions and those the condition may match; every
-    bad input (column, value, condition) fails here, before any task."""
+def plan_mutation(ref: TableRef, assignments: Mapping[str, Any] | None, where: Any,
+                  txn: TxnContext | None = None) -> MutationJob:
+    """The transaction (`txn`, which this process owns, or one of the job's own), the parts that get
+    new versions and those the condition may match; every bad input (column, value, condition)
+    fails here, before any task."""
     from spark_mergetree.engine import insert as inserting
     from spark_mergetree.engine import mutations
 
     table = open_table(ref)
     mutation = _mutation(table, assignments, where)
-    tx, parts, candidates = mutations.begin(table, mutation, None)
+    owner = None
+    if txn is not None:
+        check_transaction(ref, txn)
+        owner = owned_transaction(txn)
+        owner.adopt_staged(table.log)  # what Spark jobs of the transaction wrote to the table so far
+    tx, parts, candidates = mutations.begin(table, mutation, owner)
     tag = inserting.new_tag()
     try:
         table.log.register_job(tag)
     except BaseException:
-        tx.rollback()
+        if owner is None:
+            tx.rollback()
         raise
-    return MutationJob(tx, parts, candidates, tag)
+    return MutationJob(tx, parts, candidates, tag, own=owner is None)
 
 
 def stage_mutation(ref: TableRef, assignments: Mapping[str, Any] | None, where: Any, part: str, candidate: bool,
@@ -776,15 +817,18 @@ def stage_mutation(ref: TableRef, assignments: Mapping[str, Any] | None, where: 
 
 def commit_mutation(ref: TableRef, job: MutationJob, assignments: Mapping[str, Any] | None, where: Any,
                     staged: Mapping[str, str]) -> list[str]:
-    """Publish every part's staged new version and commit them in the job's transaction."""
+    """Publish every part's staged new version in the job's transaction and commit it if it is the
+    job's own (else the user's transaction commits it, then writes `mutation_N.txt`)."""
     from spark_mergetree.engine import mutations
 
     table = open_table(ref)
-    return mutations.finish(table, _mutation(table, assignments, where).command, job.transaction, staged, own=True)
+    return mutations.finish(table, _mutation(table, assignments, where).command, job.transaction, staged,
+                            own=job.own)
 
 
 def end_mutation(ref: TableRef, job: MutationJob) -> None:
-    """Roll back what did not commit and delete every staged part nobody published."""
-    if job.transaction.state == "running":
+    """Roll back the job's own transaction if it did not commit and delete every staged part nobody
+    published."""
+    if job.own and job.transaction.state == "running":
         job.transaction.rollback()
     discard(ref, job.tag)

@@ -1,5 +1,6 @@
-"""spark_mergetree.delete / update: one task per part, one commit, exactly once under task retries;
-rows as an independent computation over the inserted data says."""
+"""spark_mergetree.delete / update: one task per part, one commit, exactly once under task retries,
+inside a Spark transaction with its other writes; rows as an independent computation over the
+inserted data says, and as chdb reads them."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from pyspark import TaskContext
 
 import spark_mergetree
 from spark_mergetree import MergeTreeTable
+from spark_mergetree.catalog import Catalog
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.format.part_info import PartInfo
+from tests.catalog.chdb_runner import rows, run_chdb
 
 pytestmark = pytest.mark.spark
 
@@ -85,3 +88,66 @@ def test_no_matching_row_changes_nothing(spark, tmp_path: Path) -> None:
     before = _directories(table)
     assert spark_mergetree.delete(spark, str(table.path), "id > 5000") == []
     assert _directories(table) == before and not list(table.path.glob("mutation_*.txt"))
+
+
+def _spark_rows(spark, table: str, **options: str) -> list[dict]:
+    frame = spark.read.format("mergetree").options(**options).load(table)
+    return sorted((row.asDict() for row in frame.collect()), key=lambda row: row["id"])
+
+
+def test_delete_and_writes_of_one_transaction_commit_together(spark, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    Catalog(root).create_database("db")
+    b = Catalog(root).create_table("db.b", [("id", "UInt64"), ("m", "UInt8"), ("v", "String")], "id",
+                                   partition_by="m", settings={"auto_merge": False})
+    b.insert(_data(0, 60))
+    a = tmp_path / "a"
+    spark.range(10).write.format("mergetree").option("order_by", "id").mode("append").save(str(a))
+    schema = "id long, m tinyint, v string"
+    with spark_mergetree.transaction(spark):
+        spark.range(10, 15).write.format("mergetree").mode("append").save(str(a))
+        # An append to B earlier in the transaction is seen by its delete.
+        (spark.createDataFrame([(i, i % 2, f"v{i}") for i in range(60, 70)], schema)
+         .write.format("mergetree").option("catalog", str(root)).mode("append").save("db.b"))
+        marker = tmp_path / "failed-once"  # a task retried inside the transaction: still exactly once
+        created = spark_mergetree.delete(spark, "db.b", "id % 4 = 1 OR id >= 66", catalog=str(root),
+                                         task_hook=functools.partial(_fail_first_attempt_of_part_zero, str(marker)))
+        assert created and marker.exists()
+        # Inside the block Spark reads see the delete and the appends; outside nothing changed yet.
+        inside = [row["id"] for row in _spark_rows(spark, "db.b", catalog=str(root))]
+        assert len(_spark_rows(spark, str(a))) == 15
+        assert b.count() == 60 and MergeTreeTable.open(a).count() == 10
+        assert not list(b.path.glob("mutation_*.txt"))
+    inserted = _data(0, 70)
+    ids = inserted["id"]
+    gone = pc.or_(pc.equal(pc.bit_wise_and(ids, 3), 1), pc.greater_equal(ids, 66))
+    expected = inserted.filter(pc.invert(gone)).cast(b.schema)
+    assert inside == expected["id"].to_pylist()
+    assert b.to_arrow().sort_by("id").equals(expected) and MergeTreeTable.open(a).count() == 15
+    assert {p.name for p in b.parts()} == set(created)
+    (mutation_file,) = b.path.glob("mutation_*.txt")
+    assert mutation_file.name == f"mutation_{PartInfo.parse(created[0]).mutation}.txt"
+    check, select, pending = run_chdb(
+        root, "CHECK TABLE db.b SETTINGS check_query_single_value_result = 1", "SELECT * FROM db.b ORDER BY id",
+        "SELECT count() FROM system.mutations WHERE database = 'db' AND table = 'b' AND NOT is_done")
+    assert rows(check) == [["1"]] and rows(pending) == [["0"]]
+    assert rows(select) == [[str(value) for value in row.values()] for row in expected.to_pylist()]
+
+
+def test_exception_in_the_transaction_rolls_back_the_update_and_the_write(spark, tmp_path: Path) -> None:
+    table = _table(tmp_path / "b")
+    a = tmp_path / "a"
+    spark.range(10).write.format("mergetree").option("order_by", "id").mode("append").save(str(a))
+    before = _directories(table) | {p.name for p in a.iterdir()}
+    rows_before = table.to_arrow().sort_by("id")
+    with pytest.raises(RuntimeError, match="boom"):
+        with spark_mergetree.transaction(spark, session_conf=False) as tx:
+            spark.range(10, 15).write.format("mergetree").option("transaction", tx.id).mode("append").save(str(a))
+            assert spark_mergetree.update(spark, str(table.path), {"v": "'x'"}, "id < 150", transaction=tx)
+            inside = _spark_rows(spark, str(table.path), transaction=tx.id)
+            assert sum(row["v"] == "x" for row in inside) == 150
+            raise RuntimeError("boom")
+    assert table.to_arrow().sort_by("id").equals(rows_before) and MergeTreeTable.open(a).count() == 10
+    after = _directories(table) | {p.name for p in a.iterdir()}
+    assert {name for name in after - before if not name.startswith("delete_tmp")} == set()
+    assert not list(table.path.glob("mutation_*.txt"))
