@@ -114,19 +114,12 @@ def joined_txn(explicit: TxnContext | None, session: TxnContext | None) -> TxnCo
     return explicit if explicit is not None else session
 
 
-def _refuse_object_store_transaction(ref: TableRef, txn: TxnContext | None) -> None:
-    if txn is not None and ref.in_object_store:
-        raise UnsupportedError(f"transaction {txn.tid}: Spark jobs inside a transaction are not supported yet for "
-                               f"{ref.describe()} in object storage; run the job outside the transaction")
-
-
 def check_transaction(ref: TableRef, txn: TxnContext | None) -> None:
     """On the driver, before anything is written: the `transaction` option names a running
     transaction, of the coordinator the table is bound to."""
     if txn is None:
         return
     from spark_mergetree.txn import TxnState, coordinator_from_url
-    from spark_mergetree.txn.table_log import TableLog
 
     state, csn = coordinator_from_url(txn.coordinator).status(txn.tid)
     if state is not TxnState.RUNNING:
@@ -134,8 +127,7 @@ def check_transaction(ref: TableRef, txn: TxnContext | None) -> None:
             f"option {TXN_OPTION!r}: transaction {txn.tid} is {state.value}"
             + (f" at csn {csn}" if csn is not None else "")
             + ": use the id of a transaction inside its `with` block")
-    _refuse_object_store_transaction(ref, txn)
-    identity = TableLog(ref.path).identity() if ref.path else None
+    identity = _log_of(ref).identity() if ref.path else None
     if identity is not None and identity["coordinator"] != txn.coordinator:
         raise InvalidOptionError(
             f"option {TXN_OPTION!r}: {ref.describe()} is coordinated by {identity['coordinator']}, but "
@@ -388,10 +380,9 @@ class PlannedRead:
 
 
 def part_sets(ref: TableRef, snapshot: int | None = None, txn: TxnContext | None = None) -> PartSets:
-    _refuse_object_store_transaction(ref, txn)
     table = open_table(ref)
     if txn is not None and snapshot is None and table.log.identity() is not None:
-        view = frozenset(visible_in_transaction(table.path, txn))
+        view = frozenset(visible_in_transaction(table.log, txn))
         return PartSets(txn.snapshot, view, view)
     csn, visible = table.visible_parts(snapshot=snapshot)
     known = set(visible)
@@ -474,11 +465,10 @@ def visible_for_task(ref: TableRef, parts: PartSets, txn: TxnContext | None) -> 
     """The parts one read task may return: the planning snapshot's, or its transaction's view."""
     if txn is None or parts.time_travel:
         return parts.visible
-    _refuse_object_store_transaction(ref, txn)
     table = open_table(ref)
     if table.log.identity() is None:
         return parts.visible
-    visible = frozenset(visible_in_transaction(table.path, txn))
+    visible = frozenset(visible_in_transaction(table.log, txn))
     unplanned = visible - parts.known
     if unplanned:
         raise TransactionError(
@@ -516,7 +506,6 @@ def stage(ref: TableRef, data: pa.Table, tag: str) -> list[Any]:
 def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None,
            partition_overwrite_mode: str = "static") -> list[str]:
     """Make a job's staged parts visible (or, inside a transaction, staged for its owner to adopt)."""
-    _refuse_object_store_transaction(ref, txn)
     table = open_table(ref)
     if txn is None:
         return list(table.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode))
@@ -571,7 +560,7 @@ class _JobTransaction:
 
     def visible_parts(self, table: Any) -> set[str]:
         key = table_dir_of(table)
-        return visible_in_transaction(key, self.context) - set(self._removed.get(key, ()))
+        return visible_in_transaction(self._log(table), self.context) - set(self._removed.get(key, ()))
 
     def remove_parts(self, table: Any, names: Iterable[str]) -> None:
         self._removed.setdefault(table_dir_of(table), []).extend(names)
@@ -614,12 +603,11 @@ class _JobTransaction:
         self._proposals.clear()
 
 
-def visible_in_transaction(table_dir: str | os.PathLike, txn: TxnContext) -> set[str]:
-    """Parts a transaction sees in a table: its snapshot plus its own pending entry and proposals."""
+def visible_in_transaction(log: Any, txn: TxnContext) -> set[str]:
+    """Parts a transaction sees in a table (its log): its snapshot plus its own pending entry and proposals."""
     from spark_mergetree.txn import coordinator_from_url
-    from spark_mergetree.txn.table_log import TableLog
 
-    return TableLog(table_dir).snapshot(txn.snapshot, coordinator_from_url(txn.coordinator), own_tid=txn.tid)
+    return set(log.snapshot(txn.snapshot, coordinator_from_url(txn.coordinator), own_tid=txn.tid))
 
 
 def transaction_state(txn: TxnContext) -> str:

@@ -23,6 +23,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -142,14 +143,23 @@ class ObjectTableLog(TableLog):
         return self._key(f"{seq:020d}.json")
 
     def _read_entry(self, seq: int) -> LogEntry | None:
+        return self._read_change(self._entry_key(seq))
+
+    def _read_change(self, key: str) -> LogEntry | None:
+        """An entry or a staged proposal (the same body); None if absent."""
         try:
-            raw = json.loads(self._bucket.get(self._entry_key(seq)))
+            raw = json.loads(self._bucket.get(key))
         except FileNotFoundError:
             return None
         except ValueError as error:
-            raise TransactionError(f"{self.directory}/{seq:020d}.json: corrupt log entry: {error}") from None
+            raise TransactionError(f"{self._bucket.url(key)}: corrupt log entry: {error}") from None
         return LogEntry(tid=int(raw["tid"]), coordinator=str(raw["coordinator"]), added=tuple(raw["added"]),
                         removed=tuple(raw["removed"]), csn=None, commit_time=raw.get("time"))
+
+    @staticmethod
+    def _change_body(tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str]) -> bytes:
+        return json.dumps({"format": FORMAT_VERSION, "tid": tid, "coordinator": coordinator_url,
+                           "added": list(added), "removed": list(removed), "time": time.time()}).encode()
 
     def _cold_state(self) -> _LogState:
         """The newest checkpoint the hint names (none: from entry 0)."""
@@ -215,8 +225,7 @@ class ObjectTableLog(TableLog):
     def write_pending(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str]) -> None:
         """Append an entry naming what `tid` adds and removes (before the coordinator commits it)."""
         self.bind(coordinator_url)
-        body = json.dumps({"format": FORMAT_VERSION, "tid": tid, "coordinator": coordinator_url,
-                           "added": list(added), "removed": list(removed), "time": time.time()}).encode()
+        body = self._change_body(tid, coordinator_url, added, removed)
         state = self._state()
         seq = state.base + len(state.entries)
         while True:
@@ -268,11 +277,41 @@ class ObjectTableLog(TableLog):
             _STATES[self._log_url] = _LogState(seq, folded, state.entries[cut:])
         return True
 
-    def staged(self, tid: int | None = None) -> list[tuple[Any, LogEntry]]:
-        return []
+    # ---- proposals: changes another process (a Spark job's commit) stages for a transaction
 
-    def discard_staged(self, tid: int, only: Iterable[Any] | None = None) -> None:
-        """Nothing: no other process stages proposals in an object-store table's log."""
+    def _staged_prefix(self, tid: int | None) -> str:
+        return self._key("staged") + "/" + (f"{tid:020d}-" if tid is not None else "")
+
+    def stage(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str] = ()) -> Any:
+        """Propose changes for transaction `tid` from another process: a write-once object
+        `staged/<tid>-<random>.json` (put-if-absent) with an entry's body. Readers other than the
+        transaction ignore it; its owner adopts it (`Transaction.adopt_staged`) before committing.
+        Returns its key."""
+        self.bind(coordinator_url)
+        key = self._staged_prefix(tid) + f"{uuid.uuid4().hex[:12]}.json"
+        self._bucket.put(key, self._change_body(tid, coordinator_url, added, removed), if_absent=True)
+        return key
+
+    def staged(self, tid: int | None = None) -> list[tuple[Any, LogEntry]]:
+        """(key, proposal) of the proposals staged for `tid` (or all), found by listing the
+        transaction's prefix (S3, GCS and Azure list a completed PUT at once)."""
+        objects, _ = self._bucket.list_objects(self._staged_prefix(tid), delimiter=None)
+        found = []
+        for key in sorted(objects):
+            proposal = self._read_change(key)
+            if proposal is not None:
+                found.append((key, proposal))
+        return found
+
+    def drop_staged(self, key: Any) -> None:
+        self._bucket.delete([key])
+
+    def _named_parts(self) -> set[str]:
+        state = self._state()
+        return set(state.folded) | {name for entry in state.entries for name in entry.added}
+
+    def _sync_log(self) -> None:
+        """Nothing: a completed PUT or DELETE is durable."""
 
     def discard(self, tid: int, delete_added_parts: bool = True, also: Iterable[str] = ()) -> None:
         """After `tid` aborted: delete the parts it added that no other transaction names."""
@@ -329,18 +368,24 @@ class ObjectTableLog(TableLog):
         return -1, versions
 
     def snapshot(self, snapshot_csn: int, coordinator: Coordinator, own_tid: int | None = None) -> set[str]:
+        """The parts visible at `snapshot_csn`, plus the changes of running transaction `own_tid`:
+        its last entry and the proposals staged for it (one LIST)."""
         state = self._state()
         versions = _copy(state.folded)
-        own: LogEntry | None = None
+        own: list[LogEntry] = []
         for entry, csn in self._resolve(self._latest(state), coordinator, own_tid):
             if entry.tid == own_tid:
-                own = entry
+                own.append(entry)
             elif csn is not None:
                 self._fold(versions, entry, csn)
+        if own_tid is not None:
+            own += [proposal for _, proposal in self.staged(own_tid)]
         visible = {name for name, version in versions.items() if version.visible_at(snapshot_csn)}
-        if own is not None:
-            visible.update(own.added)
-            visible.difference_update(own.removed)
+        # Part names are never reused: every addition before every removal is right in any order.
+        for change in own:
+            visible.update(change.added)
+        for change in own:
+            visible.difference_update(change.removed)
         return visible
 
     # ---- maintenance
@@ -351,7 +396,8 @@ class ObjectTableLog(TableLog):
         * parts removed by a committed transaction before every running snapshot, `retention_seconds` ago;
         * parts of aborted transactions;
         * objects no entry names, last written `orphan_seconds` ago (uploads a crash interrupted:
-          parts are uploaded before their entry is written, so a younger one may still be named)."""
+          parts are uploaded before their entry is written, so a younger one may still be named);
+        * proposals of transactions that ended (the parts they alone named go as such objects)."""
         state = self._state()
         entries = self._latest(state)
         floor = coordinator.min_running_snapshot()
@@ -366,6 +412,11 @@ class ObjectTableLog(TableLog):
                 doomed.update(name for name in entry.added)
             elif csn is not None:
                 self._fold(versions, entry, csn)
+        for key, proposal in self.staged():
+            if self.status(coordinator, proposal.tid)[0] is TxnState.RUNNING:
+                named.update(proposal.added)  # its owner may still adopt it
+            else:
+                self.drop_staged(key)  # its owner ended: adopted into an entry, or never
         for name, version in versions.items():
             if version.removed is not None and version.removed <= floor and \
                     now - (version.removed_time or now) >= retention_seconds:

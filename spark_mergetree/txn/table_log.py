@@ -337,6 +337,10 @@ class TableLog:
                     continue
         return result
 
+    def drop_staged(self, path: Path) -> None:
+        """Delete one proposal (adopted by its transaction, which has ended)."""
+        path.unlink(missing_ok=True)
+
     def discard_staged(self, tid: int, only: Iterable[Path] | None = None) -> None:
         """Delete the proposals staged for a transaction that ended without adopting them (or
         `only` those files: a failed job takes its own back), with the directories they name that
@@ -348,16 +352,25 @@ class TableLog:
                 proposals = [(path, proposal) for path, proposal in proposals if path in chosen]
             if not proposals:
                 return
-            _, checkpointed = self._load_checkpoint()
-            held = set(checkpointed)
-            for entry in self.entries():
-                held.update(entry.added)
+            held = self._named_parts()
             for path, proposal in proposals:
                 for name in proposal.added:
                     if name not in held:
                         self.directories.remove(name)
-                path.unlink(missing_ok=True)
-            fsync_dir(self.directory)
+                self.drop_staged(path)
+            self._sync_log()
+
+    def _named_parts(self) -> set[str]:
+        """Every part an entry or the checkpoint names."""
+        _, checkpointed = self._load_checkpoint()
+        held = set(checkpointed)
+        for entry in self.entries():
+            held.update(entry.added)
+        return held
+
+    def _sync_log(self) -> None:
+        """Make the log directory's changes durable."""
+        fsync_dir(self.directory)
 
     def discard(self, tid: int, delete_added_parts: bool = True, also: Iterable[str] = ()) -> None:
         """Roll back the pending entry of a transaction that did not commit, with the directories it

@@ -282,7 +282,7 @@ class Transaction:
     def _drop_adopted(self) -> None:
         for changes in self._tables.values():
             for path in changes.adopted:
-                path.unlink(missing_ok=True)
+                changes.log.drop_staged(path)
             changes.adopted.clear()
 
     def _rollback_tables(self, touched: Iterable[_TableChanges]) -> None:

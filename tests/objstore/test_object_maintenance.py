@@ -175,3 +175,31 @@ def test_clickhouse_reads_a_mutated_s3_table_in_place(s3_bucket: str) -> None:
     theirs = [(int(i), float(v), n) for i, v, n in (line.split("\t") for line in text.splitlines())]
     assert theirs == list(zip(ours["id"].to_pylist(), ours["value"].to_pylist(), ours["name"].to_pylist()))
     assert len(theirs) == 1600
+
+
+def test_proposals_for_a_running_transaction_survive_cleanup_and_are_adopted(s3_bucket: str) -> None:
+    """What a Spark job's commit does inside a transaction another process owns, by hand: parts
+    uploaded, a proposal staged for the transaction; the owner sees it, adopts it at commit."""
+    url = f"s3://{s3_bucket}/proposed"
+    table = create(url)
+    table.insert(rows(0, 100))
+    owner = Transaction(table.coordinator)
+    staged = table.stage(rows(1000, 50))
+    key = table.log.stage(owner.tid, table.coordinator.url, [part.name for part in staged])
+    other = Transaction(table.coordinator)
+    doomed = table.stage(rows(2000, 50))
+    table.log.stage(other.tid, table.coordinator.url, [part.name for part in doomed])
+    other.rollback()
+    # Cleanup keeps what a running transaction's proposal names; an ended one's proposal and parts go.
+    removed = table.cleanup(orphan_seconds=0)
+    assert sorted(removed) == sorted(part.name for part in doomed)
+    assert [k for k, _ in table.log.staged()] == [key]
+    # The transaction's view as its Spark read tasks take it includes the proposal; others' does not.
+    first = table.visible_parts()[1]
+    assert table.log.snapshot(owner.snapshot, table.coordinator, own_tid=owner.tid) == first | {
+        part.name for part in staged}
+    assert same(table.to_arrow(), rows(0, 100))
+    owner.adopt_staged(table.log)
+    owner.commit()
+    assert same(MergeTreeTable.open(url).to_arrow(), pa.concat_tables([rows(0, 100), rows(1000, 50)]))
+    assert table.log.staged() == []

@@ -129,18 +129,40 @@ def test_spark_retried_task_writes_each_row_once_on_s3(spark, s3_server, s3_buck
                   .collect()) == list(range(400))
 
 
-def test_spark_jobs_inside_a_transaction_are_refused_for_s3_tables(spark, s3_server, s3_bucket: str) -> None:
+def test_spark_jobs_inside_a_transaction_on_s3_tables(spark, s3_server, s3_bucket: str) -> None:
+    """A job's commit stages a proposal for the owner's transaction in each table's log; the
+    owner adopts them at commit (both tables at once) or, rolled back, deletes them and their parts."""
     from spark_mergetree.spark import transaction
 
-    url = f"s3://{s3_bucket}/in_tx"
+    a, b = f"s3://{s3_bucket}/in_tx_a", f"s3://{s3_bucket}/in_tx_b"
     coordinator = f"s3://{s3_bucket}/coordinator"
-    spark.range(3).write.format("mergetree").options(**options(s3_server)).option("order_by", "id") \
-        .option("coordinator", coordinator).mode("append").save(url)
-    with pytest.raises(Exception, match="not supported yet .* in object storage"), \
-            transaction(spark, coordinator) as tx:
-        spark.range(5).write.format("mergetree").options(**options(s3_server)).option("transaction", tx.id) \
-            .mode("append").save(url)
-    assert MergeTreeTable.open(url).count() == 3
+
+    def write(url: str, start: int, end: int, mode: str = "append") -> None:
+        spark.range(start, end).write.format("mergetree").options(**options(s3_server)).option("order_by", "id") \
+            .option("coordinator", coordinator).mode(mode).save(url)
+
+    def ids(url: str) -> list[int]:
+        return sorted(r.id for r in spark.read.format("mergetree").options(**options(s3_server)).load(url).collect())
+
+    write(a, 0, 3)
+    write(b, 10, 12)
+    with transaction(spark, coordinator):
+        write(a, 100, 105)
+        write(b, 200, 202, "overwrite")
+        assert (MergeTreeTable.open(a).count(), MergeTreeTable.open(b).count()) == (3, 2)  # not yet outside
+        assert ids(a) == [0, 1, 2, 100, 101, 102, 103, 104] and ids(b) == [200, 201]  # inside: its own writes
+    assert (MergeTreeTable.open(a).count(), MergeTreeTable.open(b).count()) == (8, 2)
+    assert ids(b) == [200, 201]
+    bucket = bucket_for(f"s3://{s3_bucket}")
+    assert not bucket.list_objects("in_tx_a/_mergetree/log/staged/", delimiter=None)[0]  # adopted, then dropped
+    table = MergeTreeTable.open(a)
+    before = set(table.parts_store.part_names()) - {""}  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="boom"), transaction(spark, coordinator):
+        write(a, 300, 310)
+        raise RuntimeError("boom")
+    assert ids(a) == [0, 1, 2, 100, 101, 102, 103, 104]
+    assert set(table.parts_store.part_names()) - {""} == before  # type: ignore[attr-defined]
+    assert not bucket.list_objects("in_tx_a/_mergetree/log/staged/", delimiter=None)[0]
 
 
 @pytest.mark.parametrize("scheme", ["gs", "abfss"])
