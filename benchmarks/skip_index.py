@@ -29,7 +29,7 @@ import pyarrow as pa
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.harness import warm_median  # noqa: E402
+from benchmarks.harness import private_coordinator, warm_median  # noqa: E402
 from spark_mergetree import MergeTreeTable  # noqa: E402
 from spark_mergetree.expressions.ddl import parse_create  # noqa: E402
 from tests.format.chdb_util import close_session, make_chdb_table  # noqa: E402
@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="skip-index-bench-") as tmp:
+        private_coordinator(Path(tmp))  # the tables we write commit there, not to the user's coordinator
         dirs = {}
         for name, index in (("plain", ""), ("indexed", ",\n INDEX i_s s TYPE bloom_filter GRANULARITY 1")):
             sess, dirs[name] = make_chdb_table(Path(tmp), CREATE.format(name=name, index=index),
