@@ -25,6 +25,7 @@ from spark_mergetree.expressions.functions import (
     orderable,
     orderable_value,
 )
+from spark_mergetree.expressions.key_search import bound_constants, first_key_constraints, narrow_by_first_key
 from spark_mergetree.expressions.like import like_prefix
 from spark_mergetree.expressions.literals import coerce_literal
 from spark_mergetree.expressions.partition_key import PartitionKey
@@ -395,12 +396,48 @@ def granule_ranges_of_parts(
     indexes: Sequence[Sequence[pa.Array]],
     n_granules: Sequence[int | None],
 ) -> list[list[tuple[int, int]]]:
-    """`granule_ranges` of several parts with the same key, evaluated once over all their granules."""
+    """`granule_ranges` of several parts with the same key, evaluated once over all their granules
+    (only those a binary search of the first key element leaves, when the predicate bounds it)."""
+    constraints = first_key_constraints(predicate, key_columns[0][0]) if key_columns else []
+    offsets = [0] * len(indexes)
+    if constraints:
+        indexes, n_granules, offsets = _narrowed(constraints, key_columns[0][1], indexes, n_granules)
     bounds, counts = _many_primary_key_bounds(key_columns, indexes, n_granules)
     if predicate is None or not bounds:
-        return [[(0, granules)] if granules else [] for granules in counts]
-    may_true, _ = _Evaluator(bounds, sum(counts)).evaluate(predicate)
-    return _runs_of_parts(np.asarray(may_true, dtype=bool), counts)
+        runs = [[(0, granules)] if granules else [] for granules in counts]
+    else:
+        may_true, _ = _Evaluator(bounds, sum(counts)).evaluate(predicate)
+        runs = _runs_of_parts(np.asarray(may_true, dtype=bool), counts)
+    return [[(begin + offset, end + offset) for begin, end in part_runs] if offset else part_runs
+            for part_runs, offset in zip(runs, offsets, strict=True)]
+
+
+def _narrowed(
+    constraints: Sequence[tuple[str, object]], first_type: str, indexes: Sequence[Sequence[pa.Array]],
+    n_granules: Sequence[int | None],
+) -> tuple[list[Sequence[pa.Array]], list[int | None], list[int]]:
+    """Each part's index cut to the granules `narrow_by_first_key` leaves, their count, and the
+    offset of the first one; a part whose index is not consistent is left whole (its check raises)."""
+    cut_indexes: list[Sequence[pa.Array]] = []
+    cut_granules: list[int | None] = []
+    offsets: list[int] = []
+    constants: dict[pa.DataType, list[tuple[str, np.generic]]] = {}  # per index type: parts mostly share one
+    for index, declared in zip(indexes, n_granules, strict=True):
+        marks = {len(column) for column in index}
+        granules = declared if declared is not None else (min(marks) - 1 if marks else 0)
+        if len(marks) != 1 or granules <= 0:
+            cut_indexes.append(index)
+            cut_granules.append(declared)
+            offsets.append(0)
+            continue
+        if index[0].type not in constants:
+            constants[index[0].type] = bound_constants(constraints, index[0], first_type)
+        begin, end = narrow_by_first_key(constants[index[0].type], first_type, index[0], granules)
+        stop = min(end + 1, marks.pop())  # the entry after the last granule bounds it from above
+        cut_indexes.append([column.slice(begin, stop - begin) for column in index])
+        cut_granules.append(end - begin)
+        offsets.append(begin)
+    return cut_indexes, cut_granules, offsets
 
 
 def _runs_of_parts(mask: np.ndarray, counts: Sequence[int]) -> list[list[tuple[int, int]]]:
