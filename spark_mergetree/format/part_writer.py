@@ -53,7 +53,12 @@ from spark_mergetree.format.part import (
 )
 from spark_mergetree.format.row_binary import serialize_rows
 from spark_mergetree.format.serialization import serialize_column
-from spark_mergetree.format.skip_index_writer import IndexSpec, write_skip_indexes
+from spark_mergetree.format.skip_index_writer import (
+    IndexSpec,
+    SkipIndexBuilder,
+    skip_index_builders,
+    skip_indexes_from_columns,
+)
 from spark_mergetree.format.streams import STRUCTURE, StreamBytes, stream_value_types
 from spark_mergetree.format.types import (
     DataType,
@@ -208,9 +213,14 @@ class PartStreamWriter:
         self._lc_states: dict[str, dict[str, LowCardinalityState]] = {name: {} for name in self.types}
         self._minmax: dict[str, list[Any]] = {}
         self._minmax_type: dict[str, pa.DataType] = {}
-        # The columns skip indexes are built from are kept until the part's indexes are written.
-        self._indexed = {column for spec in settings.skip_indexes for column in spec.columns}
-        self._kept: dict[str, list[pa.Array]] = {}
+        # Skip indexes are built as their columns' granules come (format/skip_index_writer.py).
+        self._indexes = skip_index_builders(settings.skip_indexes, dict(self.columns), self.granule_rows,
+                                            settings.codec, settings.min_compress_block_size,
+                                            settings.max_compress_block_size)
+        self._indexes_of: dict[str, list[SkipIndexBuilder]] = {}
+        for builder in self._indexes:
+            for column in builder.spec.columns:
+                self._indexes_of.setdefault(column, []).append(builder)
         self._streams: dict[str, _StreamFile] = {}
         self._done: set[str] = set()
         self._files = PartFiles(rows=self.rows)
@@ -251,9 +261,8 @@ class PartStreamWriter:
 
     def _write_granules(self, name: str, values: pa.Array | pa.ChunkedArray, first: int, last: int) -> None:
         self._cursor[name] = last
-        if name in self._indexed:
-            chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
-            self._kept.setdefault(name, []).extend(chunks)
+        for builder in self._indexes_of.get(name, ()):
+            builder.add(name, values, last)
         dt = self.types[name]
         ends = last == len(self.granule_rows)
         granules = self.granule_rows[first:last]
@@ -373,9 +382,7 @@ class PartStreamWriter:
                 bounds = pa.chunked_array([pa.array([low, high], type=self._minmax_type.get(column_name, to_arrow(dt)))])
                 files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
 
-        return _finish_metadata(files, self._checksums, self.rows, self.columns, self.settings, self.granule_rows,
-                                lambda name: pa.chunked_array(self._kept.get(name, []), self._minmax_type.get(
-                                    name, to_arrow(self.types[name]))))
+        return _finish_metadata(files, self._checksums, self.rows, self.columns, self.settings, self._indexes)
 
 
 def _map_file(path: str) -> memoryview:
@@ -470,15 +477,18 @@ def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, c
             bounds = pa.chunked_array([pa.array([pc.min(values).as_py(), pc.max(values).as_py()],
                                                 type=values.type)])
             files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
-    return _finish_metadata(files, checksums, n, columns, settings, granule_rows, column_of)
+    indexes = skip_indexes_from_columns(settings.skip_indexes, dict(columns), granule_rows, column_of, settings.codec,
+                                        settings.min_compress_block_size, settings.max_compress_block_size)
+    return _finish_metadata(files, checksums, n, columns, settings, indexes)
 
 
 def _finish_metadata(files: PartFiles, checksums: dict[str, FileChecksum], n: int,
-                     columns: Sequence[tuple[str, str]], settings: WriterSettings, granule_rows: np.ndarray,
-                     column_of: Callable[[str], pa.Array | pa.ChunkedArray]) -> PartFiles:
-    """Skip indexes, count.txt, columns.txt and the other metadata files, then checksums.txt."""
-    write_skip_indexes(settings.skip_indexes, dict(columns), granule_rows, column_of, settings.codec,
-                       settings.min_compress_block_size, settings.max_compress_block_size, files.files, checksums)
+                     columns: Sequence[tuple[str, str]], settings: WriterSettings,
+                     indexes: Sequence[SkipIndexBuilder]) -> PartFiles:
+    """Skip indexes (their builders fed every column), count.txt, columns.txt and the other metadata
+    files, then checksums.txt."""
+    for builder in indexes:
+        builder.finish(files.files, checksums)
     files.files[COUNT_FILE] = format_count(n)
     files.files[COLUMNS_FILE] = format_columns(list(columns))
     files.files[CODEC_FILE] = settings.codec.text.encode()

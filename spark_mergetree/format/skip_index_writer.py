@@ -64,7 +64,7 @@ from spark_mergetree.format.values import (
     string_buffers,
 )
 
-__all__ = ["IndexSpec", "write_skip_indexes", "index_buildable"]
+__all__ = ["IndexSpec", "SkipIndexBuilder", "index_buildable", "skip_index_builders", "skip_indexes_from_columns"]
 
 _MASK64 = (1 << 64) - 1
 _INT_TYPES = {"UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64", "Date", "Date32",
@@ -330,38 +330,123 @@ def _text(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
 
 # --- files -----------------------------------------------------------------------------------------
 
-def write_skip_indexes(specs: Sequence[IndexSpec], type_of: dict[str, str], granule_rows: np.ndarray,
-                       column_of: Callable[[str], pa.Array | pa.ChunkedArray], codec: Codec,
-                       min_block: int, max_block: int, files: dict[str, bytes | memoryview],
-                       checksums: dict[str, FileChecksum]) -> None:
-    """Add the data and marks files of every index of `specs` we can build to `files` (and the data
-    files' checksums, with their uncompressed size and hash, to `checksums`)."""
-    if not len(granule_rows) or not int(np.sum(granule_rows)):
-        return
-    for spec in specs:
-        types = [type_of.get(c, "") for c in spec.columns]
-        if not all(types) or not index_buildable(spec, types):
-            continue
-        dts = [parse_type(t) for t in types]
-        columns = [_plain_values(column_of(c)) for c in spec.columns]
-        bounds = _index_granules(granule_rows, spec.granularity)
-        if spec.type == "minmax":
-            data, offsets = _minmax(dts, columns, bounds)
-        elif spec.type == "set":
-            data, offsets = _set(spec, dts, columns, bounds)
-        elif spec.type == "bloom_filter":
-            data, offsets = _bloom(spec, dts, columns, bounds, granule_rows)
+def _index_bytes(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array],
+                 granule_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The uncompressed bytes of the index granules over these data granules, and their offsets."""
+    bounds = _index_granules(granule_rows, spec.granularity)
+    if spec.type == "minmax":
+        return _minmax(dts, columns, bounds)
+    if spec.type == "set":
+        return _set(spec, dts, columns, bounds)
+    if spec.type == "bloom_filter":
+        return _bloom(spec, dts, columns, bounds, granule_rows)
+    return _text(spec, dts, columns, bounds)
+
+
+def _joined(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked byte arrays of consecutive entries as one."""
+    if len(chunks) == 1:
+        return chunks[0]
+    data = np.concatenate([np.asarray(d, np.uint8) for d, _ in chunks]) if chunks else np.zeros(0, np.uint8)
+    offsets, base = [np.zeros(1, np.int64)], 0
+    for d, o in chunks:
+        offsets.append(np.asarray(o[1:], np.int64) + base)
+        base += len(d)
+    return data, np.concatenate(offsets)
+
+
+class SkipIndexBuilder:
+    """One skip index of a part, built as the part's columns arrive in runs of whole data granules
+    (each column in order, any number of calls). Memory holds what an index granule needs, not the part:
+
+    - an index of one column compresses each index granule as soon as its rows are in;
+    - minmax, ngrambf_v1 and tokenbf_v1 over several columns hold each column's uncompressed index
+      bytes (they are laid side by side in each granule) until the last column is in;
+    - set and bloom_filter over several columns hold the columns themselves: a granule's distinct
+      tuples (set) and every filter's size (bloom_filter, sized by the column with the most distinct
+      values) need all of them at once."""
+
+    def __init__(self, spec: IndexSpec, types: Sequence[str], granule_rows: np.ndarray, codec: Codec,
+                 min_block: int, max_block: int) -> None:
+        self.spec = spec
+        self.dts = [parse_type(t) for t in types]
+        self.granule_rows = np.asarray(granule_rows, np.int64)
+        self.starts = granule_offsets(self.granule_rows)
+        self.index_granules = -(-len(self.granule_rows) // spec.granularity)
+        self.separable = len(spec.columns) == 1 or spec.type in ("minmax", "ngrambf_v1", "tokenbf_v1")
+        self.writer = CompressedStreamWriter(codec, min_block, max_block)
+        self._held: dict[str, list[pa.Array]] = {c: [] for c in spec.columns}  # rows not yet indexed
+        self._first: dict[str, int] = dict.fromkeys(spec.columns, 0)  # data granule the held rows start at
+        self._done: dict[str, int] = dict.fromkeys(spec.columns, 0)  # index granules built per column
+        self._pieces: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in spec.columns}
+
+    def add(self, column: str, values: pa.Array | pa.ChunkedArray, end_granule: int) -> None:
+        """The next rows of `column`, up to data granule `end_granule` (exclusive)."""
+        chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+        self._held[column].extend(chunk for chunk in chunks if len(chunk))
+        if not self.separable:
+            return
+        granularity = self.spec.granularity
+        ready = self.index_granules if end_granule >= len(self.granule_rows) else end_granule // granularity
+        done = self._done[column]
+        if ready <= done:
+            return
+        first, last = done * granularity, min(ready * granularity, len(self.granule_rows))
+        rows = int(self.starts[last] - self.starts[first])
+        held = pa.chunked_array(self._held[column], self._held[column][0].type) if self._held[column] else None
+        if held is None:
+            return
+        dt = self.dts[self.spec.columns.index(column)]
+        piece = _index_bytes(self.spec, [dt], [_plain_values(held.slice(0, rows))], self.granule_rows[first:last])
+        rest = held.slice(rows)
+        self._held[column] = list(rest.chunks)
+        self._done[column] = ready
+        if len(self.spec.columns) == 1:
+            self.writer.append_granules(np.ascontiguousarray(piece[0], np.uint8).data, np.asarray(piece[1], np.int64))
         else:
-            data, offsets = _text(spec, dts, columns, bounds)
-        writer = CompressedStreamWriter(codec, min_block, max_block)
-        writer.write_granules(np.ascontiguousarray(data, np.uint8).data, np.asarray(offsets, np.int64))
-        writer.finish()
-        body = writer.getvalue()
+            self._pieces[column].append(piece)
+
+    def finish(self, files: dict[str, bytes | memoryview], checksums: dict[str, FileChecksum]) -> None:
+        """Write the index's data and marks files (and the data file's checksum)."""
+        spec = self.spec
+        if not self.separable:
+            columns = [_plain_values(pa.chunked_array(self._held[c], self._held[c][0].type)) for c in spec.columns]
+            data, offsets = _index_bytes(spec, self.dts, columns, self.granule_rows)
+            self.writer.append_granules(np.ascontiguousarray(data, np.uint8).data, np.asarray(offsets, np.int64))
+        elif len(spec.columns) > 1:
+            data, offsets = interleave_chunks([_joined(self._pieces[c]) for c in spec.columns])
+            self.writer.append_granules(np.ascontiguousarray(data, np.uint8).data, np.asarray(offsets, np.int64))
+        self.writer.finish()
+        body = self.writer.getvalue()
         name = f"{INDEX_PREFIX}{spec.name}.{'idx2' if spec.type == 'minmax' else 'idx'}"
         files[name] = body
-        checksums[name] = FileChecksum(len(body), file_hash(body), True, writer.uncompressed_size,
-                                       writer.uncompressed_hash)
-        marks = np.empty((len(bounds) - 1, 3), np.uint64)
-        marks[:, :2] = writer.marks
+        checksums[name] = FileChecksum(len(body), file_hash(body), True, self.writer.uncompressed_size,
+                                       self.writer.uncompressed_hash)
+        marks = np.empty((self.index_granules, 3), np.uint64)
+        marks[:, :2] = self.writer.marks
         marks[:, 2] = 1
         files[f"{INDEX_PREFIX}{spec.name}.mrk2"] = write_wide_marks(marks)
+
+
+def skip_index_builders(specs: Sequence[IndexSpec], type_of: dict[str, str], granule_rows: np.ndarray,
+                        codec: Codec, min_block: int, max_block: int) -> list[SkipIndexBuilder]:
+    """A builder for every index of `specs` we can build for these columns (none for a part of no rows)."""
+    if not len(granule_rows) or not int(np.sum(granule_rows)):
+        return []
+    builders = []
+    for spec in specs:
+        types = [type_of.get(c, "") for c in spec.columns]
+        if all(types) and index_buildable(spec, types):
+            builders.append(SkipIndexBuilder(spec, types, granule_rows, codec, min_block, max_block))
+    return builders
+
+
+def skip_indexes_from_columns(specs: Sequence[IndexSpec], type_of: dict[str, str], granule_rows: np.ndarray,
+                              column_of: Callable[[str], pa.Array | pa.ChunkedArray], codec: Codec,
+                              min_block: int, max_block: int) -> list[SkipIndexBuilder]:
+    """The builders of `skip_index_builders`, given every column whole (ready to finish)."""
+    builders = skip_index_builders(specs, type_of, granule_rows, codec, min_block, max_block)
+    for builder in builders:
+        for column in builder.spec.columns:
+            builder.add(column, column_of(column), len(granule_rows))
+    return builders

@@ -16,6 +16,7 @@ from spark_mergetree.format.part_writer import (
     WriterSettings,
     write_wide_part,
 )
+from spark_mergetree.format.skip_index_writer import IndexSpec
 
 COLUMNS = [
     ("k", "UInt64"),
@@ -96,3 +97,46 @@ def test_rows_beyond_or_short_of_the_part_are_refused():
     writer.write("k", pa.array(np.arange(8, dtype=np.uint64)))
     with pytest.raises(SchemaMismatchError, match="fewer rows"):
         writer.finish()
+
+
+INDEXES = (
+    IndexSpec("k_minmax", "minmax", ("k",), (), 1),
+    IndexSpec("pair_minmax", "minmax", ("n", "d"), (), 3),
+    IndexSpec("lc_set", "set", ("lc",), (100.0,), 2),
+    IndexSpec("pair_set", "set", ("k", "lcn"), (50.0,), 1),
+    IndexSpec("s_bloom", "bloom_filter", ("s",), (0.025,), 1),
+    IndexSpec("a_bloom", "bloom_filter", ("a",), (0.01,), 4),
+    IndexSpec("pair_bloom", "bloom_filter", ("s", "n"), (0.025,), 2),
+    IndexSpec("s_ngram", "ngrambf_v1", ("s",), (3.0, 256.0, 2.0, 0.0), 1),
+    IndexSpec("pair_tokens", "tokenbf_v1", ("s", "lc"), (256.0, 3.0, 0.0), 3),
+)
+
+
+def test_skip_indexes_are_built_as_granules_come(tmp_path):
+    """Skip indexes of a streamed part have the bytes of the same part written at once; an index of
+    one column (or a separable one over several) holds no more rows than one index granule's."""
+    n = 20_000
+    rows = _rows(n)
+    settings = WriterSettings(index_granularity=512, skip_indexes=INDEXES)
+    granules = np.full(n // 512, 512, np.int64)
+    granules = np.append(granules, n - int(granules.sum()))
+    whole = write_wide_part(rows, COLUMNS, [("UInt64", rows["k"])], None, settings, granule_rows=granules)
+    assert {name for name in whole.files if name.startswith("skp_idx_")} == {
+        f"skp_idx_{spec.name}.{ext}" for spec in INDEXES for ext in ("idx2" if spec.type == "minmax" else "idx", "mrk2")}
+
+    writer = PartStreamWriter(COLUMNS, granules, ["UInt64"], None, settings, spill_dir=str(tmp_path))
+    held_most = {spec.name: 0 for spec in INDEXES}
+    for start in range(0, n, 700):  # blocks that cut granules: every column in turn, block by block
+        for name, _ in COLUMNS:
+            writer.write(name, rows[name].slice(start, 700))
+            for builder in writer._indexes:
+                held = sum(len(chunk) for chunk in builder._held.get(name, ()))
+                held_most[builder.spec.name] = max(held_most[builder.spec.name], held)
+        writer.primary_key([rows["k"].slice(start, 700)])
+    streamed = writer.finish()
+    for name, data in whole.files.items():
+        assert bytes(streamed.files[name]) == bytes(data), name
+    for spec in INDEXES:
+        separable = len(spec.columns) == 1 or spec.type in ("minmax", "tokenbf_v1")
+        bound = 512 * spec.granularity + 700  # one index granule's rows and the block that completes it
+        assert (held_most[spec.name] <= bound) == separable, (spec.name, held_most[spec.name])
