@@ -24,6 +24,7 @@ from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import Projection, key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
+from spark_mergetree.format.checksums import PROJECTION_SUFFIX
 from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_compact_part
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
@@ -331,6 +332,7 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
                 "(only normal projections of the table's statement are); merging the part would lose them: "
                 "merge it in ClickHouse")
     files = _merge_rows(readers, meta, spill_dir)
+    merged = _merged_projections(readers, meta, spill_dir) if spill_dir is not None else {}
 
     def source_rows(projection: Projection, names: list[str]) -> pa.Table:
         # Sources in order, each one's rows as its projection part holds them: sorted stably by a
@@ -347,7 +349,27 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
         return pa.concat_tables([(h if h is not None and set(names) <= {n for n, _ in h.columns} else r)
                                  .read(names, None, meta.column_types) for h, r in zip(held, readers)])
 
-    return meta.add_projections(files, source_rows)
+    return meta.add_projections(files, source_rows, merged)
+
+
+def _merged_projections(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str) -> dict[str, PartFiles]:
+    """Normal projections every source holds whole (no deleted rows), merged as ClickHouse merges
+    them: the sources' projection parts are merged like parts of a table ordered by the projection's
+    key, streaming into `<spill_dir>/<name>.proj` (memory holds blocks, not the projection)."""
+    merged: dict[str, PartFiles] = {}
+    for projection in meta.projections:
+        if projection.is_aggregate:
+            continue
+        sub = meta.of_projection(projection)
+        wanted = {name for name, _ in sub.columns}
+        held = [reader.projection_reader(projection.name) for reader in readers
+                if projection.name in reader.projections and reader.existing_rows == reader.rows]
+        if len(held) != len(readers) or any(not wanted <= {n for n, _ in h.columns} for h in held):
+            continue  # built again from the merged rows (add_projections)
+        directory = os.path.join(spill_dir, projection.name + PROJECTION_SUFFIX)
+        os.makedirs(directory, exist_ok=True)
+        merged[projection.name] = _merge_rows(held, sub, directory)
+    return merged
 
 
 def unmergeable_projections(reader: PartReader, meta: TableMetadata) -> list[str]:

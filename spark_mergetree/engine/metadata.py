@@ -212,16 +212,28 @@ class TableMetadata:
         return {p.name: reason for p in self._declared_projections
                 if (reason := projections.why_unbuildable(p, self.column_types, self.merging_engine is not None))}
 
-    def add_projections(self, files: PartFiles, rows: Callable[[Projection, list[str]], pa.Table]) -> PartFiles:
+    def of_projection(self, projection: Projection) -> TableMetadata:
+        """A normal projection's part described as a table's: its columns (codecs kept), ordered by
+        its ORDER BY, no partition, no engine, no indexes; the table's settings."""
+        names = projection.columns([n for n, _ in self.columns])
+        definition = replace(self.definition, columns=tuple(self.definition.column(n) for n in names),
+                             engine="MergeTree", engine_args=(), order_by=tuple(projection.order_by),
+                             primary_key=(), explicit_primary_key=False, partition_by=None, indexes=(),
+                             sample_by=None, ttl=None, order_by_text=None, primary_key_text=None)
+        return TableMetadata(definition, self.engine_settings)
+
+    def add_projections(self, files: PartFiles, rows: Callable[[Projection, list[str]], pa.Table],
+                        built: Mapping[str, PartFiles] | None = None) -> PartFiles:
         """A finished part's files with the table's projections added (`rows(projection, names)`:
-        the rows to build it from, see engine/projections.py). A table declaring a projection this
-        version cannot build gets no new parts (they would lack it): UnsupportedError naming it."""
+        the rows to build it from, see engine/projections.py; `built`: projection parts already
+        written, by name). A table declaring a projection this version cannot build gets no new
+        parts (they would lack it): UnsupportedError naming it."""
         if self.unbuildable_projections:
             name, reason = next(iter(self.unbuildable_projections.items()))
             raise UnsupportedError(f"table {self.definition.name!r}: projection {name!r}: {reason}; parts written "
                                    "here would lack it (write to this table with ClickHouse)")
         return projections.add_projections(files, self.projections, rows, self.columns, self.writer_settings,
-                                           dict(self.definition.settings))
+                                           dict(self.definition.settings), built or {})
 
     @cached_property
     def partition_key(self) -> PartitionKey:

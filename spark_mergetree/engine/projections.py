@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -291,18 +291,22 @@ def projection_columns(projection: Projection, stored: Sequence[str]) -> list[st
 
 def add_projections(files: PartFiles, projections: Sequence[Projection],
                     rows: Callable[[Projection, list[str]], pa.Table], columns: Sequence[tuple[str, str]],
-                    settings: WriterSettings, table_settings: dict[str, str]) -> PartFiles:
+                    settings: WriterSettings, table_settings: dict[str, str],
+                    built_parts: Mapping[str, PartFiles] | None = None) -> PartFiles:
     """`files` (a finished part) with every projection's files under `<name>.proj/` and their
-    entries in its checksums.txt. `rows(projection, names)` gives the rows to build it from: those
-    columns of the part's rows, in the order a normal projection keeps between equal keys."""
+    entries in its checksums.txt: `built_parts[name]` where given (a merge's merged projection
+    parts), else built from `rows(projection, names)`: those columns of the part's rows, in the order
+    a normal projection keeps between equal keys."""
     if not projections:
         return files
     stored = [n for n, _ in columns]
     checksums = Checksums.parse(bytes(files.files[CHECKSUMS_FILE]), CHECKSUMS_FILE)
     entries = dict(checksums.files)
     for projection in projections:
-        table = rows(projection, projection_columns(projection, stored))
-        built = projection_files(projection, table, columns, settings, table_settings)
+        built = (built_parts or {}).get(projection.name)
+        if built is None:
+            table = rows(projection, projection_columns(projection, stored))
+            built = projection_files(projection, table, columns, settings, table_settings)
         directory = projection.name + PROJECTION_SUFFIX
         for name, data in built.files.items():
             files.files[f"{directory}/{name}"] = data
