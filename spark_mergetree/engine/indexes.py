@@ -1,4 +1,4 @@
-"""ALTER TABLE ... ADD INDEX / DROP INDEX / MATERIALIZE INDEX on our tables.
+"""ALTER TABLE ... ADD/DROP/MATERIALIZE INDEX and ADD/DROP/MATERIALIZE/CLEAR PROJECTION on our tables.
 
 ADD INDEX changes the table's statement only: parts written from then on carry the index, parts
 written before have no files of it (ClickHouse and we read all their granules). MATERIALIZE INDEX
@@ -7,7 +7,10 @@ gives every visible part a new version named with the mutation's block number N 
 `all_1_1_0_N`) and `mutation_N.txt` records the command after the commit. A part the command
 changes is written again whole by our writer, every stored row in the same granules, with the
 index's files built (MATERIALIZE) or gone (DROP); ClickHouse hard-links the files that do not
-change (the rows and the index files are the same).
+change (the rows and the index files are the same). Projections go the same way: ADD PROJECTION
+changes the statement, MATERIALIZE PROJECTION builds every declared projection into the parts,
+DROP PROJECTION removes the declaration and the `<name>.proj/` directories, CLEAR PROJECTION only
+the directories (parts written later get it again).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import pyarrow as pa
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import mutations
+from spark_mergetree.engine.metadata import TableMetadata
+from spark_mergetree.engine.projections import check_declared, declared_projections
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
-from spark_mergetree.expressions.ddl import key_column_names
+from spark_mergetree.expressions.ddl import key_column_names, parse_projection
 from spark_mergetree.expressions.predicate import Column, to_sql
 from spark_mergetree.expressions.skip_index import check_supported, parse_skip_index
 from spark_mergetree.format.part import PartFiles
@@ -74,10 +79,63 @@ def materialize_index(table: MergeTreeTable, name: str) -> list[str]:
     return _mutate(table, f"(MATERIALIZE INDEX {to_sql(Column(name))})", lambda reader: True)
 
 
-def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader], bool]) -> list[str]:
+def add_projection(table: MergeTreeTable, declaration: str) -> None:
+    """`PROJECTION name (SELECT ... ORDER BY ...)` (the word `PROJECTION` optional): checked as
+    CREATE checks projections (one we could not write is refused), then added to the statement."""
+    text = declaration.strip()
+    if not text.upper().startswith("PROJECTION"):
+        text = "PROJECTION " + text
+    projection = parse_projection(text)
+    if projection is None:
+        raise ExpressionError(f"{declaration!r} is not a projection declaration")
+    meta = table.metadata
+    if any(p.name == projection.name for p in declared_projections(table.definition.indexes)):
+        raise SchemaMismatchError(f"table {table.path} already has a projection named {projection.name!r}")
+    check_declared([projection], meta.column_types, meta.merging_engine is not None)
+    table.replace_definition(replace(table.definition, indexes=table.definition.indexes + (text,)))
+
+
+def _declares_projection(element: str, name: str) -> bool:
+    parsed = parse_projection(element)
+    return parsed is not None and parsed.name == name
+
+
+def _check_projection(table: MergeTreeTable, name: str) -> None:
+    if not any(_declares_projection(e, name) for e in table.definition.indexes):
+        raise SchemaMismatchError(f"table {table.path} has no projection named {name!r}")
+
+
+def materialize_projection(table: MergeTreeTable, name: str) -> list[str]:
+    """Build the table's projections into every part that exists (a mutation); returns the new
+    parts' names."""
+    _check_projection(table, name)
+    return _mutate(table, f"(MATERIALIZE PROJECTION {to_sql(Column(name))})", lambda reader: True)
+
+
+def drop_projection(table: MergeTreeTable, name: str) -> list[str]:
+    """Remove projection `name` from the statement and its directory from every part holding it (a
+    mutation); returns the new parts' names."""
+    _check_projection(table, name)
+    kept = tuple(e for e in table.definition.indexes if not _declares_projection(e, name))
+    table.replace_definition(replace(table.definition, indexes=kept))
+    return _mutate(table, f"(DROP PROJECTION {to_sql(Column(name))})", lambda reader: name in reader.projections)
+
+
+def clear_projection(table: MergeTreeTable, name: str) -> list[str]:
+    """Remove projection `name`'s directory from every part holding it, keeping the declaration (a
+    mutation; parts written later carry it again); returns the new parts' names."""
+    _check_projection(table, name)
+    kept = tuple(e for e in table.definition.indexes if not _declares_projection(e, name))
+    without = TableMetadata(replace(table.definition, indexes=kept), table.metadata.engine_settings)
+    return _mutate(table, f"(CLEAR PROJECTION {to_sql(Column(name))})", lambda reader: name in reader.projections,
+                   without)
+
+
+def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader], bool],
+            meta: TableMetadata | None = None) -> list[str]:
     """Give every visible part a new version (mutations.py: one transaction, version N, mutation_N.txt
-    after the commit): rewritten under the table's current definition where `affects(reader)`,
-    copied otherwise."""
+    after the commit): rewritten under `meta` (the table's current definition by default) where
+    `affects(reader)`, copied otherwise."""
     if not table.supports_mutations:
         raise UnsupportedError(f"{table}: {command} (a mutation's new part versions) is not implemented for this "
                                "kind of table")
@@ -90,7 +148,7 @@ def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader],
             name = f"{inserting.STAGING_PREFIX}t{tx.tid}_index_{uuid.uuid4().hex[:12]}_0"
             reader = table.reader(part)
             if affects(reader):
-                files = _rewritten(table, reader)
+                files = _rewritten(meta or table.metadata, reader)
                 table.store.write_part(name, files.files, files.boundaries)
             else:
                 table.store.clone_part(part, name)
@@ -104,10 +162,9 @@ def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader],
     return mutations.finish(table, command, tx, staged, own=True)
 
 
-def _rewritten(table: MergeTreeTable, reader: PartReader) -> PartFiles:
-    """The files of `reader`'s part written again with the table's current indexes: every stored row
-    (with its lightweight-DELETE mask) in the same granules."""
-    meta = table.metadata
+def _rewritten(meta: TableMetadata, reader: PartReader) -> PartFiles:
+    """The files of `reader`'s part written again with `meta`'s indexes and projections: every
+    stored row (with its lightweight-DELETE mask) in the same granules."""
     ranges = [(0, reader.n_granules)]
     columns = list(meta.columns) + [(n, t.to_clickhouse()) for n, t in reader.types.items()
                                     if n in HIDDEN_COLUMNS and n not in meta.column_types]

@@ -531,7 +531,7 @@ class ObjectStoreTable(MergeTreeTable):
         raise self._unsupported("export_part")
 
     def replace_definition(self, definition: Any) -> None:
-        raise self._unsupported("ALTER TABLE (ADD/DROP INDEX: a change of the table's statement)")
+        raise self._unsupported("ALTER TABLE (ADD/DROP INDEX or PROJECTION: a change of the table's statement)")
 
     def materialize_index(self, name: str) -> list[str]:
         raise self._unsupported("MATERIALIZE INDEX (a mutation's new part versions)")

@@ -721,6 +721,28 @@ class MergeTreeTable:
         from every part that has them; returns the new parts' names."""
         return indexing.drop_index(self, name)
 
+    def add_projection(self, declaration: str) -> None:
+        """ALTER TABLE ADD PROJECTION: `PROJECTION name (SELECT ... ORDER BY ...)` or an aggregate
+        projection we can write (GROUP BY with sum/count/min/max/avg/any/anyLast). Parts written from
+        now on carry it; `materialize_projection` builds it into the parts that exist."""
+        indexing.add_projection(self, declaration)
+
+    def materialize_projection(self, name: str) -> list[str]:
+        """ALTER TABLE MATERIALIZE PROJECTION: a mutation rewriting every part with the table's
+        projections built; returns the new parts' names."""
+        return indexing.materialize_projection(self, name)
+
+    def drop_projection(self, name: str) -> list[str]:
+        """ALTER TABLE DROP PROJECTION: removes the projection from the statement and, by a mutation,
+        its directory from every part holding it; returns the new parts' names."""
+        return indexing.drop_projection(self, name)
+
+    def clear_projection(self, name: str) -> list[str]:
+        """ALTER TABLE CLEAR PROJECTION: by a mutation, removes the projection's directory from every
+        part holding it; the declaration stays, so parts written later carry it; returns the new
+        parts' names."""
+        return indexing.clear_projection(self, name)
+
     # ------------------------------------------------------------------ merges and upkeep
 
     def optimize(self, final: bool = False) -> list[str]:
