@@ -206,6 +206,27 @@ def _column_pool() -> ThreadPoolExecutor:
         return pool
 
 
+# Ranges of one file a read needs, closer than this, are fetched by one ranged read (for sources
+# with `parallel_reads`, where every read is a request with latency): a request costs about what
+# reading this many more bytes does. No coalesced read grows beyond COALESCE_MAX_BYTES.
+COALESCE_HOLE_BYTES = 1 << 20
+COALESCE_MAX_BYTES = 64 << 20
+
+
+def coalesce_spans(spans: Sequence[tuple[int, int]], hole: int = COALESCE_HOLE_BYTES,
+                   most: int = COALESCE_MAX_BYTES) -> list[tuple[int, int]]:
+    """Byte ranges [start, stop) merged where they overlap or lie less than `hole` bytes apart (a
+    merged range stays within `most` bytes unless ranges that overlap make it longer)."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(spans):
+        if merged and (start < merged[-1][1] or (start - merged[-1][1] <= hole
+                                                  and max(stop, merged[-1][1]) - merged[-1][0] <= most)):
+            merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
 class SubpartSource:
     """The files of a projection (`<name>.proj/`) of a part, as a source of their own."""
 
@@ -237,6 +258,7 @@ class PartReader:
         self._marks_cache: dict[str, np.ndarray] = {}
         self._primary: dict[tuple[str, ...], list[pa.Array]] = {}
         self._decoded: dict[tuple[str, ...], object] = {}  # partition values and minmax ranges
+        self._prefetched = threading.local()  # per reading thread: coalesced reads (`_prefetch`)
         self._checked_types: set[tuple[str, str]] = set()
         # The part's own files; a projection's (`<name>.proj/<file>`) are checked by verify().
         self.files = {name for name in self.source.list_files(part) if "/" not in name}
@@ -548,29 +570,57 @@ class PartReader:
         (every block carries one); if a block is damaged, the bytes are read again with storage
         verifying each unit, which repairs them from a mirror or parity where the layout can."""
         try:
-            return decode(self.source.read_range(self.part, file, start, stop, verify=False))
+            return decode(self._fetched(file, start, stop))
         except CorruptPartError:
             return decode(self.source.read_range(self.part, file, start, stop, verify=True))
 
-    def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> bytearray:
+    def _fetched(self, file: str, start: int, stop: int) -> bytes | memoryview:
+        """Bytes [start, stop) of `file`, from a coalesced read `_prefetch` made if one holds them."""
+        for first, last, data in getattr(self._prefetched, "spans", {}).get(file, ()):
+            if first <= start and stop <= last:
+                return memoryview(data)[start - first: stop - first]
+        return self.source.read_range(self.part, file, start, stop, verify=False)
+
+    def _prefetch(self, streams: Sequence[str], ranges: Sequence[GranuleRange]) -> None:
+        """Read the blocks several granule ranges of a Wide part's streams need with one ranged read
+        per group of nearby ranges of a file (`coalesce_spans`), for this thread's next reads."""
+        spans: dict[str, dict[tuple[int, int], bytes | memoryview]] = {}
+        for stream in streams:
+            file = stream + ".bin"
+            wanted = coalesce_spans([self._wide_span(stream, b, e, stream.endswith(".dict"))[:2] for b, e in ranges])
+            if len(wanted) < len(ranges):
+                spans[file] = {(a, z): self.source.read_range(self.part, file, a, z, verify=False) for a, z in wanted}
+        self._prefetched.spans = {file: [(a, z, data) for (a, z), data in held.items()] for file, held in spans.items()}
+
+    def _wide_span(self, stream: str, begin: int, end: int, to_file_end: bool) -> tuple[int, int, int, int]:
+        """The compressed bytes [start, stop) granules [begin, end) of `stream` lie in, the offset of
+        granule `begin` in its block, and where granule `end` starts in its block (-1: read to the
+        last block's end)."""
         marks = self.wide_marks(stream)
         file = stream + ".bin"
         self._require(file)
         size = self.source.file_size(self.part, file)
         start_block, start_inner = int(marks[begin, 0]), int(marks[begin, 1])
-        path = self._path(file)
         if to_file_end or end >= self.n_granules:
-            return self._read_verified_blocks(
-                file, start_block, size, lambda buf: decompress_range(buf, path, (0, start_inner), None))
+            return start_block, size, start_inner, -1
         end_block, end_inner = int(marks[end, 0]), int(marks[end, 1])
         stop = end_block
         if end_inner:
             later = marks[end:, 0]
             later = later[later > end_block]
             stop = int(later[0]) if len(later) else size
+        return start_block, stop, start_inner, end_inner
+
+    def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> bytearray:
+        start, stop, start_inner, end_inner = self._wide_span(stream, begin, end, to_file_end)
+        path = self._path(stream + ".bin")
+        if end_inner < 0:
+            return self._read_verified_blocks(
+                stream + ".bin", start, stop, lambda buf: decompress_range(buf, path, (0, start_inner), None))
+        end_block = int(self.wide_marks(stream)[end, 0])
         return self._read_verified_blocks(
-            file, start_block, stop,
-            lambda buf: decompress_range(buf, path, (0, start_inner), (end_block - start_block, end_inner)))
+            stream + ".bin", start, stop,
+            lambda buf: decompress_range(buf, path, (0, start_inner), (end_block - start, end_inner)))
 
     def _compact_streams(self, wanted: Sequence[str], begin: int, end: int) -> dict[str, bytes]:
         marks, streams = self.compact_layout
@@ -719,23 +769,35 @@ class PartReader:
         stored = structure.variant if structure is not None else dt
         names = stream_names(stored, name, self.serialization.string_sizes, sparse)
         chunks = []
-        for begin, end in ranges:
-            rows = int(self.granule_starts[end] - self.granule_starts[begin])
-            try:
-                streams = self._range_streams(names, begin, end)
-                # (deserialize_column reads bytearrays as it reads bytes)
-                chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
-                                           self.serialization.string_sizes, sparse, exact=True)
-                chunks.append(dynamic_values(structure, chunk) if structure is not None else chunk)
-            except CorruptPartError as exc:
-                raise self._explain_read_error(name, names, begin, end, exc) from exc
-            except UnsupportedError as exc:
-                if self.location in str(exc):
-                    raise
-                raise UnsupportedError(f"{self.location}/{exc}") from exc
+        coalescing = len(ranges) > 1 and not self.is_compact and getattr(self.source, "parallel_reads", False)
+        if coalescing:
+            self._prefetch(names, ranges)
+        try:
+            for begin, end in ranges:
+                chunks.append(self._read_range_of(name, stored, names, sparse, structure, begin, end))
+        finally:
+            if coalescing:
+                self._prefetched.spans = {}
         if not chunks:
             return pa.array([], type=to_arrow(dt))
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+
+    def _read_range_of(self, name: str, stored: DataType, names: Sequence[str], sparse: dict | bool,
+                       structure: DynamicStructure | None, begin: int, end: int) -> pa.Array:
+        """Column `name`'s values in granules [begin, end)."""
+        rows = int(self.granule_starts[end] - self.granule_starts[begin])
+        try:
+            streams = self._range_streams(names, begin, end)
+            # (deserialize_column reads bytearrays as it reads bytes)
+            chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
+                                       self.serialization.string_sizes, sparse, exact=True)
+            return dynamic_values(structure, chunk) if structure is not None else chunk
+        except CorruptPartError as exc:
+            raise self._explain_read_error(name, names, begin, end, exc) from exc
+        except UnsupportedError as exc:
+            if self.location in str(exc):
+                raise
+            raise UnsupportedError(f"{self.location}/{exc}") from exc
 
     def _explain_read_error(self, column: str, streams: Sequence[str], begin: int, end: int,
                             error: CorruptPartError) -> CorruptPartError:

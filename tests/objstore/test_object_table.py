@@ -453,3 +453,22 @@ def test_staged_mutations_and_index_changes_are_refused_clearly_and_change_nothi
     with pytest.raises(UnsupportedError, match=rf"{url}: MATERIALIZE INDEX"):
         table.materialize_index("i")
     assert same(table.to_arrow(), rows(0, 100))
+
+
+def test_nearby_granule_ranges_of_a_stream_are_read_by_one_request(s3_bucket: str) -> None:
+    """Two key ranges a few granules apart in one part: one ranged GET per column stream, not one
+    per range and stream; the rows are exact."""
+    table = MergeTreeTable.create(f"s3://{s3_bucket}/coalesced", SCHEMA, order_by="id",
+                                  settings={"index_granularity": 256})
+    table.insert(rows(0, 20_000))
+    assert MergeTreeTable.wait_for_merges(timeout=60)  # no background merge's requests in the count
+    where = "id BETWEEN 2000 AND 2100 OR id BETWEEN 7000 AND 7100"
+    table.to_arrow(["id", "value"], where=where)  # warm: part metadata cached
+    plan = table.explain(where)
+    assert [len(part.ranges) for part in plan.parts] == [2]  # one part, two ranges to read
+    before = REQUESTS.snapshot()
+    result = table.to_arrow(["id", "value"], where=where)
+    spent = {kind: REQUESTS.snapshot().get(kind, 0) - before.get(kind, 0) for kind in before}
+    assert sorted(result.column("id").to_pylist()) == list(range(2000, 2101)) + list(range(7000, 7101))
+    # The clock and the next (absent) log entry, then one ranged GET per stream (id, value): 4, not 6.
+    assert spent["GET"] == 4, spent
