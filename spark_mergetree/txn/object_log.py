@@ -5,6 +5,8 @@ Objects under `<table>/_mergetree/log/` (format_spec/transactions.md, "Tables in
   <seq>.json           entries numbered 0, 1, 2, ... with no gaps, each taken by put-if-absent:
                        {tid, coordinator, added, removed}. A transaction that changes its mind
                        writes another entry; its last one (highest seq) counts.
+  checkpoint-<seq>.json, _checkpoint.json: entries before seq folded, and a hint naming the newest;
+                       cleanup deletes entries an hour-old checkpoint folded (`_delete_folded_entries`).
 
 No entry carries a csn: a transaction's fate lives at its coordinator only (the coordinator's
 record is the commit point), so entries never change after they are written. Readers find entries
@@ -40,6 +42,13 @@ from spark_mergetree.txn.table_log import CHECKPOINT_EVERY, FORMAT_VERSION, LogE
 _STATES: dict[str, _LogState] = {}
 _FATES: dict[tuple[str, int], tuple[TxnState, int | None]] = {}
 _CACHE_LOCK = threading.Lock()
+# When this process last read each log's checkpoint hint (monotonic seconds, by log URL). Entries a
+# checkpoint folded are deleted LOG_GRACE_SECONDS after it was written (`cleanup`); a process whose
+# knowledge of a log is older than HINT_RECHECK_SECONDS reads the hint again before trusting that an
+# absent entry ends the log (it may have been deleted), and every commit reads it first.
+_HINT_READ: dict[str, float] = {}
+HINT_RECHECK_SECONDS = 60.0
+LOG_GRACE_SECONDS = 3600.0
 _POOLS: dict[int, ThreadPoolExecutor] = {}  # by pid: threads do not survive fork()
 
 
@@ -161,25 +170,66 @@ class ObjectTableLog(TableLog):
         return json.dumps({"format": FORMAT_VERSION, "tid": tid, "coordinator": coordinator_url,
                            "added": list(added), "removed": list(removed), "time": time.time()}).encode()
 
-    def _cold_state(self) -> _LogState:
-        """The newest checkpoint the hint names (none: from entry 0)."""
+    def _hint(self) -> int:
+        """The seq of the checkpoint `_checkpoint.json` names (0: none yet)."""
         try:
             seq = int(json.loads(self._bucket.get(self._key("_checkpoint.json")))["seq"])
+        except FileNotFoundError:
+            seq = 0
+        except (ValueError, KeyError, TypeError) as error:
+            raise TransactionError(f"{self.directory}: corrupt checkpoint hint: {error!r}") from None
+        with _CACHE_LOCK:
+            _HINT_READ[self._log_url] = time.monotonic()
+        return seq
+
+    def _checkpoint_seqs(self) -> dict[int, str]:
+        """seq → key of every checkpoint object of the log (one LIST)."""
+        found, _ = self._bucket.list_objects(self._key("checkpoint-"), delimiter=None)
+        seqs = {}
+        for key in found:
+            digits = key.rsplit("checkpoint-", 1)[-1].removesuffix(".json")
+            if digits.isdigit():
+                seqs[int(digits)] = key
+        return seqs
+
+    def _cold_state(self) -> _LogState:
+        """The checkpoint the hint names (none: from entry 0). Should the hint name one that cleanup
+        has replaced (a slower process wrote the hint last), the newest checkpoint listed."""
+        seq = self._hint()
+        if not seq:
+            return _LogState(0, {}, ())
+        try:
             raw = json.loads(self._bucket.get(self._key(f"checkpoint-{seq:020d}.json")))
+        except FileNotFoundError:
+            newest = max(self._checkpoint_seqs().items(), default=None)
+            if newest is None:
+                raise TransactionError(f"{self.directory}: the checkpoint the log's hint names ({seq}) is missing "
+                                       "and no other exists") from None
+            raw = json.loads(self._bucket.get(newest[1]))
+        except ValueError as error:
+            raise TransactionError(f"{self.directory}: corrupt checkpoint: {error!r}") from None
+        try:
             folded = {name: PartVersion(created, removed, removed_time)
                       for name, (created, removed, removed_time) in raw["parts"].items()}
             return _LogState(int(raw["seq"]), folded, ())
-        except FileNotFoundError:
-            return _LogState(0, {}, ())
         except (ValueError, KeyError, TypeError) as error:
             raise TransactionError(f"{self.directory}: corrupt checkpoint: {error!r}") from None
 
-    def _state(self) -> _LogState:
+    def _state(self, recheck: bool = False) -> _LogState:
         """The cached state, caught up: new entries read until one is absent. The first new one is
         read alone (a warm reader usually finds none); then 2, 4, ... up to 16 at once, so a process
-        new to a long log reads it in few round trips."""
+        new to a long log reads it in few round trips. Knowledge older than HINT_RECHECK_SECONDS (or
+        any, with `recheck`) is checked against the checkpoint hint first: entries behind a newer
+        checkpoint may be deleted, so the state restarts from it."""
         with _CACHE_LOCK:
             state = _STATES.get(self._log_url)
+            read_at = _HINT_READ.get(self._log_url)
+        if state is not None and (recheck or read_at is None or time.monotonic() - read_at > HINT_RECHECK_SECONDS):
+            if self._hint() > state.base + len(state.entries):
+                with _CACHE_LOCK:
+                    if _STATES.get(self._log_url) is state:
+                        del _STATES[self._log_url]
+                state = None
         if state is None:
             state = self._cold_state()
         known = list(state.entries)
@@ -226,7 +276,7 @@ class ObjectTableLog(TableLog):
         """Append an entry naming what `tid` adds and removes (before the coordinator commits it)."""
         self.bind(coordinator_url)
         body = self._change_body(tid, coordinator_url, added, removed)
-        state = self._state()
+        state = self._state(recheck=True)  # never a seq behind a checkpoint: its entry may be deleted
         seq = state.base + len(state.entries)
         while True:
             try:
@@ -272,7 +322,8 @@ class ObjectTableLog(TableLog):
             self._bucket.put(self._key(f"checkpoint-{seq:020d}.json"), body.encode(), if_absent=True)
         except PreconditionFailed:
             pass  # another process folded the same entries: the same content
-        self._bucket.put(self._key("_checkpoint.json"), json.dumps({"seq": seq}).encode())
+        if self._hint() < seq:  # (a slower process may still move it back: readers cope, see _cold_state)
+            self._bucket.put(self._key("_checkpoint.json"), json.dumps({"seq": seq}).encode())
         with _CACHE_LOCK:
             _STATES[self._log_url] = _LogState(seq, folded, state.entries[cut:])
         return True
@@ -434,4 +485,23 @@ class ObjectTableLog(TableLog):
                 deleted.append(name)
         if removals:
             coordinator.forget_removals(self.bind(coordinator.url), removals)
+        self._delete_folded_entries()
         return deleted
+
+    def _delete_folded_entries(self) -> list[str]:
+        """Delete the entries (and older checkpoints) behind the newest checkpoint written at least
+        LOG_GRACE_SECONDS ago, never behind the one the hint names: by then every process has
+        re-read the hint (HINT_RECHECK_SECONDS) and reads from a checkpoint at or past them, and a
+        commit reads the hint before it takes a seq. Returns the keys deleted."""
+        found, server_now = self._bucket.list_with_times(self._key(""))
+        checkpoints = self._checkpoint_seqs()
+        old_enough = [seq for seq, key in checkpoints.items()
+                      if key in found and server_now - found[key] >= LOG_GRACE_SECONDS]
+        if not old_enough:
+            return []
+        floor = min(max(old_enough), self._hint())
+        doomed = [key for key in found if (name := key.rsplit("/", 1)[-1]).removesuffix(".json").isdigit()
+                  and int(name.removesuffix(".json")) < floor]
+        doomed += [key for seq, key in checkpoints.items() if seq < floor]
+        self._bucket.delete(doomed)
+        return doomed

@@ -472,3 +472,54 @@ def test_nearby_granule_ranges_of_a_stream_are_read_by_one_request(s3_bucket: st
     assert sorted(result.column("id").to_pylist()) == list(range(2000, 2101)) + list(range(7000, 7101))
     # The clock and the next (absent) log entry, then one ranged GET per stream (id, value): 4, not 6.
     assert spent["GET"] == 4, spent
+
+
+def test_cleanup_deletes_folded_log_entries_and_stale_processes_catch_up(s3_bucket: str, monkeypatch) -> None:
+    """Entries a checkpoint folded are deleted once the checkpoint is old enough; a new process reads
+    the table from the checkpoint, history stays exact, and a process whose knowledge predates the
+    deletion neither misses later commits nor commits under a deleted entry's number."""
+    from spark_mergetree.txn import object_log
+
+    table = create(f"s3://{s3_bucket}/trimmed")
+    snapshots = []
+    for start in range(0, 50, 10):
+        table.insert(rows(start, 10))
+        snapshots.append(table.coordinator.current_timestamp())
+        assert MergeTreeTable.wait_for_merges(timeout=60)
+        if start == 10:
+            table.to_arrow()
+            with object_log._CACHE_LOCK:  # what a slow process knew, before the entries that follow
+                stale = object_log._STATES[table.log._log_url]
+    expected = {snapshot: table.visible_parts(snapshot=snapshot)[1] for snapshot in snapshots}
+    entry_keys = lambda: sorted(k for k in table.log._bucket.list_objects(table.log._key(""), delimiter=None)[0]  # noqa: E731
+                                if k.rsplit("/", 1)[-1].removesuffix(".json").isdigit())
+    assert len(entry_keys()) >= 5
+    assert table.log.maybe_checkpoint(every=1)
+    table.insert(rows(100, 3))  # an entry after the checkpoint: it stays
+    monkeypatch.setattr(object_log, "LOG_GRACE_SECONDS", 0.0)
+    table.cleanup(orphan_seconds=3600)
+    left = entry_keys()
+    assert len(left) == 1, left  # only the entry the checkpoint did not fold
+
+    with object_log._CACHE_LOCK:
+        object_log._STATES.clear()
+        object_log._FATES.clear()
+        object_log._HINT_READ.clear()
+    reopened = MergeTreeTable.open(table.path)
+    data = pa.concat_tables([rows(start, 10) for start in range(0, 50, 10)] + [rows(100, 3)])
+    assert same(reopened.to_arrow(), data)
+    for snapshot, parts in expected.items():  # history inside the checkpoint is exact
+        assert reopened.visible_parts(snapshot=snapshot)[1] == parts
+
+    with object_log._CACHE_LOCK:  # a process that last looked before the checkpoint, long ago
+        object_log._STATES[table.log._log_url] = stale
+        object_log._HINT_READ[table.log._log_url] = time.monotonic() - 2 * object_log.HINT_RECHECK_SECONDS
+    assert same(table.to_arrow(), data)  # it sees the commit after the checkpoint
+    with object_log._CACHE_LOCK:
+        object_log._STATES[table.log._log_url] = stale
+        object_log._HINT_READ[table.log._log_url] = time.monotonic()  # (even one that looked just now)
+    table.insert(rows(200, 2))  # a commit reads the hint: its entry follows the last one
+    with object_log._CACHE_LOCK:
+        object_log._STATES.clear()
+        object_log._HINT_READ.clear()
+    assert same(MergeTreeTable.open(table.path).to_arrow(), pa.concat_tables([data, rows(200, 2)]))
