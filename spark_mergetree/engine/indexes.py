@@ -41,12 +41,16 @@ from spark_mergetree.txn import Transaction
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
 
+def _with_keyword(declaration: str, keyword: str) -> str:
+    """A table element as the statement holds it: with its leading keyword, which callers may omit."""
+    text = declaration.strip()
+    return text if text.upper().startswith(keyword) else f"{keyword} {text}"
+
+
 def add_index(table: MergeTreeTable, declaration: str) -> None:
     """`INDEX name expr TYPE type[(args)] [GRANULARITY g]` (the words `INDEX` optional): checked
     against the table's columns and indexes, then added to its statement."""
-    text = declaration.strip()
-    if not text.upper().startswith("INDEX"):
-        text = "INDEX " + text
+    text = _with_keyword(declaration, "INDEX")
     index = parse_skip_index(text)
     if index is None:
         raise ExpressionError(f"{declaration!r} is not an index declaration")
@@ -82,9 +86,7 @@ def materialize_index(table: MergeTreeTable, name: str) -> list[str]:
 def add_projection(table: MergeTreeTable, declaration: str) -> None:
     """`PROJECTION name (SELECT ... ORDER BY ...)` (the word `PROJECTION` optional): checked as
     CREATE checks projections (one we could not write is refused), then added to the statement."""
-    text = declaration.strip()
-    if not text.upper().startswith("PROJECTION"):
-        text = "PROJECTION " + text
+    text = _with_keyword(declaration, "PROJECTION")
     projection = parse_projection(text)
     if projection is None:
         raise ExpressionError(f"{declaration!r} is not a projection declaration")
