@@ -24,7 +24,9 @@ from typing import Any
 
 from spark_mergetree.errors import StorageError, UnsupportedError
 from spark_mergetree.storage.filesystem import Buffer
-from spark_mergetree.storage.object_base import Bucket, PreconditionFailed, http_time, joined
+from spark_mergetree.storage.object_base import Bucket, BufferStream, PreconditionFailed, http_time
+
+UPLOAD_BLOCK_BYTES = 8 << 20
 
 _CREDENTIAL_HELP = ("set AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_KEY, sign in for "
                     "DefaultAzureCredential (AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET, a managed "
@@ -48,7 +50,10 @@ class AzureBucket(Bucket):
         # Throttling (503), 5xx and dropped connections: up to 6 retries, about 1, 3, 5, 9, 17, 33 s apart
         # (the SDK's default waits 15 s and more from the first retry on).
         retry = ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=6, random_jitter_range=1)
-        settings: dict[str, Any] = {"retry_policy": retry, "connection_timeout": 10, "read_timeout": 60}
+        # Bodies over UPLOAD_BLOCK_BYTES go up as staged blocks of that size (4 at once), read from the
+        # body in place; the conditional header then goes with the block list that commits them.
+        settings: dict[str, Any] = {"retry_policy": retry, "connection_timeout": 10, "read_timeout": 60,
+                                    "max_single_put_size": UPLOAD_BLOCK_BYTES, "max_block_size": UPLOAD_BLOCK_BYTES}
         connection = options.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
         if connection:
             fields = dict(part.split("=", 1) for part in connection.split(";") if "=" in part)
@@ -148,14 +153,14 @@ class AzureBucket(Bucket):
 
     def put(self, key: str, data: Buffer | Sequence[Buffer], *, if_absent: bool = False,
             if_match: str | None = None) -> str:
-        body = joined(data)
-
         def upload(client: Any) -> str:
             from azure.core import MatchConditions
-            arguments: dict[str, Any] = {"overwrite": not if_absent, "max_concurrency": 4}
+            body = BufferStream(data)  # read in place: big bodies go up in staged blocks, not joined first
+            arguments: dict[str, Any] = {"overwrite": not if_absent, "max_concurrency": 4, "length": len(body)}
             if if_match is not None:
                 arguments.update(etag=if_match, match_condition=MatchConditions.IfNotModified)
-            # overwrite=False sends If-None-Match: * (409 BlobAlreadyExists when a blob has the name).
+            # overwrite=False sends If-None-Match: * (409 BlobAlreadyExists when a blob has the name),
+            # with the single put or with the block list that commits a staged upload.
             return str(client.get_blob_client(key).upload_blob(body, **arguments)["etag"])
 
         return self._call("PUT", key, upload)

@@ -23,7 +23,7 @@ from typing import Any
 
 from spark_mergetree.errors import StorageError, UnsupportedError
 from spark_mergetree.storage.filesystem import Buffer
-from spark_mergetree.storage.object_base import Bucket, PreconditionFailed, http_time, joined
+from spark_mergetree.storage.object_base import Bucket, BufferStream, PreconditionFailed, http_time, joined
 
 _SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
 _CREDENTIAL_HELP = ("set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, run `gcloud auth "
@@ -35,6 +35,9 @@ def _seconds(moment: Any) -> float:
     """An object's time in whole seconds: the server's clock (an HTTP Date header) has no finer
     resolution, and an object written just now must not look younger than "now"."""
     return float(int(moment.timestamp()))
+
+# Bodies bigger than this go up as resumable uploads in chunks of this size (a multiple of 256 KiB).
+UPLOAD_CHUNK_BYTES = 8 << 20
 
 
 class GcsBucket(Bucket):
@@ -138,15 +141,21 @@ class GcsBucket(Bucket):
 
     def put(self, key: str, data: Buffer | Sequence[Buffer], *, if_absent: bool = False,
             if_match: str | None = None) -> str:
-        body = joined(data)
-
         def upload(client: Any) -> str:
             from google.cloud.storage.retry import DEFAULT_RETRY
             blob = self._blob(client, key)
             condition = 0 if if_absent else (int(if_match) if if_match is not None else None)
+            if condition is not None:
+                # Conditional writes (log entries, statements: small) go in one request, where the
+                # precondition is checked; not every server checks it on a resumable session.
+                blob.upload_from_string(joined(data), content_type="application/octet-stream",
+                                        if_generation_match=condition, retry=DEFAULT_RETRY)
+                return str(blob.generation)
+            blob.chunk_size = UPLOAD_CHUNK_BYTES  # bodies above it: a resumable upload, chunk by chunk
+            body = BufferStream(data)  # read in place, not joined into one copy first
             # An unconditional write is retried too: every object is written whole, once, under its key.
-            blob.upload_from_string(body, content_type="application/octet-stream",
-                                    if_generation_match=condition, retry=DEFAULT_RETRY)
+            blob.upload_from_file(body, size=len(body), content_type="application/octet-stream",
+                                  retry=DEFAULT_RETRY)
             return str(blob.generation)
 
         return self._call("PUT", key, upload)

@@ -7,6 +7,8 @@ and storage/azure_store.py (azure-storage-blob).
 
 from __future__ import annotations
 
+import bisect
+import io
 import os
 import re
 import threading
@@ -361,6 +363,51 @@ class Bucket:
 
         with ThreadPoolExecutor(min(8, len(batch))) as pool:
             list(pool.map(run, batch))
+
+
+class BufferStream(io.RawIOBase):
+    """An object's body (one buffer or a sequence of them) as a seekable binary stream, read in
+    place: SDKs that upload from a stream (in blocks or chunks, rewinding to retry) take it without
+    the body being copied into one bytes object first."""
+
+    def __init__(self, data: Buffer | Sequence[Buffer]) -> None:
+        super().__init__()
+        chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) or hasattr(data, "__array__") else data
+        self._views = [byte_view(chunk) for chunk in chunks]  # type: ignore[arg-type]
+        self._starts = [0]
+        for view in self._views:
+            self._starts.append(self._starts[-1] + len(view))
+        self._position = 0
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: len(self)}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        written = 0
+        index = bisect.bisect_right(self._starts, self._position) - 1
+        while written < len(target) and index < len(self._views):
+            view, inner = self._views[index], self._position - self._starts[index]
+            take = min(len(view) - inner, len(target) - written)
+            target[written:written + take] = view[inner:inner + take]
+            written += take
+            self._position += take
+            index += 1
+        return written
 
 
 def joined(data: Buffer | Sequence[Buffer]) -> bytes:
