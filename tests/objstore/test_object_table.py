@@ -43,8 +43,11 @@ def same(read: pa.Table, expected: pa.Table) -> bool:
 
 
 def create(url: str, **kwargs: object) -> ObjectStoreTable:
+    """A table that merges only when its test merges it: background merges started by its inserts
+    would race the test's own merges and add their requests to the ones a test counts."""
     table = MergeTreeTable.create(url, SCHEMA, order_by="id", partition_by="toYYYYMM(d)",
-                                  settings={"index_granularity": 256}, **kwargs)  # type: ignore[arg-type]
+                                  settings={"index_granularity": 256, "auto_merge": False},
+                                  **kwargs)  # type: ignore[arg-type]
     assert isinstance(table, ObjectStoreTable)
     return table
 
