@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_mergetree.engine import insert as inserting
+from spark_mergetree.errors import TransactionError
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
@@ -38,7 +39,12 @@ def stage(table: MergeTreeTable, data: Any, tag: str | None = None, *,
         table.store.write_part(name, files.files, files.boundaries)
 
     try:
-        return inserting.write_partition_parts(table.metadata, rows, write, unique)
+        parts = inserting.write_partition_parts(table.metadata, rows, write, unique)
+        if transaction is None and table.log.job_ended(owner):
+            # The job gave up while this task wrote (discard_staged marks it ended before it lists
+            # what to delete): whichever came second removes these parts.
+            raise TransactionError(f"write job {owner!r} ended while a task of it staged parts; they are removed")
+        return parts
     except BaseException:
         for name in written:
             table.store.remove_part(name, missing_ok=True)
@@ -48,11 +54,11 @@ def stage(table: MergeTreeTable, data: Any, tag: str | None = None, *,
 def discard_staged(table: MergeTreeTable, tag: str, keep: Sequence[str] = ()) -> list[str]:
     """End the write job `tag`: delete its staged parts except `keep`; return the deleted names."""
     prefix = f"{inserting.STAGING_PREFIX}{tag}_"
+    if not keep:
+        table.log.end_job(tag)  # first: a task staging after the listing below sees it and removes its parts
     removed = []
     for name in sorted(n for n in table.directories.names() if n.startswith(prefix)):
         if name not in keep:
             table.store.remove_part(name, missing_ok=True)
             removed.append(name)
-    if not keep:
-        table.log.end_job(tag)
     return removed

@@ -583,14 +583,26 @@ class TableLog:
         if not _JOB_TAG.fullmatch(tag):
             raise InvalidOptionError(f"job tag {tag!r} must be 1 to 64 letters and digits, and not "
                                      "t<number> (the names of transaction-owned parts)")
+        if self.job_ended(tag):
+            raise TransactionError(f"write job {tag!r} of {self.table_dir} has ended (it gave up, or idled past "
+                                   "its lifetime): a late task of it stages nothing")
         path = self._job_path(tag)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomically(path, json.dumps({"tag": tag, "active": time.time()}).encode(),
                               sync_directory=False)
 
     def end_job(self, tag: str) -> None:
-        """The job committed or gave up: whatever it staged and did not publish is garbage."""
+        """The job committed or gave up: whatever it staged and did not publish is garbage. A mark
+        that it ended stays for the job lifetime, so a task of it still running (Spark does not wait
+        for them when a job fails) cannot register it again, and removes what it stages after."""
+        ended = self._job_path(tag).with_suffix(".ended")
+        ended.parent.mkdir(parents=True, exist_ok=True)
+        ended.touch()
         self._job_path(tag).unlink(missing_ok=True)
+
+    def job_ended(self, tag: str) -> bool:
+        """Whether job `tag` ended (`end_job`) within the job lifetime."""
+        return self._job_path(tag).with_suffix(".ended").exists()
 
     def job_alive(self, tag: str, lifetime: float = STAGED_LIFETIME) -> bool:
         try:
@@ -609,6 +621,13 @@ class TableLog:
         for tag in tags:
             if not self.job_alive(tag, lifetime):
                 self.end_job(tag)
+        now = time.time()
+        for mark in (self.table_dir / JOBS_DIRECTORY).glob("*.ended"):
+            try:
+                if now - mark.stat().st_mtime >= lifetime:
+                    mark.unlink()
+            except FileNotFoundError:
+                pass
 
     # ---- block numbers and names in flight ---------------------------------------------------------
 

@@ -308,3 +308,27 @@ def test_commit_outcome_unknown_keeps_every_part_until_it_is_known(tmp_path: Pat
             assert table.check().ok
         finally:
             coordinator.close()
+
+
+def test_a_task_still_staging_after_its_job_gave_up_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Spark calls a failed job's abort without waiting for its other tasks: discard_staged marks the
+    job ended before it lists what to delete, so a task that stages after that listing removes its
+    own parts, and one that starts later stages nothing."""
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id", settings={"auto_merge": False})
+    table.stage(batch(range(5)), tag="job1")
+    original = table.store.write_part
+
+    def abort_meanwhile(name, files, boundaries):  # the job gives up while this task's part is written
+        original(name, files, boundaries)
+        table.discard_staged("job1")
+
+    monkeypatch.setattr(table.store, "write_part", abort_meanwhile)
+    with pytest.raises(TransactionError, match="job1"):
+        table.stage(batch(range(5, 10)), tag="job1")
+    monkeypatch.setattr(table.store, "write_part", original)
+    with pytest.raises(TransactionError, match="has ended"):
+        table.stage(batch(range(10, 15)), tag="job1")
+    assert [n for n in table.directories.names() if n.startswith("staged_")] == []
+    assert ids_of(table) == []
+    table.stage(batch(range(3)), tag="job2")  # other jobs are unaffected
+    assert len([n for n in table.directories.names() if n.startswith("staged_job2_")]) == 1
