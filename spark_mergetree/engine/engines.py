@@ -27,9 +27,9 @@ compares keys always). Within a run of rows compared as one key:
   negative; otherwise the first negative row if P ≤ N and the last positive row if P ≥ N (a FINAL
   read keeps only the positive one).
 * VersionedCollapsing: per (key, version) — the version ends the sorting key — each row of one sign
-  cancels the latest still unmatched row of the other sign; the unmatched rows stay. (ClickHouse
-  also writes out the oldest unmatched row once more than 8191 of one (key, version) wait, so a
-  later row cannot cancel it; we do not.)
+  cancels the latest still unmatched row of the other sign; the unmatched rows stay. ClickHouse's
+  queue of unmatched rows holds at most 8191 rows: a row arriving while it is full first writes out
+  the oldest waiting row, which no later row can cancel then; so do we (`_versioned_bounded`).
 
 Everything is vectorised (numpy/pyarrow over group boundaries); nothing loops over rows.
 """
@@ -48,6 +48,7 @@ from spark_mergetree.errors import FormatError, SchemaMismatchError, Unsupported
 from spark_mergetree.expressions.ddl import TableDefinition
 from spark_mergetree.expressions.predicate import columns_of, parse_expression
 from spark_mergetree.expressions.sort_key import key_element_arrays
+from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.types import AggregateFunction, parse_type
 
 _SUMMABLE = re.compile(r"(U?Int\d+|Float(32|64)|Decimal(32|64|128|256)?\(.*\)|Bool)")
@@ -354,7 +355,46 @@ def _versioned(signs: np.ndarray, starts: np.ndarray) -> np.ndarray:
     offset = group_ids.astype(np.int64) * (2 * rows + 2)
     suffix_min = np.minimum.accumulate((level + offset)[::-1])[::-1] - offset
     survives = (direction != 0) & (signs == direction) & (level > 0) & (level <= suffix_min)
+    # Until ClickHouse's queue first fills, its length is |balance|: only groups where that reaches the
+    # bound can differ from the rule above, and those (thousands of rows of one key) are rare.
+    peak = np.maximum.reduceat(np.abs(balance), first)
+    for group in np.flatnonzero(peak >= VERSIONED_QUEUE_ROWS):
+        begin, end = int(first[group]), int(last[group]) + 1
+        survives[begin:end] = _versioned_bounded(signs[begin:end], VERSIONED_QUEUE_ROWS)
     return np.flatnonzero(survives)
+
+
+# ClickHouse's VersionedCollapsing merge keeps at most min(max_block_size, 8192) - 1 unmatched rows of
+# one (key, version); merges and FINAL reads use blocks of at least 8192 rows (an insert's own merge
+# uses its block's size, which its queue can never reach), so the bound is 8191 everywhere.
+VERSIONED_QUEUE_ROWS = 8191
+
+
+@lazy_njit
+def _versioned_bounded(signs: np.ndarray, bound: int) -> np.ndarray:
+    """Which rows of one (key, version) survive with a queue of at most `bound` unmatched rows (all of
+    one sign): a row arriving at a full queue first writes out the queue's oldest row; then it joins
+    the queue if the queue is empty or of its sign, else it cancels the queue's newest row."""
+    n = len(signs)
+    kept = np.zeros(n, dtype=np.bool_)
+    queue = np.empty(n, dtype=np.int64)
+    front = 0
+    back = 0
+    queued_sign = 0
+    for row in range(n):
+        if back - front >= bound:
+            kept[queue[front]] = True
+            front += 1
+        if back == front or signs[row] == queued_sign:
+            if back == front:
+                queued_sign = signs[row]
+            queue[back] = row
+            back += 1
+        else:
+            back -= 1
+    for slot in range(front, back):
+        kept[queue[slot]] = True
+    return kept
 
 
 def collapse(engine: MergingEngine, table: pa.Table, sort_key: Sequence[str], column_types: Mapping[str, str],

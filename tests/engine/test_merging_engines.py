@@ -179,6 +179,41 @@ def test_collapsing_algorithms_match_clickhouse_over_one_sequence(tmp_path: Path
     assert _rows(engines.collapse(spec, rows, key, types, final=False)) == expected_merged
 
 
+def test_versioned_collapsing_writes_out_rows_beyond_clickhouses_queue(tmp_path: Path) -> None:
+    """Long runs of one sign for one (key, version): ClickHouse keeps at most 8191 unmatched rows
+    waiting and writes out the oldest when more come, so those can no longer be cancelled. Inserts,
+    FINAL reads and OPTIMIZE FINAL keep exactly ClickHouse's rows."""
+    runs = [(1, 10_000), (-1, 10_000), (1, 3), (-1, 9_000)]  # key 7: long runs; key 8: a short mix
+    signs = np.concatenate([np.full(n, sign) for sign, n in runs]).astype(np.int8)
+    parts = [pa.table({"k": np.full(n, 7, np.uint32), "v": np.ones(n, np.uint32), "s": np.full(n, sign, np.int8),
+                       "x": np.arange(n, dtype=np.uint32) + 100_000 * i})
+             for i, (sign, n) in enumerate(runs)]
+    parts.append(pa.table({"k": np.full(4, 8, np.uint32), "v": np.ones(4, np.uint32),
+                           "s": np.array([1, -1, 1, 1], np.int8), "x": np.arange(4, dtype=np.uint32)}))
+    create = ("CREATE TABLE c (k UInt32, v UInt32, s Int8, x UInt32) ENGINE = VersionedCollapsingMergeTree(s, v) "
+              f"ORDER BY k SETTINGS {NO_MERGES}")
+    inserts = []
+    for i, part in enumerate(parts):
+        pq.write_table(part, tmp_path / f"rows{i}.parquet")
+        inserts.append(f"INSERT INTO c SELECT * FROM file('{tmp_path}/rows{i}.parquet', Parquet)")
+    sess, _ = make_chdb_table(tmp_path, create, inserts)
+    expected_final = _select(sess, "SELECT k, v, s, x FROM c FINAL")
+    sess.query("OPTIMIZE TABLE c FINAL")
+    expected_merged = _select(sess, "SELECT k, v, s, x FROM c")
+    close_session()
+    assert len(expected_merged) > 4, "ClickHouse cancelled every long run: the queue bound did not show"
+    assert len(signs) > 2 * 8191
+
+    table = MergeTreeTable.create(tmp_path / "ours", [("k", "UInt32"), ("v", "UInt32"), ("s", "Int8"), ("x", "UInt32")],
+                                  order_by="k", engine="VersionedCollapsingMergeTree(s, v)",
+                                  settings={"auto_merge": False})
+    for part in parts:
+        table.insert(part)
+    assert _rows(table.to_arrow(final=True)) == expected_final
+    table.optimize(final=True)
+    assert _rows(table.to_arrow()) == expected_merged
+
+
 def test_replacing_without_sorting_key_keeps_the_last_row_when_merged(tmp_path: Path) -> None:
     """ORDER BY tuple(): every row has the same key; a merge keeps ClickHouse's one row (it wrote none)."""
     create = f"CREATE TABLE r (a UInt32, b String) ENGINE = ReplacingMergeTree ORDER BY tuple() SETTINGS {NO_MERGES}"
