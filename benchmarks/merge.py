@@ -9,7 +9,8 @@ memory of a big merge, and insert latency with background merges running vs with
    process opens the table and runs `optimize(final=True)`; its resident memory before the merge,
    its peak (VmHWM) and the merge's time.
 3. Insert latency: `--appends` single-row inserts into a table with `auto_merge` on (merges in
-   background threads of the inserting process) and into one with it off; p50 and p99.
+   the inserting process's merge workers) and into one with it off, three rounds alternating;
+   p50 and p99.
 
 The machine is shared: numbers are noisy. Usage:
     python benchmarks/merge.py [--rows 4000000] [--parts 8] [--big-rows 52000000] [--appends 300]
@@ -142,18 +143,24 @@ def latencies(table: MergeTreeTable, appends: int) -> np.ndarray:
     return np.array(times) * 1000
 
 
-def insert_latency(work: Path, appends: int) -> None:
-    without = latencies(MergeTreeTable.create(work / "plain", COLUMNS, order_by="id",
-                                              settings={"auto_merge": False}), appends)
-    merging = MergeTreeTable.create(work / "merging", COLUMNS, order_by="id")
-    background = latencies(merging, appends)
-    MergeTreeTable.wait_for_merges(timeout=300)
-    print(f"insert latency, {appends} single-row appends (ms)")
-    for label, values in (("without background merges", without), ("with background merges", background)):
+def insert_latency(work: Path, appends: int, rounds: int = 3) -> None:
+    """Rounds alternate between a table without background merges and one with them (in this
+    process's merge workers), so the machine's load changes touch both alike; p50/p99 over all."""
+    without, background = [], []
+    merging = None
+    for n in range(rounds):
+        without.append(latencies(MergeTreeTable.create(work / f"plain{n}", COLUMNS, order_by="id",
+                                                       settings={"auto_merge": False}), appends))
+        merging = MergeTreeTable.create(work / f"merging{n}", COLUMNS, order_by="id")
+        background.append(latencies(merging, appends))
+        MergeTreeTable.wait_for_merges(timeout=300)
+    plain, merged = np.concatenate(without), np.concatenate(background)
+    print(f"insert latency, {rounds} rounds of {appends} single-row appends each way (ms)")
+    for label, values in (("without background merges", plain), ("with background merges", merged)):
         print(f"  {label:28} p50 {np.percentile(values, 50):6.1f}  p99 {np.percentile(values, 99):6.1f}")
-    print(f"  ratio with/without: p50 {np.percentile(background, 50) / np.percentile(without, 50):.2f}x  "
-          f"p99 {np.percentile(background, 99) / np.percentile(without, 99):.2f}x  (goal: p99 within 1.2x); "
-          f"parts left: {len(merging.parts())}")
+    print(f"  ratio with/without: p50 {np.percentile(merged, 50) / np.percentile(plain, 50):.2f}x  "
+          f"p99 {np.percentile(merged, 99) / np.percentile(plain, 99):.2f}x  (goal: p99 within 1.2x); "
+          f"parts left in the last table: {len(merging.parts()) if merging else 0}")
 
 
 def main() -> None:

@@ -2,8 +2,10 @@
 
 A commit returns as soon as it is durable; then (table setting `auto_merge`) it asks this
 process's `BackgroundMerges` to merge the table. A bounded number of daemon threads (at most
-`MAX_THREADS` tables at once, one thread per table) each run the automatic selector's merges
-(optimize.py `merge_step`), one transaction per merge, until it finds nothing more. Merges commit
+`MAX_THREADS` tables at once, one thread per table) each have the automatic selector's merges
+(optimize.py `merge_step`) run, one transaction per merge, until it finds nothing more: in a merge
+worker process (merge_worker.py: a merge in a thread would hold the interpreter lock the process's
+writes need), or in the thread itself for tables a worker cannot open. Merges commit
 through the same protocol as every write, so a process that exits (or is killed) mid-merge leaves
 nothing visible half-done: only garbage that recovery and cleanup remove. Merges of several
 processes (writers, `mergetree merge-daemon`s) on one table meet at the removal locks: one wins,
@@ -25,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from spark_mergetree.engine import merge_worker
 from spark_mergetree.engine import optimize as optimizing
 from spark_mergetree.errors import SerializationError, TooManyPartsError
 from spark_mergetree.format.part_info import PartInfo
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_THREADS = 2  # tables merged at once in one process (one thread each)
+# Whether merges run in worker processes (merge_worker.py) where they can; off, in this process's threads.
+USE_WORKERS = True
 # A merge that loses a race to another merger is retried after this pause, this many times in a row.
 LOST_RACE_PAUSE = 0.05
 LOST_RACES_IN_A_ROW = 20
@@ -86,6 +91,8 @@ class BackgroundMerges:
         self._again: set[str] = set()  # tables committed to while their thread ran
         self._queued: dict[str, MergeTreeTable] = {}  # tables waiting for a thread
         self._stop = threading.Event()
+        self._idle_workers: list[merge_worker.Worker] = []
+        self._workers: list[merge_worker.Worker] = []  # every live worker, idle or busy
 
     def schedule(self, table: MergeTreeTable) -> None:
         """Merge `table` in the background (no-op if it is being merged: that thread looks again)."""
@@ -113,7 +120,7 @@ class BackgroundMerges:
             # merge takes the parts of several commits and merges do not contend with every insert.
             if not self._stop.wait(pause):
                 try:
-                    merge_until_settled(table, self._stop)
+                    self._merge(table)
                 except Exception as error:  # noqa: BLE001 - a background merge never fails a write
                     log.warning("background merge of %s failed (the table is unchanged): %r", table.path, error)
             with self._lock:
@@ -127,6 +134,33 @@ class BackgroundMerges:
                     self._start(next_key, self._queued.pop(next_key))
                 self._idle.notify_all()
                 return
+
+    def _merge(self, table: MergeTreeTable) -> None:
+        description = merge_worker.describe(table) if USE_WORKERS else None
+        if description is None:
+            merge_until_settled(table, self._stop)
+            return
+        with self._lock:
+            if self._stop.is_set():
+                return
+            worker = self._idle_workers.pop() if self._idle_workers else None
+        if worker is None or not worker.alive():
+            worker = merge_worker.Worker()
+            with self._lock:
+                self._workers.append(worker)
+                if self._stop.is_set():  # stop() ran while it started: it must not outlive the stop
+                    worker.close()
+        healthy = False
+        try:
+            worker.merge(description)
+            healthy = True
+        finally:
+            with self._lock:
+                if healthy and not self._stop.is_set():
+                    self._idle_workers.append(worker)
+                else:
+                    worker.close(idle=True)  # its answer came (or it died): nothing runs there now
+                    self._workers.remove(worker)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no merge thread runs or is queued; return False on timeout."""
@@ -144,6 +178,9 @@ class BackgroundMerges:
         self._stop.set()
         with self._lock:
             self._queued.clear()
+            for worker in self._workers:
+                worker.close(idle=worker in self._idle_workers)  # a busy one stops after its merge
+            self._idle_workers.clear()
 
 
 _PROCESS: BackgroundMerges | None = None
@@ -174,7 +211,7 @@ def after_commit(table: MergeTreeTable) -> None:
     """What a committed write does about merges: schedule them in the background if the table
     merges automatically. Never raises (the commit happened)."""
     try:
-        if table.metadata.setting("auto_merge"):
+        if table.metadata.setting("auto_merge") and not merge_worker.in_worker():
             process_merges().schedule(table)
     except Exception as error:  # noqa: BLE001 - see above
         log.warning("could not schedule background merges of %s: %r", table.path, error)

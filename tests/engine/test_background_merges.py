@@ -260,3 +260,75 @@ def test_merge_daemons_merge_and_stop_cleanly_on_sigterm(tmp_path: Path) -> None
     assert ids_of(table) == list(range(400))
     table.cleanup()
     assert directories(table) == {p.name for p in table.parts()}
+
+
+# ------------------------------------------------------------------ merge workers
+
+
+def test_background_merges_run_in_a_worker_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writing process's threads never run a merge (it would hold the interpreter lock its
+    inserts need): a merge step that fails in this process changes nothing, the worker merges."""
+    def not_here(table: MergeTreeTable) -> None:
+        raise AssertionError("a merge ran in the writing process")
+
+    monkeypatch.setattr(background.optimizing, "merge_step", not_here)
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id",
+                                  settings={"merge_parts_threshold": 3, "old_parts_lifetime": 0})
+    for n in range(6):
+        table.insert(batch(range(n * 10, n * 10 + 10)))
+    assert MergeTreeTable.wait_for_merges(timeout=60)
+    assert len(table.parts()) < 6 and max(p.level for p in table.parts()) >= 1
+    assert ids_of(table) == list(range(60))
+    workers = background.process_merges()._workers
+    assert workers and all(w.alive() and w.process.pid != os.getpid() for w in workers)
+
+
+def test_tables_a_worker_cannot_open_merge_in_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(background.merge_worker, "describe", lambda table: None)
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id", settings={"merge_parts_threshold": 2})
+    for n in range(4):
+        table.insert(batch([n]))
+    assert MergeTreeTable.wait_for_merges(timeout=60)
+    assert len(table.parts()) < 4 and ids_of(table) == [0, 1, 2, 3]
+
+
+def _insert_then_die(path: str, url: str) -> None:
+    table = MergeTreeTable.open(path, coordinator=url)
+    for n in range(8):
+        table.insert(batch(range(n * 50_000, (n + 1) * 50_000)))
+    MergeTreeTable.wait_for_merges(timeout=0.05)  # a merge has been handed to the worker
+    workers = background.process_merges()._workers
+    print(" ".join(str(w.process.pid) for w in workers), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_outlives_its_killed_parent_only_until_its_merge_ends(tmp_path: Path) -> None:
+    """kill -9 of the writing process: its worker sees its input end, finishes (or abandons) the
+    merge in progress and exits; every committed row is there once, and cleanup leaves no garbage."""
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id",
+                                  settings={"merge_parts_threshold": 2, "merge_selecting_sleep_ms": 0,
+                                            "old_parts_lifetime": 0})
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = ("import sys; from tests.engine.test_background_merges import _insert_then_die; "
+            "_insert_then_die(sys.argv[1], sys.argv[2])")
+    writer = subprocess.run([sys.executable, "-c", code, str(table.path), table.coordinator.url], env=env,
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert writer.returncode == -signal.SIGKILL, writer.stderr
+    pids = [int(p) for p in writer.stdout.split()]
+    assert pids, "the writer had no merge worker"
+    deadline = time.monotonic() + 60
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in pids), "a merge worker outlived its parent's last merge"
+    assert ids_of(table) == list(range(8 * 50_000))
+    table.cleanup()
+    assert directories(table) == {p.name for p in table.parts()}
+    assert table.check().ok
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False

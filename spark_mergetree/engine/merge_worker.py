@@ -1,0 +1,166 @@
+"""Background merges in a worker process, so that they do not slow the writes of the process that
+asked for them.
+
+A merge is mostly Python code between numpy calls, and it holds the interpreter lock while it runs:
+in the writing process it made every insert wait for the lock at each of its many file operations
+(measured: single-row inserts' p99 doubled while merges ran in a thread, and stayed as without
+merges when the same merges ran in another process). So `BackgroundMerges` hands each table to a
+worker: a child process (running `main` below) that opens the same table
+from its description and runs the automatic selector's merges until it finds nothing
+(`background.merge_until_settled`), then answers with the parts it made.
+
+Protocol: one JSON line per request on the worker's stdin (`describe`), one JSON line per answer
+on its stdout (`{"created": [...]}` or `{"error": "..."}`). A worker serves one request at a time and
+lives as long as its parent: end of input (the parent stopped its merges, exited or died) stops it
+after the merge in progress, which is a transaction of its own like every merge, so nothing is
+left half-done. Its stderr is the parent's (its warnings reach the same log).
+
+Tables this module cannot describe (object-store tables, whose credentials and coordinator may
+not be reproducible from a URL) are merged in a thread as before (`describe` returns None).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from queue import Queue
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_mergetree.engine.table import MergeTreeTable
+
+log = logging.getLogger(__name__)
+
+# Set in a worker: its own commits (merges) must not start merges of their own.
+IN_WORKER_ENV = "SPARK_MERGETREE_MERGE_WORKER"
+
+
+def in_worker() -> bool:
+    return os.environ.get(IN_WORKER_ENV) == "1"
+
+
+def describe(table: MergeTreeTable) -> dict[str, Any] | None:
+    """What a worker needs to open the same table: its directory, statement, engine settings and
+    coordinator URL; None for tables only a thread of this process can merge."""
+    from spark_mergetree.engine.table import MergeTreeTable
+    from spark_mergetree.expressions.ddl import format_attach
+
+    if type(table) is not MergeTreeTable:
+        return None
+    try:
+        settings = json.loads(json.dumps(dict(table.metadata.engine_settings)))
+    except (TypeError, ValueError):
+        return None
+    return {"path": str(table.path), "statement": format_attach(table.definition),
+            "engine_settings": settings, "external": table._external_definition,
+            "coordinator": table.coordinator.url}
+
+
+def open_described(description: dict[str, Any]) -> MergeTreeTable:
+    """The table `describe` described, with the same definition and coordinator."""
+    from spark_mergetree.engine.metadata import TableMetadata
+    from spark_mergetree.engine.table import MergeTreeTable
+    from spark_mergetree.expressions.ddl import parse_create
+    from spark_mergetree.txn.connect import coordinator_from_url
+
+    metadata = TableMetadata(parse_create(description["statement"]), description["engine_settings"])
+    table = MergeTreeTable(description["path"], metadata, coordinator_from_url(description["coordinator"]))
+    table._external_definition = bool(description["external"])
+    return table
+
+
+class Worker:
+    """The parent's end of one worker process."""
+
+    def __init__(self) -> None:
+        import spark_mergetree
+
+        package_root = str(Path(spark_mergetree.__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env[IN_WORKER_ENV] = "1"
+        env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+        # A session of its own: a terminal's Ctrl-C reaches the parent, which then closes the
+        # worker's input; the worker finishes its merge instead of dying in the middle of it.
+        # (-c, not -m: the package imports this module, and runpy warns when -m runs such a module)
+        self.process = subprocess.Popen([sys.executable, "-c", "from spark_mergetree.engine.merge_worker import main; main()"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                        start_new_session=True)
+
+    def merge(self, description: dict[str, Any]) -> list[str]:
+        """Ask the worker to merge one table until settled; the parts it made. Raises RuntimeError
+        if the worker failed or died (the table is unchanged by what did not commit)."""
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        try:
+            stdin.write(json.dumps(description) + "\n")
+            stdin.flush()
+        except (BrokenPipeError, ValueError, OSError) as error:
+            raise RuntimeError(f"merge worker {self.process.pid} is gone: {error!r}") from None
+        answer = stdout.readline()  # blocks without the interpreter lock
+        if not answer:
+            raise RuntimeError(f"merge worker {self.process.pid} exited (code {self.process.poll()})")
+        reply = json.loads(answer)
+        if reply.get("error"):
+            raise RuntimeError(reply["error"])
+        return list(reply["created"])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self, *, idle: bool = False) -> None:
+        """End the worker's input: it stops after the merge in progress. An `idle` worker (no
+        request of it is being answered) exits at once: wait for it, so nothing is left behind."""
+        try:
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        except OSError:
+            pass
+        if idle:
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                log.warning("merge worker %d did not exit at the end of its input", self.process.pid)
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+
+
+def _serve(requests: IO[str], answers: IO[str]) -> None:
+    from spark_mergetree.engine import background
+
+    stop = threading.Event()
+    lines: Queue[str | None] = Queue()
+
+    def read() -> None:
+        for line in requests:
+            lines.put(line)
+        stop.set()  # the parent is gone or stopped its merges: finish the merge in progress only
+        lines.put(None)
+
+    threading.Thread(target=read, name="mergetree-worker-input", daemon=True).start()
+    tables: dict[str, MergeTreeTable] = {}
+    while (line := lines.get()) is not None:
+        try:
+            description = json.loads(line)
+            key = json.dumps(description, sort_keys=True)
+            table = tables.get(key)
+            if table is None:
+                table = tables[key] = open_described(description)
+            reply: dict[str, Any] = {"created": background.merge_until_settled(table, stop)}
+        except Exception as error:  # noqa: BLE001 - reported to the parent, which logs it
+            reply = {"error": f"{type(error).__name__}: {error}"}
+        answers.write(json.dumps(reply) + "\n")
+        answers.flush()
+
+
+def main() -> None:
+    # The protocol owns the real stdout; anything else printed goes to stderr.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout = sys.stderr
+    logging.basicConfig(level=logging.WARNING, format="mergetree merge worker: %(message)s")
+    _serve(sys.stdin, answers)
+
