@@ -15,8 +15,9 @@ lives as long as its parent: end of input (the parent stopped its merges, exited
 after the merge in progress, which is a transaction of its own like every merge, so nothing is
 left half-done. Its stderr is the parent's (its warnings reach the same log).
 
-Tables this module cannot describe (object-store tables, whose credentials and coordinator may
-not be reproducible from a URL) are merged in a thread as before (`describe` returns None).
+Tables this module does not describe are merged in a thread as before (`describe` returns None):
+object-store tables, whose merges mostly wait on the network without the lock, and whose clients
+(credentials, retry settings, endpoints) a URL does not always reproduce.
 """
 
 from __future__ import annotations
