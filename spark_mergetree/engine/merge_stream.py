@@ -44,6 +44,7 @@ from spark_mergetree.format.part_writer import (
     in_memory_width_of_type,
     plan_granules_of,
 )
+from spark_mergetree.format.skip_index_writer import columns_built_together
 from spark_mergetree.format.streams import stream_names
 from spark_mergetree.format.types import parse_type
 
@@ -171,6 +172,7 @@ def merge_streaming(readers: Sequence[PartReader], meta: TableMetadata, keys: se
     block by block into `spill_dir` (see the module's description). `keys`: the key columns;
     `rows`: the rows the sources hold (not deleted); `granules`: the part's granule plan."""
     names = [n for n, _ in meta.columns]
+    keys = _with_index_partners(meta, keys)
     key_names = [n for n in names if n in keys] if meta.sorting_key else []
     writer = PartStreamWriter(meta.columns, granules, [t for _, t in meta.primary_key_types], partition,
                               meta.writer_settings, spill_dir=spill_dir)
@@ -211,7 +213,7 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
     engine = meta.merging_engine
     assert engine is not None and meta.sorting_key
     names = [n for n, _ in meta.columns]
-    key_names = [n for n in names if n in keys]
+    key_names = [n for n in names if n in _with_index_partners(meta, keys)]
     source_dtype = _source_dtype(readers)
     order_path = os.path.join(spill_dir, "merge_sources")
     keep_path = os.path.join(spill_dir, "merge_kept")
@@ -265,16 +267,36 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
     return writer.finish()
 
 
+def _with_index_partners(meta: TableMetadata, keys: set[str]) -> set[str]:
+    """`keys` and the other columns of every index that needs its columns side by side and holds a
+    key column: the key columns are written first, window by window, so those go with them."""
+    keys = set(keys)
+    grown = True
+    while grown:  # an added column may share another such index with a column not added yet
+        grown = False
+        for spec in meta.writer_settings.skip_indexes:
+            if spec.built_from_rows and keys & set(spec.columns) and not set(spec.columns) <= keys:
+                keys |= set(spec.columns)
+                grown = True
+    return keys
+
+
 def _source_dtype(readers: Sequence[PartReader]) -> type[np.unsignedinteger]:
     return np.uint8 if len(readers) <= 256 else np.uint16
 
 
 def _gather_rest(readers: Sequence[PartReader], meta: TableMetadata, rest: list[str], order_path: str,
                  keep_path: str | None, source_dtype: type[np.unsignedinteger], writer: PartStreamWriter) -> None:
-    if rest:
-        with ThreadPoolExecutor(max_workers=min(COLUMN_THREADS, len(rest))) as pool:
-            list(pool.map(lambda name: _gather_column(readers, meta, name, order_path, keep_path, source_dtype,
-                                                      writer), rest))
+    """Write the columns `rest` one at a time (several on threads); columns an index needs side by
+    side (skip_index_writer.columns_built_together) are gathered together, block by block."""
+    together = columns_built_together(meta.writer_settings.skip_indexes) & set(rest)
+    groups = [[name] for name in rest if name not in together]
+    if together:
+        groups.append([name for name in rest if name in together])
+    if groups:
+        with ThreadPoolExecutor(max_workers=min(COLUMN_THREADS, len(groups))) as pool:
+            list(pool.map(lambda names: _gather_columns(readers, meta, names, order_path, keep_path, source_dtype,
+                                                        writer), groups))
 
 
 def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: list[str],
@@ -354,12 +376,11 @@ class _ColumnSource:
         return out
 
 
-def _gather_column(readers: Sequence[PartReader], meta: TableMetadata, name: str, order_path: str,
-                   keep_path: str | None, source_dtype: type[np.unsignedinteger], writer: PartStreamWriter) -> None:
-    """Write column `name` of the merged part: the sources' values in the order the file of
+def _gather_columns(readers: Sequence[PartReader], meta: TableMetadata, names: list[str], order_path: str,
+                    keep_path: str | None, source_dtype: type[np.unsignedinteger], writer: PartStreamWriter) -> None:
+    """Write columns `names` of the merged part: the sources' values in the order the file of
     sources gives, a block at a time (with `keep_path`, only the rows that file marks kept)."""
-    sources = [_ColumnSource(r, name, meta) for r in readers]
-    arrow_type = meta.arrow_schema.field(name).type
+    sources = {name: [_ColumnSource(r, name, meta) for r in readers] for name in names}
     with open(order_path, "rb") as order_file, ExitStack() as stack:
         keep_file = stack.enter_context(open(keep_path, "rb")) if keep_path else None
         while True:
@@ -367,13 +388,14 @@ def _gather_column(readers: Sequence[PartReader], meta: TableMetadata, name: str
             kept = np.fromfile(keep_file, dtype=np.uint8, count=len(owner)).astype(bool) if keep_file else None
             if not len(owner):
                 return
-            counts = np.bincount(owner, minlength=len(sources))
-            chunks = [chunk for number, count in enumerate(counts.tolist()) if count
-                      for chunk in sources[number].take(count)]
-            grouped = pa.chunked_array(chunks, arrow_type).combine_chunks()
+            counts = np.bincount(owner, minlength=len(readers))
             # Rows grouped by source (in source order, each in its own order) -> merged order.
             position = np.empty(len(owner), np.int64)
             position[np.argsort(owner, kind="stable")] = np.arange(len(owner))
             if kept is not None:
                 position = position[kept]
-            writer.write(name, grouped.take(pa.array(position)))
+            for name in names:
+                chunks = [chunk for number, count in enumerate(counts.tolist()) if count
+                          for chunk in sources[name][number].take(count)]
+                grouped = pa.chunked_array(chunks, meta.arrow_schema.field(name).type).combine_chunks()
+                writer.write(name, grouped.take(pa.array(position)))

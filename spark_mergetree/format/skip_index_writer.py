@@ -84,6 +84,18 @@ class IndexSpec:
     arguments: tuple[float, ...]
     granularity: int
 
+    @property
+    def built_from_rows(self) -> bool:
+        """Whether an index granule needs the rows of all its columns at once (set and bloom_filter
+        over several columns: a granule's distinct tuples, every filter's size); the other indexes
+        are built from each column on its own. A writer gives such columns side by side."""
+        return len(self.columns) > 1 and self.type not in ("minmax", "ngrambf_v1", "tokenbf_v1")
+
+
+def columns_built_together(specs: Sequence[IndexSpec]) -> set[str]:
+    """The columns of the indexes that need them side by side (`IndexSpec.built_from_rows`)."""
+    return {column for spec in specs if spec.built_from_rows for column in spec.columns}
+
 
 def _base(dt: DataType) -> DataType:
     while isinstance(dt, (Nullable, LowCardinality)):
@@ -362,9 +374,9 @@ class SkipIndexBuilder:
     - an index of one column compresses each index granule as soon as its rows are in;
     - minmax, ngrambf_v1 and tokenbf_v1 over several columns hold each column's uncompressed index
       bytes (they are laid side by side in each granule) until the last column is in;
-    - set and bloom_filter over several columns hold the columns themselves: a granule's distinct
-      tuples (set) and every filter's size (bloom_filter, sized by the column with the most distinct
-      values) need all of them at once."""
+    - set and bloom_filter over several columns (`IndexSpec.built_from_rows`) build each index
+      granule once every column's rows of it are in, holding the rows that came ahead of the
+      slowest column (writers give these columns side by side, so that stays a block)."""
 
     def __init__(self, spec: IndexSpec, types: Sequence[str], granule_rows: np.ndarray, codec: Codec,
                  min_block: int, max_block: int) -> None:
@@ -373,10 +385,9 @@ class SkipIndexBuilder:
         self.granule_rows = np.asarray(granule_rows, np.int64)
         self.starts = granule_offsets(self.granule_rows)
         self.index_granules = -(-len(self.granule_rows) // spec.granularity)
-        self.separable = len(spec.columns) == 1 or spec.type in ("minmax", "ngrambf_v1", "tokenbf_v1")
         self.writer = CompressedStreamWriter(codec, min_block, max_block)
         self._held: dict[str, list[pa.Array]] = {c: [] for c in spec.columns}  # rows not yet indexed
-        self._first: dict[str, int] = dict.fromkeys(spec.columns, 0)  # data granule the held rows start at
+        self._end: dict[str, int] = dict.fromkeys(spec.columns, 0)  # data granules arrived per column
         self._done: dict[str, int] = dict.fromkeys(spec.columns, 0)  # index granules built per column
         self._pieces: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in spec.columns}
 
@@ -384,36 +395,38 @@ class SkipIndexBuilder:
         """The next rows of `column`, up to data granule `end_granule` (exclusive)."""
         chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
         self._held[column].extend(chunk for chunk in chunks if len(chunk))
-        if not self.separable:
-            return
+        self._end[column] = end_granule
+        together = self.spec.built_from_rows
+        columns = list(self.spec.columns) if together else [column]
+        end = min(self._end[c] for c in columns)
         granularity = self.spec.granularity
-        ready = self.index_granules if end_granule >= len(self.granule_rows) else end_granule // granularity
+        ready = self.index_granules if end >= len(self.granule_rows) else end // granularity
         done = self._done[column]
         if ready <= done:
             return
         first, last = done * granularity, min(ready * granularity, len(self.granule_rows))
         rows = int(self.starts[last] - self.starts[first])
-        held = pa.chunked_array(self._held[column], self._held[column][0].type) if self._held[column] else None
-        if held is None:
-            return
-        dt = self.dts[self.spec.columns.index(column)]
-        piece = _index_bytes(self.spec, [dt], [_plain_values(held.slice(0, rows))], self.granule_rows[first:last])
-        rest = held.slice(rows)
-        self._held[column] = list(rest.chunks)
-        self._done[column] = ready
-        if len(self.spec.columns) == 1:
+        taken = [self._take(c, rows) for c in columns]
+        piece = _index_bytes(self.spec, [self.dts[self.spec.columns.index(c)] for c in columns], taken,
+                             self.granule_rows[first:last])
+        for c in columns:
+            self._done[c] = ready
+        if len(columns) == len(self.spec.columns):
             self.writer.append_granules(np.ascontiguousarray(piece[0], np.uint8).data, np.asarray(piece[1], np.int64))
         else:
             self._pieces[column].append(piece)
 
+    def _take(self, column: str, rows: int) -> pa.Array:
+        """The first `rows` held rows of `column` (no longer held)."""
+        held = self._held[column]
+        values = pa.chunked_array(held, held[0].type) if held else pa.chunked_array([], pa.null())
+        self._held[column] = list(values.slice(rows).chunks)
+        return _plain_values(values.slice(0, rows))
+
     def finish(self, files: dict[str, bytes | memoryview], checksums: dict[str, FileChecksum]) -> None:
         """Write the index's data and marks files (and the data file's checksum)."""
         spec = self.spec
-        if not self.separable:
-            columns = [_plain_values(pa.chunked_array(self._held[c], self._held[c][0].type)) for c in spec.columns]
-            data, offsets = _index_bytes(spec, self.dts, columns, self.granule_rows)
-            self.writer.append_granules(np.ascontiguousarray(data, np.uint8).data, np.asarray(offsets, np.int64))
-        elif len(spec.columns) > 1:
+        if len(spec.columns) > 1 and not spec.built_from_rows:
             data, offsets = interleave_chunks([_joined(self._pieces[c]) for c in spec.columns])
             self.writer.append_granules(np.ascontiguousarray(data, np.uint8).data, np.asarray(offsets, np.int64))
         self.writer.finish()

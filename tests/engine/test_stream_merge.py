@@ -152,10 +152,9 @@ _KILLED_MERGE = textwrap.dedent("""
     import os, signal, sys
     from spark_mergetree import MergeTreeTable
     from spark_mergetree.engine import merge_stream
-    original = merge_stream._gather_column
     def gather_then_die(*args, **kwargs):  # the keys are merged and spilled: die mid-merge
         os.kill(os.getpid(), signal.SIGKILL)
-    merge_stream._gather_column = gather_then_die
+    merge_stream._gather_columns = gather_then_die
     MergeTreeTable.open(sys.argv[1]).optimize(final=True)
 """)
 
@@ -185,7 +184,7 @@ def test_a_killed_merge_leaves_its_spill_for_the_next_merge_to_remove(tmp_path: 
 
 def test_merge_memory_does_not_grow_with_projections_and_skip_indexes(tmp_path: Path) -> None:
     """A table's projection (its sources' projection parts merged by its key) and skip indexes
-    (built as the merged granules come) are merged in bounded memory too. Built from whole rows, the
+    (built as the merged granules come, over one column or several) are merged in bounded memory too. Built from whole rows, the
     projection alone would hold ~290 MB decoded (4M rows of 8 + 8 + 56 bytes, sorted by `c`)."""
     rows, parts = 4_000_000, 3
     table = MergeTreeTable.create(
@@ -193,6 +192,10 @@ def test_merge_memory_does_not_grow_with_projections_and_skip_indexes(tmp_path: 
         projections=["PROJECTION by_c (SELECT * ORDER BY c)"], settings={"auto_merge": False})
     table.add_index("INDEX s_bloom s TYPE bloom_filter GRANULARITY 2")
     table.add_index("INDEX c_minmax c TYPE minmax GRANULARITY 1")
+    # Over several columns, set and bloom_filter need their columns side by side: non-key columns
+    # are gathered together, a non-key column of an index with a key column goes with the keys.
+    table.add_index("INDEX cs_set (c, s) TYPE set(100) GRANULARITY 1")
+    table.add_index("INDEX id_s_bloom (id, s) TYPE bloom_filter GRANULARITY 1")
     for number in range(parts):
         ids = np.arange(number, rows, parts, dtype=np.uint64)
         text = pa.array(np.char.add("value-of-a-fairly-long-string-column-number-", (ids % 1000).astype("U12")))
@@ -200,4 +203,6 @@ def test_merge_memory_does_not_grow_with_projections_and_skip_indexes(tmp_path: 
     report = merge_memory(tmp_path / "t")
     assert report["rows"] == rows
     grown_mb = (report["peak_kb"] - report["before_kb"]) / 1024
-    assert grown_mb < 150, report
+    # Measured ~235 MB at 2M, 4M and 8M rows alike (the window of three columns side by side and
+    # the index granules' work); holding c and s whole for the two-column indexes grew it past 540 MB.
+    assert grown_mb < 300, report
