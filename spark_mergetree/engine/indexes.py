@@ -135,9 +135,17 @@ def clear_projection(table: MergeTreeTable, name: str) -> list[str]:
 
 def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader], bool],
             meta: TableMetadata | None = None) -> list[str]:
-    """Give every visible part a new version (mutations.py: one transaction, version N, mutation_N.txt
-    after the commit): rewritten under `meta` (the table's current definition by default) where
-    `affects(reader)`, copied otherwise."""
+    """Give every visible part a new version (a mutation: one transaction, version N,
+    mutation_N.txt after the commit): rewritten under `meta` (the table's current definition by
+    default) where `affects(reader)`, copied otherwise (`MergeTreeTable.rewrite_every_part`)."""
+    return table.rewrite_every_part(
+        command, lambda reader: _rewritten(meta or table.metadata, reader) if affects(reader) else None)
+
+
+def rewrite_every_part_staged(table: MergeTreeTable, command: str,
+                              rewrite: Callable[[PartReader], PartFiles | None]) -> list[str]:
+    """`rewrite_every_part` for tables whose parts are staged, then renamed into place
+    (mutations.py's `finish`)."""
     if not table.supports_mutations:
         raise UnsupportedError(f"{table}: {command} (a mutation's new part versions) is not implemented for this "
                                "kind of table")
@@ -148,9 +156,8 @@ def _mutate(table: MergeTreeTable, command: str, affects: Callable[[PartReader],
     try:
         for part in sorted(tx.visible_parts(table.log)):
             name = f"{inserting.STAGING_PREFIX}t{tx.tid}_index_{uuid.uuid4().hex[:12]}_0"
-            reader = table.reader(part)
-            if affects(reader):
-                files = _rewritten(meta or table.metadata, reader)
+            files = rewrite(table.reader(part))
+            if files is not None:
                 table.store.write_part(name, files.files, files.boundaries)
             else:
                 table.store.clone_part(part, name)

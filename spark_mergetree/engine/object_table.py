@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -397,11 +397,31 @@ class ObjectStoreTable(MergeTreeTable):
                             lambda _table, mutation, tx: self._mutate_once(mutation, tx))
 
     def _mutate_once(self, mutation: mutating.Mutation, transaction: Transaction | None) -> list[str]:
-        """One attempt of a mutation (engine/mutations.py's planning and rewriting): its version N is
-        allocated first, so each new version is uploaded once under its final, never reused name
-        `<part>_N`; `mutation_N.txt` is written once the transaction has committed."""
-        own = transaction is None
+        """One attempt of a DELETE or UPDATE (engine/mutations.py's planning and rewriting)."""
         tx, parts, candidates = mutating.begin(self, mutation, transaction, staged=False)
+
+        def rewrite(part: str) -> PartFiles | None:
+            return mutating.rewrite_part(self.reader(part), self, mutation) if part in candidates else None
+
+        return self._new_versions(tx, transaction is None, parts, rewrite, mutation.command, only_if_changed=True)
+
+    def rewrite_every_part(self, command: str, rewrite: Callable[[PartReader], PartFiles | None]) -> list[str]:
+        """`MergeTreeTable.rewrite_every_part` (index ALTERs), published as `delete` publishes, run
+        again on a new snapshot when it loses a race (as `delete` is)."""
+        def once(_table: MergeTreeTable, _mutation: Any, _transaction: Any) -> list[str]:
+            self.check_same_table()
+            tx = Transaction(self.coordinator)
+            return self._new_versions(tx, True, sorted(tx.visible_parts(self.log)),
+                                      lambda part: rewrite(self.reader(part)), command, only_if_changed=False)
+
+        return mutating.run(self, None, None, once)  # type: ignore[arg-type]
+
+    def _new_versions(self, tx: Transaction, own: bool, parts: Sequence[str],
+                      rewrite: Callable[[str], PartFiles | None], command: str, *, only_if_changed: bool) -> list[str]:
+        """Give every part of `parts` its new version under the mutation's version N, allocated first
+        so each is uploaded once under its final, never reused name `<part>_N`: `rewrite(part)`'s
+        files, or a copy made on the server; `mutation_N.txt` records `command` once the transaction
+        has committed. With `only_if_changed`, nothing happens unless some part was rewritten."""
         written: dict[str, str] = {}  # visible part → its new version, uploaded
         try:
             version = self._mutation_version(tx)
@@ -412,7 +432,7 @@ class ObjectStoreTable(MergeTreeTable):
                 return PartInfo(info.partition_id, info.min_block, info.max_block, info.level, version).name
 
             for part in parts:
-                files = mutating.rewrite_part(self.reader(part), self, mutation) if part in candidates else None
+                files = rewrite(part)
                 if files is None:
                     continue
                 written[part] = version_of(part)
@@ -420,11 +440,11 @@ class ObjectStoreTable(MergeTreeTable):
                     self.parts_store.clone_part(part, written[part], files.files, pool)
                 else:
                     self.parts_store.write_part(written[part], files.files, pool)
-            if not written:
+            if not parts or (only_if_changed and not written):
                 if own:
                     tx.rollback()
                 return []
-            tx.remove_parts(self.log, parts)  # a concurrent merge or overwrite of them conflicts here
+            tx.remove_parts(self.log, list(parts))  # a concurrent merge or overwrite of them conflicts here
             for part in parts:
                 if part not in written:
                     written[part] = version_of(part)
@@ -432,7 +452,7 @@ class ObjectStoreTable(MergeTreeTable):
             mutating.refuse_missed_parts(self, tx)
             finals = [written[part] for part in parts]
             tx.add_parts(self.log, finals)
-            tx.on_commit(lambda _csn: mutating.write_mutation_file(self, version, mutation.command))
+            tx.on_commit(lambda _csn: mutating.write_mutation_file(self, version, command))
             if own:
                 tx.commit()
         except BaseException:
@@ -458,10 +478,14 @@ class ObjectStoreTable(MergeTreeTable):
     # ------------------------------------------------------------------ schema
 
     def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
-        """ALTER TABLE ADD COLUMN: the new statement replaces `table.sql` by a conditional put (only
-        over the version this handle read), so of two concurrent ALTERs one wins and the other gets
-        SerializationError. Parts written before return the new columns' defaults."""
-        definition = self.with_columns_added(columns)
+        """ALTER TABLE ADD COLUMN (`replace_definition`). Parts written before return the new
+        columns' defaults."""
+        self.replace_definition(self.with_columns_added(columns))
+
+    def replace_definition(self, definition: Any) -> None:
+        """Write the table's new statement (an ALTER of its metadata: columns, indexes): it replaces
+        `table.sql` by a conditional put (only over the version this handle read), so of two
+        concurrent ALTERs one wins and the other gets SerializationError."""
         key = self.location.child(META_DIR, STATEMENT_FILE)
         bucket = self.parts_store.bucket
         try:
@@ -530,11 +554,8 @@ class ObjectStoreTable(MergeTreeTable):
     def export_part(self, part: str, destination: str | os.PathLike[str]) -> Any:
         raise self._unsupported("export_part")
 
-    def replace_definition(self, definition: Any) -> None:
-        raise self._unsupported("ALTER TABLE (ADD/DROP INDEX or PROJECTION: a change of the table's statement)")
-
-    def materialize_index(self, name: str) -> list[str]:
-        raise self._unsupported("MATERIALIZE INDEX (a mutation's new part versions)")
+    def add_projection(self, declaration: str) -> None:
+        raise self._unsupported("projections (ADD PROJECTION)")
 
     # Staged mutations (stage, then rename into place: Spark's distributed DELETE/UPDATE) cannot run
     # here; `delete` and `update` above write under final names instead.

@@ -705,6 +705,12 @@ class MergeTreeTable:
         self.metadata = self.metadata.with_definition(definition)
         self._statement_text = statement
 
+    def rewrite_every_part(self, command: str, rewrite: Callable[[PartReader], PartFiles | None]) -> list[str]:
+        """A mutation of every visible part, in one transaction (ALTER ... MATERIALIZE/DROP INDEX, the
+        projection ALTERs): each gets a new version, `rewrite(reader)`'s files or (None) a copy;
+        `mutation_N.txt` records `command` after the commit. Returns the new parts' names."""
+        return indexing.rewrite_every_part_staged(self, command, rewrite)
+
     def add_index(self, declaration: str) -> None:
         """ALTER TABLE ADD INDEX: `INDEX name expr TYPE minmax|set(N)|bloom_filter[(fpr)]|ngrambf_v1(...)|
         tokenbf_v1(...) [GRANULARITY g]`. Parts written from now on carry it; `materialize_index`
