@@ -37,7 +37,7 @@ from spark_mergetree.format.part_writer import (
     plan_granules_of,
     write_wide_part_by_column,
 )
-from spark_mergetree.format.types import parse_type, to_arrow
+from spark_mergetree.format.types import Json, parse_type, to_arrow
 
 
 @dataclass(frozen=True)
@@ -324,6 +324,16 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     The table's projections are built again from the merged rows (engine/projections.py); parts
     holding a projection this version cannot build (`unmergeable_projections`) are not merged: the
     merged part would lack it."""
+    json_columns = [name for name, dt in zip((n for n, _ in meta.columns), (parse_type(t) for _, t in meta.columns),
+                                             strict=True) if isinstance(dt, Json)]
+    if json_columns:
+        # A JSON column reads as text; writing that text again would infer the values' types anew
+        # (a Float64 1.0 prints as 1 and would come back Int64, a UInt8 would come back Int64): a merge
+        # through it would change the stored types, so it is refused rather than done lossily.
+        raise UnsupportedError(
+            f"{readers[0].location if readers else 'merge'}: the table has JSON column(s) {', '.join(json_columns)}, "
+            "whose parts are not merged by this version (the text form would not keep every value's type): "
+            "merge them in ClickHouse")
     for reader in readers:
         lost = unmergeable_projections(reader, meta)
         if lost:

@@ -220,9 +220,8 @@ def dynamic_text(structure: DynamicStructure, struct: pa.StructArray, where: str
     texts = []
     for name, dt, field in zip(structure.variant.names, structure.variant.variants, struct.flatten(), strict=True):
         if name == SHARED_VARIANT:
-            if field.null_count != len(field):
-                raise UnsupportedError(f"{where}: {len(field) - field.null_count} value(s) in the shared variant "
-                                       "(types beyond max_dynamic_types) are not read here")
+            if field.null_count != len(field):  # types beyond max_types: each value carries its type
+                texts.append(binary_values_text(field.cast(pa.binary()), where, where))
             continue
         texts.append(value_text(dt, field, where))
     return pc.coalesce(*texts) if texts else pa.nulls(len(struct), pa.string())
@@ -327,3 +326,10 @@ def serialize_dynamic(dt: Dynamic, column: str, values: pa.Array | pa.ChunkedArr
     the `.dynamic_structure` stream: whole in a Wide part, per granule in a Compact one)."""
     split = split_dynamic(dt, values, column)
     return split, serialize_column(split.structure.variant, column, split.struct, granule_rows, string_sizes)
+
+
+def binary_values_text(values: pa.Array, column: str, where: str) -> pa.Array:
+    """Values in the binary form of Dynamic values (type encoding, then the value; NULL where a row
+    has none) as JSON text: how a JSON column's shared data holds each path's values."""
+    split = split_dynamic(Dynamic(254), values, column)
+    return dynamic_text(split.structure, split.struct, where)

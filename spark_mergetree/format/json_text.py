@@ -18,7 +18,20 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.fileops import escape_for_file_name
-from spark_mergetree.format.types import Array, DataType, Nullable, Primitive
+from spark_mergetree.format.types import (
+    Array,
+    DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
+    Enum,
+    FixedString,
+    LowCardinality,
+    Map,
+    Nullable,
+    Primitive,
+    Tuple,
+)
 from spark_mergetree.format.values import Cursor
 
 __all__ = ["OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
@@ -72,16 +85,60 @@ def shared_data_sizes(column_base: str, structure: ObjectStructure) -> list[str]
 
 
 def _quoted(strings: pa.Array, where: str) -> pa.Array:
-    """Strings as JSON string literals, escaped as ClickHouse escapes them."""
+    """Strings as JSON string literals, escaped as ClickHouse escapes them: `"`, `\\`, `/` and the
+    control characters with short escapes get them, other control characters `\\u00XX`."""
     if not pa.types.is_string(strings.type):
         strings = strings.cast(pa.string())
-    control = pc.match_substring_regex(strings, r"[\x00-\x07\x0b\x0e-\x1f\x7f]")
-    if pc.any(control).as_py():
-        raise UnsupportedError(f"{where}: a string with control characters other than \\b \\t \\n \\f \\r")
-    for raw, escaped in (("\\", "\\\\"), ('"', '\\"'), ("/", "\\/"), ("\b", "\\b"), ("\f", "\\f"), ("\n", "\\n"),
-                         ("\r", "\\r"), ("\t", "\\t")):
+    for raw, escaped in (("\\", "\\\\"), ('"', '\\"'), ("/", "\\/"), ("\b", "\\b"), ("\f", "\\f"),
+                         ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")):
         strings = pc.replace_substring(strings, raw, escaped)
+    control = pc.match_substring_regex(strings, r"[\x00-\x1f]")
+    if pc.any(control).as_py():
+        for code in (*range(0, 8), 0x0B, *range(0x0E, 0x20)):
+            strings = pc.replace_substring(strings, chr(code), f"\\u{code:04x}")
     return pc.binary_join_element_wise('"', strings, '"', "")
+
+
+def _float_text(values: pa.Array) -> pa.Array:
+    """Floats as ClickHouse writes them in JSON: the shortest round-trip digits, plain for decimal
+    exponents -6..20 and `1e21`/`1.5e-7` beyond (no `+`), `-0` for negative zero, `null` for NaN and
+    infinities."""
+    text = pc.cast(values, pa.string())
+    text = pc.replace_substring(text, "e+", "e")
+    # Arrow switches to an exponent from 1e16 on, ClickHouse from 1e21: the few values between are
+    # written out here.
+    odd = np.asarray(pc.fill_null(pc.match_substring_regex(text, r"e(1[6-9]|20)$"), False), dtype=bool)
+    if odd.any():
+        fixed = text.to_pylist()
+        for i in np.flatnonzero(odd):
+            mantissa, exponent = fixed[i].split("e")
+            sign = "-" if mantissa.startswith("-") else ""
+            digits = mantissa.lstrip("-").replace(".", "")
+            point = len(mantissa.lstrip("-").split(".")[0]) + int(exponent)
+            fixed[i] = sign + digits.ljust(point, "0")
+        text = pa.array(fixed, pa.string())
+    finite = pc.is_finite(values)
+    return pc.if_else(pc.fill_null(finite, True), text, pa.scalar("null", pa.string()))
+
+
+def _time_text(dt: DataType, values: pa.Array) -> pa.Array:
+    """DateTime as `YYYY-MM-DD hh:mm:ss`, DateTime64(p) with p decimals, in the type's time zone (UTC
+    when it has none: the server time zone a reader of these parts is taken to have)."""
+    text = pc.strftime(values, "%Y-%m-%d %H:%M:%S")
+    if isinstance(dt, DateTime64):
+        unit_digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[values.type.unit]
+        if dt.precision < unit_digits:
+            text = pc.utf8_slice_codeunits(text, 0, 19 + (dt.precision + 1 if dt.precision else 0))
+    return text
+
+
+def _decimal_text(values: pa.Array) -> pa.Array:
+    """Decimals as numbers without trailing zeros (`1.5`, `100`), as ClickHouse writes them in JSON."""
+    text = pc.cast(values, pa.string())
+    if values.type.scale == 0:
+        return text
+    trimmed = pc.utf8_rtrim(pc.utf8_rtrim(text, characters="0"), characters=".")
+    return pc.if_else(pc.equal(trimmed, "-0"), "0", trimmed)
 
 
 def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
@@ -94,16 +151,42 @@ def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
     if isinstance(dt, Primitive) and dt.name == "Bool":
         return pc.if_else(values, "true", "false")
     if isinstance(dt, Primitive) and dt.name in ("Float32", "Float64"):
-        text = pc.cast(values, pa.string())
-        odd = pc.match_substring_regex(text, "[eEnN]|^-0$")
-        if pc.any(odd).as_py():
-            raise UnsupportedError(f"{where}: a {dt.name} value {text.filter(odd)[0].as_py()} whose text in JSON is not "
-                                   "known here (exponent, infinity, NaN or -0)")
-        return text
-    if isinstance(dt, Primitive) and dt.name == "String":
+        return _float_text(values)
+    if isinstance(dt, Primitive) and dt.name in ("Int128", "UInt128", "Int256", "UInt256"):
+        return pc.cast(values, pa.string())
+    if isinstance(dt, Primitive) and dt.name in ("String", "UUID"):
         return _quoted(values, where)
-    if isinstance(dt, Primitive) and dt.name == "Date":
+    if isinstance(dt, (FixedString, Enum)):
+        return _quoted(values.cast(pa.string()) if isinstance(dt, Enum) else values.cast(pa.binary()).cast(pa.string()),
+                       where)
+    if isinstance(dt, Primitive) and dt.name in ("Date", "Date32"):
         return _quoted(pc.cast(values, pa.string()), where)
+    if isinstance(dt, Primitive) and dt.name == "IPv4":
+        octets = [pc.cast(pc.bit_wise_and(pc.shift_right(values.cast(pa.uint32()), shift), 255), pa.string())
+                  for shift in (24, 16, 8, 0)]
+        return _quoted(pc.binary_join_element_wise(*octets, "."), where)
+    if isinstance(dt, (DateTime, DateTime64)):
+        return _quoted(_time_text(dt, values), where)
+    if isinstance(dt, Decimal):
+        return _decimal_text(values)
+    if isinstance(dt, LowCardinality):
+        return value_text(dt.inner, values, where)
+    if isinstance(dt, Tuple):
+        # A named tuple prints as an object, an unnamed one as an array.
+        children = [pc.fill_null(value_text(e, values.field(i), where), "null") for i, e in enumerate(dt.elements)]
+        if dt.names is None:
+            body = pc.binary_join_element_wise(*children, ",")
+            return pc.binary_join_element_wise("[", body, "]", "")
+        members = [pc.binary_join_element_wise(_quoted(pa.array([name]), where)[0].as_py() + ":", child, "")
+                   for name, child in zip(dt.names, children, strict=True)]
+        return pc.binary_join_element_wise("{", pc.binary_join_element_wise(*members, ","), "}", "")
+    if isinstance(dt, Map) and isinstance(dt.key, Primitive) and dt.key.name == "String":
+        keys = _quoted(values.keys, where)
+        items = pc.fill_null(value_text(dt.value, values.items, where), "null")
+        pairs = pc.binary_join_element_wise(keys, items, ":")
+        offsets = values.offsets
+        lists = pa.ListArray.from_arrays(pc.subtract(offsets, offsets[0]), pairs)
+        return pc.binary_join_element_wise("{", pc.binary_join(lists, ","), "}", "")
     if isinstance(dt, Array):
         items = values.flatten() if values.null_count == 0 else values.fill_null([]).flatten()
         item_text = pc.fill_null(value_text(dt.inner, items, where), "null")

@@ -44,7 +44,13 @@ from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
 from spark_mergetree.format.cityhash import file_hash
 from spark_mergetree.format.compression import CHECKSUM_SIZE, decompress_all, decompress_range, iter_blocks
 from spark_mergetree.format.compression_codecs import BLOCK_HEADER, HEADER_SIZE
-from spark_mergetree.format.dynamic import DynamicStructure, dynamic_text, dynamic_values, parse_structure
+from spark_mergetree.format.dynamic import (
+    DynamicStructure,
+    binary_values_text,
+    dynamic_text,
+    dynamic_values,
+    parse_structure,
+)
 from spark_mergetree.format.json_text import (
     OBJECT_STRUCTURE,
     ObjectStructure,
@@ -84,6 +90,7 @@ from spark_mergetree.format.serialization import default_column, deserialize_col
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
 from spark_mergetree.format.types import DataType, Dynamic, Json, parse_column_type, parse_type, to_arrow
+from spark_mergetree.format.values import Cursor, read_classic
 
 GranuleRange = tuple[int, int]
 
@@ -696,10 +703,13 @@ class PartReader:
         chunks = []
         for begin, end in ranges:
             rows = int(self.granule_starts[end] - self.granule_starts[begin])
-            sizes = shared_data_sizes(base, structure)
-            for stream, data in self._range_streams(sizes, begin, end).items():
-                check_counts(np.frombuffer(bytes(data), "<u8"), f"{where}, stream {stream!r}")
             texts: dict[str, pa.Array] = {}
+            if structure.advanced:
+                sizes = shared_data_sizes(base, structure)
+                for stream, data in self._range_streams(sizes, begin, end).items():
+                    check_counts(np.frombuffer(bytes(data), "<u8"), f"{where}, stream {stream!r}")
+            else:
+                texts.update(self._json_shared_data(name, base, structure, begin, end, rows, where))
             for path, typed in cast(Json, self.types[name]).typed_paths:
                 # A typed path is stored as an ordinary column of its type; every row prints it.
                 path_streams = path_base(base, path)
@@ -720,6 +730,45 @@ class PartReader:
         if not chunks:
             return pa.array([], type=pa.string())
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+
+    def _json_shared_data(self, name: str, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
+                          where: str) -> dict[str, pa.Array]:
+        """The text of every path a JSON column's shared data holds in granules [begin, end): each bucket
+        (one for version 2) is a Map(String, String) per row — `.size0` (UInt64 entries per row), then
+        the paths and the values (a type's binary encoding, then the value) as classic strings."""
+        row_parts: list[np.ndarray] = []
+        path_parts: list[pa.Array] = []
+        value_parts: list[pa.Array] = []
+        for sizes in shared_data_sizes(base, structure):
+            stem = sizes[:-len(".size0")]
+            names = [sizes, stem + "%2Epaths", stem + "%2Evalues"]
+            streams = self._range_streams(names, begin, end)
+            counts = np.frombuffer(bytes(streams[sizes]), "<u8").astype(np.int64)
+            if len(counts) != rows:
+                raise CorruptPartError(f"{where}: stream {sizes!r} holds {len(counts)} rows, the granules {rows}")
+            total = int(counts.sum())
+            if not total:
+                continue
+            paths = read_classic(Cursor(names[1], bytes(streams[names[1]])), total)
+            values = read_classic(Cursor(names[2], bytes(streams[names[2]])), total, binary=True)
+            row_parts.append(np.repeat(np.arange(rows, dtype=np.int64), counts))
+            path_parts.append(paths)
+            value_parts.append(values)
+        if not row_parts:
+            return {}
+        entry_rows = np.concatenate(row_parts)
+        entry_paths = pa.concat_arrays(path_parts)
+        entry_values = pa.concat_arrays(value_parts)
+        texts: dict[str, pa.Array] = {}
+        unique = pc.unique(entry_paths)
+        codes = np.asarray(pc.index_in(entry_paths, unique), np.int64)
+        for i, path in enumerate(unique.to_pylist()):
+            mine = np.flatnonzero(codes == i)
+            spot = np.full(rows, -1, np.int64)
+            spot[entry_rows[mine]] = mine
+            per_row = entry_values.take(pa.array(np.maximum(spot, 0), mask=spot < 0))
+            texts[path] = binary_values_text(per_row, name, f"{where}, path {path!r} (shared data)")
+        return texts
 
     def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
                        names: Sequence[str]) -> dict[str, bytes | bytearray]:

@@ -448,18 +448,28 @@ def test_json_parts_clickhouse_wrote_read_as_its_text(tmp_path, kind, partitione
         later = reader.read(["id", "j"], ranges=[(1, reader.n_granules)])
         by_id = {r["id"]: r["j"] for r in ours.to_pylist()}
         assert later.column("j").to_pylist() == [by_id[i] for i in later.column("id").to_pylist()]
-        with pytest.raises(UnsupportedError, match=r"column 'j'.*writing JSON"):
-            MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id").insert(ours)
+        # The text we read, written back by us: ClickHouse reads the same objects with the same types.
+        mine = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id",
+                                     settings={"index_granularity": 64, "auto_merge": False})
+        mine.insert(ours)
+        sess.query("CREATE TABLE back (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 64")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), mine)
+        assert _json_select(sess, "back") == _json_select(sess, "src")
     finally:
         close_session()
 
 
-def test_json_rows_with_shared_data_are_refused_naming_the_column(tmp_path):
-    sess, data_dir = _json_table(tmp_path, "Wide", json_type="JSON(max_dynamic_paths=2)")
+@pytest.mark.parametrize("version", ["v3", "v2"])
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_shared_data_clickhouse_wrote_read_as_its_text(tmp_path, kind, version):
+    """Paths beyond max_dynamic_paths live in the shared data (buckets of maps in 'v3', one map in
+    'v2'): read as ClickHouse prints them."""
+    sess, data_dir = _json_table(tmp_path, kind, version=version, json_type="JSON(max_dynamic_paths=2)")
     try:
-        statement = _statement(sess)
-        with pytest.raises(UnsupportedError, match=r"column 'j'.*shared data"):
-            MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
+        shared = _chdb_arrow(sess, "SELECT countIf(length(JSONSharedDataPaths(j)) > 0) AS c FROM src")
+        assert shared.column("c")[0].as_py() > 0
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert _texts(table.to_arrow()) == _json_select(sess, "src", types=False)
     finally:
         close_session()
 
@@ -530,3 +540,152 @@ def test_writing_dynamic_refuses_values_not_in_its_binary_form(tmp_path):
     with pytest.raises(SchemaMismatchError, match=r"column 'd': row 0: .*String"):  # a byte left over in row 0
         table.insert(pa.table({"id": pa.array([1, 2], pa.uint64()), "d": pa.array([b"\x15\x01a\x00", b"\x15"])}))
     assert table.parts() == []
+
+
+def _data_dir(sess, table: str) -> Path:
+    return Path(sess.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{table}'",
+                           "TabSeparatedRaw").bytes().decode().strip())
+
+
+def _json_select(sess, table: str, types: bool = True) -> list[tuple]:
+    """Each row's id, its object's text and (with `types`) every path with its type, as ClickHouse
+    gives them."""
+    extra = ", toString(JSONAllPathsWithTypes(j)) AS t" if types else ""
+    rows = sess.query(f"SELECT id, toString(j) AS txt{extra} FROM {table} ORDER BY id", "TabSeparatedRaw").bytes()
+    return [tuple(line.split("\t")) for line in rows.decode().splitlines()]
+
+
+def _texts(table: pa.Table) -> list[tuple]:
+    return [(str(r["id"]), r["j"]) for r in table.sort_by("id").to_pylist()]
+
+
+def _doc(i: int) -> str:
+    """Documents exercising ClickHouse's inference: integers (Int64, UInt64, beyond 64 bits: String),
+    floats (exponents, -0), Bool, strings with escapes, dates and date-times, arrays (nested, empty,
+    with NULLs, mixing Int64 with Float64 or Bool), nested objects, NULL and empty members."""
+    k = i % 6
+    if k == 0:
+        return '{"a":%d,"b":{"c":"s/\\"%d","d":[1,2,null]},"t":true}' % (i, i)
+    if k == 1:
+        return '{"a":%r,"f":-0.0,"g":1e-7,"e":[[1],[2,%d]],"big":18446744073709551615}' % (i / 4, i)
+    if k == 2:
+        return "{}"
+    if k == 3:
+        return ('{"z":"2020-01-0%d","dt":"2021-03-04 05:06:%02d","ns":"2021-03-04T05:06:07.%03dZ","n":null,'
+                '"arr":["2020-01-01",null],"u":9223372036854775808,"h":123456789012345678901234567890}'
+                % (i % 9 + 1, i % 60, i % 1000))
+    if k == 4:
+        return ('{"s":"tab\\tnew\\nline\\u0001 \\u00e9","empty":[],"a":-%d,"nested":{"x":{"y":{"z":%d}}},'
+                '"old":"1969-12-31"}' % (i, i))
+    return '{"a":false,"mix":[1,2.5],"bools":[true,1],"ee":{},"b":{"c":"v%d"},"v":"10.0.0.%d"}' % (i, i % 250)
+
+
+JSON_TYPES = {
+    "plain": "JSON",
+    "shared": "JSON(max_dynamic_paths=3, max_dynamic_types=2)",
+    "typed": "JSON(max_dynamic_paths=4, u UInt64, `b.c` Nullable(String), SKIP t, SKIP REGEXP '^e')",
+}
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@pytest.mark.parametrize("json_type", list(JSON_TYPES))
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_written_from_text_is_what_clickhouse_stores(tmp_path, kind, json_type):
+    """JSON text written by us (two inserts) and the same text inserted into ClickHouse: our parts
+    attach, pass CHECK TABLE, and give the same objects with the same path types; we read both back
+    as ClickHouse prints them. One insert of all rows gives ClickHouse's bytes in every data file."""
+    jt = JSON_TYPES[json_type]
+    texts = [_doc(i) for i in range(ROWS)]
+    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(texts))
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src VALUES {values}"])
+    try:
+        expected = _json_select(sess, "src")
+        if json_type == "shared":
+            shared = _chdb_arrow(sess, "SELECT countIf(length(JSONSharedDataPaths(j)) > 0) AS c FROM src")
+            assert shared.column("c")[0].as_py() > 0
+        rows = pa.table({"id": pa.array(range(ROWS), pa.uint64()), "j": pa.array(texts, pa.large_string())})
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        mine = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", jt)], order_by="id",
+                                     settings={"index_granularity": 64, "auto_merge": False, **settings})
+        mine.insert(rows.slice(0, 150))
+        mine.insert(rows.slice(150))
+        assert {(mine.path / p.name / "data.bin").exists() for p in mine.parts()} == {kind == "Compact"}
+        sess.query(f"CREATE TABLE back (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), mine)
+        assert _json_select(sess, "back") == expected
+        assert _texts(mine.to_arrow()) == [r[:2] for r in expected]
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert _texts(theirs.to_arrow()) == [r[:2] for r in expected]
+
+        one = MergeTreeTable.create(tmp_path / "one", [("id", "UInt64"), ("j", jt)], order_by="id",
+                                    settings={"index_granularity": 64, "auto_merge": False, **settings})
+        one.insert(rows)
+        a = data_dir / theirs.parts()[0].name
+        b = one.path / one.parts()[0].name
+        files = sorted(f.name for f in a.iterdir() if f.name.endswith(".bin"))
+        assert files == sorted(f.name for f in b.iterdir() if f.name.endswith(".bin"))
+        for name in files:
+            assert (b / name).read_bytes() == (a / name).read_bytes(), name
+    finally:
+        close_session()
+
+
+def test_json_values_clickhouse_infers_otherwise_are_refused_naming_row_and_path(tmp_path):
+    """Text whose type ClickHouse finds by best-effort date parsing or as Array(Dynamic) is refused
+    (naming the column, row and path) before anything is written; so are texts that are not objects."""
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("j", "JSON")], order_by="id",
+                                  settings={"auto_merge": False})
+
+    def insert(*texts: str) -> None:
+        table.insert(pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": list(texts)}))
+
+    for text, path in (('{"d":"2020/01/01"}', "d"), ('{"x":{"m":[1,"a"]}}', "x.m"), ('{"d":"Jan 1 2020"}', "d"),
+                       ('{"o":[{"a":1}]}', "o"), ('{"d":"2020-02-30"}', "d")):
+        with pytest.raises(UnsupportedError, match=rf"column 'j'.*row 1, path '{path}'"):
+            insert("{}", text)
+    with pytest.raises(SchemaMismatchError, match=r"column 'j'.*row 0 is not a JSON object"):
+        insert("[1]")
+    with pytest.raises(SchemaMismatchError, match=r"column 'j'.*row 0: path 'a.b' appears twice"):
+        insert('{"a":{"b":1},"a.b":2}')
+    assert table.parts() == []
+
+
+def test_merging_json_parts_is_refused_clearly(tmp_path):
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("j", "JSON")], order_by="id",
+                                  settings={"auto_merge": False})
+    for i in range(2):
+        table.insert(pa.table({"id": pa.array([i], pa.uint64()), "j": ['{"a":1.0}']}))
+    with pytest.raises(UnsupportedError, match=r"JSON column\(s\) j.*merge them in ClickHouse"):
+        table.optimize(final=True)
+    assert len(table.parts()) == 2
+    assert table.to_arrow().column("j").to_pylist() == ['{"a":1}', '{"a":1}']
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_typed_paths_of_other_types_read_as_clickhouse_prints_them(tmp_path, kind):
+    """Typed paths of DateTime, DateTime64, Decimal, Tuple, Map, UUID, IPv4, Enum, FixedString,
+    Int128, Date32 and floats (NaN, infinities, exponents, -0) print as ClickHouse prints them."""
+    jt = ("JSON(a DateTime, b Decimal(10, 2), c Tuple(x Int8, y String), d Float64, e DateTime64(3), f UUID, "
+          "g IPv4, h Float32, i Map(String, UInt8), k Nullable(Decimal(5, 1)), l Date32, m DateTime('Asia/Tokyo'), "
+          "n Array(Tuple(Int8, String)), o Int128, q FixedString(3), r Enum8('x' = 1, 'y' = 2))")
+    docs = ['{"a":"2020-01-01 10:00:00","b":1.5,"c":{"x":1,"y":"z"},"d":"nan","e":"2020-01-01 10:00:00.5",'
+            '"f":"00112233-4455-6677-8899-aabbccddeeff","g":"1.2.3.4","h":0.1,"i":{"k":1},"k":2.5,"l":"1900-01-01",'
+            '"m":"2020-01-01 10:00:00","n":[[1,"a"]],"o":123,"q":"ab","r":"y"}',
+            '{"d":"inf","h":-0.0,"b":-0.5}', '{"d":1e-7,"b":100}', '{"d":1e21}', '{"d":123456789.123}',
+            '{"d":-1e-5}', '{"d":1e17,"x":1.5e300}']
+    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(docs))
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS {PART_KINDS[kind]}", [f"INSERT INTO src VALUES {values}"])
+    try:
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert _texts(table.to_arrow()) == _json_select(sess, "src", types=False)
+    finally:
+        close_session()
