@@ -491,8 +491,11 @@ def _parse_times(arr: pa.Array, dt: DataType, where: str) -> pa.Array:
     return stamps
 
 
-def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buckets: int) -> ObjectColumn:
-    """JSON text (one object per row) → the paths, Dynamic columns and shared data of a part."""
+def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buckets: int,
+                 one_bucket_when_empty: bool = False) -> ObjectColumn:
+    """JSON text (one object per row) → the paths, Dynamic columns and shared data of a part.
+    ClickHouse writes a Wide part whose rows hold no shared data with one bucket
+    (`one_bucket_when_empty`), a Compact part with all of them."""
     arr = combine(values)
     if pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type):
         arr = arr.cast(pa.string())
@@ -521,8 +524,8 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
         names.append(np.full(len(row_index), path, object))
         binaries.append(binary)
         shared_counts.append((path, len(row_index)))
-    if not rows:
-        buckets = 1  # ClickHouse writes one (empty) bucket when no row has shared data
+    if not rows and one_bucket_when_empty:
+        buckets = 1
     if rows:
         all_rows = np.concatenate(rows)
         all_paths = np.concatenate(names)

@@ -313,7 +313,7 @@ class PartStreamWriter:
         """A whole JSON column: its structure streams and those of its typed paths, dynamic paths and
         shared data (format/json_write.py). Every stream takes the column's generic codec: the
         streams' value types differ from part to part."""
-        obj = split_object(dt, values, name, WIDE_BUCKETS)
+        obj = split_object(dt, values, name, WIDE_BUCKETS, one_bucket_when_empty=True)
         heads, body = serialize_object(obj, name, escape_for_file_name(name), granules, self.settings.string_sizes)
         streams = dict(heads + body)
         chain = dict(self.settings.column_codecs).get(name)
