@@ -26,6 +26,7 @@ from spark_mergetree.expressions.ddl import Projection, key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX
 from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_compact_part
+from spark_mergetree.format.json_text import STORED_JSON_TYPE
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
@@ -324,16 +325,6 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     The table's projections are built again from the merged rows (engine/projections.py); parts
     holding a projection this version cannot build (`unmergeable_projections`) are not merged: the
     merged part would lack it."""
-    json_columns = [name for name, dt in zip((n for n, _ in meta.columns), (parse_type(t) for _, t in meta.columns),
-                                             strict=True) if isinstance(dt, Json)]
-    if json_columns:
-        # A JSON column reads as text; writing that text again would infer the values' types anew
-        # (a Float64 1.0 prints as 1 and would come back Int64, a UInt8 would come back Int64): a merge
-        # through it would change the stored types, so it is refused rather than done lossily.
-        raise UnsupportedError(
-            f"{readers[0].location if readers else 'merge'}: the table has JSON column(s) {', '.join(json_columns)}, "
-            "whose parts are not merged by this version (the text form would not keep every value's type): "
-            "merge them in ClickHouse")
     for reader in readers:
         lost = unmergeable_projections(reader, meta)
         if lost:
@@ -411,8 +402,10 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
             return streamed
 
     def read_column(name: str) -> pa.ChunkedArray:
-        chunks = [chunk for r in readers for chunk in r.read([name], None, meta.column_types).column(0).chunks]
-        return pa.chunked_array(chunks, type=meta.arrow_schema.field(name).type)
+        # JSON columns in their stored form: every value keeps its type through the merge.
+        chunks = [chunk for r in readers
+                  for chunk in r.read([name], None, meta.column_types, stored_json=True).column(0).chunks]
+        return pa.chunked_array(chunks, type=merge_arrow_type(meta, name))
 
     key_table = pa.table({name: read_column(name).combine_chunks() for name in names if name in keys})
     rows = sum(r.existing_rows for r in readers) if not key_table.num_columns else key_table.num_rows
@@ -452,6 +445,13 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     granules = plan_granules_of(rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
     return write_wide_part_by_column(rows, meta.columns, column_of, primary_key, partition,
                                      meta.writer_settings, granules)
+
+
+def merge_arrow_type(meta: TableMetadata, name: str) -> pa.DataType:
+    """The Arrow type a merge reads column `name` as: the table's, but the stored form for JSON."""
+    if isinstance(parse_type(meta.column_types[name]), Json):
+        return STORED_JSON_TYPE
+    return meta.arrow_schema.field(name).type
 
 
 def _merged_partition(readers: Sequence[PartReader], meta: TableMetadata) -> PartitionValue | None:

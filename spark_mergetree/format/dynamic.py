@@ -43,7 +43,7 @@ from spark_mergetree.format.types import (
 )
 from spark_mergetree.format.values import Cursor, combine, encode_varuints, string_buffers
 
-__all__ = ["SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text",
+__all__ = ["binary_values", "binary_values_text", "SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text",
            "DynamicColumn", "split_dynamic", "serialize_dynamic", "DEFAULT_MAX_TYPES"]
 
 SHARED_VARIANT = "SharedVariant"
@@ -333,3 +333,20 @@ def binary_values_text(values: pa.Array, column: str, where: str) -> pa.Array:
     has none) as JSON text: how a JSON column's shared data holds each path's values."""
     split = split_dynamic(Dynamic(254), values, column)
     return dynamic_text(split.structure, split.struct, where)
+
+
+def binary_values(dt: DataType, values: pa.Array) -> pa.Array:
+    """Values of one type → their binary form as Dynamic values (the type's binary encoding, then the
+    value); a NULL (of a Nullable type) stays NULL."""
+    inner = dt.inner if isinstance(dt, Nullable) else dt
+    valid = np.asarray(values.is_valid(), dtype=bool)
+    present = values.filter(pa.array(valid)) if values.null_count else values
+    encoding = np.frombuffer(encode_type(inner), np.uint8)
+    count = len(present)
+    head = (np.tile(encoding, count), np.arange(count + 1, dtype=np.int64) * len(encoding))
+    data, offsets = interleave_chunks([head, value_chunks(inner, present)])
+    out = _binary(np.asarray(data, np.uint8), np.asarray(offsets, np.int64))
+    if not values.null_count:
+        return out
+    index = np.cumsum(valid, dtype=np.int64) - 1
+    return out.take(pa.array(np.maximum(index, 0), mask=~valid))

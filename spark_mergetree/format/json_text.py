@@ -34,10 +34,14 @@ from spark_mergetree.format.types import (
 )
 from spark_mergetree.format.values import Cursor
 
-__all__ = ["OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
+__all__ = ["STORED_JSON_TYPE", "stored_map", "OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
            "value_text", "object_text", "check_counts"]
 
 OBJECT_STRUCTURE = ".object_structure"
+# What a merge reads a JSON column as and writes it from: per row, path → the value's binary form
+# (its type's binary encoding, then the value), so every value keeps its type (its text would not:
+# a Float64 1.0 prints as 1, which an insert of the text stores as Int64).
+STORED_JSON_TYPE = pa.map_(pa.string(), pa.binary())
 # Object serialization versions (MergeTree setting object_serialization_version): v2 writes 2, v3 4.
 _V2, _V3 = 2, 4
 # Shared data serialization versions in a v3 structure: a Map per row in buckets (inserted parts);
@@ -240,3 +244,23 @@ def check_counts(counts: np.ndarray, where: str) -> None:
         raise UnsupportedError(f"{where}: {int(np.count_nonzero(counts))} row(s) hold paths in the JSON column's "
                                "shared data (paths beyond max_dynamic_paths), which are not read here")
 
+
+
+def stored_map(binaries: dict[str, pa.Array], n: int) -> pa.Array:
+    """Each path's values in binary form (NULL where a row lacks it) → one map per row, paths sorted."""
+    rows: list[np.ndarray] = []
+    keys: list[pa.Array] = []
+    values: list[pa.Array] = []
+    for path in sorted(binaries):
+        arr = binaries[path]
+        present = np.flatnonzero(np.asarray(arr.is_valid(), dtype=bool))
+        rows.append(present)
+        keys.append(pa.array([path], pa.string()).take(pa.array(np.zeros(len(present), np.int64))))
+        values.append(arr.take(pa.array(present)).cast(pa.binary()))
+    all_rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    order = pa.array(np.argsort(all_rows, kind="stable"))  # by row, then path (paths came sorted)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(all_rows, minlength=n), out=offsets[1:])
+    key_array = pa.concat_arrays(keys).take(order) if keys else pa.array([], pa.string())
+    value_array = pa.concat_arrays(values).take(order) if values else pa.array([], pa.binary())
+    return pa.MapArray.from_arrays(pa.array(offsets), key_array, value_array, type=STORED_JSON_TYPE)

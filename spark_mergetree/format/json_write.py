@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.conform import conform_array
 from spark_mergetree.format.dynamic import DynamicColumn, encode_type, split_dynamic
-from spark_mergetree.format.json_text import OBJECT_STRUCTURE, path_base
+from spark_mergetree.format.json_text import OBJECT_STRUCTURE, STORED_JSON_TYPE, path_base
 from spark_mergetree.format.row_binary import value_chunks
 from spark_mergetree.format.serialization import default_column, serialize_column
 from spark_mergetree.format.streams import STRUCTURE, StreamBytes
@@ -49,7 +49,7 @@ from spark_mergetree.format.types import (
 )
 from spark_mergetree.format.values import combine, encode_classic, encode_varuints, string_buffers
 
-__all__ = ["ObjectColumn", "split_object", "serialize_object", "shared_data_bucket", "DEFAULT_MAX_DYNAMIC_PATHS",
+__all__ = ["STORED_JSON_TYPE", "ObjectColumn", "split_object", "serialize_object", "shared_data_bucket", "DEFAULT_MAX_DYNAMIC_PATHS",
            "DEFAULT_MAX_DYNAMIC_TYPES", "WIDE_BUCKETS", "COMPACT_BUCKETS", "SHARED_DATA"]
 
 DEFAULT_MAX_DYNAMIC_PATHS = 1024  # JSON without max_dynamic_paths
@@ -334,6 +334,50 @@ def _arrow_type(kind: DataType) -> pa.DataType:
     return to_arrow(kind)
 
 
+def _from_stored(dt: Json, arr: pa.Array, column: str) -> tuple[list[str], Any, dict[str, pa.Array]]:
+    """The stored form (map path → binary value per row) → the paths in order of first appearance,
+    each path's values over all rows, and the typed paths' columns (decoded from their values)."""
+    if not (pa.types.is_string(arr.type.key_type) and pa.types.is_binary(arr.type.item_type)):
+        raise SchemaMismatchError(f"column {column!r}: the stored form of {dt.to_clickhouse()} is "
+                                  f"{STORED_JSON_TYPE}, not {arr.type}")
+    n = len(arr)
+    arr = arr.fill_null([]) if arr.null_count else arr
+    offsets = np.asarray(arr.offsets, np.int64)
+    entry_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    keys = arr.keys.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    items = arr.items.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    unique = pc.unique(keys)  # in order of first appearance
+    codes = np.asarray(pc.index_in(keys, unique), np.int64)
+    by_path = np.argsort(codes, kind="stable")
+    starts = np.searchsorted(codes[by_path], np.arange(len(unique) + 1))
+    index = {path: i for i, path in enumerate(unique.to_pylist())}
+
+    def binary_of(path: str) -> pa.Array:
+        i = index.get(path)
+        spot = np.full(n, -1, np.int64)
+        if i is not None:
+            mine = by_path[starts[i]:starts[i + 1]]
+            spot[entry_rows[mine]] = mine
+        return items.take(pa.array(np.maximum(spot, 0), mask=spot < 0)) if len(items) else pa.nulls(n, pa.binary())
+
+    typed = dict(dt.typed_paths)
+    typed_arrays = {}
+    for path, t in typed.items():
+        inner = t.inner if isinstance(t, Nullable) else t
+        split = split_dynamic(Dynamic(254), binary_of(path), column)
+        names = split.structure.variant.names
+        shared = split.struct.field(names.index("SharedVariant"))
+        if set(names) - {"SharedVariant", inner.to_clickhouse()} or shared.null_count != n:
+            raise SchemaMismatchError(f"column {column!r}, typed path {path!r}: stored values of types "
+                                      f"{[x for x in names if x != 'SharedVariant']}, not {inner.to_clickhouse()}")
+        values = split.struct.field(names.index(inner.to_clickhouse())) if inner.to_clickhouse() in names \
+            else pa.nulls(n, _arrow_type(inner))
+        if not is_nullable(t) and values.null_count:
+            values = pc.if_else(values.is_null(), default_column(t, n), values)
+        typed_arrays[path] = values
+    return [p for p in unique.to_pylist() if p not in typed], binary_of, typed_arrays
+
+
 def _dynamic_binary(kinds: dict[str, DataType], rows: _Rows, n: int) -> pa.Array:
     """A path's values in the binary form of Dynamic values (type encoding, then the value), NULL
     where a row lacks the path: what `split_dynamic` takes."""
@@ -493,36 +537,44 @@ def _parse_times(arr: pa.Array, dt: DataType, where: str) -> pa.Array:
 
 def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buckets: int,
                  one_bucket_when_empty: bool = False) -> ObjectColumn:
-    """JSON text (one object per row) → the paths, Dynamic columns and shared data of a part.
-    ClickHouse writes a Wide part whose rows hold no shared data with one bucket
-    (`one_bucket_when_empty`), a Compact part with all of them."""
+    """A JSON column's rows → the paths, Dynamic columns and shared data of a part. The rows are JSON
+    text (one object per row, types inferred as ClickHouse infers them), or the stored form a merge
+    reads (`STORED_JSON_TYPE`: per row a map path → its value's binary form, types kept). ClickHouse
+    writes a Wide part whose rows hold no shared data with one bucket (`one_bucket_when_empty`), a
+    Compact part with all of them."""
     arr = combine(values)
     if pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type):
         arr = arr.cast(pa.string())
-    if not pa.types.is_string(arr.type):
+    n = len(arr)
+    if pa.types.is_map(arr.type):
+        order, binary_of, typed_arrays = _from_stored(dt, arr, column)
+    elif pa.types.is_string(arr.type):
+        paths, kinds, typed_values = _parse(arr, dt, column)
+        order = list(paths)  # first appearance
+
+        def binary_of(path: str) -> pa.Array:
+            return _dynamic_binary(kinds, paths[path], n)
+
+        typed_arrays = {path: _typed_column(path, t, typed_values[path], column) for path, t in dt.typed_paths}
+    else:
         raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} is written from JSON text (string), "
                                   f"not {arr.type}")
-    n = len(arr)
-    paths, kinds, typed_values = _parse(arr, dt, column)
     settings = {k: v for k, v in dt.params if isinstance(v, int)}
     max_paths = int(settings.get("max_dynamic_paths", DEFAULT_MAX_DYNAMIC_PATHS))
     max_types = int(settings.get("max_dynamic_types", DEFAULT_MAX_DYNAMIC_TYPES))
-    order = list(paths)  # first appearance
     chosen = sorted(order[:max_paths])
-    dynamic = {path: split_dynamic(Dynamic(max_types), _dynamic_binary(kinds, paths[path], n), column)
-               for path in chosen}
-    typed = [(path, t, _typed_column(path, t, typed_values[path], column)) for path, t in sorted(dict(dt.typed_paths).items())]
+    dynamic = {path: split_dynamic(Dynamic(max_types), binary_of(path), column) for path in chosen}
+    typed = [(path, t, typed_arrays[path]) for path, t in sorted(dict(dt.typed_paths).items())]
     rows: list[np.ndarray] = []
     names: list[np.ndarray] = []
     binaries: list[pa.Array] = []
     shared_counts: list[tuple[str, int]] = []
     for path in order[max_paths:]:
-        found = paths[path]
-        row_index = np.asarray(found.rows, np.int64)
-        binary = _dynamic_binary(kinds, found, n).take(pa.array(row_index))
+        every = binary_of(path)
+        row_index = np.flatnonzero(np.asarray(every.is_valid(), dtype=bool))
         rows.append(row_index)
         names.append(np.full(len(row_index), path, object))
-        binaries.append(binary)
+        binaries.append(every.take(pa.array(row_index)))
         shared_counts.append((path, len(row_index)))
     if not rows and one_bucket_when_empty:
         buckets = 1

@@ -46,6 +46,7 @@ from spark_mergetree.format.compression import CHECKSUM_SIZE, decompress_all, de
 from spark_mergetree.format.compression_codecs import BLOCK_HEADER, HEADER_SIZE
 from spark_mergetree.format.dynamic import (
     DynamicStructure,
+    binary_values,
     binary_values_text,
     dynamic_text,
     dynamic_values,
@@ -53,12 +54,14 @@ from spark_mergetree.format.dynamic import (
 )
 from spark_mergetree.format.json_text import (
     OBJECT_STRUCTURE,
+    STORED_JSON_TYPE,
     ObjectStructure,
     check_counts,
     object_text,
     parse_object_structure,
     path_base,
     shared_data_sizes,
+    stored_map,
     value_text,
 )
 from spark_mergetree.format.marks import (
@@ -687,9 +690,10 @@ class PartReader:
             streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
         return self._with_prefixes(streams, names)
 
-    def _read_json(self, name: str, ranges: Sequence[GranuleRange]) -> pa.Array:
-        """A JSON column as ClickHouse's text of each row's object (format/json_text.py): its dynamic
-        paths read as Dynamic columns; rows with paths in the shared data are refused."""
+    def _read_json(self, name: str, ranges: Sequence[GranuleRange], stored: bool = False) -> pa.Array:
+        """A JSON column as ClickHouse's text of each row's object (format/json_text.py): its typed
+        paths, dynamic paths (read as Dynamic columns) and shared data. `stored`: as the stored form
+        a merge writes back (STORED_JSON_TYPE: per row, path → the value's binary form)."""
         base = escape_for_file_name(name)
         where = f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()})"
         key = ("object", name)
@@ -709,7 +713,9 @@ class PartReader:
                 for stream, data in self._range_streams(sizes, begin, end).items():
                     check_counts(np.frombuffer(bytes(data), "<u8"), f"{where}, stream {stream!r}")
             else:
-                texts.update(self._json_shared_data(name, base, structure, begin, end, rows, where))
+                for path, values in self._json_shared_data(base, structure, begin, end, rows, where).items():
+                    texts[path] = values if stored else \
+                        binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
             for path, typed in cast(Json, self.types[name]).typed_paths:
                 # A typed path is stored as an ordinary column of its type; every row prints it.
                 path_streams = path_base(base, path)
@@ -717,7 +723,8 @@ class PartReader:
                 values = deserialize_column(typed, name, cast(Mapping[str, bytes],
                                                               self._range_streams(names, begin, end)),
                                             rows, self.serialization.string_sizes, False, exact=True, base=path_streams)
-                texts[path] = pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
+                texts[path] = binary_values(typed, values) if stored else \
+                    pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
             for path in structure.paths:
                 path_streams = path_base(base, path)
                 dynamic = self._dynamic_structure(name, path_streams)
@@ -725,17 +732,19 @@ class PartReader:
                 struct = deserialize_column(dynamic.variant, name, cast(Mapping[str, bytes],
                                                                          self._range_streams(names, begin, end)),
                                             rows, self.serialization.string_sizes, False, exact=True, base=path_streams)
-                texts[path] = dynamic_text(dynamic, struct, f"{where}, path {path!r}")
-            chunks.append(object_text(texts, rows, where))
+                texts[path] = dynamic_values(dynamic, struct) if stored else \
+                    dynamic_text(dynamic, struct, f"{where}, path {path!r}")
+            chunks.append(stored_map(texts, rows) if stored else object_text(texts, rows, where))
         if not chunks:
-            return pa.array([], type=pa.string())
+            return pa.array([], type=STORED_JSON_TYPE if stored else pa.string())
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
-    def _json_shared_data(self, name: str, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
+    def _json_shared_data(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
                           where: str) -> dict[str, pa.Array]:
-        """The text of every path a JSON column's shared data holds in granules [begin, end): each bucket
-        (one for version 2) is a Map(String, String) per row — `.size0` (UInt64 entries per row), then
-        the paths and the values (a type's binary encoding, then the value) as classic strings."""
+        """Every path a JSON column's shared data holds in granules [begin, end), with its values
+        in binary form (NULL where a row lacks it): each bucket (one for version 2) is a
+        Map(String, String) per row — `.size0` (UInt64 entries per row), then the paths and the
+        values (a type's binary encoding, then the value) as classic strings."""
         row_parts: list[np.ndarray] = []
         path_parts: list[pa.Array] = []
         value_parts: list[pa.Array] = []
@@ -767,7 +776,7 @@ class PartReader:
             spot = np.full(rows, -1, np.int64)
             spot[entry_rows[mine]] = mine
             per_row = entry_values.take(pa.array(np.maximum(spot, 0), mask=spot < 0))
-            texts[path] = binary_values_text(per_row, name, f"{where}, path {path!r} (shared data)")
+            texts[path] = per_row
         return texts
 
     def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
@@ -804,15 +813,16 @@ class PartReader:
             self._decoded[key] = prefix
         return bytearray(cast(bytearray, self._decoded[key]))
 
-    def read_column(self, name: str, ranges: Sequence[GranuleRange]) -> pa.Array:
+    def read_column(self, name: str, ranges: Sequence[GranuleRange], stored_json: bool = False) -> pa.Array:
         """A column's values over granule ranges (as from merge_ranges), concatenated; every row the
-        part holds, deleted or not (`read` drops deleted rows)."""
+        part holds, deleted or not (`read` drops deleted rows). `stored_json`: a JSON column in the stored form a merge writes back
+        (format/json_text.py STORED_JSON_TYPE) rather than as text."""
         if name not in self.types:
             raise CorruptPartError(f"{self.location}: part has no column {name!r}")
         dt = self.types[name]
         self._refuse_raw_variant_names(name)
         if isinstance(dt, Json):
-            return self._read_json(name, ranges)
+            return self._read_json(name, ranges, stored_json)
         sparse = self.serialization.sparse_spec(name)
         structure = self._dynamic_structure(name) if isinstance(dt, Dynamic) else None
         stored = structure.variant if structure is not None else dt
@@ -933,14 +943,16 @@ class PartReader:
                 "describe this table")
 
     def read(self, columns: Sequence[str] | None = None, ranges: Sequence[GranuleRange] | None = None,
-             table_types: Mapping[str, str] | None = None, *, apply_mask: bool = True) -> pa.Table:
+             table_types: Mapping[str, str] | None = None, *, apply_mask: bool = True,
+             stored_json: bool = False) -> pa.Table:
         """Columns over granule ranges (all granules by default) as an Arrow table, without the rows
         a lightweight DELETE removed (with them, in stored order, when not `apply_mask`: a mutation
         rewriting the part keeps every stored row and its mask).
 
         `table_types` (name → ClickHouse type) are the table's columns: a column the part holds must
         have that type (SchemaMismatchError otherwise); a column the table gained after this part was
-        written reads as its default values, as ClickHouse reads it.
+        written reads as its default values, as ClickHouse reads it. `stored_json`: JSON columns in
+        the stored form a merge writes back (see `read_column`).
         """
         names = list(columns) if columns is not None else [n for n, _ in self.columns]
         ranges = merge_ranges(ranges) if ranges is not None else [(0, self.n_granules)]
@@ -953,8 +965,11 @@ class PartReader:
         rows = sum(int(self.granule_starts[e] - self.granule_starts[b]) for b, e in ranges)
         def column(n: str) -> pa.Array:
             if n not in self.types and n in declared:
-                return default_column(parse_type(declared[n]), rows)
-            return self.read_column(n, ranges)
+                added = parse_type(declared[n])
+                if stored_json and isinstance(added, Json):
+                    return pa.array([[]] * rows, STORED_JSON_TYPE)
+                return default_column(added, rows)
+            return self.read_column(n, ranges, stored_json)
 
         if len(names) > 1 and getattr(self.source, "parallel_reads", False):
             arrays = list(_column_pool().map(column, names))  # each column's ranged reads at once

@@ -8,6 +8,7 @@ expected struct is built from ClickHouse's own `variantType(v)` and `variantElem
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pyarrow as pa
@@ -573,7 +574,7 @@ def _doc(i: int) -> str:
         '"arr":["2020-01-01",null],"u":9223372036854775808,"h":123456789012345678901234567890}',
         '{"s":"tab\\tnew\\nline\\u0001 \\u00e9","empty":[],"a":-<i>,"nested":{"x":{"y":{"z":<i>}}},'
         '"old":"1969-12-31"}',
-        '{"a":false,"mix":[1,2.5],"bools":[true,1],"ee":{},"b":{"c":"v<i>"},"v":"10.0.0.<o>"}',
+        '{"a":false,"mix":[1,2.5],"bools":[true,1],"ee":{},"b":{"c":"v<i>"},"v":"10.0.0.<o>","w":1.0}',
     ]
     values = {"<i>": str(i), "<q>": repr(i / 4), "<d>": str(i % 9 + 1), "<s>": f"{i % 60:02d}",
               "<ms>": f"{i % 1000:03d}", "<o>": str(i % 250)}
@@ -626,6 +627,13 @@ def test_json_written_from_text_is_what_clickhouse_stores(tmp_path, kind, json_t
         assert _texts(mine.to_arrow()) == [r[:2] for r in expected]
         sess.query("OPTIMIZE TABLE back FINAL")  # ClickHouse merges our parts: the same objects and types
         assert _json_select(sess, "back") == expected
+        # Our merge of our parts: ClickHouse attaches it and reads the same objects and types.
+        assert mine.optimize(final=True)
+        sess.query(f"CREATE TABLE merged (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "merged", _data_dir(sess, "merged"), mine)
+        assert _json_select(sess, "merged") == expected
+        assert _texts(mine.to_arrow()) == [r[:2] for r in expected]
         theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
         assert _texts(theirs.to_arrow()) == [r[:2] for r in expected]
 
@@ -707,15 +715,20 @@ def test_json_values_clickhouse_infers_otherwise_are_refused_naming_row_and_path
     assert table.parts() == []
 
 
-def test_merging_json_parts_is_refused_clearly(tmp_path):
-    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("j", "JSON")], order_by="id",
-                                  settings={"auto_merge": False})
-    for i in range(2):
-        table.insert(pa.table({"id": pa.array([i], pa.uint64()), "j": ['{"a":1.0}']}))
-    with pytest.raises(UnsupportedError, match=r"JSON column\(s\) j.*merge them in ClickHouse"):
-        table.optimize(final=True)
-    assert len(table.parts()) == 2
-    assert table.to_arrow().column("j").to_pylist() == ['{"a":1}', '{"a":1}']
+def test_our_merges_keep_every_json_value_and_its_type(tmp_path):
+    """A merge reads JSON in its stored form (path → type encoding + value), not as text: a Float64
+    1.0 (printed `1`) stays Float64, a typed path keeps its type, shared data stays."""
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("j", "JSON(max_dynamic_paths=1, u UInt8)")],
+                                  order_by="id", settings={"auto_merge": False})
+    for i, text in enumerate(['{"a":1.0,"u":7}', '{"a":1,"b":"x"}', '{"c":[1.5]}']):
+        table.insert(pa.table({"id": pa.array([i], pa.uint64()), "j": [text]}))
+    assert table.optimize(final=True)
+    assert len(table.parts()) == 1
+    assert table.to_arrow().column("j").to_pylist() == ['{"a":1,"u":7}', '{"a":1,"b":"x","u":0}', '{"c":[1.5],"u":0}']
+    stored = table.reader(table.parts()[0].name).read(["j"], stored_json=True).column("j").to_pylist()
+    assert stored == [[("a", b"\x0e" + struct.pack("<d", 1.0)), ("u", b"\x01\x07")],
+                      [("a", b"\x0a" + struct.pack("<q", 1)), ("b", b"\x15\x01x"), ("u", b"\x01\x00")],
+                      [("c", b"\x1e\x23\x0e\x01\x00" + struct.pack("<d", 1.5)), ("u", b"\x01\x00")]]
 
 
 @pytest.mark.parametrize("kind", list(PART_KINDS))
