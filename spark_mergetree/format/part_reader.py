@@ -56,7 +56,6 @@ from spark_mergetree.format.json_text import (
     OBJECT_STRUCTURE,
     STORED_JSON_TYPE,
     ObjectStructure,
-    check_counts,
     object_text,
     parse_object_structure,
     path_base,
@@ -708,14 +707,9 @@ class PartReader:
         for begin, end in ranges:
             rows = int(self.granule_starts[end] - self.granule_starts[begin])
             texts: dict[str, pa.Array] = {}
-            if structure.advanced:
-                sizes = shared_data_sizes(base, structure)
-                for stream, data in self._range_streams(sizes, begin, end).items():
-                    check_counts(np.frombuffer(bytes(data), "<u8"), f"{where}, stream {stream!r}")
-            else:
-                for path, values in self._json_shared_data(base, structure, begin, end, rows, where).items():
-                    texts[path] = values if stored else \
-                        binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
+            for path, values in self._json_shared_data(base, structure, begin, end, rows, where).items():
+                texts[path] = values if stored else \
+                    binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
             for path, typed in cast(Json, self.types[name]).typed_paths:
                 # A typed path is stored as an ordinary column of its type; every row prints it.
                 path_streams = path_base(base, path)
@@ -745,6 +739,8 @@ class PartReader:
         in binary form (NULL where a row lacks it): each bucket (one for version 2) is a
         Map(String, String) per row — `.size0` (UInt64 entries per row), then the paths and the
         values (a type's binary encoding, then the value) as classic strings."""
+        if structure.advanced:
+            return self._json_shared_advanced(base, structure, begin, end, rows, where)
         row_parts: list[np.ndarray] = []
         path_parts: list[pa.Array] = []
         value_parts: list[pa.Array] = []
@@ -765,19 +761,64 @@ class PartReader:
             value_parts.append(values)
         if not row_parts:
             return {}
-        entry_rows = np.concatenate(row_parts)
-        entry_paths = pa.concat_arrays(path_parts)
-        entry_values = pa.concat_arrays(value_parts)
-        texts: dict[str, pa.Array] = {}
-        unique = pc.unique(entry_paths)
-        codes = np.asarray(pc.index_in(entry_paths, unique), np.int64)
-        for i, path in enumerate(unique.to_pylist()):
-            mine = np.flatnonzero(codes == i)
-            spot = np.full(rows, -1, np.int64)
-            spot[entry_rows[mine]] = mine
-            per_row = entry_values.take(pa.array(np.maximum(spot, 0), mask=spot < 0))
-            texts[path] = per_row
-        return texts
+        return _values_by_path(np.concatenate(row_parts), pa.concat_arrays(path_parts), pa.concat_arrays(value_parts),
+                               rows)
+
+    def _json_shared_advanced(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
+                              where: str) -> dict[str, pa.Array]:
+        """Shared data in the `advanced` layout (ClickHouse's merges). Its copy streams hold every
+        row's entries: `copy.sizes` (UInt64 entries per row), `copy.values` (classic strings, each a
+        type's binary encoding then the value) and `copy.paths_indexes`, per written chunk of rows an
+        index into the chunk's paths — the paths each bucket's `structure` lists for the chunk
+        (VarUInt rows, VarUInt count, the paths; in a Wide part then six UInt64 marks of the bucket's
+        other streams, in a Compact part those are its `structure_suffix`), buckets in order. An index
+        is UInt8, UInt16, UInt32 or UInt64: the narrowest whose maximum is at least the chunk's number
+        of paths. Chunks start at granule starts (a Compact granule is one chunk)."""
+        stem = f"{base}.object_shared_data"
+        buckets = structure.buckets or 0
+        suffix = ".structure_prefix" if self.is_compact else ".structure"
+        bucket_names = [f"{stem}.{b}{suffix}" for b in range(buckets)]
+        names = [f"{stem}.copy.sizes", f"{stem}.copy.paths_indexes", f"{stem}.copy.values", *bucket_names]
+        streams = self._range_streams(names, begin, end)
+        counts = np.frombuffer(bytes(streams[names[0]]), "<u8").astype(np.int64)
+        if len(counts) != rows:
+            raise CorruptPartError(f"{where}: stream {names[0]!r} holds {len(counts)} rows, the granules {rows}")
+        total = int(counts.sum())
+        if not total:
+            return {}
+        values = read_classic(Cursor(names[2], bytes(streams[names[2]])), total, binary=True)
+        indexes = Cursor(names[1], bytes(streams[names[1]]))
+        cursors = [Cursor(name, bytes(streams[name])) for name in bucket_names]
+        starts = np.zeros(rows + 1, np.int64)
+        np.cumsum(counts, out=starts[1:])
+        entry_paths: list[str] = []
+        row = 0
+        while row < rows:
+            chunk_rows: int | None = None
+            paths: list[str] = []
+            for cursor in cursors:
+                at = cursor.pos
+                found = cursor.varuint()
+                if chunk_rows is not None and found != chunk_rows:
+                    raise CorruptPartError(f"{where}: stream {cursor.name!r} has a chunk of {found} rows at offset "
+                                           f"{at}, the other buckets {chunk_rows}")
+                chunk_rows = found
+                paths += [bytes(cursor.take(cursor.varuint())).decode("utf-8", "surrogateescape")
+                          for _ in range(cursor.varuint())]
+                if not self.is_compact:
+                    cursor.take(48)  # marks of the bucket's data streams (its paths' Dynamic columns)
+            if not chunk_rows or row + chunk_rows > rows:
+                raise CorruptPartError(f"{where}: shared data chunk of {chunk_rows} rows where {rows - row} are left")
+            count = int(starts[row + chunk_rows] - starts[row])
+            width = next(w for w, top in ((1, 0xFF), (2, 0xFFFF), (4, 0xFFFFFFFF), (8, 2**64 - 1)) if len(paths) <= top)
+            chosen = np.frombuffer(bytes(indexes.take(count * width)), f"<u{width}").astype(np.int64)
+            if len(chosen) and int(chosen.max()) >= len(paths):
+                raise CorruptPartError(f"{where}: stream {indexes.name!r}: path index {int(chosen.max())} of "
+                                       f"{len(paths)} paths")
+            entry_paths += [paths[i] for i in chosen.tolist()]
+            row += chunk_rows
+        entry_rows = np.repeat(np.arange(rows, dtype=np.int64), counts)
+        return _values_by_path(entry_rows, pa.array(entry_paths, pa.string()), values, rows)
 
     def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
                        names: Sequence[str]) -> dict[str, bytes | bytearray]:
@@ -981,3 +1022,20 @@ class PartReader:
         if mask is not None and not mask.all():
             table = table.filter(pa.array(mask))
         return table
+
+
+def _values_by_path(entry_rows: np.ndarray, entry_paths: pa.Array, entry_values: pa.Array, rows: int
+                    ) -> dict[str, pa.Array]:
+    """Shared-data entries (row, path, value) → each path's values over the rows (NULL where a row
+    lacks it)."""
+    out: dict[str, pa.Array] = {}
+    unique = pc.unique(entry_paths)
+    codes = np.asarray(pc.index_in(entry_paths, unique), np.int64)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(unique) + 1))
+    for i, path in enumerate(unique.to_pylist()):
+        mine = order[bounds[i]:bounds[i + 1]]
+        spot = np.full(rows, -1, np.int64)
+        spot[entry_rows[mine]] = mine
+        out[path] = entry_values.take(pa.array(np.maximum(spot, 0), mask=spot < 0))
+    return out

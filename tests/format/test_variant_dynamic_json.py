@@ -477,24 +477,30 @@ def test_json_shared_data_clickhouse_wrote_read_as_its_text(tmp_path, kind, vers
         close_session()
 
 
-def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path):
-    """ClickHouse's merges write the shared data in the `advanced` layout: read when no row holds
-    shared paths, refused when one does."""
-    for json_type, refused in (("JSON", False), ("JSON(max_dynamic_paths=2)", True)):
-        sess, data_dir = _json_table(tmp_path / json_type[:6], "Wide", json_type=json_type)
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path, kind):
+    """ClickHouse's merges write the shared data in the `advanced` layout: read through its copy
+    streams (per row its paths' indexes into each chunk's path list, and the values)."""
+    for json_type in ("JSON", "JSON(max_dynamic_paths=2)", "JSON(max_dynamic_paths=0, max_dynamic_types=1)"):
+        sess, data_dir = _json_table(tmp_path / json_type[:24].replace("(", "_"), kind, json_type=json_type)
         try:
             sess.query(f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS}, 50)")
+            sess.query(f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS + 50}, 30)")
             sess.query("OPTIMIZE TABLE src FINAL")
-            statement = _statement(sess)
-            table = MergeTreeTable.open(data_dir, create_statement=statement)
+            table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
             assert len(table.parts()) == 1 and table.parts()[0].level > 0
-            if refused:
-                with pytest.raises(UnsupportedError, match=r"column 'j'.*shared data"):
-                    table.to_arrow()
-                continue
-            expected = _chdb_arrow(sess, "SELECT id, toString(j) AS j FROM src ORDER BY id").to_pylist()
-            assert [{"id": r["id"], "j": r["j"].encode()} for r in table.to_arrow().sort_by("id").to_pylist()] == \
-                [{"id": r["id"], "j": r["j"] if isinstance(r["j"], bytes) else r["j"].encode()} for r in expected]
+            shared = _chdb_arrow(sess, "SELECT countIf(length(JSONSharedDataPaths(j)) > 0) AS c FROM src")
+            assert (shared.column("c")[0].as_py() > 0) == (json_type != "JSON")
+            merged = table.reader(table.parts()[0].name)
+            names = merged.compact_layout[1] if merged.is_compact else merged.files
+            assert any(".object_shared_data.copy." in n for n in names)  # the `advanced` layout
+            assert _texts(table.to_arrow()) == _json_select(sess, "src", types=False)
+            reader = table.reader(table.parts()[0].name)
+            later = reader.read(["id", "j"], ranges=[(1, reader.n_granules)])
+            by_id = dict(_texts(table.to_arrow()))
+            assert [(str(i), t) for i, t in zip(later.column("id").to_pylist(), later.column("j").to_pylist(),
+                                                strict=True)] == [(str(i), by_id[str(i)]) for i in
+                                                                  later.column("id").to_pylist()]
         finally:
             close_session()
 
