@@ -8,6 +8,7 @@ expected struct is built from ClickHouse's own `variantType(v)` and `variantElem
 
 from __future__ import annotations
 
+import shutil
 import struct
 from pathlib import Path
 
@@ -501,6 +502,18 @@ def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path, kind):
             assert [(str(i), t) for i, t in zip(later.column("id").to_pylist(), later.column("j").to_pylist(),
                                                 strict=True)] == [(str(i), by_id[str(i)]) for i in
                                                                   later.column("id").to_pylist()]
+            # Our merge of ClickHouse's merged part and a freshly inserted one (a copy of its table):
+            # ClickHouse attaches the result and finds the same objects with the same path types.
+            sess.query(f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS + 80}, 40)")
+            expected = _json_select(sess, "src")
+            copy = tmp_path / f"copy_{kind}_{json_type[:24].replace('(', '_')}"
+            shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns("detached", "tmp_*"))
+            ours = MergeTreeTable.open(copy, create_statement=_statement(sess))
+            assert len(ours.parts()) == 2 and ours.optimize(final=True)
+            sess.query(f"CREATE TABLE back (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id "
+                       f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+            _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+            assert _json_select(sess, "back") == expected
         finally:
             close_session()
 
