@@ -138,13 +138,16 @@ def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray
 
 
 def _object_granules(dt: Json, name: str, column: pa.Array | pa.ChunkedArray, granule_rows: np.ndarray,
-                     string_sizes: bool) -> list[list[tuple[str, bytes]]]:
+                     string_sizes: bool) -> list[list[tuple[str, bytes]]] | None:
     """Each granule's substreams of a JSON column, as ClickHouse orders them: the object structure,
     each dynamic path's structure and discriminators prefix (every granule repeats the prefixes, the
     first with the statistics, the others with a 0 flag), then the data: typed paths, dynamic paths,
-    shared data buckets."""
+    shared data buckets. None when a path holds LowCardinality values (their self-contained Compact
+    pieces are not written here): the caller writes a Wide part."""
     obj = split_object(dt, column, name, COMPACT_BUCKETS)
     heads, body = serialize_object(obj, name, escape_for_file_name(name), granule_rows, string_sizes)
+    if any(stream.endswith(_DICT) for stream, _ in body):
+        return None
     prefixes = {stream: bytes(data.data[:int(data.granule_offsets[0])]) for stream, data in body
                 if int(data.granule_offsets[0])}
     granules = []
@@ -210,6 +213,8 @@ def write_compact_part(
     for (name, _), dt, column in zip(columns, types, table.columns, strict=True):
         if isinstance(dt, Json):
             object_granules = _object_granules(dt, name, column, granule_rows, settings.string_sizes)
+            if object_granules is None:
+                return None
             chain = dict(settings.column_codecs).get(name)
             generic = chain.for_stream(None, settings.codec) if chain is not None else settings.codec
             per_column.append(object_granules)

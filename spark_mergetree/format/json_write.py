@@ -43,8 +43,10 @@ from spark_mergetree.format.types import (
     DateTime64,
     Dynamic,
     Json,
+    LowCardinality,
     Nullable,
     Primitive,
+    Tuple,
     is_nullable,
 )
 from spark_mergetree.format.values import combine, encode_classic, encode_varuints, string_buffers
@@ -487,7 +489,7 @@ def _text_bytes(text: str) -> bytes:
 def _typed_column(path: str, dt: DataType, values: list[Any], column: str) -> pa.Array:
     """A typed path's values (NULL or the type's default where a row lacks it)."""
     where = f"column {column!r}, typed path {path!r} ({dt.to_clickhouse()})"
-    plain = [None if v is None else _plain(v) for v in values]
+    plain = [None if v is None else _shaped(_plain(v), dt) for v in values]
     try:
         try:  # numbers straight into the path's Arrow type (an int64 cannot hold every UInt64)
             arr = pa.array(plain, _arrow_type(dt)) if isinstance(dt, Primitive) and dt.name.startswith(("UInt", "Int")) \
@@ -503,33 +505,69 @@ def _typed_column(path: str, dt: DataType, values: list[Any], column: str) -> pa
     if pa.types.is_null(arr.type):
         arr = pa.nulls(len(arr), _arrow_type(dt))
     missing = np.asarray(arr.is_null(), dtype=bool)
-    arr = conform_array(arr, dt, column)
-    if missing.any() and not is_nullable(dt):
-        arr = pc.if_else(pa.array(missing), default_column(dt, len(arr)), arr)
-    return arr
+    if not missing.any() or is_nullable(dt):
+        return conform_array(arr, dt, column)
+    # A row without the path holds the type's default (a Tuple, Array or number cannot be NULL).
+    present = conform_array(arr.filter(pa.array(~missing)), dt, column)
+    both = pa.concat_arrays([present, default_column(dt, 1).cast(present.type)])
+    index = np.where(missing, len(present), np.cumsum(~missing) - 1)
+    return both.take(pa.array(index))
+
+
+def _shaped(value: Any, dt: DataType) -> Any:
+    """A JSON value in the shape Arrow builds the typed path's type from: an unnamed tuple from an
+    array (its elements are named 1, 2, ...), a tuple's elements and an array's items shaped too."""
+    if isinstance(dt, Nullable) or (isinstance(dt, LowCardinality)):
+        return _shaped(value, dt.inner)
+    if isinstance(dt, Array) and isinstance(value, list):
+        return [None if v is None else _shaped(v, dt.inner) for v in value]
+    if isinstance(dt, Tuple) and isinstance(value, list) and dt.names is None:
+        return {name: None if v is None else _shaped(v, e)
+                for name, e, v in zip(dt.element_names, dt.elements, value, strict=False)}
+    if isinstance(dt, Tuple) and isinstance(value, dict):
+        # A member the object lacks holds its type's default, as ClickHouse fills it.
+        return {name: _shaped(value[name], e) if value.get(name) is not None
+                else None if is_nullable(e) else default_column(e, 1).to_pylist()[0]
+                for name, e in zip(dt.element_names, dt.elements, strict=True)}
+    return value
 
 
 def _parse_times(arr: pa.Array, dt: DataType, where: str) -> pa.Array:
-    """Dates and date-times of a typed path from their canonical text (`YYYY-MM-DD[ hh:mm:ss[.f]]`)."""
+    """Dates and date-times of a typed path from text `YYYY-MM-DD[( |T)hh:mm:ss[.fffffffff]][Z]`:
+    local time in the type's time zone (as ClickHouse reads text into it), UTC with `Z`; a type
+    without a time zone is taken to be UTC (the server time zone assumed throughout)."""
     out: list[int | None] = []
+    utc: list[bool] = []
     for text in arr.to_pylist():
         if text is None:
             out.append(None)
+            utc.append(True)
             continue
+        m = _DATETIME_RE.match(text)
+        d = None if m else _DATE_RE.match(text)
         try:
-            kind, value = _string_type(text)
+            if m is None and d is None:
+                raise _Ambiguous
+            groups = (m or d).groups()  # type: ignore[union-attr]
+            year, month, day = (int(g) for g in groups[:3])
+            hour, minute, second = (int(g) for g in groups[3:6]) if m else (0, 0, 0)
+            if hour > 23 or minute > 59 or second > 59:
+                raise _Ambiguous
+            nanos = int((groups[6] or "").ljust(9, "0")) if m else 0
+            value = (_days(year, month, day) * 86400 + hour * 3600 + minute * 60 + second) * 10**9 + nanos
         except _Ambiguous:
-            kind = None
-        if kind == _DATE:
-            out.append(int(value) * 86400 * 10**9)
-        elif kind == _DATETIME:
-            out.append(int(value) * 10**9)
-        elif kind == _DATETIME64:
-            out.append(int(value))
-        else:
             raise UnsupportedError(f"{where}: {text!r} is not read as a date or time here (only "
-                                   "YYYY-MM-DD[ hh:mm:ss[.fffffffff]] is)")
-    stamps = pa.array(out, pa.int64()).cast(pa.timestamp("ns", "UTC"))
+                                   "YYYY-MM-DD[ hh:mm:ss[.fffffffff]][Z] is)") from None
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise UnsupportedError(f"{where}: {text!r} is beyond the nanosecond range of this writer")
+        out.append(value)
+        utc.append(text.endswith("Z"))
+    naive = pa.array(out, pa.int64()).cast(pa.timestamp("ns"))
+    zone = dt.timezone if isinstance(dt, (DateTime, DateTime64)) else None
+    stamps = naive.cast(pa.timestamp("ns", "UTC"))
+    if zone not in (None, "UTC"):
+        local = pc.assume_timezone(naive, timezone=zone).cast(pa.timestamp("ns", "UTC"))
+        stamps = pc.if_else(pa.array(utc), stamps, local)
     if isinstance(dt, Primitive):  # Date, Date32
         return stamps.cast(pa.date32())
     return stamps
