@@ -18,7 +18,8 @@ is converted and serialized column-wise with pyarrow and numpy.
 
 from __future__ import annotations
 
-import calendar
+import datetime
+import functools
 import json
 import re
 import struct
@@ -93,6 +94,8 @@ _DATE_LIKE_RE = re.compile(r"\d{4}[-/:]\d{1,2}|\d{1,2}[-/]\d{1,2}[-/]\d{2,4}|\d{
 _MONTHS_DAYS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
                 "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _WORD_RE = re.compile(r"[A-Za-z]+")
+_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+_DIGIT_RE = re.compile(r"\d")
 _DATE_MIN, _DATE_MAX = 0, 65535  # Date: days 1970-01-01..2149-06-06
 _DATETIME_MAX = 2**32 - 1
 # DateTime64(9) holds Int64 nanoseconds: 1677-09-21..2262-04-11. ClickHouse infers it for years
@@ -107,7 +110,7 @@ class _Ambiguous(Exception):
 def _string_type(text: str) -> tuple[DataType, Any]:
     """The type ClickHouse infers for a JSON string (Date, DateTime, DateTime64(9) or String) and the
     value to store; _Ambiguous for text we cannot classify as ClickHouse would."""
-    if len(text) > 50 or not any(c.isdigit() for c in text) or text.isdigit():
+    if len(text) > 50 or _DIGIT_RE.search(text) is None or text.isdigit():
         return _STRING, text  # ClickHouse does not try dates here
     m = _DATE_RE.match(text)
     if m:
@@ -140,9 +143,10 @@ def _string_type(text: str) -> tuple[DataType, Any]:
 
 
 def _days(year: int, month: int, day: int) -> int:
-    if not 1 <= month <= 12 or not 1 <= day <= calendar.monthrange(year, month)[1]:
-        raise _Ambiguous  # ClickHouse normalises 2020-02-30 to 2020-03-01: not taken
-    return (np.datetime64(f"{year:04d}-{month:02d}-{day:02d}", "D") - np.datetime64("1970-01-01", "D")).astype(int)
+    try:
+        return datetime.date(year, month, day).toordinal() - _EPOCH_ORDINAL
+    except ValueError:
+        raise _Ambiguous from None  # ClickHouse normalises 2020-02-30 to 2020-03-01: not taken
 
 
 def _scalar(value: Any) -> tuple[DataType, Any]:
@@ -192,7 +196,7 @@ def _array(items: list[Any]) -> tuple[DataType, Any]:
     if len(kinds) == 1:
         kind = next(iter(kinds))
         return Array(Nullable(kind)), [None if e is None else e[1] for e in elements]
-    names = {k.to_clickhouse() for k in kinds}
+    names = {_name(k) for k in kinds}
     if names <= set(_SCALAR_ORDER):
         target = max(names, key=_SCALAR_ORDER.__getitem__)
         values = [None if e is None else (float(e[1]) if target == "Float64" else int(e[1])) for e in elements]
@@ -202,7 +206,7 @@ def _array(items: list[Any]) -> tuple[DataType, Any]:
 
 def _unify_arrays(elements: list[tuple[DataType, Any] | None]) -> DataType:
     """One array type for arrays of arrays: empty/NULL-only inner arrays fit any other."""
-    kinds = {e[0].to_clickhouse(): e[0] for e in elements if e is not None}
+    kinds = {_name(e[0]): e[0] for e in elements if e is not None}
     filled = {name: kind for name, kind in kinds.items() if not _only_nulls(kind)}
     if len(filled) > 1:
         raise _Ambiguous
@@ -240,7 +244,14 @@ class _Rows:
 
 
 def _skipped(path: str, dt: Json, patterns: list[re.Pattern[str]]) -> bool:
+    if not dt.skips and not patterns:
+        return False
     return any(path == s or path.startswith(s + ".") for s in dt.skips) or any(p.search(path) for p in patterns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name(kind: DataType) -> str:
+    return kind.to_clickhouse()
 
 
 def _leaves(obj: _Object, prefix: str, dt: Json, typed: dict[str, DataType],
@@ -293,7 +304,7 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
                     f"{json.dumps(_plain(value))[:80]} is not written here: ClickHouse's type for it (a date or time "
                     "parsed best-effort, Array(Dynamic), Array(JSON), a mixed array, a number out of range) is "
                     "not derived by this writer; give the path a type in the column's type") from None
-            name = kind.to_clickhouse()
+            name = _name(kind)
             kinds.setdefault(name, kind)
             rows = paths.setdefault(path, _Rows())
             rows.rows.append(row)
