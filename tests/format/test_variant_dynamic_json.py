@@ -806,3 +806,22 @@ def test_json_typed_paths_written_from_text_as_clickhouse_stores_them(tmp_path, 
         assert _texts(mine.to_arrow()) == [r[:2] for r in expected]
     finally:
         close_session()
+
+
+def test_mutations_keep_json_values_and_types_and_refuse_updating_json(tmp_path):
+    """DELETE and UPDATE of other columns rewrite a part's JSON column from its stored form (types
+    kept); an UPDATE of the JSON column itself is refused before anything is written."""
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("n", "UInt8"), ("j", "JSON(max_dynamic_paths=1)")],
+                                  order_by="id", settings={"auto_merge": False})
+    table.insert(pa.table({"id": pa.array([0, 1, 2], pa.uint64()), "n": pa.array([0, 0, 0], pa.uint8()),
+                           "j": ['{"a":1.0}', '{"a":1,"b":2.0}', '{"c":"x"}']}))
+    table.update({"n": 5}, "id >= 1")
+    table.delete("id = 2")
+    with pytest.raises(UnsupportedError, match=r"update: column 'j'.*JSON"):
+        table.update({"j": "'{}'"}, "id = 0")
+    rows = table.to_arrow().sort_by("id")
+    assert rows.column("n").to_pylist() == [0, 5]
+    assert rows.column("j").to_pylist() == ['{"a":1}', '{"a":1,"b":2}']
+    part = table.parts()[0].name
+    stored = table.reader(part).read(["j"], stored_json=True).column("j").to_pylist()
+    assert [[(p, v[0]) for p, v in row] for row in stored] == [[("a", 0x0E)], [("a", 0x0A), ("b", 0x0E)]]
