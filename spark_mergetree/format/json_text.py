@@ -10,6 +10,7 @@ format_spec/types.md (*JSON*) describes the bytes and what is refused.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,8 @@ from spark_mergetree.format.types import (
     Map,
     Nullable,
     Primitive,
+    Time,
+    Time64,
     Tuple,
 )
 from spark_mergetree.format.values import Cursor
@@ -136,6 +139,37 @@ def _time_text(dt: DataType, values: pa.Array) -> pa.Array:
     return text
 
 
+def _duration_text(dt: DataType, values: pa.Array) -> pa.Array:
+    """Time as `[-]hh:mm:ss` (hours at least two digits, up to 999), Time64(p) with p decimals."""
+    unit_digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[values.type.unit]
+    ticks = np.asarray(values.cast(pa.int64()).fill_null(0), np.int64)
+    per_second = 10 ** unit_digits
+    magnitude = np.abs(ticks)
+    seconds, fraction = np.divmod(magnitude, per_second)
+    hours, rest = np.divmod(seconds, 3600)
+    minutes, secs = np.divmod(rest, 60)
+    text = [f"{'-' if t < 0 else ''}{h:02d}:{m:02d}:{s:02d}" for t, h, m, s in
+            zip(ticks.tolist(), hours.tolist(), minutes.tolist(), secs.tolist(), strict=True)]
+    precision = dt.precision if isinstance(dt, Time64) else 0
+    if precision:
+        scaled = fraction // 10 ** (unit_digits - precision)
+        text = [f"{t}.{f:0{precision}d}" for t, f in zip(text, scaled.tolist(), strict=True)]
+    return pc.if_else(values.is_null(), pa.nulls(len(values), pa.string()), pa.array(text, pa.string()))
+
+
+def _ipv6_text(values: pa.Array) -> pa.Array:
+    """IPv6 addresses as ClickHouse prints them: RFC 5952 text, an IPv4-mapped one as `::ffff:a.b.c.d`."""
+    out: list[str | None] = []
+    for raw in values.to_pylist():
+        if raw is None:
+            out.append(None)
+            continue
+        address = ipaddress.IPv6Address(raw)
+        mapped = address.ipv4_mapped
+        out.append(f"::ffff:{mapped}" if mapped is not None else str(address))
+    return pa.array(out, pa.string())
+
+
 def _decimal_text(values: pa.Array) -> pa.Array:
     """Decimals as numbers without trailing zeros (`1.5`, `100`), as ClickHouse writes them in JSON."""
     text = pc.cast(values, pa.string())
@@ -171,6 +205,10 @@ def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
         return _quoted(pc.binary_join_element_wise(*octets, "."), where)
     if isinstance(dt, (DateTime, DateTime64)):
         return _quoted(_time_text(dt, values), where)
+    if isinstance(dt, (Time, Time64)):
+        return _quoted(_duration_text(dt, values), where)
+    if isinstance(dt, Primitive) and dt.name == "IPv6":
+        return _quoted(_ipv6_text(values), where)
     if isinstance(dt, Decimal):
         return _decimal_text(values)
     if isinstance(dt, LowCardinality):

@@ -759,8 +759,10 @@ def test_json_typed_paths_of_other_types_read_as_clickhouse_prints_them(tmp_path
     Int128, Date32 and floats (NaN, infinities, exponents, -0) print as ClickHouse prints them."""
     jt = ("JSON(a DateTime, b Decimal(10, 2), c Tuple(x Int8, y String), d Float64, e DateTime64(3), f UUID, "
           "g IPv4, h Float32, i Map(String, UInt8), k Nullable(Decimal(5, 1)), l Date32, m DateTime('Asia/Tokyo'), "
-          "n Array(Tuple(Int8, String)), o Int128, q FixedString(3), r Enum8('x' = 1, 'y' = 2))")
-    docs = ['{"a":"2020-01-01 10:00:00","b":1.5,"c":{"x":1,"y":"z"},"d":"nan","e":"2020-01-01 10:00:00.5",'
+          "n Array(Tuple(Int8, String)), o Int128, q FixedString(3), r Enum8('x' = 1, 'y' = 2), "
+          "tu Time, tv Time64(3), w IPv6, x6 IPv6)")
+    docs = ['{"tu":"-00:00:05","tv":"100:00:01.5","w":"2001:db8::ff00:42:8329","x6":"::ffff:1.2.3.4"}',
+            '{"a":"2020-01-01 10:00:00","b":1.5,"c":{"x":1,"y":"z"},"d":"nan","e":"2020-01-01 10:00:00.5",'
             '"f":"00112233-4455-6677-8899-aabbccddeeff","g":"1.2.3.4","h":0.1,"i":{"k":1},"k":2.5,"l":"1900-01-01",'
             '"m":"2020-01-01 10:00:00","n":[[1,"a"]],"o":123,"q":"ab","r":"y"}',
             '{"d":"inf","h":-0.0,"b":-0.5}', '{"d":1e-7,"b":100}', '{"d":1e21}', '{"d":123456789.123}',
