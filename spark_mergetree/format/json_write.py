@@ -11,8 +11,8 @@ their types. format_spec/types.md (*JSON*) specifies the bytes; `serialize_objec
 
 Parsing is per row with Python's `json` module: `pyarrow.json` cannot be used because it gives a
 field one type for the whole column (promoting 1 and 1.5 to double, failing on 1 and "a"), while
-ClickHouse infers every value's type separately, and it loses the text of integers beyond 64 bits
-(which ClickHouse keeps as String). Once parsed, values are grouped by (path, type) and every group
+ClickHouse infers every value's type separately, and it cannot hold integers beyond 64 bits
+(which ClickHouse keeps as String); it also keeps one of duplicated keys, which ClickHouse refuses. Once parsed, values are grouped by (path, type) and every group
 is converted and serialized column-wise with pyarrow and numpy.
 """
 
@@ -68,10 +68,6 @@ _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 _BOOL, _INT64, _UINT64, _FLOAT64, _STRING = (Primitive("Bool"), Primitive("Int64"), Primitive("UInt64"),
                                             Primitive("Float64"), Primitive("String"))
 _DATE, _DATETIME, _DATETIME64 = Primitive("Date"), DateTime(), DateTime64(9)
-
-
-class _IntText(str):
-    """An integer as written in the document: its range decides Int64, UInt64 or String."""
 
 
 class _Object(list):
@@ -152,13 +148,12 @@ def _days(year: int, month: int, day: int) -> int:
 def _scalar(value: Any) -> tuple[DataType, Any]:
     if value is True or value is False:
         return _BOOL, value
-    if isinstance(value, _IntText):
-        number = int(value)
-        if _INT64_MIN <= number <= _INT64_MAX:
-            return _INT64, number
-        if 0 <= number <= _UINT64_MAX:
-            return _UINT64, number
-        return _STRING, str.__str__(value)  # beyond 64 bits: ClickHouse keeps the digits as a String
+    if type(value) is int:  # JSON integers parse exactly: their range decides Int64, UInt64 or String
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return _INT64, value
+        if 0 <= value <= _UINT64_MAX:
+            return _UINT64, value
+        return _STRING, str(value)  # beyond 64 bits: ClickHouse keeps the digits as a String
     if isinstance(value, float):
         if not np.isfinite(value):
             raise _Ambiguous  # ClickHouse refuses 1e400
@@ -281,7 +276,7 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
         if text is None:
             continue  # a NULL row is the empty object, as ClickHouse's input_format_null_as_default makes it
         try:
-            doc = json.loads(text, parse_int=_IntText, parse_constant=_refuse_constant, object_pairs_hook=_Object)
+            doc = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_Object)
         except (ValueError, RecursionError) as exc:
             raise SchemaMismatchError(f"column {column!r} ({dt.to_clickhouse()}): row {row} is not a JSON object: "
                                       f"{exc}") from None
@@ -314,8 +309,6 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, _IntText):
-        return int(value)
     if isinstance(value, _Object):
         return {k: _plain(v) for k, v in value}
     if isinstance(value, list):
