@@ -12,8 +12,9 @@ their types. format_spec/types.md (*JSON*) specifies the bytes; `serialize_objec
 Parsing is per row with Python's `json` module: `pyarrow.json` cannot be used because it gives a
 field one type for the whole column (promoting 1 and 1.5 to double, failing on 1 and "a"), while
 ClickHouse infers every value's type separately, and it cannot hold integers beyond 64 bits
-(which ClickHouse keeps as String); it also keeps one of duplicated keys, which ClickHouse refuses. Once parsed, values are grouped by (path, type) and every group
-is converted and serialized column-wise with pyarrow and numpy.
+(which ClickHouse keeps as String); it also keeps one of duplicated keys, which ClickHouse refuses.
+Once parsed, values are grouped by (path, type) and every group is converted and serialized
+column-wise with pyarrow and numpy.
 """
 
 from __future__ import annotations
@@ -32,9 +33,8 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.conform import conform_array
-from spark_mergetree.format.dynamic import DynamicColumn, encode_type, split_dynamic
+from spark_mergetree.format.dynamic import DynamicColumn, binary_values, split_dynamic
 from spark_mergetree.format.json_text import OBJECT_STRUCTURE, STORED_JSON_TYPE, path_base
-from spark_mergetree.format.row_binary import value_chunks
 from spark_mergetree.format.serialization import default_column, serialize_column
 from spark_mergetree.format.streams import STRUCTURE, StreamBytes
 from spark_mergetree.format.types import (
@@ -394,21 +394,7 @@ def _dynamic_binary(kinds: dict[str, DataType], rows: _Rows, n: int) -> pa.Array
     for name in dict.fromkeys(rows.types):
         mine = np.flatnonzero(type_names == name)
         kind = kinds[name]
-        arr = _arrow_values(kind, [rows.values[i] for i in mine])
-        data, offsets = value_chunks(kind, arr)
-        head = np.frombuffer(encode_type(kind), np.uint8)
-        lengths = np.diff(offsets) + len(head)
-        out_offsets = np.zeros(len(mine) + 1, np.int64)
-        np.cumsum(lengths, out=out_offsets[1:])
-        out = np.empty(int(out_offsets[-1]), np.uint8)
-        # Each value's bytes after its type's encoding.
-        starts = out_offsets[:-1]
-        for k, b in enumerate(head):
-            out[starts + k] = b
-        body_index = np.repeat(starts + len(head) - offsets[:-1], np.diff(offsets)) + np.arange(int(offsets[-1]))
-        out[body_index] = np.asarray(data, np.uint8)[:int(offsets[-1])]
-        pieces.append(pa.Array.from_buffers(pa.binary(), len(mine), [None, pa.py_buffer(out_offsets.astype(np.int32)),
-                                                                     pa.py_buffer(out.tobytes())]))
+        pieces.append(binary_values(kind, _arrow_values(kind, [rows.values[i] for i in mine])))
         order.append(row_index[mine])
     if not pieces:
         return pa.nulls(n, pa.binary())
