@@ -274,7 +274,7 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
     kinds: dict[str, DataType] = {}
     for row, text in enumerate(texts.to_pylist()):
         if text is None:
-            continue  # a NULL row is the empty object, as ClickHouse's input_format_null_as_default makes it
+            continue  # inserts refuse NULLs first (conform); a NULL reaching here stores nothing: {}
         try:
             doc = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_Object)
         except (ValueError, RecursionError) as exc:
