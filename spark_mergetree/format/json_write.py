@@ -90,6 +90,10 @@ _DATE_LIKE_RE = re.compile(r"\d{4}[-/:]\d{1,2}|\d{1,2}[-/]\d{1,2}[-/]\d{2,4}|\d{
 _MONTHS_DAYS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
                 "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _WORD_RE = re.compile(r"[A-Za-z]+")
+# Words (any case) ClickHouse's date parser takes besides month and weekday names; with any other
+# word ('EST', 'CET', 'Zulu', 'UT', 'ID', 'x') the text stays a String, as experiments showed.
+_DATE_WORDS = frozenset({"t", "z", "utc", "gmt", "msk", "msd", "am", "pm"})
+_TIME_ONLY_RE = re.compile(r"^\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?$")
 _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
 _DIGIT_RE = re.compile(r"\d")
 _DATE_MIN, _DATE_MAX = 0, 65535  # Date: days 1970-01-01..2149-06-06
@@ -130,10 +134,12 @@ def _string_type(text: str) -> tuple[DataType, Any]:
             nanos = int((fraction or "").ljust(9, "0"))
             return _DATETIME64, seconds * 10**9 + nanos
         raise _Ambiguous
-    if _DATE_LIKE_RE.search(text):
-        raise _Ambiguous
     words = [w.lower() for w in _WORD_RE.findall(text)]
-    if any(w[:3] in _MONTHS_DAYS for w in words):
+    if any(w not in _DATE_WORDS and w[:3] not in _MONTHS_DAYS for w in words):
+        return _STRING, text  # a word the date parser does not know ('ID 2020-01-01', '... EST', 'x1')
+    if _TIME_ONLY_RE.match(text):
+        return _STRING, text  # a time of day alone ('10:00:00') is not a date-time there
+    if _DATE_LIKE_RE.search(text) or words:
         raise _Ambiguous
     return _STRING, text
 
@@ -192,6 +198,8 @@ def _array(items: list[Any]) -> tuple[DataType, Any]:
         kind = next(iter(kinds))
         return Array(Nullable(kind)), [None if e is None else e[1] for e in elements]
     names = {_name(k) for k in kinds}
+    if names == {"Int64", "UInt64"} and all(e is None or e[1] >= 0 for e in elements):
+        return Array(Nullable(_UINT64)), [None if e is None else e[1] for e in elements]
     if names <= set(_SCALAR_ORDER):
         target = max(names, key=_SCALAR_ORDER.__getitem__)
         values = [None if e is None else (float(e[1]) if target == "Float64" else int(e[1])) for e in elements]

@@ -8,6 +8,7 @@ expected struct is built from ClickHouse's own `variantType(v)` and `variantElem
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 from pathlib import Path
@@ -21,7 +22,7 @@ from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.compression import decompress_all
 from spark_mergetree.format.types import Array, Map, Tuple, Variant, parse_type
 from spark_mergetree.format.values import Cursor
-from tests.format.chdb_util import close_session, make_chdb_table
+from tests.format.chdb_util import close_session, make_chdb_table, open_session
 from tests.format.test_part_interop import _attach_and_check
 from tests.format.test_serialization import _chdb_arrow, _normalize
 
@@ -829,3 +830,67 @@ def test_mutations_keep_json_values_and_types_and_refuse_updating_json(tmp_path)
     part = table.parts()[0].name
     stored = table.reader(part).read(["j"], stored_json=True).column("j").to_pylist()
     assert [[(p, v[0]) for p, v in row] for row in stored] == [[("a", 0x0E)], [("a", 0x0A), ("b", 0x0E)]]
+
+
+INFERENCE_STRINGS = [
+    "s", "", "abc1", "v1.2", "1a", "1-2", "12:30", "10:00:00", "12:30:45.5", "1.2.3", "10.0.0.1", "555-1234", "+1 555 1234",
+    "1/2", "12/31", "1,2", "(555)", "2020", "12345", "1.5", "-1", "1e5", "inf", "nan", "0x10", "10 a.m.", "ID 2020-01-01",
+    "x2020-01-01", "2020-01-01x", "2020-01-01 abc", "2020-01-01 10:00:00 EST", "2020-01-01 10:00:00 CET", "hello world",
+    "2020-01-01", "1970-01-01", "2149-06-06", "2149-06-07", "1969-12-31", "1900-01-01", "2261-12-31", "2020-01-01 10:00:00",
+    "2020-01-01T10:00:00", "2020-01-01 10:00:00Z", "1970-01-01 00:00:00", "2106-02-07 06:28:15", "2106-02-07 06:28:16",
+    "1960-01-01 00:00:00", "2020-01-01 10:00:00.5", "2020-01-01T10:00:00.123Z", "2020-01-01 10:00:00.000",
+    "2020-01-01 10:00:00.123456789", "Monday meeting", "May the fourth", "tab\there",
+    # refused by the writer (ClickHouse's best-effort parser decides): must not be classified
+    "2020/01/01", "Jan 1 2020", "12-31-2020", "2020-02-30", "2020-01-01 10:00:00 utc", "3 May 2020", "2020-01",
+]
+
+
+def test_json_string_inference_matches_clickhouse(tmp_path):
+    """Every string the writer classifies (String, Date, DateTime, DateTime64(9)) gets that type in
+    ClickHouse too; the ones it refuses are those whose type ClickHouse's best-effort parser decides."""
+    from spark_mergetree.format.json_write import _Ambiguous, _string_type
+
+    sess = open_session(tmp_path)
+    try:
+        refused = []
+        for text in INFERENCE_STRINGS:
+            doc = json.dumps({"a": text})
+            found = sess.query(f"SELECT JSONAllPathsWithTypes({_sql_text(doc)}::JSON)['a']", "TabSeparatedRaw").bytes()
+            try:
+                ours = _string_type(text)[0].to_clickhouse()
+            except _Ambiguous:
+                refused.append(text)
+                continue
+            assert ours == found.decode().strip(), text
+        assert refused == ["2020/01/01", "Jan 1 2020", "12-31-2020", "2020-02-30", "2020-01-01 10:00:00 utc", "3 May 2020",
+                           "2020-01"]
+    finally:
+        close_session()
+
+
+INFERENCE_ARRAYS = ["[]", "[null]", "[1,2]", "[1,null]", "[1,2.5]", "[true,1]", "[true,1.5]", "[true]", "[1,18446744073709551615]",
+                    "[[1],[2,3]]", "[[1],[]]", "[[],[\"a\"]]", "[[null],[1]]", "[1.5,null,2]", "[[true],[true]]",
+                    "[\"2020-01-01\",null]", "[\"a\",\"b\"]", "[[[]]]",
+                    # refused: ClickHouse's type needs more than this writer derives
+                    "[1,\"x\"]", "[{\"b\":1}]", "[[1],[2.5]]", "[\"2020-01-01\",\"x\"]", "[-1,18446744073709551615]"]
+
+
+def test_json_array_inference_matches_clickhouse(tmp_path):
+    """Every array the writer types gets that type in ClickHouse too."""
+    from spark_mergetree.format.json_write import _Ambiguous, _infer, _Object
+
+    sess = open_session(tmp_path)
+    try:
+        refused = []
+        for text in INFERENCE_ARRAYS:
+            doc = '{"a":' + text + "}"
+            found = sess.query(f"SELECT JSONAllPathsWithTypes({_sql_text(doc)}::JSON)['a']", "TabSeparatedRaw").bytes()
+            try:
+                ours = _infer(json.loads(text, object_pairs_hook=_Object))[0].to_clickhouse()
+            except _Ambiguous:
+                refused.append(text)
+                continue
+            assert ours == found.decode().strip(), text
+        assert refused == INFERENCE_ARRAYS[-5:]
+    finally:
+        close_session()
