@@ -174,26 +174,34 @@ _SCALAR_ORDER = {"Bool": 0, "Int64": 1, "Float64": 2}
 
 def _array(items: list[Any]) -> tuple[DataType, Any]:
     """Array(Nullable(T)) with the element type ClickHouse infers for the items: numbers unify to
-    Int64 (Bool counts as Int64) or Float64; strings to one of String, Date, DateTime, DateTime64(9);
-    nested arrays element-wise; an empty array or only NULLs give Nullable(String)."""
+    Int64 (Bool counts as Int64), UInt64 or Float64; strings to one of String, Date, DateTime,
+    DateTime64(9); arrays of arrays unify all their inner items (`[[1],[2.5]]` is
+    Array(Array(Nullable(Float64)))); an empty array or only NULLs give Nullable(String)."""
+    if items and all(isinstance(item, list) and not isinstance(item, _Object) for item in items):
+        own = [_array(item)[0] for item in items]
+        if len({_name(k) for k in own if not _only_nulls(k)}) > 1 and any(_only_nulls(k) for k in own):
+            # ClickHouse unifies differing inner types, and empty inner arrays, but not both at
+            # once ([[[1]],[[true]],[]] is Array(Dynamic) there): refused.
+            raise _Ambiguous
+        flat = [x for item in items for x in item]
+        kind, flat_values = _array(flat)
+        values: list[Any] = []
+        at = 0
+        for item in items:
+            values.append(flat_values[at:at + len(item)])
+            at += len(item)
+        return Array(kind), values
     elements: list[tuple[DataType, Any] | None] = []
     for item in items:
         if item is None:
             elements.append(None)
-        elif isinstance(item, _Object):
-            raise _Ambiguous  # Array(JSON(...)): not written here
         elif isinstance(item, list):
-            elements.append(_array(item))
+            raise _Ambiguous  # an object (Array(JSON(...))) or arrays with scalars or NULLs (Array(Dynamic))
         else:
             elements.append(_scalar(item))
     kinds = {e[0] for e in elements if e is not None}
     if not kinds:
         return Array(Nullable(_STRING)), [None] * len(items)
-    if all(isinstance(k, Array) for k in kinds):
-        inner = _unify_arrays(elements)
-        return Array(inner), [None if e is None else e[1] for e in elements]
-    if any(isinstance(k, Array) for k in kinds):
-        raise _Ambiguous  # Array(Dynamic)
     if len(kinds) == 1:
         kind = next(iter(kinds))
         return Array(Nullable(kind)), [None if e is None else e[1] for e in elements]
@@ -207,21 +215,8 @@ def _array(items: list[Any]) -> tuple[DataType, Any]:
     raise _Ambiguous  # mixed kinds: Array(Dynamic) or a common type we do not derive here
 
 
-def _unify_arrays(elements: list[tuple[DataType, Any] | None]) -> DataType:
-    """One array type for arrays of arrays: empty/NULL-only inner arrays fit any other."""
-    kinds = {_name(e[0]): e[0] for e in elements if e is not None}
-    filled = {name: kind for name, kind in kinds.items() if not _only_nulls(kind)}
-    if len(filled) > 1:
-        raise _Ambiguous
-    chosen = next(iter(filled.values())) if filled else next(iter(kinds.values()))
-    for e in elements:
-        if e is not None and e[0] != chosen and not _only_nulls(e[0]):
-            raise _Ambiguous
-    return chosen
-
-
 def _only_nulls(dt: DataType) -> bool:
-    """Array(Nullable(String)) from `[]`/`[null]`, possibly nested: unifies with any array type."""
+    """The type of `[]` or `[null]`, possibly nested: it fits any other array type."""
     while isinstance(dt, Array):
         dt = dt.inner
     return dt == Nullable(_STRING)
