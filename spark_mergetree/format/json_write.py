@@ -191,6 +191,8 @@ def _array(items: list[Any]) -> tuple[DataType, Any]:
             values.append(flat_values[at:at + len(item)])
             at += len(item)
         return Array(kind), values
+    if any(type(item) is int and not _INT64_MIN <= item <= _UINT64_MAX for item in items):
+        raise _Ambiguous  # an integer beyond 64 bits (a String alone) among other items
     elements: list[tuple[DataType, Any] | None] = []
     for item in items:
         if item is None:
@@ -206,6 +208,8 @@ def _array(items: list[Any]) -> tuple[DataType, Any]:
         kind = next(iter(kinds))
         return Array(Nullable(kind)), [None if e is None else e[1] for e in elements]
     names = {_name(k) for k in kinds}
+    if names <= {"String", "Date", "DateTime", "DateTime64(9)"}:
+        return _string_array(names, items, elements)
     if names == {"Int64", "UInt64"} and all(e is None or e[1] >= 0 for e in elements):
         return Array(Nullable(_UINT64)), [None if e is None else e[1] for e in elements]
     if names <= set(_SCALAR_ORDER):
@@ -213,6 +217,21 @@ def _array(items: list[Any]) -> tuple[DataType, Any]:
         values = [None if e is None else (float(e[1]) if target == "Float64" else int(e[1])) for e in elements]
         return Array(Nullable(Primitive(target))), values
     raise _Ambiguous  # mixed kinds: Array(Dynamic) or a common type we do not derive here
+
+
+def _string_array(names: set[str], items: list[Any], elements: list[tuple[DataType, Any] | None]
+                  ) -> tuple[DataType, Any]:
+    """Strings of several inferred kinds in one array, unified as ClickHouse does: any String makes
+    every item a String (its text); else DateTime64(9) if any, else DateTime (Date at midnight)."""
+    if "String" in names:
+        return Array(Nullable(_STRING)), list(items)
+    if "DateTime64(9)" in names:
+        scale = {"Date": 86400 * 10**9, "DateTime": 10**9, "DateTime64(9)": 1}
+        return Array(Nullable(_DATETIME64)), [None if e is None else e[1] * scale[_name(e[0])] for e in elements]
+    seconds = [None if e is None else e[1] * (86400 if e[0] == _DATE else 1) for e in elements]
+    if any(v is not None and v > _DATETIME_MAX for v in seconds):
+        raise _Ambiguous  # a Date beyond DateTime's range
+    return Array(Nullable(_DATETIME)), seconds
 
 
 def _only_nulls(dt: DataType) -> bool:
