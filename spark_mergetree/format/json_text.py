@@ -3,8 +3,10 @@
 A part stores a `JSON` column path by path: its `.object_structure` prefix lists the *dynamic paths*
 (each stored as a Dynamic column whose streams are named `<col>.<escaped path>...`), and the
 *shared data* holds the paths beyond `max_dynamic_paths` (a Map(path, value) per row, in buckets).
-We read the dynamic paths and give each row as the text ClickHouse prints for the object
-(`toString(json)`): keys sorted, dotted paths as nested objects, absent paths left out.
+We read the typed paths, dynamic paths and shared data and give each row as the text ClickHouse
+prints for the object (`toString(json)`): keys sorted, dotted paths as nested objects, absent paths
+left out; or, for merges, in the stored form (`STORED_JSON_TYPE`), every value with its type.
+format/json_write.py writes JSON columns.
 format_spec/types.md (*JSON*) describes the bytes and what is refused.
 """
 
@@ -38,7 +40,7 @@ from spark_mergetree.format.types import (
 from spark_mergetree.format.values import Cursor
 
 __all__ = ["STORED_JSON_TYPE", "stored_map", "OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
-           "value_text", "object_text", "check_counts"]
+           "value_text", "object_text"]
 
 OBJECT_STRUCTURE = ".object_structure"
 # What a merge reads a JSON column as and writes it from: per row, path → the value's binary form
@@ -275,12 +277,6 @@ def _render(names: list[str], paths: dict[str, pa.Array], prefix: str, n: int, r
         return text
     present = pc.invert(pc.equal(body, ""))
     return pc.if_else(present, text, pa.nulls(n, pa.string()))
-
-
-def check_counts(counts: np.ndarray, where: str) -> None:
-    if counts.any():
-        raise UnsupportedError(f"{where}: {int(np.count_nonzero(counts))} row(s) hold paths in the JSON column's "
-                               "shared data (paths beyond max_dynamic_paths), which are not read here")
 
 
 
