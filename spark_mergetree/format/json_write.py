@@ -380,19 +380,19 @@ def _from_stored(dt: Json, arr: pa.Array, column: str) -> tuple[list[str], Any, 
     starts = np.searchsorted(codes[by_path], np.arange(len(unique) + 1))
     index = {path: i for i, path in enumerate(unique.to_pylist())}
 
-    def binary_of(path: str) -> pa.Array:
+    def entries_of(path: str) -> tuple[np.ndarray, pa.Array]:
         i = index.get(path)
-        spot = np.full(n, -1, np.int64)
-        if i is not None:
-            mine = by_path[starts[i]:starts[i + 1]]
-            spot[entry_rows[mine]] = mine
-        return items.take(pa.array(np.maximum(spot, 0), mask=spot < 0)) if len(items) else pa.nulls(n, pa.binary())
+        if i is None:
+            return np.zeros(0, np.int64), pa.array([], pa.binary())
+        mine = by_path[starts[i]:starts[i + 1]]  # entry order: ascending rows
+        return entry_rows[mine], items.take(pa.array(mine))
 
     typed = dict(dt.typed_paths)
     typed_arrays = {}
     for path, t in typed.items():
         inner = t.inner if isinstance(t, Nullable) else t
-        split = split_dynamic(Dynamic(254), binary_of(path), column)
+        row_index, held = entries_of(path)
+        split = split_dynamic(Dynamic(254), _spread(row_index, held, n), column)
         names = split.structure.variant.names
         shared = split.struct.field(names.index("SharedVariant"))
         if set(names) - {"SharedVariant", inner.to_clickhouse()} or shared.null_count != n:
@@ -403,12 +403,12 @@ def _from_stored(dt: Json, arr: pa.Array, column: str) -> tuple[list[str], Any, 
         if not is_nullable(t) and values.null_count:
             values = pc.if_else(values.is_null(), default_column(t, n), values)
         typed_arrays[path] = values
-    return [p for p in unique.to_pylist() if p not in typed], binary_of, typed_arrays
+    return [p for p in unique.to_pylist() if p not in typed], entries_of, typed_arrays
 
 
-def _dynamic_binary(kinds: dict[str, DataType], rows: _Rows, n: int) -> pa.Array:
-    """A path's values in the binary form of Dynamic values (type encoding, then the value), NULL
-    where a row lacks the path: what `split_dynamic` takes."""
+def _path_entries(kinds: dict[str, DataType], rows: _Rows) -> tuple[np.ndarray, pa.Array]:
+    """The rows holding a path (ascending) and its values there in the binary form of Dynamic values
+    (type encoding, then the value): values of one type are converted together."""
     row_index = np.asarray(rows.rows, np.int64)
     type_names = np.asarray(rows.types, object)
     pieces: list[pa.Array] = []
@@ -419,11 +419,19 @@ def _dynamic_binary(kinds: dict[str, DataType], rows: _Rows, n: int) -> pa.Array
         pieces.append(binary_values(kind, _arrow_values(kind, [rows.values[i] for i in mine])))
         order.append(row_index[mine])
     if not pieces:
+        return row_index, pa.array([], pa.binary())
+    held = np.concatenate(order)
+    ascending = np.argsort(held, kind="stable")
+    return held[ascending], pa.concat_arrays(pieces).take(pa.array(ascending))
+
+
+def _spread(row_index: np.ndarray, values: pa.Array, n: int) -> pa.Array:
+    """Values held by some rows → one per row, NULL where a row holds none (what `split_dynamic` takes)."""
+    if not len(values):
         return pa.nulls(n, pa.binary())
-    every = pa.concat_arrays(pieces)
     where = np.full(n, -1, np.int64)
-    where[np.concatenate(order)] = np.arange(len(every))
-    return every.take(pa.array(np.maximum(where, 0), mask=where < 0))
+    where[row_index] = np.arange(len(values))
+    return values.take(pa.array(np.maximum(where, 0), mask=where < 0))
 
 
 # ------------------------------------------------------------------------------ shared data
@@ -597,13 +605,13 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
         arr = arr.cast(pa.string())
     n = len(arr)
     if pa.types.is_map(arr.type):
-        order, binary_of, typed_arrays = _from_stored(dt, arr, column)
+        order, entries_of, typed_arrays = _from_stored(dt, arr, column)
     elif pa.types.is_string(arr.type):
         paths, kinds, typed_values = _parse(arr, dt, column)
         order = list(paths)  # first appearance
 
-        def binary_of(path: str) -> pa.Array:
-            return _dynamic_binary(kinds, paths[path], n)
+        def entries_of(path: str) -> tuple[np.ndarray, pa.Array]:
+            return _path_entries(kinds, paths[path])
 
         typed_arrays = {path: _typed_column(path, t, typed_values[path], column) for path, t in dt.typed_paths}
     else:
@@ -613,18 +621,20 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
     max_paths = int(settings.get("max_dynamic_paths", DEFAULT_MAX_DYNAMIC_PATHS))
     max_types = int(settings.get("max_dynamic_types", DEFAULT_MAX_DYNAMIC_TYPES))
     chosen = sorted(order[:max_paths])
-    dynamic = {path: split_dynamic(Dynamic(max_types), binary_of(path), column) for path in chosen}
+    dynamic = {}
+    for path in chosen:
+        row_index, held = entries_of(path)
+        dynamic[path] = split_dynamic(Dynamic(max_types), _spread(row_index, held, n), column)
     typed = [(path, t, typed_arrays[path]) for path, t in sorted(dict(dt.typed_paths).items())]
     rows: list[np.ndarray] = []
     names: list[np.ndarray] = []
     binaries: list[pa.Array] = []
     shared_counts: list[tuple[str, int]] = []
     for path in order[max_paths:]:
-        every = binary_of(path)
-        row_index = np.flatnonzero(np.asarray(every.is_valid(), dtype=bool))
+        row_index, held = entries_of(path)  # shared paths need only the rows holding them
         rows.append(row_index)
         names.append(np.full(len(row_index), path, object))
-        binaries.append(every.take(pa.array(row_index)))
+        binaries.append(held)
         shared_counts.append((path, len(row_index)))
     if not rows and one_bucket_when_empty:
         buckets = 1
