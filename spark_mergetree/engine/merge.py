@@ -26,6 +26,7 @@ from spark_mergetree.expressions.ddl import Projection, key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX
 from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_compact_part
+from spark_mergetree.format.json_text import STORED_JSON_TYPE
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
@@ -37,7 +38,7 @@ from spark_mergetree.format.part_writer import (
     plan_granules_of,
     write_wide_part_by_column,
 )
-from spark_mergetree.format.types import parse_type, to_arrow
+from spark_mergetree.format.types import Json, parse_type, to_arrow
 
 
 @dataclass(frozen=True)
@@ -401,8 +402,10 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
             return streamed
 
     def read_column(name: str) -> pa.ChunkedArray:
-        chunks = [chunk for r in readers for chunk in r.read([name], None, meta.column_types).column(0).chunks]
-        return pa.chunked_array(chunks, type=meta.arrow_schema.field(name).type)
+        # JSON columns in their stored form: every value keeps its type through the merge.
+        chunks = [chunk for r in readers
+                  for chunk in r.read([name], None, meta.column_types, stored_json=True).column(0).chunks]
+        return pa.chunked_array(chunks, type=merge_arrow_type(meta, name))
 
     key_table = pa.table({name: read_column(name).combine_chunks() for name in names if name in keys})
     rows = sum(r.existing_rows for r in readers) if not key_table.num_columns else key_table.num_rows
@@ -442,6 +445,13 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     granules = plan_granules_of(rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
     return write_wide_part_by_column(rows, meta.columns, column_of, primary_key, partition,
                                      meta.writer_settings, granules)
+
+
+def merge_arrow_type(meta: TableMetadata, name: str) -> pa.DataType:
+    """The Arrow type a merge reads column `name` as: the table's, but the stored form for JSON."""
+    if isinstance(parse_type(meta.column_types[name]), Json):
+        return STORED_JSON_TYPE
+    return meta.arrow_schema.field(name).type
 
 
 def _merged_partition(readers: Sequence[PartReader], meta: TableMetadata) -> PartitionValue | None:

@@ -54,7 +54,7 @@ from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, SUBSTREAMS_FILE, PartReader
 from spark_mergetree.format.part_writer import PartitionValue, write_wide_part_by_column
 from spark_mergetree.format.serialization import default_column
-from spark_mergetree.format.types import parse_type, to_arrow
+from spark_mergetree.format.types import Json, parse_type, to_arrow
 from spark_mergetree.txn import Transaction
 
 if TYPE_CHECKING:
@@ -111,6 +111,11 @@ def update_mutation(table: MergeTreeTable, assignments: Mapping[str, Any], where
         if column in keys:
             raise UnsupportedError(f"update: column {column!r} is a key column of {table.path} (ORDER BY, PRIMARY KEY, "
                                    "PARTITION BY or the engine's); ClickHouse cannot UPDATE key columns either")
+        if isinstance(parse_type(meta.column_types[column]), Json):
+            # The new text would go with the other rows' values as text, whose types would be
+            # inferred again (a Float64 1.0 would come back Int64): refused rather than done lossily.
+            raise UnsupportedError(f"update: column {column!r} of {table.path} is JSON, which UPDATE does not "
+                                   "rewrite here (other columns of the table can be updated)")
         if isinstance(value, Expr):
             expr = value
         elif isinstance(value, str):
@@ -189,7 +194,8 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
             return changed[name]
         if name in hidden and name not in meta.column_types:
             return reader.read_column(name, ranges)
-        return reader.read([name], ranges, meta.column_types, apply_mask=False).column(0)
+        # JSON columns in their stored form: their values keep their types (text would re-infer them).
+        return reader.read([name], ranges, meta.column_types, apply_mask=False, stored_json=True).column(0)
 
     if mutation.is_delete and exists is None and _mask_only(reader):
         return _with_mask(reader, table, column_of(ROW_EXISTS_COLUMN))

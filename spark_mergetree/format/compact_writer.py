@@ -28,6 +28,7 @@ from spark_mergetree.format.cityhash import FileHasher, file_hash
 from spark_mergetree.format.compression import CompressedStreamWriter
 from spark_mergetree.format.compression_codecs import Codec, CodecChain
 from spark_mergetree.format.dynamic import split_dynamic
+from spark_mergetree.format.json_write import COMPACT_BUCKETS, serialize_object, split_object
 from spark_mergetree.format.marks import CompactMarks, format_columns_substreams, write_compact_marks
 from spark_mergetree.format.part import COMPACT_DATA_FILE, PartFiles
 from spark_mergetree.format.part_writer import (
@@ -39,7 +40,7 @@ from spark_mergetree.format.part_writer import (
 )
 from spark_mergetree.format.serialization import serialize_column
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE
-from spark_mergetree.format.types import DataType, Dynamic, parse_type
+from spark_mergetree.format.types import DataType, Dynamic, Json, parse_type
 
 __all__ = [
     "COMPACT_MARKS_FILE", "SUBSTREAMS_FILE", "is_compact_part", "plan_compact_granules", "write_compact_part",
@@ -136,6 +137,39 @@ def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray
     return granules
 
 
+def _object_granules(dt: Json, name: str, column: pa.Array | pa.ChunkedArray, granule_rows: np.ndarray,
+                     string_sizes: bool) -> list[list[tuple[str, bytes]]] | None:
+    """Each granule's substreams of a JSON column, as ClickHouse orders them: the object structure,
+    each dynamic path's structure and discriminators prefix (every granule repeats the prefixes, the
+    first with the statistics, the others with a 0 flag), then the data: typed paths, dynamic paths,
+    shared data buckets. None when a path holds LowCardinality values (their self-contained Compact
+    pieces are not written here): the caller writes a Wide part."""
+    obj = split_object(dt, column, name, COMPACT_BUCKETS)
+    heads, body = serialize_object(obj, name, escape_for_file_name(name), granule_rows, string_sizes)
+    if any(stream.endswith(_DICT) for stream, _ in body):
+        return None
+    prefixes = {stream: bytes(data.data[:int(data.granule_offsets[0])]) for stream, data in body
+                if int(data.granule_offsets[0])}
+    granules = []
+    for g in range(len(granule_rows)):
+        substreams: list[tuple[str, bytes]] = []
+        for stream, data in heads:
+            cut = int(data.granule_offsets[0])
+            tail = bytes(data.data[cut:]) if g == 0 else b"\x00"
+            substreams.append((stream, bytes(data.data[:cut]) + tail))
+            discriminators = stream[:-len(STRUCTURE)] + DISCRIMINATORS if stream.endswith(STRUCTURE) else None
+            if discriminators in prefixes:
+                substreams.append((discriminators + PREFIX, prefixes.pop(discriminators)))
+        substreams += [(stream + PREFIX, prefix) for stream, prefix in prefixes.items()]
+        prefixes_again = {stream for stream, data in body if int(data.granule_offsets[0])}
+        substreams += [(stream, bytes(data.data[int(data.granule_offsets[g]):int(data.granule_offsets[g + 1])]))
+                       for stream, data in body]
+        granules.append(substreams)
+        prefixes = {stream: bytes(data.data[:int(data.granule_offsets[0])]) for stream, data in body
+                    if stream in prefixes_again}
+    return granules
+
+
 def encode_part(table: pa.Table, columns: Sequence[tuple[str, str]],
                primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]], partition: PartitionValue | None,
                settings: WriterSettings, table_settings: Mapping[str, str]) -> PartFiles:
@@ -177,6 +211,15 @@ def write_compact_part(
     per_column: list[list[list[tuple[str, bytes]]]] = []
     codecs: list[dict[str, Codec | CodecChain]] = []
     for (name, _), dt, column in zip(columns, types, table.columns, strict=True):
+        if isinstance(dt, Json):
+            object_granules = _object_granules(dt, name, column, granule_rows, settings.string_sizes)
+            if object_granules is None:
+                return None
+            chain = dict(settings.column_codecs).get(name)
+            generic = chain.for_stream(None, settings.codec) if chain is not None else settings.codec
+            per_column.append(object_granules)
+            codecs.append(dict.fromkeys((s for s, _ in object_granules[0]) if object_granules else (), generic))
+            continue
         stored = dt
         if isinstance(dt, Dynamic):  # stored as a Variant over the types of its rows
             split = split_dynamic(dt, column, name)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format.types import (
     AggregateFunction,
     Array,
@@ -144,8 +144,10 @@ def _convert(arr: pa.Array, dt: DataType, column: str) -> pa.Array:
         return arr.cast(pa.binary())
     if isinstance(dt, Dynamic):
         raise _Refusal("a Dynamic column is written from binary (each row a type's binary encoding, then the value)")
+    if isinstance(dt, Json) and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
+        return arr.cast(pa.string())  # JSON text: parsed when the part is written (format/json_write.py)
     if isinstance(dt, Json):
-        raise UnsupportedError(f"column {column!r}: writing {dt.to_clickhouse()} is not supported (reading is)")
+        raise _Refusal("a JSON column is written from JSON text (string), one object per row")
     if handler is None:
         raise _Refusal("no conversion for this type")
     return handler(arr, dt, column)

@@ -43,7 +43,7 @@ from spark_mergetree.format.types import (
 )
 from spark_mergetree.format.values import Cursor, combine, encode_varuints, string_buffers
 
-__all__ = ["SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text",
+__all__ = ["binary_values", "binary_values_text", "SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text",
            "DynamicColumn", "split_dynamic", "serialize_dynamic", "DEFAULT_MAX_TYPES"]
 
 SHARED_VARIANT = "SharedVariant"
@@ -220,9 +220,8 @@ def dynamic_text(structure: DynamicStructure, struct: pa.StructArray, where: str
     texts = []
     for name, dt, field in zip(structure.variant.names, structure.variant.variants, struct.flatten(), strict=True):
         if name == SHARED_VARIANT:
-            if field.null_count != len(field):
-                raise UnsupportedError(f"{where}: {len(field) - field.null_count} value(s) in the shared variant "
-                                       "(types beyond max_dynamic_types) are not read here")
+            if field.null_count != len(field):  # types beyond max_types: each value carries its type
+                texts.append(binary_values_text(field.cast(pa.binary()), where, where))
             continue
         texts.append(value_text(dt, field, where))
     return pc.coalesce(*texts) if texts else pa.nulls(len(struct), pa.string())
@@ -327,3 +326,27 @@ def serialize_dynamic(dt: Dynamic, column: str, values: pa.Array | pa.ChunkedArr
     the `.dynamic_structure` stream: whole in a Wide part, per granule in a Compact one)."""
     split = split_dynamic(dt, values, column)
     return split, serialize_column(split.structure.variant, column, split.struct, granule_rows, string_sizes)
+
+
+def binary_values_text(values: pa.Array, column: str, where: str) -> pa.Array:
+    """Values in the binary form of Dynamic values (type encoding, then the value; NULL where a row
+    has none) as JSON text: how a JSON column's shared data holds each path's values."""
+    split = split_dynamic(Dynamic(254), values, column)
+    return dynamic_text(split.structure, split.struct, where)
+
+
+def binary_values(dt: DataType, values: pa.Array) -> pa.Array:
+    """Values of one type → their binary form as Dynamic values (the type's binary encoding, then the
+    value); a NULL (of a Nullable type) stays NULL."""
+    inner = dt.inner if isinstance(dt, Nullable) else dt
+    valid = np.asarray(values.is_valid(), dtype=bool)
+    present = values.filter(pa.array(valid)) if values.null_count else values
+    encoding = np.frombuffer(encode_type(inner), np.uint8)
+    count = len(present)
+    head = (np.tile(encoding, count), np.arange(count + 1, dtype=np.int64) * len(encoding))
+    data, offsets = interleave_chunks([head, value_chunks(inner, present)])
+    out = _binary(np.asarray(data, np.uint8), np.asarray(offsets, np.int64))
+    if not values.null_count:
+        return out
+    index = np.cumsum(valid, dtype=np.int64) - 1
+    return out.take(pa.array(np.maximum(index, 0), mask=~valid))

@@ -3,13 +3,16 @@
 A part stores a `JSON` column path by path: its `.object_structure` prefix lists the *dynamic paths*
 (each stored as a Dynamic column whose streams are named `<col>.<escaped path>...`), and the
 *shared data* holds the paths beyond `max_dynamic_paths` (a Map(path, value) per row, in buckets).
-We read the dynamic paths and give each row as the text ClickHouse prints for the object
-(`toString(json)`): keys sorted, dotted paths as nested objects, absent paths left out.
+We read the typed paths, dynamic paths and shared data and give each row as the text ClickHouse
+prints for the object (`toString(json)`): keys sorted, dotted paths as nested objects, absent paths
+left out; or, for merges, in the stored form (`STORED_JSON_TYPE`), every value with its type.
+format/json_write.py writes JSON columns.
 format_spec/types.md (*JSON*) describes the bytes and what is refused.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,13 +21,32 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.fileops import escape_for_file_name
-from spark_mergetree.format.types import Array, DataType, Nullable, Primitive
+from spark_mergetree.format.types import (
+    Array,
+    DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
+    Enum,
+    FixedString,
+    LowCardinality,
+    Map,
+    Nullable,
+    Primitive,
+    Time,
+    Time64,
+    Tuple,
+)
 from spark_mergetree.format.values import Cursor
 
-__all__ = ["OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
-           "value_text", "object_text", "check_counts"]
+__all__ = ["STORED_JSON_TYPE", "stored_map", "OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
+           "value_text", "object_text"]
 
 OBJECT_STRUCTURE = ".object_structure"
+# What a merge reads a JSON column as and writes it from: per row, path → the value's binary form
+# (its type's binary encoding, then the value), so every value keeps its type (its text would not:
+# a Float64 1.0 prints as 1, which an insert of the text stores as Int64).
+STORED_JSON_TYPE = pa.map_(pa.string(), pa.binary())
 # Object serialization versions (MergeTree setting object_serialization_version): v2 writes 2, v3 4.
 _V2, _V3 = 2, 4
 # Shared data serialization versions in a v3 structure: a Map per row in buckets (inserted parts);
@@ -72,16 +94,91 @@ def shared_data_sizes(column_base: str, structure: ObjectStructure) -> list[str]
 
 
 def _quoted(strings: pa.Array, where: str) -> pa.Array:
-    """Strings as JSON string literals, escaped as ClickHouse escapes them."""
+    """Strings as JSON string literals, escaped as ClickHouse escapes them: `"`, `\\`, `/` and the
+    control characters with short escapes get them, other control characters `\\u00XX`."""
     if not pa.types.is_string(strings.type):
         strings = strings.cast(pa.string())
-    control = pc.match_substring_regex(strings, r"[\x00-\x07\x0b\x0e-\x1f\x7f]")
-    if pc.any(control).as_py():
-        raise UnsupportedError(f"{where}: a string with control characters other than \\b \\t \\n \\f \\r")
-    for raw, escaped in (("\\", "\\\\"), ('"', '\\"'), ("/", "\\/"), ("\b", "\\b"), ("\f", "\\f"), ("\n", "\\n"),
-                         ("\r", "\\r"), ("\t", "\\t")):
+    for raw, escaped in (("\\", "\\\\"), ('"', '\\"'), ("/", "\\/"), ("\b", "\\b"), ("\f", "\\f"),
+                         ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")):
         strings = pc.replace_substring(strings, raw, escaped)
+    control = pc.match_substring_regex(strings, r"[\x00-\x1f]")
+    if pc.any(control).as_py():
+        for code in (*range(0, 8), 0x0B, *range(0x0E, 0x20)):
+            strings = pc.replace_substring(strings, chr(code), f"\\u{code:04x}")
     return pc.binary_join_element_wise('"', strings, '"', "")
+
+
+def _float_text(values: pa.Array) -> pa.Array:
+    """Floats as ClickHouse writes them in JSON: the shortest round-trip digits, plain for decimal
+    exponents -6..20 and `1e21`/`1.5e-7` beyond (no `+`), `-0` for negative zero, `null` for NaN and
+    infinities."""
+    text = pc.cast(values, pa.string())
+    text = pc.replace_substring(text, "e+", "e")
+    # Arrow switches to an exponent from 1e16 on, ClickHouse from 1e21: the few values between are
+    # written out here.
+    odd = np.asarray(pc.fill_null(pc.match_substring_regex(text, r"e(1[6-9]|20)$"), False), dtype=bool)
+    if odd.any():
+        fixed = text.to_pylist()
+        for i in np.flatnonzero(odd):
+            mantissa, exponent = fixed[i].split("e")
+            sign = "-" if mantissa.startswith("-") else ""
+            digits = mantissa.lstrip("-").replace(".", "")
+            point = len(mantissa.lstrip("-").split(".")[0]) + int(exponent)
+            fixed[i] = sign + digits.ljust(point, "0")
+        text = pa.array(fixed, pa.string())
+    finite = pc.is_finite(values)
+    return pc.if_else(pc.fill_null(finite, True), text, pa.scalar("null", pa.string()))
+
+
+def _time_text(dt: DataType, values: pa.Array) -> pa.Array:
+    """DateTime as `YYYY-MM-DD hh:mm:ss`, DateTime64(p) with p decimals, in the type's time zone (UTC
+    when it has none: the server time zone a reader of these parts is taken to have)."""
+    text = pc.strftime(values, "%Y-%m-%d %H:%M:%S")
+    if isinstance(dt, DateTime64):
+        unit_digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[values.type.unit]
+        if dt.precision < unit_digits:
+            text = pc.utf8_slice_codeunits(text, 0, 19 + (dt.precision + 1 if dt.precision else 0))
+    return text
+
+
+def _duration_text(dt: DataType, values: pa.Array) -> pa.Array:
+    """Time as `[-]hh:mm:ss` (hours at least two digits, up to 999), Time64(p) with p decimals."""
+    unit_digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[values.type.unit]
+    ticks = np.asarray(values.cast(pa.int64()).fill_null(0), np.int64)
+    per_second = 10 ** unit_digits
+    magnitude = np.abs(ticks)
+    seconds, fraction = np.divmod(magnitude, per_second)
+    hours, rest = np.divmod(seconds, 3600)
+    minutes, secs = np.divmod(rest, 60)
+    text = [f"{'-' if t < 0 else ''}{h:02d}:{m:02d}:{s:02d}" for t, h, m, s in
+            zip(ticks.tolist(), hours.tolist(), minutes.tolist(), secs.tolist(), strict=True)]
+    precision = dt.precision if isinstance(dt, Time64) else 0
+    if precision:
+        scaled = fraction // 10 ** (unit_digits - precision)
+        text = [f"{t}.{f:0{precision}d}" for t, f in zip(text, scaled.tolist(), strict=True)]
+    return pc.if_else(values.is_null(), pa.nulls(len(values), pa.string()), pa.array(text, pa.string()))
+
+
+def _ipv6_text(values: pa.Array) -> pa.Array:
+    """IPv6 addresses as ClickHouse prints them: RFC 5952 text, an IPv4-mapped one as `::ffff:a.b.c.d`."""
+    out: list[str | None] = []
+    for raw in values.to_pylist():
+        if raw is None:
+            out.append(None)
+            continue
+        address = ipaddress.IPv6Address(raw)
+        mapped = address.ipv4_mapped
+        out.append(f"::ffff:{mapped}" if mapped is not None else str(address))
+    return pa.array(out, pa.string())
+
+
+def _decimal_text(values: pa.Array) -> pa.Array:
+    """Decimals as numbers without trailing zeros (`1.5`, `100`), as ClickHouse writes them in JSON."""
+    text = pc.cast(values, pa.string())
+    if values.type.scale == 0:
+        return text
+    trimmed = pc.utf8_rtrim(pc.utf8_rtrim(text, characters="0"), characters=".")
+    return pc.if_else(pc.equal(trimmed, "-0"), "0", trimmed)
 
 
 def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
@@ -94,16 +191,46 @@ def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
     if isinstance(dt, Primitive) and dt.name == "Bool":
         return pc.if_else(values, "true", "false")
     if isinstance(dt, Primitive) and dt.name in ("Float32", "Float64"):
-        text = pc.cast(values, pa.string())
-        odd = pc.match_substring_regex(text, "[eEnN]|^-0$")
-        if pc.any(odd).as_py():
-            raise UnsupportedError(f"{where}: a {dt.name} value {text.filter(odd)[0].as_py()} whose text in JSON is not "
-                                   "known here (exponent, infinity, NaN or -0)")
-        return text
-    if isinstance(dt, Primitive) and dt.name == "String":
+        return _float_text(values)
+    if isinstance(dt, Primitive) and dt.name in ("Int128", "UInt128", "Int256", "UInt256"):
+        return pc.cast(values, pa.string())
+    if isinstance(dt, Primitive) and dt.name in ("String", "UUID"):
         return _quoted(values, where)
-    if isinstance(dt, Primitive) and dt.name == "Date":
+    if isinstance(dt, (FixedString, Enum)):
+        return _quoted(values.cast(pa.string()) if isinstance(dt, Enum) else values.cast(pa.binary()).cast(pa.string()),
+                       where)
+    if isinstance(dt, Primitive) and dt.name in ("Date", "Date32"):
         return _quoted(pc.cast(values, pa.string()), where)
+    if isinstance(dt, Primitive) and dt.name == "IPv4":
+        octets = [pc.cast(pc.bit_wise_and(pc.shift_right(values.cast(pa.uint32()), shift), 255), pa.string())
+                  for shift in (24, 16, 8, 0)]
+        return _quoted(pc.binary_join_element_wise(*octets, "."), where)
+    if isinstance(dt, (DateTime, DateTime64)):
+        return _quoted(_time_text(dt, values), where)
+    if isinstance(dt, (Time, Time64)):
+        return _quoted(_duration_text(dt, values), where)
+    if isinstance(dt, Primitive) and dt.name == "IPv6":
+        return _quoted(_ipv6_text(values), where)
+    if isinstance(dt, Decimal):
+        return _decimal_text(values)
+    if isinstance(dt, LowCardinality):
+        return value_text(dt.inner, values, where)
+    if isinstance(dt, Tuple):
+        # A named tuple prints as an object, an unnamed one as an array.
+        children = [pc.fill_null(value_text(e, values.field(i), where), "null") for i, e in enumerate(dt.elements)]
+        if dt.names is None:
+            body = pc.binary_join_element_wise(*children, ",")
+            return pc.binary_join_element_wise("[", body, "]", "")
+        members = [pc.binary_join_element_wise(_quoted(pa.array([name]), where)[0].as_py() + ":", child, "")
+                   for name, child in zip(dt.names, children, strict=True)]
+        return pc.binary_join_element_wise("{", pc.binary_join_element_wise(*members, ","), "}", "")
+    if isinstance(dt, Map) and isinstance(dt.key, Primitive) and dt.key.name == "String":
+        keys = _quoted(values.keys, where)
+        items = pc.fill_null(value_text(dt.value, values.items, where), "null")
+        pairs = pc.binary_join_element_wise(keys, items, ":")
+        offsets = values.offsets
+        lists = pa.ListArray.from_arrays(pc.subtract(offsets, offsets[0]), pairs)
+        return pc.binary_join_element_wise("{", pc.binary_join(lists, ","), "}", "")
     if isinstance(dt, Array):
         items = values.flatten() if values.null_count == 0 else values.fill_null([]).flatten()
         item_text = pc.fill_null(value_text(dt.inner, items, where), "null")
@@ -152,8 +279,22 @@ def _render(names: list[str], paths: dict[str, pa.Array], prefix: str, n: int, r
     return pc.if_else(present, text, pa.nulls(n, pa.string()))
 
 
-def check_counts(counts: np.ndarray, where: str) -> None:
-    if counts.any():
-        raise UnsupportedError(f"{where}: {int(np.count_nonzero(counts))} row(s) hold paths in the JSON column's "
-                               "shared data (paths beyond max_dynamic_paths), which are not read here")
 
+def stored_map(binaries: dict[str, pa.Array], n: int) -> pa.Array:
+    """Each path's values in binary form (NULL where a row lacks it) → one map per row, paths sorted."""
+    rows: list[np.ndarray] = []
+    keys: list[pa.Array] = []
+    values: list[pa.Array] = []
+    for path in sorted(binaries):
+        arr = binaries[path]
+        present = np.flatnonzero(np.asarray(arr.is_valid(), dtype=bool))
+        rows.append(present)
+        keys.append(pa.array([path], pa.string()).take(pa.array(np.zeros(len(present), np.int64))))
+        values.append(arr.take(pa.array(present)).cast(pa.binary()))
+    all_rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    order = pa.array(np.argsort(all_rows, kind="stable"))  # by row, then path (paths came sorted)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(all_rows, minlength=n), out=offsets[1:])
+    key_array = pa.concat_arrays(keys).take(order) if keys else pa.array([], pa.string())
+    value_array = pa.concat_arrays(values).take(order) if values else pa.array([], pa.binary())
+    return pa.MapArray.from_arrays(pa.array(offsets), key_array, value_array, type=STORED_JSON_TYPE)

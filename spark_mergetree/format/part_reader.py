@@ -44,15 +44,23 @@ from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
 from spark_mergetree.format.cityhash import file_hash
 from spark_mergetree.format.compression import CHECKSUM_SIZE, decompress_all, decompress_range, iter_blocks
 from spark_mergetree.format.compression_codecs import BLOCK_HEADER, HEADER_SIZE
-from spark_mergetree.format.dynamic import DynamicStructure, dynamic_text, dynamic_values, parse_structure
+from spark_mergetree.format.dynamic import (
+    DynamicStructure,
+    binary_values,
+    binary_values_text,
+    dynamic_text,
+    dynamic_values,
+    parse_structure,
+)
 from spark_mergetree.format.json_text import (
     OBJECT_STRUCTURE,
+    STORED_JSON_TYPE,
     ObjectStructure,
-    check_counts,
     object_text,
     parse_object_structure,
     path_base,
     shared_data_sizes,
+    stored_map,
     value_text,
 )
 from spark_mergetree.format.marks import (
@@ -84,6 +92,7 @@ from spark_mergetree.format.serialization import default_column, deserialize_col
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
 from spark_mergetree.format.types import DataType, Dynamic, Json, parse_column_type, parse_type, to_arrow
+from spark_mergetree.format.values import Cursor, read_classic
 
 GranuleRange = tuple[int, int]
 
@@ -680,9 +689,10 @@ class PartReader:
             streams = {s: self._wide_stream(s, begin, end, s.endswith(".dict")) for s in names}
         return self._with_prefixes(streams, names)
 
-    def _read_json(self, name: str, ranges: Sequence[GranuleRange]) -> pa.Array:
-        """A JSON column as ClickHouse's text of each row's object (format/json_text.py): its dynamic
-        paths read as Dynamic columns; rows with paths in the shared data are refused."""
+    def _read_json(self, name: str, ranges: Sequence[GranuleRange], stored: bool = False) -> pa.Array:
+        """A JSON column as ClickHouse's text of each row's object (format/json_text.py): its typed
+        paths, dynamic paths (read as Dynamic columns) and shared data. `stored`: as the stored form
+        a merge writes back (STORED_JSON_TYPE: per row, path → the value's binary form)."""
         base = escape_for_file_name(name)
         where = f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()})"
         key = ("object", name)
@@ -696,10 +706,10 @@ class PartReader:
         chunks = []
         for begin, end in ranges:
             rows = int(self.granule_starts[end] - self.granule_starts[begin])
-            sizes = shared_data_sizes(base, structure)
-            for stream, data in self._range_streams(sizes, begin, end).items():
-                check_counts(np.frombuffer(bytes(data), "<u8"), f"{where}, stream {stream!r}")
             texts: dict[str, pa.Array] = {}
+            for path, values in self._json_shared_data(base, structure, begin, end, rows, where).items():
+                texts[path] = values if stored else \
+                    binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
             for path, typed in cast(Json, self.types[name]).typed_paths:
                 # A typed path is stored as an ordinary column of its type; every row prints it.
                 path_streams = path_base(base, path)
@@ -707,7 +717,8 @@ class PartReader:
                 values = deserialize_column(typed, name, cast(Mapping[str, bytes],
                                                               self._range_streams(names, begin, end)),
                                             rows, self.serialization.string_sizes, False, exact=True, base=path_streams)
-                texts[path] = pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
+                texts[path] = binary_values(typed, values) if stored else \
+                    pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
             for path in structure.paths:
                 path_streams = path_base(base, path)
                 dynamic = self._dynamic_structure(name, path_streams)
@@ -715,11 +726,99 @@ class PartReader:
                 struct = deserialize_column(dynamic.variant, name, cast(Mapping[str, bytes],
                                                                          self._range_streams(names, begin, end)),
                                             rows, self.serialization.string_sizes, False, exact=True, base=path_streams)
-                texts[path] = dynamic_text(dynamic, struct, f"{where}, path {path!r}")
-            chunks.append(object_text(texts, rows, where))
+                texts[path] = dynamic_values(dynamic, struct) if stored else \
+                    dynamic_text(dynamic, struct, f"{where}, path {path!r}")
+            chunks.append(stored_map(texts, rows) if stored else object_text(texts, rows, where))
         if not chunks:
-            return pa.array([], type=pa.string())
+            return pa.array([], type=STORED_JSON_TYPE if stored else pa.string())
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+
+    def _json_shared_data(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
+                          where: str) -> dict[str, pa.Array]:
+        """Every path a JSON column's shared data holds in granules [begin, end), with its values
+        in binary form (NULL where a row lacks it): each bucket (one for version 2) is a
+        Map(String, String) per row — `.size0` (UInt64 entries per row), then the paths and the
+        values (a type's binary encoding, then the value) as classic strings."""
+        if structure.advanced:
+            return self._json_shared_advanced(base, structure, begin, end, rows, where)
+        row_parts: list[np.ndarray] = []
+        path_parts: list[pa.Array] = []
+        value_parts: list[pa.Array] = []
+        for sizes in shared_data_sizes(base, structure):
+            stem = sizes[:-len(".size0")]
+            names = [sizes, stem + "%2Epaths", stem + "%2Evalues"]
+            streams = self._range_streams(names, begin, end)
+            counts = np.frombuffer(bytes(streams[sizes]), "<u8").astype(np.int64)
+            if len(counts) != rows:
+                raise CorruptPartError(f"{where}: stream {sizes!r} holds {len(counts)} rows, the granules {rows}")
+            total = int(counts.sum())
+            if not total:
+                continue
+            paths = read_classic(Cursor(names[1], bytes(streams[names[1]])), total)
+            values = read_classic(Cursor(names[2], bytes(streams[names[2]])), total, binary=True)
+            row_parts.append(np.repeat(np.arange(rows, dtype=np.int64), counts))
+            path_parts.append(paths)
+            value_parts.append(values)
+        if not row_parts:
+            return {}
+        return _values_by_path(np.concatenate(row_parts), pa.concat_arrays(path_parts), pa.concat_arrays(value_parts),
+                               rows)
+
+    def _json_shared_advanced(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
+                              where: str) -> dict[str, pa.Array]:
+        """Shared data in the `advanced` layout (ClickHouse's merges). Its copy streams hold every
+        row's entries: `copy.sizes` (UInt64 entries per row), `copy.values` (classic strings, each a
+        type's binary encoding then the value) and `copy.paths_indexes`, per written chunk of rows an
+        index into the chunk's paths — the paths each bucket's `structure` lists for the chunk
+        (VarUInt rows, VarUInt count, the paths; in a Wide part then six UInt64 marks of the bucket's
+        other streams, in a Compact part those are its `structure_suffix`), buckets in order. An index
+        is UInt8, UInt16, UInt32 or UInt64: the narrowest whose maximum is at least the chunk's number
+        of paths. Chunks start at granule starts (a Compact granule is one chunk)."""
+        stem = f"{base}.object_shared_data"
+        buckets = structure.buckets or 0
+        suffix = ".structure_prefix" if self.is_compact else ".structure"
+        bucket_names = [f"{stem}.{b}{suffix}" for b in range(buckets)]
+        names = [f"{stem}.copy.sizes", f"{stem}.copy.paths_indexes", f"{stem}.copy.values", *bucket_names]
+        streams = self._range_streams(names, begin, end)
+        counts = np.frombuffer(bytes(streams[names[0]]), "<u8").astype(np.int64)
+        if len(counts) != rows:
+            raise CorruptPartError(f"{where}: stream {names[0]!r} holds {len(counts)} rows, the granules {rows}")
+        total = int(counts.sum())
+        if not total:
+            return {}
+        values = read_classic(Cursor(names[2], bytes(streams[names[2]])), total, binary=True)
+        indexes = Cursor(names[1], bytes(streams[names[1]]))
+        cursors = [Cursor(name, bytes(streams[name])) for name in bucket_names]
+        starts = np.zeros(rows + 1, np.int64)
+        np.cumsum(counts, out=starts[1:])
+        entry_paths: list[str] = []
+        row = 0
+        while row < rows:
+            chunk_rows: int | None = None
+            paths: list[str] = []
+            for cursor in cursors:
+                at = cursor.pos
+                found = cursor.varuint()
+                if chunk_rows is not None and found != chunk_rows:
+                    raise CorruptPartError(f"{where}: stream {cursor.name!r} has a chunk of {found} rows at offset "
+                                           f"{at}, the other buckets {chunk_rows}")
+                chunk_rows = found
+                paths += [bytes(cursor.take(cursor.varuint())).decode("utf-8", "surrogateescape")
+                          for _ in range(cursor.varuint())]
+                if not self.is_compact:
+                    cursor.take(48)  # marks of the bucket's data streams (its paths' Dynamic columns)
+            if not chunk_rows or row + chunk_rows > rows:
+                raise CorruptPartError(f"{where}: shared data chunk of {chunk_rows} rows where {rows - row} are left")
+            count = int(starts[row + chunk_rows] - starts[row])
+            width = next(w for w, top in ((1, 0xFF), (2, 0xFFFF), (4, 0xFFFFFFFF), (8, 2**64 - 1)) if len(paths) <= top)
+            chosen = np.frombuffer(bytes(indexes.take(count * width)), f"<u{width}").astype(np.int64)
+            if len(chosen) and int(chosen.max()) >= len(paths):
+                raise CorruptPartError(f"{where}: stream {indexes.name!r}: path index {int(chosen.max())} of "
+                                       f"{len(paths)} paths")
+            entry_paths += [paths[i] for i in chosen.tolist()]
+            row += chunk_rows
+        entry_rows = np.repeat(np.arange(rows, dtype=np.int64), counts)
+        return _values_by_path(entry_rows, pa.array(entry_paths, pa.string()), values, rows)
 
     def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
                        names: Sequence[str]) -> dict[str, bytes | bytearray]:
@@ -755,15 +854,16 @@ class PartReader:
             self._decoded[key] = prefix
         return bytearray(cast(bytearray, self._decoded[key]))
 
-    def read_column(self, name: str, ranges: Sequence[GranuleRange]) -> pa.Array:
+    def read_column(self, name: str, ranges: Sequence[GranuleRange], stored_json: bool = False) -> pa.Array:
         """A column's values over granule ranges (as from merge_ranges), concatenated; every row the
-        part holds, deleted or not (`read` drops deleted rows)."""
+        part holds, deleted or not (`read` drops deleted rows). `stored_json`: a JSON column in the stored form a merge writes back
+        (format/json_text.py STORED_JSON_TYPE) rather than as text."""
         if name not in self.types:
             raise CorruptPartError(f"{self.location}: part has no column {name!r}")
         dt = self.types[name]
         self._refuse_raw_variant_names(name)
         if isinstance(dt, Json):
-            return self._read_json(name, ranges)
+            return self._read_json(name, ranges, stored_json)
         sparse = self.serialization.sparse_spec(name)
         structure = self._dynamic_structure(name) if isinstance(dt, Dynamic) else None
         stored = structure.variant if structure is not None else dt
@@ -884,14 +984,16 @@ class PartReader:
                 "describe this table")
 
     def read(self, columns: Sequence[str] | None = None, ranges: Sequence[GranuleRange] | None = None,
-             table_types: Mapping[str, str] | None = None, *, apply_mask: bool = True) -> pa.Table:
+             table_types: Mapping[str, str] | None = None, *, apply_mask: bool = True,
+             stored_json: bool = False) -> pa.Table:
         """Columns over granule ranges (all granules by default) as an Arrow table, without the rows
         a lightweight DELETE removed (with them, in stored order, when not `apply_mask`: a mutation
         rewriting the part keeps every stored row and its mask).
 
         `table_types` (name → ClickHouse type) are the table's columns: a column the part holds must
         have that type (SchemaMismatchError otherwise); a column the table gained after this part was
-        written reads as its default values, as ClickHouse reads it.
+        written reads as its default values, as ClickHouse reads it. `stored_json`: JSON columns in
+        the stored form a merge writes back (see `read_column`).
         """
         names = list(columns) if columns is not None else [n for n, _ in self.columns]
         ranges = merge_ranges(ranges) if ranges is not None else [(0, self.n_granules)]
@@ -904,8 +1006,11 @@ class PartReader:
         rows = sum(int(self.granule_starts[e] - self.granule_starts[b]) for b, e in ranges)
         def column(n: str) -> pa.Array:
             if n not in self.types and n in declared:
-                return default_column(parse_type(declared[n]), rows)
-            return self.read_column(n, ranges)
+                added = parse_type(declared[n])
+                if stored_json and isinstance(added, Json):
+                    return pa.array([[]] * rows, STORED_JSON_TYPE)
+                return default_column(added, rows)
+            return self.read_column(n, ranges, stored_json)
 
         if len(names) > 1 and getattr(self.source, "parallel_reads", False):
             arrays = list(_column_pool().map(column, names))  # each column's ranged reads at once
@@ -917,3 +1022,20 @@ class PartReader:
         if mask is not None and not mask.all():
             table = table.filter(pa.array(mask))
         return table
+
+
+def _values_by_path(entry_rows: np.ndarray, entry_paths: pa.Array, entry_values: pa.Array, rows: int
+                    ) -> dict[str, pa.Array]:
+    """Shared-data entries (row, path, value) → each path's values over the rows (NULL where a row
+    lacks it)."""
+    out: dict[str, pa.Array] = {}
+    unique = pc.unique(entry_paths)
+    codes = np.asarray(pc.index_in(entry_paths, unique), np.int64)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(unique) + 1))
+    for i, path in enumerate(unique.to_pylist()):
+        mine = order[bounds[i]:bounds[i + 1]]
+        spot = np.full(rows, -1, np.int64)
+        spot[entry_rows[mine]] = mine
+        out[path] = entry_values.take(pa.array(np.maximum(spot, 0), mask=spot < 0))
+    return out

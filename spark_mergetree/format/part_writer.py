@@ -36,6 +36,7 @@ from spark_mergetree.format.compression import (
 )
 from spark_mergetree.format.compression_codecs import LZ4, Codec, CodecChain
 from spark_mergetree.format.dynamic import serialize_dynamic
+from spark_mergetree.format.json_write import WIDE_BUCKETS, serialize_object, split_object
 from spark_mergetree.format.low_cardinality import LowCardinalityState
 from spark_mergetree.format.marks import wide_marks_with_rows, write_wide_marks
 from spark_mergetree.format.part import (
@@ -63,6 +64,7 @@ from spark_mergetree.format.streams import STRUCTURE, StreamBytes, stream_value_
 from spark_mergetree.format.types import (
     DataType,
     Dynamic,
+    Json,
     LowCardinality,
     Nullable,
     Primitive,
@@ -246,8 +248,9 @@ class PartStreamWriter:
         begin = int(self.granule_starts[first])
         if begin + len(values) > self.rows:
             raise SchemaMismatchError(f"column {name!r} got {begin + len(values)} rows, the part has {self.rows}")
-        if isinstance(self.types[name], Dynamic) and begin + len(values) < self.rows:
-            # A Dynamic column's streams follow from the types of all its rows: it is written whole.
+        if isinstance(self.types[name], (Dynamic, Json)) and begin + len(values) < self.rows:
+            # A Dynamic column's streams follow from the types of all its rows, a JSON column's from
+            # its paths: they are written whole.
             self._pending[name] = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
             return
         last = int(np.searchsorted(self.granule_starts, begin + len(values), side="right")) - 1
@@ -268,6 +271,8 @@ class PartStreamWriter:
         granules = self.granule_rows[first:last]
         if isinstance(dt, Dynamic):
             streams, codecs = self._dynamic_streams(dt, name, values, granules)
+        elif isinstance(dt, Json):
+            streams, codecs = self._object_streams(dt, name, values, granules)
         else:
             streams = serialize_column(dt, name, values, granules, string_sizes=self.settings.string_sizes,
                                        states=self._lc_states[name], last=ends)
@@ -302,6 +307,18 @@ class PartStreamWriter:
                    **variant_streams}
         return streams, {**self.settings.stream_codecs(name, dt),
                          **self.settings.stream_codecs(name, split.structure.variant)}
+
+    def _object_streams(self, dt: Json, name: str, values: pa.Array | pa.ChunkedArray, granules: np.ndarray
+                        ) -> tuple[dict[str, StreamBytes], dict[str, Codec | CodecChain]]:
+        """A whole JSON column: its structure streams and those of its typed paths, dynamic paths and
+        shared data (format/json_write.py). Every stream takes the column's generic codec: the
+        streams' value types differ from part to part."""
+        obj = split_object(dt, values, name, WIDE_BUCKETS, one_bucket_when_empty=True)
+        heads, body = serialize_object(obj, name, escape_for_file_name(name), granules, self.settings.string_sizes)
+        streams = dict(heads + body)
+        chain = dict(self.settings.column_codecs).get(name)
+        codec = chain.for_stream(None, self.settings.codec) if chain is not None else self.settings.codec
+        return streams, dict.fromkeys(streams, codec)
 
     def write_columns(self, block: pa.Table, pool: ThreadPoolExecutor | None = None) -> None:
         """The next rows of every column of `block` (columns side by side on `pool`'s threads)."""

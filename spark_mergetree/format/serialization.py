@@ -79,11 +79,14 @@ def serialize_column(
     string_sizes: bool = True,
     states: dict[str, LowCardinalityState] | None = None,
     last: bool = True,
+    base: str | None = None,
 ) -> dict[str, StreamBytes]:
     """Every stream of a column, cut into granules of `granule_rows` rows (must sum to len(array)).
 
     A column written in blocks of granules passes one `states` dict for all its blocks and `last`
-    for the last one: the streams' bytes then continue one another as one call's would."""
+    for the last one: the streams' bytes then continue one another as one call's would. `base`
+    names the streams of a subcolumn stored on its own (a JSON path: `j.a`) instead of the escaped
+    column name."""
     arr = combine(array)
     granule_rows = np.asarray(granule_rows, dtype=np.int64)
     if (granule_rows < 0).any() or int(granule_rows.sum()) != len(arr):
@@ -92,8 +95,10 @@ def serialize_column(
     bounds = np.zeros(len(granule_rows) + 1, np.int64)
     np.cumsum(granule_rows, out=bounds[1:])
     out: dict[str, StreamBytes] = {}
-    _serialize(dt, escape_for_file_name(column_name), 0, arr, bounds, string_sizes, column_name, out,
-               {} if states is None else states, last)
+    _serialize(dt, escape_for_file_name(column_name) if base is None else base, 0, arr, bounds, string_sizes,
+               column_name, out, {} if states is None else states, last)
+    if base is not None:
+        return {name: out[name] for name in internal_names(dt, column_name, string_sizes, False, base)}
     return {external_name(dt, column_name, name): out[name]
             for name in internal_names(dt, column_name, string_sizes, False)}
 
@@ -135,8 +140,8 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         return
     if isinstance(dt, Dynamic):  # its streams follow from its rows: format/dynamic.py writes it whole
         raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
-    if isinstance(dt, Json):
-        raise UnsupportedError(f"column {column!r}: writing {dt.to_clickhouse()} is not supported (reading is)")
+    if isinstance(dt, Json):  # its paths follow from its rows: format/json_write.py writes it whole
+        raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
     if isinstance(dt, Variant):
         arr = conform_array(arr, dt, column)
         _serialize_variant(dt, base, level, arr, bounds, string_sizes, column, out, states, last)

@@ -7,7 +7,7 @@
     settings choose (Wide or Compact) and SELECT returns what we wrote. In partitioned cases the
     parts ClickHouse attaches include one our merge made of the two inserts' rows.
 Types we refuse (JSON inside another type) raise UnsupportedError both ways; Variant (both ways), Dynamic
-(both ways) and JSON (read; its writing is refused) are covered by tests/format/test_variant_dynamic_json.py.
+(both ways) and JSON (both ways, merges too) are covered by tests/format/test_variant_dynamic_json.py.
 """
 
 from __future__ import annotations

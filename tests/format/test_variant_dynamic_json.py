@@ -8,15 +8,21 @@ expected struct is built from ClickHouse's own `variantType(v)` and `variantElem
 
 from __future__ import annotations
 
+import json
+import shutil
+import struct
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.compression import decompress_all
 from spark_mergetree.format.types import Array, Map, Tuple, Variant, parse_type
-from tests.format.chdb_util import close_session, make_chdb_table
+from spark_mergetree.format.values import Cursor
+from tests.format.chdb_util import close_session, make_chdb_table, open_session
 from tests.format.test_part_interop import _attach_and_check
 from tests.format.test_serialization import _chdb_arrow, _normalize
 
@@ -373,8 +379,8 @@ def test_variant_data_files_are_clickhouses_bytes(tmp_path, kind):
 @pytest.mark.spark
 def test_spark_reads_variant_and_dynamic_and_writes_variant_and_dynamic(spark, tmp_path):
     """Spark sees a Variant as a struct of one field per type, a Dynamic as binary and a JSON as its
-    text (what MergeTreeTable reads, checked against ClickHouse above); a Spark write of the struct
-    and of the binary is attached by ClickHouse and selected as the same values."""
+    text (what MergeTreeTable reads, checked against ClickHouse above); a Spark write of the struct,
+    the binary and the text is attached by ClickHouse and selected as the same values."""
     sess, data_dir = make_chdb_table(
         tmp_path, f"CREATE TABLE src (id UInt64, v {V}, d Dynamic, j JSON) ENGINE = MergeTree ORDER BY id "
                   "SETTINGS index_granularity = 64",
@@ -391,11 +397,11 @@ def test_spark_reads_variant_and_dynamic_and_writes_variant_and_dynamic(spark, t
         assert [r["j"] for r in rows] == ours.column("j").to_pylist()
 
         target = tmp_path / "spark_written"
-        MergeTreeTable.create(target, [("id", "UInt64"), ("v", V), ("d", "Dynamic")], order_by="id",
+        MergeTreeTable.create(target, [("id", "UInt64"), ("v", V), ("d", "Dynamic"), ("j", "JSON")], order_by="id",
                               settings={"index_granularity": 64})
-        df.select("id", "v", "d").write.format("mergetree").mode("append").save(str(target))
+        df.select("id", "v", "d", "j").write.format("mergetree").mode("append").save(str(target))
         written = MergeTreeTable.open(target)
-        sess.query(f"CREATE TABLE back (id UInt64, v {V}, d Dynamic) ENGINE = MergeTree ORDER BY id "
+        sess.query(f"CREATE TABLE back (id UInt64, v {V}, d Dynamic, j JSON) ENGINE = MergeTree ORDER BY id "
                    "SETTINGS index_granularity = 64")
         back_dir = Path(sess.query("SELECT data_paths[1] FROM system.tables WHERE name = 'back'",
                                    "TabSeparatedRaw").bytes().decode().strip())
@@ -403,6 +409,9 @@ def test_spark_reads_variant_and_dynamic_and_writes_variant_and_dynamic(spark, t
         assert _expected_rows_v(sess, "back") == _expected_rows_v(sess, "src")
         assert sess.query("SELECT d FROM back ORDER BY id", "RowBinary").bytes() == \
             sess.query("SELECT d FROM src ORDER BY id", "RowBinary").bytes()
+        # The JSON text Spark read, written back: the same objects (a whole Float64 prints as an
+        # integer, so its text comes back Int64: text does not carry every type).
+        assert _json_select(sess, "back", types=False) == _json_select(sess, "src", types=False)
     finally:
         close_session()
 
@@ -448,40 +457,68 @@ def test_json_parts_clickhouse_wrote_read_as_its_text(tmp_path, kind, partitione
         later = reader.read(["id", "j"], ranges=[(1, reader.n_granules)])
         by_id = {r["id"]: r["j"] for r in ours.to_pylist()}
         assert later.column("j").to_pylist() == [by_id[i] for i in later.column("id").to_pylist()]
-        with pytest.raises(UnsupportedError, match=r"column 'j'.*writing JSON"):
-            MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id").insert(ours)
+        # The text we read, written back by us: ClickHouse reads the same objects with the same types.
+        mine = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id",
+                                     settings={"index_granularity": 64, "auto_merge": False})
+        mine.insert(ours)
+        sess.query("CREATE TABLE back (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 64")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), mine)
+        assert _json_select(sess, "back") == _json_select(sess, "src")
     finally:
         close_session()
 
 
-def test_json_rows_with_shared_data_are_refused_naming_the_column(tmp_path):
-    sess, data_dir = _json_table(tmp_path, "Wide", json_type="JSON(max_dynamic_paths=2)")
+@pytest.mark.parametrize("version", ["v3", "v2"])
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_shared_data_clickhouse_wrote_read_as_its_text(tmp_path, kind, version):
+    """Paths beyond max_dynamic_paths live in the shared data (buckets of maps in 'v3', one map in
+    'v2'): read as ClickHouse prints them."""
+    sess, data_dir = _json_table(tmp_path, kind, version=version, json_type="JSON(max_dynamic_paths=2)")
     try:
-        statement = _statement(sess)
-        with pytest.raises(UnsupportedError, match=r"column 'j'.*shared data"):
-            MergeTreeTable.open(data_dir, create_statement=statement).to_arrow()
+        shared = _chdb_arrow(sess, "SELECT countIf(length(JSONSharedDataPaths(j)) > 0) AS c FROM src")
+        assert shared.column("c")[0].as_py() > 0
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert _texts(table.to_arrow()) == _json_select(sess, "src", types=False)
     finally:
         close_session()
 
 
-def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path):
-    """ClickHouse's merges write the shared data in the `advanced` layout: read when no row holds
-    shared paths, refused when one does."""
-    for json_type, refused in (("JSON", False), ("JSON(max_dynamic_paths=2)", True)):
-        sess, data_dir = _json_table(tmp_path / json_type[:6], "Wide", json_type=json_type)
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_parts_merged_by_clickhouse_read_as_its_text(tmp_path, kind):
+    """ClickHouse's merges write the shared data in the `advanced` layout: read through its copy
+    streams (per row its paths' indexes into each chunk's path list, and the values)."""
+    for json_type in ("JSON", "JSON(max_dynamic_paths=2)", "JSON(max_dynamic_paths=0, max_dynamic_types=1)"):
+        sess, data_dir = _json_table(tmp_path / json_type[:24].replace("(", "_"), kind, json_type=json_type)
         try:
             sess.query(f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS}, 50)")
+            sess.query(f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS + 50}, 30)")
             sess.query("OPTIMIZE TABLE src FINAL")
-            statement = _statement(sess)
-            table = MergeTreeTable.open(data_dir, create_statement=statement)
+            table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
             assert len(table.parts()) == 1 and table.parts()[0].level > 0
-            if refused:
-                with pytest.raises(UnsupportedError, match=r"column 'j'.*shared data"):
-                    table.to_arrow()
-                continue
-            expected = _chdb_arrow(sess, "SELECT id, toString(j) AS j FROM src ORDER BY id").to_pylist()
-            assert [{"id": r["id"], "j": r["j"].encode()} for r in table.to_arrow().sort_by("id").to_pylist()] == \
-                [{"id": r["id"], "j": r["j"] if isinstance(r["j"], bytes) else r["j"].encode()} for r in expected]
+            shared = _chdb_arrow(sess, "SELECT countIf(length(JSONSharedDataPaths(j)) > 0) AS c FROM src")
+            assert (shared.column("c")[0].as_py() > 0) == (json_type != "JSON")
+            merged = table.reader(table.parts()[0].name)
+            names = merged.compact_layout[1] if merged.is_compact else merged.files
+            assert any(".object_shared_data.copy." in n for n in names)  # the `advanced` layout
+            assert _texts(table.to_arrow()) == _json_select(sess, "src", types=False)
+            reader = table.reader(table.parts()[0].name)
+            later = reader.read(["id", "j"], ranges=[(1, reader.n_granules)])
+            by_id = dict(_texts(table.to_arrow()))
+            assert [(str(i), t) for i, t in zip(later.column("id").to_pylist(), later.column("j").to_pylist(),
+                                                strict=True)] == [(str(i), by_id[str(i)]) for i in
+                                                                  later.column("id").to_pylist()]
+            # Our merge of ClickHouse's merged part and a freshly inserted one (a copy of its table):
+            # ClickHouse attaches the result and finds the same objects with the same path types.
+            sess.query(f"INSERT INTO src SELECT number, {J_EXPR} FROM numbers({ROWS + 80}, 40)")
+            expected = _json_select(sess, "src")
+            copy = tmp_path / f"copy_{kind}_{json_type[:24].replace('(', '_')}"
+            shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns("detached", "tmp_*"))
+            ours = MergeTreeTable.open(copy, create_statement=_statement(sess))
+            assert len(ours.parts()) == 2 and ours.optimize(final=True)
+            sess.query(f"CREATE TABLE back (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id "
+                       f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+            _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+            assert _json_select(sess, "back") == expected
         finally:
             close_session()
 
@@ -530,3 +567,338 @@ def test_writing_dynamic_refuses_values_not_in_its_binary_form(tmp_path):
     with pytest.raises(SchemaMismatchError, match=r"column 'd': row 0: .*String"):  # a byte left over in row 0
         table.insert(pa.table({"id": pa.array([1, 2], pa.uint64()), "d": pa.array([b"\x15\x01a\x00", b"\x15"])}))
     assert table.parts() == []
+
+
+def _data_dir(sess, table: str) -> Path:
+    return Path(sess.query(f"SELECT data_paths[1] FROM system.tables WHERE name = '{table}'",
+                           "TabSeparatedRaw").bytes().decode().strip())
+
+
+def _json_select(sess, table: str, types: bool = True) -> list[tuple]:
+    """Each row's id, its object's text and (with `types`) every path with its type, as ClickHouse
+    gives them."""
+    extra = ", toString(JSONAllPathsWithTypes(j)) AS t" if types else ""
+    rows = sess.query(f"SELECT id, toString(j) AS txt{extra} FROM {table} ORDER BY id", "TabSeparatedRaw").bytes()
+    return [tuple(line.split("\t")) for line in rows.decode().splitlines()]
+
+
+def _texts(table: pa.Table) -> list[tuple]:
+    return [(str(r["id"]), r["j"]) for r in table.sort_by("id").to_pylist()]
+
+
+def _doc(i: int) -> str:
+    """Documents exercising ClickHouse's inference: integers (Int64, UInt64, beyond 64 bits: String),
+    floats (exponents, -0), Bool, strings with escapes, dates and date-times, arrays (nested, empty,
+    with NULLs, mixing Int64 with Float64 or Bool), nested objects, NULL and empty members."""
+    docs = [
+        '{"a":<i>,"b":{"c":"s/\\"<i>","d":[1,2,null]},"t":true}',
+        '{"a":<q>,"f":-0.0,"g":1e-7,"e":[[1],[2,<i>]],"big":18446744073709551615}',
+        "{}",
+        '{"z":"2020-01-0<d>","dt":"2021-03-04 05:06:<s>","ns":"2021-03-04T05:06:07.<ms>Z","n":null,'
+        '"arr":["2020-01-01",null],"u":9223372036854775808,"h":123456789012345678901234567890,'
+        '"dd":["2020-01-01","2020-01-01 10:00:<s>"],"d9":["2020-01-01","2020-01-01 10:00:00.<ms>"],'
+        '"ds":["2020-01-01","x"]}',
+        '{"s":"tab\\tnew\\nline\\u0001 \\u00e9","empty":[],"a":-<i>,"nested":{"x":{"y":{"z":<i>}}},'
+        '"old":"1969-12-31"}',
+        '{"a":false,"mix":[1,2.5],"bools":[true,1],"ee":{},"b":{"c":"v<i>"},"v":"10.0.0.<o>","w":1.0,'
+        '"nf":[[1],[2.5]],"ua":[1,18446744073709551615],"tm":"10:00:<s>","ev":"2020-01-01 10:00:00 EST"}',
+    ]
+    values = {"<i>": str(i), "<q>": repr(i / 4), "<d>": str(i % 9 + 1), "<s>": f"{i % 60:02d}",
+              "<ms>": f"{i % 1000:03d}", "<o>": str(i % 250)}
+    text = docs[i % 6]
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
+JSON_TYPES = {
+    "plain": "JSON",
+    "shared": "JSON(max_dynamic_paths=3, max_dynamic_types=2)",
+    "typed": "JSON(max_dynamic_paths=4, u UInt64, `b.c` Nullable(String), SKIP t, SKIP REGEXP '^e')",
+}
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@pytest.mark.parametrize("json_type", list(JSON_TYPES))
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_written_from_text_is_what_clickhouse_stores(tmp_path, kind, json_type):
+    """JSON text written by us (two inserts) and the same text inserted into ClickHouse: our parts
+    attach, pass CHECK TABLE, and give the same objects with the same path types; we read both back
+    as ClickHouse prints them. One insert of all rows gives ClickHouse's bytes in every data file."""
+    jt = JSON_TYPES[json_type]
+    texts = [_doc(i) for i in range(ROWS)]
+    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(texts))
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src VALUES {values}"])
+    try:
+        expected = _json_select(sess, "src")
+        if json_type == "shared":
+            shared = _chdb_arrow(sess, "SELECT countIf(length(JSONSharedDataPaths(j)) > 0) AS c FROM src")
+            assert shared.column("c")[0].as_py() > 0
+        rows = pa.table({"id": pa.array(range(ROWS), pa.uint64()), "j": pa.array(texts, pa.large_string())})
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        mine = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", jt)], order_by="id",
+                                     settings={"index_granularity": 64, "auto_merge": False, **settings})
+        mine.insert(rows.slice(0, 150))
+        mine.insert(rows.slice(150))
+        assert {(mine.path / p.name / "data.bin").exists() for p in mine.parts()} == {kind == "Compact"}
+        sess.query(f"CREATE TABLE back (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), mine)
+        assert _json_select(sess, "back") == expected
+        assert _texts(mine.to_arrow()) == [r[:2] for r in expected]
+        sess.query("OPTIMIZE TABLE back FINAL")  # ClickHouse merges our parts: the same objects and types
+        assert _json_select(sess, "back") == expected
+        # Our merge of our parts: ClickHouse attaches it and reads the same objects and types.
+        assert mine.optimize(final=True)
+        sess.query(f"CREATE TABLE merged (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "merged", _data_dir(sess, "merged"), mine)
+        assert _json_select(sess, "merged") == expected
+        assert _texts(mine.to_arrow()) == [r[:2] for r in expected]
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert _texts(theirs.to_arrow()) == [r[:2] for r in expected]
+
+        one = MergeTreeTable.create(tmp_path / "one", [("id", "UInt64"), ("j", jt)], order_by="id",
+                                    settings={"index_granularity": 64, "auto_merge": False, **settings})
+        one.insert(rows)
+        _same_json_bytes(theirs, one)
+    finally:
+        close_session()
+
+
+def _structure_statistics_sorted(raw: bytes) -> tuple:
+    """An object structure stream (prefix + statistics) with the shared paths' statistics sorted:
+    ClickHouse lists them in the order of a hash table, which differs even between its own parts."""
+    cursor = Cursor("structure", raw)
+    cursor.uint64()
+    paths = cursor.varuint()
+    for _ in range(paths):
+        cursor.take(cursor.varuint())
+    cursor.take(1)
+    cursor.varuint()
+    if cursor.pos == len(raw) or cursor.take(1)[0] == 0:
+        return (raw,)
+    for _ in range(paths):
+        cursor.varuint()
+    entries = []
+    for _ in range(cursor.varuint()):
+        name = bytes(cursor.take(cursor.varuint()))
+        entries.append((name, cursor.varuint()))
+    assert cursor.pos == len(raw)
+    return raw[:cursor.pos - sum(len(n) + 2 for n, _ in entries)], sorted(entries)
+
+
+def _same_json_bytes(theirs: MergeTreeTable, ours: MergeTreeTable) -> None:
+    """Every substream of every granule of one part each holds the same bytes (the statistics of
+    shared paths compared as a multiset of bytes, their order being ClickHouse's hash order)."""
+    a, b = theirs.reader(theirs.parts()[0].name), ours.reader(ours.parts()[0].name)
+    assert a.n_granules == b.n_granules
+    if a.is_compact:
+        names = a.compact_layout[1]
+        assert names == b.compact_layout[1]
+        for g in range(a.n_granules):
+            mine, their = b._compact_streams(names, g, g + 1), a._compact_streams(names, g, g + 1)
+            for name in names:
+                x, y = bytes(mine[name]), bytes(their[name])
+                if name.endswith(".object_structure"):
+                    x, y = _structure_statistics_sorted(x), _structure_statistics_sorted(y)
+                assert x == y, (g, name)
+        return
+    da, db = theirs.path / a.part, ours.path / b.part
+    files = sorted(f.name for f in da.iterdir() if f.name.endswith(".bin"))
+    assert files == sorted(f.name for f in db.iterdir() if f.name.endswith(".bin"))
+    for name in files:
+        x, y = (db / name).read_bytes(), (da / name).read_bytes()
+        if name.endswith(".object_structure.bin"):
+            x, y = (_structure_statistics_sorted(bytes(decompress_all(v, name))) for v in (x, y))
+        assert x == y, name
+    for name in files:  # the marks of every stream (ClickHouse's compressed .cmrk2, our .mrk2)
+        stream = name[:-len(".bin")]
+        assert np.array_equal(b.wide_marks(stream), a.wide_marks(stream)), stream
+
+
+def test_json_values_clickhouse_infers_otherwise_are_refused_naming_row_and_path(tmp_path):
+    """Text whose type ClickHouse finds by best-effort date parsing or as Array(Dynamic) is refused
+    (naming the column, row and path) before anything is written; so are texts that are not objects."""
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("j", "JSON")], order_by="id",
+                                  settings={"auto_merge": False})
+
+    def insert(*texts: str) -> None:
+        table.insert(pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": list(texts)}))
+
+    for text, path in (('{"d":"2020/01/01"}', "d"), ('{"x":{"m":[1,"a"]}}', "x.m"), ('{"d":"Jan 1 2020"}', "d"),
+                       ('{"o":[{"a":1}]}', "o"), ('{"d":"2020-02-30"}', "d")):
+        with pytest.raises(UnsupportedError, match=rf"column 'j'.*row 1, path '{path}'"):
+            insert("{}", text)
+    with pytest.raises(SchemaMismatchError, match=r"column 'j'.*row 0 is not a JSON object"):
+        insert("[1]")
+    with pytest.raises(SchemaMismatchError, match=r"column 'j'.*row 0: path 'a.b' appears twice"):
+        insert('{"a":{"b":1},"a.b":2}')
+    assert table.parts() == []
+
+
+def test_our_merges_keep_every_json_value_and_its_type(tmp_path):
+    """A merge reads JSON in its stored form (path → type encoding + value), not as text: a Float64
+    1.0 (printed `1`) stays Float64, a typed path keeps its type, shared data stays."""
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("j", "JSON(max_dynamic_paths=1, u UInt8)")],
+                                  order_by="id", settings={"auto_merge": False})
+    for i, text in enumerate(['{"a":1.0,"u":7}', '{"a":1,"b":"x"}', '{"c":[1.5]}']):
+        table.insert(pa.table({"id": pa.array([i], pa.uint64()), "j": [text]}))
+    assert table.optimize(final=True)
+    assert len(table.parts()) == 1
+    assert table.to_arrow().column("j").to_pylist() == ['{"a":1,"u":7}', '{"a":1,"b":"x","u":0}', '{"c":[1.5],"u":0}']
+    stored = table.reader(table.parts()[0].name).read(["j"], stored_json=True).column("j").to_pylist()
+    assert stored == [[("a", b"\x0e" + struct.pack("<d", 1.0)), ("u", b"\x01\x07")],
+                      [("a", b"\x0a" + struct.pack("<q", 1)), ("b", b"\x15\x01x"), ("u", b"\x01\x00")],
+                      [("c", b"\x1e\x23\x0e\x01\x00" + struct.pack("<d", 1.5)), ("u", b"\x01\x00")]]
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_typed_paths_of_other_types_read_as_clickhouse_prints_them(tmp_path, kind):
+    """Typed paths of DateTime, DateTime64, Decimal, Tuple, Map, UUID, IPv4, Enum, FixedString,
+    Int128, Date32 and floats (NaN, infinities, exponents, -0) print as ClickHouse prints them."""
+    jt = ("JSON(a DateTime, b Decimal(10, 2), c Tuple(x Int8, y String), d Float64, e DateTime64(3), f UUID, "
+          "g IPv4, h Float32, i Map(String, UInt8), k Nullable(Decimal(5, 1)), l Date32, m DateTime('Asia/Tokyo'), "
+          "n Array(Tuple(Int8, String)), o Int128, q FixedString(3), r Enum8('x' = 1, 'y' = 2), "
+          "tu Time, tv Time64(3), w IPv6, x6 IPv6)")
+    docs = ['{"tu":"-00:00:05","tv":"100:00:01.5","w":"2001:db8::ff00:42:8329","x6":"::ffff:1.2.3.4"}',
+            '{"a":"2020-01-01 10:00:00","b":1.5,"c":{"x":1,"y":"z"},"d":"nan","e":"2020-01-01 10:00:00.5",'
+            '"f":"00112233-4455-6677-8899-aabbccddeeff","g":"1.2.3.4","h":0.1,"i":{"k":1},"k":2.5,"l":"1900-01-01",'
+            '"m":"2020-01-01 10:00:00","n":[[1,"a"]],"o":123,"q":"ab","r":"y"}',
+            '{"d":"inf","h":-0.0,"b":-0.5}', '{"d":1e-7,"b":100}', '{"d":1e21}', '{"d":123456789.123}',
+            '{"d":-1e-5}', '{"d":1e17,"x":1.5e300}']
+    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(docs))
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS {PART_KINDS[kind]}", [f"INSERT INTO src VALUES {values}"])
+    try:
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert _texts(table.to_arrow()) == _json_select(sess, "src", types=False)
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_typed_paths_written_from_text_as_clickhouse_stores_them(tmp_path, kind):
+    """Typed paths of many types, written by us from JSON text and inserted into ClickHouse: the same
+    objects; rows lacking a path get its default (NULL for Nullable)."""
+    jt = ("JSON(a DateTime, b Decimal(10, 2), c Tuple(x Int8, y String), e DateTime64(3), f UUID, g IPv4, "
+          "h Float32, k Nullable(Decimal(5, 1)), l Date32, m DateTime('Asia/Tokyo'), n Array(Tuple(Int8, String)), "
+          "o Int128, q FixedString(3), r Enum8('x' = 1, 'y' = 2), s Bool, t Array(Nullable(Int32)), "
+          "u LowCardinality(String), v Nullable(String), w UInt64, z Date)")
+    docs = ['{"a":"2020-01-01 10:00:00","b":1.5,"c":{"x":1,"y":"z"},"e":"2020-01-01 10:00:00.5",'
+            '"f":"00112233-4455-6677-8899-aabbccddeeff","g":"1.2.3.4","h":0.1,"k":2.5,"l":"1900-01-01",'
+            '"m":"2020-01-01 10:00:00","n":[[1,"a"]],"o":123,"q":"ab","r":"y","s":true,"t":[1,null,3],'
+            '"u":"lc","v":"text","w":18446744073709551615,"z":"2021-02-03","extra":{"p":1}}',
+            '{"b":-0.5,"m":"2020-06-01T00:00:00Z","a":"1970-01-01 00:00:01","c":{"x":-3}}', "{}",
+            '{"k":null,"v":null,"t":[],"e":"2262-04-11 23:47:16.854"}']
+    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(docs))
+    sess, _ = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS {PART_KINDS[kind]}", [f"INSERT INTO src VALUES {values}"])
+    try:
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        mine = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", jt)], order_by="id",
+                                     settings={"auto_merge": False, **settings})
+        mine.insert(pa.table({"id": pa.array(range(len(docs)), pa.uint64()), "j": docs}))
+        sess.query(f"CREATE TABLE back (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id SETTINGS {PART_KINDS[kind]}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), mine)
+        expected = _json_select(sess, "src")
+        assert _json_select(sess, "back") == expected
+        assert _texts(mine.to_arrow()) == [r[:2] for r in expected]
+    finally:
+        close_session()
+
+
+def test_mutations_keep_json_values_and_types_and_refuse_updating_json(tmp_path):
+    """DELETE and UPDATE of other columns rewrite a part's JSON column from its stored form (types
+    kept); an UPDATE of the JSON column itself is refused before anything is written."""
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("n", "UInt8"), ("j", "JSON(max_dynamic_paths=1)")],
+                                  order_by="id", settings={"auto_merge": False})
+    table.insert(pa.table({"id": pa.array([0, 1, 2], pa.uint64()), "n": pa.array([0, 0, 0], pa.uint8()),
+                           "j": ['{"a":1.0}', '{"a":1,"b":2.0}', '{"c":"x"}']}))
+    table.update({"n": 5}, "id >= 1")
+    table.delete("id = 2")
+    with pytest.raises(UnsupportedError, match=r"update: column 'j'.*JSON"):
+        table.update({"j": "'{}'"}, "id = 0")
+    rows = table.to_arrow().sort_by("id")
+    assert rows.column("n").to_pylist() == [0, 5]
+    assert rows.column("j").to_pylist() == ['{"a":1}', '{"a":1,"b":2}']
+    part = table.parts()[0].name
+    stored = table.reader(part).read(["j"], stored_json=True).column("j").to_pylist()
+    assert [[(p, v[0]) for p, v in row] for row in stored] == [[("a", 0x0E)], [("a", 0x0A), ("b", 0x0E)]]
+
+
+INFERENCE_STRINGS = [
+    "s", "", "abc1", "v1.2", "1a", "1-2", "12:30", "10:00:00", "12:30:45.5", "1.2.3", "10.0.0.1", "555-1234", "+1 555 1234",
+    "1/2", "12/31", "1,2", "(555)", "2020", "12345", "1.5", "-1", "1e5", "inf", "nan", "0x10", "10 a.m.", "ID 2020-01-01",
+    "x2020-01-01", "2020-01-01x", "2020-01-01 abc", "2020-01-01 10:00:00 EST", "2020-01-01 10:00:00 CET", "hello world",
+    "2020-01-01", "1970-01-01", "2149-06-06", "2149-06-07", "1969-12-31", "1900-01-01", "2261-12-31", "2020-01-01 10:00:00",
+    "2020-01-01T10:00:00", "2020-01-01 10:00:00Z", "1970-01-01 00:00:00", "2106-02-07 06:28:15", "2106-02-07 06:28:16",
+    "1960-01-01 00:00:00", "2020-01-01 10:00:00.5", "2020-01-01T10:00:00.123Z", "2020-01-01 10:00:00.000",
+    "2020-01-01 10:00:00.123456789", "Monday meeting", "May the fourth", "tab\there",
+    # refused by the writer (ClickHouse's best-effort parser decides): must not be classified
+    "2020/01/01", "Jan 1 2020", "12-31-2020", "2020-02-30", "2020-01-01 10:00:00 utc", "3 May 2020", "2020-01",
+]
+
+
+def test_json_string_inference_matches_clickhouse(tmp_path):
+    """Every string the writer classifies (String, Date, DateTime, DateTime64(9)) gets that type in
+    ClickHouse too; the ones it refuses are those whose type ClickHouse's best-effort parser decides."""
+    from spark_mergetree.format.json_write import _Ambiguous, _string_type
+
+    sess = open_session(tmp_path)
+    try:
+        refused = []
+        for text in INFERENCE_STRINGS:
+            doc = json.dumps({"a": text})
+            found = sess.query(f"SELECT JSONAllPathsWithTypes({_sql_text(doc)}::JSON)['a']", "TabSeparatedRaw").bytes()
+            try:
+                ours = _string_type(text)[0].to_clickhouse()
+            except _Ambiguous:
+                refused.append(text)
+                continue
+            assert ours == found.decode().strip(), text
+        assert refused == ["2020/01/01", "Jan 1 2020", "12-31-2020", "2020-02-30", "2020-01-01 10:00:00 utc", "3 May 2020",
+                           "2020-01"]
+    finally:
+        close_session()
+
+
+INFERENCE_ARRAYS = ["[]", "[null]", "[1,2]", "[1,null]", "[1,2.5]", "[true,1]", "[true,1.5]", "[true]", "[1,18446744073709551615]",
+                    "[[1],[2,3]]", "[[1],[]]", "[[],[\"a\"]]", "[[null],[1]]", "[1.5,null,2]", "[[true],[true]]",
+                    "[\"2020-01-01\",null]", "[\"a\",\"b\"]", "[[[]]]", "[[1],[2.5]]", "[[[1]],[[true]]]",
+                    "[[[1]],[]]", "[[1],[18446744073709551615]]", "[\"2020-01-01\",\"x\"]",
+                    "[\"2020-01-01\",\"2020-01-01 10:00:00\"]", "[\"2020-01-01\",\"2020-01-01 10:00:00.5\"]",
+                    "[\"2020-01-01 10:00:00\",\"2020-01-01 10:00:00.5\"]", "[\"2020-01-01\",\"1969-12-31\"]",
+                    "[\"10:00:00\",\"2020-01-01\",null]",
+                    # refused: ClickHouse's type needs more than this writer derives
+                    "[1,\"x\"]", "[{\"b\":1}]", "[-1,18446744073709551615]", "[[1],2]", "[[[1]],[[true]],[]]",
+                    "[123456789012345678901234567890]"]
+
+
+def test_json_array_inference_matches_clickhouse(tmp_path):
+    """Every array the writer types gets that type in ClickHouse too."""
+    from spark_mergetree.format.json_write import _Ambiguous, _infer, _Object
+
+    sess = open_session(tmp_path)
+    try:
+        refused = []
+        for text in INFERENCE_ARRAYS:
+            doc = '{"a":' + text + "}"
+            found = sess.query(f"SELECT JSONAllPathsWithTypes({_sql_text(doc)}::JSON)['a']", "TabSeparatedRaw").bytes()
+            try:
+                ours = _infer(json.loads(text, object_pairs_hook=_Object))[0].to_clickhouse()
+            except _Ambiguous:
+                refused.append(text)
+                continue
+            assert ours == found.decode().strip(), text
+        assert refused == INFERENCE_ARRAYS[-6:]
+    finally:
+        close_session()

@@ -1,0 +1,711 @@
+"""Writing JSON columns: JSON text → the paths, types and streams ClickHouse 26.9 stores for it.
+
+An insert of JSON text into a `JSON` column makes ClickHouse parse every document into *paths*
+(nested objects flattened with `.`, `null` members left out), infer each value's type on its own
+(Int64, UInt64, Float64, Bool, String, Date, DateTime, DateTime64(9), Array(Nullable(...))), keep
+the first `max_dynamic_paths` paths it meets (row by row, members in document order) as *dynamic
+paths* — each stored as a `Dynamic(max_types=max_dynamic_types)` column — and put the values of
+later paths into the *shared data*, a map path → (type's binary encoding + value) per row, split
+into buckets by SipHash-2-4 of the path. Typed paths (`JSON(a UInt32)`) are ordinary columns of
+their types. format_spec/types.md (*JSON*) specifies the bytes; `serialize_object` makes them.
+
+Parsing is per row with Python's `json` module: `pyarrow.json` cannot be used because it gives a
+field one type for the whole column (promoting 1 and 1.5 to double, failing on 1 and "a"), while
+ClickHouse infers every value's type separately, and it cannot hold integers beyond 64 bits
+(which ClickHouse keeps as String); it also keeps one of duplicated keys, which ClickHouse refuses.
+Once parsed, values are grouped by (path, type) and every group is converted and serialized
+column-wise with pyarrow and numpy.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.conform import conform_array
+from spark_mergetree.format.dynamic import DynamicColumn, binary_values, split_dynamic
+from spark_mergetree.format.json_text import OBJECT_STRUCTURE, STORED_JSON_TYPE, path_base
+from spark_mergetree.format.serialization import default_column, serialize_column
+from spark_mergetree.format.streams import STRUCTURE, StreamBytes
+from spark_mergetree.format.types import (
+    Array,
+    DataType,
+    DateTime,
+    DateTime64,
+    Dynamic,
+    Json,
+    LowCardinality,
+    Nullable,
+    Primitive,
+    Tuple,
+    is_nullable,
+)
+from spark_mergetree.format.values import combine, encode_classic, encode_varuints, string_buffers
+
+__all__ = ["STORED_JSON_TYPE", "ObjectColumn", "split_object", "serialize_object", "shared_data_bucket", "DEFAULT_MAX_DYNAMIC_PATHS",
+           "DEFAULT_MAX_DYNAMIC_TYPES", "WIDE_BUCKETS", "COMPACT_BUCKETS", "SHARED_DATA"]
+
+DEFAULT_MAX_DYNAMIC_PATHS = 1024  # JSON without max_dynamic_paths
+DEFAULT_MAX_DYNAMIC_TYPES = 32  # JSON without max_dynamic_types
+# Shared data buckets of parts an insert makes (MergeTree settings object_shared_data_buckets_for_wide_part
+# and ..._for_compact_part, 26.9 defaults).
+WIDE_BUCKETS, COMPACT_BUCKETS = 32, 8
+SHARED_DATA = ".object_shared_data"
+_V3 = 4  # object structure version written by 26.x (object_serialization_version = 'v3')
+_MAP_WITH_BUCKETS = 1  # shared data serialization of inserted parts
+
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+_BOOL, _INT64, _UINT64, _FLOAT64, _STRING = (Primitive("Bool"), Primitive("Int64"), Primitive("UInt64"),
+                                            Primitive("Float64"), Primitive("String"))
+_DATE, _DATETIME, _DATETIME64 = Primitive("Date"), DateTime(), DateTime64(9)
+
+
+class _Object(list):
+    """An object's members in document order (a list, so duplicates stay visible)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# ------------------------------------------------------------------------------ type inference
+
+_DATE_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+_DATETIME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?Z?$")
+# Text ClickHouse's best-effort date-time parser may read as a date or time (checked by experiment:
+# '2020/01/01', '12-31-2020', '2020-01-01 10', 'Jan 1 2020', '2020-01-01 10:00:00+03:00' are dates or
+# date-times there; '31.12.2020', '2020.01.01', '10.0.0.1', '1-2', '12:30' are Strings). Outside the
+# forms above we cannot tell which, so such text is refused.
+_DATE_LIKE_RE = re.compile(r"\d{4}[-/:]\d{1,2}|\d{1,2}[-/]\d{1,2}[-/]\d{2,4}|\d{1,2}:\d{2}:\d{2}")
+_MONTHS_DAYS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+                "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_WORD_RE = re.compile(r"[A-Za-z]+")
+# Words (any case) ClickHouse's date parser takes besides month and weekday names; with any other
+# word ('EST', 'CET', 'Zulu', 'UT', 'ID', 'x') the text stays a String, as experiments showed.
+_DATE_WORDS = frozenset({"t", "z", "utc", "gmt", "msk", "msd", "am", "pm"})
+_TIME_ONLY_RE = re.compile(r"^\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?$")
+_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+_DIGIT_RE = re.compile(r"\d")
+_DATE_MIN, _DATE_MAX = 0, 65535  # Date: days 1970-01-01..2149-06-06
+_DATETIME_MAX = 2**32 - 1
+# DateTime64(9) holds Int64 nanoseconds: 1677-09-21..2262-04-11. ClickHouse infers it for years
+# 1899..2262 (1899-12-31 is, 2263-01-01 is a String); we take 1900..2261 and refuse the edges.
+_DT64_YEARS = (1900, 2261)
+
+
+class _Ambiguous(Exception):
+    pass
+
+
+def _string_type(text: str) -> tuple[DataType, Any]:
+    """The type ClickHouse infers for a JSON string (Date, DateTime, DateTime64(9) or String) and the
+    value to store; _Ambiguous for text we cannot classify as ClickHouse would."""
+    if len(text) > 50 or _DIGIT_RE.search(text) is None or text.isdigit():
+        return _STRING, text  # ClickHouse does not try dates here
+    m = _DATE_RE.match(text)
+    if m:
+        year, month, day = (int(g) for g in m.groups())
+        days = _days(year, month, day)
+        if _DATE_MIN <= days <= _DATE_MAX:
+            return _DATE, days
+        if _DT64_YEARS[0] <= year <= _DT64_YEARS[1]:
+            return _DATETIME64, days * 86400 * 10**9
+        raise _Ambiguous
+    m = _DATETIME_RE.match(text)
+    if m:
+        year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+        if hour > 23 or minute > 59 or second > 59:
+            raise _Ambiguous  # ClickHouse carries the overflow into the next unit
+        seconds = _days(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
+        fraction = m.group(7)
+        if fraction is None and 0 <= seconds <= _DATETIME_MAX:
+            return _DATETIME, seconds
+        if _DT64_YEARS[0] <= year <= _DT64_YEARS[1]:
+            nanos = int((fraction or "").ljust(9, "0"))
+            return _DATETIME64, seconds * 10**9 + nanos
+        raise _Ambiguous
+    words = [w.lower() for w in _WORD_RE.findall(text)]
+    if any(w not in _DATE_WORDS and w[:3] not in _MONTHS_DAYS for w in words):
+        return _STRING, text  # a word the date parser does not know ('ID 2020-01-01', '... EST', 'x1')
+    if _TIME_ONLY_RE.match(text):
+        return _STRING, text  # a time of day alone ('10:00:00') is not a date-time there
+    if _DATE_LIKE_RE.search(text) or words:
+        raise _Ambiguous
+    return _STRING, text
+
+
+def _days(year: int, month: int, day: int) -> int:
+    try:
+        return datetime.date(year, month, day).toordinal() - _EPOCH_ORDINAL
+    except ValueError:
+        raise _Ambiguous from None  # ClickHouse normalises 2020-02-30 to 2020-03-01: not taken
+
+
+def _scalar(value: Any) -> tuple[DataType, Any]:
+    if value is True or value is False:
+        return _BOOL, value
+    if type(value) is int:  # JSON integers parse exactly: their range decides Int64, UInt64 or String
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return _INT64, value
+        if 0 <= value <= _UINT64_MAX:
+            return _UINT64, value
+        return _STRING, str(value)  # beyond 64 bits: ClickHouse keeps the digits as a String
+    if isinstance(value, float):
+        if not np.isfinite(value):
+            raise _Ambiguous  # ClickHouse refuses 1e400
+        return _FLOAT64, value
+    if isinstance(value, str):
+        return _string_type(value)
+    raise _Ambiguous
+
+
+_SCALAR_ORDER = {"Bool": 0, "Int64": 1, "Float64": 2}
+
+
+def _array(items: list[Any]) -> tuple[DataType, Any]:
+    """Array(Nullable(T)) with the element type ClickHouse infers for the items: numbers unify to
+    Int64 (Bool counts as Int64), UInt64 or Float64; strings to one of String, Date, DateTime,
+    DateTime64(9); arrays of arrays unify all their inner items (`[[1],[2.5]]` is
+    Array(Array(Nullable(Float64)))); an empty array or only NULLs give Nullable(String)."""
+    if items and all(isinstance(item, list) and not isinstance(item, _Object) for item in items):
+        own = [_array(item)[0] for item in items]
+        if len({_name(k) for k in own if not _only_nulls(k)}) > 1 and any(_only_nulls(k) for k in own):
+            # ClickHouse unifies differing inner types, and empty inner arrays, but not both at
+            # once ([[[1]],[[true]],[]] is Array(Dynamic) there): refused.
+            raise _Ambiguous
+        flat = [x for item in items for x in item]
+        kind, flat_values = _array(flat)
+        values: list[Any] = []
+        at = 0
+        for item in items:
+            values.append(flat_values[at:at + len(item)])
+            at += len(item)
+        return Array(kind), values
+    if any(type(item) is int and not _INT64_MIN <= item <= _UINT64_MAX for item in items):
+        raise _Ambiguous  # an integer beyond 64 bits (a String alone) among other items
+    elements: list[tuple[DataType, Any] | None] = []
+    for item in items:
+        if item is None:
+            elements.append(None)
+        elif isinstance(item, list):
+            raise _Ambiguous  # an object (Array(JSON(...))) or arrays with scalars or NULLs (Array(Dynamic))
+        else:
+            elements.append(_scalar(item))
+    kinds = {e[0] for e in elements if e is not None}
+    if not kinds:
+        return Array(Nullable(_STRING)), [None] * len(items)
+    if len(kinds) == 1:
+        kind = next(iter(kinds))
+        return Array(Nullable(kind)), [None if e is None else e[1] for e in elements]
+    names = {_name(k) for k in kinds}
+    if names <= {"String", "Date", "DateTime", "DateTime64(9)"}:
+        return _string_array(names, items, elements)
+    if names == {"Int64", "UInt64"} and all(e is None or e[1] >= 0 for e in elements):
+        return Array(Nullable(_UINT64)), [None if e is None else e[1] for e in elements]
+    if names <= set(_SCALAR_ORDER):
+        target = max(names, key=_SCALAR_ORDER.__getitem__)
+        values = [None if e is None else (float(e[1]) if target == "Float64" else int(e[1])) for e in elements]
+        return Array(Nullable(Primitive(target))), values
+    raise _Ambiguous  # mixed kinds: Array(Dynamic) or a common type we do not derive here
+
+
+def _string_array(names: set[str], items: list[Any], elements: list[tuple[DataType, Any] | None]
+                  ) -> tuple[DataType, Any]:
+    """Strings of several inferred kinds in one array, unified as ClickHouse does: any String makes
+    every item a String (its text); else DateTime64(9) if any, else DateTime (Date at midnight)."""
+    if "String" in names:
+        return Array(Nullable(_STRING)), list(items)
+    if "DateTime64(9)" in names:
+        scale = {"Date": 86400 * 10**9, "DateTime": 10**9, "DateTime64(9)": 1}
+        return Array(Nullable(_DATETIME64)), [None if e is None else e[1] * scale[_name(e[0])] for e in elements]
+    seconds = [None if e is None else e[1] * (86400 if e[0] == _DATE else 1) for e in elements]
+    if any(v is not None and v > _DATETIME_MAX for v in seconds):
+        raise _Ambiguous  # a Date beyond DateTime's range
+    return Array(Nullable(_DATETIME)), seconds
+
+
+def _only_nulls(dt: DataType) -> bool:
+    """The type of `[]` or `[null]`, possibly nested: it fits any other array type."""
+    while isinstance(dt, Array):
+        dt = dt.inner
+    return dt == Nullable(_STRING)
+
+
+def _infer(value: Any) -> tuple[DataType, Any]:
+    if isinstance(value, list) and not isinstance(value, _Object):
+        kind, items = _array(value)
+        return kind, items
+    return _scalar(value)
+
+
+# ------------------------------------------------------------------------------ documents → paths
+
+
+@dataclass
+class _Rows:
+    """Every value of one path: rows, types and values, in row order."""
+
+    rows: list[int] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+
+
+def _skipped(path: str, dt: Json, patterns: list[re.Pattern[str]]) -> bool:
+    if not dt.skips and not patterns:
+        return False
+    return any(path == s or path.startswith(s + ".") for s in dt.skips) or any(p.search(path) for p in patterns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name(kind: DataType) -> str:
+    return kind.to_clickhouse()
+
+
+def _leaves(obj: _Object, prefix: str, dt: Json, typed: dict[str, DataType],
+            patterns: list[re.Pattern[str]]) -> list[tuple[str, Any]]:
+    """An object's (path, value) members in document order, nested objects flattened (a typed path
+    keeps its object whole), NULL members and skipped paths left out."""
+    out: list[tuple[str, Any]] = []
+    for key, value in obj:
+        path = prefix + key
+        if _skipped(path, dt, patterns):
+            continue
+        if isinstance(value, _Object) and path not in typed:
+            out += _leaves(value, path + ".", dt, typed, patterns)
+        elif value is not None:
+            out.append((path, value))
+    return out
+
+
+def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], dict[str, DataType], dict[str, list[Any]]]:
+    """Per path (in order of first appearance) its inferred values; typed paths' raw values per row."""
+    typed = dict(dt.typed_paths)
+    typed_values: dict[str, list[Any]] = {p: [None] * len(texts) for p in typed}
+    patterns = [re.compile(p) for p in dt.skip_regexps]
+    paths: dict[str, _Rows] = {}
+    kinds: dict[str, DataType] = {}
+    for row, text in enumerate(texts.to_pylist()):
+        if text is None:
+            continue  # inserts refuse NULLs first (conform); a NULL reaching here stores nothing: {}
+        try:
+            doc = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_Object)
+        except (ValueError, RecursionError) as exc:
+            raise SchemaMismatchError(f"column {column!r} ({dt.to_clickhouse()}): row {row} is not a JSON object: "
+                                      f"{exc}") from None
+        if not isinstance(doc, _Object):
+            raise SchemaMismatchError(f"column {column!r} ({dt.to_clickhouse()}): row {row} is not a JSON object")
+        seen: set[str] = set()
+        for path, value in _leaves(doc, "", dt, typed, patterns):
+            if path in seen:
+                raise SchemaMismatchError(f"column {column!r} ({dt.to_clickhouse()}): row {row}: path {path!r} "
+                                          "appears twice (ClickHouse refuses duplicated paths)")
+            seen.add(path)
+            if path in typed:
+                typed_values[path][row] = value
+                continue
+            try:
+                kind, stored = _infer(value)
+            except _Ambiguous:
+                raise UnsupportedError(
+                    f"column {column!r} ({dt.to_clickhouse()}): row {row}, path {path!r}: the value "
+                    f"{json.dumps(_plain(value))[:80]} is not written here: ClickHouse's type for it (a date or time "
+                    "parsed best-effort, Array(Dynamic), Array(JSON), a mixed array, a number out of range) is "
+                    "not derived by this writer; give the path a type in the column's type") from None
+            name = _name(kind)
+            kinds.setdefault(name, kind)
+            rows = paths.setdefault(path, _Rows())
+            rows.rows.append(row)
+            rows.types.append(name)
+            rows.values.append(stored)
+    return paths, kinds, typed_values
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, _Object):
+        return {k: _plain(v) for k, v in value}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _arrow_values(kind: DataType, values: list[Any]) -> pa.Array:
+    """Inferred values of one type as Arrow (Date as days, DateTime as seconds, DateTime64(9) as ns)."""
+    if kind == _DATE:
+        return pa.array(values, pa.int32()).cast(pa.date32())
+    if kind == _DATETIME:
+        return pa.array(values, pa.int64()).cast(pa.timestamp("s", "UTC"))
+    if kind == _DATETIME64:
+        return pa.array(values, pa.int64()).cast(pa.timestamp("ns", "UTC"))
+    if isinstance(kind, Array):
+        inner = kind.inner.inner if isinstance(kind.inner, Nullable) else kind.inner
+        offsets = np.zeros(len(values) + 1, np.int32)
+        np.cumsum([len(v) for v in values], out=offsets[1:])
+        flat = [x for v in values for x in v]
+        items = _arrow_values(inner, flat) if any(x is not None for x in flat) or inner == _STRING \
+            else pa.nulls(len(flat), _arrow_type(inner))
+        return pa.ListArray.from_arrays(pa.array(offsets), items)
+    return pa.array(values, _arrow_type(kind))
+
+
+def _arrow_type(kind: DataType) -> pa.DataType:
+    from spark_mergetree.format.types import to_arrow
+    return to_arrow(kind)
+
+
+def _from_stored(dt: Json, arr: pa.Array, column: str) -> tuple[list[str], Any, dict[str, pa.Array]]:
+    """The stored form (map path → binary value per row) → the paths in order of first appearance,
+    each path's values over all rows, and the typed paths' columns (decoded from their values)."""
+    if not (pa.types.is_string(arr.type.key_type) and pa.types.is_binary(arr.type.item_type)):
+        raise SchemaMismatchError(f"column {column!r}: the stored form of {dt.to_clickhouse()} is "
+                                  f"{STORED_JSON_TYPE}, not {arr.type}")
+    n = len(arr)
+    arr = arr.fill_null([]) if arr.null_count else arr
+    offsets = np.asarray(arr.offsets, np.int64)
+    entry_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    keys = arr.keys.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    items = arr.items.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    unique = pc.unique(keys)  # in order of first appearance
+    codes = np.asarray(pc.index_in(keys, unique), np.int64)
+    by_path = np.argsort(codes, kind="stable")
+    starts = np.searchsorted(codes[by_path], np.arange(len(unique) + 1))
+    index = {path: i for i, path in enumerate(unique.to_pylist())}
+
+    def entries_of(path: str) -> tuple[np.ndarray, pa.Array]:
+        i = index.get(path)
+        if i is None:
+            return np.zeros(0, np.int64), pa.array([], pa.binary())
+        mine = by_path[starts[i]:starts[i + 1]]  # entry order: ascending rows
+        return entry_rows[mine], items.take(pa.array(mine))
+
+    typed = dict(dt.typed_paths)
+    typed_arrays = {}
+    for path, t in typed.items():
+        inner = t.inner if isinstance(t, Nullable) else t
+        row_index, held = entries_of(path)
+        split = split_dynamic(Dynamic(254), _spread(row_index, held, n), column)
+        names = split.structure.variant.names
+        shared = split.struct.field(names.index("SharedVariant"))
+        if set(names) - {"SharedVariant", inner.to_clickhouse()} or shared.null_count != n:
+            raise SchemaMismatchError(f"column {column!r}, typed path {path!r}: stored values of types "
+                                      f"{[x for x in names if x != 'SharedVariant']}, not {inner.to_clickhouse()}")
+        values = split.struct.field(names.index(inner.to_clickhouse())) if inner.to_clickhouse() in names \
+            else pa.nulls(n, _arrow_type(inner))
+        if not is_nullable(t) and values.null_count:
+            values = pc.if_else(values.is_null(), default_column(t, n), values)
+        typed_arrays[path] = values
+    return [p for p in unique.to_pylist() if p not in typed], entries_of, typed_arrays
+
+
+def _path_entries(kinds: dict[str, DataType], rows: _Rows) -> tuple[np.ndarray, pa.Array]:
+    """The rows holding a path (ascending) and its values there in the binary form of Dynamic values
+    (type encoding, then the value): values of one type are converted together."""
+    row_index = np.asarray(rows.rows, np.int64)
+    type_names = np.asarray(rows.types, object)
+    pieces: list[pa.Array] = []
+    order: list[np.ndarray] = []
+    for name in dict.fromkeys(rows.types):
+        mine = np.flatnonzero(type_names == name)
+        kind = kinds[name]
+        pieces.append(binary_values(kind, _arrow_values(kind, [rows.values[i] for i in mine])))
+        order.append(row_index[mine])
+    if not pieces:
+        return row_index, pa.array([], pa.binary())
+    held = np.concatenate(order)
+    ascending = np.argsort(held, kind="stable")
+    return held[ascending], pa.concat_arrays(pieces).take(pa.array(ascending))
+
+
+def _spread(row_index: np.ndarray, values: pa.Array, n: int) -> pa.Array:
+    """Values held by some rows → one per row, NULL where a row holds none (what `split_dynamic` takes)."""
+    if not len(values):
+        return pa.nulls(n, pa.binary())
+    where = np.full(n, -1, np.int64)
+    where[row_index] = np.arange(len(values))
+    return values.take(pa.array(np.maximum(where, 0), mask=where < 0))
+
+
+# ------------------------------------------------------------------------------ shared data
+
+
+def _siphash64(data: bytes) -> int:
+    """SipHash-2-4 with zero keys, 64-bit output (ClickHouse's SipHash `get64`)."""
+    mask = 0xFFFFFFFFFFFFFFFF
+
+    def rotl(x: int, b: int) -> int:
+        return ((x << b) | (x >> (64 - b))) & mask
+
+    def rounds(v: list[int], count: int) -> None:
+        for _ in range(count):
+            v[0] = (v[0] + v[1]) & mask
+            v[1] = rotl(v[1], 13) ^ v[0]
+            v[0] = rotl(v[0], 32)
+            v[2] = (v[2] + v[3]) & mask
+            v[3] = rotl(v[3], 16) ^ v[2]
+            v[0] = (v[0] + v[3]) & mask
+            v[3] = rotl(v[3], 21) ^ v[0]
+            v[2] = (v[2] + v[1]) & mask
+            v[1] = rotl(v[1], 17) ^ v[2]
+            v[2] = rotl(v[2], 32)
+
+    v = [0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573]
+    tail = len(data) % 8
+    for (word,) in struct.iter_unpack("<Q", data[:len(data) - tail]):
+        v[3] ^= word
+        rounds(v, 2)
+        v[0] ^= word
+    last = int.from_bytes(data[len(data) - tail:], "little") | ((len(data) & 0xFF) << 56)
+    v[3] ^= last
+    rounds(v, 2)
+    v[0] ^= last
+    v[2] ^= 0xFF
+    rounds(v, 4)
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def shared_data_bucket(path: str, buckets: int) -> int:
+    """The bucket a shared-data path is stored in: SipHash-2-4 (zero keys, 64 bits) of its bytes
+    modulo the number of buckets (ClickHouse's getSharedDataPathBucket)."""
+    return _siphash64(path.encode("utf-8", "surrogateescape")) % buckets
+
+
+# ------------------------------------------------------------------------------ the column
+
+
+@dataclass
+class ObjectColumn:
+    """A JSON column's rows as one part stores them."""
+
+    paths: list[str]  # dynamic paths, sorted
+    dynamic: dict[str, DynamicColumn]
+    typed: list[tuple[str, DataType, pa.Array]]  # sorted by path
+    shared_rows: np.ndarray  # per shared entry: its row
+    shared_buckets: np.ndarray  # ... its bucket
+    shared_paths: pa.Array  # ... its path (string)
+    shared_values: pa.Array  # ... its value (binary: type encoding + value)
+    buckets: int
+    prefix: bytes
+    statistics: bytes
+
+
+def _varuint(value: int) -> bytes:
+    return encode_varuints(np.array([value], np.uint64))[0].tobytes()
+
+
+def _text_bytes(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogateescape")
+    return _varuint(len(raw)) + raw
+
+
+def _typed_column(path: str, dt: DataType, values: list[Any], column: str) -> pa.Array:
+    """A typed path's values (NULL or the type's default where a row lacks it)."""
+    where = f"column {column!r}, typed path {path!r} ({dt.to_clickhouse()})"
+    plain = [None if v is None else _shaped(_plain(v), dt) for v in values]
+    try:
+        try:  # numbers straight into the path's Arrow type (an int64 cannot hold every UInt64)
+            arr = pa.array(plain, _arrow_type(dt)) if isinstance(dt, Primitive) and dt.name.startswith(("UInt", "Int")) \
+                else pa.array(plain)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            arr = pa.array(plain)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        raise SchemaMismatchError(f"{where}: values of mixed JSON types: {exc}") from None
+    inner = dt.inner if isinstance(dt, Nullable) else dt
+    if pa.types.is_string(arr.type) and isinstance(inner, (DateTime, DateTime64)) or \
+            pa.types.is_string(arr.type) and inner in (_DATE, Primitive("Date32")):
+        arr = _parse_times(arr, inner, where)
+    if pa.types.is_null(arr.type):
+        arr = pa.nulls(len(arr), _arrow_type(dt))
+    missing = np.asarray(arr.is_null(), dtype=bool)
+    if not missing.any() or is_nullable(dt):
+        return conform_array(arr, dt, column)
+    # A row without the path holds the type's default (a Tuple, Array or number cannot be NULL).
+    present = conform_array(arr.filter(pa.array(~missing)), dt, column)
+    both = pa.concat_arrays([present, default_column(dt, 1).cast(present.type)])
+    index = np.where(missing, len(present), np.cumsum(~missing) - 1)
+    return both.take(pa.array(index))
+
+
+def _shaped(value: Any, dt: DataType) -> Any:
+    """A JSON value in the shape Arrow builds the typed path's type from: an unnamed tuple from an
+    array (its elements are named 1, 2, ...), a tuple's elements and an array's items shaped too."""
+    if isinstance(dt, Nullable) or (isinstance(dt, LowCardinality)):
+        return _shaped(value, dt.inner)
+    if isinstance(dt, Array) and isinstance(value, list):
+        return [None if v is None else _shaped(v, dt.inner) for v in value]
+    if isinstance(dt, Tuple) and isinstance(value, list) and dt.names is None:
+        return {name: None if v is None else _shaped(v, e)
+                for name, e, v in zip(dt.element_names, dt.elements, value, strict=False)}
+    if isinstance(dt, Tuple) and isinstance(value, dict):
+        # A member the object lacks holds its type's default, as ClickHouse fills it.
+        return {name: _shaped(value[name], e) if value.get(name) is not None
+                else None if is_nullable(e) else default_column(e, 1).to_pylist()[0]
+                for name, e in zip(dt.element_names, dt.elements, strict=True)}
+    return value
+
+
+def _parse_times(arr: pa.Array, dt: DataType, where: str) -> pa.Array:
+    """Dates and date-times of a typed path from text `YYYY-MM-DD[( |T)hh:mm:ss[.fffffffff]][Z]`:
+    local time in the type's time zone (as ClickHouse reads text into it), UTC with `Z`; a type
+    without a time zone is taken to be UTC (the server time zone assumed throughout)."""
+    out: list[int | None] = []
+    utc: list[bool] = []
+    for text in arr.to_pylist():
+        if text is None:
+            out.append(None)
+            utc.append(True)
+            continue
+        m = _DATETIME_RE.match(text)
+        d = None if m else _DATE_RE.match(text)
+        try:
+            if m is None and d is None:
+                raise _Ambiguous
+            groups = (m or d).groups()  # type: ignore[union-attr]
+            year, month, day = (int(g) for g in groups[:3])
+            hour, minute, second = (int(g) for g in groups[3:6]) if m else (0, 0, 0)
+            if hour > 23 or minute > 59 or second > 59:
+                raise _Ambiguous
+            nanos = int((groups[6] or "").ljust(9, "0")) if m else 0
+            value = (_days(year, month, day) * 86400 + hour * 3600 + minute * 60 + second) * 10**9 + nanos
+        except _Ambiguous:
+            raise UnsupportedError(f"{where}: {text!r} is not read as a date or time here (only "
+                                   "YYYY-MM-DD[ hh:mm:ss[.fffffffff]][Z] is)") from None
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise UnsupportedError(f"{where}: {text!r} is beyond the nanosecond range of this writer")
+        out.append(value)
+        utc.append(text.endswith("Z"))
+    naive = pa.array(out, pa.int64()).cast(pa.timestamp("ns"))
+    zone = dt.timezone if isinstance(dt, (DateTime, DateTime64)) else None
+    stamps = naive.cast(pa.timestamp("ns", "UTC"))
+    if zone not in (None, "UTC"):
+        local = pc.assume_timezone(naive, timezone=zone).cast(pa.timestamp("ns", "UTC"))
+        stamps = pc.if_else(pa.array(utc), stamps, local)
+    if isinstance(dt, Primitive):  # Date, Date32
+        return stamps.cast(pa.date32())
+    return stamps
+
+
+def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buckets: int,
+                 one_bucket_when_empty: bool = False) -> ObjectColumn:
+    """A JSON column's rows → the paths, Dynamic columns and shared data of a part. The rows are JSON
+    text (one object per row, types inferred as ClickHouse infers them), or the stored form a merge
+    reads (`STORED_JSON_TYPE`: per row a map path → its value's binary form, types kept). ClickHouse
+    writes a Wide part whose rows hold no shared data with one bucket (`one_bucket_when_empty`), a
+    Compact part with all of them."""
+    arr = combine(values)
+    if pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type):
+        arr = arr.cast(pa.string())
+    n = len(arr)
+    if pa.types.is_map(arr.type):
+        order, entries_of, typed_arrays = _from_stored(dt, arr, column)
+    elif pa.types.is_string(arr.type):
+        paths, kinds, typed_values = _parse(arr, dt, column)
+        order = list(paths)  # first appearance
+
+        def entries_of(path: str) -> tuple[np.ndarray, pa.Array]:
+            return _path_entries(kinds, paths[path])
+
+        typed_arrays = {path: _typed_column(path, t, typed_values[path], column) for path, t in dt.typed_paths}
+    else:
+        raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} is written from JSON text (string), "
+                                  f"not {arr.type}")
+    settings = {k: v for k, v in dt.params if isinstance(v, int)}
+    max_paths = int(settings.get("max_dynamic_paths", DEFAULT_MAX_DYNAMIC_PATHS))
+    max_types = int(settings.get("max_dynamic_types", DEFAULT_MAX_DYNAMIC_TYPES))
+    chosen = sorted(order[:max_paths])
+    dynamic = {}
+    for path in chosen:
+        row_index, held = entries_of(path)
+        dynamic[path] = split_dynamic(Dynamic(max_types), _spread(row_index, held, n), column)
+    typed = [(path, t, typed_arrays[path]) for path, t in sorted(dict(dt.typed_paths).items())]
+    rows: list[np.ndarray] = []
+    names: list[np.ndarray] = []
+    binaries: list[pa.Array] = []
+    shared_counts: list[tuple[str, int]] = []
+    for path in order[max_paths:]:
+        row_index, held = entries_of(path)  # shared paths need only the rows holding them
+        rows.append(row_index)
+        names.append(np.full(len(row_index), path, object))
+        binaries.append(held)
+        shared_counts.append((path, len(row_index)))
+    if not rows and one_bucket_when_empty:
+        buckets = 1
+    if rows:
+        all_rows = np.concatenate(rows)
+        all_paths = np.concatenate(names)
+        bucket_of = {path: shared_data_bucket(path, buckets) for path, _ in shared_counts}
+        all_buckets = np.array([bucket_of[p] for p in all_paths], np.int64)
+        # Within a bucket, a row's paths are stored sorted (ClickHouse keeps shared data sorted by path).
+        order_index = np.lexsort((all_paths.astype(str), all_rows, all_buckets))
+        shared_rows, shared_buckets = all_rows[order_index], all_buckets[order_index]
+        shared_paths = pa.array(all_paths[order_index].tolist(), pa.string())
+        shared_values = pa.concat_arrays(binaries).take(pa.array(order_index))
+    else:
+        shared_rows = shared_buckets = np.zeros(0, np.int64)
+        shared_paths, shared_values = pa.array([], pa.string()), pa.array([], pa.binary())
+    prefix = np.array([_V3], "<u8").tobytes() + _varuint(len(chosen)) + b"".join(_text_bytes(p) for p in chosen) + \
+        bytes([_MAP_WITH_BUCKETS]) + _varuint(buckets)
+    counts = [int(n - dynamic[p].struct.null_count) for p in chosen]
+    # ClickHouse lists the shared paths' statistics in an order of its hash table; we list them in
+    # reverse order of first appearance (what it gave in the cases we compared). Reading ignores it.
+    statistics = b"\x01" + b"".join(_varuint(c) for c in counts) + _varuint(len(shared_counts)) + b"".join(
+        _text_bytes(p) + _varuint(c) for p, c in reversed(shared_counts))
+    return ObjectColumn(chosen, dynamic, typed, shared_rows, shared_buckets, shared_paths, shared_values, buckets,
+                        prefix, statistics)
+
+
+def _shared_streams(obj: ObjectColumn, base: str, bounds: np.ndarray, n: int) -> dict[str, StreamBytes]:
+    """Each bucket's Map(String, String) of the rows: `.size0` (UInt64 entries per row), then the
+    paths and the values as classic strings (varuint length + bytes)."""
+    out: dict[str, StreamBytes] = {}
+    for b in range(obj.buckets):
+        mine = obj.shared_buckets == b
+        rows = obj.shared_rows[mine]
+        counts = np.bincount(rows, minlength=n).astype("<u8")
+        entry_bounds = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=entry_bounds[1:])
+        stem = f"{base}{SHARED_DATA}.{b}"
+        out[stem + ".size0"] = StreamBytes(counts.tobytes(), bounds * 8)
+        for suffix, values in (("%2Epaths", obj.shared_paths), ("%2Evalues", obj.shared_values)):
+            picked = values.filter(pa.array(mine))
+            offsets, data = string_buffers(picked)
+            encoded, entry_offsets = encode_classic(offsets, data)
+            out[stem + suffix] = StreamBytes(encoded.tobytes(), entry_offsets[entry_bounds[bounds]])
+    return out
+
+
+def serialize_object(obj: ObjectColumn, column: str, base: str, granule_rows: np.ndarray,
+                     string_sizes: bool) -> tuple[list[tuple[str, StreamBytes]], list[tuple[str, StreamBytes]]]:
+    """A part's JSON column as streams cut at granules: (structure streams: the object structure
+    and each dynamic path's Dynamic structure, each `prefix + statistics` with every mark after the
+    prefix; the data streams in ClickHouse's order: typed paths, dynamic paths, shared data)."""
+    granule_rows = np.asarray(granule_rows, np.int64)
+    bounds = np.zeros(len(granule_rows) + 1, np.int64)
+    np.cumsum(granule_rows, out=bounds[1:])
+    n = int(bounds[-1])
+
+    def structure(prefix: bytes, statistics: bytes) -> StreamBytes:
+        offsets = np.full(len(granule_rows) + 1, len(prefix), np.int64)
+        offsets[-1] += len(statistics)
+        return StreamBytes(prefix + statistics, offsets)
+
+    heads = [(base + OBJECT_STRUCTURE, structure(obj.prefix, obj.statistics))]
+    body: list[tuple[str, StreamBytes]] = []
+    for path, dt, values in obj.typed:
+        body += list(serialize_column(dt, column, values, granule_rows, string_sizes, base=path_base(base, path)).items())
+    for path in obj.paths:
+        split = obj.dynamic[path]
+        stem = path_base(base, path)
+        heads.append((stem + STRUCTURE, structure(split.prefix, split.statistics)))
+        body += list(serialize_column(split.structure.variant, column, split.struct, granule_rows, string_sizes,
+                                      base=stem).items())
+    body += list(_shared_streams(obj, base, bounds, n).items())
+    return heads, body
