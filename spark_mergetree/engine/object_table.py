@@ -51,7 +51,7 @@ from spark_mergetree.errors import (
     TableNotFoundError,
     UnsupportedError,
 )
-from spark_mergetree.expressions.ddl import format_attach, parse_create, quote_string
+from spark_mergetree.expressions.ddl import format_attach, parse_create
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
@@ -509,35 +509,29 @@ class ObjectStoreTable(MergeTreeTable):
     # ------------------------------------------------------------------ ClickHouse
 
     def clickhouse_ddl(self, name: str = "default.events", *, credentials: bool = False) -> str:
-        """The ATTACH TABLE statement a ClickHouse server runs to read this table where it lies:
-        a read-only `s3_plain` disk over the table's prefix, with `table_disk = 1` (the disk's
-        root is the table's directory), so ClickHouse reads our parts in place.
+        """The ATTACH TABLE statement a ClickHouse server runs to read this table where it lies: a
+        read-only plain object-storage disk over the table's prefix (engine/clickhouse_ddl.py), with
+        `table_disk = 1` (the disk's root is the table's directory), so ClickHouse reads our parts
+        in place.
 
         ClickHouse reads every part under the prefix, not our log: it returns the same rows once
         `cleanup()` has removed replaced parts and leftovers (a warning names any it would read).
-        `credentials=True` writes the access key and secret into the statement; otherwise the
-        server takes them from its environment (`use_environment_credentials = 1`).
+        `credentials=True` writes the S3 access key and secret, or the Azure account key, into the
+        statement; otherwise the server uses its own (its environment, its identity). For gs://
+        ClickHouse goes through GCS's S3-compatible API with an HMAC key of its own.
         """
-        if self.location.scheme != "s3":
-            raise self._unsupported("clickhouse_ddl (ClickHouse's plain disks are S3's)")
         clickhouse_ddl.warn_if_clickhouse_sees_other_parts(
             self.location.url, (n for n in self.parts_store.part_names() if n), self.visible_parts()[1])
-        options = dict(self.parts_store.bucket.options)
-        endpoint = options.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        key = self.location.key + "/" if self.location.key else ""
-        if endpoint:
-            url = f"{endpoint.rstrip('/')}/{self.location.bucket}/{key}"
+        location, bucket = self.location, self.parts_store.bucket
+        options = dict(bucket.options)
+        if location.scheme == "s3":
+            disk = clickhouse_ddl.s3_disk(location.url, options, location.bucket, location.key,
+                                          bucket.credentials() if credentials else None, credentials)
+        elif location.scheme == "gs":
+            disk = clickhouse_ddl.gcs_disk(location.url, location.bucket, location.key, credentials)
         else:
-            region = options.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-            url = f"https://{self.location.bucket}.s3.{region + '.' if region else ''}amazonaws.com/{key}"
-        disk = [f"type = s3_plain, endpoint = {quote_string(url)}"]
-        if credentials:
-            found = self.parts_store.bucket.credentials()
-            if found is None:
-                raise InvalidOptionError(f"{self.location.url}: no credentials to write into the statement")
-            disk.append(f"access_key_id = {quote_string(found[0])}, secret_access_key = {quote_string(found[1])}")
-        else:
-            disk.append("use_environment_credentials = 1")
+            disk = clickhouse_ddl.azure_disk(location.url, options, location.account, location.bucket, location.key,
+                                             credentials)
         return clickhouse_ddl.attach_statement(self.definition, name, self.uuid, disk)
 
     # ------------------------------------------------------------------ not here yet
