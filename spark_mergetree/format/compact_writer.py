@@ -255,7 +255,8 @@ def write_compact_part(
     files.files[SUBSTREAMS_FILE] = format_columns_substreams(
         [(name, streams) for (name, _), streams in zip(columns, substreams, strict=True)]).encode()
     column_of: Callable[[str], pa.Array | pa.ChunkedArray] = table.column
-    return _finish_part(files, checksums, n, columns, primary_key, partition, settings, granule_rows, column_of)
+    return _finish_part(files, checksums, n, columns, primary_key, partition, settings, granule_rows, column_of,
+                        compact=True)
 
 
 def _close(writer: CompressedStreamWriter, blocks: list[bytes], offset: int) -> int:

@@ -514,9 +514,9 @@ def write_wide_part_by_column(
 def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, columns: Sequence[tuple[str, str]],
                  primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]], partition: PartitionValue | None,
                  settings: WriterSettings, granule_rows: np.ndarray,
-                 column_of: Callable[[str], pa.Array | pa.ChunkedArray]) -> PartFiles:
+                 column_of: Callable[[str], pa.Array | pa.ChunkedArray], compact: bool = False) -> PartFiles:
     """The part's index, partition, metadata files and checksums.txt, after its column streams
-    (for writers given whole columns: the Compact writer)."""
+    (for writers given whole columns: the Compact writer, `compact`)."""
     if primary_key:
         starts = granularity.granule_offsets(granule_rows)[:-1]
         index_rows = np.append(starts, n - 1) if n else starts
@@ -535,16 +535,16 @@ def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, c
             files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
     indexes = skip_indexes_from_columns(settings.skip_indexes, dict(columns), granule_rows, column_of, settings.codec,
                                         settings.min_compress_block_size, settings.max_compress_block_size)
-    return _finish_metadata(files, checksums, n, columns, settings, indexes)
+    return _finish_metadata(files, checksums, n, columns, settings, indexes, compact)
 
 
 def _finish_metadata(files: PartFiles, checksums: dict[str, FileChecksum], n: int,
                      columns: Sequence[tuple[str, str]], settings: WriterSettings,
-                     indexes: Sequence[SkipIndexBuilder]) -> PartFiles:
-    """Skip indexes (their builders fed every column), count.txt, columns.txt and the other metadata
-    files, then checksums.txt."""
+                     indexes: Sequence[SkipIndexBuilder], compact: bool = False) -> PartFiles:
+    """Skip indexes (their builders fed every column; a Compact part's index marks named as its own),
+    count.txt, columns.txt and the other metadata files, then checksums.txt."""
     for builder in indexes:
-        builder.finish(files.files, checksums)
+        builder.finish(files.files, checksums, compact)
     files.files[COUNT_FILE] = format_count(n)
     files.files[COLUMNS_FILE] = format_columns(list(columns))
     files.files[CODEC_FILE] = settings.codec.text.encode()
