@@ -35,6 +35,7 @@ from spark_mergetree.format.part_writer import (
     WriterSettings,
     _finish_part,
     in_memory_width,
+    plan_granules_of,
     write_wide_part,
     write_wide_part_by_column,
 )
@@ -142,6 +143,9 @@ def encode_part(table: pa.Table, columns: Sequence[tuple[str, str]],
                settings: WriterSettings, table_settings: Mapping[str, str]) -> PartFiles:
     """An inserted block as the part ClickHouse would make of it: Compact or Wide (`is_compact_part`,
     by the block's size in memory; an insert's part is at level 0)."""
+    missing = [name for name, _ in columns if name not in table.column_names]
+    if missing:
+        raise SchemaMismatchError(f"rows to write lack column(s) {', '.join(missing)}")
     types = [parse_type(type_text) for _, type_text in columns]
     total = sum(in_memory_width(dt, table.column(name)) for (name, _), dt in zip(columns, types, strict=True))
     if is_compact_part(table_settings, table.num_rows, total):
@@ -150,7 +154,8 @@ def encode_part(table: pa.Table, columns: Sequence[tuple[str, str]],
         if files is not None:
             return files
         # Rows a Compact part of this version cannot hold (write_compact_part): a Wide part reads the same.
-    return write_wide_part(table, columns, primary_key, partition, settings)
+    return write_wide_part(table, columns, primary_key, partition, settings,
+                           plan_granules_of(table.num_rows, total, settings))
 
 
 def write_part_by_column(compact: bool, rows: int, columns: Sequence[tuple[str, str]],
