@@ -50,7 +50,8 @@ def _our_kinds(table: MergeTreeTable) -> dict[str, str]:
     for part in table.parts():
         files = {f.name for f in (table.path / part.name).iterdir()}
         compact = "data.bin" in files
-        assert compact != ("id.bin" in files), (part.name, sorted(files))  # one layout or the other
+        per_column = any(f.endswith(".bin") and f != "data.bin" and not f.startswith("skp_idx") for f in files)
+        assert compact != per_column, (part.name, sorted(files))  # one layout or the other
         out[part.name] = "Compact" if compact else "Wide"
     return out
 
@@ -144,3 +145,40 @@ def test_an_insert_is_sized_as_clickhouse_sizes_it_in_memory(tmp_path: Path) -> 
         for part in table.parts():
             mine[part.name] = "Compact" if (table.path / part.name / "data.bin").exists() else "Wide"
         assert mine == theirs[name], name
+
+
+def test_a_merge_is_sized_by_its_sources_deleted_rows_included(tmp_path: Path) -> None:
+    """Two Compact parts of ~6.8 MB each (a DELETE left their rows and a `_row_exists` column) merge
+    into a Wide part of the 22 rows left, as ClickHouse sizes a merge by its sources."""
+    session = open_session(tmp_path)
+    session.query("CREATE TABLE theirs (x UInt64, y UInt64) ENGINE = MergeTree ORDER BY x")
+    for _ in range(2):
+        session.query("INSERT INTO theirs SELECT number, number FROM numbers(400000)")
+    session.query("DELETE FROM theirs WHERE x > 10")
+    deleted = sorted(_kinds(session, "theirs").values())
+    session.query("OPTIMIZE TABLE theirs FINAL")
+    merged = list(_kinds(session, "theirs").values())
+    assert (deleted, merged) == (["Compact", "Compact"], ["Wide"])
+    expected = session.query("SELECT * FROM theirs ORDER BY x, y", "TabSeparatedRaw").bytes()
+
+    ours = MergeTreeTable.create(tmp_path / "ours", [("x", "UInt64"), ("y", "UInt64")], order_by="x",
+                                 settings={"auto_merge": False})
+    ids = np.arange(400000, dtype=np.uint64)
+    for _ in range(2):
+        ours.insert(pa.table({"x": ids, "y": ids}))
+    ours.delete("x > 10")
+    assert sorted(_our_kinds(ours).values()) == deleted
+    ours.optimize(final=True)
+    ours.cleanup()
+    assert list(_our_kinds(ours).values()) == merged and ours.count() == 22
+
+    session.query("CREATE TABLE back (x UInt64, y UInt64) ENGINE = MergeTree ORDER BY x")
+    back_dir = Path(session.query("SELECT data_paths[1] FROM system.tables WHERE name = 'back'",
+                                  "TabSeparatedRaw").bytes().decode().strip())
+    (part,) = ours.parts()
+    shutil.copytree(ours.path / part.name, back_dir / "detached" / part.name)
+    session.query(f"ALTER TABLE back ATTACH PART '{part.name}'")
+    assert session.query("CHECK TABLE back SETTINGS check_query_single_value_result = 1",
+                         "TabSeparatedRaw").bytes().decode().split() == ["1"]
+    assert session.query("SELECT * FROM back ORDER BY x, y", "TabSeparatedRaw").bytes() == expected
+    close_session()
