@@ -36,7 +36,6 @@ from spark_mergetree.format.part_writer import (
     in_memory_width_of_type,
     plan_granules_of,
 )
-from spark_mergetree.format.skip_index import INDEX_PREFIX
 from spark_mergetree.format.types import parse_type, to_arrow
 
 
@@ -446,14 +445,14 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
 def merges_into_compact(readers: Sequence[PartReader], meta: TableMetadata) -> bool:
     """Whether ClickHouse merges `readers` into a Compact part: never when one of them is Wide;
     otherwise when their rows (lightweight-deleted ones included) and the uncompressed bytes of their
-    column streams (checksums.txt), summed, are under the table's limits (`is_compact_part`), as
-    `FutureMergedMutatedPart::assign` sums them. It is decided before any row is read or combined, so
-    a merge that keeps few rows (deleted rows, a ReplacingMergeTree's duplicates) may give a small
-    Wide part, as in ClickHouse."""
+    `data.bin` (checksums.txt: system.parts' `data_uncompressed_bytes`), summed, are under the
+    table's limits (`is_compact_part`), as `FutureMergedMutatedPart::assign` sums them. It is decided
+    before any row is read or combined, so a merge that keeps few rows (deleted rows, a
+    ReplacingMergeTree's duplicates) may give a small Wide part, as in ClickHouse."""
     if any(not reader.is_compact for reader in readers):
         return False
     level = max(PartInfo.parse(reader.part).level for reader in readers) + 1
-    stored = [_column_bytes(reader) for reader in readers]
+    stored = [_data_bytes(reader) for reader in readers]
     if any(size is None for size in stored):  # no checksums.txt: the rows' size in memory stands in
         rows = sum(r.existing_rows for r in readers)
         _, total = merge_stream.plan_merged_granules(readers, meta, rows, exact=True)
@@ -461,18 +460,11 @@ def merges_into_compact(readers: Sequence[PartReader], meta: TableMetadata) -> b
     return is_compact_part(meta.definition.settings, sum(r.rows for r in readers), sum(s or 0 for s in stored), level)
 
 
-def _column_bytes(reader: PartReader) -> int | None:
-    """A part's uncompressed column bytes as ClickHouse counts them (`data_uncompressed_bytes` of
-    system.parts): `data.bin`'s of a Compact part, every column stream's of a Wide one (skip
-    indexes, marks and projections not counted). None without checksums.txt."""
+def _data_bytes(reader: PartReader) -> int | None:
+    """The uncompressed bytes of a Compact part's `data.bin` (None without checksums.txt)."""
     checksums = reader.checksums
-    if checksums is None:
-        return None
-    if reader.is_compact:
-        entry = checksums.files.get(COMPACT_DATA_FILE)
-        return None if entry is None else entry.uncompressed_size
-    return sum(entry.uncompressed_size for name, entry in checksums.files.items()
-               if name.endswith(".bin") and not name.startswith(INDEX_PREFIX))
+    entry = None if checksums is None else checksums.files.get(COMPACT_DATA_FILE)
+    return None if entry is None else entry.uncompressed_size
 
 
 def _merged_partition(readers: Sequence[PartReader], meta: TableMetadata) -> PartitionValue | None:
