@@ -31,9 +31,10 @@ from spark_mergetree.errors import ExpressionError, SchemaMismatchError, Unsuppo
 from spark_mergetree.expressions.ddl import key_column_names, parse_projection
 from spark_mergetree.expressions.predicate import Column, to_sql
 from spark_mergetree.expressions.skip_index import check_supported, parse_skip_index
+from spark_mergetree.format.compact_writer import write_part_by_column
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, PartReader
-from spark_mergetree.format.part_writer import PartitionValue, write_wide_part_by_column
+from spark_mergetree.format.part_writer import PartitionValue
 from spark_mergetree.format.skip_index import INDEX_PREFIX, PACKED_FILE
 from spark_mergetree.format.types import parse_type, to_arrow
 from spark_mergetree.txn import Transaction
@@ -192,6 +193,7 @@ def _rewritten(meta: TableMetadata, reader: PartReader) -> PartFiles:
         values = reader.partition_values(key.result_types)
         partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
                                    key.result_types, key.columns)
-    files = write_wide_part_by_column(reader.rows, columns, column_of, meta.primary_key_values(key_table), partition,
-                                      meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+    # The part keeps its kind, as a ClickHouse mutation (MATERIALIZE INDEX) keeps it.
+    files = write_part_by_column(reader.is_compact, reader.rows, columns, column_of, meta.primary_key_values(key_table),
+                                 partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
     return meta.add_projections(files, lambda _projection, names: pa.table({n: column_of(n) for n in names}))

@@ -25,9 +25,9 @@ from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import Projection, key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX
-from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_compact_part
+from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_part_by_column
 from spark_mergetree.format.json_text import STORED_JSON_TYPE
-from spark_mergetree.format.part import PartFiles
+from spark_mergetree.format.part import COMPACT_DATA_FILE, PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.part_writer import (
@@ -36,7 +36,6 @@ from spark_mergetree.format.part_writer import (
     in_memory_width,
     in_memory_width_of_type,
     plan_granules_of,
-    write_wide_part_by_column,
 )
 from spark_mergetree.format.types import Json, parse_type, to_arrow
 
@@ -389,13 +388,15 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     if engine and not keys:  # ORDER BY tuple(): the engine still needs the rows counted
         keys = {names[0]}
     partition = _merged_partition(readers, meta)
-    if engine is None and spill_dir is not None:
+    compact = merges_into_compact(readers, meta)
+    # A Wide result streams; a Compact one is written whole below (it interleaves every column granule
+    # by granule), as are the merges of row-combining engines over ORDER BY tuple().
+    if not compact and spill_dir is not None and engine is None:
         rows = sum(r.existing_rows for r in readers)
-        compact_possible = "min_bytes_for_wide_part" in definition.settings or "min_rows_for_wide_part" in definition.settings
-        granules, total = merge_stream.plan_merged_granules(readers, meta, rows, exact=compact_possible)
-        if rows and not is_compact_part(definition.settings, rows, total):
+        granules, _ = merge_stream.plan_merged_granules(readers, meta, rows)
+        if rows:
             return merge_stream.merge_streaming(readers, meta, keys, rows, granules, partition, spill_dir)
-    elif engine is not None and spill_dir is not None and meta.sorting_key:
+    elif not compact and spill_dir is not None and meta.sorting_key:
         numbers = engines.part_sources([PartInfo.parse(r.part).level for r in readers], [1] * len(readers))
         streamed = merge_stream.merge_engine_streaming(readers, meta, keys, numbers, partition, spill_dir)
         if streamed is not None:
@@ -434,17 +435,39 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
             width = in_memory_width(dt, key_table.column(name) if name in keys else read_column(name))
         total += width
     primary_key = meta.primary_key_values(key_table)
-    if is_compact_part(definition.settings, rows, total):  # small parts merge into a Compact part, as in ClickHouse
+    if compact:
         blocks = [(min(MERGE_BLOCK_ROWS, rows - start), total * min(MERGE_BLOCK_ROWS, rows - start) // max(rows, 1))
                   for start in range(0, rows, MERGE_BLOCK_ROWS)]
-        merged = pa.table({name: column_of(name) for name in names})
-        files = write_compact_part(merged, meta.columns, primary_key, partition, meta.writer_settings,
-                                   plan_compact_granules(blocks, meta.writer_settings))
-        if files is not None:
-            return files
-    granules = plan_granules_of(rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
-    return write_wide_part_by_column(rows, meta.columns, column_of, primary_key, partition,
-                                     meta.writer_settings, granules)
+        granules = plan_compact_granules(blocks, meta.writer_settings)
+    else:
+        granules = plan_granules_of(rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
+    return write_part_by_column(compact, rows, meta.columns, column_of, primary_key, partition,
+                                meta.writer_settings, granules)
+
+
+def merges_into_compact(readers: Sequence[PartReader], meta: TableMetadata) -> bool:
+    """Whether ClickHouse merges `readers` into a Compact part: never when one of them is Wide;
+    otherwise when their rows (lightweight-deleted ones included) and the uncompressed bytes of their
+    `data.bin` (checksums.txt: system.parts' `data_uncompressed_bytes`), summed, are under the
+    table's limits (`is_compact_part`), as `FutureMergedMutatedPart::assign` sums them. It is decided
+    before any row is read or combined, so a merge that keeps few rows (deleted rows, a
+    ReplacingMergeTree's duplicates) may give a small Wide part, as in ClickHouse."""
+    if any(not reader.is_compact for reader in readers):
+        return False
+    level = max(PartInfo.parse(reader.part).level for reader in readers) + 1
+    stored = [_data_bytes(reader) for reader in readers]
+    if any(size is None for size in stored):  # no checksums.txt: the rows' size in memory stands in
+        rows = sum(r.existing_rows for r in readers)
+        _, total = merge_stream.plan_merged_granules(readers, meta, rows, exact=True)
+        return is_compact_part(meta.definition.settings, rows, total, level)
+    return is_compact_part(meta.definition.settings, sum(r.rows for r in readers), sum(s or 0 for s in stored), level)
+
+
+def _data_bytes(reader: PartReader) -> int | None:
+    """The uncompressed bytes of a Compact part's `data.bin` (None without checksums.txt)."""
+    checksums = reader.checksums
+    entry = None if checksums is None else checksums.files.get(COMPACT_DATA_FILE)
+    return None if entry is None else entry.uncompressed_size
 
 
 def merge_arrow_type(meta: TableMetadata, name: str) -> pa.DataType:

@@ -33,7 +33,6 @@ import pyarrow as pa
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.expressions.sort_key import key_element_arrays, sort_indices
-from spark_mergetree.format.compact_writer import is_compact_part
 from spark_mergetree.format.json_text import STORED_JSON_TYPE
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_reader import PartReader
@@ -199,7 +198,7 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
                            part_numbers: np.ndarray, partition: PartitionValue | None,
                            spill_dir: str) -> PartFiles | None:
     """The merged part of `readers` of a table whose engine combines rows of equal sorting keys
-    (engines.py), written block by block into `spill_dir`; None when the result is a Compact part
+    (engines.py), a Wide part written block by block into `spill_dir`; None when no row is kept
     (the caller merges in memory). `keys`: the key and the engine's control columns;
     `part_numbers`: per source, its number if its level is above 0, else -1 (engines.part_sources).
 
@@ -251,8 +250,6 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
             width = widths[name] if name in widths else sum(
                 in_memory_width(types[name], block.column(0)) for r in readers for block in _blocks(r, [name], meta))
         total += width
-    if is_compact_part(meta.definition.settings, kept_rows, total):
-        return None
     granules = plan_granules_of(kept_rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
     writer = PartStreamWriter(meta.columns, granules, [t for _, t in meta.primary_key_types], partition,
                               meta.writer_settings, spill_dir=spill_dir)

@@ -49,6 +49,7 @@ from spark_mergetree.expressions.predicate import (
 )
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.checksums import Checksums
+from spark_mergetree.format.compact_writer import write_part_by_column
 from spark_mergetree.format.part import CHECKSUMS_FILE, COLUMNS_FILE, COUNT_FILE, PartFiles, format_columns
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, SUBSTREAMS_FILE, PartReader
@@ -208,8 +209,9 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
         values = reader.partition_values(key.result_types)
         partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
                                    key.result_types, key.columns)
-    files = write_wide_part_by_column(rows, columns, column_of, meta.primary_key_values(key_table), partition,
-                                      meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+    # A mutated part keeps its source's kind, as ClickHouse's mutations keep it (whatever its size now).
+    files = write_part_by_column(reader.is_compact, rows, columns, column_of, meta.primary_key_values(key_table),
+                                 partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
     # The projections are built again from the updated rows (ClickHouse's ALTER UPDATE rebuilds them).
     return meta.add_projections(files, lambda _projection, names: pa.table({n: column_of(n) for n in names}))
 

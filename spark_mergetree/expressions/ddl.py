@@ -36,6 +36,7 @@ UNDERSTOOD_SETTINGS: dict[str, tuple[str, int]] = {
     "index_granularity_bytes": ("uint", 0),  # 0: fixed granules; else at least 1024 (ClickHouse's minimum)
     "min_bytes_for_wide_part": ("uint", 0),
     "min_rows_for_wide_part": ("uint", 0),
+    "min_level_for_wide_part": ("uint", 0),
     "min_compress_block_size": ("uint", 0),  # 0: the default block sizes
     "max_compress_block_size": ("uint", 0),
     # These steer background merges (engine/merge.py) and the back-pressure on inserts

@@ -36,7 +36,9 @@ from spark_mergetree.format.part_writer import (
     WriterSettings,
     _finish_part,
     in_memory_width,
+    plan_granules_of,
     write_wide_part,
+    write_wide_part_by_column,
 )
 from spark_mergetree.format.serialization import serialize_column
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE
@@ -44,7 +46,7 @@ from spark_mergetree.format.types import DataType, Dynamic, Json, parse_type
 
 __all__ = [
     "COMPACT_MARKS_FILE", "SUBSTREAMS_FILE", "is_compact_part", "plan_compact_granules", "write_compact_part",
-    "encode_part",
+    "encode_part", "write_part_by_column",
 ]
 
 COMPACT_MARKS_FILE = "data.cmrk4"
@@ -52,6 +54,7 @@ SUBSTREAMS_FILE = "columns_substreams.txt"
 # ClickHouse's defaults of the table settings that choose the part type.
 DEFAULT_MIN_BYTES_FOR_WIDE_PART = 10 * 1024 * 1024
 DEFAULT_MIN_ROWS_FOR_WIDE_PART = 0
+DEFAULT_MIN_LEVEL_FOR_WIDE_PART = 0
 
 _DICT = ".dict"
 _DICT_PREFIX = ".dict_prefix"
@@ -59,18 +62,17 @@ _LC_NEED_GLOBAL_DICTIONARY = 1 << 8
 _LC_HAS_ADDITIONAL_KEYS = 1 << 9
 
 
-def is_compact_part(settings: Mapping[str, str], rows: int, in_memory_bytes: int) -> bool:
-    """Whether ClickHouse writes a part of `rows` rows taking `in_memory_bytes` as Compact: when it is
-    under `min_bytes_for_wide_part` or under `min_rows_for_wide_part`.
+def is_compact_part(settings: Mapping[str, str], rows: int, in_memory_bytes: int, level: int = 0) -> bool:
+    """Whether ClickHouse makes a new part of `rows` rows and `in_memory_bytes` bytes at merge level
+    `level` Compact: when it is under `min_bytes_for_wide_part` or `min_rows_for_wide_part`, or below
+    `min_level_for_wide_part` (the table's settings, else ClickHouse's defaults: 10 MiB, 0, 0).
 
-    Only tables whose statement sets one of the two settings get Compact parts: without them this
-    package writes Wide parts (ClickHouse's defaults would make parts under 10 MiB Compact; both kinds
-    read the same in ClickHouse)."""
-    if "min_bytes_for_wide_part" not in settings and "min_rows_for_wide_part" not in settings:
-        return False
+    An insert measures its block in memory (`in_memory_width`); a merge the uncompressed column
+    bytes and rows of its sources (`engine/merge.py`)."""
     min_bytes = int(settings.get("min_bytes_for_wide_part", DEFAULT_MIN_BYTES_FOR_WIDE_PART))
     min_rows = int(settings.get("min_rows_for_wide_part", DEFAULT_MIN_ROWS_FOR_WIDE_PART))
-    return in_memory_bytes < min_bytes or rows < min_rows
+    min_level = int(settings.get("min_level_for_wide_part", DEFAULT_MIN_LEVEL_FOR_WIDE_PART))
+    return in_memory_bytes < min_bytes or rows < min_rows or level < min_level
 
 
 def plan_compact_granules(blocks: Sequence[tuple[int, int]], settings: WriterSettings) -> np.ndarray:
@@ -173,16 +175,38 @@ def _object_granules(dt: Json, name: str, column: pa.Array | pa.ChunkedArray, gr
 def encode_part(table: pa.Table, columns: Sequence[tuple[str, str]],
                primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]], partition: PartitionValue | None,
                settings: WriterSettings, table_settings: Mapping[str, str]) -> PartFiles:
-    """An inserted block as the part ClickHouse would make of it: Compact or Wide (`is_compact_part`)."""
-    if table_settings.keys() & {"min_bytes_for_wide_part", "min_rows_for_wide_part"}:
-        types = [parse_type(type_text) for _, type_text in columns]
-        total = sum(in_memory_width(dt, table.column(name)) for (name, _), dt in zip(columns, types, strict=True))
-        if is_compact_part(table_settings, table.num_rows, total):
-            granules = plan_compact_granules([(table.num_rows, total)], settings)
-            files = write_compact_part(table, columns, primary_key, partition, settings, granules)
-            if files is not None:
-                return files
-    return write_wide_part(table, columns, primary_key, partition, settings)
+    """An inserted block as the part ClickHouse would make of it: Compact or Wide (`is_compact_part`,
+    by the block's size in memory; an insert's part is at level 0)."""
+    missing = [name for name, _ in columns if name not in table.column_names]
+    if missing:
+        raise SchemaMismatchError(f"rows to write lack column(s) {', '.join(missing)}")
+    types = [parse_type(type_text) for _, type_text in columns]
+    total = sum(in_memory_width(dt, table.column(name)) for (name, _), dt in zip(columns, types, strict=True))
+    if is_compact_part(table_settings, table.num_rows, total):
+        granules = plan_compact_granules([(table.num_rows, total)], settings)
+        files = write_compact_part(table, columns, primary_key, partition, settings, granules)
+        if files is not None:
+            return files
+        # Rows a Compact part of this version cannot hold (write_compact_part): a Wide part reads the same.
+    return write_wide_part(table, columns, primary_key, partition, settings,
+                           plan_granules_of(table.num_rows, total, settings))
+
+
+def write_part_by_column(compact: bool, rows: int, columns: Sequence[tuple[str, str]],
+                         column_of: Callable[[str], pa.Array | pa.ChunkedArray],
+                         primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]],
+                         partition: PartitionValue | None, settings: WriterSettings,
+                         granule_rows: np.ndarray) -> PartFiles:
+    """A part of `rows` rows in the granules `granule_rows`, Compact when `compact` (then every column
+    is held at once: a Compact part interleaves them granule by granule) else Wide, one column in
+    memory at a time (`write_wide_part_by_column`). A Compact part this version cannot write
+    (`write_compact_part` returns None) is written Wide: ClickHouse reads both kinds the same."""
+    if compact:
+        table = pa.table({name: column_of(name) for name, _ in columns})
+        files = write_compact_part(table, columns, primary_key, partition, settings, granule_rows)
+        if files is not None:
+            return files
+    return write_wide_part_by_column(rows, columns, column_of, primary_key, partition, settings, granule_rows)
 
 
 def write_compact_part(
@@ -279,7 +303,8 @@ def write_compact_part(
     files.files[SUBSTREAMS_FILE] = format_columns_substreams(
         [(name, streams) for (name, _), streams in zip(columns, substreams, strict=True)]).encode()
     column_of: Callable[[str], pa.Array | pa.ChunkedArray] = table.column
-    return _finish_part(files, checksums, n, columns, primary_key, partition, settings, granule_rows, column_of)
+    return _finish_part(files, checksums, n, columns, primary_key, partition, settings, granule_rows, column_of,
+                        compact=True)
 
 
 def _close(writer: CompressedStreamWriter, blocks: list[bytes], offset: int) -> int:

@@ -62,12 +62,22 @@ from spark_mergetree.format.skip_index_writer import (
 )
 from spark_mergetree.format.streams import STRUCTURE, StreamBytes, stream_value_types
 from spark_mergetree.format.types import (
+    Array,
     DataType,
+    DateTime,
+    DateTime64,
+    Decimal,
     Dynamic,
+    Enum,
+    FixedString,
     Json,
     LowCardinality,
+    Map,
     Nullable,
     Primitive,
+    Time,
+    Time64,
+    Tuple,
     parse_type,
     to_arrow,
 )
@@ -119,36 +129,82 @@ class PartitionValue:
 
 
 def in_memory_width(dt: DataType, array: pa.ChunkedArray | pa.Array) -> int:
-    """Bytes a column takes in ClickHouse's memory: what adaptive granularity is computed from."""
+    """Bytes a column takes in ClickHouse's memory (its `IColumn::byteSize`): what adaptive
+    granularity is computed from, and an insert's Compact or Wide choice (`min_bytes_for_wide_part`)."""
     n = len(array)
     if n == 0:
         return 0
+    if isinstance(dt, LowCardinality):
+        return _low_cardinality_width(dt, array)
     known = in_memory_width_of_type(dt, array.type, n)
     if known is not None:
         return known
-    if isinstance(dt, Nullable):
+    if isinstance(dt, Nullable):  # a null map byte per row, and the values under NULLs too
         return n + in_memory_width(dt.inner, array)
     if isinstance(dt, Primitive) and dt.name == "String":
         # Characters plus an 8-byte offset per row.
         return int(pc.sum(pc.binary_length(array)).as_py() or 0) + 8 * n
-    return int(array.nbytes)
+    if isinstance(dt, (Array, Map)) and (pa.types.is_list(array.type) or pa.types.is_map(array.type)):
+        # An 8-byte offset per row, then the elements (a Map's are its keys and values).
+        if pa.types.is_map(array.type):  # list_flatten takes lists: a map is a list of (key, value)
+            kind = array.type
+            array = array.cast(pa.list_(pa.field("entries", pa.struct([kind.key_field, kind.item_field]), False)))
+        items = pc.list_flatten(array)
+        if isinstance(dt, Map):
+            return 8 * n + in_memory_width(dt.key, pc.struct_field(items, [0])) + \
+                in_memory_width(dt.value, pc.struct_field(items, [1]))
+        assert isinstance(dt, Array)
+        return 8 * n + in_memory_width(dt.inner, items)
+    if isinstance(dt, Tuple) and pa.types.is_struct(array.type):
+        return sum(in_memory_width(element, pc.struct_field(array, [i])) for i, element in enumerate(dt.elements))
+    return int(array.nbytes)  # Variant, Dynamic, JSON, aggregate states: Arrow's size stands in
+
+
+def _low_cardinality_width(dt: LowCardinality, array: pa.ChunkedArray | pa.Array) -> int:
+    """A LowCardinality column in memory: an index per row, as narrow as the dictionary allows
+    (UInt8 up to 256 keys, then UInt16, UInt32), and the dictionary's keys (the default value and,
+    for Nullable, a NULL slot among them). The dictionary's hash table is not counted."""
+    keys = pc.unique(array).drop_null()
+    size = len(keys) + 1 + isinstance(dt.inner, Nullable)
+    index = 1 if size <= 1 << 8 else 2 if size <= 1 << 16 else 4
+    return len(array) * index + in_memory_width(dt.dictionary_type, keys) + (in_memory_width_of_type(
+        dt.dictionary_type, keys.type, 1) or 8) * (size - len(keys))
+
+
+def _fixed_width(dt: DataType) -> int | None:
+    """Bytes per value of a type whose values all take the same room in ClickHouse's memory."""
+    if isinstance(dt, Primitive):
+        return dt.width
+    if isinstance(dt, FixedString):
+        return dt.length
+    if isinstance(dt, (DateTime, Time)):
+        return 4
+    if isinstance(dt, (DateTime64, Time64)):
+        return 8
+    if isinstance(dt, Decimal):
+        return dt.width
+    if isinstance(dt, Enum):
+        return dt.bits // 8
+    if isinstance(dt, Nullable):
+        inner = _fixed_width(dt.inner)
+        return None if inner is None else 1 + inner
+    if isinstance(dt, Tuple):
+        widths = [_fixed_width(e) for e in dt.elements]
+        return None if any(w is None for w in widths) else sum(w or 0 for w in widths)
+    return None
 
 
 def in_memory_width_of_type(dt: DataType, arrow_type: pa.DataType, n: int) -> int | None:
-    """`_in_memory_width` of `n` values when the type alone decides it (fixed-width values), else None."""
+    """`in_memory_width` of `n` values when the type alone decides it (fixed-width values), else None.
+
+    A LowCardinality column counts 4 bytes a row here (merges plan granules with it unread; an
+    insert measures its dictionary, `in_memory_width`)."""
     if n == 0:
         return 0
-    if isinstance(dt, Nullable):
-        inner = in_memory_width_of_type(dt.inner, arrow_type, n)
-        return None if inner is None else n + inner
     if isinstance(dt, LowCardinality):
         return n * 4
-    if isinstance(dt, Primitive) and dt.name == "String":
-        return None
-    try:
-        return n * (arrow_type.bit_width // 8)
-    except ValueError:  # not a fixed-width Arrow type
-        return None
+    width = _fixed_width(dt)
+    return None if width is None else n * width
 
 
 def plan_granules(table: pa.Table, types: Sequence[DataType], settings: WriterSettings,
@@ -475,9 +531,9 @@ def write_wide_part_by_column(
 def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, columns: Sequence[tuple[str, str]],
                  primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]], partition: PartitionValue | None,
                  settings: WriterSettings, granule_rows: np.ndarray,
-                 column_of: Callable[[str], pa.Array | pa.ChunkedArray]) -> PartFiles:
+                 column_of: Callable[[str], pa.Array | pa.ChunkedArray], compact: bool = False) -> PartFiles:
     """The part's index, partition, metadata files and checksums.txt, after its column streams
-    (for writers given whole columns: the Compact writer)."""
+    (for writers given whole columns: the Compact writer, `compact`)."""
     if primary_key:
         starts = granularity.granule_offsets(granule_rows)[:-1]
         index_rows = np.append(starts, n - 1) if n else starts
@@ -496,16 +552,16 @@ def _finish_part(files: PartFiles, checksums: dict[str, FileChecksum], n: int, c
             files.files[f"minmax_{escape_for_file_name(column_name)}.idx"] = serialize_rows([dt], [bounds], [0, 1])
     indexes = skip_indexes_from_columns(settings.skip_indexes, dict(columns), granule_rows, column_of, settings.codec,
                                         settings.min_compress_block_size, settings.max_compress_block_size)
-    return _finish_metadata(files, checksums, n, columns, settings, indexes)
+    return _finish_metadata(files, checksums, n, columns, settings, indexes, compact)
 
 
 def _finish_metadata(files: PartFiles, checksums: dict[str, FileChecksum], n: int,
                      columns: Sequence[tuple[str, str]], settings: WriterSettings,
-                     indexes: Sequence[SkipIndexBuilder]) -> PartFiles:
-    """Skip indexes (their builders fed every column), count.txt, columns.txt and the other metadata
-    files, then checksums.txt."""
+                     indexes: Sequence[SkipIndexBuilder], compact: bool = False) -> PartFiles:
+    """Skip indexes (their builders fed every column; a Compact part's index marks named as its own),
+    count.txt, columns.txt and the other metadata files, then checksums.txt."""
     for builder in indexes:
-        builder.finish(files.files, checksums)
+        builder.finish(files.files, checksums, compact)
     files.files[COUNT_FILE] = format_count(n)
     files.files[COLUMNS_FILE] = format_columns(list(columns))
     files.files[CODEC_FILE] = settings.codec.text.encode()

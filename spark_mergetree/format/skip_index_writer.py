@@ -1,7 +1,7 @@
 """Writes the data-skipping indexes of a part (format_spec/skip_indexes.md): for each declared index,
 `skp_idx_<name>.idx2` (minmax) or `skp_idx_<name>.idx` (set, bloom_filter, ngrambf_v1, tokenbf_v1)
-and its marks `skp_idx_<name>.mrk2`, the bytes ClickHouse writes for the same rows and granules with
-`packed_skip_index_max_bytes = 0` (ClickHouse reads both that layout and its `skp_idx.packed` archive).
+and its marks `skp_idx_<name>.mrk2` (in a Compact part `.cmrk4`: the same marks compressed), the bytes
+ClickHouse writes for the same rows and granules with `packed_skip_index_max_bytes = 0` (ClickHouse reads both that layout and its `skp_idx.packed` archive).
 
 An index granule covers `granularity` consecutive data granules. Its data is a compressed stream
 (the table's default codec, blocks cut as for a column), one mark (compressed offset, offset in the
@@ -423,8 +423,10 @@ class SkipIndexBuilder:
         self._held[column] = list(values.slice(rows).chunks)
         return _plain_values(values.slice(0, rows))
 
-    def finish(self, files: dict[str, bytes | memoryview], checksums: dict[str, FileChecksum]) -> None:
-        """Write the index's data and marks files (and the data file's checksum)."""
+    def finish(self, files: dict[str, bytes | memoryview], checksums: dict[str, FileChecksum],
+               compact: bool = False) -> None:
+        """Write the index's data and marks files (and the data file's checksum). `compact`: the
+        part is Compact, whose index marks ClickHouse looks for under the part's marks extension."""
         spec = self.spec
         if len(spec.columns) > 1 and not spec.built_from_rows:
             data, offsets = interleave_chunks([_joined(self._pieces[c]) for c in spec.columns])
@@ -438,7 +440,10 @@ class SkipIndexBuilder:
         marks = np.empty((self.index_granules, 3), np.uint64)
         marks[:, :2] = self.writer.marks
         marks[:, 2] = 1
-        files[f"{INDEX_PREFIX}{spec.name}.mrk2"] = write_wide_marks(marks)
+        if compact:  # the same marks, compressed, as `skp_idx_<name>.cmrk4` (a Compact part's `data.cmrk4`)
+            files[f"{INDEX_PREFIX}{spec.name}.cmrk4"] = write_wide_marks(marks, compressed=True)
+        else:
+            files[f"{INDEX_PREFIX}{spec.name}.mrk2"] = write_wide_marks(marks)
 
 
 def skip_index_builders(specs: Sequence[IndexSpec], type_of: dict[str, str], granule_rows: np.ndarray,

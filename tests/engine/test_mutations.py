@@ -33,12 +33,12 @@ def _data(start: int, count: int) -> pa.Table:
                      "w": pa.array([i % 7 for i in range(start, start + count)], pa.int32())})
 
 
-def _catalog_table(tmp_path: Path) -> tuple[Path, Any]:
+def _catalog_table(tmp_path: Path, **settings: Any) -> tuple[Path, Any]:
     root = tmp_path / "root"
     cat = Catalog(root)
     cat.create_database("db")
     table = cat.create_table("db.t", SCHEMA, "k", partition_by="p",
-                             settings={"auto_merge": False, "index_granularity": 64})
+                             settings={"auto_merge": False, "index_granularity": 64, **settings})
     return root, table
 
 
@@ -309,7 +309,7 @@ def test_parts_without_matching_rows_get_hard_links_on_a_single_disk(tmp_path: P
 def test_a_first_delete_adds_only_the_mask_beside_hard_links(tmp_path: Path) -> None:
     """As ClickHouse leaves a Wide part after a lightweight DELETE: `_row_exists.bin` + marks, a new
     columns.txt and checksums.txt; every other file is the old part's (hard links)."""
-    root, table = _catalog_table(tmp_path)
+    root, table = _catalog_table(tmp_path, min_bytes_for_wide_part=0)
     table.insert(_data(0, 100))
     (old,) = [p.name for p in table.parts() if p.partition_id == "1"]
     new = table.delete("k = 1")

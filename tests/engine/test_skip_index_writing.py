@@ -285,7 +285,7 @@ def test_index_bytes_for_more_types_and_zstd(tmp_path) -> None:
 def test_drop_index_copies_parts_without_it(tmp_path) -> None:
     """DROP INDEX gives every part the mutation's version: parts without the index unchanged."""
     ours = MergeTreeTable.create(tmp_path / "t", [("k", "UInt64"), ("a", "Int64")], order_by="k",
-                                 settings={"index_granularity": 64, "auto_merge": False})
+                                 settings={"index_granularity": 64, "auto_merge": False, "min_bytes_for_wide_part": 0})
     ours.insert(pa.table({"k": pa.array(range(500), pa.uint64()), "a": pa.array(range(500), pa.int64())}))
     ours.add_index("INDEX i a TYPE minmax GRANULARITY 1")
     ours.insert(pa.table({"k": pa.array(range(500, 900), pa.uint64()), "a": pa.array(range(500, 900), pa.int64())}))

@@ -47,7 +47,8 @@ def table(request, tmp_path) -> MergeTreeTable:
     layout = request.param
     t = MergeTreeTable.create(tmp_path / "table", COLUMNS, order_by="id",
                               settings={"storage_policy": _policy(tmp_path, layout, LAYOUTS[layout]),
-                                        "index_granularity": 256, "auto_merge": False, "old_parts_lifetime": 0})
+                                        "index_granularity": 256, "auto_merge": False, "old_parts_lifetime": 0,
+                                        "min_bytes_for_wide_part": 0})  # Wide: column files spread
     t.insert(_data(0, 6000))
     t.insert(_data(6000, 4000))
     return t

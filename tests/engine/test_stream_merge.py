@@ -56,7 +56,8 @@ def _both(table: MergeTreeTable, parts: list[str]) -> tuple[dict[str, bytes], di
 def test_streaming_merge_writes_the_in_memory_merge_byte_for_byte(tmp_path: Path, monkeypatch, order_by: str) -> None:
     monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 700)  # many windows and blocks per part
     rng = np.random.default_rng(11)
-    settings = {"auto_merge": False, "index_granularity": 256, "allow_nullable_key": 1}
+    settings = {"auto_merge": False, "index_granularity": 256, "allow_nullable_key": 1,
+                "min_bytes_for_wide_part": 0}  # Wide parts: the merge streams
     table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by=order_by, partition_by="toYYYYMM(d)",
                                   settings=settings)
     for number, n in enumerate((3000, 5000, 700, 2500)):
@@ -163,7 +164,7 @@ def test_a_killed_merge_leaves_its_spill_for_the_next_merge_to_remove(tmp_path: 
     spills = tmp_path / "spills"
     spills.mkdir()
     table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("v", "String")], order_by="id",
-                                  settings={"auto_merge": False})
+                                  settings={"auto_merge": False, "min_bytes_for_wide_part": 0})  # streams
     for start in (0, 1):
         table.insert(pa.table({"id": np.arange(start, 20_000, 2, dtype=np.uint64),
                                "v": pa.array([str(i) for i in range(start, 20_000, 2)])}))

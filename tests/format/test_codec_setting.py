@@ -53,7 +53,7 @@ def test_clickhouse_reads_checks_and_merges_lz4hc_parts(tmp_path: Path, monkeypa
     sizes = {}
     for name, codec in (("lz4", "LZ4"), ("hc", "LZ4HC(12)"), ("hc_default", "LZ4HC")):
         catalog.create_table(f"db.{name}", [("id", "UInt64"), ("s", "String")], "id",
-                             settings={"codec": codec, "auto_merge": False})
+                             settings={"codec": codec, "auto_merge": False, "min_bytes_for_wide_part": 0})
         table = catalog.table(f"db.{name}")
         table.insert(_data(30000))
         table.insert(_data(1000))

@@ -400,10 +400,12 @@ def test_create_writes_the_codec_clauses_and_merges_keep_them(tmp_path):
     columns = [("k", "UInt64"), ("a", "Int64 CODEC(Delta, ZSTD(-3))"), ("b", "Float64 CODEC(Gorilla, LZ4HC(5))"),
                ("c", "Nullable(UInt32) CODEC(T64, LZ4)"), ("d", "Array(Float32) CODEC(FPC(5), ZSTD)"),
                ("e", "DateTime64(3) CODEC(DoubleDelta)"), ("f", "Decimal(18, 2) CODEC(GCD, ZSTD(3, 24))")]
-    table = MergeTreeTable.create(tmp_path / "t", columns, order_by="k", settings={"auto_merge": False})
+    # Wide parts (min_bytes_for_wide_part = 0): each column's blocks in a file of its own.
+    table = MergeTreeTable.create(tmp_path / "t", columns, order_by="k",
+                                  settings={"auto_merge": False, "min_bytes_for_wide_part": 0})
     # DoubleDelta's width argument is accepted and, as in ClickHouse, the column's width is used.
     dd = MergeTreeTable.create(tmp_path / "dd", [("k", "UInt64"), ("x", "Int32 CODEC(DoubleDelta(8), LZ4)")],
-                               order_by="k")
+                               order_by="k", settings={"min_bytes_for_wide_part": 0})
     (written,) = dd.insert(pa.table({"k": pa.array([1, 2, 3], pa.uint64()), "x": pa.array([5, 7, 9], pa.int32())}))
     block = (dd.path / written / "x.bin").read_bytes()
     method, compressed, decompressed = struct.unpack_from("<BII", block, 16)

@@ -52,7 +52,12 @@ def test_compact_part_bytes_are_clickhouses(tmp_path, rows, partitioned):
 
 
 def test_part_type_is_chosen_as_clickhouse_chooses():
-    assert not is_compact_part({}, 10, 100)  # no setting: Wide (documented)
+    # Without settings, ClickHouse 26.9's defaults: Compact under 10 MiB (min_bytes_for_wide_part).
+    assert is_compact_part({}, 10, 100)
+    assert is_compact_part({}, 10**9, 10 * 1024 * 1024 - 1)
+    assert not is_compact_part({}, 1, 10 * 1024 * 1024)
+    assert is_compact_part({"min_bytes_for_wide_part": "0", "min_level_for_wide_part": "2"}, 10, 10**9, level=1)
+    assert not is_compact_part({"min_bytes_for_wide_part": "0", "min_level_for_wide_part": "2"}, 10, 10**9, level=2)
     assert is_compact_part({"min_bytes_for_wide_part": "1000"}, 10**6, 999)
     assert not is_compact_part({"min_bytes_for_wide_part": "1000"}, 1, 1000)
     assert is_compact_part({"min_rows_for_wide_part": "100", "min_bytes_for_wide_part": "0"}, 99, 10**9)

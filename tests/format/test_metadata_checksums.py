@@ -47,7 +47,8 @@ def sources(tmp_path_factory) -> dict[str, tuple[Path, str | None, list[tuple], 
     tmp = tmp_path_factory.mktemp("metadata")
     out = {}
     ours = MergeTreeTable.create(tmp / "ours", [("k", "UInt64"), ("d", "Date"), ("s", "String")], order_by="k",
-                                 partition_by="toYYYYMM(d)", settings={"index_granularity": 64, "auto_merge": False})
+                                 partition_by="toYYYYMM(d)", settings={"index_granularity": 64, "auto_merge": False,
+                                           "min_bytes_for_wide_part": 0})
     keys = list(range(500))
     data = pa.table({"k": pa.array(keys, pa.uint64()),
                      "d": pa.array([dt.date(2024, 1, 1) + dt.timedelta(days=k % 20) for k in keys], pa.date32()),

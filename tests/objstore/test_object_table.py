@@ -493,7 +493,7 @@ def test_nearby_granule_ranges_of_a_stream_are_read_by_one_request(s3_bucket: st
     """Two key ranges a few granules apart in one part: one ranged GET per column stream, not one
     per range and stream; the rows are exact."""
     table = MergeTreeTable.create(f"s3://{s3_bucket}/coalesced", SCHEMA, order_by="id",
-                                  settings={"index_granularity": 256})
+                                  settings={"index_granularity": 256, "min_bytes_for_wide_part": 0})  # streams
     table.insert(rows(0, 20_000))
     assert MergeTreeTable.wait_for_merges(timeout=60)  # no background merge's requests in the count
     where = "id BETWEEN 2000 AND 2100 OR id BETWEEN 7000 AND 7100"
