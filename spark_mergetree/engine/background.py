@@ -122,7 +122,8 @@ class BackgroundMerges:
                 try:
                     self._merge(table)
                 except Exception as error:  # noqa: BLE001 - a background merge never fails a write
-                    log.warning("background merge of %s failed (the table is unchanged): %r", table.path, error)
+                    if not self._stop.is_set():  # (stopping ends merges in progress on purpose)
+                        log.warning("background merge of %s failed (the table is unchanged): %r", table.path, error)
             with self._lock:
                 if key in self._again and not self._stop.is_set():
                     self._again.discard(key)

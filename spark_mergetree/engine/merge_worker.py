@@ -11,9 +11,10 @@ from its description and runs the automatic selector's merges until it finds not
 
 Protocol: one JSON line per request on the worker's stdin (`describe`), one JSON line per answer
 on its stdout (`{"created": [...]}` or `{"error": "..."}`). A worker serves one request at a time and
-lives as long as its parent: end of input (the parent stopped its merges, exited or died) stops it
-after the merge in progress, which is a transaction of its own like every merge, so nothing is
-left half-done. Its stderr is the parent's (its warnings reach the same log).
+lives exactly as long as its parent wants it: at the end of its input (the parent stopped its
+merges, exited or died) it exits at once, abandoning a merge in progress as a merge thread dies
+with its process. A merge is a transaction: what an abandoned one wrote is never visible, and
+recovery and cleanup remove it. Its stderr is the parent's (its warnings reach the same log).
 
 Tables this module does not describe are merged in a thread as before (`describe` returns None):
 object-store tables, whose merges mostly wait on the network without the lock, and whose clients
@@ -114,8 +115,8 @@ class Worker:
         return self.process.poll() is None
 
     def close(self, *, idle: bool = False) -> None:
-        """End the worker's input: it stops after the merge in progress. An `idle` worker (no
-        request of it is being answered) exits at once: wait for it, so nothing is left behind."""
+        """End the worker's input: it exits at once. Wait for an `idle` one (no request of it is
+        being answered), so nothing is left behind; a busy one's answer is not waited for."""
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()
@@ -133,29 +134,32 @@ class Worker:
 def _serve(requests: IO[str], answers: IO[str]) -> None:
     from spark_mergetree.engine import background
 
-    stop = threading.Event()
-    lines: Queue[str | None] = Queue()
+    lines: Queue[str] = Queue()
 
     def read() -> None:
         for line in requests:
             lines.put(line)
-        stop.set()  # the parent is gone or stopped its merges: finish the merge in progress only
-        lines.put(None)
+        # The parent is gone or stopped its merges: nobody waits for what this process does now.
+        os._exit(0)
 
     threading.Thread(target=read, name="mergetree-worker-input", daemon=True).start()
     tables: dict[str, MergeTreeTable] = {}
-    while (line := lines.get()) is not None:
+    while True:
+        line = lines.get()
         try:
             description = json.loads(line)
             key = json.dumps(description, sort_keys=True)
             table = tables.get(key)
             if table is None:
                 table = tables[key] = open_described(description)
-            reply: dict[str, Any] = {"created": background.merge_until_settled(table, stop)}
+            reply: dict[str, Any] = {"created": background.merge_until_settled(table)}
         except Exception as error:  # noqa: BLE001 - reported to the parent, which logs it
             reply = {"error": f"{type(error).__name__}: {error}"}
-        answers.write(json.dumps(reply) + "\n")
-        answers.flush()
+        try:
+            answers.write(json.dumps(reply) + "\n")
+            answers.flush()
+        except OSError:  # the parent is gone
+            os._exit(0)
 
 
 def main() -> None:
