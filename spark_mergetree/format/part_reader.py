@@ -225,9 +225,10 @@ COALESCE_MAX_BYTES = 64 << 20
 def coalesce_spans(spans: Sequence[tuple[int, int]], hole: int = COALESCE_HOLE_BYTES,
                    most: int = COALESCE_MAX_BYTES) -> list[tuple[int, int]]:
     """Byte ranges [start, stop) merged where they overlap or lie less than `hole` bytes apart (a
-    merged range stays within `most` bytes unless ranges that overlap make it longer)."""
+    merged range stays within `most` bytes unless ranges that overlap make it longer). Empty ranges
+    need no bytes and are left out."""
     merged: list[tuple[int, int]] = []
-    for start, stop in sorted(spans):
+    for start, stop in sorted(span for span in spans if span[1] > span[0]):
         if merged and (start < merged[-1][1] or (start - merged[-1][1] <= hole
                                                   and max(stop, merged[-1][1]) - merged[-1][0] <= most)):
             merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))

@@ -16,6 +16,7 @@ SPANS = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)).map(la
 @given(spans=SPANS, hole=st.integers(0, 2_000), most=st.integers(1, 8_000))
 def test_merged_ranges_cover_every_range_and_respect_the_limits(spans, hole, most) -> None:
     merged = coalesce_spans(spans, hole, most)
+    spans = [(start, stop) for start, stop in spans if stop > start]  # an empty range needs no bytes
     assert all(any(a <= start and stop <= z for a, z in merged) for start, stop in spans)
     assert all(z1 <= a2 for (_, z1), (a2, _) in zip(merged, merged[1:]))  # sorted, no overlap
     for a, z in merged:
