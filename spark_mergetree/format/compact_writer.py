@@ -27,7 +27,7 @@ from spark_mergetree.format.checksums import FileChecksum, combine_stream_hashes
 from spark_mergetree.format.cityhash import FileHasher, file_hash
 from spark_mergetree.format.compression import CompressedStreamWriter
 from spark_mergetree.format.compression_codecs import Codec, CodecChain
-from spark_mergetree.format.dynamic import split_dynamic
+from spark_mergetree.format.dynamic import DynamicColumn, has_dynamic, split_for_write
 from spark_mergetree.format.json_write import COMPACT_BUCKETS, serialize_object, split_object
 from spark_mergetree.format.marks import CompactMarks, format_columns_substreams, write_compact_marks
 from spark_mergetree.format.part import COMPACT_DATA_FILE, PartFiles
@@ -40,7 +40,7 @@ from spark_mergetree.format.part_writer import (
 )
 from spark_mergetree.format.serialization import serialize_column
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE
-from spark_mergetree.format.types import DataType, Dynamic, Json, parse_type
+from spark_mergetree.format.types import DataType, Json, parse_type
 
 __all__ = [
     "COMPACT_MARKS_FILE", "SUBSTREAMS_FILE", "is_compact_part", "plan_compact_granules", "write_compact_part",
@@ -137,6 +137,21 @@ def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray
     return granules
 
 
+def _with_structures(granule: list[tuple[str, bytes]], splits: Mapping[str, DynamicColumn],
+                     first: bool) -> list[tuple[str, bytes]]:
+    """A granule's substreams with each Dynamic's structure just before its discriminators prefix
+    (ClickHouse writes a Dynamic's state prefix, then its Variant's). Every granule repeats the
+    structure: the first with the statistics, the others with a 0 flag."""
+    out = []
+    for stream, data in granule:
+        base = stream[:-len(DISCRIMINATORS + PREFIX)] if stream.endswith(DISCRIMINATORS + PREFIX) else None
+        if base is not None and base in splits:
+            split = splits[base]
+            out.append((base + STRUCTURE, split.prefix + (split.statistics if first else b"\x00")))
+        out.append((stream, data))
+    return out
+
+
 def _object_granules(dt: Json, name: str, column: pa.Array | pa.ChunkedArray, granule_rows: np.ndarray,
                      string_sizes: bool) -> list[list[tuple[str, bytes]]] | None:
     """Each granule's substreams of a JSON column, as ClickHouse orders them: the object structure,
@@ -221,16 +236,14 @@ def write_compact_part(
             codecs.append(dict.fromkeys((s for s, _ in object_granules[0]) if object_granules else (), generic))
             continue
         stored = dt
-        if isinstance(dt, Dynamic):  # stored as a Variant over the types of its rows
-            split = split_dynamic(dt, column, name)
-            stored, column = split.structure.variant, split.struct
+        splits: dict[str, DynamicColumn] = {}
+        if has_dynamic(dt):  # each Dynamic stored as a Variant over the types of its values
+            stored, column, splits = split_for_write(dt, column, name)
         granules = _granule_streams(stored, name, column, granule_rows, settings.string_sizes)
         if granules is None:
             return None
-        if isinstance(dt, Dynamic):
-            # Every granule repeats the structure's prefix: the first with the statistics, the others a 0 flag.
-            granules = [[(escape_for_file_name(name) + STRUCTURE, split.prefix + (split.statistics if g == 0 else b"\x00")),
-                         *granule] for g, granule in enumerate(granules)]
+        if splits:
+            granules = [_with_structures(granule, splits, g == 0) for g, granule in enumerate(granules)]
         per_column.append(granules)
         stream_codecs = settings.stream_codecs(name, dt) | settings.stream_codecs(name, stored)
         chain = dict(settings.column_codecs).get(name)

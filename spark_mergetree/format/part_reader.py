@@ -48,9 +48,13 @@ from spark_mergetree.format.dynamic import (
     DynamicStructure,
     binary_values,
     binary_values_text,
+    dynamic_bases,
     dynamic_text,
     dynamic_values,
+    from_stored,
+    has_dynamic,
     parse_structure,
+    stored_type,
 )
 from spark_mergetree.format.json_text import (
     OBJECT_STRUCTURE,
@@ -91,7 +95,7 @@ from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
-from spark_mergetree.format.types import DataType, Dynamic, Json, parse_column_type, parse_type, to_arrow
+from spark_mergetree.format.types import DataType, Json, parse_column_type, parse_type, to_arrow
 from spark_mergetree.format.values import Cursor, read_classic
 
 GranuleRange = tuple[int, int]
@@ -865,8 +869,11 @@ class PartReader:
         if isinstance(dt, Json):
             return self._read_json(name, ranges, stored_json)
         sparse = self.serialization.sparse_spec(name)
-        structure = self._dynamic_structure(name) if isinstance(dt, Dynamic) else None
-        stored = structure.variant if structure is not None else dt
+        # Each Dynamic in the column (the column itself, or inside an Array, Map or Tuple) is read as
+        # the Variant its `.dynamic_structure` prefix lists, then turned into its binary form.
+        structure = {base: self._dynamic_structure(name, base) for base in dynamic_bases(dt, escape_for_file_name(name))} \
+            if has_dynamic(dt) else None
+        stored = stored_type(dt, escape_for_file_name(name), structure) if structure is not None else dt
         names = stream_names(stored, name, self.serialization.string_sizes, sparse)
         chunks = []
         coalescing = len(ranges) > 1 and not self.is_compact and getattr(self.source, "parallel_reads", False)
@@ -883,7 +890,7 @@ class PartReader:
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
     def _read_range_of(self, name: str, stored: DataType, names: Sequence[str], sparse: dict | bool,
-                       structure: DynamicStructure | None, begin: int, end: int) -> pa.Array:
+                       structure: Mapping[str, DynamicStructure] | None, begin: int, end: int) -> pa.Array:
         """Column `name`'s values in granules [begin, end)."""
         rows = int(self.granule_starts[end] - self.granule_starts[begin])
         try:
@@ -891,7 +898,8 @@ class PartReader:
             # (deserialize_column reads bytearrays as it reads bytes)
             chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
                                        self.serialization.string_sizes, sparse, exact=True)
-            return dynamic_values(structure, chunk) if structure is not None else chunk
+            return from_stored(self.types[name], chunk, escape_for_file_name(name), structure) \
+                if structure is not None else chunk
         except CorruptPartError as exc:
             raise self._explain_read_error(name, names, begin, end, exc) from exc
         except UnsupportedError as exc:

@@ -35,7 +35,7 @@ from spark_mergetree.format.compression import (
     CompressedStreamWriter,
 )
 from spark_mergetree.format.compression_codecs import LZ4, Codec, CodecChain
-from spark_mergetree.format.dynamic import serialize_dynamic
+from spark_mergetree.format.dynamic import has_dynamic, split_for_write, structure_stream
 from spark_mergetree.format.json_write import WIDE_BUCKETS, serialize_object, split_object
 from spark_mergetree.format.low_cardinality import LowCardinalityState
 from spark_mergetree.format.marks import wide_marks_with_rows, write_wide_marks
@@ -63,7 +63,6 @@ from spark_mergetree.format.skip_index_writer import (
 from spark_mergetree.format.streams import STRUCTURE, StreamBytes, stream_value_types
 from spark_mergetree.format.types import (
     DataType,
-    Dynamic,
     Json,
     LowCardinality,
     Nullable,
@@ -248,7 +247,7 @@ class PartStreamWriter:
         begin = int(self.granule_starts[first])
         if begin + len(values) > self.rows:
             raise SchemaMismatchError(f"column {name!r} got {begin + len(values)} rows, the part has {self.rows}")
-        if isinstance(self.types[name], (Dynamic, Json)) and begin + len(values) < self.rows:
+        if (has_dynamic(self.types[name]) or isinstance(self.types[name], Json)) and begin + len(values) < self.rows:
             # A Dynamic column's streams follow from the types of all its rows, a JSON column's from
             # its paths: they are written whole.
             self._pending[name] = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
@@ -269,7 +268,7 @@ class PartStreamWriter:
         dt = self.types[name]
         ends = last == len(self.granule_rows)
         granules = self.granule_rows[first:last]
-        if isinstance(dt, Dynamic):
+        if has_dynamic(dt):
             streams, codecs = self._dynamic_streams(dt, name, values, granules)
         elif isinstance(dt, Json):
             streams, codecs = self._object_streams(dt, name, values, granules)
@@ -296,17 +295,15 @@ class PartStreamWriter:
                     self._finish_stream(stream)
             self._done.add(name)
 
-    def _dynamic_streams(self, dt: Dynamic, name: str, values: pa.Array | pa.ChunkedArray, granules: np.ndarray
+    def _dynamic_streams(self, dt: DataType, name: str, values: pa.Array | pa.ChunkedArray, granules: np.ndarray
                          ) -> tuple[dict[str, StreamBytes], dict[str, Codec | CodecChain]]:
-        """A whole Dynamic column: its structure stream (the types before the first mark, the
-        statistics after the last granule) and the streams of the Variant it is stored as."""
-        split, variant_streams = serialize_dynamic(dt, name, values, granules, self.settings.string_sizes)
-        offsets = np.full(len(granules) + 1, len(split.prefix), np.int64)
-        offsets[-1] += len(split.statistics)
-        streams = {escape_for_file_name(name) + STRUCTURE: StreamBytes(split.prefix + split.statistics, offsets),
-                   **variant_streams}
-        return streams, {**self.settings.stream_codecs(name, dt),
-                         **self.settings.stream_codecs(name, split.structure.variant)}
+        """A whole column holding Dynamic values (a Dynamic column, or Dynamic inside Array, Map or
+        Tuple): each Dynamic's structure stream (the types before the first mark, the statistics
+        after the last granule) and the streams of the type it is stored as (each Dynamic a Variant)."""
+        stored, rows, splits = split_for_write(dt, values, name)
+        streams = {base + STRUCTURE: structure_stream(split, len(granules)) for base, split in splits.items()}
+        streams.update(serialize_column(stored, name, rows, granules, self.settings.string_sizes))
+        return streams, {**self.settings.stream_codecs(name, dt), **self.settings.stream_codecs(name, stored)}
 
     def _object_streams(self, dt: Json, name: str, values: pa.Array | pa.ChunkedArray, granules: np.ndarray
                         ) -> tuple[dict[str, StreamBytes], dict[str, Codec | CodecChain]]:

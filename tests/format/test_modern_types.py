@@ -255,7 +255,6 @@ def test_geo_and_simple_aggregate_function_types_keep_their_names():
 
 
 REFUSED_TYPES = [("nj", "Array(JSON)", "['{\"a\": 1}']"),
-                 ("nd", "Array(Dynamic)", "[number::Dynamic]"),
                  ("agg", "AggregateFunction(uniq, UInt64)", "uniqState(number)"),
                  ("aggp", "AggregateFunction(quantiles(0.5, 0.9), Float64)", "quantilesState(0.5, 0.9)(toFloat64(number))")]
 
