@@ -10,7 +10,7 @@ encoding.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +20,7 @@ from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatch
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.aggregate_states import state_lengths
 from spark_mergetree.format.conform import conform_array
+from spark_mergetree.format.json_text import OBJECT_STRUCTURE
 from spark_mergetree.format.low_cardinality import (
     LowCardinalityState,
     deserialize_low_cardinality,
@@ -68,7 +69,11 @@ from spark_mergetree.format.values import (
     strings_from_parts,
 )
 
-__all__ = ["serialize_column", "deserialize_column", "default_column"]
+__all__ = ["serialize_column", "deserialize_column", "default_column", "ObjectReader"]
+
+# Reads the objects of a JSON inside another type (`deserialize_column`'s `objects`): (its type, its
+# streams' base, its nesting level, how many objects) → their Arrow values.
+ObjectReader = Callable[[Json, str, int, int], pa.Array]
 
 
 def serialize_column(
@@ -140,8 +145,9 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         return
     if isinstance(dt, Dynamic):  # its streams follow from its rows: format/dynamic.py writes it whole
         raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
-    if isinstance(dt, Json):  # its paths follow from its rows: format/json_write.py writes it whole
-        raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
+    if isinstance(dt, Json):  # a JSON column is written whole (format/json_write.py); one inside another type is not
+        raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} inside an Array, Map or Tuple (stream "
+                               f"{base!r}) is read but not written")
     if isinstance(dt, Variant):
         arr = conform_array(arr, dt, column)
         _serialize_variant(dt, base, level, arr, bounds, string_sizes, column, out, states, last)
@@ -244,10 +250,17 @@ def deserialize_column(
     sparse: SparseSpec = False,
     exact: bool = False,
     base: str | None = None,
+    level: int = 0,
+    objects: ObjectReader | None = None,
 ) -> pa.Array:
     """Read `num_rows` rows of a column from streams positioned at the first requested granule.
 
-    `base`: the streams' names start with it instead of the escaped column name (`stream_names`).
+    `base`: the streams' names start with it instead of the escaped column name (`stream_names`),
+    and `level` is their nesting depth in Arrays and Maps.
+
+    `objects` reads each JSON inside the column (in an Array, Map or Tuple) from its own streams:
+    called with the JSON type, its stream base, its nesting level and the number of objects; the
+    JSON's structure and path streams are not among `streams`.
 
     `exact`: the streams end exactly where the rows end (the caller cut them between two marks), so
     bytes left over mean the part's columns.txt or marks do not describe its data.
@@ -261,13 +274,15 @@ def deserialize_column(
     """
     sparse_bases = sparse_streams(dt, column_name, sparse)
     cursors: dict[str, Cursor] = {}
-    for name in internal_names(dt, column_name, string_sizes, sparse_bases, base):
+    for name in internal_names(dt, column_name, string_sizes, sparse_bases, base, level):
+        if objects is not None and name.endswith(OBJECT_STRUCTURE):
+            continue
         external = external_name(dt, column_name, name)
         if external not in streams:
             raise CorruptPartError(f"column {column_name!r}: stream {external!r} is missing")
         cursors[name] = Cursor(external, streams[external])
-    result = _deserialize(dt, escape_for_file_name(column_name) if base is None else base, 0, num_rows, string_sizes,
-                          cursors, sparse_bases)
+    result = _deserialize(dt, escape_for_file_name(column_name) if base is None else base, level, num_rows,
+                          string_sizes, cursors, sparse_bases, objects)
     if exact:
         for cursor in cursors.values():
             if cursor.pos != len(cursor.buf) and not cursor.name.endswith((".dict", ".sparse.idx")):
@@ -285,7 +300,8 @@ def _deserialize_sparse(dt: DataType, base: str, n: int, string_sizes: bool, cur
 
 
 def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool,
-                 cursors: dict[str, Cursor], sparse: frozenset[str] = frozenset()) -> pa.Array:
+                 cursors: dict[str, Cursor], sparse: frozenset[str] = frozenset(),
+                 objects: ObjectReader | None = None) -> pa.Array:
     if level == 0 and base in sparse:
         return _deserialize_sparse(dt, base, n, string_sizes, cursors)
     if isinstance(dt, Nullable):
@@ -303,17 +319,20 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
             raise CorruptPartError(f"stream {base}.size{level}: {total} nested values in {n} rows is implausible")
         offsets_arr = pa.array(offsets.astype(np.int32))
         if isinstance(dt, Array):
-            child = _deserialize(dt.inner, base, level + 1, total, string_sizes, cursors)
+            child = _deserialize(dt.inner, base, level + 1, total, string_sizes, cursors, objects=objects)
             return pa.ListArray.from_arrays(offsets_arr, child, type=to_arrow(dt))
         keys = _deserialize(dt.key, element_base(base, "keys"), level + 1, total, string_sizes, cursors)
-        values = _deserialize(dt.value, element_base(base, "values"), level + 1, total, string_sizes, cursors)
+        values = _deserialize(dt.value, element_base(base, "values"), level + 1, total, string_sizes, cursors,
+                              objects=objects)
         return pa.MapArray.from_arrays(offsets_arr, keys, values, type=to_arrow(dt))
     if isinstance(dt, Tuple):
-        children = [_deserialize(e, element_base(base, name), level, n, string_sizes, cursors, sparse)
+        children = [_deserialize(e, element_base(base, name), level, n, string_sizes, cursors, sparse, objects)
                     for name, e in zip(dt.element_names, dt.elements, strict=True)]
         return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
     if isinstance(dt, Variant):
         return _deserialize_variant(dt, base, level, n, string_sizes, cursors)
+    if isinstance(dt, Json) and objects is not None:
+        return objects(dt, base, level, n)
     if isinstance(dt, (Dynamic, Json)):
         raise UnsupportedError(f"stream {base!r}: {dt.family} inside another type is not supported (a column of "
                                f"type {dt.family} is)")

@@ -666,15 +666,29 @@ def parse_type(text: str) -> DataType:
     return parsed
 
 
+def contains_type(dt: DataType, kind: type) -> bool:
+    """Whether `dt` is of class `kind` or holds one (in Array, Map, Tuple, Nullable, LowCardinality
+    or Variant)."""
+    if isinstance(dt, kind):
+        return True
+    if isinstance(dt, (Nullable, Array, LowCardinality)):
+        return contains_type(dt.inner, kind)
+    if isinstance(dt, Map):
+        return contains_type(dt.key, kind) or contains_type(dt.value, kind)
+    if isinstance(dt, Tuple):
+        return any(contains_type(e, kind) for e in dt.elements)
+    if isinstance(dt, Variant):
+        return any(contains_type(v, kind) for v in dt.variants)
+    return False
+
+
 def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False) -> None:
-    """JSON is read as a column of its own only; Dynamic as a column, an Array's elements, a Map's
-    values or a Tuple's element (`container`: dt is one of those), which ClickHouse stores under
-    that element's stream names (format_spec/types.md, *Dynamic*)."""
-    if isinstance(dt, Json) and not top:
-        raise UnsupportedError(f"{dt.family} inside another type is not supported (a column of type {dt.family} is)")
-    if isinstance(dt, Dynamic) and not (top or container):
-        raise UnsupportedError("Dynamic as a Map key or inside Nullable, LowCardinality or Variant is not supported "
-                               "(a column of type Dynamic, or one inside Array, Map values or Tuple, is)")
+    """JSON and Dynamic are read as a column, an Array's elements, a Map's values or a Tuple's element
+    (`container`: dt is one of those), which ClickHouse stores under that element's stream names
+    (format_spec/types.md, *Dynamic*, *JSON*)."""
+    if isinstance(dt, (Json, Dynamic)) and not (top or container):
+        raise UnsupportedError(f"{dt.family} as a Map key or inside Nullable, LowCardinality or Variant is not "
+                               f"supported (a column of type {dt.family}, or one inside Array, Map values or Tuple, is)")
     if isinstance(dt, Array):
         _refuse_nested_objects(dt.inner, False, True)
     elif isinstance(dt, Map):
