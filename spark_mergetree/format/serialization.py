@@ -69,11 +69,14 @@ from spark_mergetree.format.values import (
     strings_from_parts,
 )
 
-__all__ = ["serialize_column", "deserialize_column", "default_column", "ObjectReader"]
+__all__ = ["serialize_column", "deserialize_column", "default_column", "ObjectReader", "ObjectWriter"]
 
 # Reads the objects of a JSON inside another type (`deserialize_column`'s `objects`): (its type, its
 # streams' base, its nesting level, how many objects) → their Arrow values.
 ObjectReader = Callable[[Json, str, int, int], pa.Array]
+# Writes the values of a JSON inside another type (`serialize_column`'s `objects`): (its type, its
+# streams' base, its nesting level, its values, their granule bounds) → its streams in order.
+ObjectWriter = Callable[[Json, str, int, pa.Array, np.ndarray], dict[str, StreamBytes]]
 
 
 def serialize_column(
@@ -85,13 +88,17 @@ def serialize_column(
     states: dict[str, LowCardinalityState] | None = None,
     last: bool = True,
     base: str | None = None,
+    level: int = 0,
+    objects: ObjectWriter | None = None,
 ) -> dict[str, StreamBytes]:
     """Every stream of a column, cut into granules of `granule_rows` rows (must sum to len(array)).
 
     A column written in blocks of granules passes one `states` dict for all its blocks and `last`
     for the last one: the streams' bytes then continue one another as one call's would. `base`
     names the streams of a subcolumn stored on its own (a JSON path: `j.a`) instead of the escaped
-    column name."""
+    column name, and `level` its nesting depth in Arrays and Maps. `objects` writes each JSON inside
+    the column (in an Array, Map or Tuple): called with the JSON type, its stream base, its nesting
+    level, its values and their granule bounds, it gives the JSON's streams in order."""
     arr = combine(array)
     granule_rows = np.asarray(granule_rows, dtype=np.int64)
     if (granule_rows < 0).any() or int(granule_rows.sum()) != len(arr):
@@ -100,16 +107,19 @@ def serialize_column(
     bounds = np.zeros(len(granule_rows) + 1, np.int64)
     np.cumsum(granule_rows, out=bounds[1:])
     out: dict[str, StreamBytes] = {}
-    _serialize(dt, escape_for_file_name(column_name) if base is None else base, 0, arr, bounds, string_sizes,
-               column_name, out, {} if states is None else states, last)
+    _serialize(dt, escape_for_file_name(column_name) if base is None else base, level, arr, bounds, string_sizes,
+               column_name, out, {} if states is None else states, last, objects)
+    if objects is not None:  # (a JSON's streams follow from its values: `out` has them in order)
+        return {external_name(dt, column_name, name): data for name, data in out.items()}
     if base is not None:
-        return {name: out[name] for name in internal_names(dt, column_name, string_sizes, False, base)}
+        return {name: out[name] for name in internal_names(dt, column_name, string_sizes, False, base, level)}
     return {external_name(dt, column_name, name): out[name]
             for name in internal_names(dt, column_name, string_sizes, False)}
 
 
 def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.ndarray, string_sizes: bool,
-               column: str, out: dict[str, StreamBytes], states: dict[str, LowCardinalityState], last: bool) -> None:
+               column: str, out: dict[str, StreamBytes], states: dict[str, LowCardinalityState], last: bool,
+               objects: ObjectWriter | None = None) -> None:
     if isinstance(dt, Nullable):
         nulls = np.asarray(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(len(arr), np.uint8)
         out[base + ".null"] = StreamBytes(nulls.tobytes(), bounds.copy())
@@ -128,23 +138,28 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         out[f"{base}.size{level}"] = StreamBytes(lengths.astype("<u8").tobytes(), bounds * 8)
         child_bounds = child_offsets[bounds]
         if isinstance(dt, Array):
-            _serialize(dt.inner, base, level + 1, child, child_bounds, string_sizes, column, out, states, last)
+            _serialize(dt.inner, base, level + 1, child, child_bounds, string_sizes, column, out, states, last,
+                       objects)
         else:
             keys, values = child.flatten()
             _serialize(dt.key, element_base(base, "keys"), level + 1, keys, child_bounds, string_sizes, column, out,
                        states, last)
             _serialize(dt.value, element_base(base, "values"), level + 1, values, child_bounds, string_sizes, column,
-                       out, states, last)
+                       out, states, last, objects)
         return
     if isinstance(dt, Tuple):
         arr = coerce(dt, arr, column)
         if arr.null_count:
             raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} cannot hold NULL tuples")
         for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
-            _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last)
+            _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last,
+                       objects)
         return
     if isinstance(dt, Dynamic):  # its streams follow from its rows: format/dynamic.py writes it whole
         raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
+    if isinstance(dt, Json) and objects is not None:
+        out.update(objects(dt, base, level, arr, bounds))
+        return
     if isinstance(dt, Json):  # a JSON column is written whole (format/json_write.py); one inside another type is not
         raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} inside an Array, Map or Tuple (stream "
                                f"{base!r}) is read but not written")
