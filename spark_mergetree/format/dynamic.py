@@ -408,16 +408,19 @@ def from_stored(dt: DataType, arr: pa.Array, base: str, structures: Mapping[str,
     if isinstance(dt, Array):
         lists = cast(pa.ListArray, arr)
         inner = from_stored(dt.inner, lists.values, base, structures)
-        return pa.ListArray.from_arrays(lists.offsets, inner, type=to_arrow(dt))
+        # (the element's field as `arr` has it, with the Dynamic's binary type: a JSON beside it may be
+        # in a merge's stored form, not to_arrow's text)
+        return pa.ListArray.from_arrays(lists.offsets, inner, type=pa.list_(lists.type.value_field.with_type(inner.type)))
     if isinstance(dt, Map):
         maps = cast(pa.MapArray, arr)
         items = from_stored(dt.value, maps.items, element_base(base, "values"), structures)
-        return pa.MapArray.from_arrays(maps.offsets, maps.keys, items, type=to_arrow(dt))
+        return pa.MapArray.from_arrays(maps.offsets, maps.keys, items,
+                                       type=pa.map_(maps.type.key_field, maps.type.item_field.with_type(items.type)))
     tup = cast(Tuple, dt)
     struct = cast(pa.StructArray, arr)
     fields = [from_stored(e, f, element_base(base, name), structures)
               for name, e, f in zip(tup.element_names, tup.elements, struct.flatten(), strict=True)]
-    return pa.StructArray.from_arrays(fields, fields=list(to_arrow(dt)),
+    return pa.StructArray.from_arrays(fields, fields=[f.with_type(a.type) for f, a in zip(struct.type, fields, strict=True)],
                                       mask=struct.is_null() if struct.null_count else None)
 
 

@@ -64,6 +64,7 @@ from spark_mergetree.format.json_text import (
     parse_object_structure,
     path_base,
     shared_data_sizes,
+    stored_json_arrow,
     stored_map,
     value_text,
 )
@@ -910,16 +911,17 @@ class PartReader:
             self._prefetch(names, ranges)
         try:
             for begin, end in ranges:
-                chunks.append(self._read_range_of(name, stored, names, sparse, structure, begin, end))
+                chunks.append(self._read_range_of(name, stored, names, sparse, structure, begin, end, stored_json))
         finally:
             if coalescing:
                 self._prefetched.spans = {}
         if not chunks:
-            return pa.array([], type=to_arrow(dt))
+            return pa.array([], type=stored_json_arrow(dt) if stored_json else to_arrow(dt))
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
     def _read_range_of(self, name: str, stored: DataType, names: Sequence[str], sparse: dict | bool,
-                       structure: Mapping[str, DynamicStructure] | None, begin: int, end: int) -> pa.Array:
+                       structure: Mapping[str, DynamicStructure] | None, begin: int, end: int,
+                       stored_json: bool = False) -> pa.Array:
         """Column `name`'s values in granules [begin, end)."""
         rows = int(self.granule_starts[end] - self.granule_starts[begin])
         try:
@@ -928,7 +930,7 @@ class PartReader:
             dt = self.types[name]
 
             def objects(json: Json, base: str, level: int, n: int) -> pa.Array:
-                return self._json_range(name, json, base, level, begin, end, n, False)
+                return self._json_range(name, json, base, level, begin, end, n, stored_json)
 
             chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
                                        self.serialization.string_sizes, sparse, exact=True,
@@ -1052,6 +1054,10 @@ class PartReader:
                 added = parse_type(declared[n])
                 if stored_json and isinstance(added, Json):
                     return pa.array([[]] * rows, STORED_JSON_TYPE)
+                if stored_json and contains_type(added, Json):
+                    raise UnsupportedError(f"{self.location}: column {n!r} ({added.to_clickhouse()}) was added after "
+                                           "this part was written; merging or mutating it with a JSON inside is not "
+                                           "supported")
                 return default_column(added, rows)
             return self.read_column(n, ranges, stored_json)
 

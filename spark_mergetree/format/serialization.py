@@ -49,6 +49,7 @@ from spark_mergetree.format.types import (
     Nullable,
     Tuple,
     Variant,
+    contains_type,
     to_arrow,
 )
 from spark_mergetree.format.values import (
@@ -130,8 +131,10 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         serialize_low_cardinality(dt, base, arr, bounds, column, out, states.setdefault(base, LowCardinalityState()),
                                   last)
         return
+    # (a column holding JSON comes conformed already, its JSON as text or a merge's stored form)
+    held_json = objects is not None and contains_type(dt, Json)
     if isinstance(dt, (Array, Map)):
-        arr = coerce(dt, arr, column)
+        arr = arr if held_json else coerce(dt, arr, column)
         lengths, child = list_parts(arr)
         child_offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=child_offsets[1:])
@@ -148,7 +151,7 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
                        out, states, last, objects)
         return
     if isinstance(dt, Tuple):
-        arr = coerce(dt, arr, column)
+        arr = arr if held_json else coerce(dt, arr, column)
         if arr.null_count:
             raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} cannot hold NULL tuples")
         for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
@@ -335,15 +338,15 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         offsets_arr = pa.array(offsets.astype(np.int32))
         if isinstance(dt, Array):
             child = _deserialize(dt.inner, base, level + 1, total, string_sizes, cursors, objects=objects)
-            return pa.ListArray.from_arrays(offsets_arr, child, type=to_arrow(dt))
+            return pa.ListArray.from_arrays(offsets_arr, child, type=_holding(dt, [child], objects))
         keys = _deserialize(dt.key, element_base(base, "keys"), level + 1, total, string_sizes, cursors)
         values = _deserialize(dt.value, element_base(base, "values"), level + 1, total, string_sizes, cursors,
                               objects=objects)
-        return pa.MapArray.from_arrays(offsets_arr, keys, values, type=to_arrow(dt))
+        return pa.MapArray.from_arrays(offsets_arr, keys, values, type=_holding(dt, [keys, values], objects))
     if isinstance(dt, Tuple):
         children = [_deserialize(e, element_base(base, name), level, n, string_sizes, cursors, sparse, objects)
                     for name, e in zip(dt.element_names, dt.elements, strict=True)]
-        return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
+        return pa.StructArray.from_arrays(children, fields=list(_holding(dt, children, objects)))
     if isinstance(dt, Variant):
         return _deserialize_variant(dt, base, level, n, string_sizes, cursors)
     if isinstance(dt, Json) and objects is not None:
@@ -364,6 +367,19 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
     width = fixed_width(dt)
     raw = cursors[base].take(n * width)
     return fixed_to_arrow(dt, raw, n, base)
+
+
+def _holding(dt: DataType, children: list[pa.Array], objects: ObjectReader | None) -> pa.DataType:
+    """The Arrow type of an Array, Map or Tuple of `children`: `to_arrow(dt)`, but with its children's
+    own types when a JSON inside may be read in another form (a merge's stored form)."""
+    arrow = to_arrow(dt)
+    if objects is None:
+        return arrow
+    if isinstance(dt, Array):
+        return pa.list_(arrow.value_field.with_type(children[0].type))
+    if isinstance(dt, Map):
+        return pa.map_(arrow.key_field.with_type(children[0].type), arrow.item_field.with_type(children[1].type))
+    return pa.struct([field.with_type(child.type) for field, child in zip(arrow, children, strict=True)])
 
 
 # Discriminators serialization modes (the 8-byte prefix of `.variant_discr`) and, in compact mode,

@@ -1111,3 +1111,41 @@ def test_json_inside_array_map_tuple_written_as_clickhouse_stores_it(tmp_path, k
         _same_json_bytes(theirs, ours)
     finally:
         close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_our_merges_keep_every_nested_json_value_and_its_type(tmp_path, kind):
+    """A merge reads JSON inside Array, Map and Tuple in its stored form (each value's type and
+    binary form), not as text: a Float64 2.0 (text `2`) stays Float64. ClickHouse's rows, read so,
+    inserted in two parts and merged by us, give ClickHouse every path with its type again."""
+    doc = ("concat('{\"f\":', toString(n), '.0', if(n % 2 = 0, ',\"d\":\"2020-01-01\"', ''), "
+           "if(n % 3 = 0, ',\"u\":18446744073709551615', ''), '}')")
+    columns = [("a", "Array(JSON)", f"arrayMap(n -> {doc}, range(number % 3))"),
+               ("t", "Tuple(x JSON(max_dynamic_paths=1), y Dynamic)",
+                f"tuple({doc.replace('n)', 'number)').replace('n %', 'number %')}, number::Dynamic)"),
+               ("m", "Map(String, JSON)", f"map('k', {doc.replace('n)', 'number)').replace('n %', 'number %')})")]
+    cols = ", ".join(f"{n} {t}" for n, t, _ in columns)
+    settings_sql = f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}"
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id {settings_sql}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in columns)} FROM numbers({ROWS})"])
+    try:
+        types = ("arrayMap(x -> toString(JSONAllPathsWithTypes(x)), a), toString(JSONAllPathsWithTypes(t.x)), "
+                 "toString(t.y), mapApply((k, v) -> (k, toString(JSONAllPathsWithTypes(v))), m), "
+                 "arrayMap(x -> toString(x), a), toString(t.x)")
+        expected = sess.query(f"SELECT {types} FROM src ORDER BY id", "JSONCompactEachRow").bytes()
+        assert b"Float64" in expected and b"Date" in expected and b"UInt64" in expected
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        stored = theirs.reader(theirs.parts()[0].name).read(stored_json=True).sort_by("id")
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), *((n, t) for n, t, _ in columns)],
+                                     order_by="id", settings={"index_granularity": 64, "auto_merge": False, **settings})
+        ours.insert(stored.slice(0, 150))
+        ours.insert(stored.slice(150))
+        assert ours.optimize(final=True) and len(ours.parts()) == 1
+        assert ours.to_arrow().sort_by("id").to_pylist() == theirs.to_arrow().sort_by("id").to_pylist()
+        sess.query(f"CREATE TABLE back (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id {settings_sql}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        assert sess.query(f"SELECT {types} FROM back ORDER BY id", "JSONCompactEachRow").bytes() == expected
+    finally:
+        close_session()
