@@ -768,9 +768,7 @@ class PartReader:
         Map(String, String) per row — `.size0` (UInt64 entries per row), then the paths and the
         values (a type's binary encoding, then the value) as classic strings."""
         if structure.advanced:
-            if level:
-                raise UnsupportedError(f"{where}: shared data in the 'advanced' layout inside an Array or Map "
-                                       "is not supported")
+            # (inside an Array or Map its streams keep their names; its chunks count the objects)
             return self._json_shared_advanced(base, structure, begin, end, rows, where)
         row_parts: list[np.ndarray] = []
         path_parts: list[pa.Array] = []

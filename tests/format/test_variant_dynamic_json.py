@@ -1149,3 +1149,38 @@ def test_our_merges_keep_every_nested_json_value_and_its_type(tmp_path, kind):
         assert sess.query(f"SELECT {types} FROM back ORDER BY id", "JSONCompactEachRow").bytes() == expected
     finally:
         close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_nested_dynamic_and_json_parts_merged_by_clickhouse_read_as_select_returns(tmp_path, kind):
+    """Parts ClickHouse merged (its merges choose the types and paths by frequency and may write
+    JSON shared data in the `advanced` layout) read as its SELECT returns them."""
+    d_cols = [(n, t, e) for n, t, e in NESTED_DYNAMIC]
+    j_cols = [(f"j{n}", t, e) for n, t, e in NESTED_JSON]
+    cols = ", ".join(f"{n} {t}" for n, t, _ in d_cols + j_cols)
+    values = ", ".join(e for _, _, e in d_cols + j_cols)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src SELECT number, {values} FROM numbers(150)",
+         f"INSERT INTO src SELECT number + 150, {values.replace('number', '(number + 150)')} FROM numbers(150)",
+         "OPTIMIZE TABLE src FINAL"])
+    try:
+        names = ", ".join(n for n, _, _ in d_cols)
+        expected = sess.query(f"SELECT {names} FROM src ORDER BY id", "RowBinary").bytes()
+        select = NJ_SELECT.replace("(x -> toString(x), a)", "(x -> toString(x), ja)").replace("t.x", "jt.x") \
+            .replace("t.y", "jt.y").replace("), m)", "), jm)").replace("), aa)", "), jaa)")
+        texts = sess.query(f"SELECT {select} FROM src ORDER BY id", "JSONCompactEachRow").bytes().decode()
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert len(table.parts()) == 1
+        ours = table.to_arrow().sort_by("id")
+        assert _nested_dynamic_row_binary(ours) == expected
+        got = [[row["ja"], [row["jt"]["x"], row["jt"]["y"]], dict(row["jm"]), [[e["p"], e["q"]] for e in row["jaa"]]]
+               for row in ours.to_pylist()]
+        assert got == [json.loads(line) for line in texts.splitlines()]
+        reader = table.reader(table.parts()[0].name)
+        later = reader.read(None, ranges=[(3, reader.n_granules)])
+        first = int(later.column("id")[0].as_py())
+        assert later.to_pylist() == ours.slice(first).to_pylist()
+    finally:
+        close_session()
