@@ -1184,3 +1184,33 @@ def test_nested_dynamic_and_json_parts_merged_by_clickhouse_read_as_select_retur
         assert later.to_pylist() == ours.slice(first).to_pylist()
     finally:
         close_session()
+
+
+def test_streaming_merge_of_nested_dynamic_and_json_is_the_in_memory_merge(tmp_path, monkeypatch):
+    """The streaming merge (column by column, in blocks, to spill files) writes the same bytes as the
+    in-memory one for Dynamic and JSON inside Array, Map and Tuple: each such column is written
+    whole once all of its blocks are in."""
+    from spark_mergetree.engine import merge as merging
+    from spark_mergetree.engine import merge_stream
+    monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 70)  # many blocks per part
+    d_cols = [(n, t, e) for n, t, e in NESTED_DYNAMIC]
+    j_cols = [(f"j{n}", t, e) for n, t, e in NESTED_JSON]
+    cols = ", ".join(f"{n} {t}" for n, t, _ in d_cols + j_cols)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS['Wide']}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in d_cols + j_cols)} FROM numbers({ROWS})"])
+    try:
+        stored = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        rows = stored.reader(stored.parts()[0].name).read(stored_json=True)
+    finally:
+        close_session()
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), *((n, t) for n, t, _ in d_cols + j_cols)],
+                                 order_by="id", settings={"index_granularity": 64, "auto_merge": False})
+    ours.insert(rows.filter(pa.array(np.arange(ROWS) % 2 == 0)))
+    ours.insert(rows.filter(pa.array(np.arange(ROWS) % 2 == 1)))
+    readers = [ours.reader(p.name) for p in ours.parts()]
+    whole = merging.merge_parts(readers, ours.metadata)
+    with merging.merged_part(readers, ours.metadata) as streamed:
+        assert any(isinstance(data, memoryview) for data in streamed.files.values())  # the streaming path
+        assert {n: bytes(d) for n, d in streamed.files.items()} == {n: bytes(d) for n, d in whole.files.items()}
