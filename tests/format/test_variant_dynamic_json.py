@@ -1214,3 +1214,32 @@ def test_streaming_merge_of_nested_dynamic_and_json_is_the_in_memory_merge(tmp_p
     with merging.merged_part(readers, ours.metadata) as streamed:
         assert any(isinstance(data, memoryview) for data in streamed.files.values())  # the streaming path
         assert {n: bytes(d) for n, d in streamed.files.items()} == {n: bytes(d) for n, d in whole.files.items()}
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_nested_table_of_dynamic_and_json_both_ways(tmp_path, kind):
+    """`Nested(a Dynamic, b JSON)` (flattened: `n.a Array(Dynamic)`, `n.b Array(JSON)` sharing `n.size0`):
+    ClickHouse's part read, ours (two inserts merged by us) attached, CHECK TABLE passing and SELECT
+    returning the same rows."""
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (k UInt32, n Nested(a Dynamic, b JSON)) ENGINE = MergeTree ORDER BY k "
+                  f"SETTINGS index_granularity = 2, {PART_KINDS[kind]}",
+        ["""INSERT INTO src VALUES (1, [1, 'x'], ['{"a":1}', '{"b":2}']), (2, [], []), (3, [2.5], ['{"c":"s"}'])"""])
+    try:
+        statement = _statement(sess)
+        theirs = MergeTreeTable.open(data_dir, create_statement=statement)
+        rows = theirs.to_arrow().sort_by("k")
+        assert rows.column("n.b").to_pylist() == [['{"a":1}', '{"b":2}'], [], ['{"c":"s"}']]
+        assert rows.column("n.a").to_pylist()[0] == [b"\x0a" + struct.pack("<q", 1), b"\x15\x01x"]
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        ours = MergeTreeTable.create(tmp_path / "ours", [("k", "UInt32"), ("n.a", "Array(Dynamic)"), ("n.b", "Array(JSON)")],
+                                     order_by="k", settings={"index_granularity": 2, "auto_merge": False, **settings})
+        ours.insert(rows.slice(0, 2))
+        ours.insert(rows.slice(2))
+        assert ours.optimize(final=True)
+        sess.query(statement.replace("src", "back", 1))
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        assert sess.query("SELECT * FROM back ORDER BY k", "TabSeparated").bytes() == \
+            sess.query("SELECT * FROM src ORDER BY k", "TabSeparated").bytes()
+    finally:
+        close_session()
