@@ -1243,3 +1243,35 @@ def test_nested_table_of_dynamic_and_json_both_ways(tmp_path, kind):
             sess.query("SELECT * FROM src ORDER BY k", "TabSeparated").bytes()
     finally:
         close_session()
+
+
+def test_dynamic_and_json_nesting_that_is_refused():
+    for text in ("Array(Dynamic)", "Map(String, Dynamic(max_types=3))", "Tuple(a Array(Dynamic), j JSON)",
+                 "Array(Array(JSON(a UInt8)))", "Map(String, Tuple(x JSON))"):
+        assert parse_type(text).to_clickhouse() == text
+    for text in ("Map(Dynamic, UInt8)", "Map(JSON, UInt8)"):
+        with pytest.raises(UnsupportedError, match=r"as a Map key or inside Nullable"):
+            parse_type(text)
+
+
+def test_nested_json_beside_low_cardinality_in_a_compact_table_is_written_wide(tmp_path):
+    """A Compact part's LowCardinality pieces are serialized granule by granule, a JSON inside the
+    same column from all of its objects: such a column goes into a Wide part, which ClickHouse attaches."""
+    kind = "Compact"
+    settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("t", "Tuple(s LowCardinality(String), j JSON)")],
+                                 order_by="id", settings={"index_granularity": 64, "auto_merge": False, **settings})
+    rows = pa.table({"id": pa.array(np.arange(100, dtype=np.uint64)),
+                     "t": pa.array([{"s": f"k{i % 3}", "j": f'{{"a":{i}}}'} for i in range(100)])})
+    ours.insert(rows)
+    assert not (ours.path / ours.parts()[0].name / "data.bin").exists()
+    assert ours.to_arrow().sort_by("id").to_pylist() == rows.to_pylist()
+    sess = open_session(tmp_path)
+    try:
+        sess.query(f"CREATE TABLE back (id UInt64, t Tuple(s LowCardinality(String), j JSON)) ENGINE = MergeTree "
+                   f"ORDER BY id SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        got = sess.query("SELECT toString(t.j) FROM back ORDER BY id", "TabSeparatedRaw").bytes().decode().split()
+        assert got == [f'{{"a":{i}}}' for i in range(100)]
+    finally:
+        close_session()
