@@ -25,8 +25,12 @@ from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import Projection, key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX
-from spark_mergetree.format.compact_writer import is_compact_part, plan_compact_granules, write_part_by_column
-from spark_mergetree.format.json_text import STORED_JSON_TYPE
+from spark_mergetree.format.compact_writer import (
+    is_compact_part,
+    plan_compact_granules,
+    write_part_by_column,
+)
+from spark_mergetree.format.json_text import stored_json_arrow
 from spark_mergetree.format.part import COMPACT_DATA_FILE, PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
@@ -37,7 +41,7 @@ from spark_mergetree.format.part_writer import (
     in_memory_width_of_type,
     plan_granules_of,
 )
-from spark_mergetree.format.types import Json, parse_type, to_arrow
+from spark_mergetree.format.types import Json, contains_type, parse_type, to_arrow
 
 
 @dataclass(frozen=True)
@@ -472,8 +476,9 @@ def _data_bytes(reader: PartReader) -> int | None:
 
 def merge_arrow_type(meta: TableMetadata, name: str) -> pa.DataType:
     """The Arrow type a merge reads column `name` as: the table's, but the stored form for JSON."""
-    if isinstance(parse_type(meta.column_types[name]), Json):
-        return STORED_JSON_TYPE
+    dt = parse_type(meta.column_types[name])
+    if contains_type(dt, Json):  # (a JSON column, or one inside Array, Map or Tuple)
+        return stored_json_arrow(dt)
     return meta.arrow_schema.field(name).type
 
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.expressions.sort_key import key_element_arrays, sort_indices
-from spark_mergetree.format.json_text import STORED_JSON_TYPE
+from spark_mergetree.format.json_text import stored_json_arrow
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.part_writer import (
@@ -46,7 +46,7 @@ from spark_mergetree.format.part_writer import (
 )
 from spark_mergetree.format.skip_index_writer import columns_built_together
 from spark_mergetree.format.streams import stream_names
-from spark_mergetree.format.types import Json, parse_type
+from spark_mergetree.format.types import Json, contains_type, parse_type
 
 # Rows of a source read at a time (whole granules, at least this many unless the part ends).
 READ_BLOCK_ROWS = 65_536
@@ -379,7 +379,8 @@ def _gather_columns(readers: Sequence[PartReader], meta: TableMetadata, names: l
     """Write columns `names` of the merged part: the sources' values in the order the file of
     sources gives, a block at a time (with `keep_path`, only the rows that file marks kept)."""
     sources = {name: [_ColumnSource(r, name, meta) for r in readers] for name in names}
-    arrow_types = {name: STORED_JSON_TYPE if isinstance(parse_type(meta.column_types[name]), Json)
+    arrow_types = {name: stored_json_arrow(parse_type(meta.column_types[name]))
+                   if contains_type(parse_type(meta.column_types[name]), Json)
                    else meta.arrow_schema.field(name).type for name in names}
     with open(order_path, "rb") as order_file, ExitStack() as stack:
         keep_file = stack.enter_context(open(keep_path, "rb")) if keep_path else None

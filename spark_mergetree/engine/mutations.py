@@ -55,7 +55,7 @@ from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, SUBSTREAMS_FILE, PartReader
 from spark_mergetree.format.part_writer import PartitionValue, write_wide_part_by_column
 from spark_mergetree.format.serialization import default_column
-from spark_mergetree.format.types import Json, parse_type, to_arrow
+from spark_mergetree.format.types import Json, contains_type, parse_type, to_arrow
 from spark_mergetree.txn import Transaction
 
 if TYPE_CHECKING:
@@ -112,11 +112,12 @@ def update_mutation(table: MergeTreeTable, assignments: Mapping[str, Any], where
         if column in keys:
             raise UnsupportedError(f"update: column {column!r} is a key column of {table.path} (ORDER BY, PRIMARY KEY, "
                                    "PARTITION BY or the engine's); ClickHouse cannot UPDATE key columns either")
-        if isinstance(parse_type(meta.column_types[column]), Json):
+        if contains_type(parse_type(meta.column_types[column]), Json):
             # The new text would go with the other rows' values as text, whose types would be
             # inferred again (a Float64 1.0 would come back Int64): refused rather than done lossily.
-            raise UnsupportedError(f"update: column {column!r} of {table.path} is JSON, which UPDATE does not "
-                                   "rewrite here (other columns of the table can be updated)")
+            raise UnsupportedError(f"update: column {column!r} of {table.path} is or holds JSON "
+                                   f"({meta.column_types[column]}), which UPDATE does not rewrite here (other "
+                                   "columns of the table can be updated)")
         if isinstance(value, Expr):
             expr = value
         elif isinstance(value, str):

@@ -27,8 +27,14 @@ from spark_mergetree.format.checksums import FileChecksum, combine_stream_hashes
 from spark_mergetree.format.cityhash import FileHasher, file_hash
 from spark_mergetree.format.compression import CompressedStreamWriter
 from spark_mergetree.format.compression_codecs import Codec, CodecChain
-from spark_mergetree.format.dynamic import split_dynamic
-from spark_mergetree.format.json_write import COMPACT_BUCKETS, serialize_object, split_object
+from spark_mergetree.format.dynamic import DynamicColumn, has_dynamic, split_for_write
+from spark_mergetree.format.json_text import OBJECT_STRUCTURE
+from spark_mergetree.format.json_write import (
+    COMPACT_BUCKETS,
+    nested_object_writer,
+    serialize_object,
+    split_object,
+)
 from spark_mergetree.format.marks import CompactMarks, format_columns_substreams, write_compact_marks
 from spark_mergetree.format.part import COMPACT_DATA_FILE, PartFiles
 from spark_mergetree.format.part_writer import (
@@ -40,9 +46,9 @@ from spark_mergetree.format.part_writer import (
     write_wide_part,
     write_wide_part_by_column,
 )
-from spark_mergetree.format.serialization import serialize_column
+from spark_mergetree.format.serialization import ObjectWriter, serialize_column
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE
-from spark_mergetree.format.types import DataType, Dynamic, Json, parse_type
+from spark_mergetree.format.types import DataType, Json, contains_type, parse_type
 
 __all__ = [
     "COMPACT_MARKS_FILE", "SUBSTREAMS_FILE", "is_compact_part", "plan_compact_granules", "write_compact_part",
@@ -100,10 +106,14 @@ def _has_low_cardinality(dt: DataType) -> bool:
 
 
 def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray, granule_rows: np.ndarray,
-                     string_sizes: bool) -> list[list[tuple[str, bytes]]] | None:
-    """Each granule's substreams of one column, in the order they are written: [(name, bytes)]."""
+                     string_sizes: bool, objects: ObjectWriter | None = None) -> list[list[tuple[str, bytes]]] | None:
+    """Each granule's substreams of one column, in the order they are written: [(name, bytes)].
+    `objects`: how JSON inside the column is written (its streams follow from all of its values, so
+    a column holding LowCardinality too, serialized granule by granule here, gives None)."""
+    if objects is not None and _has_low_cardinality(dt):
+        return None
     if not _has_low_cardinality(dt):
-        streams = serialize_column(dt, name, column, granule_rows, string_sizes=string_sizes)
+        streams = serialize_column(dt, name, column, granule_rows, string_sizes=string_sizes, objects=objects)
         # A stream's prefix (a Variant's discriminators mode) is a substream of its own in every granule,
         # all prefixes before the column's other substreams.
         heads = [(stream + PREFIX, s.data[:int(s.granule_offsets[0])]) for stream, s in streams.items()
@@ -137,6 +147,57 @@ def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray
             body.append((stream, data))
         granules.append(prefixes + body)
     return granules
+
+
+def _with_object_structures(granules: list[list[tuple[str, bytes]]]) -> list[list[tuple[str, bytes]]]:
+    """Granules of a column holding JSON inside an Array, Map or Tuple, as ClickHouse lays them out:
+    each structure stream (a JSON's `.object_structure`, its paths' `.dynamic_structure`) is one
+    substream repeated in every granule (the prefix, then the statistics in the first granule and a
+    0 flag in the others), and each path's discriminators prefix follows its path's structure."""
+    if not granules:
+        return granules
+    structural = {stream[:-len(PREFIX)] for stream, _ in granules[0]
+                  if stream.endswith(OBJECT_STRUCTURE + PREFIX) or stream.endswith(STRUCTURE + PREFIX)}
+    statistics = {stream: data for stream, data in granules[-1] if stream in structural}
+    out = []
+    for g, granule in enumerate(granules):
+        pieces = dict(granule)
+        heads: list[tuple[str, bytes]] = []
+        body: list[tuple[str, bytes]] = []
+        for stream, data in granule:
+            if stream in structural:
+                continue  # (its statistics go with its prefix)
+            if stream[:-len(PREFIX)] in structural:
+                whole = stream[:-len(PREFIX)]
+                heads.append((whole, data + (statistics[whole] if g == 0 else b"\x00")))
+                if whole.endswith(STRUCTURE):
+                    discriminators = whole[:-len(STRUCTURE)] + DISCRIMINATORS + PREFIX
+                    if discriminators in pieces:
+                        heads.append((discriminators, pieces[discriminators]))
+            elif stream.endswith(DISCRIMINATORS + PREFIX) and \
+                    stream[:-len(DISCRIMINATORS + PREFIX)] + STRUCTURE in structural:
+                continue  # (placed after its structure)
+            elif stream.endswith(PREFIX):
+                heads.append((stream, data))
+            else:
+                body.append((stream, data))
+        out.append(heads + body)
+    return out
+
+
+def _with_structures(granule: list[tuple[str, bytes]], splits: Mapping[str, DynamicColumn],
+                     first: bool) -> list[tuple[str, bytes]]:
+    """A granule's substreams with each Dynamic's structure just before its discriminators prefix
+    (ClickHouse writes a Dynamic's state prefix, then its Variant's). Every granule repeats the
+    structure: the first with the statistics, the others with a 0 flag."""
+    out = []
+    for stream, data in granule:
+        base = stream[:-len(DISCRIMINATORS + PREFIX)] if stream.endswith(DISCRIMINATORS + PREFIX) else None
+        if base is not None and base in splits:
+            split = splits[base]
+            out.append((base + STRUCTURE, split.prefix + (split.statistics if first else b"\x00")))
+        out.append((stream, data))
+    return out
 
 
 def _object_granules(dt: Json, name: str, column: pa.Array | pa.ChunkedArray, granule_rows: np.ndarray,
@@ -245,20 +306,24 @@ def write_compact_part(
             codecs.append(dict.fromkeys((s for s, _ in object_granules[0]) if object_granules else (), generic))
             continue
         stored = dt
-        if isinstance(dt, Dynamic):  # stored as a Variant over the types of its rows
-            split = split_dynamic(dt, column, name)
-            stored, column = split.structure.variant, split.struct
-        granules = _granule_streams(stored, name, column, granule_rows, settings.string_sizes)
+        splits: dict[str, DynamicColumn] = {}
+        if has_dynamic(dt):  # each Dynamic stored as a Variant over the types of its values
+            stored, column, splits = split_for_write(dt, column, name)
+        objects = nested_object_writer(name, COMPACT_BUCKETS, False, settings.string_sizes) \
+            if contains_type(dt, Json) else None
+        granules = _granule_streams(stored, name, column, granule_rows, settings.string_sizes, objects)
         if granules is None:
             return None
-        if isinstance(dt, Dynamic):
-            # Every granule repeats the structure's prefix: the first with the statistics, the others a 0 flag.
-            granules = [[(escape_for_file_name(name) + STRUCTURE, split.prefix + (split.statistics if g == 0 else b"\x00")),
-                         *granule] for g, granule in enumerate(granules)]
+        if objects is not None:
+            granules = _with_object_structures(granules)
+        if splits:
+            granules = [_with_structures(granule, splits, g == 0) for g, granule in enumerate(granules)]
         per_column.append(granules)
         stream_codecs = settings.stream_codecs(name, dt) | settings.stream_codecs(name, stored)
         chain = dict(settings.column_codecs).get(name)
         generic = chain.for_stream(None, settings.codec) if chain is not None else settings.codec
+        if objects is not None and granules:  # a JSON's streams take the generic codec, as a JSON column's do
+            stream_codecs = {stream: stream_codecs.get(stream, generic) for stream, _ in granules[0]} | stream_codecs
         codecs.append({**{s + _DICT_PREFIX: generic for s in stream_codecs if s + _DICT in stream_codecs},
                        **{s + PREFIX: generic for s in stream_codecs if s.endswith(DISCRIMINATORS)},
                        **stream_codecs})

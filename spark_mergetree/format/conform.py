@@ -39,6 +39,7 @@ from spark_mergetree.format.types import (
     Time64,
     Tuple,
     Variant,
+    contains_type,
     is_nullable,
     time_ticks,
     to_arrow,
@@ -85,7 +86,14 @@ def conform_column(values: pa.ChunkedArray | pa.Array, data_type: DataType, colu
     target = to_arrow(data_type)
     if values.type == target and _arrow_type_is_exact(data_type):
         return values
-    return pa.chunked_array([conform_array(chunk, data_type, column) for chunk in values.chunks], type=target)
+    chunks = [conform_array(chunk, data_type, column) for chunk in values.chunks]
+    if contains_type(data_type, Json) and chunks:
+        # JSON comes as text or in a merge's stored form (path → binary value): the chunks keep theirs.
+        if len({chunk.type for chunk in chunks}) > 1:
+            raise SchemaMismatchError(f"column {column!r}: {data_type.to_clickhouse()} given in several forms "
+                                      f"({', '.join(sorted({str(chunk.type) for chunk in chunks}))})")
+        return pa.chunked_array(chunks)
+    return pa.chunked_array(chunks, type=target)
 
 
 def conform_array(arr: pa.Array, data_type: DataType, column: str) -> pa.Array:
@@ -110,7 +118,8 @@ def conform_array(arr: pa.Array, data_type: DataType, column: str) -> pa.Array:
     except _ARROW_ERRORS as exc:
         raise SchemaMismatchError(f"column {column!r}: cannot store Arrow {source} as "
                                   f"{data_type.to_clickhouse()} ({exc})") from exc
-    assert converted.type == target, (converted.type, target)
+    # (a JSON's stored form stays so: see _holding)
+    assert converted.type == target or contains_type(data_type, Json), (converted.type, target)
     return converted
 
 
@@ -146,6 +155,8 @@ def _convert(arr: pa.Array, dt: DataType, column: str) -> pa.Array:
         raise _Refusal("a Dynamic column is written from binary (each row a type's binary encoding, then the value)")
     if isinstance(dt, Json) and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
         return arr.cast(pa.string())  # JSON text: parsed when the part is written (format/json_write.py)
+    if isinstance(dt, Json) and t == _STORED_JSON:
+        return arr  # the stored form a merge reads (path → the value's binary form): written as it is
     if isinstance(dt, Json):
         raise _Refusal("a JSON column is written from JSON text (string), one object per row")
     if handler is None:
@@ -533,12 +544,30 @@ def _list_parts(arr: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array | None]:
     return pa.array(offsets.astype(np.int32)), arr.flatten(), (arr.is_null() if arr.null_count else None)
 
 
+# A merge's stored form of JSON (format/json_text.py STORED_JSON_TYPE): a JSON inside an Array, Map
+# or Tuple comes so too, and the container then takes its children's types, not `to_arrow`'s text.
+_STORED_JSON = pa.map_(pa.string(), pa.binary())
+
+
+def _holding(dt: DataType, children: list[pa.Array]) -> pa.DataType:
+    """`to_arrow(dt)` of an Array, Map or Tuple, with its children's types where a JSON inside is
+    in the stored form."""
+    target = to_arrow(dt)
+    if not contains_type(dt, Json):
+        return target
+    if isinstance(dt, Array):
+        return pa.list_(target.value_field.with_type(children[0].type))
+    if isinstance(dt, Map):
+        return pa.map_(target.key_field.with_type(children[0].type), target.item_field.with_type(children[1].type))
+    return pa.struct([field.with_type(child.type) for field, child in zip(target, children, strict=True)])
+
+
 def _array(arr: pa.Array, dt: Array, column: str) -> pa.Array:
     if not _is_list_like(arr.type):
         raise _refuse_type("list, large_list, fixed_size_list, list_view and large_list_view")
     offsets, values, mask = _list_parts(arr)
     values = _conform_child(values, dt.inner, _element_label(column, "[]"))
-    return pa.ListArray.from_arrays(offsets, values, type=to_arrow(dt), mask=mask)
+    return pa.ListArray.from_arrays(offsets, values, type=_holding(dt, [values]), mask=mask)
 
 
 def _map(arr: pa.Array, dt: Map, column: str) -> pa.Array:
@@ -550,7 +579,7 @@ def _map(arr: pa.Array, dt: Map, column: str) -> pa.Array:
     keys, items = values.flatten()
     keys = _conform_child(keys, dt.key, _element_label(column, ".keys"))
     items = _conform_child(items, dt.value, _element_label(column, ".values"))
-    return pa.MapArray.from_arrays(offsets, keys, items, type=to_arrow(dt), mask=mask)
+    return pa.MapArray.from_arrays(offsets, keys, items, type=_holding(dt, [keys, items]), mask=mask)
 
 
 def _tuple(arr: pa.Array, dt: Tuple, column: str) -> pa.Array:
@@ -566,10 +595,9 @@ def _tuple(arr: pa.Array, dt: Tuple, column: str) -> pa.Array:
     if arr.null_count:
         raise _Refusal(f"{arr.null_count} NULL tuple(s); a Tuple cannot be NULL")
     children = dict(zip(have, arr.flatten(), strict=True))
-    target = to_arrow(dt)
     converted = [_conform_child(children[name], element, _element_label(column, f".{name}"))
                  for name, element in zip(want, dt.elements, strict=True)]
-    return pa.StructArray.from_arrays(converted, fields=list(target))
+    return pa.StructArray.from_arrays(converted, fields=list(_holding(dt, converted)))
 
 
 def _variant(arr: pa.Array, dt: Variant, column: str) -> pa.Array:

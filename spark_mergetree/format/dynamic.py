@@ -6,24 +6,30 @@ then the value). The list of types is the prefix of the `.dynamic_structure` str
 column as that Variant (serialization.py) and give each row as ClickHouse's binary form of a Dynamic
 value: the binary encoding of its type, then the value in ClickHouse's binary value format (what a
 `RowBinary` export of the column holds) — the `SharedVariant` rows are already stored so.
-Writing goes the other way (`serialize_dynamic`): rows are grouped by their type's encoding, the
+Writing goes the other way (`split_dynamic`): rows are grouped by their type's encoding, the
 part's types are chosen from the rows, and the column is written as that Variant after the
-structure. format_spec/types.md (*Dynamic*) describes the bytes.
+structure. A Dynamic inside Array, Map values or Tuple is stored the same way under its element's
+stream names (`stored_type`, `from_stored`, `split_for_write`). format_spec/types.md (*Dynamic*)
+describes the bytes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.fileops import escape_for_file_name
+from spark_mergetree.format.conform import conform_array
 from spark_mergetree.format.json_text import value_text
 from spark_mergetree.format.row_binary import deserialize_rows, interleave_chunks, value_chunks
-from spark_mergetree.format.serialization import serialize_column, spread_variant
-from spark_mergetree.format.streams import StreamBytes
+from spark_mergetree.format.serialization import spread_variant
+from spark_mergetree.format.streams import StreamBytes, element_base
 from spark_mergetree.format.types import (
     Array,
     DataType,
@@ -40,11 +46,14 @@ from spark_mergetree.format.types import (
     Tuple,
     Variant,
     parse_type,
+    to_arrow,
 )
 from spark_mergetree.format.values import Cursor, combine, encode_varuints, string_buffers
 
 __all__ = ["binary_values", "binary_values_text", "SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text",
-           "DynamicColumn", "split_dynamic", "serialize_dynamic", "DEFAULT_MAX_TYPES"]
+           "DynamicColumn", "split_dynamic", "DEFAULT_MAX_TYPES",
+           "has_dynamic", "dynamic_bases", "stored_type", "from_stored", "split_nested",
+           "nested_stored_type", "split_for_write", "structure_stream"]
 
 SHARED_VARIANT = "SharedVariant"
 # Versions of the structure prefix: V1 starts with max_types, V2 does not; V3 (written by 26.x,
@@ -320,14 +329,6 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
     return DynamicColumn(structure, struct, prefix, statistics)
 
 
-def serialize_dynamic(dt: Dynamic, column: str, values: pa.Array | pa.ChunkedArray, granule_rows: np.ndarray,
-                      string_sizes: bool) -> tuple[DynamicColumn, dict[str, StreamBytes]]:
-    """A whole part's Dynamic column → its split form and the streams of its Variant (the caller adds
-    the `.dynamic_structure` stream: whole in a Wide part, per granule in a Compact one)."""
-    split = split_dynamic(dt, values, column)
-    return split, serialize_column(split.structure.variant, column, split.struct, granule_rows, string_sizes)
-
-
 def binary_values_text(values: pa.Array, column: str, where: str) -> pa.Array:
     """Values in the binary form of Dynamic values (type encoding, then the value; NULL where a row
     has none) as JSON text: how a JSON column's shared data holds each path's values."""
@@ -350,3 +351,141 @@ def binary_values(dt: DataType, values: pa.Array) -> pa.Array:
         return out
     index = np.cumsum(valid, dtype=np.int64) - 1
     return out.take(pa.array(np.maximum(index, 0), mask=~valid))
+
+
+def has_dynamic(dt: DataType) -> bool:
+    """Whether a Dynamic is `dt` or inside it (in an Array, a Map's values or a Tuple element)."""
+    if isinstance(dt, Dynamic):
+        return True
+    if isinstance(dt, Array):
+        return has_dynamic(dt.inner)
+    if isinstance(dt, Map):
+        return has_dynamic(dt.value)
+    if isinstance(dt, Tuple):
+        return any(has_dynamic(e) for e in dt.elements)
+    return False
+
+
+def dynamic_bases(dt: DataType, base: str) -> list[str]:
+    """The stream bases of the Dynamic values in `dt` (whose streams start with `base`): an Array's
+    elements share its base, a Map's values are `<base>%2Evalues`, a Tuple's element `<base>%2E<name>`
+    — ClickHouse names a nested Dynamic's streams (`.dynamic_structure`, `.variant_discr`, ...) so."""
+    if isinstance(dt, Dynamic):
+        return [base]
+    if isinstance(dt, Array):
+        return dynamic_bases(dt.inner, base)
+    if isinstance(dt, Map):
+        return dynamic_bases(dt.value, element_base(base, "values"))
+    if isinstance(dt, Tuple):
+        return [b for name, e in zip(dt.element_names, dt.elements, strict=True)
+                for b in dynamic_bases(e, element_base(base, name))]
+    return []
+
+
+def stored_type(dt: DataType, base: str, structures: Mapping[str, DynamicStructure]) -> DataType:
+    """`dt` as one part stores it: each Dynamic (at stream base b) replaced by the Variant of
+    `structures[b]`, the part's structure for it."""
+    if isinstance(dt, Dynamic):
+        return structures[base].variant
+    if isinstance(dt, Array) and has_dynamic(dt):
+        return Array(stored_type(dt.inner, base, structures))
+    if isinstance(dt, Map) and has_dynamic(dt):
+        return Map(dt.key, stored_type(dt.value, element_base(base, "values"), structures))
+    if isinstance(dt, Tuple) and has_dynamic(dt):
+        return Tuple(tuple(stored_type(e, element_base(base, name), structures)
+                           for name, e in zip(dt.element_names, dt.elements, strict=True)), dt.names)
+    return dt
+
+
+def from_stored(dt: DataType, arr: pa.Array, base: str, structures: Mapping[str, DynamicStructure]) -> pa.Array:
+    """Values read as `stored_type` → their Arrow form for `dt`: each Dynamic's Variant struct becomes
+    the binary form of its values (`dynamic_values`), the containers around it are rebuilt on the
+    same offsets (no per-row work)."""
+    if not has_dynamic(dt):
+        return arr
+    if isinstance(dt, Dynamic):
+        return dynamic_values(structures[base], arr)
+    if isinstance(dt, Array):
+        lists = cast(pa.ListArray, arr)
+        inner = from_stored(dt.inner, lists.values, base, structures)
+        # (the element's field as `arr` has it, with the Dynamic's binary type: a JSON beside it may be
+        # in a merge's stored form, not to_arrow's text)
+        return pa.ListArray.from_arrays(lists.offsets, inner, type=pa.list_(lists.type.value_field.with_type(inner.type)))
+    if isinstance(dt, Map):
+        maps = cast(pa.MapArray, arr)
+        items = from_stored(dt.value, maps.items, element_base(base, "values"), structures)
+        return pa.MapArray.from_arrays(maps.offsets, maps.keys, items,
+                                       type=pa.map_(maps.type.key_field, maps.type.item_field.with_type(items.type)))
+    tup = cast(Tuple, dt)
+    struct = cast(pa.StructArray, arr)
+    fields = [from_stored(e, f, element_base(base, name), structures)
+              for name, e, f in zip(tup.element_names, tup.elements, struct.flatten(), strict=True)]
+    return pa.StructArray.from_arrays(fields, fields=[f.with_type(a.type) for f, a in zip(struct.type, fields, strict=True)],
+                                      mask=struct.is_null() if struct.null_count else None)
+
+
+def split_nested(dt: DataType, arr: pa.Array, base: str, column: str, out: dict[str, DynamicColumn]) -> pa.Array:
+    """Rows of `dt` in their Arrow form → the same rows as `stored_type` stores them, each Dynamic in
+    them split (`split_dynamic`) over all of its values in the part (a nested Dynamic has one
+    structure per part, like a column): `out` gets each one's split form by stream base."""
+    if not has_dynamic(dt):
+        return arr
+    if isinstance(dt, Dynamic):
+        out[base] = split = split_dynamic(dt, arr, column)
+        # SharedVariant holds binary values in a String variant: view them as the variant's Arrow
+        # type (no copy, no UTF-8 check) so the containers around it are of their exact types.
+        struct = split.struct
+        fields = [f.view(pa.string()) if name == SHARED_VARIANT else f
+                  for name, f in zip(split.structure.variant.names, struct.flatten(), strict=True)]
+        return pa.StructArray.from_arrays(fields, fields=list(to_arrow(split.structure.variant)),
+                                          mask=struct.is_null() if struct.null_count else None)
+    if isinstance(dt, (Array, Map)):
+        if arr.null_count:
+            raise SchemaMismatchError(f"column {column!r} has NULLs but its type {dt.to_clickhouse()} is not Nullable")
+        # (offsets of a sliced list array may not start at 0: take the values they point at)
+        lists = cast(pa.ListArray, arr)
+        offsets = np.asarray(lists.offsets, np.int64)
+        first, last = int(offsets[0]), int(offsets[-1])
+        offsets_arr = pa.array((offsets - first).astype(np.int32))
+        if isinstance(dt, Array):
+            inner = split_nested(dt.inner, combine(lists.values.slice(first, last - first)), base, column, out)
+            return pa.ListArray.from_arrays(offsets_arr, inner)
+        maps = cast(pa.MapArray, arr)
+        keys = maps.keys.slice(first, last - first)
+        items = split_nested(dt.value, combine(maps.items.slice(first, last - first)), element_base(base, "values"),
+                             column, out)
+        return pa.MapArray.from_arrays(offsets_arr, keys, items)
+    tup = cast(Tuple, dt)
+    struct = cast(pa.StructArray, arr)
+    if struct.null_count:
+        raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} cannot hold NULL tuples")
+    fields = [split_nested(e, f, element_base(base, name), column, out)
+              for name, e, f in zip(tup.element_names, tup.elements, struct.flatten(), strict=True)]
+    return pa.StructArray.from_arrays(fields, names=list(tup.element_names))
+
+
+def nested_stored_type(dt: DataType, base: str, splits: Mapping[str, DynamicColumn]) -> DataType:
+    """`stored_type` of the structures `split_nested` chose."""
+    return stored_type(dt, base, {b: split.structure for b, split in splits.items()})
+
+
+def split_for_write(dt: DataType, values: pa.Array | pa.ChunkedArray, column: str
+                    ) -> tuple[DataType, pa.Array, dict[str, DynamicColumn]]:
+    """A whole part's column holding Dynamic values (a Dynamic column, or Dynamic inside Array, Map
+    values or Tuple) → the type it is stored as, its rows in that type, and each Dynamic's split form
+    by stream base (the writer adds their `.dynamic_structure` streams)."""
+    base = escape_for_file_name(column)
+    arr = combine(values)
+    if not isinstance(dt, Dynamic):
+        arr = conform_array(arr, dt, column)
+    splits: dict[str, DynamicColumn] = {}
+    stored = split_nested(dt, arr, base, column, splits)
+    return nested_stored_type(dt, base, splits), stored, splits
+
+
+def structure_stream(split: DynamicColumn, granules: int) -> StreamBytes:
+    """A Wide part's `.dynamic_structure` stream: the prefix before mark 0 (every granule's mark points
+    after it), the statistics after the last granule."""
+    offsets = np.full(granules + 1, len(split.prefix), np.int64)
+    offsets[-1] += len(split.statistics)
+    return StreamBytes(split.prefix + split.statistics, offsets)

@@ -29,6 +29,7 @@ from spark_mergetree.format.types import (
     Decimal,
     Enum,
     FixedString,
+    Json,
     LowCardinality,
     Map,
     Nullable,
@@ -36,10 +37,12 @@ from spark_mergetree.format.types import (
     Time,
     Time64,
     Tuple,
+    contains_type,
+    to_arrow,
 )
 from spark_mergetree.format.values import Cursor
 
-__all__ = ["STORED_JSON_TYPE", "stored_map", "OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
+__all__ = ["STORED_JSON_TYPE", "stored_json_arrow", "stored_map", "OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
            "value_text", "object_text"]
 
 OBJECT_STRUCTURE = ".object_structure"
@@ -47,6 +50,22 @@ OBJECT_STRUCTURE = ".object_structure"
 # (its type's binary encoding, then the value), so every value keeps its type (its text would not:
 # a Float64 1.0 prints as 1, which an insert of the text stores as Int64).
 STORED_JSON_TYPE = pa.map_(pa.string(), pa.binary())
+
+
+def stored_json_arrow(dt: DataType) -> pa.DataType:
+    """The Arrow type a merge reads a column as: `to_arrow(dt)` with STORED_JSON_TYPE for each JSON
+    (a JSON column, or one inside Array, Map values or Tuple)."""
+    if isinstance(dt, Json):
+        return STORED_JSON_TYPE
+    arrow = to_arrow(dt)
+    if isinstance(dt, Array) and contains_type(dt, Json):
+        return pa.list_(arrow.value_field.with_type(stored_json_arrow(dt.inner)))
+    if isinstance(dt, Map) and contains_type(dt, Json):
+        return pa.map_(arrow.key_field, arrow.item_field.with_type(stored_json_arrow(dt.value)))
+    if isinstance(dt, Tuple) and contains_type(dt, Json):
+        return pa.struct([field.with_type(stored_json_arrow(element))
+                          for field, element in zip(arrow, dt.elements, strict=True)])
+    return arrow
 # Object serialization versions (MergeTree setting object_serialization_version): v2 writes 2, v3 4.
 _V2, _V3 = 2, 4
 # Shared data serialization versions in a v3 structure: a Map per row in buckets (inserted parts);

@@ -35,7 +35,7 @@ from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.conform import conform_array
 from spark_mergetree.format.dynamic import DynamicColumn, binary_values, split_dynamic
 from spark_mergetree.format.json_text import OBJECT_STRUCTURE, STORED_JSON_TYPE, path_base
-from spark_mergetree.format.serialization import default_column, serialize_column
+from spark_mergetree.format.serialization import ObjectWriter, default_column, serialize_column
 from spark_mergetree.format.streams import STRUCTURE, StreamBytes
 from spark_mergetree.format.types import (
     Array,
@@ -52,7 +52,7 @@ from spark_mergetree.format.types import (
 )
 from spark_mergetree.format.values import combine, encode_classic, encode_varuints, string_buffers
 
-__all__ = ["STORED_JSON_TYPE", "ObjectColumn", "split_object", "serialize_object", "shared_data_bucket", "DEFAULT_MAX_DYNAMIC_PATHS",
+__all__ = ["STORED_JSON_TYPE", "ObjectColumn", "split_object", "serialize_object", "nested_object_writer", "shared_data_bucket", "DEFAULT_MAX_DYNAMIC_PATHS",
            "DEFAULT_MAX_DYNAMIC_TYPES", "WIDE_BUCKETS", "COMPACT_BUCKETS", "SHARED_DATA"]
 
 DEFAULT_MAX_DYNAMIC_PATHS = 1024  # JSON without max_dynamic_paths
@@ -662,7 +662,7 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
                         prefix, statistics)
 
 
-def _shared_streams(obj: ObjectColumn, base: str, bounds: np.ndarray, n: int) -> dict[str, StreamBytes]:
+def _shared_streams(obj: ObjectColumn, base: str, bounds: np.ndarray, n: int, level: int = 0) -> dict[str, StreamBytes]:
     """Each bucket's Map(String, String) of the rows: `.size0` (UInt64 entries per row), then the
     paths and the values as classic strings (varuint length + bytes)."""
     out: dict[str, StreamBytes] = {}
@@ -673,7 +673,7 @@ def _shared_streams(obj: ObjectColumn, base: str, bounds: np.ndarray, n: int) ->
         entry_bounds = np.zeros(n + 1, np.int64)
         np.cumsum(counts, out=entry_bounds[1:])
         stem = f"{base}{SHARED_DATA}.{b}"
-        out[stem + ".size0"] = StreamBytes(counts.tobytes(), bounds * 8)
+        out[f"{stem}.size{level}"] = StreamBytes(counts.tobytes(), bounds * 8)  # (deeper inside an Array or Map)
         for suffix, values in (("%2Epaths", obj.shared_paths), ("%2Evalues", obj.shared_values)):
             picked = values.filter(pa.array(mine))
             offsets, data = string_buffers(picked)
@@ -683,10 +683,12 @@ def _shared_streams(obj: ObjectColumn, base: str, bounds: np.ndarray, n: int) ->
 
 
 def serialize_object(obj: ObjectColumn, column: str, base: str, granule_rows: np.ndarray,
-                     string_sizes: bool) -> tuple[list[tuple[str, StreamBytes]], list[tuple[str, StreamBytes]]]:
+                     string_sizes: bool, level: int = 0
+                     ) -> tuple[list[tuple[str, StreamBytes]], list[tuple[str, StreamBytes]]]:
     """A part's JSON column as streams cut at granules: (structure streams: the object structure
     and each dynamic path's Dynamic structure, each `prefix + statistics` with every mark after the
-    prefix; the data streams in ClickHouse's order: typed paths, dynamic paths, shared data)."""
+    prefix; the data streams in ClickHouse's order: typed paths, dynamic paths, shared data). For a
+    JSON inside an Array or Map (`level` > 0) its sizes streams count the depth on."""
     granule_rows = np.asarray(granule_rows, np.int64)
     bounds = np.zeros(len(granule_rows) + 1, np.int64)
     np.cumsum(granule_rows, out=bounds[1:])
@@ -700,12 +702,29 @@ def serialize_object(obj: ObjectColumn, column: str, base: str, granule_rows: np
     heads = [(base + OBJECT_STRUCTURE, structure(obj.prefix, obj.statistics))]
     body: list[tuple[str, StreamBytes]] = []
     for path, dt, values in obj.typed:
-        body += list(serialize_column(dt, column, values, granule_rows, string_sizes, base=path_base(base, path)).items())
+        body += list(serialize_column(dt, column, values, granule_rows, string_sizes, base=path_base(base, path),
+                                      level=level).items())
     for path in obj.paths:
         split = obj.dynamic[path]
         stem = path_base(base, path)
         heads.append((stem + STRUCTURE, structure(split.prefix, split.statistics)))
         body += list(serialize_column(split.structure.variant, column, split.struct, granule_rows, string_sizes,
-                                      base=stem).items())
-    body += list(_shared_streams(obj, base, bounds, n).items())
+                                      base=stem, level=level).items())
+    body += list(_shared_streams(obj, base, bounds, n, level).items())
     return heads, body
+
+
+def nested_object_writer(column: str, buckets: int, one_bucket_when_empty: bool, string_sizes: bool) -> ObjectWriter:
+    """How `serialize_column` writes each JSON inside an Array, Map or Tuple of column `column`: all of
+    the part's objects of that JSON (every array element of every row) as one JSON column under its
+    stream base, cut at the granules of the column's rows. Its streams come in ClickHouse's order:
+    the object structure, each dynamic path's structure, then the data (a Compact part moves the
+    prefixes before the column's data)."""
+
+    def write(dt: Json, base: str, level: int, values: pa.Array, bounds: np.ndarray) -> dict[str, StreamBytes]:
+        obj = split_object(dt, values.slice(int(bounds[0]), int(bounds[-1] - bounds[0])), column, buckets,
+                           one_bucket_when_empty)
+        heads, body = serialize_object(obj, column, base, np.diff(bounds), string_sizes, level)
+        return dict(heads + body)
+
+    return write

@@ -48,9 +48,13 @@ from spark_mergetree.format.dynamic import (
     DynamicStructure,
     binary_values,
     binary_values_text,
+    dynamic_bases,
     dynamic_text,
     dynamic_values,
+    from_stored,
+    has_dynamic,
     parse_structure,
+    stored_type,
 )
 from spark_mergetree.format.json_text import (
     OBJECT_STRUCTURE,
@@ -60,6 +64,7 @@ from spark_mergetree.format.json_text import (
     parse_object_structure,
     path_base,
     shared_data_sizes,
+    stored_json_arrow,
     stored_map,
     value_text,
 )
@@ -91,7 +96,14 @@ from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
-from spark_mergetree.format.types import DataType, Dynamic, Json, parse_column_type, parse_type, to_arrow
+from spark_mergetree.format.types import (
+    DataType,
+    Json,
+    contains_type,
+    parse_column_type,
+    parse_type,
+    to_arrow,
+)
 from spark_mergetree.format.values import Cursor, read_classic
 
 GranuleRange = tuple[int, int]
@@ -694,59 +706,77 @@ class PartReader:
         """A JSON column as ClickHouse's text of each row's object (format/json_text.py): its typed
         paths, dynamic paths (read as Dynamic columns) and shared data. `stored`: as the stored form
         a merge writes back (STORED_JSON_TYPE: per row, path → the value's binary form)."""
-        base = escape_for_file_name(name)
-        where = f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()})"
-        key = ("object", name)
+        chunks = []
+        for begin, end in ranges:
+            rows = int(self.granule_starts[end] - self.granule_starts[begin])
+            chunks.append(self._json_range(name, cast(Json, self.types[name]), escape_for_file_name(name), 0, begin,
+                                           end, rows, stored))
+        if not chunks:
+            return pa.array([], type=STORED_JSON_TYPE if stored else pa.string())
+        return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+
+    def _object_structure(self, name: str, base: str) -> ObjectStructure:
+        """The dynamic paths and shared-data layout of the JSON stored under `base` in this part."""
+        key = ("object", base)
         if key not in self._decoded:
             try:
                 self._decoded[key] = parse_object_structure(self._structure_prefix(base + OBJECT_STRUCTURE),
                                                             base + OBJECT_STRUCTURE)
             except (CorruptPartError, UnsupportedError) as exc:
-                raise type(exc)(f"{where}: {exc}") from exc
-        structure = cast(ObjectStructure, self._decoded[key])
-        chunks = []
-        for begin, end in ranges:
-            rows = int(self.granule_starts[end] - self.granule_starts[begin])
-            texts: dict[str, pa.Array] = {}
-            for path, values in self._json_shared_data(base, structure, begin, end, rows, where).items():
-                texts[path] = values if stored else \
-                    binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
-            for path, typed in cast(Json, self.types[name]).typed_paths:
-                # A typed path is stored as an ordinary column of its type; every row prints it.
-                path_streams = path_base(base, path)
-                names = stream_names(typed, name, self.serialization.string_sizes, False, base=path_streams)
-                values = deserialize_column(typed, name, cast(Mapping[str, bytes],
-                                                              self._range_streams(names, begin, end)),
-                                            rows, self.serialization.string_sizes, False, exact=True, base=path_streams)
-                texts[path] = binary_values(typed, values) if stored else \
-                    pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
-            for path in structure.paths:
-                path_streams = path_base(base, path)
-                dynamic = self._dynamic_structure(name, path_streams)
-                names = stream_names(dynamic.variant, name, self.serialization.string_sizes, False, base=path_streams)
-                struct = deserialize_column(dynamic.variant, name, cast(Mapping[str, bytes],
-                                                                         self._range_streams(names, begin, end)),
-                                            rows, self.serialization.string_sizes, False, exact=True, base=path_streams)
-                texts[path] = dynamic_values(dynamic, struct) if stored else \
-                    dynamic_text(dynamic, struct, f"{where}, path {path!r}")
-            chunks.append(stored_map(texts, rows) if stored else object_text(texts, rows, where))
-        if not chunks:
-            return pa.array([], type=STORED_JSON_TYPE if stored else pa.string())
-        return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+                raise type(exc)(f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()}): {exc}") from exc
+        return cast(ObjectStructure, self._decoded[key])
+
+    def _json_range(self, name: str, dt: Json, base: str, level: int, begin: int, end: int, rows: int,
+                    stored: bool) -> pa.Array:
+        """The `rows` JSON objects stored under stream base `base` in granules [begin, end) of column
+        `name`: the column's rows, or (`level` > 0: inside an Array or Map) the objects those rows'
+        arrays hold, whose sizes streams are `.size<level>` (ClickHouse counts the nesting depth
+        on into the paths' streams)."""
+        where = f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()})"
+        if base != escape_for_file_name(name):
+            where += f", stream {base!r}"
+        structure = self._object_structure(name, base)
+        texts: dict[str, pa.Array] = {}
+        for path, values in self._json_shared_data(base, structure, begin, end, rows, where, level).items():
+            texts[path] = values if stored else \
+                binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
+        for path, typed in dt.typed_paths:
+            # A typed path is stored as an ordinary column of its type; every row prints it.
+            path_streams = path_base(base, path)
+            names = stream_names(typed, name, self.serialization.string_sizes, False, base=path_streams, level=level)
+            values = deserialize_column(typed, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
+                                        rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
+                                        level=level)
+            texts[path] = binary_values(typed, values) if stored else \
+                pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
+        for path in structure.paths:
+            path_streams = path_base(base, path)
+            dynamic = self._dynamic_structure(name, path_streams)
+            names = stream_names(dynamic.variant, name, self.serialization.string_sizes, False, base=path_streams,
+                                 level=level)
+            struct = deserialize_column(dynamic.variant, name, cast(Mapping[str, bytes],
+                                                                     self._range_streams(names, begin, end)),
+                                        rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
+                                        level=level)
+            texts[path] = dynamic_values(dynamic, struct) if stored else \
+                dynamic_text(dynamic, struct, f"{where}, path {path!r}")
+        return stored_map(texts, rows) if stored else object_text(texts, rows, where)
 
     def _json_shared_data(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
-                          where: str) -> dict[str, pa.Array]:
+                          where: str, level: int = 0) -> dict[str, pa.Array]:
         """Every path a JSON column's shared data holds in granules [begin, end), with its values
         in binary form (NULL where a row lacks it): each bucket (one for version 2) is a
         Map(String, String) per row — `.size0` (UInt64 entries per row), then the paths and the
         values (a type's binary encoding, then the value) as classic strings."""
         if structure.advanced:
+            # (inside an Array or Map its streams keep their names; its chunks count the objects)
             return self._json_shared_advanced(base, structure, begin, end, rows, where)
         row_parts: list[np.ndarray] = []
         path_parts: list[pa.Array] = []
         value_parts: list[pa.Array] = []
         for sizes in shared_data_sizes(base, structure):
             stem = sizes[:-len(".size0")]
+            sizes = f"{stem}.size{level}"  # (inside an Array the bucket's Map is one level deeper)
             names = [sizes, stem + "%2Epaths", stem + "%2Evalues"]
             streams = self._range_streams(names, begin, end)
             counts = np.frombuffer(bytes(streams[sizes]), "<u8").astype(np.int64)
@@ -866,33 +896,46 @@ class PartReader:
         if isinstance(dt, Json):
             return self._read_json(name, ranges, stored_json)
         sparse = self.serialization.sparse_spec(name)
-        structure = self._dynamic_structure(name) if isinstance(dt, Dynamic) else None
-        stored = structure.variant if structure is not None else dt
-        names = stream_names(stored, name, self.serialization.string_sizes, sparse)
+        # Each Dynamic in the column (the column itself, or inside an Array, Map or Tuple) is read as
+        # the Variant its `.dynamic_structure` prefix lists, then turned into its binary form.
+        structure = {base: self._dynamic_structure(name, base) for base in dynamic_bases(dt, escape_for_file_name(name))} \
+            if has_dynamic(dt) else None
+        stored = stored_type(dt, escape_for_file_name(name), structure) if structure is not None else dt
+        # A JSON inside the column reads its own streams (`_json_range`): its structure is no cursor's.
+        names = [n for n in stream_names(stored, name, self.serialization.string_sizes, sparse)
+                 if not n.endswith(OBJECT_STRUCTURE)]
         chunks = []
         coalescing = len(ranges) > 1 and not self.is_compact and getattr(self.source, "parallel_reads", False)
         if coalescing:
             self._prefetch(names, ranges)
         try:
             for begin, end in ranges:
-                chunks.append(self._read_range_of(name, stored, names, sparse, structure, begin, end))
+                chunks.append(self._read_range_of(name, stored, names, sparse, structure, begin, end, stored_json))
         finally:
             if coalescing:
                 self._prefetched.spans = {}
         if not chunks:
-            return pa.array([], type=to_arrow(dt))
+            return pa.array([], type=stored_json_arrow(dt) if stored_json else to_arrow(dt))
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
     def _read_range_of(self, name: str, stored: DataType, names: Sequence[str], sparse: dict | bool,
-                       structure: DynamicStructure | None, begin: int, end: int) -> pa.Array:
+                       structure: Mapping[str, DynamicStructure] | None, begin: int, end: int,
+                       stored_json: bool = False) -> pa.Array:
         """Column `name`'s values in granules [begin, end)."""
         rows = int(self.granule_starts[end] - self.granule_starts[begin])
         try:
             streams = self._range_streams(names, begin, end)
             # (deserialize_column reads bytearrays as it reads bytes)
+            dt = self.types[name]
+
+            def objects(json: Json, base: str, level: int, n: int) -> pa.Array:
+                return self._json_range(name, json, base, level, begin, end, n, stored_json)
+
             chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
-                                       self.serialization.string_sizes, sparse, exact=True)
-            return dynamic_values(structure, chunk) if structure is not None else chunk
+                                       self.serialization.string_sizes, sparse, exact=True,
+                                       objects=objects if contains_type(dt, Json) else None)
+            return from_stored(self.types[name], chunk, escape_for_file_name(name), structure) \
+                if structure is not None else chunk
         except CorruptPartError as exc:
             raise self._explain_read_error(name, names, begin, end, exc) from exc
         except UnsupportedError as exc:
@@ -1010,6 +1053,10 @@ class PartReader:
                 added = parse_type(declared[n])
                 if stored_json and isinstance(added, Json):
                     return pa.array([[]] * rows, STORED_JSON_TYPE)
+                if stored_json and contains_type(added, Json):
+                    raise UnsupportedError(f"{self.location}: column {n!r} ({added.to_clickhouse()}) was added after "
+                                           "this part was written; merging or mutating it with a JSON inside is not "
+                                           "supported")
                 return default_column(added, rows)
             return self.read_column(n, ranges, stored_json)
 

@@ -35,8 +35,13 @@ from spark_mergetree.format.compression import (
     CompressedStreamWriter,
 )
 from spark_mergetree.format.compression_codecs import LZ4, Codec, CodecChain
-from spark_mergetree.format.dynamic import serialize_dynamic
-from spark_mergetree.format.json_write import WIDE_BUCKETS, serialize_object, split_object
+from spark_mergetree.format.dynamic import has_dynamic, split_for_write, structure_stream
+from spark_mergetree.format.json_write import (
+    WIDE_BUCKETS,
+    nested_object_writer,
+    serialize_object,
+    split_object,
+)
 from spark_mergetree.format.low_cardinality import LowCardinalityState
 from spark_mergetree.format.marks import wide_marks_with_rows, write_wide_marks
 from spark_mergetree.format.part import (
@@ -67,7 +72,6 @@ from spark_mergetree.format.types import (
     DateTime,
     DateTime64,
     Decimal,
-    Dynamic,
     Enum,
     FixedString,
     Json,
@@ -78,6 +82,7 @@ from spark_mergetree.format.types import (
     Time,
     Time64,
     Tuple,
+    contains_type,
     parse_type,
     to_arrow,
 )
@@ -304,7 +309,7 @@ class PartStreamWriter:
         begin = int(self.granule_starts[first])
         if begin + len(values) > self.rows:
             raise SchemaMismatchError(f"column {name!r} got {begin + len(values)} rows, the part has {self.rows}")
-        if isinstance(self.types[name], (Dynamic, Json)) and begin + len(values) < self.rows:
+        if (has_dynamic(self.types[name]) or contains_type(self.types[name], Json)) and begin + len(values) < self.rows:
             # A Dynamic column's streams follow from the types of all its rows, a JSON column's from
             # its paths: they are written whole.
             self._pending[name] = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
@@ -325,10 +330,10 @@ class PartStreamWriter:
         dt = self.types[name]
         ends = last == len(self.granule_rows)
         granules = self.granule_rows[first:last]
-        if isinstance(dt, Dynamic):
-            streams, codecs = self._dynamic_streams(dt, name, values, granules)
-        elif isinstance(dt, Json):
+        if isinstance(dt, Json):
             streams, codecs = self._object_streams(dt, name, values, granules)
+        elif has_dynamic(dt) or contains_type(dt, Json):
+            streams, codecs = self._dynamic_streams(dt, name, values, granules)
         else:
             streams = serialize_column(dt, name, values, granules, string_sizes=self.settings.string_sizes,
                                        states=self._lc_states[name], last=ends)
@@ -352,17 +357,21 @@ class PartStreamWriter:
                     self._finish_stream(stream)
             self._done.add(name)
 
-    def _dynamic_streams(self, dt: Dynamic, name: str, values: pa.Array | pa.ChunkedArray, granules: np.ndarray
+    def _dynamic_streams(self, dt: DataType, name: str, values: pa.Array | pa.ChunkedArray, granules: np.ndarray
                          ) -> tuple[dict[str, StreamBytes], dict[str, Codec | CodecChain]]:
-        """A whole Dynamic column: its structure stream (the types before the first mark, the
-        statistics after the last granule) and the streams of the Variant it is stored as."""
-        split, variant_streams = serialize_dynamic(dt, name, values, granules, self.settings.string_sizes)
-        offsets = np.full(len(granules) + 1, len(split.prefix), np.int64)
-        offsets[-1] += len(split.statistics)
-        streams = {escape_for_file_name(name) + STRUCTURE: StreamBytes(split.prefix + split.statistics, offsets),
-                   **variant_streams}
-        return streams, {**self.settings.stream_codecs(name, dt),
-                         **self.settings.stream_codecs(name, split.structure.variant)}
+        """A whole column holding Dynamic values (a Dynamic column, or Dynamic inside Array, Map or
+        Tuple): each Dynamic's structure stream (the types before the first mark, the statistics
+        after the last granule) and the streams of the type it is stored as (each Dynamic a Variant)."""
+        stored, rows, splits = split_for_write(dt, values, name)
+        streams = {base + STRUCTURE: structure_stream(split, len(granules)) for base, split in splits.items()}
+        objects = nested_object_writer(name, WIDE_BUCKETS, True, self.settings.string_sizes) \
+            if contains_type(dt, Json) else None
+        streams.update(serialize_column(stored, name, rows, granules, self.settings.string_sizes, objects=objects))
+        codecs = {**self.settings.stream_codecs(name, dt), **self.settings.stream_codecs(name, stored)}
+        # A JSON's streams inside the column take the column's generic codec, as a JSON column's do.
+        chain = dict(self.settings.column_codecs).get(name)
+        generic = chain.for_stream(None, self.settings.codec) if chain is not None else self.settings.codec
+        return streams, {stream: codecs.get(stream, generic) for stream in streams}
 
     def _object_streams(self, dt: Json, name: str, values: pa.Array | pa.ChunkedArray, granules: np.ndarray
                         ) -> tuple[dict[str, StreamBytes], dict[str, Codec | CodecChain]]:

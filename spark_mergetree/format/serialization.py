@@ -10,7 +10,7 @@ encoding.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +20,7 @@ from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatch
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.aggregate_states import state_lengths
 from spark_mergetree.format.conform import conform_array
+from spark_mergetree.format.json_text import OBJECT_STRUCTURE
 from spark_mergetree.format.low_cardinality import (
     LowCardinalityState,
     deserialize_low_cardinality,
@@ -48,6 +49,7 @@ from spark_mergetree.format.types import (
     Nullable,
     Tuple,
     Variant,
+    contains_type,
     to_arrow,
 )
 from spark_mergetree.format.values import (
@@ -68,7 +70,14 @@ from spark_mergetree.format.values import (
     strings_from_parts,
 )
 
-__all__ = ["serialize_column", "deserialize_column", "default_column"]
+__all__ = ["serialize_column", "deserialize_column", "default_column", "ObjectReader", "ObjectWriter"]
+
+# Reads the objects of a JSON inside another type (`deserialize_column`'s `objects`): (its type, its
+# streams' base, its nesting level, how many objects) → their Arrow values.
+ObjectReader = Callable[[Json, str, int, int], pa.Array]
+# Writes the values of a JSON inside another type (`serialize_column`'s `objects`): (its type, its
+# streams' base, its nesting level, its values, their granule bounds) → its streams in order.
+ObjectWriter = Callable[[Json, str, int, pa.Array, np.ndarray], dict[str, StreamBytes]]
 
 
 def serialize_column(
@@ -80,13 +89,17 @@ def serialize_column(
     states: dict[str, LowCardinalityState] | None = None,
     last: bool = True,
     base: str | None = None,
+    level: int = 0,
+    objects: ObjectWriter | None = None,
 ) -> dict[str, StreamBytes]:
     """Every stream of a column, cut into granules of `granule_rows` rows (must sum to len(array)).
 
     A column written in blocks of granules passes one `states` dict for all its blocks and `last`
     for the last one: the streams' bytes then continue one another as one call's would. `base`
     names the streams of a subcolumn stored on its own (a JSON path: `j.a`) instead of the escaped
-    column name."""
+    column name, and `level` its nesting depth in Arrays and Maps. `objects` writes each JSON inside
+    the column (in an Array, Map or Tuple): called with the JSON type, its stream base, its nesting
+    level, its values and their granule bounds, it gives the JSON's streams in order."""
     arr = combine(array)
     granule_rows = np.asarray(granule_rows, dtype=np.int64)
     if (granule_rows < 0).any() or int(granule_rows.sum()) != len(arr):
@@ -95,16 +108,19 @@ def serialize_column(
     bounds = np.zeros(len(granule_rows) + 1, np.int64)
     np.cumsum(granule_rows, out=bounds[1:])
     out: dict[str, StreamBytes] = {}
-    _serialize(dt, escape_for_file_name(column_name) if base is None else base, 0, arr, bounds, string_sizes,
-               column_name, out, {} if states is None else states, last)
+    _serialize(dt, escape_for_file_name(column_name) if base is None else base, level, arr, bounds, string_sizes,
+               column_name, out, {} if states is None else states, last, objects)
+    if objects is not None:  # (a JSON's streams follow from its values: `out` has them in order)
+        return {external_name(dt, column_name, name): data for name, data in out.items()}
     if base is not None:
-        return {name: out[name] for name in internal_names(dt, column_name, string_sizes, False, base)}
+        return {name: out[name] for name in internal_names(dt, column_name, string_sizes, False, base, level)}
     return {external_name(dt, column_name, name): out[name]
             for name in internal_names(dt, column_name, string_sizes, False)}
 
 
 def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.ndarray, string_sizes: bool,
-               column: str, out: dict[str, StreamBytes], states: dict[str, LowCardinalityState], last: bool) -> None:
+               column: str, out: dict[str, StreamBytes], states: dict[str, LowCardinalityState], last: bool,
+               objects: ObjectWriter | None = None) -> None:
     if isinstance(dt, Nullable):
         nulls = np.asarray(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(len(arr), np.uint8)
         out[base + ".null"] = StreamBytes(nulls.tobytes(), bounds.copy())
@@ -115,33 +131,41 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         serialize_low_cardinality(dt, base, arr, bounds, column, out, states.setdefault(base, LowCardinalityState()),
                                   last)
         return
+    # (a column holding JSON comes conformed already, its JSON as text or a merge's stored form)
+    held_json = objects is not None and contains_type(dt, Json)
     if isinstance(dt, (Array, Map)):
-        arr = coerce(dt, arr, column)
+        arr = arr if held_json else coerce(dt, arr, column)
         lengths, child = list_parts(arr)
         child_offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=child_offsets[1:])
         out[f"{base}.size{level}"] = StreamBytes(lengths.astype("<u8").tobytes(), bounds * 8)
         child_bounds = child_offsets[bounds]
         if isinstance(dt, Array):
-            _serialize(dt.inner, base, level + 1, child, child_bounds, string_sizes, column, out, states, last)
+            _serialize(dt.inner, base, level + 1, child, child_bounds, string_sizes, column, out, states, last,
+                       objects)
         else:
             keys, values = child.flatten()
             _serialize(dt.key, element_base(base, "keys"), level + 1, keys, child_bounds, string_sizes, column, out,
                        states, last)
             _serialize(dt.value, element_base(base, "values"), level + 1, values, child_bounds, string_sizes, column,
-                       out, states, last)
+                       out, states, last, objects)
         return
     if isinstance(dt, Tuple):
-        arr = coerce(dt, arr, column)
+        arr = arr if held_json else coerce(dt, arr, column)
         if arr.null_count:
             raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} cannot hold NULL tuples")
         for name, element, child in zip(dt.element_names, dt.elements, arr.flatten(), strict=True):
-            _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last)
+            _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last,
+                       objects)
         return
     if isinstance(dt, Dynamic):  # its streams follow from its rows: format/dynamic.py writes it whole
         raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
-    if isinstance(dt, Json):  # its paths follow from its rows: format/json_write.py writes it whole
-        raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
+    if isinstance(dt, Json) and objects is not None:
+        out.update(objects(dt, base, level, arr, bounds))
+        return
+    if isinstance(dt, Json):  # a JSON column is written whole (format/json_write.py); one inside another type is not
+        raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} inside an Array, Map or Tuple (stream "
+                               f"{base!r}) is read but not written")
     if isinstance(dt, Variant):
         arr = conform_array(arr, dt, column)
         _serialize_variant(dt, base, level, arr, bounds, string_sizes, column, out, states, last)
@@ -244,10 +268,17 @@ def deserialize_column(
     sparse: SparseSpec = False,
     exact: bool = False,
     base: str | None = None,
+    level: int = 0,
+    objects: ObjectReader | None = None,
 ) -> pa.Array:
     """Read `num_rows` rows of a column from streams positioned at the first requested granule.
 
-    `base`: the streams' names start with it instead of the escaped column name (`stream_names`).
+    `base`: the streams' names start with it instead of the escaped column name (`stream_names`),
+    and `level` is their nesting depth in Arrays and Maps.
+
+    `objects` reads each JSON inside the column (in an Array, Map or Tuple) from its own streams:
+    called with the JSON type, its stream base, its nesting level and the number of objects; the
+    JSON's structure and path streams are not among `streams`.
 
     `exact`: the streams end exactly where the rows end (the caller cut them between two marks), so
     bytes left over mean the part's columns.txt or marks do not describe its data.
@@ -261,13 +292,15 @@ def deserialize_column(
     """
     sparse_bases = sparse_streams(dt, column_name, sparse)
     cursors: dict[str, Cursor] = {}
-    for name in internal_names(dt, column_name, string_sizes, sparse_bases, base):
+    for name in internal_names(dt, column_name, string_sizes, sparse_bases, base, level):
+        if objects is not None and name.endswith(OBJECT_STRUCTURE):
+            continue
         external = external_name(dt, column_name, name)
         if external not in streams:
             raise CorruptPartError(f"column {column_name!r}: stream {external!r} is missing")
         cursors[name] = Cursor(external, streams[external])
-    result = _deserialize(dt, escape_for_file_name(column_name) if base is None else base, 0, num_rows, string_sizes,
-                          cursors, sparse_bases)
+    result = _deserialize(dt, escape_for_file_name(column_name) if base is None else base, level, num_rows,
+                          string_sizes, cursors, sparse_bases, objects)
     if exact:
         for cursor in cursors.values():
             if cursor.pos != len(cursor.buf) and not cursor.name.endswith((".dict", ".sparse.idx")):
@@ -285,7 +318,8 @@ def _deserialize_sparse(dt: DataType, base: str, n: int, string_sizes: bool, cur
 
 
 def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool,
-                 cursors: dict[str, Cursor], sparse: frozenset[str] = frozenset()) -> pa.Array:
+                 cursors: dict[str, Cursor], sparse: frozenset[str] = frozenset(),
+                 objects: ObjectReader | None = None) -> pa.Array:
     if level == 0 and base in sparse:
         return _deserialize_sparse(dt, base, n, string_sizes, cursors)
     if isinstance(dt, Nullable):
@@ -303,17 +337,20 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
             raise CorruptPartError(f"stream {base}.size{level}: {total} nested values in {n} rows is implausible")
         offsets_arr = pa.array(offsets.astype(np.int32))
         if isinstance(dt, Array):
-            child = _deserialize(dt.inner, base, level + 1, total, string_sizes, cursors)
-            return pa.ListArray.from_arrays(offsets_arr, child, type=to_arrow(dt))
+            child = _deserialize(dt.inner, base, level + 1, total, string_sizes, cursors, objects=objects)
+            return pa.ListArray.from_arrays(offsets_arr, child, type=_holding(dt, [child], objects))
         keys = _deserialize(dt.key, element_base(base, "keys"), level + 1, total, string_sizes, cursors)
-        values = _deserialize(dt.value, element_base(base, "values"), level + 1, total, string_sizes, cursors)
-        return pa.MapArray.from_arrays(offsets_arr, keys, values, type=to_arrow(dt))
+        values = _deserialize(dt.value, element_base(base, "values"), level + 1, total, string_sizes, cursors,
+                              objects=objects)
+        return pa.MapArray.from_arrays(offsets_arr, keys, values, type=_holding(dt, [keys, values], objects))
     if isinstance(dt, Tuple):
-        children = [_deserialize(e, element_base(base, name), level, n, string_sizes, cursors, sparse)
+        children = [_deserialize(e, element_base(base, name), level, n, string_sizes, cursors, sparse, objects)
                     for name, e in zip(dt.element_names, dt.elements, strict=True)]
-        return pa.StructArray.from_arrays(children, fields=list(to_arrow(dt)))
+        return pa.StructArray.from_arrays(children, fields=list(_holding(dt, children, objects)))
     if isinstance(dt, Variant):
         return _deserialize_variant(dt, base, level, n, string_sizes, cursors)
+    if isinstance(dt, Json) and objects is not None:
+        return objects(dt, base, level, n)
     if isinstance(dt, (Dynamic, Json)):
         raise UnsupportedError(f"stream {base!r}: {dt.family} inside another type is not supported (a column of "
                                f"type {dt.family} is)")
@@ -330,6 +367,19 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
     width = fixed_width(dt)
     raw = cursors[base].take(n * width)
     return fixed_to_arrow(dt, raw, n, base)
+
+
+def _holding(dt: DataType, children: list[pa.Array], objects: ObjectReader | None) -> pa.DataType:
+    """The Arrow type of an Array, Map or Tuple of `children`: `to_arrow(dt)`, but with its children's
+    own types when a JSON inside may be read in another form (a merge's stored form)."""
+    arrow = to_arrow(dt)
+    if objects is None:
+        return arrow
+    if isinstance(dt, Array):
+        return pa.list_(arrow.value_field.with_type(children[0].type))
+    if isinstance(dt, Map):
+        return pa.map_(arrow.key_field.with_type(children[0].type), arrow.item_field.with_type(children[1].type))
+    return pa.struct([field.with_type(child.type) for field, child in zip(arrow, children, strict=True)])
 
 
 # Discriminators serialization modes (the 8-byte prefix of `.variant_discr`) and, in compact mode,

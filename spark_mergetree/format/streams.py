@@ -103,21 +103,23 @@ def _walk_serialization_info(dt: DataType, base: str, info: Mapping[str, Any], c
 
 
 def stream_names(dt: DataType, column_name: str, string_sizes: bool = True, sparse: SparseSpec = False,
-                 base: str | None = None) -> list[str]:
+                 base: str | None = None, level: int = 0) -> list[str]:
     """Stream names (without `.bin`) of a column, in the order ClickHouse writes them.
 
     LowCardinality `.dict` streams come first: their keys version is written before any data. A
     sparse column or tuple element (see `sparse_streams`) starts with its `.sparse.idx` stream.
     `base` names the streams of a subcolumn stored on its own (a JSON path: `j.a`) instead of
-    the escaped column name.
+    the escaped column name, and `level` its nesting depth in Arrays and Maps (a JSON path inside an
+    Array(JSON) has `.size1` streams for its outermost arrays).
     """
-    return [external_name(dt, column_name, n) for n in internal_names(dt, column_name, string_sizes, sparse, base)]
+    return [external_name(dt, column_name, n) for n in internal_names(dt, column_name, string_sizes, sparse, base,
+                                                                      level)]
 
 
 def internal_names(dt: DataType, column_name: str, string_sizes: bool, sparse: SparseSpec,
-                   base: str | None = None) -> list[str]:
+                   base: str | None = None, level: int = 0) -> list[str]:
     names: list[str] = []
-    _collect_names(dt, escape_for_file_name(column_name) if base is None else base, 0, string_sizes, names,
+    _collect_names(dt, escape_for_file_name(column_name) if base is None else base, level, string_sizes, names,
                    sparse_streams(dt, column_name, sparse))
     return [n for n in names if n.endswith(".dict")] + [n for n in names if not n.endswith(".dict")]
 

@@ -666,21 +666,42 @@ def parse_type(text: str) -> DataType:
     return parsed
 
 
-def _refuse_nested_objects(dt: DataType, top: bool) -> None:
-    """JSON and Dynamic are read as columns of their own only."""
-    if isinstance(dt, (Json, Dynamic)) and not top:
-        raise UnsupportedError(f"{dt.family} inside another type is not supported (a column of type {dt.family} is)")
-    children: tuple[DataType, ...] = ()
+def contains_type(dt: DataType, kind: type) -> bool:
+    """Whether `dt` is of class `kind` or holds one (in Array, Map, Tuple, Nullable, LowCardinality
+    or Variant)."""
+    if isinstance(dt, kind):
+        return True
     if isinstance(dt, (Nullable, Array, LowCardinality)):
-        children = (dt.inner,)
+        return contains_type(dt.inner, kind)
+    if isinstance(dt, Map):
+        return contains_type(dt.key, kind) or contains_type(dt.value, kind)
+    if isinstance(dt, Tuple):
+        return any(contains_type(e, kind) for e in dt.elements)
+    if isinstance(dt, Variant):
+        return any(contains_type(v, kind) for v in dt.variants)
+    return False
+
+
+def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False) -> None:
+    """JSON and Dynamic are read as a column, an Array's elements, a Map's values or a Tuple's element
+    (`container`: dt is one of those), which ClickHouse stores under that element's stream names
+    (format_spec/types.md, *Dynamic*, *JSON*)."""
+    if isinstance(dt, (Json, Dynamic)) and not (top or container):
+        raise UnsupportedError(f"{dt.family} as a Map key or inside Nullable, LowCardinality or Variant is not "
+                               f"supported (a column of type {dt.family}, or one inside Array, Map values or Tuple, is)")
+    if isinstance(dt, Array):
+        _refuse_nested_objects(dt.inner, False, True)
     elif isinstance(dt, Map):
-        children = (dt.key, dt.value)
+        _refuse_nested_objects(dt.key, False)
+        _refuse_nested_objects(dt.value, False, True)
     elif isinstance(dt, Tuple):
-        children = dt.elements
+        for element in dt.elements:
+            _refuse_nested_objects(element, False, True)
+    elif isinstance(dt, (Nullable, LowCardinality)):
+        _refuse_nested_objects(dt.inner, False)
     elif isinstance(dt, Variant):
-        children = dt.variants
-    for child in children:
-        _refuse_nested_objects(child, top=False)
+        for variant in dt.variants:
+            _refuse_nested_objects(variant, False)
 
 
 # ---------------------------------------------------------------------------------------------- Arrow

@@ -254,9 +254,7 @@ def test_geo_and_simple_aggregate_function_types_keep_their_names():
     assert to_arrow(parse_type("Point")) == to_arrow(parse_type("Tuple(Float64, Float64)"))
 
 
-REFUSED_TYPES = [("nj", "Array(JSON)", "['{\"a\": 1}']"),
-                 ("nd", "Array(Dynamic)", "[number::Dynamic]"),
-                 ("agg", "AggregateFunction(uniq, UInt64)", "uniqState(number)"),
+REFUSED_TYPES = [("agg", "AggregateFunction(uniq, UInt64)", "uniqState(number)"),
                  ("aggp", "AggregateFunction(quantiles(0.5, 0.9), Float64)", "quantilesState(0.5, 0.9)(toFloat64(number))")]
 
 

@@ -902,3 +902,376 @@ def test_json_array_inference_matches_clickhouse(tmp_path):
         assert refused == INFERENCE_ARRAYS[-6:]
     finally:
         close_session()
+
+
+# Dynamic inside Array, Map and Tuple: ClickHouse stores each under its element's stream names (the
+# Array's own base, `m%2Evalues`, `t%2Ex`) exactly as a Dynamic column (structure, discriminators,
+# variants). The oracle is ClickHouse's RowBinary of the columns, rebuilt from our Arrow values.
+ND_EXPR = D_EXPR.replace("number", "n")
+NESTED_DYNAMIC = [
+    ("a", "Array(Dynamic)", f"arrayMap(n -> {ND_EXPR}, range(number, number + number % 4))"),
+    ("t", "Tuple(x Dynamic(max_types=2), y UInt8)", f"tuple({D_EXPR}, toUInt8(number % 200))"),
+    ("m", "Map(String, Dynamic)",
+     f"mapFromArrays(arrayMap(n -> toString(n), range(number % 3)), arrayMap(n -> {ND_EXPR}, range(number, number + number % 3)))"),
+    ("aa", "Array(Tuple(p Array(Dynamic(max_types=3)), q String))",
+     f"arrayMap(i -> tuple(arrayMap(n -> {ND_EXPR}, range(number + i, number + i + i % 3)), toString(i)), range(number % 3))"),
+]
+
+
+def _varuint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _row_binary(dt, value) -> bytes:
+    """One value of a type built from Dynamic, String, UInt8, Array, Map and Tuple in RowBinary (the
+    test's own encoder: a Dynamic value's Arrow form is already its RowBinary bytes)."""
+    from spark_mergetree.format.types import Dynamic, Primitive
+    if isinstance(dt, Dynamic):
+        return b"\x00" if value is None else value
+    if isinstance(dt, Array):
+        return _varuint(len(value)) + b"".join(_row_binary(dt.inner, v) for v in value)
+    if isinstance(dt, Map):
+        return _varuint(len(value)) + b"".join(_row_binary(dt.key, k) + _row_binary(dt.value, v) for k, v in value)
+    if isinstance(dt, Tuple):
+        return b"".join(_row_binary(e, value[n]) for n, e in zip(dt.element_names, dt.elements, strict=True))
+    assert isinstance(dt, Primitive)
+    if dt.name == "String":
+        raw = value.encode()
+        return _varuint(len(raw)) + raw
+    return struct.pack("<B", value)
+
+
+def _nested_dynamic_row_binary(table: pa.Table) -> bytes:
+    types = [parse_type(t) for _, t, _ in NESTED_DYNAMIC]
+    rows = table.select([n for n, _, _ in NESTED_DYNAMIC]).to_pylist()
+    return b"".join(_row_binary(dt, row[n]) for row in rows for (n, _, _), dt in zip(NESTED_DYNAMIC, types, strict=True))
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_dynamic_inside_array_map_tuple_clickhouse_wrote_read_as_select_returns(tmp_path, kind):
+    cols = ", ".join(f"{n} {t}" for n, t, _ in NESTED_DYNAMIC)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in NESTED_DYNAMIC)} FROM numbers({ROWS})"])
+    try:
+        names = ", ".join(n for n, _, _ in NESTED_DYNAMIC)
+        expected = sess.query(f"SELECT {names} FROM src ORDER BY id", "RowBinary").bytes()
+        shared = _chdb_arrow(sess, "SELECT countIf(isDynamicElementInSharedData(t.x)) AS c FROM src")
+        assert shared.column("c")[0].as_py() > 0  # the Tuple's Dynamic has values in its shared variant
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        ours = table.to_arrow().sort_by("id")
+        assert ours.schema.field("a").type == pa.list_(pa.binary())
+        assert _nested_dynamic_row_binary(ours) == expected
+        # Later granules alone: the structures and discriminator prefixes are read on their own.
+        reader = table.reader(table.parts()[-1].name)
+        later = reader.read(["id", *(n for n, _, _ in NESTED_DYNAMIC)], ranges=[(2, reader.n_granules)])
+        first = int(later.column("id")[0].as_py())
+        assert later.to_pylist() == ours.slice(first).to_pylist()
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_dynamic_inside_array_map_tuple_written_as_clickhouse_stores_it(tmp_path, kind):
+    """Our parts of the same rows (two inserts; merged by us too): ClickHouse attaches them, CHECK
+    TABLE passes and SELECT returns its own RowBinary; with no shared-variant values (one part of
+    the rows ClickHouse wrote, types within max_types) every data file is ClickHouse's bytes."""
+    cols = ", ".join(f"{n} {t}" for n, t, _ in NESTED_DYNAMIC)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in NESTED_DYNAMIC)} FROM numbers({ROWS})"])
+    try:
+        names = ", ".join(n for n, _, _ in NESTED_DYNAMIC)
+        expected = sess.query(f"SELECT {names} FROM src ORDER BY id", "RowBinary").bytes()
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        rows = theirs.to_arrow().sort_by("id")
+        columns = [(n, t) for n, t, _ in NESTED_DYNAMIC]
+        for mine, back in _written_back(sess, tmp_path, kind, False, columns, rows):
+            assert _nested_dynamic_row_binary(mine.to_arrow().sort_by("id")) == expected
+            assert sess.query(f"SELECT {names} FROM {back} ORDER BY id", "RowBinary").bytes() == expected
+            sess.query(f"OPTIMIZE TABLE {back} FINAL")
+            assert sess.query(f"SELECT {names} FROM {back} ORDER BY id", "RowBinary").bytes() == expected
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_dynamic_inside_array_map_tuple_data_files_are_clickhouses_bytes(tmp_path, kind):
+    """Nested Dynamic values whose types all get variants, written by us in one insert: every data
+    file (structures with their statistics, discriminators, variants, sizes) is ClickHouse's bytes,
+    and a Compact part's substreams are in ClickHouse's order."""
+    nested = [(n, t.replace("(max_types=2)", "").replace("(max_types=3)", ""), e) for n, t, e in NESTED_DYNAMIC]
+    cols = ", ".join(f"{n} {t}" for n, t, _ in nested)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in nested)} FROM numbers({ROWS})"])
+    try:
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), *((n, t) for n, t, _ in nested)],
+                                     order_by="id", settings={"index_granularity": 64, "auto_merge": False, **settings})
+        ours.insert(theirs.to_arrow().sort_by("id"))
+        a = data_dir / theirs.parts()[0].name
+        b = ours.path / ours.parts()[0].name
+        # (a Compact part's columns_substreams.txt lists its substreams in order; Wide parts are
+        # compared file by file)
+        def compared(name: str) -> bool:
+            return name.endswith(".bin") or (kind == "Compact" and name == "columns_substreams.txt")
+        files = sorted(f.name for f in a.iterdir() if compared(f.name))
+        assert files == sorted(f.name for f in b.iterdir() if compared(f.name))
+        assert ("t%2Ex.dynamic_structure.bin" in files) == (kind == "Wide")
+        for name in files:
+            assert (b / name).read_bytes() == (a / name).read_bytes(), name
+    finally:
+        close_session()
+
+
+# JSON inside Array, Map and Tuple: each stored as a JSON column under its element's stream base
+# (`a.object_structure`, `a.<path>.dynamic_structure`, `t%2Ex.object_shared_data.<b>.size0`), the
+# sizes of the streams inside an Array or Map one level deeper (`a.object_shared_data.0.size1`,
+# `a.<path>.Array%28Nullable%28Int64%29%29.size1`). Read as the text of each object.
+# (members in sorted order, as our reads give the text back: the same text inserted both ways)
+NJ_DOC = ("concat('{', if(n % 3 = 0, concat('\"arr\":[', toString(n), ',2],'), ''), '\"i\":', toString(n), "
+          "if(n % 5 = 0, ',\"o\":{\"f\":1.5}', ''), if(n % 2 = 0, concat(',\"s\":\"v', toString(n % 7), '\"'), ''), '}')")
+NESTED_JSON = [
+    ("a", "Array(JSON)", f"arrayMap(n -> {NJ_DOC}, range(number, number + number % 4))"),
+    ("t", "Tuple(x JSON(max_dynamic_paths=1), y UInt8)", f"tuple({NJ_DOC.replace('(n', '(number').replace(' n ', ' number ')}, toUInt8(number % 200))"),
+    ("m", "Map(String, JSON(i UInt32))",
+     f"mapFromArrays(arrayMap(n -> toString(n), range(number % 3)), arrayMap(n -> {NJ_DOC}, range(number, number + number % 3)))"),
+    ("aa", "Array(Tuple(p Array(JSON(max_dynamic_paths=2)), q String))",
+     f"arrayMap(i -> tuple(arrayMap(n -> {NJ_DOC}, range(number + i, number + i + i % 3)), toString(i)), range(number % 3))"),
+]
+NJ_SELECT = ("arrayMap(x -> toString(x), a) AS a, (toString(t.x), t.y) AS t, "
+             "mapApply((k, v) -> (k, toString(v)), m) AS m, "
+             "arrayMap(e -> (arrayMap(x -> toString(x), e.p), e.q), aa) AS aa")
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_inside_array_map_tuple_clickhouse_wrote_read_as_its_text(tmp_path, kind):
+    cols = ", ".join(f"{n} {t}" for n, t, _ in NESTED_JSON)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in NESTED_JSON)} FROM numbers({ROWS})"])
+    try:
+        rows = sess.query(f"SELECT {NJ_SELECT} FROM src ORDER BY id", "JSONCompactEachRow").bytes().decode()
+        expected = [json.loads(line) for line in rows.splitlines()]
+        assert any("\"arr\"" in row[1][0] for row in expected)  # t.x's second path is in the shared data
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        ours = table.to_arrow().sort_by("id")
+        assert pa.types.is_string(ours.schema.field("a").type.value_type)
+
+        def as_rows(t: pa.Table) -> list[list]:
+            return [[row["a"], [row["t"]["x"], row["t"]["y"]], dict(row["m"]), [[e["p"], e["q"]] for e in row["aa"]]]
+                    for row in t.to_pylist()]
+        assert as_rows(ours) == expected
+        # Later granules alone: each JSON's structures and prefixes are read on their own.
+        reader = table.reader(table.parts()[-1].name)
+        later = reader.read(["id", *(n for n, _, _ in NESTED_JSON)], ranges=[(2, reader.n_granules)])
+        first = int(later.column("id")[0].as_py())
+        assert as_rows(later) == expected[first:]
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_json_inside_array_map_tuple_written_as_clickhouse_stores_it(tmp_path, kind):
+    """Our parts of the objects' text (two inserts; merged by us too): ClickHouse attaches them,
+    CHECK TABLE passes and gives every object's text back; one insert of ClickHouse's rows gives
+    ClickHouse's data files byte for byte (the shared paths' statistics aside, whose order ClickHouse
+    takes from a hash table: see `_same_json_bytes`)."""
+    cols = ", ".join(f"{n} {t}" for n, t, _ in NESTED_JSON)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in NESTED_JSON)} FROM numbers({ROWS})"])
+    try:
+        expected = sess.query(f"SELECT {NJ_SELECT} FROM src ORDER BY id", "JSONCompactEachRow").bytes()
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        rows = theirs.to_arrow().sort_by("id")
+        columns = [(n, t) for n, t, _ in NESTED_JSON]
+        for mine, back in _written_back(sess, tmp_path, kind, False, columns, rows):
+            assert mine.to_arrow().sort_by("id").to_pylist() == rows.to_pylist()
+            assert sess.query(f"SELECT {NJ_SELECT} FROM {back} ORDER BY id", "JSONCompactEachRow").bytes() == expected
+            sess.query(f"OPTIMIZE TABLE {back} FINAL")
+            assert sess.query(f"SELECT {NJ_SELECT} FROM {back} ORDER BY id", "JSONCompactEachRow").bytes() == expected
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        ours = MergeTreeTable.create(tmp_path / "one", [("id", "UInt64"), *columns], order_by="id",
+                                     settings={"index_granularity": 64, "auto_merge": False, **settings})
+        ours.insert(rows)
+        _same_json_bytes(theirs, ours)
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_our_merges_keep_every_nested_json_value_and_its_type(tmp_path, kind):
+    """A merge reads JSON inside Array, Map and Tuple in its stored form (each value's type and
+    binary form), not as text: a Float64 2.0 (text `2`) stays Float64. ClickHouse's rows, read so,
+    inserted in two parts and merged by us, give ClickHouse every path with its type again."""
+    doc = ("concat('{\"f\":', toString(n), '.0', if(n % 2 = 0, ',\"d\":\"2020-01-01\"', ''), "
+           "if(n % 3 = 0, ',\"u\":18446744073709551615', ''), '}')")
+    columns = [("a", "Array(JSON)", f"arrayMap(n -> {doc}, range(number % 3))"),
+               ("t", "Tuple(x JSON(max_dynamic_paths=1), y Dynamic)",
+                f"tuple({doc.replace('n)', 'number)').replace('n %', 'number %')}, number::Dynamic)"),
+               ("m", "Map(String, JSON)", f"map('k', {doc.replace('n)', 'number)').replace('n %', 'number %')})")]
+    cols = ", ".join(f"{n} {t}" for n, t, _ in columns)
+    settings_sql = f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}"
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id {settings_sql}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in columns)} FROM numbers({ROWS})"])
+    try:
+        types = ("arrayMap(x -> toString(JSONAllPathsWithTypes(x)), a), toString(JSONAllPathsWithTypes(t.x)), "
+                 "toString(t.y), mapApply((k, v) -> (k, toString(JSONAllPathsWithTypes(v))), m), "
+                 "arrayMap(x -> toString(x), a), toString(t.x)")
+        expected = sess.query(f"SELECT {types} FROM src ORDER BY id", "JSONCompactEachRow").bytes()
+        assert b"Float64" in expected and b"Date" in expected and b"UInt64" in expected
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        stored = theirs.reader(theirs.parts()[0].name).read(stored_json=True).sort_by("id")
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), *((n, t) for n, t, _ in columns)],
+                                     order_by="id", settings={"index_granularity": 64, "auto_merge": False, **settings})
+        ours.insert(stored.slice(0, 150))
+        ours.insert(stored.slice(150))
+        assert ours.optimize(final=True) and len(ours.parts()) == 1
+        assert ours.to_arrow().sort_by("id").to_pylist() == theirs.to_arrow().sort_by("id").to_pylist()
+        sess.query(f"CREATE TABLE back (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id {settings_sql}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        assert sess.query(f"SELECT {types} FROM back ORDER BY id", "JSONCompactEachRow").bytes() == expected
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_nested_dynamic_and_json_parts_merged_by_clickhouse_read_as_select_returns(tmp_path, kind):
+    """Parts ClickHouse merged (its merges choose the types and paths by frequency and may write
+    JSON shared data in the `advanced` layout) read as its SELECT returns them."""
+    d_cols = [(n, t, e) for n, t, e in NESTED_DYNAMIC]
+    j_cols = [(f"j{n}", t, e) for n, t, e in NESTED_JSON]
+    cols = ", ".join(f"{n} {t}" for n, t, _ in d_cols + j_cols)
+    values = ", ".join(e for _, _, e in d_cols + j_cols)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
+        [f"INSERT INTO src SELECT number, {values} FROM numbers(150)",
+         f"INSERT INTO src SELECT number + 150, {values.replace('number', '(number + 150)')} FROM numbers(150)",
+         "OPTIMIZE TABLE src FINAL"])
+    try:
+        names = ", ".join(n for n, _, _ in d_cols)
+        expected = sess.query(f"SELECT {names} FROM src ORDER BY id", "RowBinary").bytes()
+        select = NJ_SELECT.replace("(x -> toString(x), a)", "(x -> toString(x), ja)").replace("t.x", "jt.x") \
+            .replace("t.y", "jt.y").replace("), m)", "), jm)").replace("), aa)", "), jaa)")
+        texts = sess.query(f"SELECT {select} FROM src ORDER BY id", "JSONCompactEachRow").bytes().decode()
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert len(table.parts()) == 1
+        ours = table.to_arrow().sort_by("id")
+        assert _nested_dynamic_row_binary(ours) == expected
+        got = [[row["ja"], [row["jt"]["x"], row["jt"]["y"]], dict(row["jm"]), [[e["p"], e["q"]] for e in row["jaa"]]]
+               for row in ours.to_pylist()]
+        assert got == [json.loads(line) for line in texts.splitlines()]
+        reader = table.reader(table.parts()[0].name)
+        later = reader.read(None, ranges=[(3, reader.n_granules)])
+        first = int(later.column("id")[0].as_py())
+        assert later.to_pylist() == ours.slice(first).to_pylist()
+    finally:
+        close_session()
+
+
+def test_streaming_merge_of_nested_dynamic_and_json_is_the_in_memory_merge(tmp_path, monkeypatch):
+    """The streaming merge (column by column, in blocks, to spill files) writes the same bytes as the
+    in-memory one for Dynamic and JSON inside Array, Map and Tuple: each such column is written
+    whole once all of its blocks are in."""
+    from spark_mergetree.engine import merge as merging
+    from spark_mergetree.engine import merge_stream
+    monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 70)  # many blocks per part
+    d_cols = [(n, t, e) for n, t, e in NESTED_DYNAMIC]
+    j_cols = [(f"j{n}", t, e) for n, t, e in NESTED_JSON]
+    cols = ", ".join(f"{n} {t}" for n, t, _ in d_cols + j_cols)
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (id UInt64, {cols}) ENGINE = MergeTree ORDER BY id "
+                  f"SETTINGS index_granularity = 64, {PART_KINDS['Wide']}",
+        [f"INSERT INTO src SELECT number, {', '.join(e for _, _, e in d_cols + j_cols)} FROM numbers({ROWS})"])
+    try:
+        stored = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        rows = stored.reader(stored.parts()[0].name).read(stored_json=True)
+    finally:
+        close_session()
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), *((n, t) for n, t, _ in d_cols + j_cols)],
+                                 order_by="id", settings={"index_granularity": 64, "auto_merge": False})
+    ours.insert(rows.filter(pa.array(np.arange(ROWS) % 2 == 0)))
+    ours.insert(rows.filter(pa.array(np.arange(ROWS) % 2 == 1)))
+    readers = [ours.reader(p.name) for p in ours.parts()]
+    whole = merging.merge_parts(readers, ours.metadata)
+    with merging.merged_part(readers, ours.metadata) as streamed:
+        assert any(isinstance(data, memoryview) for data in streamed.files.values())  # the streaming path
+        assert {n: bytes(d) for n, d in streamed.files.items()} == {n: bytes(d) for n, d in whole.files.items()}
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_nested_table_of_dynamic_and_json_both_ways(tmp_path, kind):
+    """`Nested(a Dynamic, b JSON)` (flattened: `n.a Array(Dynamic)`, `n.b Array(JSON)` sharing `n.size0`):
+    ClickHouse's part read, ours (two inserts merged by us) attached, CHECK TABLE passing and SELECT
+    returning the same rows."""
+    sess, data_dir = make_chdb_table(
+        tmp_path, f"CREATE TABLE src (k UInt32, n Nested(a Dynamic, b JSON)) ENGINE = MergeTree ORDER BY k "
+                  f"SETTINGS index_granularity = 2, {PART_KINDS[kind]}",
+        ["""INSERT INTO src VALUES (1, [1, 'x'], ['{"a":1}', '{"b":2}']), (2, [], []), (3, [2.5], ['{"c":"s"}'])"""])
+    try:
+        statement = _statement(sess)
+        theirs = MergeTreeTable.open(data_dir, create_statement=statement)
+        rows = theirs.to_arrow().sort_by("k")
+        assert rows.column("n.b").to_pylist() == [['{"a":1}', '{"b":2}'], [], ['{"c":"s"}']]
+        assert rows.column("n.a").to_pylist()[0] == [b"\x0a" + struct.pack("<q", 1), b"\x15\x01x"]
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+        ours = MergeTreeTable.create(tmp_path / "ours", [("k", "UInt32"), ("n.a", "Array(Dynamic)"), ("n.b", "Array(JSON)")],
+                                     order_by="k", settings={"index_granularity": 2, "auto_merge": False, **settings})
+        ours.insert(rows.slice(0, 2))
+        ours.insert(rows.slice(2))
+        assert ours.optimize(final=True)
+        sess.query(statement.replace("src", "back", 1))
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        assert sess.query("SELECT * FROM back ORDER BY k", "TabSeparated").bytes() == \
+            sess.query("SELECT * FROM src ORDER BY k", "TabSeparated").bytes()
+    finally:
+        close_session()
+
+
+def test_dynamic_and_json_nesting_that_is_refused():
+    for text in ("Array(Dynamic)", "Map(String, Dynamic(max_types=3))", "Tuple(a Array(Dynamic), j JSON)",
+                 "Array(Array(JSON(a UInt8)))", "Map(String, Tuple(x JSON))"):
+        assert parse_type(text).to_clickhouse() == text
+    for text in ("Map(Dynamic, UInt8)", "Map(JSON, UInt8)"):
+        with pytest.raises(UnsupportedError, match=r"as a Map key or inside Nullable"):
+            parse_type(text)
+
+
+def test_nested_json_beside_low_cardinality_in_a_compact_table_is_written_wide(tmp_path):
+    """A Compact part's LowCardinality pieces are serialized granule by granule, a JSON inside the
+    same column from all of its objects: such a column goes into a Wide part, which ClickHouse attaches."""
+    kind = "Compact"
+    settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("t", "Tuple(s LowCardinality(String), j JSON)")],
+                                 order_by="id", settings={"index_granularity": 64, "auto_merge": False, **settings})
+    rows = pa.table({"id": pa.array(np.arange(100, dtype=np.uint64)),
+                     "t": pa.array([{"s": f"k{i % 3}", "j": f'{{"a":{i}}}'} for i in range(100)])})
+    ours.insert(rows)
+    assert not (ours.path / ours.parts()[0].name / "data.bin").exists()
+    assert ours.to_arrow().sort_by("id").to_pylist() == rows.to_pylist()
+    sess = open_session(tmp_path)
+    try:
+        sess.query(f"CREATE TABLE back (id UInt64, t Tuple(s LowCardinality(String), j JSON)) ENGINE = MergeTree "
+                   f"ORDER BY id SETTINGS index_granularity = 64, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        got = sess.query("SELECT toString(t.j) FROM back ORDER BY id", "TabSeparatedRaw").bytes().decode().split()
+        assert got == [f'{{"a":{i}}}' for i in range(100)]
+    finally:
+        close_session()
