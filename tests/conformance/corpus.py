@@ -157,7 +157,11 @@ PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...], str]] = {
 # Types this package refuses to read or write: UnsupportedError, never wrong rows. (None left that
 # ClickHouse creates from a plain INSERT: Dynamic and JSON inside Array, Map and Tuple are read now;
 # writing JSON inside them is refused, see tests/format/test_variant_dynamic_json.py.)
-REFUSED: dict[str, list[Column]] = {}
+REFUSED: dict[str, list[Column]] = {
+    "uniq": [("au", "AggregateFunction(uniq, UInt64)", "initializeAggregation('uniqState', number)")],
+    "quantile": [("aq", "AggregateFunction(quantile(0.5), Float64)",
+                  "initializeAggregation('quantileState(0.5)', toFloat64(number))")],
+}
 
 
 @dataclass(frozen=True)
