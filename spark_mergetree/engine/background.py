@@ -137,7 +137,7 @@ class BackgroundMerges:
                 return
 
     def _merge(self, table: MergeTreeTable) -> None:
-        description = merge_worker.describe(table) if USE_WORKERS else None
+        description = table.merge_worker_description() if USE_WORKERS else None
         if description is None:
             merge_until_settled(table, self._stop)
             return

@@ -5,18 +5,18 @@ A merge is mostly Python code between numpy calls, and it holds the interpreter 
 in the writing process it made every insert wait for the lock at each of its many file operations
 (measured: single-row inserts' p99 doubled while merges ran in a thread, and stayed as without
 merges when the same merges ran in another process). So `BackgroundMerges` hands each table to a
-worker: a child process (running `main` below) that opens the same table
-from its description and runs the automatic selector's merges until it finds nothing
+worker: a child process (merge_worker_main.py) that opens the same table
+from its description (`MergeTreeTable.merge_worker_description`) and runs the automatic selector's merges until it finds nothing
 (`background.merge_until_settled`), then answers with the parts it made.
 
-Protocol: one JSON line per request on the worker's stdin (`describe`), one JSON line per answer
+Protocol: one JSON line per request on the worker's stdin (a table's description), one JSON line per answer
 on its stdout (`{"created": [...]}` or `{"error": "..."}`). A worker serves one request at a time and
 lives exactly as long as its parent wants it: at the end of its input (the parent stopped its
 merges, exited or died) it exits at once, abandoning a merge in progress as a merge thread dies
 with its process. A merge is a transaction: what an abandoned one wrote is never visible, and
 recovery and cleanup remove it. Its stderr is the parent's (its warnings reach the same log).
 
-Tables this module does not describe are merged in a thread as before (`describe` returns None):
+Tables without a description are merged in a thread as before (the description is None):
 object-store tables, whose merges mostly wait on the network without the lock, and whose clients
 (credentials, retry settings, endpoints) a URL does not always reproduce.
 """
@@ -28,13 +28,8 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from queue import Queue
-from typing import IO, TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from spark_mergetree.engine.table import MergeTreeTable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -46,50 +41,18 @@ def in_worker() -> bool:
     return os.environ.get(IN_WORKER_ENV) == "1"
 
 
-def describe(table: MergeTreeTable) -> dict[str, Any] | None:
-    """What a worker needs to open the same table: its directory, statement, engine settings and
-    coordinator URL; None for tables only a thread of this process can merge."""
-    from spark_mergetree.engine.table import MergeTreeTable
-    from spark_mergetree.expressions.ddl import format_attach
-
-    if type(table) is not MergeTreeTable:
-        return None
-    try:
-        settings = json.loads(json.dumps(dict(table.metadata.engine_settings)))
-    except (TypeError, ValueError):
-        return None
-    return {"path": str(table.path), "statement": format_attach(table.definition),
-            "engine_settings": settings, "external": table._external_definition,
-            "coordinator": table.coordinator.url}
-
-
-def open_described(description: dict[str, Any]) -> MergeTreeTable:
-    """The table `describe` described, with the same definition and coordinator."""
-    from spark_mergetree.engine.metadata import TableMetadata
-    from spark_mergetree.engine.table import MergeTreeTable
-    from spark_mergetree.expressions.ddl import parse_create
-    from spark_mergetree.txn.connect import coordinator_from_url
-
-    metadata = TableMetadata(parse_create(description["statement"]), description["engine_settings"])
-    table = MergeTreeTable(description["path"], metadata, coordinator_from_url(description["coordinator"]))
-    table._external_definition = bool(description["external"])
-    return table
-
-
 class Worker:
     """The parent's end of one worker process."""
 
     def __init__(self) -> None:
-        import spark_mergetree
-
-        package_root = str(Path(spark_mergetree.__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])  # the directory holding spark_mergetree/
         env = dict(os.environ)
         env[IN_WORKER_ENV] = "1"
         env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
         # A session of its own: a terminal's Ctrl-C reaches the parent, which then closes the
         # worker's input; the worker finishes its merge instead of dying in the middle of it.
-        # (-c, not -m: the package imports this module, and runpy warns when -m runs such a module)
-        self.process = subprocess.Popen([sys.executable, "-c", "from spark_mergetree.engine.merge_worker import main; main()"],
+        # (-c, not -m: the package imports the module, and runpy warns when -m runs such a module)
+        self.process = subprocess.Popen([sys.executable, "-c", "from spark_mergetree.engine.merge_worker_main import main; main()"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                         start_new_session=True)
 
@@ -129,43 +92,3 @@ class Worker:
                 log.warning("merge worker %d did not exit at the end of its input", self.process.pid)
             if self.process.stdout is not None:
                 self.process.stdout.close()
-
-
-def _serve(requests: IO[str], answers: IO[str]) -> None:
-    from spark_mergetree.engine import background
-
-    lines: Queue[str] = Queue()
-
-    def read() -> None:
-        for line in requests:
-            lines.put(line)
-        # The parent is gone or stopped its merges: nobody waits for what this process does now.
-        os._exit(0)
-
-    threading.Thread(target=read, name="mergetree-worker-input", daemon=True).start()
-    tables: dict[str, MergeTreeTable] = {}
-    while True:
-        line = lines.get()
-        try:
-            description = json.loads(line)
-            key = json.dumps(description, sort_keys=True)
-            table = tables.get(key)
-            if table is None:
-                table = tables[key] = open_described(description)
-            reply: dict[str, Any] = {"created": background.merge_until_settled(table)}
-        except Exception as error:  # noqa: BLE001 - reported to the parent, which logs it
-            reply = {"error": f"{type(error).__name__}: {error}"}
-        try:
-            answers.write(json.dumps(reply) + "\n")
-            answers.flush()
-        except OSError:  # the parent is gone
-            os._exit(0)
-
-
-def main() -> None:
-    # The protocol owns the real stdout; anything else printed goes to stderr.
-    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    sys.stdout = sys.stderr
-    logging.basicConfig(level=logging.WARNING, format="mergetree merge worker: %(message)s")
-    _serve(sys.stdin, answers)
-

@@ -405,6 +405,11 @@ class ObjectStoreTable(MergeTreeTable):
 
         return self._new_versions(tx, transaction is None, parts, rewrite, mutation.command, only_if_changed=True)
 
+    def merge_worker_description(self) -> dict[str, Any] | None:
+        """None: an object-store table merges in a thread of its process (engine/merge_worker.py
+        says why)."""
+        return None
+
     def rewrite_every_part(self, command: str, rewrite: Callable[[PartReader], PartFiles | None]) -> list[str]:
         """`MergeTreeTable.rewrite_every_part` (index ALTERs), published as `delete` publishes, run
         again on a new snapshot when it loses a race (as `delete` is)."""

@@ -14,6 +14,7 @@ insert.py (writing staged parts), commit.py (publishing them: the commit protoco
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid as uuid_module
@@ -704,6 +705,16 @@ class MergeTreeTable:
         write_file_atomically(self.path / META_DIR / STATEMENT_FILE, statement.encode())
         self.metadata = self.metadata.with_definition(definition)
         self._statement_text = statement
+
+    def merge_worker_description(self) -> dict[str, Any] | None:
+        """What a merge worker process (engine/merge_worker.py) needs to open this table: its
+        directory, statement, engine settings and coordinator URL, as JSON; None when it cannot."""
+        try:
+            settings = json.loads(json.dumps(dict(self.metadata.engine_settings)))
+        except (TypeError, ValueError):
+            return None
+        return {"path": str(self.path), "statement": format_attach(self.definition), "engine_settings": settings,
+                "external": self._external_definition, "coordinator": self.coordinator.url}
 
     def rewrite_every_part(self, command: str, rewrite: Callable[[PartReader], PartFiles | None]) -> list[str]:
         """A mutation of every visible part, in one transaction (ALTER ... MATERIALIZE/DROP INDEX, the

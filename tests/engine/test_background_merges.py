@@ -284,7 +284,7 @@ def test_background_merges_run_in_a_worker_process(tmp_path: Path, monkeypatch: 
 
 
 def test_tables_a_worker_cannot_open_merge_in_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(background.merge_worker, "describe", lambda table: None)
+    monkeypatch.setattr(MergeTreeTable, "merge_worker_description", lambda table: None)
     table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id", settings={"merge_parts_threshold": 2})
     for n in range(4):
         table.insert(batch([n]))
