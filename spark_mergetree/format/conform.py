@@ -43,6 +43,7 @@ from spark_mergetree.format.types import (
     is_nullable,
     time_ticks,
     to_arrow,
+    to_arrow_holding,
 )
 
 __all__ = ["conform_column", "conform_array", "uuid_text", "fixed_bytes", "with_validity"]
@@ -552,14 +553,9 @@ _STORED_JSON = pa.map_(pa.string(), pa.binary())
 def _holding(dt: DataType, children: list[pa.Array]) -> pa.DataType:
     """`to_arrow(dt)` of an Array, Map or Tuple, with its children's types where a JSON inside is
     in the stored form."""
-    target = to_arrow(dt)
     if not contains_type(dt, Json):
-        return target
-    if isinstance(dt, Array):
-        return pa.list_(target.value_field.with_type(children[0].type))
-    if isinstance(dt, Map):
-        return pa.map_(target.key_field.with_type(children[0].type), target.item_field.with_type(children[1].type))
-    return pa.struct([field.with_type(child.type) for field, child in zip(target, children, strict=True)])
+        return to_arrow(dt)
+    return to_arrow_holding(dt, [child.type for child in children])
 
 
 def _array(arr: pa.Array, dt: Array, column: str) -> pa.Array:

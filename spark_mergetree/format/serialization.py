@@ -51,6 +51,7 @@ from spark_mergetree.format.types import (
     Variant,
     contains_type,
     to_arrow,
+    to_arrow_holding,
 )
 from spark_mergetree.format.values import (
     Cursor,
@@ -372,14 +373,9 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
 def _holding(dt: DataType, children: list[pa.Array], objects: ObjectReader | None) -> pa.DataType:
     """The Arrow type of an Array, Map or Tuple of `children`: `to_arrow(dt)`, but with its children's
     own types when a JSON inside may be read in another form (a merge's stored form)."""
-    arrow = to_arrow(dt)
     if objects is None:
-        return arrow
-    if isinstance(dt, Array):
-        return pa.list_(arrow.value_field.with_type(children[0].type))
-    if isinstance(dt, Map):
-        return pa.map_(arrow.key_field.with_type(children[0].type), arrow.item_field.with_type(children[1].type))
-    return pa.struct([field.with_type(child.type) for field, child in zip(arrow, children, strict=True)])
+        return to_arrow(dt)
+    return to_arrow_holding(dt, [child.type for child in children])
 
 
 # Discriminators serialization modes (the 8-byte prefix of `.variant_discr`) and, in compact mode,

@@ -776,6 +776,18 @@ def is_nullable(dt: DataType) -> bool:
     return isinstance(dt, (Nullable, Variant, Dynamic)) or (isinstance(dt, LowCardinality) and isinstance(dt.inner, Nullable))
 
 
+def to_arrow_holding(dt: DataType, child_types: list[pa.DataType]) -> pa.DataType:
+    """`to_arrow(dt)` of an Array, Map or Tuple whose children are of `child_types` (an Array's
+    element; a Map's key and value; a Tuple's elements) where they differ from `to_arrow`'s, as a
+    JSON inside one read in a merge's stored form does."""
+    target = to_arrow(dt)
+    if isinstance(dt, Array):
+        return pa.list_(target.value_field.with_type(child_types[0]))
+    if isinstance(dt, Map):
+        return pa.map_(target.key_field.with_type(child_types[0]), target.item_field.with_type(child_types[1]))
+    return pa.struct([field.with_type(child) for field, child in zip(target, child_types, strict=True)])
+
+
 def to_arrow_field(name: str, dt: DataType) -> pa.Field:
     return pa.field(name, to_arrow(dt), nullable=is_nullable(dt))
 

@@ -1206,7 +1206,8 @@ def test_streaming_merge_of_nested_dynamic_and_json_is_the_in_memory_merge(tmp_p
     finally:
         close_session()
     ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), *((n, t) for n, t, _ in d_cols + j_cols)],
-                                 order_by="id", settings={"index_granularity": 64, "auto_merge": False})
+                                 order_by="id", settings={"index_granularity": 64, "auto_merge": False,
+                                                          "min_bytes_for_wide_part": 0})  # Wide: a streamed merge
     ours.insert(rows.filter(pa.array(np.arange(ROWS) % 2 == 0)))
     ours.insert(rows.filter(pa.array(np.arange(ROWS) % 2 == 1)))
     readers = [ours.reader(p.name) for p in ours.parts()]
