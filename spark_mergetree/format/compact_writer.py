@@ -116,9 +116,9 @@ def _granule_streams(dt: DataType, name: str, column: pa.Array | pa.ChunkedArray
         streams = serialize_column(dt, name, column, granule_rows, string_sizes=string_sizes, objects=objects)
         # A stream's prefix (a Variant's discriminators mode) is a substream of its own in every granule,
         # all prefixes before the column's other substreams.
-        heads = [(stream + PREFIX, s.data[:int(s.granule_offsets[0])]) for stream, s in streams.items()
+        heads = [(stream + PREFIX, bytes(s.data[:int(s.granule_offsets[0])])) for stream, s in streams.items()
                  if int(s.granule_offsets[0])]
-        return [heads + [(stream, s.data[int(s.granule_offsets[g]):int(s.granule_offsets[g + 1])])
+        return [heads + [(stream, bytes(s.data[int(s.granule_offsets[g]):int(s.granule_offsets[g + 1])]))
                             for stream, s in streams.items()] for g in range(len(granule_rows))]
     granules = []
     start = 0

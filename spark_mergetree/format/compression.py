@@ -41,6 +41,8 @@ from spark_mergetree.format.compression_codecs import (
 )
 
 CHECKSUM_SIZE = 16
+# Compressed blocks written to a sink are given to the file hash in batches of at least this many bytes.
+HASH_BATCH_BYTES = 1 << 20
 BLOCK_OVERHEAD = CHECKSUM_SIZE + HEADER_SIZE
 DEFAULT_MIN_COMPRESS_BLOCK_SIZE = 65536
 DEFAULT_MAX_COMPRESS_BLOCK_SIZE = 1048576
@@ -56,6 +58,35 @@ def _lz4_block(data: bytes | bytearray | memoryview) -> bytearray:
     BLOCK_HEADER.pack_into(block, CHECKSUM_SIZE, METHOD_LZ4, HEADER_SIZE + written, len(data))
     block[:CHECKSUM_SIZE] = cityhash128(memoryview(block)[CHECKSUM_SIZE:])
     return block
+
+
+def _lz4_blocks(view: memoryview, block_starts: list[int]) -> tuple[bytearray, list[int]]:
+    """compress_block(LZ4, ...) of view[block_starts[i]:block_starts[i + 1]] for each i, back to back
+    in one buffer, and where each block starts in it. One buffer for a whole stream: a buffer per
+    block and joining them would copy every compressed byte once more, holding the GIL."""
+    sizes = np.diff(np.asarray(block_starts, np.int64)).tolist()
+    bound = SYSTEM_LZ4.LZ4_compressBound
+    out = bytearray(sum(BLOCK_OVERHEAD + bound(size) for size in sizes))
+    source = np.frombuffer(view, np.uint8)
+    target = np.frombuffer(out, np.uint8)
+    source_address, target_address = source.ctypes.data, target.ctypes.data
+    starts = []
+    position = 0
+    for begin, size in zip(block_starts, sizes):
+        capacity = bound(size)
+        written = SYSTEM_LZ4.LZ4_compress_default(source_address + begin, target_address + position + BLOCK_OVERHEAD,
+                                                  size, capacity)
+        if written <= 0:
+            raise InvalidOptionError(f"LZ4 cannot compress a block of {size} bytes")
+        BLOCK_HEADER.pack_into(out, position + CHECKSUM_SIZE, METHOD_LZ4, HEADER_SIZE + written, size)
+        end = position + BLOCK_OVERHEAD + written
+        target[position:position + CHECKSUM_SIZE] = np.frombuffer(
+            cityhash128(target[position + CHECKSUM_SIZE:end]), np.uint8)
+        starts.append(position)
+        position = end
+    del source, target  # a bytearray with an exported buffer cannot shrink
+    del out[position:]
+    return out, starts
 
 
 def compress_block(codec: Codec | CodecChain, data: bytes | bytearray | memoryview) -> bytes | bytearray:
@@ -379,7 +410,7 @@ class CompressedStreamWriter:
         self.codec = codec
         self.min_compress_block_size = min_compress_block_size
         self.max_compress_block_size = max_compress_block_size
-        self._blocks: list[bytes] = []
+        self._blocks: list[bytes | bytearray] = []
         self._compressed_size = 0
         self._buffer = bytearray()
         self._marks: list[tuple[int, int]] = []
@@ -387,16 +418,39 @@ class CompressedStreamWriter:
         self._final_mark: tuple[int, int] | None = None
         self._hasher = FileHasher()
         self._file_hasher = FileHasher()
+        self._unhashed: list[bytes | bytearray] = []  # blocks written to the sink, not hashed yet
+        self._unhashed_size = 0
         self._sink = sink
         self._value: bytes | None = None
 
     def _emit(self, block: bytes) -> None:
-        if self._sink is not None:
-            self._sink.write(block)
+        if self._sink is None:
+            self._keep(block)
         else:
-            self._blocks.append(block)
-        self._file_hasher.update(block)
+            self._sink.write(block)
+            # Blocks are hashed a batch at a time: a block is often under 64 KiB, and the file hash
+            # runs faster, and without the GIL, over longer runs (cityhash.COMPILED_CHAIN_BYTES).
+            # Without a sink the whole file is hashed once it is joined (getvalue).
+            self._unhashed.append(block)
+            self._unhashed_size += len(block)
+            if self._unhashed_size >= HASH_BATCH_BYTES:
+                self._hash_blocks()
         self._compressed_size += len(block)
+
+    def _keep(self, blocks: bytes | bytearray) -> None:
+        if self._blocks and isinstance(self._blocks[-1], bytearray):
+            self._blocks[-1] += blocks  # grows in place mostly: no join of the whole file later
+        else:
+            self._blocks.append(blocks)
+
+    def _hash_blocks(self) -> None:
+        if self._sink is None:
+            if self._file_hasher.size < self._compressed_size:
+                self._file_hasher.update(self.getvalue())
+        elif self._unhashed:
+            self._file_hasher.update(self._unhashed[0] if len(self._unhashed) == 1 else b"".join(self._unhashed))
+            self._unhashed = []
+            self._unhashed_size = 0
 
     def _flush(self) -> None:
         if self._buffer:
@@ -474,9 +528,15 @@ class CompressedStreamWriter:
                 break  # the last block, flushed by a later call or finish()
             block_starts.append(position)
         compressed_offsets = []
-        for begin, stop in zip(block_starts[:-1], block_starts[1:], strict=True):
-            compressed_offsets.append(self._compressed_size)
-            self._emit(compress_block(self.codec, view[begin:stop]))
+        if self._sink is None and self.codec == LZ4 and SYSTEM_LZ4 is not None and len(block_starts) > 1:
+            blocks, block_offsets = _lz4_blocks(view, block_starts)
+            compressed_offsets = [self._compressed_size + offset for offset in block_offsets]
+            self._keep(blocks)
+            self._compressed_size += len(blocks)
+        else:
+            for begin, stop in zip(block_starts[:-1], block_starts[1:], strict=True):
+                compressed_offsets.append(self._compressed_size)
+                self._emit(compress_block(self.codec, view[begin:stop]))
         # The block from the last cut stays in the buffer until a cut (see _current_mark).
         compressed_offsets.append(self._compressed_size)
         self._buffer = bytearray(view[block_starts[-1]:end])
@@ -519,7 +579,8 @@ class CompressedStreamWriter:
         if self._sink is not None:
             raise InvalidOptionError("getvalue() of a writer with a sink")
         if self._value is None:
-            self._value = b"".join(self._blocks)
+            # One buffer already (a whole stream compressed at once) is not copied again.
+            self._value = self._blocks[0] if len(self._blocks) == 1 else b"".join(self._blocks)
             self._blocks = [self._value]
         return self._value
 
@@ -542,6 +603,7 @@ class CompressedStreamWriter:
     @property
     def file_hash(self) -> bytes:
         """checksums.txt hash of the compressed file (after finish())."""
+        self._hash_blocks()
         return self._file_hasher.digest()
 
     @property

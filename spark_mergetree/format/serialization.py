@@ -213,6 +213,11 @@ def _serialize_variant(dt: Variant, base: str, level: int, arr: pa.Array, bounds
                    string_sizes, column, out, states, last)
 
 
+def _memory(values: np.ndarray) -> memoryview:
+    """The bytes of an array as a flat memoryview (no copy when it is contiguous)."""
+    return np.ascontiguousarray(values).reshape(-1).view(np.uint8).data
+
+
 def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray, string_sizes: bool, column: str,
                       out: dict[str, StreamBytes], allow_nulls: bool) -> None:
     if arr.null_count and not allow_nulls:
@@ -221,8 +226,8 @@ def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray
     if is_string(dt):
         offsets, data = string_buffers(arr)
         if string_sizes:
-            out[base + ".size"] = StreamBytes(np.diff(offsets).astype("<u8").tobytes(), bounds * 8)
-            out[base] = StreamBytes(data.tobytes(), offsets[bounds])
+            out[base + ".size"] = StreamBytes(_memory(np.diff(offsets).astype("<u8")), bounds * 8)
+            out[base] = StreamBytes(_memory(data), offsets[bounds])
         else:
             encoded, row_offsets = encode_classic(offsets, data)
             out[base] = StreamBytes(encoded.tobytes(), row_offsets[bounds])
@@ -238,7 +243,8 @@ def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray
         out[base] = StreamBytes(data.tobytes(), offsets[bounds])
         return
     values = fixed_storage(dt, arr, column)
-    out[base] = StreamBytes(values.tobytes(), bounds * fixed_width(dt))
+    # A view, not a copy: a copy holds the GIL and the threads encoding other columns wait for it.
+    out[base] = StreamBytes(_memory(values), bounds * fixed_width(dt))
 
 
 def default_column(dt: DataType, num_rows: int) -> pa.Array:

@@ -53,7 +53,7 @@ class StreamBytes:
     one: the keys version); granule_offsets[-1] == len(data).
     """
 
-    data: bytes
+    data: bytes | memoryview  # a memoryview (bytes 'B') may be a view of the input's own buffers
     granule_offsets: np.ndarray
 
 

@@ -121,6 +121,36 @@ def test_long_files_hash_the_same_in_one_update_and_in_short_ones():
     assert hasher.digest() == one_go
 
 
+def test_compiled_chain_equals_the_per_block_c_calls():
+    """Long files are hashed by the compiled chain in one call; the per-block C calls are the
+    reference. Also from an unaligned start, and the compiled 128-bit hash alone at every length
+    that is a multiple of 8 from 128 on (the long path's tail pieces included)."""
+    import struct
+
+    from spark_mergetree.format.cityhash import _C_SEEDED, COMPILED_CHAIN_BYTES, HASHING_BLOCK_SIZE, _Halves
+    from spark_mergetree.format.cityhash_compiled import _cityhash128_words
+
+    rng = np.random.default_rng(11)
+    for length in range(128, 1200, 8):
+        data = rng.integers(0, 256, length, dtype=np.uint8)
+        low, high = (int(x) for x in rng.integers(0, 2**63, 2))
+        want = _C_SEEDED(data.ctypes.data, length, _Halves(low, high))
+        got = _cityhash128_words(data.view("<u8"), 0, length // 8, np.uint64(low), np.uint64(high))
+        assert (int(got[0]), int(got[1])) == (want.first, want.second), length
+    raw = rng.integers(0, 256, COMPILED_CHAIN_BYTES + 3 * HASHING_BLOCK_SIZE + 1001, dtype=np.uint8).tobytes()
+    for data in (raw[:-1], memoryview(raw)[1:]):  # the second starts one byte past the buffer's start
+        state = (0, 0)
+        whole = len(data) // HASHING_BLOCK_SIZE * HASHING_BLOCK_SIZE
+        array = np.frombuffer(data, np.uint8)
+        for start in range(0, whole, HASHING_BLOCK_SIZE):
+            halves = _C_SEEDED(array.ctypes.data + start, HASHING_BLOCK_SIZE, _Halves(*state))
+            state = (halves.first, halves.second)
+        tail = struct.pack("<QQ", state[0] ^ 0xC949D7C7509E6557, state[1]) + bytes(data[whole:])
+        hasher = FileHasher()
+        hasher.update(data)
+        assert hasher.digest() == cityhash128(tail)
+
+
 def test_hashing_keeps_no_reference_to_the_buffer() -> None:
     """The package's own function never releases a buffer it hashes: every memoryview, bytearray or
     numpy array hashed stayed pinned for the life of the process (each read leaked the bytes it
@@ -151,7 +181,8 @@ def test_compiled_cityhash64_matches_the_package_at_every_length():
     import numpy as np
     from clickhouse_cityhash.cityhash import CityHash64, CityHash64WithSeed
 
-    from spark_mergetree.format.skip_index_compiled import _cityhash64_seeded, string_hashes
+    from spark_mergetree.format.cityhash_compiled import _cityhash64_seeded
+    from spark_mergetree.format.skip_index_compiled import string_hashes
 
     rng = random.Random(64)
     strings = [bytes(rng.randrange(256) for _ in range(n)) for n in [*range(0, 200), 255, 256, 1000, 4097]]
