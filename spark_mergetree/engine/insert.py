@@ -106,9 +106,13 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
     staged = []
     key = meta.partition_key
     for number, group in enumerate(key.group_rows(table)):
-        rows = table.take(pa.array(group.row_indices)) if len(key.elements) else table
-        arrived = rows  # projections are built from the rows in the order they came, as ClickHouse does
-        rows = meta.sort(rows)
+        if len(key.elements):
+            rows = meta.sort(table, group.row_indices)
+            # Projections are built from the rows in the order they came, as ClickHouse does.
+            arrived = table.take(pa.array(group.row_indices)) if meta.projections else rows
+        else:
+            arrived = table
+            rows = meta.sort(table)
         if meta.merging_engine is not None:  # ClickHouse's optimize_on_insert: the block merged as a part would be
             rows = engines.collapse(meta.merging_engine, rows, meta.sorting_key, meta.column_types, final=False)
             if not rows.num_rows:

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.engine import projections
@@ -32,7 +33,12 @@ from spark_mergetree.expressions.ddl import (
 from spark_mergetree.expressions.key_condition import key_columns_for
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.skip_index import SkipIndex, skip_indexes_of
-from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
+from spark_mergetree.expressions.sort_key import (
+    key_element_arrays,
+    key_element_types,
+    sort_indices,
+    sorting_key_columns,
+)
 from spark_mergetree.format import granularity
 from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, parse_column_codec
 from spark_mergetree.format.part import PartFiles
@@ -263,11 +269,27 @@ class TableMetadata:
         except (InvalidOptionError, UnsupportedError) as error:
             raise type(error)(f"column {name!r}: {error}") from None
 
-    def sort(self, table: pa.Table) -> pa.Table:
-        """Rows in the order ClickHouse stores them: by ORDER BY, ClickHouse's comparison."""
+    def sort(self, table: pa.Table, rows: np.ndarray | None = None) -> pa.Table:
+        """Rows in the order ClickHouse stores them: by ORDER BY, ClickHouse's comparison. With
+        `rows` (positions), only those rows: the order is found on the key columns alone and the
+        whole table is taken once (a take copies every column; a partition's rows taken and then
+        sorted would copy them twice)."""
+        if rows is not None:
+            if not self.sorting_key or len(rows) < 2:
+                return table.take(pa.array(rows))
+            keys = table.select([name for name in table.column_names if name in self._sorting_columns])
+            keys = keys.take(pa.array(rows))
+            if self._already_sorted(keys):
+                return table.take(pa.array(rows))
+            order = sort_indices(self.sorting_key, keys, self.column_types).to_numpy()
+            return table.take(pa.array(np.asarray(rows)[order]))
         if not self.sorting_key or table.num_rows < 2 or self._already_sorted(table):
             return table
         return table.take(sort_indices(self.sorting_key, table, self.column_types))
+
+    @cached_property
+    def _sorting_columns(self) -> set[str]:
+        return sorting_key_columns(self.sorting_key, self.column_types)
 
     def _already_sorted(self, table: pa.Table) -> bool:
         """Cheap check for the common case of a numeric first key column already in order (Spark

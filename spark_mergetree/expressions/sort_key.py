@@ -15,7 +15,14 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError
 from spark_mergetree.expressions.functions import needs_ordering_map, orderable
-from spark_mergetree.expressions.predicate import Column, Func, bind, evaluate_value, parse_expression
+from spark_mergetree.expressions.predicate import (
+    Column,
+    Func,
+    bind,
+    columns_of,
+    evaluate_value,
+    parse_expression,
+)
 
 
 def key_element_types(elements: Sequence[str], schema: Mapping[str, str]) -> list[str | None]:
@@ -25,6 +32,11 @@ def key_element_types(elements: Sequence[str], schema: Mapping[str, str]) -> lis
         expr = bind(parse_expression(text), schema)
         types.append(expr.type if isinstance(expr, (Column, Func)) else None)
     return types
+
+
+def sorting_key_columns(elements: Sequence[str], schema: Mapping[str, str]) -> set[str]:
+    """The columns the key elements read."""
+    return {name for text in elements for name in columns_of(bind(parse_expression(text), schema))}
 
 
 def key_element_arrays(elements: Sequence[str], table: pa.Table, schema: Mapping[str, str]) -> list[pa.Array]:
