@@ -11,8 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-def lazy_njit(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`numba.njit(cache=True)(function)`, deferred to the first call."""
+def lazy_njit(function: Callable[..., Any] | None = None, *, nogil: bool = False) -> Any:
+    """`numba.njit(cache=True, nogil=nogil)(function)`, deferred to the first call. `nogil`: the
+    kernel runs without the GIL (for kernels called from several threads at once, as the column
+    writers of one part are)."""
+    if function is None:
+        return lambda inner: lazy_njit(inner, nogil=nogil)
     compiled: Callable[..., Any] | None = None
 
     def call(*args: Any) -> Any:
@@ -20,7 +24,7 @@ def lazy_njit(function: Callable[..., Any]) -> Callable[..., Any]:
         if compiled is None:
             import numba
 
-            compiled = numba.njit(cache=True)(function)
+            compiled = numba.njit(cache=True, nogil=nogil)(function)
         return compiled(*args)
 
     call.__name__ = function.__name__

@@ -230,7 +230,7 @@ def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray
             out[base] = StreamBytes(_memory(data), offsets[bounds])
         else:
             encoded, row_offsets = encode_classic(offsets, data)
-            out[base] = StreamBytes(encoded.tobytes(), row_offsets[bounds])
+            out[base] = StreamBytes(_memory(encoded), row_offsets[bounds])
         return
     if isinstance(dt, AggregateFunction):
         offsets, data = string_buffers(arr)
