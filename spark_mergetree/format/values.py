@@ -286,13 +286,26 @@ def varuint_sizes(values: np.ndarray) -> np.ndarray:
 def encode_classic(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Classic String encoding (varuint length + bytes per row) → (bytes, row offsets n+1)."""
     offsets = np.asarray(offsets, np.int64)
+    offsets = offsets - offsets[0]  # data starts at the first row's bytes
     lengths = np.diff(offsets)
     row_offsets = np.zeros(len(offsets), np.int64)
     np.cumsum(varuint_sizes(lengths.astype(np.uint64)) + lengths, out=row_offsets[1:])
     out = np.empty(int(row_offsets[-1]), np.uint8)
-    if len(lengths):
+    if len(out) >= COMPILED_CLASSIC_BYTES:
         _write_classic(offsets, np.ascontiguousarray(data, np.uint8), out)
+    elif len(lengths):
+        # Small columns skip the kernel, whose first call in a process loads numba (a fresh Spark
+        # worker's first small write would pay that): a scatter through index arrays instead.
+        prefixes, prefix_offsets = encode_varuints(lengths.astype(np.uint64))
+        nbytes = np.diff(prefix_offsets)
+        starts = row_offsets[:-1]
+        out[np.arange(len(prefixes), dtype=np.int64) + np.repeat(starts - prefix_offsets[:-1], nbytes)] = prefixes
+        out[np.arange(len(data), dtype=np.int64) + np.repeat(starts + nbytes - offsets[:-1], lengths)] = data
     return out, row_offsets
+
+
+#: Classic String columns of at least this many encoded bytes are written by the compiled kernel.
+COMPILED_CLASSIC_BYTES = 1 << 20
 
 
 @lazy_njit(nogil=True)

@@ -650,3 +650,21 @@ def test_256_bit_values_arrow_cannot_hold_are_refused_not_misread(tmp_path):
     for column, stream in (("u", "u"), ("s", "s")):
         with pytest.raises(UnsupportedError, match=rf"{stream}\.bin.*7[78] digits.*76"):
             table.to_arrow([column])
+
+
+@pytest.mark.parametrize("rows", [300, 30_000])  # under and over values.COMPILED_CLASSIC_BYTES
+def test_classic_strings_encode_as_a_length_then_the_bytes_on_both_paths(rows: int) -> None:
+    """The scatter (small columns) and the compiled copy (big ones) give the same bytes: a LEB128
+    length then the bytes of each row, also for offsets that do not start at 0 and long rows."""
+    from spark_mergetree.format import values
+
+    rng = np.random.default_rng(rows)
+    texts = ["é" * int(n) for n in rng.integers(0, 90, rows)] + ["", "z" * 20_000, "y" * 127, "w" * 128]
+    offsets, data = values.string_buffers(pa.array(texts))
+    for first in (0, 7):
+        encoded, row_offsets = values.encode_classic(offsets[first:], data[offsets[first]:])
+        want = b"".join(bytes(values.encode_varuints(np.array([len(t.encode())], np.uint64))[0]) + t.encode()
+                        for t in texts[first:])
+        assert encoded.tobytes() == want
+        assert (len(encoded) >= values.COMPILED_CLASSIC_BYTES) == (rows > 1000)
+        assert row_offsets[-1] == len(want) and len(row_offsets) == len(texts) - first + 1
