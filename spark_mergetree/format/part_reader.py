@@ -159,9 +159,10 @@ def merge_ranges(ranges: Iterable[GranuleRange]) -> list[GranuleRange]:
     return [(b, e) for b, e in merged]
 
 
-def _unpacked(source: FileSource, part: str, location: str) -> FileSource:
-    """The source itself, or for a packed part (one `data.packed` archive) the files inside it."""
-    if is_packed(source.list_files(part)):
+def _unpacked(source: FileSource, part: str, location: str, files: list[str] | None = None) -> FileSource:
+    """The source itself, or for a packed part (one `data.packed` archive) the files inside it.
+    `files`: the part's listing, when the caller has it already."""
+    if is_packed(source.list_files(part) if files is None else files):
         return PackedSource(source, location)
     return source
 
@@ -275,7 +276,8 @@ class PartReader:
     def __init__(self, source: FileSource, part: str, location: str = "") -> None:
         self.part = part
         self.location = location or part
-        self.source = _unpacked(source, part, self.location)
+        listed = source.list_files(part)
+        self.source = _unpacked(source, part, self.location, listed)
         self._lock = threading.Lock()
         self._marks_cache: dict[str, np.ndarray] = {}
         self._primary: dict[tuple[str, ...], list[pa.Array]] = {}
@@ -283,7 +285,8 @@ class PartReader:
         self._prefetched = threading.local()  # per reading thread: coalesced reads (`_prefetch`)
         self._checked_types: set[tuple[str, str]] = set()
         # The part's own files; a projection's (`<name>.proj/<file>`) are checked by verify().
-        self.files = {name for name in self.source.list_files(part) if "/" not in name}
+        self.files = {name for name in (listed if self.source is source else self.source.list_files(part))
+                      if "/" not in name}
         self._refuse_row_changing_features()
         self._metadata: dict[str, bytes] = {}
         for name in sorted(self.files):

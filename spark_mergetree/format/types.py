@@ -7,6 +7,7 @@ the canonical spelling ClickHouse writes into columns.txt.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 
@@ -656,6 +657,12 @@ def parse_type(text: str) -> DataType:
     """Parse ClickHouse type text (`Array(Nullable(String))`, `DateTime64(3, 'UTC')`, ...)."""
     if not isinstance(text, str) or not text.strip():
         raise FormatError(f"empty or non-text ClickHouse type: {text!r}")
+    return _parse_type_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_type_text(text: str) -> DataType:
+    # Cached: every part of a table names the same types (columns.txt), and types are immutable.
     try:
         parsed = _Parser(text).parse()
     except FormatError:
