@@ -120,10 +120,12 @@ def _len33to64(data, s, n):
 
 @njit(cache=True)
 def _weak32(data, p, a, b):
-    w = _fetch64(data, p)
-    x = _fetch64(data, p + 8)
-    y = _fetch64(data, p + 16)
-    z = _fetch64(data, p + 24)
+    return _weak32_of(_fetch64(data, p), _fetch64(data, p + 8), _fetch64(data, p + 16), _fetch64(data, p + 24), a, b)
+
+
+@njit(cache=True)
+def _weak32_of(w, x, y, z, a, b):
+    """WeakHashLen32WithSeeds of the four words w, x, y, z."""
     a += w
     b = _rotate(b + a + z, 21)
     c = a
@@ -131,6 +133,19 @@ def _weak32(data, p, a, b):
     a += y
     b += _rotate(a, 44)
     return a + z, b + c
+
+
+@njit(cache=True)
+def _round(x, y, z, v0, v1, w0, w1, a0, a1, a2, a3, a4, a5, a6, a7):
+    """One 64-byte round of the long CityHash64/CityHash128 loops, over the chunk's eight words."""
+    x = _rotate(x + y + v0 + a2, 37) * _K1
+    y = _rotate(y + v1 + a6, 42) * _K1
+    x ^= w1
+    y ^= v0
+    z = _rotate(z ^ w0, 33)
+    v0, v1 = _weak32_of(a0, a1, a2, a3, v1 * _K1, x + w0)
+    w0, w1 = _weak32_of(a4, a5, a6, a7, z + w1, y)
+    return z, y, x, v0, v1, w0, w1  # x and z change places after every round
 
 
 @njit(cache=True)
@@ -153,14 +168,9 @@ def _cityhash64(data, s, n):
     remaining = (n - 1) & ~63
     p = s
     while True:
-        x = _rotate(x + y + v0 + _fetch64(data, p + 16), 37) * _K1
-        y = _rotate(y + v1 + _fetch64(data, p + 48), 42) * _K1
-        x ^= w1
-        y ^= v0
-        z = _rotate(z ^ w0, 33)
-        v0, v1 = _weak32(data, p, v1 * _K1, x + w0)
-        w0, w1 = _weak32(data, p + 32, z + w1, y)
-        z, x = x, z
+        x, y, z, v0, v1, w0, w1 = _round(x, y, z, v0, v1, w0, w1, _fetch64(data, p), _fetch64(data, p + 8),
+                                         _fetch64(data, p + 16), _fetch64(data, p + 24), _fetch64(data, p + 32),
+                                         _fetch64(data, p + 40), _fetch64(data, p + 48), _fetch64(data, p + 56))
         p += 64
         remaining -= 64
         if remaining == 0:
@@ -171,18 +181,6 @@ def _cityhash64(data, s, n):
 @njit(cache=True)
 def _cityhash64_seeded(data, s, n, seed):
     return _hash16(_cityhash64(data, s, n) - _K2, seed)
-
-
-@njit(cache=True)
-def _weak32_words(words, w, a, b):
-    """WeakHashLen32WithSeeds of the four words at `w`."""
-    a += words[w]
-    b = _rotate(b + a + words[w + 3], 21)
-    c = a
-    a += words[w + 1]
-    a += words[w + 2]
-    b += _rotate(a, 44)
-    return a + words[w + 3], b + c
 
 
 @njit(cache=True)
@@ -200,14 +198,8 @@ def _cityhash128_words(words, w, n, low, high):
     remaining = n
     while True:  # two rounds of 64 bytes per turn, as the reference unrolls them
         for _ in range(2):
-            x = _rotate(x + y + v0 + words[w + 2], 37) * _K1
-            y = _rotate(y + v1 + words[w + 6], 42) * _K1
-            x ^= w1
-            y ^= v0
-            z = _rotate(z ^ w0, 33)
-            v0, v1 = _weak32_words(words, w, v1 * _K1, x + w0)
-            w0, w1 = _weak32_words(words, w + 4, z + w1, y)
-            z, x = x, z
+            x, y, z, v0, v1, w0, w1 = _round(x, y, z, v0, v1, w0, w1, words[w], words[w + 1], words[w + 2],
+                                             words[w + 3], words[w + 4], words[w + 5], words[w + 6], words[w + 7])
             w += 8
         remaining -= 16
         if remaining < 16:
@@ -221,7 +213,8 @@ def _cityhash128_words(words, w, n, low, high):
         w0 += words[w + remaining - done + 2]
         x = _rotate(x, 49) * _K0 + w0
         w0 += v0
-        v0, v1 = _weak32_words(words, w + remaining - done, v0, v1)
+        t = w + remaining - done
+        v0, v1 = _weak32_of(words[t], words[t + 1], words[t + 2], words[t + 3], v0, v1)
     x = _hash16(x, v0)
     y = _hash16(y, w0)
     return _hash16(x + v1, w1) + y, _hash16(x + w1, y + v1)
