@@ -273,6 +273,8 @@ _lz4_decoder, _zstd_decoder = _load_system_decompressors()
 # Below this many decompressed bytes a thread hand-off costs more than it saves.
 _PARALLEL_THRESHOLD = 8 << 20
 _decompress_pool: ThreadPoolExecutor | None = None
+# Up to this many decompressed bytes a lone block is decoded by one call (decompress_block).
+_SMALL_BLOCK = 1 << 16
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -284,6 +286,10 @@ def _pool() -> ThreadPoolExecutor:
 
 def _decompress_blocks_into(view: memoryview, blocks: list[BlockInfo], path: str) -> bytearray:
     """Decompress verified blocks back to back into one new buffer."""
+    if len(blocks) == 1 and blocks[0].decompressed_size <= _SMALL_BLOCK:
+        # One small block (a part's metadata files, its compact marks): the buffer set-up below
+        # would cost more than decompressing it.
+        return bytearray(decompress_block(blocks[0], path))
     targets = np.zeros(len(blocks) + 1, dtype=np.int64)
     np.cumsum([block.decompressed_size for block in blocks], out=targets[1:])
     out = bytearray(int(targets[-1]))
