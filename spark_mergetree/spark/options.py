@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_mergetree.errors import InvalidOptionError
-from spark_mergetree.format.compression_codecs import parse_codec
 from spark_mergetree.spark.adapter import TXN_OPTION, TxnContext
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.object_store import (
@@ -256,6 +255,10 @@ def _transaction(options: Mapping[str, str], excludes: str | None = None) -> Txn
 
 
 def _check_codec(raw: str) -> str:
+    # Imported here: the codecs pull in numpy, lz4 and zstandard, and every planning process of a
+    # first query (PySpark starts a new one per step) imports this module.
+    from spark_mergetree.format.compression_codecs import parse_codec
+
     try:
         return parse_codec(raw).setting
     except InvalidOptionError as error:

@@ -13,7 +13,6 @@ import inspect
 import re
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -107,7 +106,7 @@ def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
         column = batch.column(batch.schema.get_field_index(target_field.name))
         if column.type != target_field.type:
             if _needs_text(column.type, target_field.type):
-                column = pc.cast(column, pa.string())
+                column = column.cast(pa.string())
             elif pa.types.is_timestamp(column.type) or pa.types.is_duration(column.type):
                 # Spark keeps microseconds: DateTime64(7..9) / Time64(7..9) ticks are truncated, never rejected.
                 column = column.cast(target_field.type, safe=False)
@@ -256,7 +255,7 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
         if not table_field.nullable and column.null_count and _is_nested(table_field.type):
             # ClickHouse has no NULL Array/Map/Tuple; like its input_format_null_as_default, a NULL
             # becomes the empty value (a struct of NULL fields for a Tuple).
-            column = pc.fill_null(column, _empty_value(table_field.type))
+            column = column.fill_null(_empty_value(table_field.type))
         if not table_field.nullable and column.null_count:
             raise SchemaMismatchError(
                 f"column {table_field.name!r} is not Nullable in the table but the data has "

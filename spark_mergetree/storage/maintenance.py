@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from tqdm import tqdm
-
 from spark_mergetree.errors import InvalidOptionError, StorageError
 from spark_mergetree.storage.filesystem import byte_view
 from spark_mergetree.storage.reports import RebuildReport, ScrubProblem, ScrubReport
@@ -15,6 +13,8 @@ def scrub(parts: TableParts, progress: bool = False) -> ScrubReport:
     """Read every copy of every unit and every parity unit; report what does not verify."""
     report = ScrubReport()
     parts.forget(*parts.list_parts())
+    from tqdm import tqdm  # only here: every process that opens a table imports this module
+
     for part in tqdm(parts.list_parts(), desc="scrub", unit="part", disable=not progress):
         report.parts_checked += 1
         try:
@@ -52,6 +52,8 @@ def rebuild(parts: TableParts, disk_name: str, progress: bool = True) -> Rebuild
     parts.forget(*parts.list_parts())
     on_volume = [p for p in parts.list_parts() if parts.open(p).volume is volume]
     dirs = parts.dirs
+    from tqdm import tqdm
+
     for part in tqdm(on_volume, desc=f"rebuild {disk_name}", unit="part", disable=not progress):
         opened = parts.open(part)
         if disk not in opened.disks:
