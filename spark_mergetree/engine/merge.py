@@ -321,9 +321,9 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
 
     With `spill_dir`, a merge into a Wide part streams (merge_stream.py; for the engines that
     combine rows, window by window of whole keys): memory holds blocks, not parts, and the output
-    goes to files there as it is written. Otherwise, and for Compact results and row-combining
-    engines' tables with ORDER BY tuple(), the keys are sorted whole and each column is read whole: memory holds the keys, one column and the
-    compressed output, not the whole decoded table.
+    goes to files there as it is written. Otherwise, and for Compact results (small: is_compact_part),
+    the keys are sorted whole and each column is read whole: memory holds the keys, one column and
+    the compressed output, not the whole decoded table.
 
     The table's projections are built again from the merged rows (engine/projections.py); parts
     holding a projection this version cannot build (`unmergeable_projections`) are not merged: the
@@ -394,15 +394,16 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     partition = _merged_partition(readers, meta)
     compact = merges_into_compact(readers, meta)
     # A Wide result streams; a Compact one is written whole below (it interleaves every column granule
-    # by granule), as are the merges of row-combining engines over ORDER BY tuple().
+    # by granule), as is a merge that keeps no row.
     if not compact and spill_dir is not None and engine is None:
         rows = sum(r.existing_rows for r in readers)
         granules, _ = merge_stream.plan_merged_granules(readers, meta, rows)
         if rows:
             return merge_stream.merge_streaming(readers, meta, keys, rows, granules, partition, spill_dir)
-    elif not compact and spill_dir is not None and meta.sorting_key:
+    elif not compact and spill_dir is not None:
         numbers = engines.part_sources([PartInfo.parse(r.part).level for r in readers], [1] * len(readers))
-        streamed = merge_stream.merge_engine_streaming(readers, meta, keys, numbers, partition, spill_dir)
+        stream = merge_stream.merge_engine_streaming if meta.sorting_key else merge_stream.merge_engine_unkeyed
+        streamed = stream(readers, meta, keys, numbers, partition, spill_dir)
         if streamed is not None:
             return streamed
 

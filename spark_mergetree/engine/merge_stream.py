@@ -12,7 +12,8 @@ column and writes the new part as it goes (ClickHouse's vertical merge).
 2. Every other column, one at a time, is read from all sources a block at a time and put in merged
    order by that file of sources: within a source, rows keep their order.
 
-The engines that combine rows of equal sorting keys stream as `merge_engine_streaming` describes.
+The engines that combine rows of equal sorting keys stream as `merge_engine_streaming` describes
+(`merge_engine_unkeyed` with an empty sorting key).
 
 Memory holds a block per source and per column, not the parts: the output streams go to files as
 they are compressed (PartStreamWriter's spill directory). Rows a lightweight DELETE removed are not
@@ -263,6 +264,93 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
     os.remove(keys_path)
     _gather_rest(readers, meta, [n for n in names if n not in key_names], order_path, keep_path, source_dtype, writer)
     return writer.finish()
+
+
+def merge_engine_unkeyed(readers: Sequence[PartReader], meta: TableMetadata, keys: set[str],
+                         part_numbers: np.ndarray, partition: PartitionValue | None,
+                         spill_dir: str) -> PartFiles | None:
+    """`merge_engine_streaming` for a table with an empty sorting key (ORDER BY tuple()): the rows
+    the in-memory merge keeps (engines.plan_rows over the parts' rows one after another), a Wide part
+    written block by block into `spill_dir`; None when no row is kept.
+
+    The key and control columns (`keys`) are read a block at a time, part after part. Summing and
+    Aggregating tables keep or drop each row by itself (every row is a key of its own). For Replacing
+    and Collapsing tables all rows are one key, save that each row of the first part, if its level is
+    above 0 (`part_numbers`), starts a run of its own (plan_rows's `sources`): those runs of one row
+    are kept, and the one run left (from that part's last row on) is followed by engines.OneKey,
+    which names the rows it keeps at the end. Whether each row is kept goes to a file (that run's
+    rows patched at the end) beside the file of sources; the granules are planned once the kept rows
+    are counted, and every column is gathered by those files."""
+    engine = meta.merging_engine
+    assert engine is not None and not meta.sorting_key
+    names = [n for n, _ in meta.columns]
+    key_names = [n for n in names if n in keys]
+    source_dtype = _source_dtype(readers)
+    order_path = os.path.join(spill_dir, "merge_sources")
+    keep_path = os.path.join(spill_dir, "merge_kept")
+    one_key = engines.OneKey(engine) if engine.name in ("ReplacingMergeTree", "CollapsingMergeTree") else None
+    first = next((number for number, reader in enumerate(readers) if reader.existing_rows), None)
+    if first is None:
+        return None
+    leading = one_key is not None and part_numbers[first] >= 0
+    position = start = kept_rows = 0  # rows read; where the run left starts; rows kept so far
+    with open(order_path, "wb") as order_file, open(keep_path, "wb") as keep_file:
+        for number, reader in enumerate(readers):
+            np.full(reader.existing_rows, number, source_dtype).tofile(order_file)
+            for block in _blocks(reader, key_names, meta):
+                n = block.num_rows
+                kept = np.zeros(n, np.uint8)
+                if one_key is None:
+                    kept[engines.plan_rows(engine, block, [], meta.column_types, final=False).rows] = 1
+                elif leading and number == first:  # runs of one row, but the last, which starts the run left
+                    kept[:] = 1
+                    one_key = engines.OneKey(engine)
+                    one_key.add(block.slice(n - 1))
+                    start = position + n - 1
+                else:
+                    one_key.add(block)
+                kept.tofile(keep_file)
+                kept_rows += int(kept.sum())
+                position += n
+    if one_key is not None:
+        with open(keep_path, "r+b") as keep_file:
+            if leading:
+                keep_file.seek(start)
+                keep_file.write(b"\0")
+                kept_rows -= 1
+            for row in one_key.kept().tolist():
+                keep_file.seek(start + row)
+                keep_file.write(b"\1")
+                kept_rows += 1
+    if not kept_rows:
+        return None
+    total = 0
+    for name in names:
+        dt = parse_type(meta.column_types[name])
+        width = in_memory_width_of_type(dt, meta.arrow_schema.field(name).type, kept_rows)
+        if width is None:  # measured: a key column over the kept rows, another over the sources' rows
+            width = _kept_width(readers, meta, name, keep_path if name in key_names else None)
+        total += width
+    granules = plan_granules_of(kept_rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
+    writer = PartStreamWriter(meta.columns, granules, [t for _, t in meta.primary_key_types], partition,
+                              meta.writer_settings, spill_dir=spill_dir)
+    _gather_rest(readers, meta, names, order_path, keep_path, source_dtype, writer)
+    return writer.finish()
+
+
+def _kept_width(readers: Sequence[PartReader], meta: TableMetadata, name: str, keep_path: str | None) -> int:
+    """In-memory bytes of column `name` over the sources' rows (with `keep_path`, the kept ones)."""
+    dt = parse_type(meta.column_types[name])
+    total = 0
+    with ExitStack() as stack:
+        keep_file = stack.enter_context(open(keep_path, "rb")) if keep_path else None
+        for reader in readers:
+            for block in _blocks(reader, [name], meta):
+                values = block.column(0)
+                if keep_file is not None:
+                    values = values.filter(pa.array(np.fromfile(keep_file, np.uint8, block.num_rows).astype(bool)))
+                total += in_memory_width(dt, values)
+    return total
 
 
 def _with_index_partners(meta: TableMetadata, keys: set[str]) -> set[str]:
