@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spark_mergetree.engine import engines, merge_stream, projections
+from spark_mergetree.engine import engines, merge_stream, projection_merge, projections
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import Projection, key_column_names
@@ -357,22 +357,28 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
 
 
 def _merged_projections(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str) -> dict[str, PartFiles]:
-    """Normal projections every source holds whole (no deleted rows), merged as ClickHouse merges
-    them: the sources' projection parts are merged like parts of a table ordered by the projection's
-    key, streaming into `<spill_dir>/<name>.proj` (memory holds blocks, not the projection)."""
+    """The projections merged in bounded memory (engine/projection_merge.py), streaming into
+    `<spill_dir>/<name>.proj`: a normal one every source holds whole is merged as ClickHouse merges
+    it, its projection parts like parts of a table ordered by its key; otherwise, for inputs above
+    projection_merge.RUN_BYTES, a normal projection from runs merged the same way, an aggregate one
+    from runs whose states are combined key by key. The others are built in memory from the
+    sources' rows (add_projections)."""
     merged: dict[str, PartFiles] = {}
     for projection in meta.projections:
-        if projection.is_aggregate:
-            continue
-        sub = meta.of_projection(projection)
-        wanted = {name for name, _ in sub.columns}
-        held = [reader.projection_reader(projection.name) for reader in readers
-                if projection.name in reader.projections and reader.existing_rows == reader.rows]
-        if len(held) != len(readers) or any(not wanted <= {n for n, _ in h.columns} for h in held):
-            continue  # built again from the merged rows (add_projections)
         directory = os.path.join(spill_dir, projection.name + PROJECTION_SUFFIX)
         os.makedirs(directory, exist_ok=True)
-        merged[projection.name] = _merge_rows(held, sub, directory)
+        if projection.is_aggregate:
+            built = projection_merge.merged_aggregate(projection, readers, meta, directory + ".runs")
+        else:
+            sub = meta.of_projection(projection)
+
+            def merge(group: Sequence[PartReader], spill: str, sub: TableMetadata = sub) -> PartFiles:
+                return _merge_rows(group, sub, spill)
+
+            runs = projection_merge.normal_runs(projection, readers, meta, directory + ".runs", merge)
+            built = _merge_rows(runs, sub, directory) if runs is not None else None
+        if built is not None:
+            merged[projection.name] = built
     return merged
 
 

@@ -24,7 +24,7 @@ the merged rows' average width), so the part's bytes are the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
@@ -86,7 +86,7 @@ def _blocks(reader: PartReader, columns: Sequence[str], meta: TableMetadata) -> 
             yield block
 
 
-def _stored_bytes(reader: PartReader, name: str) -> int | None:
+def stored_bytes(reader: PartReader, name: str) -> int | None:
     """Uncompressed bytes of a column's streams in a Wide part (None when unknown)."""
     checksums = reader.checksums
     if checksums is None or reader.is_compact or name not in reader.types:
@@ -122,7 +122,7 @@ def plan_merged_granules(readers: Sequence[PartReader], meta: TableMetadata, row
         return plan_granules_of(rows, fixed, settings, block_rows=MERGE_BLOCK_ROWS), fixed
     bound = fixed
     for name in variable:
-        stored = [_stored_bytes(r, name) for r in readers]
+        stored = [stored_bytes(r, name) for r in readers]
         if any(s is None for s in stored):
             bound = -1
             break
@@ -187,7 +187,8 @@ def merge_streaming(readers: Sequence[PartReader], meta: TableMetadata, keys: se
                 writer.primary_key([values for _, values in meta.primary_key_values(merged)])
                 owner.astype(source_dtype).tofile(order_file)
 
-            _merge_keys(readers, meta, key_names, emit, whole_keys=False)
+            merge_sorted_blocks([_blocks(r, key_names, meta) for r in readers], meta.sorting_key, meta.column_types, emit,
+                                whole_keys=False)
         else:  # ORDER BY tuple(): the parts one after another
             for number, reader in enumerate(readers):
                 np.full(reader.existing_rows, number, source_dtype).tofile(order_file)
@@ -241,7 +242,8 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
                 for name in widths:
                     widths[name] += in_memory_width(types[name], out.column(name))
 
-        _merge_keys(readers, meta, key_names, emit, whole_keys=True)
+        merge_sorted_blocks([_blocks(r, key_names, meta) for r in readers], meta.sorting_key, meta.column_types, emit,
+                            whole_keys=True)
     if not kept_rows:
         return None
     total = 0
@@ -385,12 +387,14 @@ def _gather_rest(readers: Sequence[PartReader], meta: TableMetadata, rest: list[
                                                         writer), groups))
 
 
-def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: list[str],
-                emit: Callable[[pa.Table, np.ndarray], None], *, whole_keys: bool) -> None:
-    """Hand `emit` the sources' rows of `key_names` in merged order, a window at a time, with the
-    source of each row. With `whole_keys`, a window ends before the first row of the key its bound
-    holds, so all rows of one sorting key come in one window."""
-    sources = [_Source(_blocks(r, key_names, meta)) for r in readers]
+def merge_sorted_blocks(blocks: Sequence[Iterator[pa.Table]], sort_key: Sequence[str], column_types: Mapping[str, str],
+                        emit: Callable[[pa.Table, np.ndarray], None], *, whole_keys: bool) -> None:
+    """Hand `emit` the rows of sources (each its blocks, sorted by `sort_key`) in merged order, a
+    window at a time, with the source of each row; ties keep the sources' order. With `whole_keys`,
+    a window ends before the first row of the key its bound holds, so all rows of one sorting key
+    come in one window."""
+    sort_key, column_types = list(sort_key), dict(column_types)
+    sources = [_Source(source) for source in blocks]
     while True:
         active = [i for i, s in enumerate(sources) if s.current is not None]
         if not active:
@@ -399,7 +403,7 @@ def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: l
         lengths = np.array([t.num_rows for t in tables if t is not None], np.int64)
         window = pa.concat_tables([t for t in tables if t is not None]) if len(tables) > 1 else tables[0]
         assert window is not None
-        order = sort_indices(meta.sorting_key, window, meta.column_types).to_numpy()
+        order = sort_indices(sort_key, window, column_types).to_numpy()
         ends = np.cumsum(lengths)
         bounded = [j for j, i in enumerate(active) if sources[i].more]
         merged = window.take(pa.array(order))
@@ -409,8 +413,8 @@ def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: l
             last_ranks = np.array([rank[ends[j] - 1] for j in bounded])
             cut = int(last_ranks.min()) + 1
             if whole_keys:
-                starts = np.flatnonzero(engines.group_starts(
-                    key_element_arrays(list(meta.sorting_key), merged, dict(meta.column_types)), len(order)))
+                starts = np.flatnonzero(engines.group_starts(key_element_arrays(sort_key, merged, column_types),
+                                                             len(order)))
                 # the first row of the bound's key; a window holding nothing below it reads further
                 cut = int(starts[np.searchsorted(starts, cut - 1, side="right") - 1])
                 if not cut:
