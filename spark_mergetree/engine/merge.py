@@ -325,9 +325,10 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     the keys are sorted whole and each column is read whole: memory holds the keys, one column and
     the compressed output, not the whole decoded table.
 
-    The table's projections are built again from the merged rows (engine/projections.py); parts
-    holding a projection this version cannot build (`unmergeable_projections`) are not merged: the
-    merged part would lack it."""
+    The table's projections are built again from the sources' projection parts and rows: with
+    `spill_dir`, streaming (`_merged_projections`) where every source holds it or its input is big,
+    else in memory (engine/projections.py); parts holding a projection this version cannot build
+    (`unmergeable_projections`) are not merged: the merged part would lack it."""
     for reader in readers:
         lost = unmergeable_projections(reader, meta)
         if lost:
