@@ -93,7 +93,8 @@ def merged_aggregate(projection: Projection, readers: Sequence[PartReader], meta
 def _fewer(runs: list[PartReader], merge: Merge, directory: str) -> list[PartReader]:
     """At most FAN_IN runs, in order: while there are more, each FAN_IN consecutive ones are merged
     into one run (ClickHouse merges its temporary projection parts level by level too), so a merge
-    reads a block of at most FAN_IN runs at once."""
+    reads a block of at most FAN_IN runs at once; the runs merged are removed (the disk holds about
+    twice the projection at most)."""
     store = TableParts(StoragePolicy.single(directory))
     level = 0
     while len(runs) > FAN_IN:
@@ -109,6 +110,9 @@ def _fewer(runs: list[PartReader], merge: Merge, directory: str) -> list[PartRea
             name = f"all_{start + 1}_{start + len(group)}_{level}"
             store.write_part(name, merge(group, spill_dir).files)
             shutil.rmtree(spill_dir)  # (its files were copied into the run: mapped, they stay readable)
+            for run in group:  # runs built here are done with (a source's projection part stays)
+                if run.location == os.path.join(directory, run.part):
+                    store.remove_part(run.part)
             fewer.append(PartReader(store, name, os.path.join(directory, name)))
         runs = fewer
     return runs
