@@ -20,7 +20,7 @@ from spark_mergetree import MergeTreeTable
 from spark_mergetree.engine import engines, merge_stream
 from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.sort_key import sort_indices
-from tests.format.chdb_util import close_session, make_chdb_table
+from tests.format.chdb_util import attach_and_check, close_session, make_chdb_table
 
 COLUMNS = [("k", "UInt32"), ("p", "UInt8"), ("v", "UInt32"), ("d", "UInt8"), ("s", "Int8"), ("x", "Int64"),
            ("y", "Float64"), ("name", "String")]
@@ -311,6 +311,44 @@ def test_collapsing_without_sorting_key_compares_no_two_rows_of_a_merged_first_p
     assert _rows(table.to_arrow(final=True)) == expected_final
     table.optimize(final=True)
     assert _rows(table.to_arrow()) == expected
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_a_merge_that_keeps_no_row_writes_clickhouses_empty_part(tmp_path: Path, wide: bool) -> None:
+    """A Collapsing merge whose rows all cancel leaves an empty part, as ClickHouse's does: Compact,
+    its marks file empty and every column's substreams listed (as ClickHouse's); we read on (the next
+    merge, the rows) and ClickHouse attaches it with CHECK TABLE = 1."""
+    settings = f"min_bytes_for_wide_part = {0 if wide else 10 << 20}"
+    columns = [("x", "UInt32"), ("s", "Int8"), ("n", "Nullable(String)"), ("a", "Array(String)"),
+               ("l", "LowCardinality(String)"), ("m", "Map(String, UInt8)")]
+    create = f"CREATE TABLE c ({', '.join(f'{n} {t}' for n, t in columns)}) ENGINE = CollapsingMergeTree(s) " \
+             f"ORDER BY x SETTINGS {NO_MERGES}, {settings}"
+    sess, data_dir = make_chdb_table(tmp_path, create, ["INSERT INTO c VALUES (1, 1, 'a', ['b'], 'c', {'d': 1})",
+                                                        "INSERT INTO c VALUES (1, -1, NULL, [], 'e', {})"])
+    sess.query("OPTIMIZE TABLE c FINAL")
+    (theirs,) = [d for d in data_dir.iterdir() if d.name == "all_1_2_2"]
+    table = MergeTreeTable.create(tmp_path / "ours", columns, order_by="x", engine="CollapsingMergeTree(s)",
+                                  settings={"auto_merge": False, "index_granularity": 64,
+                                            "min_bytes_for_wide_part": 0 if wide else 10 << 20})
+    for sign, n, a, low, m in ((1, "a", ["b"], "c", [("d", 1)]), (-1, None, [], "e", [])):
+        table.insert(pa.table({"x": pa.array([1], pa.uint32()), "s": pa.array([sign], pa.int8()),
+                               "n": pa.array([n], pa.string()), "a": [a], "l": [low],
+                               "m": pa.array([m], pa.map_(pa.string(), pa.uint8()))}))
+    (merged,) = table.optimize(final=True)
+    assert merged == "all_1_2_2" and table.reader(merged).rows == 0 and table.to_arrow().num_rows == 0
+    mine = table.path / merged
+    assert (mine / "data.bin").exists() == (not wide)
+    if not wide:
+        for name in ("data.bin", "data.cmrk4", "columns_substreams.txt", "count.txt"):
+            assert (mine / name).read_bytes() == (theirs / name).read_bytes(), name
+    sess.query(create.replace("TABLE c", "TABLE back"))
+    attach_and_check(sess, "back", [mine])
+    assert _select(sess, "SELECT count() FROM back") == [(0,)]
+    close_session()
+    table.insert(pa.table({"x": pa.array([2], pa.uint32()), "s": pa.array([1], pa.int8()), "n": ["b"], "a": [["c"]],
+                           "l": ["d"], "m": pa.array([[("e", 2)]], pa.map_(pa.string(), pa.uint8()))}))
+    table.optimize(final=True)
+    assert table.to_arrow(["x", "s", "n", "l"]).to_pylist() == [{"x": 2, "s": 1, "n": "b", "l": "d"}]
 
 
 @pytest.mark.parametrize("engine", ["ReplacingMergeTree", "SummingMergeTree"])
