@@ -8,12 +8,16 @@ memory of a big merge, and insert latency with background merges running vs with
 2. Peak RSS of a big merge (`--big-rows`, by default ~2 GB of uncompressed column data): a fresh
    process opens the table and runs `optimize(final=True)`; its resident memory before the merge,
    its peak (VmHWM) and the merge's time.
-3. Insert latency: `--appends` single-row inserts into a table with `auto_merge` on (merges in
+3. Peak RSS of a merge building a normal and an aggregate projection from the sources' rows
+   (`--projection-rows`; the projections added after the inserts), with the projections built from
+   runs, built whole in memory (as before runs), and without projections.
+4. Insert latency: `--appends` single-row inserts into a table with `auto_merge` on (merges in
    the inserting process's merge workers) and into one with it off, three rounds alternating;
    p50 and p99.
 
 The machine is shared: numbers are noisy. Usage:
     python benchmarks/merge.py [--rows 4000000] [--parts 8] [--big-rows 52000000] [--appends 300]
+                               [--projection-rows 8000000]
 """
 
 from __future__ import annotations
@@ -100,6 +104,9 @@ from spark_mergetree import MergeTreeTable
 def status(field):
     line = next(l for l in open('/proc/self/status') if l.startswith(field + ':'))
     return int(line.split()[1]) * 1024
+if len(sys.argv) > 2:  # the projections' run size (a huge one: built whole in memory, as before runs)
+    from spark_mergetree.engine import projection_merge
+    projection_merge.RUN_BYTES = int(sys.argv[2])
 table = MergeTreeTable.open(sys.argv[1])
 parts = table.parts()
 decoded = 0
@@ -121,15 +128,45 @@ def peak_memory(work: Path, rows: int, parts: int) -> None:
     for batch in make_parts(rows, parts, seed=11):
         table.insert(batch)
     del table
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-c", _MERGE_CHILD, str(path)], check=True, capture_output=True,
-                         text=True, env=env).stdout
-    result = json.loads(out.strip().splitlines()[-1])
-    assert result["parts"] == 1
+    result = merge_child(path)
     print(f"big merge: {result['rows']:,} rows, {result['decoded'] / 1e9:.2f} GB of column data "
           f"({result['input'] / 1e6:.0f} MB of parts on disk) in {result['seconds']:.1f} s")
     print(f"  RSS before the merge {result['before'] / 1e6:.0f} MB, peak {result['peak'] / 1e6:.0f} MB "
           f"(goal: 2 GB under 512 MB)")
+
+
+def merge_child(path: Path, *args: str) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", _MERGE_CHILD, str(path), *args], check=True, capture_output=True,
+                         text=True, env=env).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["parts"] == 1
+    return result
+
+
+PROJECTIONS = ("PROJECTION by_name (SELECT name, id, value ORDER BY name)",
+               "PROJECTION name_stats (SELECT name, sum(value), count(), max(ts) GROUP BY name)")
+
+
+def projection_memory(work: Path, rows: int, parts: int) -> None:
+    """A merge that builds a normal and an aggregate projection from the sources' rows (added after
+    the inserts, so no source holds them): peak RSS with the projections built from runs, built
+    whole in memory (as before runs), and of the same merge without projections."""
+    results = {}
+    for label, projections, run_bytes in (("without projections", (), None), ("projections from runs", PROJECTIONS, None),
+                                          ("projections built whole", PROJECTIONS, str(1 << 62))):
+        path = work / label.replace(" ", "_")
+        table = MergeTreeTable.create(path, COLUMNS, order_by="id", settings={"auto_merge": False})
+        for batch in make_parts(rows, parts, seed=13):
+            table.insert(batch)
+        for declaration in projections:
+            table.add_projection(declaration)
+        del table
+        results[label] = merge_child(path, *([run_bytes] if run_bytes else []))
+    print(f"merge of {parts} parts, {rows:,} rows, building a normal and an aggregate projection from rows")
+    for label, result in results.items():
+        print(f"  {label:26} peak RSS {result['peak'] / 1e6:5.0f} MB (before {result['before'] / 1e6:4.0f} MB), "
+              f"{result['seconds']:5.1f} s")
 
 
 def latencies(table: MergeTreeTable, appends: int) -> np.ndarray:
@@ -169,11 +206,13 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=8)
     parser.add_argument("--big-rows", type=int, default=52_000_000)  # ~2.1 GB of column data
     parser.add_argument("--appends", type=int, default=300)
+    parser.add_argument("--projection-rows", type=int, default=8_000_000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mergetree-merge-bench-"))
     private_coordinator(work)
     throughput(work / "throughput", args.rows, args.parts)
     peak_memory(work / "memory", args.big_rows, args.parts)
+    projection_memory(work / "projections", args.projection_rows, args.parts)
     insert_latency(work / "latency", args.appends)
 
 

@@ -144,8 +144,13 @@ class BackgroundMerges:
         with self._lock:
             if self._stop.is_set():
                 return
-            worker = self._idle_workers.pop() if self._idle_workers else None
-        if worker is None or not worker.alive():
+            worker = None
+            while worker is None and self._idle_workers:
+                worker = self._idle_workers.pop()
+                if not worker.alive():  # it died while idle: reaped and forgotten
+                    self._forget(worker)
+                    worker = None
+        if worker is None:
             worker = merge_worker.Worker()
             with self._lock:
                 self._workers.append(worker)
@@ -159,9 +164,13 @@ class BackgroundMerges:
             with self._lock:
                 if healthy and not self._stop.is_set():
                     self._idle_workers.append(worker)
-                else:
-                    worker.close(idle=True)  # its answer came (or it died): nothing runs there now
-                    self._workers.remove(worker)
+                else:  # its answer came (or it died): nothing runs there now
+                    self._forget(worker)
+
+    def _forget(self, worker: merge_worker.Worker) -> None:
+        """Close a worker nothing runs in (waiting for it to exit) and drop it (the lock held)."""
+        worker.close(idle=True)
+        self._workers.remove(worker)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no merge thread runs or is queued; return False on timeout."""
@@ -179,8 +188,10 @@ class BackgroundMerges:
         self._stop.set()
         with self._lock:
             self._queued.clear()
-            for worker in self._workers:
-                worker.close(idle=worker in self._idle_workers)  # a busy one stops after its merge
+            for worker in [w for w in self._workers if w not in self._idle_workers]:
+                worker.close()  # a busy one stops after its merge (its thread then forgets it)
+            for worker in self._idle_workers:
+                self._forget(worker)
             self._idle_workers.clear()
 
 

@@ -31,6 +31,11 @@ compares keys always). Within a run of rows compared as one key:
   queue of unmatched rows holds at most 8191 rows: a row arriving while it is full first writes out
   the oldest waiting row, which no later row can cancel then; so do we (`_versioned_bounded`).
 
+With an empty sorting key (ORDER BY tuple()) ClickHouse's Replacing and Collapsing merges take all
+rows for one key, while its Summing and Aggregating merges find no key to compare and take every row
+for a key of its own: nothing is combined, and Summing drops the rows whose summed columns are all
+zero (as chdb's merges, FINAL reads and inserts show); so do we.
+
 Everything is vectorised (numpy/pyarrow over group boundaries); nothing loops over rows.
 """
 
@@ -258,6 +263,9 @@ def plan_rows(engine: MergingEngine, table: pa.Table, sort_key: Sequence[str], c
     every row of its first part (if of level > 0) starts a run of its own."""
     rows = table.num_rows
     starts = group_starts(key_element_arrays(list(sort_key), table, dict(column_types)), rows)
+    per_row = not sort_key and engine.name in ("SummingMergeTree", "AggregatingMergeTree")
+    if per_row:  # no key to compare: every row is a key of its own (see the module's description)
+        starts[:] = True
     if sources is not None and rows > 1 and engine.name != "VersionedCollapsingMergeTree":
         run_first = np.flatnonzero(starts)[np.cumsum(starts) - 1]
         starts |= (sources >= 0) & (sources == sources[run_first])
@@ -279,7 +287,7 @@ def plan_rows(engine: MergingEngine, table: pa.Table, sort_key: Sequence[str], c
     if name == "SummingMergeTree" and rows:
         zero = np.ones(len(first), dtype=bool)
         for column in engine.summed:
-            sums = _aggregate(table.column(column), group_ids, "sum")
+            sums = table.column(column) if per_row else _aggregate(table.column(column), group_ids, "sum")
             if column_types[column].startswith("Nullable("):  # its default, NULL, is its "zero"; a sum of 0 is not
                 zero &= pc.is_null(sums).to_numpy(zero_copy_only=False)
                 continue
@@ -287,6 +295,8 @@ def plan_rows(engine: MergingEngine, table: pa.Table, sort_key: Sequence[str], c
                                                else pa.scalar(False)), False).to_numpy(zero_copy_only=False)
         if engine.summed:
             kept = kept[~zero]
+    if per_row:  # nothing to combine: the kept rows as they are
+        return RowPlan(engine, first[kept])
     return RowPlan(engine, first[kept], group_ids, kept)
 
 
@@ -327,7 +337,15 @@ def _collapsing(signs: np.ndarray, first: np.ndarray, last: np.ndarray, *, only_
     count_negative = (last - first + 1) - count_positive
     last_positive = np.maximum.reduceat(np.where(positive, positions, -1), first)
     first_negative = np.minimum.reduceat(np.where(positive, len(signs), positions), first)
-    emit = positive[last] | (count_positive != count_negative)
+    return _collapsed(count_positive, count_negative, first_negative, last_positive, positive[last],
+                      only_positive=only_positive)
+
+
+def _collapsed(count_positive: np.ndarray, count_negative: np.ndarray, first_negative: np.ndarray,
+               last_positive: np.ndarray, ends_positive: np.ndarray, *, only_positive: bool) -> np.ndarray:
+    """The rows Collapsing keeps of each run, from the run's counts of positive and negative rows,
+    its first negative and last positive row and whether its last row is positive."""
+    emit = ends_positive | (count_positive != count_negative)
     negative_out = emit & (count_positive <= count_negative) & (count_negative > 0) & (not only_positive)
     positive_out = emit & (count_positive >= count_negative) & (count_positive > 0)
     pairs = np.stack([np.where(negative_out, first_negative, -1), np.where(positive_out, last_positive, -1)], axis=1)
@@ -362,6 +380,60 @@ def _versioned(signs: np.ndarray, starts: np.ndarray) -> np.ndarray:
         begin, end = int(first[group]), int(last[group]) + 1
         survives[begin:end] = _versioned_bounded(signs[begin:end], VERSIONED_QUEUE_ROWS)
     return np.flatnonzero(survives)
+
+
+class OneKey:
+    """What `plan_rows` (a merge: `final=False`) keeps of one run of Replacing or Collapsing rows that
+    comes block by block, holding a few numbers instead of the rows: the rows of a table with an empty
+    sorting key, all one key (merge_stream.merge_engine_unkeyed)."""
+
+    def __init__(self, engine: MergingEngine) -> None:
+        assert engine.name in ("ReplacingMergeTree", "CollapsingMergeTree")
+        self.engine = engine
+        self.rows = 0
+        self._kept = -1  # Replacing: the row kept so far
+        self._top: object = None  # ... and its version
+        self._counts = [0, 0]  # Collapsing: positive and negative rows so far
+        self._first_negative = self._last_positive = -1
+        self._ends_positive = False
+
+    def add(self, table: pa.Table) -> None:
+        """The run's next rows (at least the engine's control columns)."""
+        n = table.num_rows
+        if not n:
+            return
+        engine = self.engine
+        if engine.name == "ReplacingMergeTree":
+            if engine.version is None:  # the last row
+                self._kept = self.rows + n - 1
+            else:  # the last row of the greatest version: a later block's wins a tie
+                versions = _numpy(table.column(engine.version))
+                top = versions.max()
+                if self._top is None or top >= self._top:
+                    self._top = top
+                    self._kept = self.rows + n - 1 - int(np.argmax(versions[::-1] == top))
+        else:
+            signs = _signs(table, engine.sign)
+            positive, negative = np.flatnonzero(signs == 1), np.flatnonzero(signs == -1)
+            self._counts[0] += len(positive)
+            self._counts[1] += len(negative)
+            if len(negative) and self._first_negative < 0:
+                self._first_negative = self.rows + int(negative[0])
+            if len(positive):
+                self._last_positive = self.rows + int(positive[-1])
+            self._ends_positive = bool(signs[-1] == 1)
+        self.rows += n
+
+    def kept(self) -> np.ndarray:
+        """Positions (within the run) of the rows kept, ascending."""
+        if not self.rows:
+            return np.zeros(0, np.int64)
+        if self.engine.name == "ReplacingMergeTree":
+            return np.array([self._kept], np.int64)
+        positive, negative = (np.array([count]) for count in self._counts)
+        return np.sort(_collapsed(positive, negative, np.array([self._first_negative]),
+                                  np.array([self._last_positive]), np.array([self._ends_positive]),
+                                  only_positive=False))
 
 
 # ClickHouse's VersionedCollapsing merge keeps at most min(max_block_size, 8192) - 1 unmatched rows of

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spark_mergetree.engine import engines, merge_stream, projections
+from spark_mergetree.engine import engines, merge_stream, projection_merge, projections
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import Projection, key_column_names
@@ -321,13 +321,14 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
 
     With `spill_dir`, a merge into a Wide part streams (merge_stream.py; for the engines that
     combine rows, window by window of whole keys): memory holds blocks, not parts, and the output
-    goes to files there as it is written. Otherwise, and for Compact results and row-combining
-    engines' tables with ORDER BY tuple(), the keys are sorted whole and each column is read whole: memory holds the keys, one column and the
-    compressed output, not the whole decoded table.
+    goes to files there as it is written. Otherwise, and for Compact results (small: is_compact_part),
+    the keys are sorted whole and each column is read whole: memory holds the keys, one column and
+    the compressed output, not the whole decoded table.
 
-    The table's projections are built again from the merged rows (engine/projections.py); parts
-    holding a projection this version cannot build (`unmergeable_projections`) are not merged: the
-    merged part would lack it."""
+    The table's projections are built again from the sources' projection parts and rows: with
+    `spill_dir`, streaming (`_merged_projections`) where every source holds it or its input is big,
+    else in memory (engine/projections.py); parts holding a projection this version cannot build
+    (`unmergeable_projections`) are not merged: the merged part would lack it."""
     for reader in readers:
         lost = unmergeable_projections(reader, meta)
         if lost:
@@ -357,22 +358,28 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
 
 
 def _merged_projections(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str) -> dict[str, PartFiles]:
-    """Normal projections every source holds whole (no deleted rows), merged as ClickHouse merges
-    them: the sources' projection parts are merged like parts of a table ordered by the projection's
-    key, streaming into `<spill_dir>/<name>.proj` (memory holds blocks, not the projection)."""
+    """The projections merged in bounded memory (engine/projection_merge.py), streaming into
+    `<spill_dir>/<name>.proj`: a normal one every source holds whole is merged as ClickHouse merges
+    it, its projection parts like parts of a table ordered by its key; otherwise, for inputs above
+    projection_merge.RUN_BYTES, a normal projection from runs merged the same way, an aggregate one
+    from runs whose states are combined key by key. The others are built in memory from the
+    sources' rows (add_projections)."""
     merged: dict[str, PartFiles] = {}
     for projection in meta.projections:
-        if projection.is_aggregate:
-            continue
-        sub = meta.of_projection(projection)
-        wanted = {name for name, _ in sub.columns}
-        held = [reader.projection_reader(projection.name) for reader in readers
-                if projection.name in reader.projections and reader.existing_rows == reader.rows]
-        if len(held) != len(readers) or any(not wanted <= {n for n, _ in h.columns} for h in held):
-            continue  # built again from the merged rows (add_projections)
         directory = os.path.join(spill_dir, projection.name + PROJECTION_SUFFIX)
         os.makedirs(directory, exist_ok=True)
-        merged[projection.name] = _merge_rows(held, sub, directory)
+        if projection.is_aggregate:
+            built = projection_merge.merged_aggregate(projection, readers, meta, directory + ".runs")
+        else:
+            sub = meta.of_projection(projection)
+
+            def merge(group: Sequence[PartReader], spill: str, sub: TableMetadata = sub) -> PartFiles:
+                return _merge_rows(group, sub, spill)
+
+            runs = projection_merge.normal_runs(projection, readers, meta, directory + ".runs", merge)
+            built = _merge_rows(runs, sub, directory) if runs is not None else None
+        if built is not None:
+            merged[projection.name] = built
     return merged
 
 
@@ -394,15 +401,16 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     partition = _merged_partition(readers, meta)
     compact = merges_into_compact(readers, meta)
     # A Wide result streams; a Compact one is written whole below (it interleaves every column granule
-    # by granule), as are the merges of row-combining engines over ORDER BY tuple().
+    # by granule), as is a merge that keeps no row.
     if not compact and spill_dir is not None and engine is None:
         rows = sum(r.existing_rows for r in readers)
         granules, _ = merge_stream.plan_merged_granules(readers, meta, rows)
         if rows:
             return merge_stream.merge_streaming(readers, meta, keys, rows, granules, partition, spill_dir)
-    elif not compact and spill_dir is not None and meta.sorting_key:
+    elif not compact and spill_dir is not None:
         numbers = engines.part_sources([PartInfo.parse(r.part).level for r in readers], [1] * len(readers))
-        streamed = merge_stream.merge_engine_streaming(readers, meta, keys, numbers, partition, spill_dir)
+        stream = merge_stream.merge_engine_streaming if meta.sorting_key else merge_stream.merge_engine_unkeyed
+        streamed = stream(readers, meta, keys, numbers, partition, spill_dir)
         if streamed is not None:
             return streamed
 

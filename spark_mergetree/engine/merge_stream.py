@@ -12,7 +12,8 @@ column and writes the new part as it goes (ClickHouse's vertical merge).
 2. Every other column, one at a time, is read from all sources a block at a time and put in merged
    order by that file of sources: within a source, rows keep their order.
 
-The engines that combine rows of equal sorting keys stream as `merge_engine_streaming` describes.
+The engines that combine rows of equal sorting keys stream as `merge_engine_streaming` describes
+(`merge_engine_unkeyed` with an empty sorting key).
 
 Memory holds a block per source and per column, not the parts: the output streams go to files as
 they are compressed (PartStreamWriter's spill directory). Rows a lightweight DELETE removed are not
@@ -23,7 +24,7 @@ the merged rows' average width), so the part's bytes are the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
@@ -85,7 +86,7 @@ def _blocks(reader: PartReader, columns: Sequence[str], meta: TableMetadata) -> 
             yield block
 
 
-def _stored_bytes(reader: PartReader, name: str) -> int | None:
+def stored_bytes(reader: PartReader, name: str) -> int | None:
     """Uncompressed bytes of a column's streams in a Wide part (None when unknown)."""
     checksums = reader.checksums
     if checksums is None or reader.is_compact or name not in reader.types:
@@ -121,7 +122,7 @@ def plan_merged_granules(readers: Sequence[PartReader], meta: TableMetadata, row
         return plan_granules_of(rows, fixed, settings, block_rows=MERGE_BLOCK_ROWS), fixed
     bound = fixed
     for name in variable:
-        stored = [_stored_bytes(r, name) for r in readers]
+        stored = [stored_bytes(r, name) for r in readers]
         if any(s is None for s in stored):
             bound = -1
             break
@@ -186,7 +187,8 @@ def merge_streaming(readers: Sequence[PartReader], meta: TableMetadata, keys: se
                 writer.primary_key([values for _, values in meta.primary_key_values(merged)])
                 owner.astype(source_dtype).tofile(order_file)
 
-            _merge_keys(readers, meta, key_names, emit, whole_keys=False)
+            merge_sorted_blocks([_blocks(r, key_names, meta) for r in readers], meta.sorting_key, meta.column_types, emit,
+                                whole_keys=False)
         else:  # ORDER BY tuple(): the parts one after another
             for number, reader in enumerate(readers):
                 np.full(reader.existing_rows, number, source_dtype).tofile(order_file)
@@ -240,7 +242,8 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
                 for name in widths:
                     widths[name] += in_memory_width(types[name], out.column(name))
 
-        _merge_keys(readers, meta, key_names, emit, whole_keys=True)
+        merge_sorted_blocks([_blocks(r, key_names, meta) for r in readers], meta.sorting_key, meta.column_types, emit,
+                            whole_keys=True)
     if not kept_rows:
         return None
     total = 0
@@ -263,6 +266,93 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
     os.remove(keys_path)
     _gather_rest(readers, meta, [n for n in names if n not in key_names], order_path, keep_path, source_dtype, writer)
     return writer.finish()
+
+
+def merge_engine_unkeyed(readers: Sequence[PartReader], meta: TableMetadata, keys: set[str],
+                         part_numbers: np.ndarray, partition: PartitionValue | None,
+                         spill_dir: str) -> PartFiles | None:
+    """`merge_engine_streaming` for a table with an empty sorting key (ORDER BY tuple()): the rows
+    the in-memory merge keeps (engines.plan_rows over the parts' rows one after another), a Wide part
+    written block by block into `spill_dir`; None when no row is kept.
+
+    The key and control columns (`keys`) are read a block at a time, part after part. Summing and
+    Aggregating tables keep or drop each row by itself (every row is a key of its own). For Replacing
+    and Collapsing tables all rows are one key, save that each row of the first part, if its level is
+    above 0 (`part_numbers`), starts a run of its own (plan_rows's `sources`): those runs of one row
+    are kept, and the one run left (from that part's last row on) is followed by engines.OneKey,
+    which names the rows it keeps at the end. Whether each row is kept goes to a file (that run's
+    rows patched at the end) beside the file of sources; the granules are planned once the kept rows
+    are counted, and every column is gathered by those files."""
+    engine = meta.merging_engine
+    assert engine is not None and not meta.sorting_key
+    names = [n for n, _ in meta.columns]
+    key_names = [n for n in names if n in keys]
+    source_dtype = _source_dtype(readers)
+    order_path = os.path.join(spill_dir, "merge_sources")
+    keep_path = os.path.join(spill_dir, "merge_kept")
+    one_key = engines.OneKey(engine) if engine.name in ("ReplacingMergeTree", "CollapsingMergeTree") else None
+    first = next((number for number, reader in enumerate(readers) if reader.existing_rows), None)
+    if first is None:
+        return None
+    leading = one_key is not None and part_numbers[first] >= 0
+    position = start = kept_rows = 0  # rows read; where the run left starts; rows kept so far
+    with open(order_path, "wb") as order_file, open(keep_path, "wb") as keep_file:
+        for number, reader in enumerate(readers):
+            np.full(reader.existing_rows, number, source_dtype).tofile(order_file)
+            for block in _blocks(reader, key_names, meta):
+                n = block.num_rows
+                kept = np.zeros(n, np.uint8)
+                if one_key is None:
+                    kept[engines.plan_rows(engine, block, [], meta.column_types, final=False).rows] = 1
+                elif leading and number == first:  # runs of one row, but the last, which starts the run left
+                    kept[:] = 1
+                    one_key = engines.OneKey(engine)
+                    one_key.add(block.slice(n - 1))
+                    start = position + n - 1
+                else:
+                    one_key.add(block)
+                kept.tofile(keep_file)
+                kept_rows += int(kept.sum())
+                position += n
+    if one_key is not None:
+        with open(keep_path, "r+b") as keep_file:
+            if leading:
+                keep_file.seek(start)
+                keep_file.write(b"\0")
+                kept_rows -= 1
+            for row in one_key.kept().tolist():
+                keep_file.seek(start + row)
+                keep_file.write(b"\1")
+                kept_rows += 1
+    if not kept_rows:
+        return None
+    total = 0
+    for name in names:
+        dt = parse_type(meta.column_types[name])
+        width = in_memory_width_of_type(dt, meta.arrow_schema.field(name).type, kept_rows)
+        if width is None:  # measured: a key column over the kept rows, another over the sources' rows
+            width = _kept_width(readers, meta, name, keep_path if name in key_names else None)
+        total += width
+    granules = plan_granules_of(kept_rows, total, meta.writer_settings, block_rows=MERGE_BLOCK_ROWS)
+    writer = PartStreamWriter(meta.columns, granules, [t for _, t in meta.primary_key_types], partition,
+                              meta.writer_settings, spill_dir=spill_dir)
+    _gather_rest(readers, meta, names, order_path, keep_path, source_dtype, writer)
+    return writer.finish()
+
+
+def _kept_width(readers: Sequence[PartReader], meta: TableMetadata, name: str, keep_path: str | None) -> int:
+    """In-memory bytes of column `name` over the sources' rows (with `keep_path`, the kept ones)."""
+    dt = parse_type(meta.column_types[name])
+    total = 0
+    with ExitStack() as stack:
+        keep_file = stack.enter_context(open(keep_path, "rb")) if keep_path else None
+        for reader in readers:
+            for block in _blocks(reader, [name], meta):
+                values = block.column(0)
+                if keep_file is not None:
+                    values = values.filter(pa.array(np.fromfile(keep_file, np.uint8, block.num_rows).astype(bool)))
+                total += in_memory_width(dt, values)
+    return total
 
 
 def _with_index_partners(meta: TableMetadata, keys: set[str]) -> set[str]:
@@ -297,12 +387,14 @@ def _gather_rest(readers: Sequence[PartReader], meta: TableMetadata, rest: list[
                                                         writer), groups))
 
 
-def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: list[str],
-                emit: Callable[[pa.Table, np.ndarray], None], *, whole_keys: bool) -> None:
-    """Hand `emit` the sources' rows of `key_names` in merged order, a window at a time, with the
-    source of each row. With `whole_keys`, a window ends before the first row of the key its bound
-    holds, so all rows of one sorting key come in one window."""
-    sources = [_Source(_blocks(r, key_names, meta)) for r in readers]
+def merge_sorted_blocks(blocks: Sequence[Iterator[pa.Table]], sort_key: Sequence[str], column_types: Mapping[str, str],
+                        emit: Callable[[pa.Table, np.ndarray], None], *, whole_keys: bool) -> None:
+    """Hand `emit` the rows of sources (each its blocks, sorted by `sort_key`) in merged order, a
+    window at a time, with the source of each row; ties keep the sources' order. With `whole_keys`,
+    a window ends before the first row of the key its bound holds, so all rows of one sorting key
+    come in one window."""
+    sort_key, column_types = list(sort_key), dict(column_types)
+    sources = [_Source(source) for source in blocks]
     while True:
         active = [i for i, s in enumerate(sources) if s.current is not None]
         if not active:
@@ -311,7 +403,7 @@ def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: l
         lengths = np.array([t.num_rows for t in tables if t is not None], np.int64)
         window = pa.concat_tables([t for t in tables if t is not None]) if len(tables) > 1 else tables[0]
         assert window is not None
-        order = sort_indices(meta.sorting_key, window, meta.column_types).to_numpy()
+        order = sort_indices(sort_key, window, column_types).to_numpy()
         ends = np.cumsum(lengths)
         bounded = [j for j, i in enumerate(active) if sources[i].more]
         merged = window.take(pa.array(order))
@@ -321,8 +413,8 @@ def _merge_keys(readers: Sequence[PartReader], meta: TableMetadata, key_names: l
             last_ranks = np.array([rank[ends[j] - 1] for j in bounded])
             cut = int(last_ranks.min()) + 1
             if whole_keys:
-                starts = np.flatnonzero(engines.group_starts(
-                    key_element_arrays(list(meta.sorting_key), merged, dict(meta.column_types)), len(order)))
+                starts = np.flatnonzero(engines.group_starts(key_element_arrays(sort_key, merged, column_types),
+                                                             len(order)))
                 # the first row of the bound's key; a window holding nothing below it reads further
                 cut = int(starts[np.searchsorted(starts, cut - 1, side="right") - 1])
                 if not cut:

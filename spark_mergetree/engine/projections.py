@@ -8,11 +8,16 @@ partition.dat, minmax or skip index files. The parent's checksums.txt lists `<na
 total size and the hash of the projection's own checksums.txt entries (Checksums.total_hash), as
 ClickHouse's MergeTreeDataWriter::writeProjectionPart and MergeTreeData::addProjectionPart record it.
 
-Inserts, merges and mutations write every buildable projection from the rows of the part they write
-(a merge from the merged rows: ClickHouse merges the sources' projection parts, which gives the same
-rows in the same order). Aggregate projections (GROUP BY / aggregate functions) are not built: a table
-of ours cannot declare them, and parts ClickHouse made with them are not merged (the selector leaves
-them alone) rather than losing them.
+An aggregate projection (GROUP BY with count/sum/avg/min/max/any/anyLast over numeric columns) is a
+part of one row per group, sorted by the GROUP BY key, holding the keys and each aggregate's state
+(ClickHouse's AggregateFunction serialization); the states of several parts are combined as
+ClickHouse merges them (`combined_states`).
+
+Inserts and mutations write every buildable projection from the rows of the part they write; a
+merge from its sources' projection parts and rows (engine/merge.py; big inputs from runs,
+engine/projection_merge.py). Projections this version cannot build (other aggregate functions) are
+refused in our tables' statements, and parts ClickHouse made with them are not merged (the selector
+leaves them alone) rather than losing them.
 """
 
 from __future__ import annotations
@@ -274,6 +279,20 @@ def projection_files(projection: Projection, rows: pa.Table, columns: Sequence[t
     primary_key = [(type_text, values) for (_, type_text), values in zip(key_types, key_values, strict=True)]
     return encode_part(table, selected, primary_key, None, dataclasses.replace(settings, skip_indexes=()),
                        table_settings)
+
+
+def combined_states(projection: Projection, rows: pa.Table, column_types: dict[str, str]) -> pa.Table:
+    """An aggregate projection's rows (one per group) of `rows`: the table's rows, or rows of states
+    (its projection parts', in order), combined as ClickHouse merges states."""
+    return _aggregate_table(projection, rows, column_types)[0]
+
+
+def aggregate_columns(projection: Projection, column_types: dict[str, str]) -> list[tuple[str, str]]:
+    """(name, type) of an aggregate projection's columns: its GROUP BY keys and its states."""
+    keys = {k.strip("`") for k in projection.group_by}
+    aggregates = {element: (function, argument) for element, function, argument in _aggregates(projection)}
+    return [(element.strip("`"), column_types[element.strip("`")]) if element.strip("`") in keys
+            else (element, _state_type(*aggregates[element], column_types)) for element in projection.select]
 
 
 def state_columns(projection: Projection) -> list[str]:

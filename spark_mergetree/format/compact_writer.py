@@ -270,29 +270,11 @@ def write_part_by_column(compact: bool, rows: int, columns: Sequence[tuple[str, 
     return write_wide_part_by_column(rows, columns, column_of, primary_key, partition, settings, granule_rows)
 
 
-def write_compact_part(
-    table: pa.Table,
-    columns: Sequence[tuple[str, str]],
-    primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]],
-    partition: PartitionValue | None,
-    settings: WriterSettings,
-    granule_rows: np.ndarray | None = None,
-) -> PartFiles | None:
-    """Serialize sorted rows into a Compact part (the arguments are `write_wide_part`'s).
-
-    Returns None for rows a Compact part of this version cannot hold (a LowCardinality granule with
-    more distinct keys than one dictionary takes): the caller writes a Wide part instead."""
-    missing = [name for name, _ in columns if name not in table.column_names]
-    if missing:
-        raise SchemaMismatchError(f"rows to write lack column(s) {', '.join(missing)}")
-    types = [parse_type(type_text) for _, type_text in columns]
-    table = table.select([name for name, _ in columns])
-    n = table.num_rows
-    if granule_rows is None:
-        total = sum(in_memory_width(dt, table.column(i)) for i, dt in enumerate(types))
-        granule_rows = plan_compact_granules([(n, total)], settings)
-    granule_rows = np.asarray(granule_rows, np.int64)
-
+def _column_granules(table: pa.Table, columns: Sequence[tuple[str, str]], types: Sequence[DataType],
+                     granule_rows: np.ndarray, settings: WriterSettings
+                     ) -> tuple[list[list[list[tuple[str, bytes]]]], list[dict[str, Codec | CodecChain]]] | None:
+    """Per column, each granule's substreams [(name, bytes)] and each substream's codec (None: rows
+    a Compact part of this version cannot hold)."""
     per_column: list[list[list[tuple[str, bytes]]]] = []
     codecs: list[dict[str, Codec | CodecChain]] = []
     for (name, _), dt, column in zip(columns, types, table.columns, strict=True):
@@ -327,9 +309,44 @@ def write_compact_part(
         codecs.append({**{s + _DICT_PREFIX: generic for s in stream_codecs if s + _DICT in stream_codecs},
                        **{s + PREFIX: generic for s in stream_codecs if s.endswith(DISCRIMINATORS)},
                        **stream_codecs})
+    return per_column, codecs
 
-    substreams = [[stream for stream, _ in granules[0]] for granules in per_column] if len(granule_rows) else [
-        [] for _ in per_column]
+
+def write_compact_part(
+    table: pa.Table,
+    columns: Sequence[tuple[str, str]],
+    primary_key: Sequence[tuple[str, pa.Array | pa.ChunkedArray]],
+    partition: PartitionValue | None,
+    settings: WriterSettings,
+    granule_rows: np.ndarray | None = None,
+) -> PartFiles | None:
+    """Serialize sorted rows into a Compact part (the arguments are `write_wide_part`'s).
+
+    Returns None for rows a Compact part of this version cannot hold (a LowCardinality granule with
+    more distinct keys than one dictionary takes): the caller writes a Wide part instead."""
+    missing = [name for name, _ in columns if name not in table.column_names]
+    if missing:
+        raise SchemaMismatchError(f"rows to write lack column(s) {', '.join(missing)}")
+    types = [parse_type(type_text) for _, type_text in columns]
+    table = table.select([name for name, _ in columns])
+    n = table.num_rows
+    if granule_rows is None:
+        total = sum(in_memory_width(dt, table.column(i)) for i, dt in enumerate(types))
+        granule_rows = plan_compact_granules([(n, total)], settings)
+    granule_rows = np.asarray(granule_rows, np.int64)
+
+    built = _column_granules(table, columns, types, granule_rows, settings)
+    if built is None:
+        return None
+    per_column, codecs = built
+    if len(granule_rows):
+        substreams = [[stream for stream, _ in granules[0]] for granules in per_column]
+    else:  # no row (a merge that kept none): each column's substreams as an empty granule has them,
+        # and no mark at all, as ClickHouse writes such a part
+        empty = _column_granules(table, columns, types, np.zeros(1, np.int64), settings)
+        if empty is None:
+            return None
+        substreams = [[stream for stream, _ in granules[0]] for granules in empty[0]]
     blocks: list[bytes] = []
     offset = 0
     hashers: dict[str, FileHasher] = {}  # uncompressed bytes per codec, in order of first use
@@ -354,7 +371,8 @@ def write_compact_part(
                 offset = _close(writer, blocks, offset)
         marks.append(row)
     all_streams = [s for streams in substreams for s in streams]
-    marks.append([(offset, 0)] * len(all_streams))
+    if n:
+        marks.append([(offset, 0)] * len(all_streams))
     body = b"".join(blocks)
 
     files = PartFiles(rows=n)
@@ -363,7 +381,7 @@ def write_compact_part(
         len(body), file_hash(body), True, sum(h.size for h in hashers.values()),
         combine_stream_hashes([h.digest() for h in hashers.values()]))}
     offsets = np.array(marks, np.uint64).reshape(len(marks), len(all_streams), 2)
-    rows = np.append(granule_rows, 0).astype(np.uint64)
+    rows = (np.append(granule_rows, 0) if n else granule_rows).astype(np.uint64)
     files.files[COMPACT_MARKS_FILE] = write_compact_marks(CompactMarks(offsets, rows), compressed=True)
     files.files[SUBSTREAMS_FILE] = format_columns_substreams(
         [(name, streams) for (name, _), streams in zip(columns, substreams, strict=True)]).encode()

@@ -174,7 +174,7 @@ def write_compact_marks(marks: CompactMarks, compressed: bool = False, codec: Co
         raise InvalidOptionError(f"compact marks need offsets (n, streams, 2) and rows (n,), got {offsets.shape} and {rows.shape}")
     n_marks, n_streams = offsets.shape[:2]
     table = np.empty((n_marks, 2 * n_streams + 1), dtype=_LE_U64)
-    table[:, : 2 * n_streams] = offsets.reshape(n_marks, -1)
+    table[:, : 2 * n_streams] = offsets.reshape(n_marks, 2 * n_streams)
     table[:, 2 * n_streams] = rows
     return encode_marks_payload(table.tobytes(), compressed, codec)
 

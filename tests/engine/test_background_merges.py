@@ -292,6 +292,32 @@ def test_tables_a_worker_cannot_open_merge_in_a_thread(tmp_path: Path, monkeypat
     assert len(table.parts()) < 4 and ids_of(table) == [0, 1, 2, 3]
 
 
+def test_a_worker_that_died_while_idle_is_dropped_and_replaced(tmp_path: Path) -> None:
+    """A worker killed between merges is reaped and forgotten when the next merge finds it dead (a
+    fresh one merges); stopping drops the idle ones: none is left in the pool's list."""
+    merges = background.BackgroundMerges()
+    table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id",
+                                  settings={"auto_merge": False, "merge_parts_threshold": 2,
+                                            "merge_selecting_sleep_ms": 0})
+    try:
+        for round_ in range(2):
+            for n in range(3):
+                table.insert(batch([round_ * 10 + n]))
+            merges.schedule(table)
+            assert merges.wait(timeout=60)
+            (worker,) = merges._workers
+            assert worker.alive() and merges._idle_workers == [worker]
+            if round_ == 0:
+                os.kill(worker.process.pid, signal.SIGKILL)
+                worker.process.wait(timeout=10)
+                first = worker
+        assert worker is not first and not first.alive()
+        assert len(table.parts()) == 1 and ids_of(table) == [0, 1, 2, 10, 11, 12]
+    finally:
+        merges.stop()
+    assert merges._workers == [] and not worker.alive()
+
+
 def _insert_then_die(path: str, url: str) -> None:
     table = MergeTreeTable.open(path, coordinator=url)
     for n in range(8):

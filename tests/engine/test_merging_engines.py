@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.engine import engines
+from spark_mergetree.engine import engines, merge_stream
 from spark_mergetree.errors import InvalidOptionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.sort_key import sort_indices
-from tests.format.chdb_util import close_session, make_chdb_table
+from tests.format.chdb_util import attach_and_check, close_session, make_chdb_table
 
 COLUMNS = [("k", "UInt32"), ("p", "UInt8"), ("v", "UInt32"), ("d", "UInt8"), ("s", "Int8"), ("x", "Int64"),
            ("y", "Float64"), ("name", "String")]
@@ -229,6 +229,126 @@ def test_replacing_without_sorting_key_keeps_the_last_row_when_merged(tmp_path: 
     assert _rows(table.to_arrow(final=True)) == expected_final
     table.optimize(final=True)
     assert _rows(table.to_arrow()) == expected
+
+
+@pytest.mark.parametrize("level", [1, 0])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engines_without_sorting_key_match_clickhouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str,
+                                                      level: int) -> None:
+    """ORDER BY tuple(): ClickHouse's Replacing and Collapsing take all rows for one key, its Summing and
+    Aggregating every row for a key of its own (Summing dropping rows summed to zero). Inserts, FINAL and
+    OPTIMIZE FINAL keep ClickHouse's rows; the merge of Wide parts streams, in blocks of a few granules.
+    level 1: our inserts (merged as ClickHouse's optimize_on_insert merges them); level 0: ClickHouse's
+    parts inserted without that, adopted (each row of a first part of level > 0 is compared with none)."""
+    monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 40)
+    streamed = []
+
+    def spied(merge):
+        def spy(*args, **kwargs):
+            files = merge(*args, **kwargs)
+            streamed.append(files is not None)
+            return files
+        return spy
+
+    # (VersionedCollapsing's sorting key is its version: the keyed streaming merge)
+    for name in ("merge_engine_unkeyed", "merge_engine_streaming"):
+        monkeypatch.setattr(merge_stream, name, spied(getattr(merge_stream, name)))
+    batches = _batches(engine, seed=len(engine) + 7)
+    files = []
+    for number, batch in enumerate(batches):
+        files.append(tmp_path / f"b{number}.parquet")
+        pq.write_table(batch, files[-1])
+    names = ", ".join(n for n, _ in _columns(engine))
+    on_insert = "" if level else " SETTINGS optimize_on_insert = 0"
+    create = (_create("t", engine).replace("ORDER BY (k, p)", "ORDER BY tuple()")
+              .replace("min_parts_to_merge_at_once", "min_bytes_for_wide_part = 0, min_parts_to_merge_at_once"))
+    sess, data_dir = make_chdb_table(tmp_path, create, [f"INSERT INTO t SELECT {names} FROM file('{f}', Parquet)"
+                                                        f"{on_insert}" for f in files])
+    inserted = _select(sess, f"SELECT {names} FROM t")
+    expected_final = _select(sess, f"SELECT {names} FROM t FINAL")
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    if not level:
+        shutil.copytree(data_dir, tmp_path / "adopted")
+    sess.query("OPTIMIZE TABLE t FINAL")
+    expected_merged = _select(sess, f"SELECT {names} FROM t")
+    close_session()
+    if level:
+        ours = MergeTreeTable.create(tmp_path / "ours", _columns(engine), order_by="tuple()", partition_by="p",
+                                     engine=engine, settings={"auto_merge": False, "index_granularity": 16,
+                                                              "min_bytes_for_wide_part": 0})
+        for batch in batches:
+            ours.insert(batch)
+    else:
+        ours = MergeTreeTable.open(tmp_path / "adopted", create_statement=statement)
+    assert {p.level for p in ours.parts()} == {level}
+    assert _rows(ours.to_arrow()) == inserted
+    assert _rows(ours.to_arrow(final=True)) == expected_final
+    ours.optimize(final=True)
+    assert _rows(ours.to_arrow()) == expected_merged
+    assert streamed and all(streamed[:3])  # every partition's merge streamed (kept rows)
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_collapsing_without_sorting_key_compares_no_two_rows_of_a_merged_first_part(tmp_path: Path,
+                                                                                    wide: bool) -> None:
+    """ORDER BY tuple(), a first part of level 1 holding (-1, +1), then (+1): ClickHouse takes the first
+    part's rows for keys of their own (not compared), so its merge keeps the -1 and the last +1, where
+    one run of all three rows would keep only the +1. The streaming merge (Wide) and the in-memory one agree."""
+    settings = "min_bytes_for_wide_part = 0" if wide else "min_bytes_for_wide_part = 10485760"
+    sess, _ = make_chdb_table(tmp_path, "CREATE TABLE c (x UInt32, s Int8) ENGINE = CollapsingMergeTree(s) "
+                              f"ORDER BY tuple() SETTINGS {NO_MERGES}, {settings}",
+                              ["INSERT INTO c VALUES (1, -1), (2, 1)", "INSERT INTO c VALUES (3, 1)"])
+    expected_final = _select(sess, "SELECT * FROM c FINAL")
+    sess.query("OPTIMIZE TABLE c FINAL")
+    expected = _select(sess, "SELECT * FROM c")
+    close_session()
+    assert expected == [(1, -1), (3, 1)]
+    table = MergeTreeTable.create(tmp_path / "ours", [("x", "UInt32"), ("s", "Int8")], order_by="tuple()",
+                                  engine="CollapsingMergeTree(s)",
+                                  settings={"auto_merge": False, "min_bytes_for_wide_part": 0 if wide else 10 << 20})
+    table.insert(pa.table({"x": pa.array([1, 2], pa.uint32()), "s": pa.array([-1, 1], pa.int8())}))
+    table.insert(pa.table({"x": pa.array([3], pa.uint32()), "s": pa.array([1], pa.int8())}))
+    assert _rows(table.to_arrow(final=True)) == expected_final
+    table.optimize(final=True)
+    assert _rows(table.to_arrow()) == expected
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_a_merge_that_keeps_no_row_writes_clickhouses_empty_part(tmp_path: Path, wide: bool) -> None:
+    """A Collapsing merge whose rows all cancel leaves an empty part, as ClickHouse's does: Compact,
+    its marks file empty and every column's substreams listed (as ClickHouse's); we read on (the next
+    merge, the rows) and ClickHouse attaches it with CHECK TABLE = 1."""
+    settings = f"min_bytes_for_wide_part = {0 if wide else 10 << 20}"
+    columns = [("x", "UInt32"), ("s", "Int8"), ("n", "Nullable(String)"), ("a", "Array(String)"),
+               ("l", "LowCardinality(String)"), ("m", "Map(String, UInt8)")]
+    create = f"CREATE TABLE c ({', '.join(f'{n} {t}' for n, t in columns)}) ENGINE = CollapsingMergeTree(s) " \
+             f"ORDER BY x SETTINGS {NO_MERGES}, {settings}"
+    sess, data_dir = make_chdb_table(tmp_path, create, ["INSERT INTO c VALUES (1, 1, 'a', ['b'], 'c', {'d': 1})",
+                                                        "INSERT INTO c VALUES (1, -1, NULL, [], 'e', {})"])
+    sess.query("OPTIMIZE TABLE c FINAL")
+    (theirs,) = [d for d in data_dir.iterdir() if d.name == "all_1_2_2"]
+    table = MergeTreeTable.create(tmp_path / "ours", columns, order_by="x", engine="CollapsingMergeTree(s)",
+                                  settings={"auto_merge": False, "index_granularity": 64,
+                                            "min_bytes_for_wide_part": 0 if wide else 10 << 20})
+    for sign, n, a, low, m in ((1, "a", ["b"], "c", [("d", 1)]), (-1, None, [], "e", [])):
+        table.insert(pa.table({"x": pa.array([1], pa.uint32()), "s": pa.array([sign], pa.int8()),
+                               "n": pa.array([n], pa.string()), "a": [a], "l": [low],
+                               "m": pa.array([m], pa.map_(pa.string(), pa.uint8()))}))
+    (merged,) = table.optimize(final=True)
+    assert merged == "all_1_2_2" and table.reader(merged).rows == 0 and table.to_arrow().num_rows == 0
+    mine = table.path / merged
+    assert (mine / "data.bin").exists() == (not wide)
+    if not wide:
+        for name in ("data.bin", "data.cmrk4", "columns_substreams.txt", "count.txt"):
+            assert (mine / name).read_bytes() == (theirs / name).read_bytes(), name
+    sess.query(create.replace("TABLE c", "TABLE back"))
+    attach_and_check(sess, "back", [mine])
+    assert _select(sess, "SELECT count() FROM back") == [(0,)]
+    close_session()
+    table.insert(pa.table({"x": pa.array([2], pa.uint32()), "s": pa.array([1], pa.int8()), "n": ["b"], "a": [["c"]],
+                           "l": ["d"], "m": pa.array([[("e", 2)]], pa.map_(pa.string(), pa.uint8()))}))
+    table.optimize(final=True)
+    assert table.to_arrow(["x", "s", "n", "l"]).to_pylist() == [{"x": 2, "s": 1, "n": "b", "l": "d"}]
 
 
 @pytest.mark.parametrize("engine", ["ReplacingMergeTree", "SummingMergeTree"])

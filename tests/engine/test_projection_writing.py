@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.cli import main as cli
+from spark_mergetree.engine import merge_stream, projection_merge, projections
 from spark_mergetree.engine.optimize import merge_step
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import format_create, parse_create
@@ -244,4 +245,76 @@ def test_projections_on_every_storage_layout(layout, tmp_path) -> None:
                      "TabSeparatedRaw").bytes().decode().split()
     v = np.arange(600)
     assert got == [str(x) for k in range(11) for x in (k, -int(v[v % 11 == k].sum()))]
+    close_session()
+
+
+LATE = ("PROJECTION late (SELECT s, k ORDER BY (s, k))",
+        "PROJECTION late_sum (SELECT s, sum(k), count(), min(k), max(id), avg(k), any(id), anyLast(id) GROUP BY s)")
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_merges_build_big_projections_from_runs(tmp_path, monkeypatch, kind) -> None:
+    """Projections whose input is above projection_merge.RUN_BYTES (made tiny here) are merged from
+    runs: the normal ones held by every source as parts of their own; `late` and `late_sum`, added
+    after two inserts (those parts lack them), from runs built of the first parts' rows and the third
+    part's projection, two at a time level by level (FAN_IN); the aggregate ones' states combined key
+    by key. ClickHouse attaches the merged
+    part (CHECK TABLE) and answers from each projection with the rows it reads without them."""
+    monkeypatch.setattr(projection_merge, "RUN_BYTES", 20_000)
+    monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 256)  # sources read in blocks of a few granules
+    monkeypatch.setattr(projection_merge, "FAN_IN", 2)  # runs merged two at a time, level by level
+    built = []
+
+    def counted(*args, **kwargs):
+        files = projection_files(*args, **kwargs)
+        built.append(args[0].name)
+        return files
+
+    projection_files = projections.projection_files
+    monkeypatch.setattr(projections, "projection_files", counted)
+    sess, _ = make_chdb_table(tmp_path, CREATE.format(kind=KINDS[kind]))
+    sess.query("SYSTEM STOP MERGES t")
+    ours = MergeTreeTable.new(tmp_path / "ours", parse_create(sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw")
+                                                                 .bytes().decode()), {"auto_merge": False})
+    ours.write_directory()
+    for number, (offset, rows) in enumerate(((0, 3000), (3000, 2500), (5500, 2000))):
+        if number == 2:
+            for declaration in LATE:
+                sess.query(f"ALTER TABLE t ADD {declaration}")
+                ours.add_projection(declaration)
+        sess.query("INSERT INTO t " + ROWS.format(offset=offset, rows=rows))
+        ours.insert(_arrow(sess, ROWS.format(offset=offset, rows=rows)))
+    built.clear()
+    # each source's states (the first two parts' from their rows, the third's its own), combined in order
+    late_sum = next(p for p in ours.metadata.projections if p.name == "late_sum")
+    types = ours.metadata.column_types
+    first, second, third = (ours.reader(p.name) for p in ours.parts())
+    states = [projections.combined_states(late_sum, r.read(["s", "k", "id"]), types) for r in (first, second)]
+    expected_states = projections.combined_states(
+        late_sum, pa.concat_tables([*states, third.projection_reader("late_sum").read()]), types)
+    (merged,) = ours.optimize(final=True)
+    # runs built from rows: `late` and `late_sum` for the first two parts (more than one run each);
+    # `by_k`'s input (the sources' states of 13 groups) is under RUN_BYTES: built in memory
+    assert built.count("late") > 2 and built.count("late_sum") > 2 and built.count("by_k") == 1, built
+    reader = ours.reader(merged)
+    assert sorted(reader.projections) == sorted([*PROJECTIONS, "late", "late_sum"])
+    assert reader.projection_reader("late").rows == 7500
+    # one row per group, the states combined in source order: those of all sources' rows at once
+    assert reader.projection_reader("late_sum").read().equals(expected_states)
+    assert ours.check().ok
+    _attach(sess, ours, "merged")
+    queries = {
+        "by_k": "SELECT k, round(sum(v), 6), count(), min(id), max(v), avg(k), sum(id) FROM {} GROUP BY k",
+        "late_sum": "SELECT s, sum(k), count(), min(k), max(id), avg(k) FROM {} GROUP BY s",
+        "ordered": "SELECT * FROM {} WHERE k = 5",
+        "sel": "SELECT id, s FROM {} WHERE s = '77'",
+        "late": "SELECT s, k FROM {} WHERE s = '123'",
+    }
+    for projection, query in queries.items():
+        forced = (query.format("merged") + " SETTINGS force_optimize_projection = 1, "
+                  f"preferred_optimize_projection_name = '{projection}'")
+        explain = sess.query(f"EXPLAIN projections = 1 {forced}", "TabSeparatedRaw").bytes().decode()
+        assert projection in explain, explain
+        expected = _rows(_arrow(sess, query.format("t") + " SETTINGS optimize_use_projections = 0"))
+        assert expected and _rows(_arrow(sess, forced)) == expected, projection
     close_session()

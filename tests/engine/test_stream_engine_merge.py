@@ -1,7 +1,7 @@
 """The streaming merge of the engines that combine rows of equal sorting keys (Replacing, Summing,
 Aggregating, Collapsing, VersionedCollapsing: engine/merge_stream.py's merge_engine_streaming) writes
 the part the in-memory merge writes, byte for byte, with equal keys across parts and across window
-boundaries (small blocks: many windows); its memory does not grow with the parts."""
+boundaries (small blocks: many windows) and with an empty sorting key; its memory does not grow with the parts."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _batch(rng: np.random.Generator, n: int, salt: int, keys: int) -> pa.Table:
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-@pytest.mark.parametrize(("order_by", "keys"), [("id", 700), ("(name, id)", 700), ("id", 6)])
+@pytest.mark.parametrize(("order_by", "keys"), [("id", 700), ("(name, id)", 700), ("id", 6), ("tuple()", 6)])
 def test_streamed_engine_merge_writes_the_in_memory_merge_byte_for_byte(tmp_path: Path, monkeypatch, engine: str,
                                                                          order_by: str, keys: int) -> None:
     # keys=6: one key's rows span several blocks of a part (a window must read further)
@@ -81,6 +81,27 @@ def test_replacing_merge_memory_does_not_grow_with_the_parts(tmp_path: Path) -> 
     assert decoded > 600e6
     report = merge_memory(tmp_path / "t")
     assert report["rows"] == space
+    grown_mb = (report["peak_kb"] - report["before_kb"]) / 1024
+    print(report)
+    assert grown_mb < 200, report
+
+
+def test_unkeyed_summing_merge_memory_does_not_grow_with_the_parts(tmp_path: Path) -> None:
+    # ORDER BY tuple(): every row a key of its own, those summed to zero dropped (a tenth, by the
+    # inserts already); 3 parts, 6.75M rows, ~650 MB decoded. The whole-column merge held the key and summed columns and one
+    # whole column (the strings: 420+ MB with their offsets).
+    rows, parts = 7_500_000, 3
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("b", "Float64"), ("c", "Int64"), ("s", "String")],
+                                  order_by="tuple()", engine="SummingMergeTree((b, c))", settings={"auto_merge": False})
+    for number in range(parts):
+        ids = np.arange(number, rows, parts, dtype=np.uint64)
+        text = pa.array(np.char.add("value-of-a-fairly-long-string-column-number-", (ids % 1000).astype("U12")))
+        zero = ids % 10 == 0
+        table.insert(pa.table({"id": ids, "b": np.where(zero, 0, ids % 1024).astype(np.float64),
+                               "c": np.where(zero, 0, -ids.astype(np.int64)), "s": text}))
+    assert sum(p.rows for p in table.parts()) == rows - rows // 10
+    report = merge_memory(tmp_path / "t")
+    assert report["rows"] == rows - rows // 10
     grown_mb = (report["peak_kb"] - report["before_kb"]) / 1024
     print(report)
     assert grown_mb < 200, report
