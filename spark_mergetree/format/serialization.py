@@ -226,7 +226,7 @@ def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray
     if is_string(dt):
         offsets, data = string_buffers(arr)
         if string_sizes:
-            out[base + ".size"] = StreamBytes(_memory(np.diff(offsets).astype("<u8")), bounds * 8)
+            out[base + ".size"] = StreamBytes(_memory(np.diff(offsets)), bounds * 8)  # int64 lengths: the bytes of UInt64
             out[base] = StreamBytes(_memory(data), offsets[bounds])
         else:
             encoded, row_offsets = encode_classic(offsets, data)

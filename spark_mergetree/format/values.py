@@ -125,7 +125,7 @@ def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     start, stop = int(offsets[0]), int(offsets[-1])
     data = np.frombuffer(buffers[2], dtype=np.uint8)[start:stop] if buffers[2] is not None and stop > start \
         else np.zeros(0, np.uint8)
-    return offsets - start, data
+    return (offsets - start if start else offsets), data
 
 
 def _pad_fixed(arr: pa.Array, length: int, column: str) -> pa.Array:
