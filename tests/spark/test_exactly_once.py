@@ -37,8 +37,9 @@ def test_retried_task_writes_each_row_once(spark, tmp_path: Path) -> None:
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
     try:
         # stage_rows=20 stages parts while the task still runs, so the failed attempt leaves some.
+        # No background merges: one still running stages its part, which the check below would see.
         (df.write.format("mergetree").option("order_by", "id").option("stage_rows", "20")
-         .mode("append").save(str(path)))
+         .option("setting.auto_merge", "false").mode("append").save(str(path)))
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     ids = [r["id"] for r in spark.read.format("mergetree").load(str(path)).collect()]
@@ -48,7 +49,9 @@ def test_retried_task_writes_each_row_once(spark, tmp_path: Path) -> None:
 
 def test_failed_job_leaves_nothing(spark, tmp_path: Path) -> None:
     path = tmp_path / "aborted"
-    spark.range(10).write.format("mergetree").option("order_by", "id").mode("append").save(str(path))
+    # No background merges (see above): two parts of the first write could be merging at the check.
+    (spark.range(10).write.format("mergetree").option("order_by", "id").option("setting.auto_merge", "false")
+     .mode("append").save(str(path)))
 
     def always_fail(value: int) -> int:
         if value == 77:
@@ -71,7 +74,7 @@ def test_commit_keeps_one_message_per_task_partition(tmp_path: Path) -> None:
     from spark_mergetree.spark.source import MergeTreeCommitMessage, MergeTreeWriter
 
     path = tmp_path / "dup"
-    table = MergeTreeTable.create(path, [("id", "Int64")], order_by="id")
+    table = MergeTreeTable.create(path, [("id", "Int64")], order_by="id", settings={"auto_merge": False})
     ref = TableRef(str(path))
     writer = MergeTreeWriter(ref, table.schema, "append", "jobtag", stage_rows=1000)
     rows = pa.table({"id": pa.array(range(10), pa.int64())})
