@@ -347,7 +347,7 @@ def write_compact_part(
         if empty is None:
             return None
         substreams = [[stream for stream, _ in granules[0]] for granules in empty[0]]
-    blocks: list[bytes] = []
+    blocks: list[bytes | memoryview] = []
     offset = 0
     hashers: dict[str, FileHasher] = {}  # uncompressed bytes per codec, in order of first use
     marks: list[list[tuple[int, int]]] = []
@@ -390,7 +390,7 @@ def write_compact_part(
                         compact=True)
 
 
-def _close(writer: CompressedStreamWriter, blocks: list[bytes], offset: int) -> int:
+def _close(writer: CompressedStreamWriter, blocks: list[bytes | memoryview], offset: int) -> int:
     """End a column's (or a codec run's) blocks; returns the new end of data.bin."""
     writer.finish()
     value = writer.getvalue()

@@ -60,16 +60,17 @@ def _lz4_block(data: bytes | bytearray | memoryview) -> bytearray:
     return block
 
 
-def _lz4_blocks(view: memoryview, block_starts: list[int]) -> tuple[bytearray, list[int]]:
+def _lz4_blocks(view: memoryview, block_starts: list[int], reserve: int) -> tuple[np.ndarray, int, list[int]]:
     """compress_block(LZ4, ...) of view[block_starts[i]:block_starts[i + 1]] for each i, back to back
-    in one buffer, and where each block starts in it. One buffer for a whole stream: a buffer per
-    block and joining them would copy every compressed byte once more, holding the GIL."""
+    in one new buffer with `reserve` bytes of room left after them; returns the buffer, how many
+    bytes the blocks take, and where each block starts. One buffer for a whole stream: a buffer per
+    block and joining them would copy every compressed byte once more, holding the GIL. numpy's
+    buffer is neither zero-filled nor faulted in page by page (it asks for huge pages)."""
     sizes = np.diff(np.asarray(block_starts, np.int64)).tolist()
     bound = SYSTEM_LZ4.LZ4_compressBound
-    out = bytearray(sum(BLOCK_OVERHEAD + bound(size) for size in sizes))
+    out = np.empty(sum(BLOCK_OVERHEAD + bound(size) for size in sizes) + reserve, np.uint8)
     source = np.frombuffer(view, np.uint8)
-    target = np.frombuffer(out, np.uint8)
-    source_address, target_address = source.ctypes.data, target.ctypes.data
+    source_address, target_address = source.ctypes.data, out.ctypes.data
     starts = []
     position = 0
     for begin, size in zip(block_starts, sizes):
@@ -80,13 +81,10 @@ def _lz4_blocks(view: memoryview, block_starts: list[int]) -> tuple[bytearray, l
             raise InvalidOptionError(f"LZ4 cannot compress a block of {size} bytes")
         BLOCK_HEADER.pack_into(out, position + CHECKSUM_SIZE, METHOD_LZ4, HEADER_SIZE + written, size)
         end = position + BLOCK_OVERHEAD + written
-        target[position:position + CHECKSUM_SIZE] = np.frombuffer(
-            cityhash128(target[position + CHECKSUM_SIZE:end]), np.uint8)
+        out[position:position + CHECKSUM_SIZE] = np.frombuffer(cityhash128(out[position + CHECKSUM_SIZE:end]), np.uint8)
         starts.append(position)
         position = end
-    del source, target  # a bytearray with an exported buffer cannot shrink
-    del out[position:]
-    return out, starts
+    return out, position, starts
 
 
 def compress_block(codec: Codec | CodecChain, data: bytes | bytearray | memoryview) -> bytes | bytearray:
@@ -416,7 +414,7 @@ class CompressedStreamWriter:
         self.codec = codec
         self.min_compress_block_size = min_compress_block_size
         self.max_compress_block_size = max_compress_block_size
-        self._blocks: list[bytes | bytearray] = []
+        self._blocks: list[bytes | bytearray | memoryview] = []
         self._compressed_size = 0
         self._buffer = bytearray()
         self._marks: list[tuple[int, int]] = []
@@ -427,7 +425,11 @@ class CompressedStreamWriter:
         self._unhashed: list[bytes | bytearray] = []  # blocks written to the sink, not hashed yet
         self._unhashed_size = 0
         self._sink = sink
-        self._value: bytes | None = None
+        self._value: bytes | memoryview | None = None
+        # The file's last bytes may sit in a numpy buffer with room left (`_lz4_blocks`): the first
+        # `_room_used` bytes of `_room`, after everything in `_blocks`.
+        self._room: np.ndarray | None = None
+        self._room_used = 0
 
     def _emit(self, block: bytes) -> None:
         if self._sink is None:
@@ -444,10 +446,21 @@ class CompressedStreamWriter:
         self._compressed_size += len(block)
 
     def _keep(self, blocks: bytes | bytearray) -> None:
+        if self._room is not None:
+            if len(self._room) - self._room_used >= len(blocks):
+                self._room[self._room_used:self._room_used + len(blocks)] = np.frombuffer(blocks, np.uint8)
+                self._room_used += len(blocks)
+                return
+            self._close_room()
         if self._blocks and isinstance(self._blocks[-1], bytearray):
             self._blocks[-1] += blocks  # grows in place mostly: no join of the whole file later
         else:
             self._blocks.append(blocks)
+
+    def _close_room(self) -> None:
+        if self._room is not None:
+            self._blocks.append(self._room[:self._room_used].data)
+            self._room = None
 
     def _hash_blocks(self) -> None:
         if self._sink is None:
@@ -535,10 +548,14 @@ class CompressedStreamWriter:
             block_starts.append(position)
         compressed_offsets = []
         if self._sink is None and self.codec == LZ4 and SYSTEM_LZ4 is not None and len(block_starts) > 1:
-            blocks, block_offsets = _lz4_blocks(view, block_starts)
+            # Room for the last block too, which stays buffered until a later call or finish().
+            tail = end - block_starts[-1]
+            room, used, block_offsets = _lz4_blocks(view, block_starts,
+                                                    BLOCK_OVERHEAD + SYSTEM_LZ4.LZ4_compressBound(tail))
             compressed_offsets = [self._compressed_size + offset for offset in block_offsets]
-            self._keep(blocks)
-            self._compressed_size += len(blocks)
+            self._close_room()
+            self._room, self._room_used = room, used
+            self._compressed_size += used
         else:
             for begin, stop in zip(block_starts[:-1], block_starts[1:], strict=True):
                 compressed_offsets.append(self._compressed_size)
@@ -578,15 +595,17 @@ class CompressedStreamWriter:
             raise InvalidOptionError("final_mark is known only after finish()")
         return self._final_mark
 
-    def getvalue(self) -> bytes:
+    def getvalue(self) -> bytes | memoryview:
         """The compressed file (call after finish())."""
         if self._final_mark is None:
             raise InvalidOptionError("getvalue() before finish()")
         if self._sink is not None:
             raise InvalidOptionError("getvalue() of a writer with a sink")
         if self._value is None:
+            self._close_room()
             # One buffer already (a whole stream compressed at once) is not copied again.
-            self._value = self._blocks[0] if len(self._blocks) == 1 else b"".join(self._blocks)
+            value = self._blocks[0] if len(self._blocks) == 1 else b"".join(self._blocks)
+            self._value = memoryview(value) if isinstance(value, bytearray) else value
             self._blocks = [self._value]
         return self._value
 

@@ -69,7 +69,7 @@ def encode_marks_payload(payload: bytes | bytearray | memoryview, compressed: bo
                                     max_compress_block_size=MARKS_COMPRESS_BLOCK_SIZE)
     writer.write(payload)
     writer.finish()
-    return writer.getvalue()
+    return bytes(writer.getvalue())
 
 
 def _as_u64_rows(payload: bytes | bytearray | memoryview, width: int, path: str, what: str) -> np.ndarray:
