@@ -4,7 +4,9 @@ column and writes the new part as it goes (ClickHouse's vertical merge).
 1. The key columns (those ORDER BY, PRIMARY KEY and PARTITION BY read) of every source part are read
    a block of granules at a time. The current blocks of all sources form a window; its rows are
    sorted and the window's rows up to the smallest "last row of a source's block" (among sources
-   with more blocks to come) are final: no later row of any source sorts before them. They are
+   with more blocks to come) are final: no later row of any source sorts before them (with one
+   integer-like key, each source's final rows are found by binary search and only they are
+   sorted, so rows left for later windows are not sorted again). They are
    written to the new part (key columns and primary index), and which source each came from is
    appended to a file of one byte (two past 255 sources) per row. A source whose block is used up
    reads its next one; the other rows stay for the next window. Ties keep the sources' order, as
