@@ -409,7 +409,7 @@ def merge_sorted_blocks(blocks: Sequence[Iterator[pa.Table]], sort_key: Sequence
             tables = [t.slice(0, n) for t, n in zip(tables, prefixes, strict=True)]
         lengths = np.array([t.num_rows for t in tables], np.int64)
         window = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        order = sort_indices(sort_key, window, column_types).to_numpy()
+        order = sort_indices(sort_key, window, column_types).to_numpy().astype(np.intp)  # (uint64 indexes cast at each use)
         ends = np.cumsum(lengths)
         merged = window.take(pa.array(order))
         if bounded and prefixes is None:
@@ -431,7 +431,7 @@ def merge_sorted_blocks(blocks: Sequence[Iterator[pa.Table]], sort_key: Sequence
                     continue
         else:
             cut = len(order)
-        owner = np.repeat(np.arange(len(active)), lengths)[order[:cut]]
+        owner = np.repeat(np.arange(len(active), dtype=np.int32), lengths)[order[:cut]]
         emit(merged.slice(0, cut) if cut < len(order) else merged, np.asarray(active, np.int64)[owner])
         used = np.bincount(owner, minlength=len(active))
         for j, i in enumerate(active):
