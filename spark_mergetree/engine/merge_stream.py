@@ -4,7 +4,9 @@ column and writes the new part as it goes (ClickHouse's vertical merge).
 1. The key columns (those ORDER BY, PRIMARY KEY and PARTITION BY read) of every source part are read
    a block of granules at a time. The current blocks of all sources form a window; its rows are
    sorted and the window's rows up to the smallest "last row of a source's block" (among sources
-   with more blocks to come) are final: no later row of any source sorts before them. They are
+   with more blocks to come) are final: no later row of any source sorts before them (with one
+   integer-like key, each source's final rows are found by binary search and only they are
+   sorted, so rows left for later windows are not sorted again). They are
    written to the new part (key columns and primary index), and which source each came from is
    appended to a file of one byte (two past 255 sources) per row. A source whose block is used up
    reads its next one; the other rows stay for the next window. Ties keep the sources' order, as
@@ -33,7 +35,8 @@ import pyarrow as pa
 
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
-from spark_mergetree.expressions.sort_key import key_element_arrays, sort_indices
+from spark_mergetree.expressions.sort_key import integer_key_values, key_element_arrays, sort_indices
+from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.json_text import stored_json_arrow
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_reader import PartReader
@@ -399,15 +402,17 @@ def merge_sorted_blocks(blocks: Sequence[Iterator[pa.Table]], sort_key: Sequence
         active = [i for i, s in enumerate(sources) if s.current is not None]
         if not active:
             return
-        tables = [sources[i].current for i in active]
-        lengths = np.array([t.num_rows for t in tables if t is not None], np.int64)
-        window = pa.concat_tables([t for t in tables if t is not None]) if len(tables) > 1 else tables[0]
-        assert window is not None
-        order = sort_indices(sort_key, window, column_types).to_numpy()
-        ends = np.cumsum(lengths)
+        tables: list[pa.Table] = [sources[i].current for i in active]
         bounded = [j for j, i in enumerate(active) if sources[i].more]
+        prefixes = _emitted_prefixes(tables, bounded, sort_key, column_types, whole_keys=whole_keys) if bounded else None
+        if prefixes is not None:
+            tables = [t.slice(0, n) for t, n in zip(tables, prefixes, strict=True)]
+        lengths = np.array([t.num_rows for t in tables], np.int64)
+        window = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        order = sort_indices(sort_key, window, column_types).to_numpy().astype(np.intp)  # (uint64 indexes cast at each use)
+        ends = np.cumsum(lengths)
         merged = window.take(pa.array(order))
-        if bounded:
+        if bounded and prefixes is None:
             rank = np.empty(len(order), np.int64)
             rank[order] = np.arange(len(order))
             last_ranks = np.array([rank[ends[j] - 1] for j in bounded])
@@ -426,7 +431,7 @@ def merge_sorted_blocks(blocks: Sequence[Iterator[pa.Table]], sort_key: Sequence
                     continue
         else:
             cut = len(order)
-        owner = np.repeat(np.arange(len(active)), lengths)[order[:cut]]
+        owner = np.repeat(np.arange(len(active), dtype=np.int32), lengths)[order[:cut]]
         emit(merged.slice(0, cut) if cut < len(order) else merged, np.asarray(active, np.int64)[owner])
         used = np.bincount(owner, minlength=len(active))
         for j, i in enumerate(active):
@@ -436,6 +441,31 @@ def merge_sorted_blocks(blocks: Sequence[Iterator[pa.Table]], sort_key: Sequence
                 source.advance()
             elif used[j]:
                 source.current = source.current.slice(int(used[j]))
+
+
+def _emitted_prefixes(tables: list[pa.Table], bounded: list[int], sort_key: list[str], column_types: dict[str, str],
+                      *, whole_keys: bool) -> list[int] | None:
+    """How many leading rows of each source's current block (`tables`) the window emits, when the
+    sorting key is one integer-like element (sort_key.integer_key_values), found by binary search:
+    the window then sorts only those rows, not the rows left for later windows again and again.
+    The bound is the smallest last key of the sources with blocks to come (`bounded`, indexes into
+    `tables`), its row the last of the first such source holding it; ties sort by source, so rows
+    equal to it are emitted from the sources up to that one. With `whole_keys`, no row equal to it.
+    None where the key is another, or nothing would be emitted (the window reads further)."""
+    values = [integer_key_values(sort_key, t, column_types) if t.num_rows else None for t in tables]
+    if any(v is None for v in values):
+        return None
+    lasts = [values[j][-1] for j in bounded]  # type: ignore[index]
+    bound = min(lasts)
+    first = bounded[lasts.index(bound)]
+    counts = []
+    for j, v in enumerate(values):
+        assert v is not None
+        if whole_keys or j > first:
+            counts.append(int(np.searchsorted(v, bound, side="left")))
+        else:
+            counts.append(len(v) if j == first else int(np.searchsorted(v, bound, side="right")))
+    return counts if sum(counts) else None
 
 
 class _ColumnSource:
@@ -482,9 +512,7 @@ def _gather_columns(readers: Sequence[PartReader], meta: TableMetadata, names: l
             if not len(owner):
                 return
             counts = np.bincount(owner, minlength=len(readers))
-            # Rows grouped by source (in source order, each in its own order) -> merged order.
-            position = np.empty(len(owner), np.int64)
-            position[np.argsort(owner, kind="stable")] = np.arange(len(owner))
+            position = _grouped_positions(owner, counts)
             if kept is not None:
                 position = position[kept]
             for name in names:
@@ -492,3 +520,21 @@ def _gather_columns(readers: Sequence[PartReader], meta: TableMetadata, names: l
                           for chunk in sources[name][number].take(count)]
                 grouped = pa.chunked_array(chunks, arrow_types[name]).combine_chunks()
                 writer.write(name, grouped.take(pa.array(position)))
+
+
+@lazy_njit(nogil=True)
+def _grouped_positions(owner: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """For each merged row, where it is among the rows grouped by source (sources in order, each
+    source's rows in their order): the sources' values concatenated, taken at these positions, are
+    in merged order. One pass, without the GIL (the columns are gathered on threads)."""
+    next_of = np.empty(len(counts), np.int64)
+    total = 0
+    for source in range(len(counts)):
+        next_of[source] = total
+        total += counts[source]
+    position = np.empty(len(owner), np.int64)
+    for row in range(len(owner)):
+        source = owner[row]
+        position[row] = next_of[source]
+        next_of[source] += 1
+    return position

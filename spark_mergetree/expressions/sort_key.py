@@ -51,25 +51,42 @@ def key_element_arrays(elements: Sequence[str], table: pa.Table, schema: Mapping
     return arrays
 
 
+def _ordered_arrays(elements: Sequence[str], table: pa.Table, schema: Mapping[str, str]) -> list[pa.Array]:
+    """The key elements' values, mapped where Arrow's order differs from ClickHouse's (functions.orderable)."""
+    arrays = []
+    for array, type_text in zip(key_element_arrays(elements, table, schema), key_element_types(elements, schema),
+                                strict=True):
+        arrays.append(orderable(array, type_text) if type_text is not None and needs_ordering_map(type_text)
+                      else array)
+    return arrays
+
+
+def _as_integers(only: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
+    kind = only.type
+    if only.null_count or not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
+        return None
+    return only.to_numpy(zero_copy_only=False) if isinstance(only, pa.Array) else only.to_numpy()
+
+
+def integer_key_values(elements: Sequence[str], table: pa.Table, schema: Mapping[str, str]) -> np.ndarray | None:
+    """When the key is one integer-like element without NULLs (after the ordering map), its values
+    as one numpy array, whose numpy order (stable) is ClickHouse's order of the rows; else None."""
+    if len(elements) != 1:
+        return None
+    return _as_integers(_ordered_arrays(elements, table, schema)[0])
+
+
 def sort_indices(elements: Sequence[str], table: pa.Table, schema: Mapping[str, str]) -> pa.UInt64Array:
     """Row positions of `table` in the order ClickHouse sorts a part by `elements` (stable)."""
     if not elements or table.num_rows < 2:
         return pa.array(range(table.num_rows), pa.uint64())
-    columns = {}
-    for number, (array, type_text) in enumerate(
-        zip(key_element_arrays(elements, table, schema), key_element_types(elements, schema), strict=True)
-    ):
-        if type_text is not None and needs_ordering_map(type_text):
-            array = orderable(array, type_text)
-        columns[f"k{number}"] = array
-    if len(columns) == 1:
-        (only,) = columns.values()
-        kind = only.type
-        if only.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
-            # One integer-like key without NULLs: numpy's stable sort gives the same order, several
-            # times faster, and runs in linear time over the sorted runs a merge concatenates.
-            values = only.to_numpy(zero_copy_only=False) if isinstance(only, pa.Array) else only.to_numpy()
-            return pa.array(np.argsort(values, kind="stable"), pa.uint64())
+    arrays = _ordered_arrays(elements, table, schema)
+    values = _as_integers(arrays[0]) if len(arrays) == 1 else None
+    if values is not None:
+        # One integer-like key without NULLs: numpy's stable sort gives the same order, several
+        # times faster, and runs in linear time over the sorted runs a merge concatenates.
+        return pa.array(np.argsort(values, kind="stable"), pa.uint64())
+    columns = {f"k{number}": array for number, array in enumerate(arrays)}
     keyed = pa.table(columns)
     # Arrow puts NaN after every number and NULL after NaN, as ClickHouse does for ascending keys.
     return pc.sort_indices(keyed, sort_keys=[(name, "ascending", "at_end") for name in columns])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -42,8 +43,12 @@ __all__ = [
 HASHING_BLOCK_SIZE = 2048
 ZERO_HASH = bytes(16)
 # From this many bytes of whole blocks in one update on, the compiled chain hashes them (importing
-# numba, about half a second once per process); fewer by a ctypes call per block.
+# numba, about half a second once per process); fewer by a ctypes call per block. Once the chain is
+# loaded, from LOADED_CHAIN_BYTES on: a merge's updates are often half a MiB, and a ctypes call per
+# 2 KiB block holds the GIL that the threads writing the other columns wait for.
 COMPILED_CHAIN_BYTES = 512 * HASHING_BLOCK_SIZE
+LOADED_CHAIN_BYTES = 32 * HASHING_BLOCK_SIZE
+_COMPILED_MODULE = "spark_mergetree.format.cityhash_compiled"
 
 _K3 = 0xC949D7C7509E6557
 _MASK64 = (1 << 64) - 1
@@ -152,7 +157,8 @@ class FileHasher:
             self._hash_block_at(memoryview(block))
             self._pending = 0
         full_end = position + (length - position) // HASHING_BLOCK_SIZE * HASHING_BLOCK_SIZE
-        if full_end - position >= COMPILED_CHAIN_BYTES:
+        whole = full_end - position
+        if whole >= COMPILED_CHAIN_BYTES or (whole >= LOADED_CHAIN_BYTES and _COMPILED_MODULE in sys.modules):
             # One compiled call for the whole chain, without the GIL: a ctypes call per 2 KiB block
             # costs more than the hashing and makes the threads writing a part's columns queue.
             from spark_mergetree.format.cityhash_compiled import chain_blocks

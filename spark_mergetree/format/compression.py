@@ -532,7 +532,11 @@ class CompressedStreamWriter:
         self._hasher.update(new)
         # The buffer starts a block: cut blocks over buffer + new bytes.
         held = len(self._buffer)
-        view = memoryview(bytes(self._buffer) + bytes(new)) if held else new
+        if held:
+            self._buffer += new  # one copy of the new bytes, after those held
+            view = memoryview(self._buffer)
+        else:
+            view = new
         end = len(view)
         starts = np.asarray(offsets[:-1], dtype=np.int64) + held
         block_starts = [0]
@@ -562,7 +566,7 @@ class CompressedStreamWriter:
                 self._emit(compress_block(self.codec, view[begin:stop]))
         # The block from the last cut stays in the buffer until a cut (see _current_mark).
         compressed_offsets.append(self._compressed_size)
-        self._buffer = bytearray(view[block_starts[-1]:end])
+        self._buffer = bytearray(view[block_starts[-1]:end])  # a new buffer: `view` may be of the old one
         block_index = np.searchsorted(np.asarray(block_starts, np.int64), starts, side="right") - 1
         self._mark_arrays.append(
             np.stack([np.asarray(compressed_offsets, np.uint64)[block_index],

@@ -72,6 +72,45 @@ def test_streaming_merge_writes_the_in_memory_merge_byte_for_byte(tmp_path: Path
         assert streamed[name] == whole[name], name
 
 
+@pytest.mark.parametrize("whole_keys", [False, True])
+def test_windows_of_an_integer_key_take_the_rows_the_sort_of_the_whole_window_takes(monkeypatch, whole_keys: bool
+                                                                                     ) -> None:
+    """An integer key's windows are cut by binary search (merge_stream._emitted_prefixes): the rows
+    come in the order, and with whole_keys each key in one window, as cutting the sorted window gives."""
+    rng = np.random.default_rng(5)
+
+    def merged(parts: list[np.ndarray], by_search: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+        if not by_search:
+            monkeypatch.setattr(merge_stream, "_emitted_prefixes", lambda *args, **kwargs: None)
+        sizes = np.random.default_rng(9)
+
+        def blocks(keys: np.ndarray):
+            position = 0
+            while position < len(keys):
+                n = int(sizes.integers(1, 40))
+                yield pa.table({"k": pa.array(keys[position:position + n], pa.int64()),
+                                "row": pa.array(np.arange(position, min(position + n, len(keys))))})
+                position += n
+
+        out: list[tuple[np.ndarray, np.ndarray]] = []
+        merge_stream.merge_sorted_blocks([blocks(keys) for keys in parts], ["k"], {"k": "Int64", "row": "Int64"},
+                                         lambda window, owner: out.append((window.column("row").to_numpy(), owner)),
+                                         whole_keys=whole_keys)
+        monkeypatch.undo()
+        return out
+
+    for _ in range(60):
+        parts = [np.sort(rng.integers(0, int(rng.integers(1, 30)), int(rng.integers(0, 120))))
+                 for _ in range(int(rng.integers(1, 6)))]
+        searched, sorted_whole = merged(parts, True), merged(parts, False)
+        for field in range(2):
+            assert np.array_equal(np.concatenate([w[field] for w in searched] or [np.zeros(0)]),
+                                  np.concatenate([w[field] for w in sorted_whole] or [np.zeros(0)]))
+        if whole_keys:  # every key's rows in one window
+            keys = [{int(parts[o][r]) for r, o in zip(*window, strict=True)} for window in searched]
+            assert sum(len(k) for k in keys) == len(set().union(*keys))
+
+
 def test_streaming_merge_drops_deleted_rows_as_clickhouse_reads_them(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 5000)
     create = ("CREATE TABLE t (k UInt64, v String, n Nullable(Int32)) ENGINE = MergeTree ORDER BY k "
