@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -236,11 +237,26 @@ def _daemon(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+def _wait_for_line(process: subprocess.Popen, text: str, seconds: float) -> None:
+    """Read the process's stderr until a line holding `text` (failing after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    assert process.stderr is not None
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stderr], [], [], max(0.0, deadline - time.monotonic()))
+        line = process.stderr.readline() if ready else ""
+        if text in line:
+            return
+        assert ready and line, f"no {text!r} from pid {process.pid} (exit code {process.poll()})"
+    raise AssertionError(f"no {text!r} from pid {process.pid} within {seconds} s")
+
+
 def test_merge_daemons_merge_and_stop_cleanly_on_sigterm(tmp_path: Path) -> None:
     table = MergeTreeTable.create(tmp_path / "t", COLUMNS, order_by="id",
                                   settings={"auto_merge": False, "merge_parts_threshold": 3, "old_parts_lifetime": 0})
     daemons = [_daemon(str(table.path)) for _ in range(2)]  # two daemons on one table
     try:
+        for daemon in daemons:  # a SIGTERM before its handler is set would kill a daemon still starting
+            _wait_for_line(daemon, "merge-daemon: started", 60)
         for n in range(40):
             table.insert(batch(range(n * 10, n * 10 + 10)))
         deadline = time.monotonic() + 60
