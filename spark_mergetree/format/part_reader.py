@@ -48,11 +48,12 @@ from spark_mergetree.format.dynamic import (
     DynamicStructure,
     binary_values,
     binary_values_text,
-    dynamic_bases,
     dynamic_text,
     dynamic_values,
+    expand_nested,
     from_stored,
     has_dynamic,
+    nested_structures,
     parse_structure,
     stored_type,
 )
@@ -67,6 +68,7 @@ from spark_mergetree.format.json_text import (
     stored_json_arrow,
     stored_map,
     value_text,
+    values_by_path,
 )
 from spark_mergetree.format.marks import (
     COMPACT_EXTENSIONS,
@@ -98,6 +100,7 @@ from spark_mergetree.format.skip_index import SkipIndexData, index_stream
 from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
 from spark_mergetree.format.types import (
     DataType,
+    Dynamic,
     Json,
     contains_type,
     parse_column_type,
@@ -751,13 +754,22 @@ class PartReader:
                 pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
         for path in structure.paths:
             path_streams = path_base(base, path)
-            dynamic = self._dynamic_structure(name, path_streams)
-            names = stream_names(dynamic.variant, name, self.serialization.string_sizes, False, base=path_streams,
-                                 level=level)
-            struct = deserialize_column(dynamic.variant, name, cast(Mapping[str, bytes],
-                                                                     self._range_streams(names, begin, end)),
+            # A path's values of type Array(Dynamic) or Array(JSON(...)) keep their Dynamic's and JSON's
+            # streams under the variant's base: each nested Dynamic's structure is read too.
+            structures = nested_structures(lambda b: self._dynamic_structure(name, b), Dynamic(), path_streams, {})
+            dynamic = structures[path_streams]
+            variant = stored_type(Dynamic(), path_streams, structures)
+            names = [n for n in stream_names(variant, name, self.serialization.string_sizes, False, base=path_streams,
+                                             level=level) if not n.endswith(OBJECT_STRUCTURE)]
+
+            def objects(json: Json, at: str, depth: int, n: int) -> pa.Array:
+                # (a JSON inside a Dynamic value is read in its stored form: the value's binary form needs it)
+                return self._json_range(name, json, at, depth, begin, end, n, True)
+
+            struct = deserialize_column(variant, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
                                         rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
-                                        level=level)
+                                        level=level, objects=objects if contains_type(variant, Json) else None)
+            struct = expand_nested(dynamic, struct, path_streams, structures)
             texts[path] = dynamic_values(dynamic, struct) if stored else \
                 dynamic_text(dynamic, struct, f"{where}, path {path!r}")
         return stored_map(texts, rows) if stored else object_text(texts, rows, where)
@@ -792,7 +804,7 @@ class PartReader:
             value_parts.append(values)
         if not row_parts:
             return {}
-        return _values_by_path(np.concatenate(row_parts), pa.concat_arrays(path_parts), pa.concat_arrays(value_parts),
+        return values_by_path(np.concatenate(row_parts), pa.concat_arrays(path_parts), pa.concat_arrays(value_parts),
                                rows)
 
     def _json_shared_advanced(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
@@ -849,7 +861,7 @@ class PartReader:
             entry_paths += [paths[i] for i in chosen.tolist()]
             row += chunk_rows
         entry_rows = np.repeat(np.arange(rows, dtype=np.int64), counts)
-        return _values_by_path(entry_rows, pa.array(entry_paths, pa.string()), values, rows)
+        return values_by_path(entry_rows, pa.array(entry_paths, pa.string()), values, rows)
 
     def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
                        names: Sequence[str]) -> dict[str, bytes | bytearray]:
@@ -898,7 +910,7 @@ class PartReader:
         sparse = self.serialization.sparse_spec(name)
         # Each Dynamic in the column (the column itself, or inside an Array, Map or Tuple) is read as
         # the Variant its `.dynamic_structure` prefix lists, then turned into its binary form.
-        structure = {base: self._dynamic_structure(name, base) for base in dynamic_bases(dt, escape_for_file_name(name))} \
+        structure = nested_structures(lambda b: self._dynamic_structure(name, b), dt, escape_for_file_name(name), {}) \
             if has_dynamic(dt) else None
         stored = stored_type(dt, escape_for_file_name(name), structure) if structure is not None else dt
         # A JSON inside the column reads its own streams (`_json_range`): its structure is no cursor's.
@@ -926,14 +938,15 @@ class PartReader:
         try:
             streams = self._range_streams(names, begin, end)
             # (deserialize_column reads bytearrays as it reads bytes)
-            dt = self.types[name]
+            inside = tuple(b + "." for b in structure) if structure is not None else ()
 
             def objects(json: Json, base: str, level: int, n: int) -> pa.Array:
-                return self._json_range(name, json, base, level, begin, end, n, stored_json)
+                # (a JSON inside a Dynamic value is read in its stored form: the value's binary form needs it)
+                return self._json_range(name, json, base, level, begin, end, n, stored_json or base.startswith(inside))
 
             chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
                                        self.serialization.string_sizes, sparse, exact=True,
-                                       objects=objects if contains_type(dt, Json) else None)
+                                       objects=objects if contains_type(stored, Json) else None)
             return from_stored(self.types[name], chunk, escape_for_file_name(name), structure) \
                 if structure is not None else chunk
         except CorruptPartError as exc:
@@ -1070,20 +1083,3 @@ class PartReader:
         if mask is not None and not mask.all():
             table = table.filter(pa.array(mask))
         return table
-
-
-def _values_by_path(entry_rows: np.ndarray, entry_paths: pa.Array, entry_values: pa.Array, rows: int
-                    ) -> dict[str, pa.Array]:
-    """Shared-data entries (row, path, value) → each path's values over the rows (NULL where a row
-    lacks it)."""
-    out: dict[str, pa.Array] = {}
-    unique = pc.unique(entry_paths)
-    codes = np.asarray(pc.index_in(entry_paths, unique), np.int64)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(unique) + 1))
-    for i, path in enumerate(unique.to_pylist()):
-        mine = order[bounds[i]:bounds[i + 1]]
-        spot = np.full(rows, -1, np.int64)
-        spot[entry_rows[mine]] = mine
-        out[path] = entry_values.take(pa.array(np.maximum(spot, 0), mask=spot < 0))
-    return out

@@ -349,7 +349,7 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
                     for name, e in zip(dt.element_names, dt.elements, strict=True)]
         return pa.StructArray.from_arrays(children, fields=list(_holding(dt, children, objects)))
     if isinstance(dt, Variant):
-        return _deserialize_variant(dt, base, level, n, string_sizes, cursors)
+        return _deserialize_variant(dt, base, level, n, string_sizes, cursors, objects)
     if isinstance(dt, Json) and objects is not None:
         return objects(dt, base, level, n)
     if isinstance(dt, (Dynamic, Json)):
@@ -423,7 +423,7 @@ def spread_variant(dt: DataType, values: pa.Array, mine: np.ndarray) -> pa.Array
 
 
 def _deserialize_variant(dt: Variant, base: str, level: int, n: int, string_sizes: bool,
-                         cursors: dict[str, Cursor]) -> pa.Array:
+                         cursors: dict[str, Cursor], objects: ObjectReader | None = None) -> pa.Array:
     cursor = cursors[base + DISCRIMINATORS]
     discriminators = read_discriminators(cursor, n)
     bad = (discriminators >= len(dt.variants)) & (discriminators != VARIANT_NULL)
@@ -434,7 +434,10 @@ def _deserialize_variant(dt: Variant, base: str, level: int, n: int, string_size
     for i, (name, variant) in enumerate(zip(dt.names, dt.variants, strict=True)):
         mine = discriminators == i
         values = _deserialize(variant, variant_base(base, name), level, int(np.count_nonzero(mine)), string_sizes,
-                              cursors)
+                              cursors, objects=objects)
         fields.append(spread_variant(variant, values, mine))
     validity = pa.array(discriminators != VARIANT_NULL)
-    return pa.StructArray.from_arrays(fields, fields=list(to_arrow(dt)), mask=pc.invert(validity))
+    # (a JSON inside a variant's type, a Dynamic value's Array(JSON(...)), may be read in its stored form)
+    arrow = [f.with_type(a.type) for f, a in zip(to_arrow(dt), fields, strict=True)] if objects is not None \
+        else list(to_arrow(dt))
+    return pa.StructArray.from_arrays(fields, fields=arrow, mask=pc.invert(validity))
