@@ -208,7 +208,8 @@ def _object_granules(dt: Json, name: str, column: pa.Array | pa.ChunkedArray, gr
     shared data buckets. None when a path holds LowCardinality values (their self-contained Compact
     pieces are not written here): the caller writes a Wide part."""
     obj = split_object(dt, column, name, COMPACT_BUCKETS)
-    heads, body = serialize_object(obj, name, escape_for_file_name(name), granule_rows, string_sizes)
+    heads, body = serialize_object(obj, name, escape_for_file_name(name), granule_rows, string_sizes,
+                                   nested=nested_object_writer(name, COMPACT_BUCKETS, False, string_sizes))
     if any(stream.endswith(_DICT) for stream, _ in body):
         return None
     prefixes = {stream: bytes(data.data[:int(data.granule_offsets[0])]) for stream, data in body

@@ -374,7 +374,9 @@ def from_stored(dt: DataType, arr: pa.Array, base: str, structures: Mapping[str,
         inner = from_stored(dt.inner, lists.values, base, structures)
         # (the element's field as `arr` has it, with the Dynamic's binary type: a JSON beside it may be
         # in a merge's stored form, not to_arrow's text)
-        return pa.ListArray.from_arrays(lists.offsets, inner, type=pa.list_(lists.type.value_field.with_type(inner.type)))
+        # (NULL lists stay NULL: an Array variant's field is NULL where a row holds another variant)
+        return pa.ListArray.from_arrays(lists.offsets, inner, type=pa.list_(lists.type.value_field.with_type(inner.type)),
+                                        mask=lists.is_null() if lists.null_count else None)
     if isinstance(dt, Map):
         maps = cast(pa.MapArray, arr)
         items = from_stored(dt.value, maps.items, element_base(base, "values"), structures)

@@ -22,6 +22,7 @@ the feature, the part and the file. See format_spec/part.md.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -97,7 +98,7 @@ from spark_mergetree.format.part_writer import PARTITION_FILE
 from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
-from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
+from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, file_stem, stream_names
 from spark_mergetree.format.types import (
     DataType,
     Dynamic,
@@ -129,6 +130,7 @@ _KNOWN_PREFIXES = ("minmax_", "skp_idx", "statistics")
 MINMAX_PREFIX = "minmax_"
 # Part-wide files a read interprets: loaded and verified against checksums.txt when the part is opened.
 _PART_METADATA = (COUNT_FILE, SERIALIZATION_FILE, PARTITION_FILE, "primary.idx", "primary.cidx")
+_HASHED_STEM = re.compile(r"[0-9a-f]{32}")
 _STREAM_SUFFIXES = (".bin", *WIDE_EXTENSIONS, *COMPACT_EXTENSIONS)
 # Files that change which rows a part holds in ways this version does not apply.
 _ROW_CHANGING_FILES = {
@@ -375,16 +377,31 @@ class PartReader:
         prefixes = tuple(stem + sep for stem in stems for sep in (".", "%2E"))
         # A dotted Array column belongs to a Nested table whose sizes stream is named after the table.
         prefixes += tuple(escape_for_file_name(name.split(".", 1)[0]) + ".size" for name, _ in self.columns if "." in name)
+        hashed: set[str] | bool | None = None
         for name in self.files:
             if name in _KNOWN_FILES or name.startswith(_KNOWN_PREFIXES):
                 continue
             stem = next((name[: -len(s)] for s in _STREAM_SUFFIXES if name.endswith(s)), None)
             if stem is not None and (stem in stems or stem.startswith(prefixes)):
                 continue
+            if stem is not None and _HASHED_STEM.fullmatch(stem):
+                if hashed is None:
+                    hashed = self._hashed_stems()
+                if hashed is True or (isinstance(hashed, set) and stem in hashed):
+                    continue
             raise UnsupportedError(
                 f"{self._path(name)}: file is neither a stream of a column in {COLUMNS_FILE} nor one this version "
                 "knows; it may change which rows the part holds, so the part is not read (a newer ClickHouse "
                 f"feature, or a damaged {COLUMNS_FILE})")
+
+    def _hashed_stems(self) -> set[str] | bool:
+        """The files of streams whose names are too long to be file names (`file_stem`): the hashes
+        of the streams columns_substreams.txt lists; without it, True (any such hash) when a column
+        holds Dynamic or JSON values (whose stream names follow from the values' types and paths)."""
+        if SUBSTREAMS_FILE in self.files:
+            listing = parse_columns_substreams(self._read_text(SUBSTREAMS_FILE), self._path(SUBSTREAMS_FILE))
+            return {file_stem(stream) for _column, subs in listing for stream in subs}
+        return any(contains_type(dt, Dynamic) or contains_type(dt, Json) for dt in self.types.values())
 
     @cached_property
     def projections(self) -> list[str]:
@@ -420,8 +437,8 @@ class PartReader:
 
     def _marks_file(self, stream: str, extensions: dict[str, tuple[bool, bool]]) -> tuple[str, bool, bool]:
         for extension, (adaptive, compressed) in extensions.items():
-            if stream + extension in self.files:
-                return stream + extension, adaptive, compressed
+            if file_stem(stream) + extension in self.files:
+                return file_stem(stream) + extension, adaptive, compressed
         raise CorruptPartError(
             f"{self._path(stream)}: no marks file ({', '.join(stream + e for e in extensions)})")
 
@@ -437,7 +454,7 @@ class PartReader:
         marks = read_wide_marks(self._read(name), path, compressed=compressed, adaptive=adaptive)
         if not adaptive:
             marks = np.concatenate([marks, np.zeros((len(marks), 1), np.uint64)], axis=1)
-        data = stream + ".bin"
+        data = file_stem(stream) + ".bin"
         self._require(data)
         check_mark_offsets(marks[:, :2], self.source.file_size(self.part, data), path, data)
         # While the first stream's marks decide the granules, there is nothing to compare with yet.
@@ -611,7 +628,7 @@ class PartReader:
         per group of nearby ranges of a file (`coalesce_spans`), for this thread's next reads."""
         spans: dict[str, dict[tuple[int, int], bytes | memoryview]] = {}
         for stream in streams:
-            file = stream + ".bin"
+            file = file_stem(stream) + ".bin"
             wanted = coalesce_spans([self._wide_span(stream, b, e, stream.endswith(".dict"))[:2] for b, e in ranges])
             if len(wanted) < len(ranges):
                 spans[file] = {(a, z): self.source.read_range(self.part, file, a, z, verify=False) for a, z in wanted}
@@ -622,7 +639,7 @@ class PartReader:
         granule `begin` in its block, and where granule `end` starts in its block (-1: read to the
         last block's end)."""
         marks = self.wide_marks(stream)
-        file = stream + ".bin"
+        file = file_stem(stream) + ".bin"
         self._require(file)
         size = self.source.file_size(self.part, file)
         start_block, start_inner = int(marks[begin, 0]), int(marks[begin, 1])
@@ -638,13 +655,14 @@ class PartReader:
 
     def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> bytearray:
         start, stop, start_inner, end_inner = self._wide_span(stream, begin, end, to_file_end)
-        path = self._path(stream + ".bin")
+        file = file_stem(stream) + ".bin"
+        path = self._path(file)
         if end_inner < 0:
             return self._read_verified_blocks(
-                stream + ".bin", start, stop, lambda buf: decompress_range(buf, path, (0, start_inner), None))
+                file, start, stop, lambda buf: decompress_range(buf, path, (0, start_inner), None))
         end_block = int(self.wide_marks(stream)[end, 0])
         return self._read_verified_blocks(
-            stream + ".bin", start, stop,
+            file, start, stop,
             lambda buf: decompress_range(buf, path, (0, start_inner), (end_block - start, end_inner)))
 
     def _compact_streams(self, wanted: Sequence[str], begin: int, end: int) -> dict[str, bytes]:
@@ -694,8 +712,9 @@ class PartReader:
         in every granule (the first granule's is read)."""
         if self.is_compact:
             return self._compact_streams([stream], 0, 1)[stream] if self.n_granules else b""
-        self._require(stream + ".bin")
-        return decompress_all(self._read(stream + ".bin"), self._path(stream + ".bin"))
+        file = file_stem(stream) + ".bin"
+        self._require(file)
+        return decompress_all(self._read(file), self._path(file))
 
     def _range_streams(self, names: Sequence[str], begin: int, end: int) -> dict[str, bytes | bytearray]:
         streams: Mapping[str, bytes | bytearray]
@@ -886,7 +905,7 @@ class PartReader:
                 prefix = self._compact_streams([stream + PREFIX], 0, 1)[stream + PREFIX]
             else:
                 first = (int(self.wide_marks(stream)[0, 0]), int(self.wide_marks(stream)[0, 1]))
-                file = stream + ".bin"
+                file = file_stem(stream) + ".bin"
                 self._require(file)
                 stop = first[0]
                 if first[1]:  # the prefix ends inside the block mark 0 points into: read through that block
@@ -966,7 +985,7 @@ class PartReader:
             located = [(COMPACT_DATA_FILE, self._marks_file("data", COMPACT_EXTENSIONS)[0],
                         marks.offsets.reshape(-1, 2), substreams)]
         else:
-            located = [(s + ".bin", self._marks_file(s, WIDE_EXTENSIONS)[0], self.wide_marks(s)[:, :2], [])
+            located = [(file_stem(s) + ".bin", self._marks_file(s, WIDE_EXTENSIONS)[0], self.wide_marks(s)[:, :2], [])
                        for s in streams]
         for data_file, marks_file, offsets, labels in located:
             misfit = self._misplaced_mark(data_file, marks_file, offsets, labels)

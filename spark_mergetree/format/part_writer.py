@@ -65,7 +65,7 @@ from spark_mergetree.format.skip_index_writer import (
     skip_index_builders,
     skip_indexes_from_columns,
 )
-from spark_mergetree.format.streams import STRUCTURE, StreamBytes, stream_value_types
+from spark_mergetree.format.streams import STRUCTURE, StreamBytes, file_stem, stream_value_types
 from spark_mergetree.format.types import (
     Array,
     DataType,
@@ -379,7 +379,8 @@ class PartStreamWriter:
         shared data (format/json_write.py). Every stream takes the column's generic codec: the
         streams' value types differ from part to part."""
         obj = split_object(dt, values, name, WIDE_BUCKETS, one_bucket_when_empty=True)
-        heads, body = serialize_object(obj, name, escape_for_file_name(name), granules, self.settings.string_sizes)
+        heads, body = serialize_object(obj, name, escape_for_file_name(name), granules, self.settings.string_sizes,
+                                       nested=nested_object_writer(name, WIDE_BUCKETS, True, self.settings.string_sizes))
         streams = dict(heads + body)
         chain = dict(self.settings.column_codecs).get(name)
         codec = chain.for_stream(None, self.settings.codec) if chain is not None else self.settings.codec
@@ -412,7 +413,7 @@ class PartStreamWriter:
         if target is None:
             path = handle = None
             if self.spill_dir is not None:
-                path = os.path.join(self.spill_dir, stream + ".bin")  # (stream names are file names)
+                path = os.path.join(self.spill_dir, file_stem(stream) + ".bin")  # (file names, however long the stream's)
                 handle = open(path, "wb")  # noqa: SIM115 (closed by _finish_stream)
             target = self._streams[stream] = _StreamFile(
                 CompressedStreamWriter(codec, self.settings.min_compress_block_size,
@@ -423,7 +424,7 @@ class PartStreamWriter:
         target = self._streams[stream]
         writer = target.writer
         final = writer.finish()
-        bin_name = stream + ".bin"
+        bin_name = file_stem(stream) + ".bin"
         body: bytes | memoryview
         if target.handle is not None and target.path is not None:
             target.handle.close()
@@ -435,7 +436,7 @@ class PartStreamWriter:
         self._checksums[bin_name] = FileChecksum(writer.compressed_size, writer.file_hash, True,
                                                  writer.uncompressed_size, writer.uncompressed_hash)
         marks = wide_marks_with_rows(writer.marks, self.granule_rows, final)
-        self._files.files[stream + ".mrk2"] = write_wide_marks(marks)
+        self._files.files[file_stem(stream) + ".mrk2"] = write_wide_marks(marks)
         target.writer = CompressedStreamWriter()  # drop the finished stream's blocks
 
     def finish(self) -> PartFiles:

@@ -26,7 +26,7 @@ from spark_mergetree.format.types import (
 )
 from spark_mergetree.format.values import Cursor, encode_varuints
 
-__all__ = ["decode_type", "encode_type", "json_limits", "read_text", "text_bytes", "DEFAULT_MAX_TYPES", "DEFAULT_MAX_DYNAMIC_PATHS", "DEFAULT_MAX_DYNAMIC_TYPES"]
+__all__ = ["decode_type", "encode_type", "json_limits", "json_type", "read_text", "text_bytes", "DEFAULT_MAX_TYPES", "DEFAULT_MAX_DYNAMIC_PATHS", "DEFAULT_MAX_DYNAMIC_TYPES"]
 
 DEFAULT_MAX_TYPES = 32  # Dynamic without (max_types=N)
 DEFAULT_MAX_DYNAMIC_PATHS = 1024  # JSON without max_dynamic_paths
@@ -109,18 +109,24 @@ def _decode_json(cursor: Cursor, at: int) -> Json:
                                f"{at} is not supported")
     max_paths = cursor.varuint()
     max_types = int(cursor.take(1)[0])
-    # As ClickHouse names the type: max_dynamic_types, then max_dynamic_paths, each when not the default.
-    params: list[tuple[str, int | DataType]] = []
-    if max_types != DEFAULT_MAX_DYNAMIC_TYPES:
-        params.append(("max_dynamic_types", max_types))
-    if max_paths != DEFAULT_MAX_DYNAMIC_PATHS:
-        params.append(("max_dynamic_paths", max_paths))
+    params = list(json_type(max_paths, max_types).params)
     for _ in range(cursor.varuint()):
         path = read_text(cursor)
         params.append((path, decode_type(cursor)))
     skips = tuple(read_text(cursor) for _ in range(cursor.varuint()))
     regexps = tuple(read_text(cursor) for _ in range(cursor.varuint()))
     return Json(tuple(params), skips, regexps)
+
+
+def json_type(max_paths: int, max_types: int) -> Json:
+    """JSON with these limits, named as ClickHouse names it: max_dynamic_types, then
+    max_dynamic_paths, each only when not the default."""
+    params: list[tuple[str, int | DataType]] = []
+    if max_types != DEFAULT_MAX_DYNAMIC_TYPES:
+        params.append(("max_dynamic_types", max_types))
+    if max_paths != DEFAULT_MAX_DYNAMIC_PATHS:
+        params.append(("max_dynamic_paths", max_paths))
+    return Json(tuple(params))
 
 
 def json_limits(dt: Json) -> tuple[int, int]:

@@ -19,7 +19,14 @@ from spark_mergetree.format.type_codes import decode_type, encode_type
 from spark_mergetree.format.types import Dynamic, parse_type
 from spark_mergetree.format.values import Cursor
 from tests.format.chdb_util import close_session, make_chdb_table, open_session
-from tests.format.test_variant_dynamic_json import PART_KINDS, _sql_text, _statement
+from tests.format.test_part_interop import _attach_and_check
+from tests.format.test_variant_dynamic_json import (
+    PART_KINDS,
+    _data_dir,
+    _same_json_bytes,
+    _sql_text,
+    _statement,
+)
 
 ROWS = 200
 # Documents whose paths ClickHouse types as Array(JSON(...)), Array(Array(JSON(...))), Array(Dynamic)
@@ -40,6 +47,26 @@ def _doc(i: int) -> str:
     return text.replace("<i>", str(i)).replace("<j>", str(i * 7)).replace("<f>", repr(i / 8))
 
 
+# Documents whose later values meet types their path (or the Dynamic inside an Array(Dynamic), or a
+# path of the objects in an Array(JSON(...))) holds already: a String takes later dates, a DateTime
+# dates and (while no String is held) times with a fraction, Array(Nullable(Float64)) integers,
+# Array(Dynamic) any array, Array(JSON(...)) `[]` and `[null]`; objects two arrays deep (their
+# streams' names are too long for file names: a Wide part names those files by a hash).
+ABSORBING = [
+    '{"s":"x","d":"2020-01-01 10:00:00","d9":"2020-01-01 10:00:00.5","a":[2.5],"u":[18446744073709551615],'
+    '"m":[1,"a","2020-01-01"],"o":[{"a":"x"},{"a":"2020-01-01"}]}',
+    '{"s":"2020-01-01","d":"2020-01-02","d9":"2020-01-02","a":[1,null],"u":[1],"m":[2.5],"o":[],"e":[[1]]}',
+    '{"s":"2020-01-01 10:00:00","d":"2020-01-01 10:00:00.25","d9":"2020-01-01 10:00:01","a":[],'
+    '"m":["2020-01-03",[1,{"b":2}],{"c":[{"d":1}]}],"o":[null],"e":[null,[null]]}',
+    '{"s":1,"d":"abc","a":[true],"m":[],"o":[{"a":2020,"b":[1,"x"]}],"e":[[]]}',
+    '{"k":[{"a":1}],"l":[1,[2]]}', '{"k":[1,"a"],"l":[[1],["a"]]}', '{"k":[{"z":true}],"l":[[1,"a"],[2]]}',
+    '{"t":"2020-01-01"}', '{"t":"2020-01-01 10:00:00"}', '{"t":"x"}', '{"t":"2020-01-02"}',
+    '{"n":[[1,"a"]],"p":[{"q":[{"r":1}]}]}', '{"n":[[2]],"p":[{"q":[]}]}',
+    '{"n":[null,[{"x":1}]],"p":[{"q":[{"r":"s"},{"r":2}]}]}',
+]
+CORPORA = {"arrays": [_doc(i) for i in range(ROWS)], "absorbing": ABSORBING * 3}
+
+
 JSON_TYPES = {
     "plain": "JSON",
     "shared": "JSON(max_dynamic_paths=2, max_dynamic_types=2)",
@@ -47,8 +74,9 @@ JSON_TYPES = {
 }
 
 
-def _source(tmp_path, kind: str, json_type: str):
-    values = ", ".join(f"({i}, {_sql_text(_doc(i))})" for i in range(ROWS))
+def _source(tmp_path, kind: str, json_type: str, texts: list[str] | None = None):
+    texts = CORPORA["arrays"] if texts is None else texts
+    values = ", ".join(f"({i}, {_sql_text(text)})" for i, text in enumerate(texts))
     return make_chdb_table(
         tmp_path, f"CREATE TABLE src (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id "
                   f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}",
@@ -113,5 +141,97 @@ def test_binary_encodings_of_json_and_dynamic_types_are_clickhouses(tmp_path):
                     [None if raw == b"\x00" else text.bytes().decode().strip()], (doc, path)
                 if raw != b"\x00":  # the value written back from its Arrow form: the same bytes
                     assert dynamic_values(split.structure, split.struct).to_pylist() == [raw]
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("json_type", list(JSON_TYPES))
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_array_json_and_array_dynamic_kept_by_our_writes_and_merges(tmp_path, kind, json_type):
+    """ClickHouse's rows read in their stored form (every value with its type) and written by us:
+    one insert of all rows gives ClickHouse's bytes in every data file and mark; two inserts merged
+    by us attach in ClickHouse, pass CHECK TABLE and give every object and path type again, also
+    after ClickHouse merges them once more."""
+    jt = JSON_TYPES[json_type]
+    sess, data_dir = _source(tmp_path, kind, jt)
+    try:
+        expected = _select(sess, "src")
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        stored = theirs.reader(theirs.parts()[0].name).read(stored_json=True).sort_by("id")
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+
+        def ours(name: str) -> MergeTreeTable:
+            return MergeTreeTable.create(tmp_path / name, [("id", "UInt64"), ("j", jt)], order_by="id",
+                                         settings={"index_granularity": 16, "auto_merge": False, **settings})
+        one = ours("one")
+        one.insert(stored)
+        _same_json_bytes(theirs, one)
+        two = ours("two")
+        two.insert(stored.slice(0, 90))
+        two.insert(stored.slice(90))
+        assert two.optimize(final=True) and len(two.parts()) == 1
+        assert {(two.path / p.name / "data.bin").exists() for p in two.parts()} == {kind == "Compact"}
+        assert [(str(r["id"]), r["j"]) for r in two.to_arrow().sort_by("id").to_pylist()] == [r[:2] for r in expected]
+        sess.query(f"CREATE TABLE back (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), two)
+        assert _select(sess, "back") == expected
+        sess.query("INSERT INTO back SELECT * FROM src WHERE id < 20")
+        sess.query("OPTIMIZE TABLE back FINAL")
+        again = _select(sess, "back")
+        assert [r for r in again if int(r[0]) >= 20] == expected[20:]
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("corpus", list(CORPORA))
+@pytest.mark.parametrize("json_type", list(JSON_TYPES))
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_text_with_array_json_and_array_dynamic_written_as_clickhouse_stores_it(tmp_path, kind, json_type, corpus):
+    """The same JSON text inserted into ClickHouse and written by us: one insert gives ClickHouse's
+    bytes in every data file and mark (the inferred types, which value went into which type, each
+    nested Dynamic's and JSON's streams); two inserts attach, pass CHECK TABLE and give every object
+    and path type again, also once merged by us and by ClickHouse; we read ClickHouse's part too."""
+    jt = JSON_TYPES[json_type]
+    texts = CORPORA[corpus]
+    sess, data_dir = _source(tmp_path, kind, jt, texts)
+    try:
+        expected = _select(sess, "src")
+        types = " ".join(t for _, _, t in expected)
+        assert "Array(JSON(" in types and "Array(Dynamic)" in types
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert [(str(r["id"]), r["j"]) for r in theirs.to_arrow().sort_by("id").to_pylist()] == [r[:2] for r in expected]
+        rows = pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": texts})
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+
+        def ours(name: str) -> MergeTreeTable:
+            return MergeTreeTable.create(tmp_path / name, [("id", "UInt64"), ("j", jt)], order_by="id",
+                                         settings={"index_granularity": 16, "auto_merge": False, **settings})
+        one = ours("one")
+        one.insert(rows)
+        _same_json_bytes(theirs, one)
+        # Two inserts: each part's Dynamics are filled on their own (a value may get another type
+        # than in one insert), as ClickHouse's two inserts of the same rows show.
+        half = len(texts) // 2
+        sess.query(f"CREATE TABLE src2 (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
+        for begin, end in ((0, half), (half, len(texts))):
+            sess.query("INSERT INTO src2 VALUES " + ", ".join(f"({i}, {_sql_text(texts[i])})" for i in range(begin, end)))
+        expected2 = _select(sess, "src2")
+        two = ours("two")
+        two.insert(rows.slice(0, half))
+        two.insert(rows.slice(half))
+        sess.query(f"CREATE TABLE back (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), two)
+        assert _select(sess, "back") == expected2
+        sess.query("OPTIMIZE TABLE back FINAL")
+        assert _select(sess, "back") == expected2
+        assert two.optimize(final=True) and len(two.parts()) == 1
+        assert [(str(r["id"]), r["j"]) for r in two.to_arrow().sort_by("id").to_pylist()] == [r[:2] for r in expected2]
+        sess.query(f"CREATE TABLE merged (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "merged", _data_dir(sess, "merged"), two)
+        assert _select(sess, "merged") == expected2
     finally:
         close_session()
