@@ -9,8 +9,11 @@ value: the binary encoding of its type, then the value in ClickHouse's binary va
 Writing goes the other way (`split_dynamic`): rows are grouped by their type's encoding, the
 part's types are chosen from the rows, and the column is written as that Variant after the
 structure. A Dynamic inside Array, Map values or Tuple is stored the same way under its element's
-stream names (`stored_type`, `from_stored`, `split_for_write`). format_spec/types.md (*Dynamic*)
-describes the bytes.
+stream names (`stored_type`, `from_stored`, `split_for_write`), and so is a Dynamic inside one of a
+Dynamic's own types (`Array(Dynamic)`: under the variant's stream base, `nested_structures`,
+`expand_nested`); a JSON inside one of them is read in its stored form and printed from it
+(`nested_text`). The binary encoding of types lives in type_codes.py. format_spec/types.md
+(*Dynamic*, *JSON*) describes the bytes.
 """
 
 from __future__ import annotations

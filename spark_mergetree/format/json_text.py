@@ -270,12 +270,9 @@ def value_text(dt: DataType, values: pa.Array, where: str, nested: NestedText | 
 
 def object_text(paths: dict[str, pa.Array], n: int, where: str) -> pa.Array:
     """Each row's object: `paths` maps a dotted path to its values' JSON text (NULL where the row
-    lacks the path). Keys in sorted order of the full path; nested objects for dotted paths."""
-    names = sorted(paths)
-    for a, b in zip(names, names[1:], strict=False):
-        if b.startswith(a + "."):
-            raise UnsupportedError(f"{where}: path {a!r} holds values and is also an object ({b!r})")
-    return _render(names, paths, "", n, root=True)
+    lacks the path). Keys in sorted order of the full path; nested objects for dotted paths. (`where`
+    names the column in errors.)"""
+    return _render(sorted(paths), paths, "", n, root=True)
 
 
 def _render(names: list[str], paths: dict[str, pa.Array], prefix: str, n: int, root: bool = False) -> pa.Array:
@@ -291,11 +288,16 @@ def _render(names: list[str], paths: dict[str, pa.Array], prefix: str, n: int, r
     for key in order:
         members = groups[key]
         full = prefix + key
-        value = paths[full] if members == [full] else _render(members, paths, full + ".", n)
         label = _quoted(pa.array([key]), full)[0].as_py() + ":"
-        # `"key":value,` where the row has the key, "" where not; a JSON value never ends in a comma,
-        # so trimming the trailing commas leaves the members joined by commas.
-        parts.append(pc.fill_null(pc.binary_join_element_wise(label, value, ",", ""), ""))
+        # A path may hold values in some rows and be an object in others (`{"o":1}`, `{"o":{"p":1}}`):
+        # a row prints what it has (one that has both prints the value, then the object, as
+        # ClickHouse does for a typed path inside a dynamic one).
+        inner = [m for m in members if m != full]
+        values = ([paths[full]] if full in members else []) + ([_render(inner, paths, full + ".", n)] if inner else [])
+        for value in values:
+            # `"key":value,` where the row has the key, "" where not; a JSON value never ends in a
+            # comma, so trimming the trailing commas leaves the members joined by commas.
+            parts.append(pc.fill_null(pc.binary_join_element_wise(label, value, ",", ""), ""))
     empty = pa.array(np.full(n, ""), pa.string())
     body = pc.utf8_rtrim(pc.binary_join_element_wise(*parts, empty, ""), characters=",") if parts else empty
     text = pc.binary_join_element_wise("{", body, "}", "")

@@ -1,13 +1,16 @@
 """Writing JSON columns: JSON text → the paths, types and streams ClickHouse 26.9 stores for it.
 
 An insert of JSON text into a `JSON` column makes ClickHouse parse every document into *paths*
-(nested objects flattened with `.`, `null` members left out), infer each value's type on its own
-(Int64, UInt64, Float64, Bool, String, Date, DateTime, DateTime64(9), Array(Nullable(...))), keep
-the first `max_dynamic_paths` paths it meets (row by row, members in document order) as *dynamic
-paths* — each stored as a `Dynamic(max_types=max_dynamic_types)` column — and put the values of
-later paths into the *shared data*, a map path → (type's binary encoding + value) per row, split
-into buckets by SipHash-2-4 of the path. Typed paths (`JSON(a UInt32)`) are ordinary columns of
-their types. format_spec/types.md (*JSON*) specifies the bytes; `serialize_object` makes them.
+(nested objects flattened with `.`, `null` members left out), type each value (json_infer.py: the
+inference, and how each Dynamic offers a value to the types it holds first), keep the first
+`max_dynamic_paths` paths it meets (row by row, members in document order) as *dynamic paths* —
+each stored as a `Dynamic(max_types=max_dynamic_types)` column — and put the values of later paths
+into the *shared data*, a map path → (type's binary encoding + value) per row, split into buckets
+by SipHash-2-4 of the path. Typed paths (`JSON(a UInt32)`) are ordinary columns of their types.
+A path's values of types holding a Dynamic or a JSON (Array(Dynamic), Array(JSON(...))) are given
+in their binary form and written with their nested Dynamic and JSON columns under the variant's
+stream base (`nested_object_writer`). format_spec/types.md (*JSON*) specifies the bytes;
+`serialize_object` makes them.
 
 Parsing is per row with Python's `json` module: `pyarrow.json` cannot be used because it gives a
 field one type for the whole column (promoting 1 and 1.5 to double, failing on 1 and "a"), while

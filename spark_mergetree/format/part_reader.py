@@ -25,8 +25,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Protocol, cast
 
@@ -131,6 +132,18 @@ MINMAX_PREFIX = "minmax_"
 # Part-wide files a read interprets: loaded and verified against checksums.txt when the part is opened.
 _PART_METADATA = (COUNT_FILE, SERIALIZATION_FILE, PARTITION_FILE, "primary.idx", "primary.cidx")
 _HASHED_STEM = re.compile(r"[0-9a-f]{32}")
+
+
+@contextmanager
+def _naming(where: str, what: str) -> Iterator[None]:
+    """Name the column and the JSON path in a refusal raised while reading the path's values."""
+    try:
+        yield
+    except UnsupportedError as exc:
+        text = str(exc)
+        if text.startswith(where):
+            text = text[len(where):].lstrip(":, ")
+        raise UnsupportedError(f"{where}, {what}: {text}") from exc
 _STREAM_SUFFIXES = (".bin", *WIDE_EXTENSIONS, *COMPACT_EXTENSIONS)
 # Files that change which rows a part holds in ways this version does not apply.
 _ROW_CHANGING_FILES = {
@@ -760,8 +773,9 @@ class PartReader:
         structure = self._object_structure(name, base)
         texts: dict[str, pa.Array] = {}
         for path, values in self._json_shared_data(base, structure, begin, end, rows, where, level).items():
-            texts[path] = values if stored else \
-                binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
+            with _naming(where, f"path {path!r} (shared data)"):
+                texts[path] = values if stored else \
+                    binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
         for path, typed in dt.typed_paths:
             # A typed path is stored as an ordinary column of its type; every row prints it.
             path_streams = path_base(base, path)
@@ -772,26 +786,32 @@ class PartReader:
             texts[path] = binary_values(typed, values) if stored else \
                 pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
         for path in structure.paths:
-            path_streams = path_base(base, path)
-            # A path's values of type Array(Dynamic) or Array(JSON(...)) keep their Dynamic's and JSON's
-            # streams under the variant's base: each nested Dynamic's structure is read too.
-            structures = nested_structures(lambda b: self._dynamic_structure(name, b), Dynamic(), path_streams, {})
-            dynamic = structures[path_streams]
-            variant = stored_type(Dynamic(), path_streams, structures)
-            names = [n for n in stream_names(variant, name, self.serialization.string_sizes, False, base=path_streams,
-                                             level=level) if not n.endswith(OBJECT_STRUCTURE)]
-
-            def objects(json: Json, at: str, depth: int, n: int) -> pa.Array:
-                # (a JSON inside a Dynamic value is read in its stored form: the value's binary form needs it)
-                return self._json_range(name, json, at, depth, begin, end, n, True)
-
-            struct = deserialize_column(variant, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
-                                        rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
-                                        level=level, objects=objects if contains_type(variant, Json) else None)
-            struct = expand_nested(dynamic, struct, path_streams, structures)
-            texts[path] = dynamic_values(dynamic, struct) if stored else \
-                dynamic_text(dynamic, struct, f"{where}, path {path!r}")
+            with _naming(where, f"path {path!r}"):
+                texts[path] = self._json_path(name, path_base(base, path), level, begin, end, rows, stored,
+                                              f"{where}, path {path!r}")
         return stored_map(texts, rows) if stored else object_text(texts, rows, where)
+
+    def _json_path(self, name: str, path_streams: str, level: int, begin: int, end: int, rows: int, stored: bool,
+                   where: str) -> pa.Array:
+        """A JSON's dynamic path (streams under `path_streams`) in granules [begin, end): its
+        values' text, or their binary form (`stored`)."""
+        # A path's values of type Array(Dynamic) or Array(JSON(...)) keep their Dynamic's and JSON's
+        # streams under the variant's base: each nested Dynamic's structure is read too.
+        structures = nested_structures(lambda b: self._dynamic_structure(name, b), Dynamic(), path_streams, {})
+        dynamic = structures[path_streams]
+        variant = stored_type(Dynamic(), path_streams, structures)
+        names = [n for n in stream_names(variant, name, self.serialization.string_sizes, False, base=path_streams,
+                                         level=level) if not n.endswith(OBJECT_STRUCTURE)]
+
+        def objects(json: Json, at: str, depth: int, n: int) -> pa.Array:
+            # (a JSON inside a Dynamic value is read in its stored form: the value's binary form needs it)
+            return self._json_range(name, json, at, depth, begin, end, n, True)
+
+        struct = deserialize_column(variant, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
+                                    rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
+                                    level=level, objects=objects if contains_type(variant, Json) else None)
+        struct = expand_nested(dynamic, struct, path_streams, structures)
+        return dynamic_values(dynamic, struct) if stored else dynamic_text(dynamic, struct, where)
 
     def _json_shared_data(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
                           where: str, level: int = 0) -> dict[str, pa.Array]:

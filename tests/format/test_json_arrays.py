@@ -10,10 +10,13 @@ variant's stream base (`j.items.Array%28JSON%28...%29%29.id.Int64`): format_spec
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
+from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.format.dynamic import binary_values_text, dynamic_values, split_dynamic
 from spark_mergetree.format.type_codes import decode_type, encode_type
 from spark_mergetree.format.types import Dynamic, parse_type
@@ -233,5 +236,62 @@ def test_text_with_array_json_and_array_dynamic_written_as_clickhouse_stores_it(
                    f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
         _attach_and_check(sess, "merged", _data_dir(sess, "merged"), two)
         assert _select(sess, "merged") == expected2
+    finally:
+        close_session()
+
+
+def test_streaming_merge_of_array_json_and_array_dynamic_is_the_in_memory_merge(tmp_path, monkeypatch):
+    """The streaming merge (in blocks, to spill files) writes the in-memory merge's bytes for JSON
+    columns whose paths hold Array(JSON(...)) and Array(Dynamic) values."""
+    from spark_mergetree.engine import merge as merging
+    from spark_mergetree.engine import merge_stream
+    monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 20)  # many blocks per part
+    texts = CORPORA["arrays"] + CORPORA["absorbing"]
+    rows = pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": texts})
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", JSON_TYPES["shared"])], order_by="id",
+                                 settings={"index_granularity": 16, "auto_merge": False, "min_bytes_for_wide_part": 0})
+    ours.insert(rows.filter(pa.array([i % 2 == 0 for i in range(len(texts))])))
+    ours.insert(rows.filter(pa.array([i % 2 == 1 for i in range(len(texts))])))
+    before = ours.to_arrow().sort_by("id").column("j").to_pylist()
+    readers = [ours.reader(p.name) for p in ours.parts()]
+    whole = merging.merge_parts(readers, ours.metadata)
+    with merging.merged_part(readers, ours.metadata) as streamed:
+        assert any(isinstance(data, memoryview) for data in streamed.files.values())  # the streaming path
+        assert {n: bytes(d) for n, d in streamed.files.items()} == {n: bytes(d) for n, d in whole.files.items()}
+    assert ours.optimize(final=True)
+    assert ours.to_arrow().sort_by("id").column("j").to_pylist() == before
+    # (the documents' own text, where no value's type shows in it: `o` is an object in some rows,
+    # an array of objects in others)
+    assert [json.loads(t) for t in before][:3] == [json.loads(t) for t in texts[:3]]
+
+
+def test_values_not_interpreted_are_refused_naming_column_path_and_type(tmp_path):
+    """An array of objects and NULLs (ClickHouse's Array(Nullable(JSON(...)))) is refused when read
+    from ClickHouse's part (as a dynamic path or in the shared data) and when written from text,
+    naming the column, the path and the type."""
+    for json_type, path in (("JSON", "'m'"), ("JSON(max_dynamic_paths=1)", "'m' \\(shared data\\)")):
+        sess, data_dir = make_chdb_table(
+            tmp_path / json_type[:6], f"CREATE TABLE src (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id",
+            ["""INSERT INTO src VALUES (0, '{"o":1}'), (1, '{"m":[{"a":1},null]}')"""])
+        try:
+            table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+            with pytest.raises(UnsupportedError, match=rf"column 'j' .*path {path}.*Nullable\(JSON\(max_dynamic_types=16"):
+                table.to_arrow()
+        finally:
+            close_session()
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id")
+    with pytest.raises(UnsupportedError, match=r"column 'j' \(JSON\): row 0, path 'x.m'.*Array\(Nullable\(JSON"):
+        ours.insert(pa.table({"id": pa.array([0], pa.uint64()), "j": ['{"x":{"m":[null,{"a":1}]}}']}))
+    assert ours.parts() == []
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_a_path_holding_values_in_some_rows_and_objects_in_others_reads_as_clickhouse_prints_it(tmp_path, kind):
+    texts = ['{"o":1}', '{"o":{"p":[{"q":1}]}}', '{"o":[{"p":2}]}', '{"o":{"p":"x","r":{"s":true}}}', "{}"]
+    sess, data_dir = _source(tmp_path, kind, "JSON", texts)
+    try:
+        table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert [(str(r["id"]), r["j"]) for r in table.to_arrow().sort_by("id").to_pylist()] == \
+            [r[:2] for r in _select(sess, "src")]
     finally:
         close_session()
