@@ -27,7 +27,7 @@ from spark_mergetree.format.checksums import FileChecksum, combine_stream_hashes
 from spark_mergetree.format.cityhash import FileHasher, file_hash
 from spark_mergetree.format.compression import CompressedStreamWriter
 from spark_mergetree.format.compression_codecs import Codec, CodecChain
-from spark_mergetree.format.dynamic import DynamicColumn, has_dynamic, split_for_write
+from spark_mergetree.format.dynamic import DynamicColumn, has_dynamic, holds_objects, split_for_write
 from spark_mergetree.format.json_text import OBJECT_STRUCTURE
 from spark_mergetree.format.json_write import (
     COMPACT_BUCKETS,
@@ -310,8 +310,9 @@ def write_compact_part(
         splits: dict[str, DynamicColumn] = {}
         if has_dynamic(dt):  # each Dynamic stored as a Variant over the types of its values
             stored, column, splits = split_for_write(dt, column, name)
+        # (a JSON inside the column, or a Dynamic or JSON inside the types its Dynamics hold)
         objects = nested_object_writer(name, COMPACT_BUCKETS, False, settings.string_sizes) \
-            if contains_type(dt, Json) else None
+            if contains_type(dt, Json) or holds_objects(stored) else None
         granules = _granule_streams(stored, name, column, granule_rows, settings.string_sizes, objects)
         if granules is None:
             return None

@@ -337,14 +337,18 @@ def nested_structures(structure_at: Callable[[str], DynamicStructure], dt: DataT
 
 
 def _stored_variant(structure: DynamicStructure, base: str, structures: Mapping[str, DynamicStructure]) -> Variant:
-    """The Variant a Dynamic at `base` is stored as, each Dynamic inside its types replaced by its own
-    Variant (the type keeps its name: the streams are named by it)."""
+    """The Variant a Dynamic at `base` is stored as, each Dynamic inside its types whose structure
+    `structures` holds replaced by its own Variant (the type keeps its name: the streams are named
+    by it)."""
     variant = structure.variant
     if not any(has_dynamic(t) for t in variant.variants):
         return variant
     kept = []
     for name, t in zip(variant.names, variant.variants, strict=True):
-        inner = stored_type(t, variant_base(base, name), structures) if has_dynamic(t) else t
+        # (a writer splits only the outer Dynamics: one inside a variant's type is written whole,
+        # from its values, by `serialize_column`'s `objects`)
+        held = has_dynamic(t) and all(b in structures for b in dynamic_bases(t, variant_base(base, name)))
+        inner = stored_type(t, variant_base(base, name), structures) if held else t
         kept.append(inner if inner is t else replace(inner, custom_name=name))
     return Variant(tuple(kept))
 
@@ -419,7 +423,9 @@ def split_nested(dt: DataType, arr: pa.Array, base: str, column: str, out: dict[
         struct = split.struct
         fields = [f.view(pa.string()) if name == SHARED_VARIANT else f
                   for name, f in zip(split.structure.variant.names, struct.flatten(), strict=True)]
-        return pa.StructArray.from_arrays(fields, fields=list(to_arrow(split.structure.variant)),
+        # (a variant holding a JSON, Array(JSON(...)), keeps its stored form: each field its own type)
+        return pa.StructArray.from_arrays(fields, fields=[field.with_type(f.type) for field, f in
+                                                          zip(to_arrow(split.structure.variant), fields, strict=True)],
                                           mask=struct.is_null() if struct.null_count else None)
     if isinstance(dt, (Array, Map)):
         if arr.null_count:

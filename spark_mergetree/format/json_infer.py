@@ -22,7 +22,7 @@ import datetime
 import functools
 import re
 import struct
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -180,8 +180,20 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
     lists = [item for item in items if item is not None]
     if lists and all(isinstance(item, list) for item in lists):
         # (a NULL among arrays is an empty array there)
+        given = [item is not None for item in items]
         items = [[] if item is None else item for item in items]
         own = [_array(item, objects)[0] for item in items]
+        if not all(given) and len({_name(k) for k, g in zip(own, given, strict=True) if g}) > 1:
+            # ClickHouse unifies arrays beside a NULL position by position, as tuples
+            # ([[1],null,["a"]] is Array(Dynamic) there): not repeated here.
+            raise _Ambiguous
+        complete = [k for k, item in zip(own, items, strict=True) if not _all_null(item)]
+        if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in complete):
+            # An inner Array(Dynamic) at some depth: the inner types unify position by position, a
+            # Dynamic taking whatever meets it ([[1,"a"],[[1]]] and [[2],[[1,"a"]]] are
+            # Array(Array(Dynamic))); items stay as they are below it.
+            unified = _unify_around_dynamic(complete)
+            return (Array(_DYNAMIC), items) if unified is None else (Array(unified), items)
         if len({_name(k) for k in own if not _only_nulls(k)}) > 1 and any(_only_nulls(k) for k in own):
             # ClickHouse unifies differing inner types, and empty inner arrays, but not both at
             # once ([[[1]],[[true]],[]] is Array(Dynamic) there): refused.
@@ -191,6 +203,10 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
         if kind == Array(_DYNAMIC) and not any(k == Array(_DYNAMIC) for k in own):
             # Inner arrays of types that do not unify ([[1],["a"]]): each is a Dynamic value of its
             # own type; an inner Array(Dynamic) takes the others' items instead ([[1,"a"],[2]]).
+            if any(x is None for x in flat):
+                # With NULLs among them ClickHouse unifies them position by position, as tuples
+                # ([["a",null],[null,1]] is Array(Array(Dynamic)) there): not repeated here.
+                raise _Ambiguous
             return Array(_DYNAMIC), items
         values: list[Any] = []
         at = 0
@@ -246,6 +262,36 @@ def _string_array(names: set[str], items: list[Any], elements: list[tuple[DataTy
     if any(v is not None and v > _DATETIME_MAX for v in seconds):
         raise _Ambiguous  # a Date beyond DateTime's range
     return Array(Nullable(_DATETIME)), seconds
+
+
+def _all_null(item: Any) -> bool:
+    """Whether an array holds no value but NULLs and empty arrays (its type fits any other)."""
+    return all(x is None or (isinstance(x, list) and not isinstance(x, _Object) and _all_null(x)) for x in item)
+
+
+def _leaf(kind: DataType) -> DataType:
+    while isinstance(kind, (Array, Nullable)):
+        kind = kind.inner
+    return kind
+
+
+def _unify_around_dynamic(kinds: list[DataType]) -> DataType | None:
+    """The common type of inner arrays' types where a Dynamic is among them: position by position a
+    Dynamic takes anything, arrays unify their elements, equal types stay; None where they do not
+    unify (arrays beside other types, objects beside other types). Differing plain types elsewhere
+    are refused: how ClickHouse unifies them there is not repeated here."""
+    if any(k == _DYNAMIC for k in kinds):
+        return _DYNAMIC
+    if all(k == kinds[0] for k in kinds):
+        return kinds[0]
+    if all(isinstance(k, Array) for k in kinds):
+        inner = _unify_around_dynamic([cast(Array, k).inner for k in kinds])
+        return None if inner is None else Array(inner)
+    if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in kinds):
+        return _DYNAMIC  # a Dynamic deeper in one of them takes the others here ([[2],[[1,"a"]]])
+    if any(isinstance(k, (Array, Json)) for k in kinds):
+        return None
+    raise _Ambiguous
 
 
 def _only_nulls(dt: DataType) -> bool:
@@ -309,7 +355,7 @@ def _priority(kind: DataType, depth: int = 0, nullable: int = 0) -> tuple[int, i
 _MISS = object()
 
 
-def _string_as(kind: DataType, text: str, held: frozenset[str]) -> Any:
+def _string_as(kind: DataType, text: str, held: frozenset[str], inner: bool = False) -> Any:
     """A string offered to a date or time type a Dynamic holds (`held`: the names of all it holds):
     taken when it reads as a date or time (converted), else _MISS. A time with a fraction goes into
     a DateTime (the fraction dropped) only while the Dynamic holds no String (which takes it then:
@@ -317,10 +363,16 @@ def _string_as(kind: DataType, text: str, held: frozenset[str]) -> Any:
     found, value = _string_type(text)
     name, given = _name(kind), _name(found)
     if given == "String":
+        if "String" not in held and _DIGIT_RE.search(text):
+            # A held date type reads more text than inference does (`10:00:00` as today's date,
+            # as experiments showed): which text it takes is not repeated here.
+            raise _Ambiguous
         return _MISS
     if name == "Date":
         return value if given == "Date" else _MISS
     if name == "DateTime" and given == "DateTime64(9)":
+        if inner:
+            raise _Ambiguous  # (the Dynamic of an Array(Dynamic) was seen to differ here: not repeated)
         if "String" in held:
             return _MISS
         if any(n.startswith("Array(") and n.endswith("(String))") for n in held):
@@ -365,7 +417,7 @@ def _item_as(kind: DataType, item: Any, held: frozenset[str]) -> Any:
     return _MISS
 
 
-def _absorbed(kind: DataType, value: Any, held: frozenset[str]) -> Any:
+def _absorbed(kind: DataType, value: Any, held: frozenset[str], widen: bool = False, inner: bool = False) -> Any:
     """`value` as a Dynamic's existing type `kind` takes it without converting it (what it stores),
     or _MISS: a String takes any string, a DateTime or DateTime64(9) the other dates and times, an
     Array(Dynamic) any array, an Array(JSON(...)) arrays of objects and NULLs, another array type
@@ -388,7 +440,9 @@ def _absorbed(kind: DataType, value: Any, held: frozenset[str]) -> Any:
     if isinstance(value, str):
         if name == "String":
             return value
-        return _string_as(kind, value, held) if name in ("Date", "DateTime", "DateTime64(9)") else _MISS
+        return _string_as(kind, value, held, inner) if name in ("Date", "DateTime", "DateTime64(9)") else _MISS
+    if widen and not isinstance(value, bool):  # numbers widen as an array's items do
+        return _item_as(kind, value, held)
     found, stored = _scalar(value)
     return stored if found == kind else _MISS
 
@@ -407,42 +461,55 @@ class _Slot:
     per type holding a Dynamic or a JSON, the nested column being filled for it. `objects` is the
     type arrays of objects get here."""
 
-    def __init__(self, max_types: int, objects: Json, absorb: bool = True) -> None:
+    def __init__(self, max_types: int, objects: Json, absorb: bool = True, widen: bool = False) -> None:
         self.max_types = max_types
         self.objects = objects
         self.absorb = absorb
+        # The Dynamic of an Array(Dynamic) lets a held Float64 take integers and a held UInt64
+        # non-negative ones (as an array's element type does); a path's Dynamic does so only once
+        # it holds `max_types` types.
+        self.widen = widen
         self.kinds: list[DataType] = []
         self.order: list[DataType] = []
         self.held: frozenset[str] = frozenset()
         self.nested: dict[str, _Slot | _Objects] = {}
 
-    def place(self, value: Any) -> tuple[DataType, Any, bool]:
-        """(type, stored value, whether the type is one of the column's own) of a non-NULL value."""
+    def place(self, value: Any, strict: bool = False) -> tuple[DataType, Any, bool, bool]:
+        """(type, stored value, whether the type is one of the column's own, whether what the value
+        holds is stored without conversions) of a non-NULL value. A value a held type takes is stored
+        without conversions, and so is everything inside a value stored so (`strict`)."""
+        # (a Dynamic holding all the types it may widens numbers too, as experiments showed)
+        widen = self.widen or len(self.kinds) >= self.max_types
         for kind in self.order if self.absorb else ():
-            got = _absorbed(kind, value, self.held)
+            got = _absorbed(kind, value, self.held, widen, self.widen)
             if got is not _MISS:
-                return kind, got, True
+                return kind, got, True, True
+        if strict and _needs_conversion(value):
+            # Stored without conversions, an array whose type needs one (`[5,true]` as Int64) fails
+            # in ClickHouse, which then takes another way for the enclosing value: not repeated here.
+            raise _Ambiguous
         kind, stored = _infer(value, self.objects)
         if kind in self.kinds:
-            return kind, stored, True
+            return kind, stored, True, strict
         if len(self.kinds) < self.max_types:
             self.kinds.append(kind)
             # (ties keep the order of the types' names, as the Variant lists them)
             self.order = sorted(sorted(self.kinds, key=_name), key=_priority, reverse=True)
             self.held = frozenset(_name(k) for k in self.kinds)
-            return kind, stored, True
-        return kind, stored, False
+            return kind, stored, True, strict
+        return kind, stored, False, strict
 
-    def dynamic_bytes(self, value: Any) -> bytes:
+    def dynamic_bytes(self, value: Any, strict: bool = False) -> bytes:
         """A value in the binary form of a Dynamic value (its type's encoding, then the value)."""
         if value is None:
             return b"\x00"
-        kind, stored, own = self.place(value)
-        return encode_type(kind) + self.value_bytes(kind, stored, own)
+        kind, stored, own, inner_strict = self.place(value, strict)
+        return encode_type(kind) + self.value_bytes(kind, stored, own, inner_strict)
 
-    def value_bytes(self, kind: DataType, stored: Any, own: bool = True) -> bytes:
+    def value_bytes(self, kind: DataType, stored: Any, own: bool = True, strict: bool = False) -> bytes:
         """A stored value of `kind` in ClickHouse's binary value format; the Dynamic or JSON inside
-        it filled as the column's nested one (`own`) or as a fresh one (in the shared variant)."""
+        it filled as the column's nested one (`own`) or as a fresh one (in the shared variant), without
+        conversions when `strict`."""
         holder = None
         if holds_nested(kind):
             leaf = kind
@@ -454,7 +521,19 @@ class _Slot:
                     holder = self.nested[_name(kind)] = _holder(leaf, self.absorb)
             else:
                 holder = _holder(leaf, self.absorb)
-        return _value_bytes(kind, stored, holder)
+        return _value_bytes(kind, stored, holder, strict)
+
+
+def _needs_conversion(value: Any) -> bool:
+    """Whether an array in `value` mixes Bool with numbers or strings (its inferred type stores the
+    Bool converted)."""
+    if isinstance(value, _Object):
+        return any(_needs_conversion(v) for _, v in value)
+    if not isinstance(value, list):
+        return False
+    bools = any(v is True or v is False for v in value)
+    others = any(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in value)
+    return (bools and others) or any(_needs_conversion(v) for v in value)
 
 
 class _Objects:
@@ -471,7 +550,7 @@ class _Objects:
         self.paths: dict[str, _Slot] = {}
         self.seen: set[str] = set()
 
-    def object_bytes(self, obj: _Object | None) -> bytes:
+    def object_bytes(self, obj: _Object | None, strict: bool = False) -> bytes:
         """An object in ClickHouse's binary form of a JSON value: the number of paths, then each
         path's name and its value as a Dynamic value (paths in document order; NULL members left
         out, nested objects flattened with `.`; a NULL object is `{}`)."""
@@ -490,13 +569,13 @@ class _Objects:
                     # nothing to types they hold (ClickHouse fills those columns so).
                     slot = _Slot(self.max_types, self.objects, absorb=False)
                 self.seen.add(path)
-            out.append(text_bytes(path) + slot.dynamic_bytes(value))
+            out.append(text_bytes(path) + slot.dynamic_bytes(value, strict))
         return b"".join(out)
 
 
 def _holder(leaf: DataType, absorb: bool) -> _Slot | _Objects:
     if isinstance(leaf, Dynamic):
-        return _Slot(DEFAULT_MAX_TYPES if leaf.max_types is None else leaf.max_types, _PLAIN_JSON, absorb)
+        return _Slot(DEFAULT_MAX_TYPES if leaf.max_types is None else leaf.max_types, _PLAIN_JSON, absorb, widen=True)
     assert isinstance(leaf, Json)
     return _Objects(leaf, absorb)
 
@@ -511,17 +590,17 @@ def _flatten(obj: _Object, prefix: str) -> list[tuple[str, Any]]:
     return out
 
 
-def _value_bytes(kind: DataType, stored: Any, holder: _Slot | _Objects | None) -> bytes:
+def _value_bytes(kind: DataType, stored: Any, holder: _Slot | _Objects | None, strict: bool) -> bytes:
     if isinstance(kind, Array):
-        return _varuint(len(stored)) + b"".join(_value_bytes(kind.inner, item, holder) for item in stored)
+        return _varuint(len(stored)) + b"".join(_value_bytes(kind.inner, item, holder, strict) for item in stored)
     if isinstance(kind, Dynamic):
         assert isinstance(holder, _Slot)
-        return holder.dynamic_bytes(stored)
+        return holder.dynamic_bytes(stored, strict)
     if isinstance(kind, Json):
         assert isinstance(holder, _Objects)
-        return holder.object_bytes(stored)
+        return holder.object_bytes(stored, strict)
     if isinstance(kind, Nullable):
-        return b"\x01" if stored is None else b"\x00" + _value_bytes(kind.inner, stored, holder)
+        return b"\x01" if stored is None else b"\x00" + _value_bytes(kind.inner, stored, holder, strict)
     name = _name(kind)
     if name == "String":
         raw = stored.encode("utf-8", "surrogateescape")

@@ -73,6 +73,7 @@ from spark_mergetree.format.types import (
     Nullable,
     Primitive,
     Tuple,
+    contains_type,
     is_nullable,
 )
 from spark_mergetree.format.values import combine, encode_classic, encode_varuints, string_buffers
@@ -161,9 +162,9 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
                     slot = _Slot(max_types, objects, absorb=dynamic)
                     if dynamic:
                         slots[path] = slot
-                kind, stored, own = slot.place(value)
+                kind, stored, own, strict = slot.place(value)
                 if holds_nested(kind):  # Array(JSON(...)), Array(Dynamic): its binary form
-                    stored = slot.value_bytes(kind, stored, own)
+                    stored = slot.value_bytes(kind, stored, own, strict)
             except _Ambiguous:
                 raise UnsupportedError(
                     f"column {column!r} ({dt.to_clickhouse()}): row {row}, path {path!r}: the value "
@@ -393,6 +394,8 @@ def _shaped(value: Any, dt: DataType) -> Any:
     array (its elements are named 1, 2, ...), a tuple's elements and an array's items shaped too."""
     if isinstance(dt, Nullable) or (isinstance(dt, LowCardinality)):
         return _shaped(value, dt.inner)
+    if isinstance(dt, Json):  # a JSON inside the typed path (`items Array(JSON)`) is written from its text
+        return json.dumps(value) if isinstance(value, dict) else value
     if isinstance(dt, Array) and isinstance(value, list):
         return [None if v is None else _shaped(v, dt.inner) for v in value]
     if isinstance(dt, Tuple) and isinstance(value, list) and dt.names is None:
@@ -559,8 +562,10 @@ def serialize_object(obj: ObjectColumn, column: str, base: str, granule_rows: np
     heads = [(base + OBJECT_STRUCTURE, _structure(obj.prefix, obj.statistics, granules))]
     body: list[tuple[str, StreamBytes]] = []
     for path, dt, values in obj.typed:
-        body += list(serialize_column(dt, column, values, granule_rows, string_sizes, base=path_base(base, path),
-                                      level=level).items())
+        held = nested is not None and contains_type(dt, Json)
+        for name, data in serialize_column(dt, column, values, granule_rows, string_sizes, base=path_base(base, path),
+                                           level=level, objects=nested if held else None).items():
+            (heads if name.endswith((STRUCTURE, OBJECT_STRUCTURE)) else body).append((name, data))
     for path in obj.paths:
         split = obj.dynamic[path]
         stem = path_base(base, path)

@@ -56,6 +56,7 @@ from spark_mergetree.format.dynamic import (
     from_stored,
     has_dynamic,
     nested_structures,
+    nested_text,
     parse_structure,
     stored_type,
 )
@@ -777,14 +778,21 @@ class PartReader:
                 texts[path] = values if stored else \
                     binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
         for path, typed in dt.typed_paths:
-            # A typed path is stored as an ordinary column of its type; every row prints it.
+            # A typed path is stored as an ordinary column of its type; every row prints it. (A JSON
+            # inside it, `items Array(JSON)`, has its streams under the path's base.)
             path_streams = path_base(base, path)
-            names = stream_names(typed, name, self.serialization.string_sizes, False, base=path_streams, level=level)
-            values = deserialize_column(typed, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
-                                        rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
-                                        level=level)
-            texts[path] = binary_values(typed, values) if stored else \
-                pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
+            names = [n for n in stream_names(typed, name, self.serialization.string_sizes, False, base=path_streams,
+                                             level=level) if not n.endswith(OBJECT_STRUCTURE)]
+
+            def objects(json: Json, at: str, depth: int, n: int) -> pa.Array:
+                return self._json_range(name, json, at, depth, begin, end, n, stored)
+
+            with _naming(where, f"path {path!r}"):
+                values = deserialize_column(typed, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
+                                            rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
+                                            level=level, objects=objects if contains_type(typed, Json) else None)
+                texts[path] = binary_values(typed, values) if stored else \
+                    pc.fill_null(value_text(typed, values, f"{where}, path {path!r}", nested_text(where)), "null")
         for path in structure.paths:
             with _naming(where, f"path {path!r}"):
                 texts[path] = self._json_path(name, path_base(base, path), level, begin, end, rows, stored,

@@ -35,7 +35,7 @@ from spark_mergetree.format.compression import (
     CompressedStreamWriter,
 )
 from spark_mergetree.format.compression_codecs import LZ4, Codec, CodecChain
-from spark_mergetree.format.dynamic import has_dynamic, split_for_write, structure_stream
+from spark_mergetree.format.dynamic import has_dynamic, holds_objects, split_for_write, structure_stream
 from spark_mergetree.format.json_write import (
     WIDE_BUCKETS,
     nested_object_writer,
@@ -364,8 +364,9 @@ class PartStreamWriter:
         after the last granule) and the streams of the type it is stored as (each Dynamic a Variant)."""
         stored, rows, splits = split_for_write(dt, values, name)
         streams = {base + STRUCTURE: structure_stream(split, len(granules)) for base, split in splits.items()}
+        # (a JSON inside the column, or a Dynamic or JSON inside the types its Dynamics hold)
         objects = nested_object_writer(name, WIDE_BUCKETS, True, self.settings.string_sizes) \
-            if contains_type(dt, Json) else None
+            if contains_type(dt, Json) or holds_objects(stored) else None
         streams.update(serialize_column(stored, name, rows, granules, self.settings.string_sizes, objects=objects))
         codecs = {**self.settings.stream_codecs(name, dt), **self.settings.stream_codecs(name, stored)}
         # A JSON's streams inside the column take the column's generic codec, as a JSON column's do.

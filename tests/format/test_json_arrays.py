@@ -11,6 +11,8 @@ variant's stream base (`j.items.Array%28JSON%28...%29%29.id.Int64`): format_spec
 from __future__ import annotations
 
 import json
+import random
+import re
 
 import pyarrow as pa
 import pytest
@@ -74,6 +76,7 @@ JSON_TYPES = {
     "plain": "JSON",
     "shared": "JSON(max_dynamic_paths=2, max_dynamic_types=2)",
     "narrow": "JSON(max_dynamic_paths=1, max_dynamic_types=1)",
+    "typed": "JSON(max_dynamic_paths=3, items Array(JSON(max_dynamic_paths=1)))",
 }
 
 
@@ -293,5 +296,107 @@ def test_a_path_holding_values_in_some_rows_and_objects_in_others_reads_as_click
         table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
         assert [(str(r["id"]), r["j"]) for r in table.to_arrow().sort_by("id").to_pylist()] == \
             [r[:2] for r in _select(sess, "src")]
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_dynamic_columns_holding_array_json_and_array_dynamic_values_both_ways(tmp_path, kind):
+    """A Dynamic and an Array(Dynamic) column whose values are of types Array(JSON(...)), Array(Dynamic)
+    and JSON: ClickHouse's part read (values in their binary form, also after our merge), written by
+    us in one insert with ClickHouse's bytes, and in two inserts merged by us attached by ClickHouse
+    with CHECK TABLE passing and SELECT returning the same rows."""
+    doc = ("multiIf(number % 3 = 0, '{\"m\":[{\"x\":1},{\"y\":\"s\"}],\"n\":[1,\"a\"]}', number % 3 = 1, "
+           "'{\"m\":[1,[2,\"b\"]],\"n\":{\"q\":1}}', '{\"m\":5}')::JSON")
+    columns = [("id", "UInt64"), ("d", "Dynamic"), ("a", "Array(Dynamic)")]
+    create = (f"CREATE TABLE {{}} (id UInt64, d Dynamic, a Array(Dynamic)) ENGINE = MergeTree ORDER BY id "
+              f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
+    sess, data_dir = make_chdb_table(
+        tmp_path, create.format("src"),
+        [f"INSERT INTO src SELECT number, j.m, [j.m, j.n] FROM (SELECT number, {doc} AS j FROM numbers(100))"])
+    try:
+        select = "SELECT id, d, dynamicType(d), a, arrayMap(x -> dynamicType(x), a) FROM {} ORDER BY id"
+        expected = sess.query(select.format("src"), "TabSeparatedRaw").bytes()
+        assert b"Array(JSON(max_dynamic_types=16, max_dynamic_paths=256))" in expected and b"Array(Dynamic)" in expected
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        rows = theirs.to_arrow().sort_by("id")
+        raw = sess.query("SELECT d FROM src ORDER BY id", "RowBinary").bytes()
+        assert b"".join(b"\x00" if v is None else v for v in rows.column("d").to_pylist()) == raw
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+
+        def ours(name: str) -> MergeTreeTable:
+            return MergeTreeTable.create(tmp_path / name, columns, order_by="id",
+                                         settings={"index_granularity": 16, "auto_merge": False, **settings})
+        one = ours("one")
+        one.insert(rows)
+        _same_json_bytes(theirs, one)
+        two = ours("two")
+        two.insert(rows.slice(0, 50))
+        two.insert(rows.slice(50))
+        assert two.optimize(final=True)
+        assert two.to_arrow().sort_by("id").to_pylist() == rows.to_pylist()
+        sess.query(create.format("back"))
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), two)
+        assert sess.query(select.format("back"), "TabSeparatedRaw").bytes() == expected
+    finally:
+        close_session()
+
+
+def _random_documents(seed: int, count: int) -> list[str]:
+    """Documents of random nesting: numbers (negative, beyond Int64), Bools, strings that read as
+    dates and times or not, NULLs, arrays of all of these and of objects, objects in objects."""
+    rng = random.Random(seed)
+    keys = ["a", "b", "c", "d", "e"]
+    scalars = [lambda: rng.randint(-5, 5), lambda: rng.randint(2**63, 2**63 + 5), lambda: rng.choice([1.5, -0.25, 2.0]),
+               lambda: rng.choice([True, False]), lambda: None,
+               lambda: rng.choice(["x", "yy", f"2020-01-0{rng.randint(1, 9)}", f"2021-02-03 04:05:0{rng.randint(0, 9)}",
+                                   f"2021-02-03 04:05:06.{rng.randint(1, 9)}", "10:00:00", "123"])]
+
+    def value(depth: int) -> object:
+        r = rng.random()
+        if depth > 2 or r < 0.5:
+            return rng.choice(scalars)()
+        if r < 0.8:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return obj(depth + 1)
+
+    def obj(depth: int) -> dict:
+        return {k: value(depth) for k in rng.sample(keys, rng.randint(0, 3))}
+    return [json.dumps(obj(0)) for _ in range(count)]
+
+
+@pytest.mark.parametrize(("seed", "kind", "json_type"), [(22, "Wide", "plain"), (25, "Compact", "shared"),
+                                                         (21, "Compact", "narrow")])
+def test_random_documents_written_as_clickhouse_types_them(tmp_path, seed, kind, json_type):
+    """Random documents: the ones this writer types (it refuses, naming the row, those whose types it
+    does not derive) inserted by us and into ClickHouse give the same objects and path types; we
+    read ClickHouse's part as it prints it."""
+    jt = JSON_TYPES[json_type]
+    texts = _random_documents(seed, 200)
+    settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+    attempt = 0
+    while True:
+        attempt += 1
+        ours = MergeTreeTable.create(tmp_path / f"ours{attempt}", [("id", "UInt64"), ("j", jt)], order_by="id",
+                                     settings={"index_granularity": 16, "auto_merge": False, **settings})
+        try:
+            ours.insert(pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": texts}))
+            break
+        except UnsupportedError as exc:
+            found = re.search(r"row (\d+)", str(exc))
+            assert found is not None, exc
+            texts.pop(int(found.group(1)))
+            assert ours.parts() == []
+    assert len(texts) > 150
+    sess, data_dir = _source(tmp_path, kind, jt, texts)
+    try:
+        expected = _select(sess, "src")
+        assert any("Array(Dynamic)" in t for _, _, t in expected) and any("Array(JSON(" in t for _, _, t in expected)
+        sess.query(f"CREATE TABLE back (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
+                   f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        assert _select(sess, "back") == expected
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        assert [(str(r["id"]), r["j"]) for r in theirs.to_arrow().sort_by("id").to_pylist()] == [r[:2] for r in expected]
     finally:
         close_session()
