@@ -44,7 +44,7 @@ from spark_mergetree.format.types import (
     Nullable,
     Primitive,
 )
-from spark_mergetree.format.values import encode_varuints
+from spark_mergetree.format.values import varuint_bytes
 
 __all__ = ["_Ambiguous", "_Object", "_Slot", "_infer", "_name", "_refuse_constant", "_string_type", "_days",
            "nested_json", "holds_nested", "_DATE_RE", "_DATETIME_RE", "_INT64_MIN", "_INT64_MAX", "_DATE", "_DATETIME",
@@ -183,9 +183,13 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
         given = [item is not None for item in items]
         items = [[] if item is None else item for item in items]
         own = [_array(item, objects)[0] for item in items]
-        if not all(given) and len({_name(k) for k, g in zip(own, given, strict=True) if g}) > 1:
+        present = [item for item, g in zip(items, given, strict=True) if g]
+        empty = [_null_shape(item) for item in present if _all_null(item)]
+        if not all(given) and (len({_name(k) for k, g in zip(own, given, strict=True) if g}) > 1
+                               or (empty and len(empty) < len(present)) or len(set(empty)) > 1):
             # ClickHouse unifies arrays beside a NULL position by position, as tuples
-            # ([[1],null,["a"]] is Array(Dynamic) there): not repeated here.
+            # ([[1],null,["a"]], [null,[],[1]] and [null,[],[null]] are Array(Dynamic) there; but
+            # [null,[null]] is Array(Array(Nullable(String)))): not repeated here.
             raise _Ambiguous
         complete = [k for k, item in zip(own, items, strict=True) if not _all_null(item)]
         if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in complete):
@@ -199,6 +203,11 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
             # once ([[[1]],[[true]],[]] is Array(Dynamic) there): refused.
             raise _Ambiguous
         flat = [x for item in items for x in item]
+        if None in flat and len({_name(_scalar(x)[0]) for x in flat
+                                 if x is not None and not isinstance(x, list)}) > 1:
+            # Inner arrays holding NULLs are unified as tuples there, position by position, and
+            # convert less ([[null,false],["a",null]] keeps the Bool): not repeated here.
+            raise _Ambiguous
         kind, flat_values = _array(flat, objects)
         if kind == Array(_DYNAMIC) and not any(k == Array(_DYNAMIC) for k in own):
             # Inner arrays of types that do not unify ([[1],["a"]]): each is a Dynamic value of its
@@ -220,8 +229,8 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
     if any(big):
         if len(items) == 1:
             return Array(Nullable(_STRING)), [str(items[0])]  # alone, its digits are a String
-        if any(isinstance(item, str) for item in items):
-            raise _Ambiguous  # an integer beyond 64 bits among strings
+        if any(isinstance(item, str) for item in items) or all(item is None or b for item, b in zip(items, big, strict=True)):
+            raise _Ambiguous  # an integer beyond 64 bits among strings, or with NULLs
         return Array(_DYNAMIC), items
     elements: list[tuple[DataType, Any] | None] = [None if item is None else _scalar(item) for item in items]
     kinds = {e[0] for e in elements if e is not None}
@@ -267,6 +276,11 @@ def _string_array(names: set[str], items: list[Any], elements: list[tuple[DataTy
 def _all_null(item: Any) -> bool:
     """Whether an array holds no value but NULLs and empty arrays (its type fits any other)."""
     return all(x is None or (isinstance(x, list) and not isinstance(x, _Object) and _all_null(x)) for x in item)
+
+
+def _null_shape(item: Any) -> Any:
+    """The nesting of an array of NULLs and empty arrays (`[]` and `[null]` differ)."""
+    return tuple(None if x is None else _null_shape(x) for x in item)
 
 
 def _leaf(kind: DataType) -> DataType:
@@ -447,8 +461,7 @@ def _absorbed(kind: DataType, value: Any, held: frozenset[str], widen: bool = Fa
     return stored if found == kind else _MISS
 
 
-def _varuint(value: int) -> bytes:
-    return encode_varuints(np.array([value], np.uint64))[0].tobytes()
+_varuint = varuint_bytes
 
 
 _PACKED = {"Int64": "<q", "UInt64": "<Q", "Float64": "<d", "Bool": "<?", "Date": "<H", "DateTime": "<I",
@@ -480,6 +493,16 @@ class _Slot:
         without conversions, and so is everything inside a value stored so (`strict`)."""
         # (a Dynamic holding all the types it may widens numbers too, as experiments showed)
         widen = self.widen or len(self.kinds) >= self.max_types
+        if self.absorb and self.kinds and not isinstance(value, list):
+            # A scalar's own type, when held, is the first to take it (a number's unless numbers
+            # widen; a string's when it is String, Date or DateTime): no need to offer it to each.
+            try:
+                own, stored = _scalar(value)
+            except _Ambiguous:
+                own = None
+            if own is not None and _name(own) in self.held and (
+                    _name(own) in ("String", "Date", "DateTime") if isinstance(value, str) else not widen):
+                return own, stored, True, True
         for kind in self.order if self.absorb else ():
             got = _absorbed(kind, value, self.held, widen, self.widen)
             if got is not _MISS:

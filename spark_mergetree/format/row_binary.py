@@ -57,6 +57,7 @@ from spark_mergetree.format.values import (
     is_string,
     list_parts,
     string_buffers,
+    varuint_bytes,
 )
 
 __all__ = ["serialize_rows", "deserialize_rows"]
@@ -262,7 +263,7 @@ def _dynamic_end(buf: memoryview, pos: int) -> int:
 
 
 def _put_classic(out: bytearray, raw: memoryview) -> None:
-    out += encode_varuints(np.array([len(raw)], np.uint64))[0].tobytes()
+    out += varuint_bytes(len(raw))
     out += raw
 
 

@@ -24,7 +24,7 @@ from spark_mergetree.format.types import (
     Primitive,
     Tuple,
 )
-from spark_mergetree.format.values import Cursor, encode_varuints
+from spark_mergetree.format.values import Cursor, encode_varuints, varuint_bytes
 
 __all__ = ["decode_type", "encode_type", "json_limits", "json_type", "read_text", "text_bytes", "DEFAULT_MAX_TYPES", "DEFAULT_MAX_DYNAMIC_PATHS", "DEFAULT_MAX_DYNAMIC_TYPES"]
 
@@ -103,7 +103,7 @@ def decode_type(cursor: Cursor) -> DataType:
 
 def text_bytes(text: str) -> bytes:
     raw = text.encode("utf-8", "surrogateescape")
-    return encode_varuints(np.array([len(raw)], np.uint64))[0].tobytes() + raw
+    return varuint_bytes(len(raw)) + raw
 
 
 def _decode_json(cursor: Cursor, at: int) -> Json:
@@ -187,6 +187,6 @@ def encode_type(dt: DataType) -> bytes:
 
 
 def _varuint(value: int) -> bytes:
-    return encode_varuints(np.array([value], np.uint64))[0].tobytes()
+    return varuint_bytes(value)
 
 
