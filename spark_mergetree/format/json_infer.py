@@ -196,7 +196,12 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
             # An inner Array(Dynamic) at some depth: the inner types unify position by position, a
             # Dynamic taking whatever meets it ([[1,"a"],[[1]]] and [[2],[[1,"a"]]] are
             # Array(Array(Dynamic))); items stay as they are below it.
-            unified = _unify_around_dynamic(complete)
+            deeper: list[bool] = []
+            unified = _unify_around_dynamic(complete, deeper)
+            if deeper and len(complete) < len(own):
+                # ... but beside an empty inner array ClickHouse made [[1],[[2,"x"]],[]] an
+                # Array(Dynamic): not repeated here.
+                raise _Ambiguous
             return (Array(_DYNAMIC), items) if unified is None else (Array(unified), items)
         if len({_name(k) for k in own if not _only_nulls(k)}) > 1 and any(_only_nulls(k) for k in own):
             # ClickHouse unifies differing inner types, and empty inner arrays, but not both at
@@ -289,7 +294,7 @@ def _leaf(kind: DataType) -> DataType:
     return kind
 
 
-def _unify_around_dynamic(kinds: list[DataType]) -> DataType | None:
+def _unify_around_dynamic(kinds: list[DataType], deeper: list[bool]) -> DataType | None:
     """The common type of inner arrays' types where a Dynamic is among them: position by position a
     Dynamic takes anything, arrays unify their elements, equal types stay; None where they do not
     unify (arrays beside other types, objects beside other types). Differing plain types elsewhere
@@ -299,9 +304,10 @@ def _unify_around_dynamic(kinds: list[DataType]) -> DataType | None:
     if all(k == kinds[0] for k in kinds):
         return kinds[0]
     if all(isinstance(k, Array) for k in kinds):
-        inner = _unify_around_dynamic([cast(Array, k).inner for k in kinds])
+        inner = _unify_around_dynamic([cast(Array, k).inner for k in kinds], deeper)
         return None if inner is None else Array(inner)
     if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in kinds):
+        deeper.append(True)  # (`deeper` records that this rule was needed)
         return _DYNAMIC  # a Dynamic deeper in one of them takes the others here ([[2],[[1,"a"]]])
     if any(isinstance(k, (Array, Json)) for k in kinds):
         return None
@@ -373,7 +379,8 @@ def _string_as(kind: DataType, text: str, held: frozenset[str], inner: bool = Fa
     """A string offered to a date or time type a Dynamic holds (`held`: the names of all it holds):
     taken when it reads as a date or time (converted), else _MISS. A time with a fraction goes into
     a DateTime (the fraction dropped) only while the Dynamic holds no String (which takes it then:
-    so ClickHouse 26.9 does, as experiments showed; inside arrays that case is refused)."""
+    so ClickHouse 26.9 does, as experiments showed; inside arrays and in the Dynamic of an
+    Array(Dynamic) (`inner`) it was seen to differ, and is refused)."""
     found, value = _string_type(text)
     name, given = _name(kind), _name(found)
     if given == "String":
@@ -386,11 +393,9 @@ def _string_as(kind: DataType, text: str, held: frozenset[str], inner: bool = Fa
         return value if given == "Date" else _MISS
     if name == "DateTime" and given == "DateTime64(9)":
         if inner:
-            raise _Ambiguous  # (the Dynamic of an Array(Dynamic) was seen to differ here: not repeated)
+            raise _Ambiguous
         if "String" in held:
             return _MISS
-        if any(n.startswith("Array(") and n.endswith("(String))") for n in held):
-            raise _Ambiguous
     scale = {"Date": 86400 * 10**9, "DateTime": 10**9, "DateTime64(9)": 1}[given]
     nanos = value * scale
     if name == "DateTime64(9)":
@@ -426,7 +431,7 @@ def _item_as(kind: DataType, item: Any, held: frozenset[str]) -> Any:
     if isinstance(item, float):
         return item if name == "Float64" and np.isfinite(item) else _MISS
     if isinstance(item, str):
-        return item if name == "String" else _string_as(kind, item, held) \
+        return item if name == "String" else _string_as(kind, item, held, inner=True) \
             if name in ("Date", "DateTime", "DateTime64(9)") else _MISS
     return _MISS
 
