@@ -202,7 +202,7 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
                 # ... but beside an empty inner array ClickHouse made [[1],[[2,"x"]],[]] an
                 # Array(Dynamic): not repeated here.
                 raise _Ambiguous
-            return (Array(_DYNAMIC), items) if unified is None else (Array(unified), items)
+            return (Array(_DYNAMIC), items) if unified is None else (Array(unified), _nulls_emptied(items, unified))
         if len({_name(k) for k in own if not _only_nulls(k)}) > 1 and any(_only_nulls(k) for k in own):
             # ClickHouse unifies differing inner types, and empty inner arrays, but not both at
             # once ([[[1]],[[true]],[]] is Array(Dynamic) there): refused.
@@ -281,6 +281,14 @@ def _string_array(names: set[str], items: list[Any], elements: list[tuple[DataTy
 def _all_null(item: Any) -> bool:
     """Whether an array holds no value but NULLs and empty arrays (its type fits any other)."""
     return all(x is None or (isinstance(x, list) and not isinstance(x, _Object) and _all_null(x)) for x in item)
+
+
+def _nulls_emptied(items: list[Any], inner: DataType) -> list[Any]:
+    """Items of an Array(`inner`): a NULL where `inner` is an array is an empty one, at every level
+    above the Dynamic or JSON the type ends in."""
+    if not isinstance(inner, Array):
+        return items
+    return [[] if item is None else _nulls_emptied(item, inner.inner) for item in items]
 
 
 def _null_shape(item: Any) -> Any:
