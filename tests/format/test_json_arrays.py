@@ -400,3 +400,21 @@ def test_random_documents_written_as_clickhouse_types_them(tmp_path, seed, kind,
         assert [(str(r["id"]), r["j"]) for r in theirs.to_arrow().sort_by("id").to_pylist()] == [r[:2] for r in expected]
     finally:
         close_session()
+
+
+def test_nulls_inside_arrays_unified_around_a_dynamic_are_empty_arrays(tmp_path):
+    """A NULL where an array of an Array(Array(Dynamic)) value stands is stored as an empty array at
+    every level above the Dynamic (ClickHouse prints `[]`), not refused and not lost."""
+    texts = ['{"d":[null,null,[null,["2020-01-02",5]]]}', '{"d":[[1,"a"],null]}', '{"d":[null,[null]]}']
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id",
+                                 settings={"auto_merge": False})
+    ours.insert(pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": texts}))
+    sess, _ = _source(tmp_path, "Wide", "JSON", texts)
+    try:
+        expected = _select(sess, "src")
+        assert expected[0][1] == '{"d":[[],[],[[],["2020-01-02",5]]]}'
+        sess.query(f"CREATE TABLE back (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id SETTINGS {PART_KINDS['Compact']}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        assert _select(sess, "back") == expected
+    finally:
+        close_session()
