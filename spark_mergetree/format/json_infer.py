@@ -392,7 +392,7 @@ def _string_as(kind: DataType, text: str, held: frozenset[str], inner: bool = Fa
     found, value = _string_type(text)
     name, given = _name(kind), _name(found)
     if given == "String":
-        if "String" not in held and _DIGIT_RE.search(text):
+        if ("String" not in held or inner) and _DIGIT_RE.search(text):
             # A held date type reads more text than inference does (`10:00:00` as today's date,
             # as experiments showed): which text it takes is not repeated here.
             raise _Ambiguous
