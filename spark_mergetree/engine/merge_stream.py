@@ -49,7 +49,7 @@ from spark_mergetree.format.part_writer import (
     plan_granules_of,
 )
 from spark_mergetree.format.skip_index_writer import columns_built_together
-from spark_mergetree.format.streams import stream_names
+from spark_mergetree.format.streams import file_stem, stream_names
 from spark_mergetree.format.types import Json, contains_type, parse_type
 
 # Rows of a source read at a time (whole granules, at least this many unless the part ends).
@@ -97,7 +97,7 @@ def stored_bytes(reader: PartReader, name: str) -> int | None:
     total = 0
     for stream in stream_names(reader.types[name], name, reader.serialization.string_sizes,
                                reader.serialization.sparse_spec(name)):
-        entry = checksums.files.get(stream + ".bin")
+        entry = checksums.files.get(file_stem(stream) + ".bin")
         if entry is None:
             return None
         total += entry.uncompressed_size

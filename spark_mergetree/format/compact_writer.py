@@ -27,7 +27,7 @@ from spark_mergetree.format.checksums import FileChecksum, combine_stream_hashes
 from spark_mergetree.format.cityhash import FileHasher, file_hash
 from spark_mergetree.format.compression import CompressedStreamWriter
 from spark_mergetree.format.compression_codecs import Codec, CodecChain
-from spark_mergetree.format.dynamic import DynamicColumn, has_dynamic, split_for_write
+from spark_mergetree.format.dynamic import DynamicColumn, has_dynamic, holds_objects, split_for_write
 from spark_mergetree.format.json_text import OBJECT_STRUCTURE
 from spark_mergetree.format.json_write import (
     COMPACT_BUCKETS,
@@ -208,7 +208,8 @@ def _object_granules(dt: Json, name: str, column: pa.Array | pa.ChunkedArray, gr
     shared data buckets. None when a path holds LowCardinality values (their self-contained Compact
     pieces are not written here): the caller writes a Wide part."""
     obj = split_object(dt, column, name, COMPACT_BUCKETS)
-    heads, body = serialize_object(obj, name, escape_for_file_name(name), granule_rows, string_sizes)
+    heads, body = serialize_object(obj, name, escape_for_file_name(name), granule_rows, string_sizes,
+                                   nested=nested_object_writer(name, COMPACT_BUCKETS, False, string_sizes))
     if any(stream.endswith(_DICT) for stream, _ in body):
         return None
     prefixes = {stream: bytes(data.data[:int(data.granule_offsets[0])]) for stream, data in body
@@ -291,8 +292,9 @@ def _column_granules(table: pa.Table, columns: Sequence[tuple[str, str]], types:
         splits: dict[str, DynamicColumn] = {}
         if has_dynamic(dt):  # each Dynamic stored as a Variant over the types of its values
             stored, column, splits = split_for_write(dt, column, name)
+        # (a JSON inside the column, or a Dynamic or JSON inside the types its Dynamics hold)
         objects = nested_object_writer(name, COMPACT_BUCKETS, False, settings.string_sizes) \
-            if contains_type(dt, Json) else None
+            if contains_type(dt, Json) or holds_objects(stored) else None
         granules = _granule_streams(stored, name, column, granule_rows, settings.string_sizes, objects)
         if granules is None:
             return None

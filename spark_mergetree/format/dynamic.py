@@ -9,13 +9,16 @@ value: the binary encoding of its type, then the value in ClickHouse's binary va
 Writing goes the other way (`split_dynamic`): rows are grouped by their type's encoding, the
 part's types are chosen from the rows, and the column is written as that Variant after the
 structure. A Dynamic inside Array, Map values or Tuple is stored the same way under its element's
-stream names (`stored_type`, `from_stored`, `split_for_write`). format_spec/types.md (*Dynamic*)
-describes the bytes.
+stream names (`stored_type`, `from_stored`, `split_for_write`), and so is a Dynamic inside one of a
+Dynamic's own types (`Array(Dynamic)`: under the variant's stream base, `nested_structures`,
+`expand_nested`); a JSON inside one of them is read in its stored form and printed from it
+(`nested_text`). The binary encoding of types lives in type_codes.py. format_spec/types.md
+(*Dynamic*, *JSON*) describes the bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import cast
 
@@ -26,25 +29,28 @@ import pyarrow.compute as pc
 from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.conform import conform_array
-from spark_mergetree.format.json_text import value_text
+from spark_mergetree.format.json_text import NestedText, object_text, value_text, values_by_path
 from spark_mergetree.format.row_binary import deserialize_rows, interleave_chunks, value_chunks
 from spark_mergetree.format.serialization import spread_variant
-from spark_mergetree.format.streams import StreamBytes, element_base
+from spark_mergetree.format.streams import StreamBytes, element_base, variant_base
+from spark_mergetree.format.type_codes import (
+    DEFAULT_MAX_TYPES,
+    decode_type,
+    encode_type,
+    read_text,
+    text_bytes,
+)
 from spark_mergetree.format.types import (
     Array,
     DataType,
-    DateTime,
-    DateTime64,
-    Decimal,
     Dynamic,
-    Enum,
-    FixedString,
-    LowCardinality,
+    Json,
     Map,
     Nullable,
     Primitive,
     Tuple,
     Variant,
+    contains_type,
     parse_type,
     to_arrow,
 )
@@ -52,113 +58,15 @@ from spark_mergetree.format.values import Cursor, combine, encode_varuints, stri
 
 __all__ = ["binary_values", "binary_values_text", "SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text",
            "DynamicColumn", "split_dynamic", "DEFAULT_MAX_TYPES",
-           "has_dynamic", "dynamic_bases", "stored_type", "from_stored", "split_nested",
+           "has_dynamic", "dynamic_bases", "stored_type", "nested_structures", "expand_nested", "holds_objects",
+           "nested_text", "stored_object_text", "from_stored", "split_nested",
            "nested_stored_type", "split_for_write", "structure_stream"]
 
 SHARED_VARIANT = "SharedVariant"
 # Versions of the structure prefix: V1 starts with max_types, V2 does not; V3 (written by 26.x,
 # MergeTree setting dynamic_serialization_version = 'v3') adds a flag byte saying statistics follow.
 _V1, _V2, _V3 = 1, 2, 4
-DEFAULT_MAX_TYPES = 32  # Dynamic without (max_types=N)
 _NOTHING = 0x00  # the binary encoding of Nothing: a NULL Dynamic value
-
-# ClickHouse's binary encoding of types (DataTypesBinaryEncoding): the codes we decode.
-_NUMBERS = {0x01: "UInt8", 0x02: "UInt16", 0x03: "UInt32", 0x04: "UInt64", 0x05: "UInt128", 0x06: "UInt256",
-            0x07: "Int8", 0x08: "Int16", 0x09: "Int32", 0x0A: "Int64", 0x0B: "Int128", 0x0C: "Int256",
-            0x0D: "Float32", 0x0E: "Float64", 0x0F: "Date", 0x10: "Date32", 0x15: "String", 0x1D: "UUID",
-            0x28: "IPv4", 0x29: "IPv6", 0x2D: "Bool"}
-_DATETIME, _DATETIME_TZ, _DATETIME64, _DATETIME64_TZ = 0x11, 0x12, 0x13, 0x14
-_FIXED_STRING, _ENUM8, _ENUM16 = 0x16, 0x17, 0x18
-_DECIMALS = {0x19: 9, 0x1A: 18, 0x1B: 38, 0x1C: 76}
-_ARRAY, _TUPLE, _NAMED_TUPLE, _NULLABLE, _LOW_CARDINALITY, _MAP = 0x1E, 0x1F, 0x20, 0x23, 0x26, 0x27
-
-
-def _text(cursor: Cursor) -> str:
-    return bytes(cursor.take(cursor.varuint())).decode("utf-8", "surrogateescape")
-
-
-def decode_type(cursor: Cursor) -> DataType:
-    """One type in ClickHouse's binary type encoding; UnsupportedError for codes not listed above."""
-    at = cursor.pos
-    code = int(cursor.take(1)[0])
-    if code in _NUMBERS:
-        return Primitive(_NUMBERS[code])
-    if code in (_DATETIME, _DATETIME_TZ):
-        return DateTime(_text(cursor) if code == _DATETIME_TZ else None)
-    if code in (_DATETIME64, _DATETIME64_TZ):
-        precision = int(cursor.take(1)[0])
-        return DateTime64(precision, _text(cursor) if code == _DATETIME64_TZ else None)
-    if code == _FIXED_STRING:
-        return FixedString(cursor.varuint())
-    if code in (_ENUM8, _ENUM16):
-        width = 1 if code == _ENUM8 else 2
-        values = []
-        for _ in range(cursor.varuint()):
-            name = _text(cursor)
-            values.append((name, int(cursor.take(width).view("<i1" if width == 1 else "<i2")[0])))
-        return Enum(8 * width, tuple(values))
-    if code in _DECIMALS:
-        precision, scale = (int(b) for b in cursor.take(2))
-        return Decimal(precision, scale)
-    if code in (_ARRAY, _NULLABLE, _LOW_CARDINALITY):
-        inner = decode_type(cursor)
-        return Array(inner) if code == _ARRAY else Nullable(inner) if code == _NULLABLE else LowCardinality(inner)
-    if code == _MAP:
-        key = decode_type(cursor)
-        return Map(key, decode_type(cursor))
-    if code in (_TUPLE, _NAMED_TUPLE):
-        names, elements = [], []
-        for _ in range(cursor.varuint()):
-            if code == _NAMED_TUPLE:
-                names.append(_text(cursor))
-            elements.append(decode_type(cursor))
-        return Tuple(tuple(elements), tuple(names) if names else None)
-    raise UnsupportedError(f"stream {cursor.name!r}: a Dynamic value's type has binary type code 0x{code:02X} "
-                           f"at offset {at}, which is not supported")
-
-
-def _text_bytes(text: str) -> bytes:
-    raw = text.encode("utf-8", "surrogateescape")
-    return encode_varuints(np.array([len(raw)], np.uint64))[0].tobytes() + raw
-
-
-_NUMBER_CODES = {name: code for code, name in _NUMBERS.items()}
-
-
-def encode_type(dt: DataType) -> bytes:
-    """`dt` in ClickHouse's binary type encoding (the inverse of `decode_type`)."""
-    if dt.custom_name is not None:
-        raise UnsupportedError(f"no binary type encoding for {dt.to_clickhouse()} here")
-    if isinstance(dt, Primitive) and dt.name in _NUMBER_CODES:
-        return bytes([_NUMBER_CODES[dt.name]])
-    if isinstance(dt, DateTime):
-        return bytes([_DATETIME]) if dt.timezone is None else bytes([_DATETIME_TZ]) + _text_bytes(dt.timezone)
-    if isinstance(dt, DateTime64):
-        head = bytes([_DATETIME64 if dt.timezone is None else _DATETIME64_TZ, dt.precision])
-        return head if dt.timezone is None else head + _text_bytes(dt.timezone)
-    if isinstance(dt, FixedString):
-        return bytes([_FIXED_STRING]) + encode_varuints(np.array([dt.length], np.uint64))[0].tobytes()
-    if isinstance(dt, Enum):
-        out = bytes([_ENUM8 if dt.bits == 8 else _ENUM16]) + encode_varuints(np.array([len(dt.values)], np.uint64))[0].tobytes()
-        for name, value in dt.values:
-            out += _text_bytes(name) + value.to_bytes(dt.bits // 8, "little", signed=True)
-        return out
-    if isinstance(dt, Decimal):
-        code = next(c for c, p in _DECIMALS.items() if dt.precision <= p)
-        return bytes([code, dt.precision, dt.scale])
-    if isinstance(dt, (Array, Nullable, LowCardinality)):
-        code = _ARRAY if isinstance(dt, Array) else _NULLABLE if isinstance(dt, Nullable) else _LOW_CARDINALITY
-        return bytes([code]) + encode_type(dt.inner)
-    if isinstance(dt, Map):
-        return bytes([_MAP]) + encode_type(dt.key) + encode_type(dt.value)
-    if isinstance(dt, Tuple):
-        out = bytes([_TUPLE if dt.names is None else _NAMED_TUPLE])
-        out += encode_varuints(np.array([len(dt.elements)], np.uint64))[0].tobytes()
-        for name, element in zip(dt.element_names, dt.elements, strict=True):
-            out += (b"" if dt.names is None else _text_bytes(name)) + encode_type(element)
-        return out
-    raise UnsupportedError(f"no binary type encoding for {dt.to_clickhouse()} here")
-
 
 class DynamicStructure:
     """The types of one part's Dynamic column, in the order its structure lists them, and the Variant
@@ -185,7 +93,7 @@ def parse_structure(buf: bytes | bytearray | memoryview, name: str) -> DynamicSt
     types: list[DataType] = []
     for _ in range(count):
         # V3 lists the types in their binary encoding, V1 and V2 by name.
-        types.append(decode_type(cursor) if version == _V3 else parse_type(_text(cursor)))
+        types.append(decode_type(cursor) if version == _V3 else parse_type(read_text(cursor)))
     return DynamicStructure(types, [encode_type(t) for t in types])
 
 
@@ -232,8 +140,36 @@ def dynamic_text(structure: DynamicStructure, struct: pa.StructArray, where: str
             if field.null_count != len(field):  # types beyond max_types: each value carries its type
                 texts.append(binary_values_text(field.cast(pa.binary()), where, where))
             continue
-        texts.append(value_text(dt, field, where))
+        texts.append(value_text(dt, field, where, nested_text(where)))
     return pc.coalesce(*texts) if texts else pa.nulls(len(struct), pa.string())
+
+
+def nested_text(where: str) -> NestedText:
+    """How `value_text` renders a Dynamic or JSON value inside a Dynamic value's type (Array(Dynamic),
+    Array(JSON(...))): a Dynamic from its binary form, a JSON from its stored form (or its text)."""
+
+    def render(dt: DataType, values: pa.Array) -> pa.Array:
+        if isinstance(dt, Dynamic):
+            return binary_values_text(values.cast(pa.binary()), where, where)
+        if pa.types.is_string(values.type):
+            return values
+        return stored_object_text(values, where)
+
+    return render
+
+
+def stored_object_text(maps: pa.Array, where: str) -> pa.Array:
+    """JSON objects in their stored form (map path → type encoding + value) → the text ClickHouse
+    prints for each (NULL stays NULL)."""
+    n = len(maps)
+    filled = maps.fill_null([]) if maps.null_count else maps
+    offsets = np.asarray(filled.offsets, np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    entry_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    by_path = values_by_path(entry_rows, filled.keys.slice(first, last - first), filled.items.slice(first, last - first), n)
+    texts = {path: binary_values_text(values, where, f"{where}, path {path!r}") for path, values in by_path.items()}
+    text = object_text(texts, n, where)
+    return pc.if_else(maps.is_null(), pa.nulls(n, pa.string()), text) if maps.null_count else text
 
 
 def _varuint(value: int) -> bytes:
@@ -325,7 +261,7 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
         structure.encodings[t.to_clickhouse()] for t in structure.types)
     shared = [(types[i].to_clickhouse(), int(np.count_nonzero(type_of == i))) for i in range(max_types, len(types))]
     statistics = b"\x01" + b"".join(_varuint(c) for c in counts) + _varuint(len(shared)) + b"".join(
-        _text_bytes(name) + _varuint(count) for name, count in shared)
+        text_bytes(name) + _varuint(count) for name, count in shared)
     return DynamicColumn(structure, struct, prefix, statistics)
 
 
@@ -382,11 +318,46 @@ def dynamic_bases(dt: DataType, base: str) -> list[str]:
     return []
 
 
+def holds_objects(dt: DataType) -> bool:
+    """Whether a Dynamic or a JSON is inside `dt` (a Dynamic value's type: Array(Dynamic), Array(JSON))."""
+    return contains_type(dt, Dynamic) or contains_type(dt, Json)
+
+
+def nested_structures(structure_at: Callable[[str], DynamicStructure], dt: DataType, base: str,
+                      out: dict[str, DynamicStructure]) -> dict[str, DynamicStructure]:
+    """The part's structure of every Dynamic in `dt` (streams under `base`) by stream base, and of
+    every Dynamic inside the types those structures list (a variant `Array(Dynamic)` of a Dynamic at
+    base b keeps its own Dynamic under `b.Array%28Dynamic%29`), read with `structure_at`."""
+    for b in dynamic_bases(dt, base):
+        structure = out[b] = structure_at(b)
+        for name, variant in zip(structure.variant.names, structure.variant.variants, strict=True):
+            if has_dynamic(variant):
+                nested_structures(structure_at, variant, variant_base(b, name), out)
+    return out
+
+
+def _stored_variant(structure: DynamicStructure, base: str, structures: Mapping[str, DynamicStructure]) -> Variant:
+    """The Variant a Dynamic at `base` is stored as, each Dynamic inside its types whose structure
+    `structures` holds replaced by its own Variant (the type keeps its name: the streams are named
+    by it)."""
+    variant = structure.variant
+    if not any(has_dynamic(t) for t in variant.variants):
+        return variant
+    kept = []
+    for name, t in zip(variant.names, variant.variants, strict=True):
+        # (a writer splits only the outer Dynamics: one inside a variant's type is written whole,
+        # from its values, by `serialize_column`'s `objects`)
+        held = has_dynamic(t) and all(b in structures for b in dynamic_bases(t, variant_base(base, name)))
+        inner = stored_type(t, variant_base(base, name), structures) if held else t
+        kept.append(inner if inner is t else replace(inner, custom_name=name))
+    return Variant(tuple(kept))
+
+
 def stored_type(dt: DataType, base: str, structures: Mapping[str, DynamicStructure]) -> DataType:
     """`dt` as one part stores it: each Dynamic (at stream base b) replaced by the Variant of
-    `structures[b]`, the part's structure for it."""
+    `structures[b]`, the part's structure for it (and so on for Dynamics inside its types)."""
     if isinstance(dt, Dynamic):
-        return structures[base].variant
+        return _stored_variant(structures[base], base, structures)
     if isinstance(dt, Array) and has_dynamic(dt):
         return Array(stored_type(dt.inner, base, structures))
     if isinstance(dt, Map) and has_dynamic(dt):
@@ -404,13 +375,15 @@ def from_stored(dt: DataType, arr: pa.Array, base: str, structures: Mapping[str,
     if not has_dynamic(dt):
         return arr
     if isinstance(dt, Dynamic):
-        return dynamic_values(structures[base], arr)
+        return dynamic_values(structures[base], expand_nested(structures[base], arr, base, structures))
     if isinstance(dt, Array):
         lists = cast(pa.ListArray, arr)
         inner = from_stored(dt.inner, lists.values, base, structures)
         # (the element's field as `arr` has it, with the Dynamic's binary type: a JSON beside it may be
         # in a merge's stored form, not to_arrow's text)
-        return pa.ListArray.from_arrays(lists.offsets, inner, type=pa.list_(lists.type.value_field.with_type(inner.type)))
+        # (NULL lists stay NULL: an Array variant's field is NULL where a row holds another variant)
+        return pa.ListArray.from_arrays(lists.offsets, inner, type=pa.list_(lists.type.value_field.with_type(inner.type)),
+                                        mask=lists.is_null() if lists.null_count else None)
     if isinstance(dt, Map):
         maps = cast(pa.MapArray, arr)
         items = from_stored(dt.value, maps.items, element_base(base, "values"), structures)
@@ -421,6 +394,19 @@ def from_stored(dt: DataType, arr: pa.Array, base: str, structures: Mapping[str,
     fields = [from_stored(e, f, element_base(base, name), structures)
               for name, e, f in zip(tup.element_names, tup.elements, struct.flatten(), strict=True)]
     return pa.StructArray.from_arrays(fields, fields=[f.with_type(a.type) for f, a in zip(struct.type, fields, strict=True)],
+                                      mask=struct.is_null() if struct.null_count else None)
+
+
+def expand_nested(structure: DynamicStructure, struct: pa.StructArray, base: str,
+                  structures: Mapping[str, DynamicStructure]) -> pa.StructArray:
+    """A Dynamic's Variant struct as read (`stored_type`) → the same struct with every Dynamic inside
+    its variants in binary form (`from_stored`), so each field holds its variant type's Arrow form."""
+    variant = structure.variant
+    if not any(has_dynamic(t) for t in variant.variants):
+        return struct
+    fields = [from_stored(t, f, variant_base(base, name), structures) if has_dynamic(t) else f
+              for name, t, f in zip(variant.names, variant.variants, struct.flatten(), strict=True)]
+    return pa.StructArray.from_arrays(fields, names=list(variant.names),
                                       mask=struct.is_null() if struct.null_count else None)
 
 
@@ -437,7 +423,9 @@ def split_nested(dt: DataType, arr: pa.Array, base: str, column: str, out: dict[
         struct = split.struct
         fields = [f.view(pa.string()) if name == SHARED_VARIANT else f
                   for name, f in zip(split.structure.variant.names, struct.flatten(), strict=True)]
-        return pa.StructArray.from_arrays(fields, fields=list(to_arrow(split.structure.variant)),
+        # (a variant holding a JSON, Array(JSON(...)), keeps its stored form: each field its own type)
+        return pa.StructArray.from_arrays(fields, fields=[field.with_type(f.type) for field, f in
+                                                          zip(to_arrow(split.structure.variant), fields, strict=True)],
                                           mask=struct.is_null() if struct.null_count else None)
     if isinstance(dt, (Array, Map)):
         if arr.null_count:

@@ -13,6 +13,7 @@ format_spec/types.md (*JSON*) describes the bytes and what is refused.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ from spark_mergetree.format.types import (
     DateTime,
     DateTime64,
     Decimal,
+    Dynamic,
     Enum,
     FixedString,
     Json,
@@ -43,9 +45,11 @@ from spark_mergetree.format.types import (
 from spark_mergetree.format.values import Cursor
 
 __all__ = ["STORED_JSON_TYPE", "stored_json_arrow", "stored_map", "OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
-           "value_text", "object_text"]
+           "value_text", "object_text", "values_by_path", "NestedText"]
 
 OBJECT_STRUCTURE = ".object_structure"
+# Renders Dynamic or JSON values held inside another type as JSON text (see `value_text`).
+NestedText = Callable[[DataType, pa.Array], pa.Array]
 # What a merge reads a JSON column as and writes it from: per row, path → the value's binary form
 # (its type's binary encoding, then the value), so every value keeps its type (its text would not:
 # a Float64 1.0 prints as 1, which an insert of the text stores as Int64).
@@ -200,10 +204,13 @@ def _decimal_text(values: pa.Array) -> pa.Array:
     return pc.if_else(pc.equal(trimmed, "-0"), "0", trimmed)
 
 
-def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
-    """Each value as ClickHouse writes it inside JSON text (NULL entries stay NULL)."""
+def value_text(dt: DataType, values: pa.Array, where: str, nested: NestedText | None = None) -> pa.Array:
+    """Each value as ClickHouse writes it inside JSON text (NULL entries stay NULL). `nested` renders
+    the Dynamic and JSON values inside an Array (a JSON path's Array(JSON(...)) or Array(Dynamic))."""
+    if isinstance(dt, (Dynamic, Json)) and nested is not None:
+        return nested(dt, values)
     if isinstance(dt, Nullable):
-        return value_text(dt.inner, values, where)
+        return value_text(dt.inner, values, where, nested)
     if isinstance(dt, Primitive) and dt.name in ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32",
                                                  "UInt64"):
         return pc.cast(values, pa.string())
@@ -233,10 +240,10 @@ def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
     if isinstance(dt, Decimal):
         return _decimal_text(values)
     if isinstance(dt, LowCardinality):
-        return value_text(dt.inner, values, where)
+        return value_text(dt.inner, values, where, nested)
     if isinstance(dt, Tuple):
         # A named tuple prints as an object, an unnamed one as an array.
-        children = [pc.fill_null(value_text(e, values.field(i), where), "null") for i, e in enumerate(dt.elements)]
+        children = [pc.fill_null(value_text(e, values.field(i), where, nested), "null") for i, e in enumerate(dt.elements)]
         if dt.names is None:
             body = pc.binary_join_element_wise(*children, ",")
             return pc.binary_join_element_wise("[", body, "]", "")
@@ -245,14 +252,14 @@ def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
         return pc.binary_join_element_wise("{", pc.binary_join_element_wise(*members, ","), "}", "")
     if isinstance(dt, Map) and isinstance(dt.key, Primitive) and dt.key.name == "String":
         keys = _quoted(values.keys, where)
-        items = pc.fill_null(value_text(dt.value, values.items, where), "null")
+        items = pc.fill_null(value_text(dt.value, values.items, where, nested), "null")
         pairs = pc.binary_join_element_wise(keys, items, ":")
         offsets = values.offsets
         lists = pa.ListArray.from_arrays(pc.subtract(offsets, offsets[0]), pairs)
         return pc.binary_join_element_wise("{", pc.binary_join(lists, ","), "}", "")
     if isinstance(dt, Array):
         items = values.flatten() if values.null_count == 0 else values.fill_null([]).flatten()
-        item_text = pc.fill_null(value_text(dt.inner, items, where), "null")
+        item_text = pc.fill_null(value_text(dt.inner, items, where, nested), "null")
         offsets = values.offsets if values.null_count == 0 else values.fill_null([]).offsets
         lists = pa.ListArray.from_arrays(pc.subtract(offsets, offsets[0]), item_text)
         joined = pc.binary_join(lists, ",")
@@ -263,12 +270,9 @@ def value_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
 
 def object_text(paths: dict[str, pa.Array], n: int, where: str) -> pa.Array:
     """Each row's object: `paths` maps a dotted path to its values' JSON text (NULL where the row
-    lacks the path). Keys in sorted order of the full path; nested objects for dotted paths."""
-    names = sorted(paths)
-    for a, b in zip(names, names[1:], strict=False):
-        if b.startswith(a + "."):
-            raise UnsupportedError(f"{where}: path {a!r} holds values and is also an object ({b!r})")
-    return _render(names, paths, "", n, root=True)
+    lacks the path). Keys in sorted order of the full path; nested objects for dotted paths. (`where`
+    names the column in errors.)"""
+    return _render(sorted(paths), paths, "", n, root=True)
 
 
 def _render(names: list[str], paths: dict[str, pa.Array], prefix: str, n: int, root: bool = False) -> pa.Array:
@@ -284,11 +288,16 @@ def _render(names: list[str], paths: dict[str, pa.Array], prefix: str, n: int, r
     for key in order:
         members = groups[key]
         full = prefix + key
-        value = paths[full] if members == [full] else _render(members, paths, full + ".", n)
         label = _quoted(pa.array([key]), full)[0].as_py() + ":"
-        # `"key":value,` where the row has the key, "" where not; a JSON value never ends in a comma,
-        # so trimming the trailing commas leaves the members joined by commas.
-        parts.append(pc.fill_null(pc.binary_join_element_wise(label, value, ",", ""), ""))
+        # A path may hold values in some rows and be an object in others (`{"o":1}`, `{"o":{"p":1}}`):
+        # a row prints what it has (one that has both prints the value, then the object, as
+        # ClickHouse does for a typed path inside a dynamic one).
+        inner = [m for m in members if m != full]
+        values = ([paths[full]] if full in members else []) + ([_render(inner, paths, full + ".", n)] if inner else [])
+        for value in values:
+            # `"key":value,` where the row has the key, "" where not; a JSON value never ends in a
+            # comma, so trimming the trailing commas leaves the members joined by commas.
+            parts.append(pc.fill_null(pc.binary_join_element_wise(label, value, ",", ""), ""))
     empty = pa.array(np.full(n, ""), pa.string())
     body = pc.utf8_rtrim(pc.binary_join_element_wise(*parts, empty, ""), characters=",") if parts else empty
     text = pc.binary_join_element_wise("{", body, "}", "")
@@ -317,3 +326,20 @@ def stored_map(binaries: dict[str, pa.Array], n: int) -> pa.Array:
     key_array = pa.concat_arrays(keys).take(order) if keys else pa.array([], pa.string())
     value_array = pa.concat_arrays(values).take(order) if values else pa.array([], pa.binary())
     return pa.MapArray.from_arrays(pa.array(offsets), key_array, value_array, type=STORED_JSON_TYPE)
+
+
+def values_by_path(entry_rows: np.ndarray, entry_paths: pa.Array, entry_values: pa.Array, rows: int
+                    ) -> dict[str, pa.Array]:
+    """Shared-data entries (row, path, value) → each path's values over the rows (NULL where a row
+    lacks it)."""
+    out: dict[str, pa.Array] = {}
+    unique = pc.unique(entry_paths)
+    codes = np.asarray(pc.index_in(entry_paths, unique), np.int64)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(unique) + 1))
+    for i, path in enumerate(unique.to_pylist()):
+        mine = order[bounds[i]:bounds[i + 1]]
+        spot = np.full(rows, -1, np.int64)
+        spot[entry_rows[mine]] = mine
+        out[path] = entry_values.take(pa.array(np.maximum(spot, 0), mask=spot < 0))
+    return out

@@ -1,13 +1,16 @@
 """Writing JSON columns: JSON text → the paths, types and streams ClickHouse 26.9 stores for it.
 
 An insert of JSON text into a `JSON` column makes ClickHouse parse every document into *paths*
-(nested objects flattened with `.`, `null` members left out), infer each value's type on its own
-(Int64, UInt64, Float64, Bool, String, Date, DateTime, DateTime64(9), Array(Nullable(...))), keep
-the first `max_dynamic_paths` paths it meets (row by row, members in document order) as *dynamic
-paths* — each stored as a `Dynamic(max_types=max_dynamic_types)` column — and put the values of
-later paths into the *shared data*, a map path → (type's binary encoding + value) per row, split
-into buckets by SipHash-2-4 of the path. Typed paths (`JSON(a UInt32)`) are ordinary columns of
-their types. format_spec/types.md (*JSON*) specifies the bytes; `serialize_object` makes them.
+(nested objects flattened with `.`, `null` members left out), type each value (json_infer.py: the
+inference, and how each Dynamic offers a value to the types it holds first), keep the first
+`max_dynamic_paths` paths it meets (row by row, members in document order) as *dynamic paths* —
+each stored as a `Dynamic(max_types=max_dynamic_types)` column — and put the values of later paths
+into the *shared data*, a map path → (type's binary encoding + value) per row, split into buckets
+by SipHash-2-4 of the path. Typed paths (`JSON(a UInt32)`) are ordinary columns of their types.
+A path's values of types holding a Dynamic or a JSON (Array(Dynamic), Array(JSON(...))) are given
+in their binary form and written with their nested Dynamic and JSON columns under the variant's
+stream base (`nested_object_writer`). format_spec/types.md (*JSON*) specifies the bytes;
+`serialize_object` makes them.
 
 Parsing is per row with Python's `json` module: `pyarrow.json` cannot be used because it gives a
 field one type for the whole column (promoting 1 and 1.5 to double, failing on 1 and "a"), while
@@ -19,13 +22,11 @@ column-wise with pyarrow and numpy.
 
 from __future__ import annotations
 
-import datetime
-import functools
 import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -33,10 +34,34 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.conform import conform_array
-from spark_mergetree.format.dynamic import DynamicColumn, binary_values, split_dynamic
+from spark_mergetree.format.dynamic import DynamicColumn, binary_values, holds_objects, split_dynamic
+from spark_mergetree.format.json_infer import (
+    _DATE,
+    _DATE_RE,
+    _DATETIME,
+    _DATETIME64,
+    _DATETIME_RE,
+    _INT64_MAX,
+    _INT64_MIN,
+    _STRING,
+    _Ambiguous,
+    _days,
+    _name,
+    _Object,
+    _refuse_constant,
+    _Slot,
+    holds_nested,
+    nested_json,
+)
 from spark_mergetree.format.json_text import OBJECT_STRUCTURE, STORED_JSON_TYPE, path_base
 from spark_mergetree.format.serialization import ObjectWriter, default_column, serialize_column
 from spark_mergetree.format.streams import STRUCTURE, StreamBytes
+from spark_mergetree.format.type_codes import (
+    DEFAULT_MAX_DYNAMIC_PATHS,
+    DEFAULT_MAX_DYNAMIC_TYPES,
+    encode_type,
+    json_limits,
+)
 from spark_mergetree.format.types import (
     Array,
     DataType,
@@ -48,6 +73,7 @@ from spark_mergetree.format.types import (
     Nullable,
     Primitive,
     Tuple,
+    contains_type,
     is_nullable,
 )
 from spark_mergetree.format.values import combine, encode_classic, encode_varuints, string_buffers
@@ -55,8 +81,6 @@ from spark_mergetree.format.values import combine, encode_classic, encode_varuin
 __all__ = ["STORED_JSON_TYPE", "ObjectColumn", "split_object", "serialize_object", "nested_object_writer", "shared_data_bucket", "DEFAULT_MAX_DYNAMIC_PATHS",
            "DEFAULT_MAX_DYNAMIC_TYPES", "WIDE_BUCKETS", "COMPACT_BUCKETS", "SHARED_DATA"]
 
-DEFAULT_MAX_DYNAMIC_PATHS = 1024  # JSON without max_dynamic_paths
-DEFAULT_MAX_DYNAMIC_TYPES = 32  # JSON without max_dynamic_types
 # Shared data buckets of parts an insert makes (MergeTree settings object_shared_data_buckets_for_wide_part
 # and ..._for_compact_part, 26.9 defaults).
 WIDE_BUCKETS, COMPACT_BUCKETS = 32, 8
@@ -64,188 +88,6 @@ SHARED_DATA = ".object_shared_data"
 _V3 = 4  # object structure version written by 26.x (object_serialization_version = 'v3')
 _MAP_WITH_BUCKETS = 1  # shared data serialization of inserted parts
 
-_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
-_BOOL, _INT64, _UINT64, _FLOAT64, _STRING = (Primitive("Bool"), Primitive("Int64"), Primitive("UInt64"),
-                                            Primitive("Float64"), Primitive("String"))
-_DATE, _DATETIME, _DATETIME64 = Primitive("Date"), DateTime(), DateTime64(9)
-
-
-class _Object(list):
-    """An object's members in document order (a list, so duplicates stay visible)."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-# ------------------------------------------------------------------------------ type inference
-
-_DATE_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
-_DATETIME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?Z?$")
-# Text ClickHouse's best-effort date-time parser may read as a date or time (checked by experiment:
-# '2020/01/01', '12-31-2020', '2020-01-01 10', 'Jan 1 2020', '2020-01-01 10:00:00+03:00' are dates or
-# date-times there; '31.12.2020', '2020.01.01', '10.0.0.1', '1-2', '12:30' are Strings). Outside the
-# forms above we cannot tell which, so such text is refused.
-_DATE_LIKE_RE = re.compile(r"\d{4}[-/:]\d{1,2}|\d{1,2}[-/]\d{1,2}[-/]\d{2,4}|\d{1,2}:\d{2}:\d{2}")
-_MONTHS_DAYS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-                "mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_WORD_RE = re.compile(r"[A-Za-z]+")
-# Words (any case) ClickHouse's date parser takes besides month and weekday names; with any other
-# word ('EST', 'CET', 'Zulu', 'UT', 'ID', 'x') the text stays a String, as experiments showed.
-_DATE_WORDS = frozenset({"t", "z", "utc", "gmt", "msk", "msd", "am", "pm"})
-_TIME_ONLY_RE = re.compile(r"^\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?$")
-_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
-_DIGIT_RE = re.compile(r"\d")
-_DATE_MIN, _DATE_MAX = 0, 65535  # Date: days 1970-01-01..2149-06-06
-_DATETIME_MAX = 2**32 - 1
-# DateTime64(9) holds Int64 nanoseconds: 1677-09-21..2262-04-11. ClickHouse infers it for years
-# 1899..2262 (1899-12-31 is, 2263-01-01 is a String); we take 1900..2261 and refuse the edges.
-_DT64_YEARS = (1900, 2261)
-
-
-class _Ambiguous(Exception):
-    pass
-
-
-def _string_type(text: str) -> tuple[DataType, Any]:
-    """The type ClickHouse infers for a JSON string (Date, DateTime, DateTime64(9) or String) and the
-    value to store; _Ambiguous for text we cannot classify as ClickHouse would."""
-    if len(text) > 50 or _DIGIT_RE.search(text) is None or text.isdigit():
-        return _STRING, text  # ClickHouse does not try dates here
-    m = _DATE_RE.match(text)
-    if m:
-        year, month, day = (int(g) for g in m.groups())
-        days = _days(year, month, day)
-        if _DATE_MIN <= days <= _DATE_MAX:
-            return _DATE, days
-        if _DT64_YEARS[0] <= year <= _DT64_YEARS[1]:
-            return _DATETIME64, days * 86400 * 10**9
-        raise _Ambiguous
-    m = _DATETIME_RE.match(text)
-    if m:
-        year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-        if hour > 23 or minute > 59 or second > 59:
-            raise _Ambiguous  # ClickHouse carries the overflow into the next unit
-        seconds = _days(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
-        fraction = m.group(7)
-        if fraction is None and 0 <= seconds <= _DATETIME_MAX:
-            return _DATETIME, seconds
-        if _DT64_YEARS[0] <= year <= _DT64_YEARS[1]:
-            nanos = int((fraction or "").ljust(9, "0"))
-            return _DATETIME64, seconds * 10**9 + nanos
-        raise _Ambiguous
-    words = [w.lower() for w in _WORD_RE.findall(text)]
-    if any(w not in _DATE_WORDS and w[:3] not in _MONTHS_DAYS for w in words):
-        return _STRING, text  # a word the date parser does not know ('ID 2020-01-01', '... EST', 'x1')
-    if _TIME_ONLY_RE.match(text):
-        return _STRING, text  # a time of day alone ('10:00:00') is not a date-time there
-    if _DATE_LIKE_RE.search(text) or words:
-        raise _Ambiguous
-    return _STRING, text
-
-
-def _days(year: int, month: int, day: int) -> int:
-    try:
-        return datetime.date(year, month, day).toordinal() - _EPOCH_ORDINAL
-    except ValueError:
-        raise _Ambiguous from None  # ClickHouse normalises 2020-02-30 to 2020-03-01: not taken
-
-
-def _scalar(value: Any) -> tuple[DataType, Any]:
-    if value is True or value is False:
-        return _BOOL, value
-    if type(value) is int:  # JSON integers parse exactly: their range decides Int64, UInt64 or String
-        if _INT64_MIN <= value <= _INT64_MAX:
-            return _INT64, value
-        if 0 <= value <= _UINT64_MAX:
-            return _UINT64, value
-        return _STRING, str(value)  # beyond 64 bits: ClickHouse keeps the digits as a String
-    if isinstance(value, float):
-        if not np.isfinite(value):
-            raise _Ambiguous  # ClickHouse refuses 1e400
-        return _FLOAT64, value
-    if isinstance(value, str):
-        return _string_type(value)
-    raise _Ambiguous
-
-
-_SCALAR_ORDER = {"Bool": 0, "Int64": 1, "Float64": 2}
-
-
-def _array(items: list[Any]) -> tuple[DataType, Any]:
-    """Array(Nullable(T)) with the element type ClickHouse infers for the items: numbers unify to
-    Int64 (Bool counts as Int64), UInt64 or Float64; strings to one of String, Date, DateTime,
-    DateTime64(9); arrays of arrays unify all their inner items (`[[1],[2.5]]` is
-    Array(Array(Nullable(Float64)))); an empty array or only NULLs give Nullable(String)."""
-    if items and all(isinstance(item, list) and not isinstance(item, _Object) for item in items):
-        own = [_array(item)[0] for item in items]
-        if len({_name(k) for k in own if not _only_nulls(k)}) > 1 and any(_only_nulls(k) for k in own):
-            # ClickHouse unifies differing inner types, and empty inner arrays, but not both at
-            # once ([[[1]],[[true]],[]] is Array(Dynamic) there): refused.
-            raise _Ambiguous
-        flat = [x for item in items for x in item]
-        kind, flat_values = _array(flat)
-        values: list[Any] = []
-        at = 0
-        for item in items:
-            values.append(flat_values[at:at + len(item)])
-            at += len(item)
-        return Array(kind), values
-    if any(type(item) is int and not _INT64_MIN <= item <= _UINT64_MAX for item in items):
-        raise _Ambiguous  # an integer beyond 64 bits (a String alone) among other items
-    elements: list[tuple[DataType, Any] | None] = []
-    for item in items:
-        if item is None:
-            elements.append(None)
-        elif isinstance(item, list):
-            raise _Ambiguous  # an object (Array(JSON(...))) or arrays with scalars or NULLs (Array(Dynamic))
-        else:
-            elements.append(_scalar(item))
-    kinds = {e[0] for e in elements if e is not None}
-    if not kinds:
-        return Array(Nullable(_STRING)), [None] * len(items)
-    if len(kinds) == 1:
-        kind = next(iter(kinds))
-        return Array(Nullable(kind)), [None if e is None else e[1] for e in elements]
-    names = {_name(k) for k in kinds}
-    if names <= {"String", "Date", "DateTime", "DateTime64(9)"}:
-        return _string_array(names, items, elements)
-    if names == {"Int64", "UInt64"} and all(e is None or e[1] >= 0 for e in elements):
-        return Array(Nullable(_UINT64)), [None if e is None else e[1] for e in elements]
-    if names <= set(_SCALAR_ORDER):
-        target = max(names, key=_SCALAR_ORDER.__getitem__)
-        values = [None if e is None else (float(e[1]) if target == "Float64" else int(e[1])) for e in elements]
-        return Array(Nullable(Primitive(target))), values
-    raise _Ambiguous  # mixed kinds: Array(Dynamic) or a common type we do not derive here
-
-
-def _string_array(names: set[str], items: list[Any], elements: list[tuple[DataType, Any] | None]
-                  ) -> tuple[DataType, Any]:
-    """Strings of several inferred kinds in one array, unified as ClickHouse does: any String makes
-    every item a String (its text); else DateTime64(9) if any, else DateTime (Date at midnight)."""
-    if "String" in names:
-        return Array(Nullable(_STRING)), list(items)
-    if "DateTime64(9)" in names:
-        scale = {"Date": 86400 * 10**9, "DateTime": 10**9, "DateTime64(9)": 1}
-        return Array(Nullable(_DATETIME64)), [None if e is None else e[1] * scale[_name(e[0])] for e in elements]
-    seconds = [None if e is None else e[1] * (86400 if e[0] == _DATE else 1) for e in elements]
-    if any(v is not None and v > _DATETIME_MAX for v in seconds):
-        raise _Ambiguous  # a Date beyond DateTime's range
-    return Array(Nullable(_DATETIME)), seconds
-
-
-def _only_nulls(dt: DataType) -> bool:
-    """The type of `[]` or `[null]`, possibly nested: it fits any other array type."""
-    while isinstance(dt, Array):
-        dt = dt.inner
-    return dt == Nullable(_STRING)
-
-
-def _infer(value: Any) -> tuple[DataType, Any]:
-    if isinstance(value, list) and not isinstance(value, _Object):
-        kind, items = _array(value)
-        return kind, items
-    return _scalar(value)
 
 
 # ------------------------------------------------------------------------------ documents → paths
@@ -264,11 +106,6 @@ def _skipped(path: str, dt: Json, patterns: list[re.Pattern[str]]) -> bool:
     if not dt.skips and not patterns:
         return False
     return any(path == s or path.startswith(s + ".") for s in dt.skips) or any(p.search(path) for p in patterns)
-
-
-@functools.lru_cache(maxsize=4096)
-def _name(kind: DataType) -> str:
-    return kind.to_clickhouse()
 
 
 def _leaves(obj: _Object, prefix: str, dt: Json, typed: dict[str, DataType],
@@ -294,6 +131,11 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
     patterns = [re.compile(p) for p in dt.skip_regexps]
     paths: dict[str, _Rows] = {}
     kinds: dict[str, DataType] = {}
+    max_paths, max_types = json_limits(dt)
+    objects = nested_json(dt)
+    # Each dynamic path's Dynamic as the insert fills it (a value goes to a type it holds already
+    # when that type takes it); a path in the shared data types each value on its own.
+    slots: dict[str, _Slot] = {}
     for row, text in enumerate(texts.to_pylist()):
         if text is None:
             continue  # inserts refuse NULLs first (conform); a NULL reaching here stores nothing: {}
@@ -314,13 +156,22 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
                 typed_values[path][row] = value
                 continue
             try:
-                kind, stored = _infer(value)
+                slot = slots.get(path)
+                if slot is None:
+                    dynamic = path not in paths and len(paths) < max_paths
+                    slot = _Slot(max_types, objects, absorb=dynamic)
+                    if dynamic:
+                        slots[path] = slot
+                kind, stored, own, strict = slot.place(value)
+                if holds_nested(kind):  # Array(JSON(...)), Array(Dynamic): its binary form
+                    stored = slot.value_bytes(kind, stored, own, strict)
             except _Ambiguous:
                 raise UnsupportedError(
                     f"column {column!r} ({dt.to_clickhouse()}): row {row}, path {path!r}: the value "
                     f"{json.dumps(_plain(value))[:80]} is not written here: ClickHouse's type for it (a date or time "
-                    "parsed best-effort, Array(Dynamic), Array(JSON), a mixed array, a number out of range) is "
-                    "not derived by this writer; give the path a type in the column's type") from None
+                    "parsed best-effort, Array(Nullable(JSON(...))), a mixed array whose common type this writer "
+                    "does not derive, a number out of range) is not derived by this writer; give the path a type "
+                    "in the column's type") from None
             name = _name(kind)
             kinds.setdefault(name, kind)
             rows = paths.setdefault(path, _Rows())
@@ -416,7 +267,11 @@ def _path_entries(kinds: dict[str, DataType], rows: _Rows) -> tuple[np.ndarray, 
     for name in dict.fromkeys(rows.types):
         mine = np.flatnonzero(type_names == name)
         kind = kinds[name]
-        pieces.append(binary_values(kind, _arrow_values(kind, [rows.values[i] for i in mine])))
+        if holds_nested(kind):  # (given in binary form already)
+            encoding = encode_type(kind)
+            pieces.append(pa.array([encoding + rows.values[i] for i in mine], pa.binary()))
+        else:
+            pieces.append(binary_values(kind, _arrow_values(kind, [rows.values[i] for i in mine])))
         order.append(row_index[mine])
     if not pieces:
         return row_index, pa.array([], pa.binary())
@@ -539,6 +394,8 @@ def _shaped(value: Any, dt: DataType) -> Any:
     array (its elements are named 1, 2, ...), a tuple's elements and an array's items shaped too."""
     if isinstance(dt, Nullable) or (isinstance(dt, LowCardinality)):
         return _shaped(value, dt.inner)
+    if isinstance(dt, Json):  # a JSON inside the typed path (`items Array(JSON)`) is written from its text
+        return json.dumps(value) if isinstance(value, dict) else value
     if isinstance(dt, Array) and isinstance(value, list):
         return [None if v is None else _shaped(v, dt.inner) for v in value]
     if isinstance(dt, Tuple) and isinstance(value, list) and dt.names is None:
@@ -617,9 +474,7 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
     else:
         raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} is written from JSON text (string), "
                                   f"not {arr.type}")
-    settings = {k: v for k, v in dt.params if isinstance(v, int)}
-    max_paths = int(settings.get("max_dynamic_paths", DEFAULT_MAX_DYNAMIC_PATHS))
-    max_types = int(settings.get("max_dynamic_types", DEFAULT_MAX_DYNAMIC_TYPES))
+    max_paths, max_types = json_limits(dt)
     chosen = sorted(order[:max_paths])
     dynamic = {}
     for path in chosen:
@@ -682,49 +537,70 @@ def _shared_streams(obj: ObjectColumn, base: str, bounds: np.ndarray, n: int, le
     return out
 
 
+def _structure(prefix: bytes, statistics: bytes, granules: int) -> StreamBytes:
+    """A structure stream: `prefix` before mark 0 (every mark points after it), the statistics after
+    the last granule."""
+    offsets = np.full(granules + 1, len(prefix), np.int64)
+    offsets[-1] += len(statistics)
+    return StreamBytes(prefix + statistics, offsets)
+
+
 def serialize_object(obj: ObjectColumn, column: str, base: str, granule_rows: np.ndarray,
-                     string_sizes: bool, level: int = 0
+                     string_sizes: bool, level: int = 0, nested: ObjectWriter | None = None
                      ) -> tuple[list[tuple[str, StreamBytes]], list[tuple[str, StreamBytes]]]:
     """A part's JSON column as streams cut at granules: (structure streams: the object structure
     and each dynamic path's Dynamic structure, each `prefix + statistics` with every mark after the
     prefix; the data streams in ClickHouse's order: typed paths, dynamic paths, shared data). For a
-    JSON inside an Array or Map (`level` > 0) its sizes streams count the depth on."""
+    JSON inside an Array or Map (`level` > 0) its sizes streams count the depth on. A path's values
+    of types holding a Dynamic or a JSON (Array(Dynamic), Array(JSON(...))) are written by `nested`
+    (`nested_object_writer`); their structure streams follow their path's, depth first."""
     granule_rows = np.asarray(granule_rows, np.int64)
     bounds = np.zeros(len(granule_rows) + 1, np.int64)
     np.cumsum(granule_rows, out=bounds[1:])
     n = int(bounds[-1])
-
-    def structure(prefix: bytes, statistics: bytes) -> StreamBytes:
-        offsets = np.full(len(granule_rows) + 1, len(prefix), np.int64)
-        offsets[-1] += len(statistics)
-        return StreamBytes(prefix + statistics, offsets)
-
-    heads = [(base + OBJECT_STRUCTURE, structure(obj.prefix, obj.statistics))]
+    granules = len(granule_rows)
+    heads = [(base + OBJECT_STRUCTURE, _structure(obj.prefix, obj.statistics, granules))]
     body: list[tuple[str, StreamBytes]] = []
     for path, dt, values in obj.typed:
-        body += list(serialize_column(dt, column, values, granule_rows, string_sizes, base=path_base(base, path),
-                                      level=level).items())
+        held = nested is not None and contains_type(dt, Json)
+        for name, data in serialize_column(dt, column, values, granule_rows, string_sizes, base=path_base(base, path),
+                                           level=level, objects=nested if held else None).items():
+            (heads if name.endswith((STRUCTURE, OBJECT_STRUCTURE)) else body).append((name, data))
     for path in obj.paths:
         split = obj.dynamic[path]
         stem = path_base(base, path)
-        heads.append((stem + STRUCTURE, structure(split.prefix, split.statistics)))
-        body += list(serialize_column(split.structure.variant, column, split.struct, granule_rows, string_sizes,
-                                      base=stem, level=level).items())
+        heads.append((stem + STRUCTURE, _structure(split.prefix, split.statistics, granules)))
+        held = nested is not None and holds_objects(split.structure.variant)
+        for name, data in serialize_column(split.structure.variant, column, split.struct, granule_rows, string_sizes,
+                                           base=stem, level=level, objects=nested if held else None).items():
+            (heads if name.endswith((STRUCTURE, OBJECT_STRUCTURE)) else body).append((name, data))
+        if not held and holds_objects(split.structure.variant):
+            raise UnsupportedError(f"column {column!r}, path {path!r}: values of "
+                                   f"{[t.to_clickhouse() for t in split.structure.types if holds_objects(t)]} are not "
+                                   "written here")
     body += list(_shared_streams(obj, base, bounds, n, level).items())
     return heads, body
 
 
 def nested_object_writer(column: str, buckets: int, one_bucket_when_empty: bool, string_sizes: bool) -> ObjectWriter:
-    """How `serialize_column` writes each JSON inside an Array, Map or Tuple of column `column`: all of
-    the part's objects of that JSON (every array element of every row) as one JSON column under its
-    stream base, cut at the granules of the column's rows. Its streams come in ClickHouse's order:
-    the object structure, each dynamic path's structure, then the data (a Compact part moves the
-    prefixes before the column's data)."""
+    """How `serialize_column` writes each JSON inside an Array, Map or Tuple of column `column`, and
+    each JSON or Dynamic inside the type of a Dynamic value (a JSON path's Array(JSON(...)) or
+    Array(Dynamic)): all of the part's values of it (every array element of every row) as one JSON
+    (or Dynamic) column under its stream base, cut at the granules of the column's rows. Its streams
+    come in ClickHouse's order: the structures, then the data (a Compact part moves the prefixes
+    before the column's data)."""
 
-    def write(dt: Json, base: str, level: int, values: pa.Array, bounds: np.ndarray) -> dict[str, StreamBytes]:
-        obj = split_object(dt, values.slice(int(bounds[0]), int(bounds[-1] - bounds[0])), column, buckets,
-                           one_bucket_when_empty)
-        heads, body = serialize_object(obj, column, base, np.diff(bounds), string_sizes, level)
+    def write(dt: DataType, base: str, level: int, values: pa.Array, bounds: np.ndarray) -> dict[str, StreamBytes]:
+        piece = values.slice(int(bounds[0]), int(bounds[-1] - bounds[0]))
+        if isinstance(dt, Dynamic):
+            split = split_dynamic(dt, piece, column)
+            out = {base + STRUCTURE: _structure(split.prefix, split.statistics, len(bounds) - 1)}
+            out.update(serialize_column(split.structure.variant, column, split.struct, np.diff(bounds), string_sizes,
+                                        base=base, level=level,
+                                        objects=write if holds_objects(split.structure.variant) else None))
+            return out
+        obj = split_object(cast(Json, dt), piece, column, buckets, one_bucket_when_empty)
+        heads, body = serialize_object(obj, column, base, np.diff(bounds), string_sizes, level, nested=write)
         return dict(heads + body)
 
     return write

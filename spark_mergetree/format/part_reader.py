@@ -22,10 +22,12 @@ the feature, the part and the file. See format_spec/part.md.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Protocol, cast
 
@@ -48,11 +50,13 @@ from spark_mergetree.format.dynamic import (
     DynamicStructure,
     binary_values,
     binary_values_text,
-    dynamic_bases,
     dynamic_text,
     dynamic_values,
+    expand_nested,
     from_stored,
     has_dynamic,
+    nested_structures,
+    nested_text,
     parse_structure,
     stored_type,
 )
@@ -67,6 +71,7 @@ from spark_mergetree.format.json_text import (
     stored_json_arrow,
     stored_map,
     value_text,
+    values_by_path,
 )
 from spark_mergetree.format.marks import (
     COMPACT_EXTENSIONS,
@@ -95,9 +100,10 @@ from spark_mergetree.format.part_writer import PARTITION_FILE
 from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
-from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, stream_names
+from spark_mergetree.format.streams import DISCRIMINATORS, PREFIX, STRUCTURE, file_stem, stream_names
 from spark_mergetree.format.types import (
     DataType,
+    Dynamic,
     Json,
     contains_type,
     parse_column_type,
@@ -126,6 +132,19 @@ _KNOWN_PREFIXES = ("minmax_", "skp_idx", "statistics")
 MINMAX_PREFIX = "minmax_"
 # Part-wide files a read interprets: loaded and verified against checksums.txt when the part is opened.
 _PART_METADATA = (COUNT_FILE, SERIALIZATION_FILE, PARTITION_FILE, "primary.idx", "primary.cidx")
+_HASHED_STEM = re.compile(r"[0-9a-f]{32}")
+
+
+@contextmanager
+def _naming(where: str, what: str) -> Iterator[None]:
+    """Name the column and the JSON path in a refusal raised while reading the path's values."""
+    try:
+        yield
+    except UnsupportedError as exc:
+        text = str(exc)
+        if text.startswith(where):
+            text = text[len(where):].lstrip(":, ")
+        raise UnsupportedError(f"{where}, {what}: {text}") from exc
 _STREAM_SUFFIXES = (".bin", *WIDE_EXTENSIONS, *COMPACT_EXTENSIONS)
 # Files that change which rows a part holds in ways this version does not apply.
 _ROW_CHANGING_FILES = {
@@ -375,16 +394,31 @@ class PartReader:
         prefixes = tuple(stem + sep for stem in stems for sep in (".", "%2E"))
         # A dotted Array column belongs to a Nested table whose sizes stream is named after the table.
         prefixes += tuple(escape_for_file_name(name.split(".", 1)[0]) + ".size" for name, _ in self.columns if "." in name)
+        hashed: set[str] | bool | None = None
         for name in self.files:
             if name in _KNOWN_FILES or name.startswith(_KNOWN_PREFIXES):
                 continue
             stem = next((name[: -len(s)] for s in _STREAM_SUFFIXES if name.endswith(s)), None)
             if stem is not None and (stem in stems or stem.startswith(prefixes)):
                 continue
+            if stem is not None and _HASHED_STEM.fullmatch(stem):
+                if hashed is None:
+                    hashed = self._hashed_stems()
+                if hashed is True or (isinstance(hashed, set) and stem in hashed):
+                    continue
             raise UnsupportedError(
                 f"{self._path(name)}: file is neither a stream of a column in {COLUMNS_FILE} nor one this version "
                 "knows; it may change which rows the part holds, so the part is not read (a newer ClickHouse "
                 f"feature, or a damaged {COLUMNS_FILE})")
+
+    def _hashed_stems(self) -> set[str] | bool:
+        """The files of streams whose names are too long to be file names (`file_stem`): the hashes
+        of the streams columns_substreams.txt lists; without it, True (any such hash) when a column
+        holds Dynamic or JSON values (whose stream names follow from the values' types and paths)."""
+        if SUBSTREAMS_FILE in self.files:
+            listing = parse_columns_substreams(self._read_text(SUBSTREAMS_FILE), self._path(SUBSTREAMS_FILE))
+            return {file_stem(stream) for _column, subs in listing for stream in subs}
+        return any(contains_type(dt, Dynamic) or contains_type(dt, Json) for dt in self.types.values())
 
     @cached_property
     def projections(self) -> list[str]:
@@ -420,8 +454,8 @@ class PartReader:
 
     def _marks_file(self, stream: str, extensions: dict[str, tuple[bool, bool]]) -> tuple[str, bool, bool]:
         for extension, (adaptive, compressed) in extensions.items():
-            if stream + extension in self.files:
-                return stream + extension, adaptive, compressed
+            if file_stem(stream) + extension in self.files:
+                return file_stem(stream) + extension, adaptive, compressed
         raise CorruptPartError(
             f"{self._path(stream)}: no marks file ({', '.join(stream + e for e in extensions)})")
 
@@ -437,7 +471,7 @@ class PartReader:
         marks = read_wide_marks(self._read(name), path, compressed=compressed, adaptive=adaptive)
         if not adaptive:
             marks = np.concatenate([marks, np.zeros((len(marks), 1), np.uint64)], axis=1)
-        data = stream + ".bin"
+        data = file_stem(stream) + ".bin"
         self._require(data)
         check_mark_offsets(marks[:, :2], self.source.file_size(self.part, data), path, data)
         # While the first stream's marks decide the granules, there is nothing to compare with yet.
@@ -611,7 +645,7 @@ class PartReader:
         per group of nearby ranges of a file (`coalesce_spans`), for this thread's next reads."""
         spans: dict[str, dict[tuple[int, int], bytes | memoryview]] = {}
         for stream in streams:
-            file = stream + ".bin"
+            file = file_stem(stream) + ".bin"
             wanted = coalesce_spans([self._wide_span(stream, b, e, stream.endswith(".dict"))[:2] for b, e in ranges])
             if len(wanted) < len(ranges):
                 spans[file] = {(a, z): self.source.read_range(self.part, file, a, z, verify=False) for a, z in wanted}
@@ -622,7 +656,7 @@ class PartReader:
         granule `begin` in its block, and where granule `end` starts in its block (-1: read to the
         last block's end)."""
         marks = self.wide_marks(stream)
-        file = stream + ".bin"
+        file = file_stem(stream) + ".bin"
         self._require(file)
         size = self.source.file_size(self.part, file)
         start_block, start_inner = int(marks[begin, 0]), int(marks[begin, 1])
@@ -638,13 +672,14 @@ class PartReader:
 
     def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> bytearray:
         start, stop, start_inner, end_inner = self._wide_span(stream, begin, end, to_file_end)
-        path = self._path(stream + ".bin")
+        file = file_stem(stream) + ".bin"
+        path = self._path(file)
         if end_inner < 0:
             return self._read_verified_blocks(
-                stream + ".bin", start, stop, lambda buf: decompress_range(buf, path, (0, start_inner), None))
+                file, start, stop, lambda buf: decompress_range(buf, path, (0, start_inner), None))
         end_block = int(self.wide_marks(stream)[end, 0])
         return self._read_verified_blocks(
-            stream + ".bin", start, stop,
+            file, start, stop,
             lambda buf: decompress_range(buf, path, (0, start_inner), (end_block - start, end_inner)))
 
     def _compact_streams(self, wanted: Sequence[str], begin: int, end: int) -> dict[str, bytes]:
@@ -694,8 +729,9 @@ class PartReader:
         in every granule (the first granule's is read)."""
         if self.is_compact:
             return self._compact_streams([stream], 0, 1)[stream] if self.n_granules else b""
-        self._require(stream + ".bin")
-        return decompress_all(self._read(stream + ".bin"), self._path(stream + ".bin"))
+        file = file_stem(stream) + ".bin"
+        self._require(file)
+        return decompress_all(self._read(file), self._path(file))
 
     def _range_streams(self, names: Sequence[str], begin: int, end: int) -> dict[str, bytes | bytearray]:
         streams: Mapping[str, bytes | bytearray]
@@ -741,29 +777,52 @@ class PartReader:
         structure = self._object_structure(name, base)
         texts: dict[str, pa.Array] = {}
         for path, values in self._json_shared_data(base, structure, begin, end, rows, where, level).items():
-            texts[path] = values if stored else \
-                binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
+            with _naming(where, f"path {path!r} (shared data)"):
+                texts[path] = values if stored else \
+                    binary_values_text(values, name, f"{where}, path {path!r} (shared data)")
         for path, typed in dt.typed_paths:
-            # A typed path is stored as an ordinary column of its type; every row prints it.
+            # A typed path is stored as an ordinary column of its type; every row prints it. (A JSON
+            # inside it, `items Array(JSON)`, has its streams under the path's base.)
             path_streams = path_base(base, path)
-            names = stream_names(typed, name, self.serialization.string_sizes, False, base=path_streams, level=level)
-            values = deserialize_column(typed, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
-                                        rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
-                                        level=level)
-            texts[path] = binary_values(typed, values) if stored else \
-                pc.fill_null(value_text(typed, values, f"{where}, path {path!r}"), "null")
+            names = [n for n in stream_names(typed, name, self.serialization.string_sizes, False, base=path_streams,
+                                             level=level) if not n.endswith(OBJECT_STRUCTURE)]
+
+            def objects(json: Json, at: str, depth: int, n: int) -> pa.Array:
+                return self._json_range(name, json, at, depth, begin, end, n, stored)
+
+            with _naming(where, f"path {path!r}"):
+                values = deserialize_column(typed, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
+                                            rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
+                                            level=level, objects=objects if contains_type(typed, Json) else None)
+                texts[path] = binary_values(typed, values) if stored else \
+                    pc.fill_null(value_text(typed, values, f"{where}, path {path!r}", nested_text(where)), "null")
         for path in structure.paths:
-            path_streams = path_base(base, path)
-            dynamic = self._dynamic_structure(name, path_streams)
-            names = stream_names(dynamic.variant, name, self.serialization.string_sizes, False, base=path_streams,
-                                 level=level)
-            struct = deserialize_column(dynamic.variant, name, cast(Mapping[str, bytes],
-                                                                     self._range_streams(names, begin, end)),
-                                        rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
-                                        level=level)
-            texts[path] = dynamic_values(dynamic, struct) if stored else \
-                dynamic_text(dynamic, struct, f"{where}, path {path!r}")
+            with _naming(where, f"path {path!r}"):
+                texts[path] = self._json_path(name, path_base(base, path), level, begin, end, rows, stored,
+                                              f"{where}, path {path!r}")
         return stored_map(texts, rows) if stored else object_text(texts, rows, where)
+
+    def _json_path(self, name: str, path_streams: str, level: int, begin: int, end: int, rows: int, stored: bool,
+                   where: str) -> pa.Array:
+        """A JSON's dynamic path (streams under `path_streams`) in granules [begin, end): its
+        values' text, or their binary form (`stored`)."""
+        # A path's values of type Array(Dynamic) or Array(JSON(...)) keep their Dynamic's and JSON's
+        # streams under the variant's base: each nested Dynamic's structure is read too.
+        structures = nested_structures(lambda b: self._dynamic_structure(name, b), Dynamic(), path_streams, {})
+        dynamic = structures[path_streams]
+        variant = stored_type(Dynamic(), path_streams, structures)
+        names = [n for n in stream_names(variant, name, self.serialization.string_sizes, False, base=path_streams,
+                                         level=level) if not n.endswith(OBJECT_STRUCTURE)]
+
+        def objects(json: Json, at: str, depth: int, n: int) -> pa.Array:
+            # (a JSON inside a Dynamic value is read in its stored form: the value's binary form needs it)
+            return self._json_range(name, json, at, depth, begin, end, n, True)
+
+        struct = deserialize_column(variant, name, cast(Mapping[str, bytes], self._range_streams(names, begin, end)),
+                                    rows, self.serialization.string_sizes, False, exact=True, base=path_streams,
+                                    level=level, objects=objects if contains_type(variant, Json) else None)
+        struct = expand_nested(dynamic, struct, path_streams, structures)
+        return dynamic_values(dynamic, struct) if stored else dynamic_text(dynamic, struct, where)
 
     def _json_shared_data(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
                           where: str, level: int = 0) -> dict[str, pa.Array]:
@@ -795,7 +854,7 @@ class PartReader:
             value_parts.append(values)
         if not row_parts:
             return {}
-        return _values_by_path(np.concatenate(row_parts), pa.concat_arrays(path_parts), pa.concat_arrays(value_parts),
+        return values_by_path(np.concatenate(row_parts), pa.concat_arrays(path_parts), pa.concat_arrays(value_parts),
                                rows)
 
     def _json_shared_advanced(self, base: str, structure: ObjectStructure, begin: int, end: int, rows: int,
@@ -852,7 +911,7 @@ class PartReader:
             entry_paths += [paths[i] for i in chosen.tolist()]
             row += chunk_rows
         entry_rows = np.repeat(np.arange(rows, dtype=np.int64), counts)
-        return _values_by_path(entry_rows, pa.array(entry_paths, pa.string()), values, rows)
+        return values_by_path(entry_rows, pa.array(entry_paths, pa.string()), values, rows)
 
     def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
                        names: Sequence[str]) -> dict[str, bytes | bytearray]:
@@ -877,7 +936,7 @@ class PartReader:
                 prefix = self._compact_streams([stream + PREFIX], 0, 1)[stream + PREFIX]
             else:
                 first = (int(self.wide_marks(stream)[0, 0]), int(self.wide_marks(stream)[0, 1]))
-                file = stream + ".bin"
+                file = file_stem(stream) + ".bin"
                 self._require(file)
                 stop = first[0]
                 if first[1]:  # the prefix ends inside the block mark 0 points into: read through that block
@@ -901,7 +960,7 @@ class PartReader:
         sparse = self.serialization.sparse_spec(name)
         # Each Dynamic in the column (the column itself, or inside an Array, Map or Tuple) is read as
         # the Variant its `.dynamic_structure` prefix lists, then turned into its binary form.
-        structure = {base: self._dynamic_structure(name, base) for base in dynamic_bases(dt, escape_for_file_name(name))} \
+        structure = nested_structures(lambda b: self._dynamic_structure(name, b), dt, escape_for_file_name(name), {}) \
             if has_dynamic(dt) else None
         stored = stored_type(dt, escape_for_file_name(name), structure) if structure is not None else dt
         # A JSON inside the column reads its own streams (`_json_range`): its structure is no cursor's.
@@ -929,14 +988,15 @@ class PartReader:
         try:
             streams = self._range_streams(names, begin, end)
             # (deserialize_column reads bytearrays as it reads bytes)
-            dt = self.types[name]
+            inside = tuple(b + "." for b in structure) if structure is not None else ()
 
             def objects(json: Json, base: str, level: int, n: int) -> pa.Array:
-                return self._json_range(name, json, base, level, begin, end, n, stored_json)
+                # (a JSON inside a Dynamic value is read in its stored form: the value's binary form needs it)
+                return self._json_range(name, json, base, level, begin, end, n, stored_json or base.startswith(inside))
 
             chunk = deserialize_column(stored, name, cast(Mapping[str, bytes], streams), rows,
                                        self.serialization.string_sizes, sparse, exact=True,
-                                       objects=objects if contains_type(dt, Json) else None)
+                                       objects=objects if contains_type(stored, Json) else None)
             return from_stored(self.types[name], chunk, escape_for_file_name(name), structure) \
                 if structure is not None else chunk
         except CorruptPartError as exc:
@@ -956,7 +1016,7 @@ class PartReader:
             located = [(COMPACT_DATA_FILE, self._marks_file("data", COMPACT_EXTENSIONS)[0],
                         marks.offsets.reshape(-1, 2), substreams)]
         else:
-            located = [(s + ".bin", self._marks_file(s, WIDE_EXTENSIONS)[0], self.wide_marks(s)[:, :2], [])
+            located = [(file_stem(s) + ".bin", self._marks_file(s, WIDE_EXTENSIONS)[0], self.wide_marks(s)[:, :2], [])
                        for s in streams]
         for data_file, marks_file, offsets, labels in located:
             misfit = self._misplaced_mark(data_file, marks_file, offsets, labels)
@@ -1073,20 +1133,3 @@ class PartReader:
         if mask is not None and not mask.all():
             table = table.filter(pa.array(mask))
         return table
-
-
-def _values_by_path(entry_rows: np.ndarray, entry_paths: pa.Array, entry_values: pa.Array, rows: int
-                    ) -> dict[str, pa.Array]:
-    """Shared-data entries (row, path, value) → each path's values over the rows (NULL where a row
-    lacks it)."""
-    out: dict[str, pa.Array] = {}
-    unique = pc.unique(entry_paths)
-    codes = np.asarray(pc.index_in(entry_paths, unique), np.int64)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(unique) + 1))
-    for i, path in enumerate(unique.to_pylist()):
-        mine = order[bounds[i]:bounds[i + 1]]
-        spot = np.full(rows, -1, np.int64)
-        spot[entry_rows[mine]] = mine
-        out[path] = entry_values.take(pa.array(np.maximum(spot, 0), mask=spot < 0))
-    return out

@@ -35,7 +35,7 @@ from spark_mergetree.format.compression import (
     CompressedStreamWriter,
 )
 from spark_mergetree.format.compression_codecs import LZ4, Codec, CodecChain
-from spark_mergetree.format.dynamic import has_dynamic, split_for_write, structure_stream
+from spark_mergetree.format.dynamic import has_dynamic, holds_objects, split_for_write, structure_stream
 from spark_mergetree.format.json_write import (
     WIDE_BUCKETS,
     nested_object_writer,
@@ -65,7 +65,7 @@ from spark_mergetree.format.skip_index_writer import (
     skip_index_builders,
     skip_indexes_from_columns,
 )
-from spark_mergetree.format.streams import STRUCTURE, StreamBytes, stream_value_types
+from spark_mergetree.format.streams import STRUCTURE, StreamBytes, file_stem, stream_value_types
 from spark_mergetree.format.types import (
     Array,
     DataType,
@@ -364,8 +364,9 @@ class PartStreamWriter:
         after the last granule) and the streams of the type it is stored as (each Dynamic a Variant)."""
         stored, rows, splits = split_for_write(dt, values, name)
         streams = {base + STRUCTURE: structure_stream(split, len(granules)) for base, split in splits.items()}
+        # (a JSON inside the column, or a Dynamic or JSON inside the types its Dynamics hold)
         objects = nested_object_writer(name, WIDE_BUCKETS, True, self.settings.string_sizes) \
-            if contains_type(dt, Json) else None
+            if contains_type(dt, Json) or holds_objects(stored) else None
         streams.update(serialize_column(stored, name, rows, granules, self.settings.string_sizes, objects=objects))
         codecs = {**self.settings.stream_codecs(name, dt), **self.settings.stream_codecs(name, stored)}
         # A JSON's streams inside the column take the column's generic codec, as a JSON column's do.
@@ -379,7 +380,8 @@ class PartStreamWriter:
         shared data (format/json_write.py). Every stream takes the column's generic codec: the
         streams' value types differ from part to part."""
         obj = split_object(dt, values, name, WIDE_BUCKETS, one_bucket_when_empty=True)
-        heads, body = serialize_object(obj, name, escape_for_file_name(name), granules, self.settings.string_sizes)
+        heads, body = serialize_object(obj, name, escape_for_file_name(name), granules, self.settings.string_sizes,
+                                       nested=nested_object_writer(name, WIDE_BUCKETS, True, self.settings.string_sizes))
         streams = dict(heads + body)
         chain = dict(self.settings.column_codecs).get(name)
         codec = chain.for_stream(None, self.settings.codec) if chain is not None else self.settings.codec
@@ -412,7 +414,7 @@ class PartStreamWriter:
         if target is None:
             path = handle = None
             if self.spill_dir is not None:
-                path = os.path.join(self.spill_dir, stream + ".bin")  # (stream names are file names)
+                path = os.path.join(self.spill_dir, file_stem(stream) + ".bin")  # (file names, however long the stream's)
                 handle = open(path, "wb")  # noqa: SIM115 (closed by _finish_stream)
             target = self._streams[stream] = _StreamFile(
                 CompressedStreamWriter(codec, self.settings.min_compress_block_size,
@@ -423,7 +425,7 @@ class PartStreamWriter:
         target = self._streams[stream]
         writer = target.writer
         final = writer.finish()
-        bin_name = stream + ".bin"
+        bin_name = file_stem(stream) + ".bin"
         body: bytes | memoryview
         if target.handle is not None and target.path is not None:
             target.handle.close()
@@ -435,7 +437,7 @@ class PartStreamWriter:
         self._checksums[bin_name] = FileChecksum(writer.compressed_size, writer.file_hash, True,
                                                  writer.uncompressed_size, writer.uncompressed_hash)
         marks = wide_marks_with_rows(writer.marks, self.granule_rows, final)
-        self._files.files[stream + ".mrk2"] = write_wide_marks(marks)
+        self._files.files[file_stem(stream) + ".mrk2"] = write_wide_marks(marks)
         target.writer = CompressedStreamWriter()  # drop the finished stream's blocks
 
     def finish(self) -> PartFiles:

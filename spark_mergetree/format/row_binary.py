@@ -3,30 +3,38 @@ as `primary.idx`, `partition.dat` and the `minmax_*.idx` files hold them.
 
 Each value is written whole, row after row: Nullable as a flag byte then the value, arrays and maps
 as a varuint count then the elements, strings as a varuint length then the bytes, LowCardinality as
-its inner type. Reading splits the rows into column streams (vectorised for fixed-width and String
-columns) and hands them to `serialization.deserialize_column`.
+its inner type. A Dynamic value is its type's binary encoding then the value (0x00 alone: NULL),
+kept as those bytes (its Arrow form); a JSON object is a varuint count of paths, then each path's
+name and its value as a Dynamic value, kept as the stored form of JSON (map path → value bytes).
+Reading splits the rows into column streams (vectorised for fixed-width and String columns) and
+hands them to `serialization.deserialize_column`; a Dynamic or JSON value is found by walking it
+value by value (its type decides its length), which only values of those types pay for.
 """
 
 from __future__ import annotations
 
 import struct
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from spark_mergetree.errors import CorruptPartError, FormatError
+from spark_mergetree.errors import CorruptPartError, FormatError, UnsupportedError
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.serialization import deserialize_column
 from spark_mergetree.format.streams import element_base, stream_names
+from spark_mergetree.format.type_codes import decode_type
 from spark_mergetree.format.types import (
     Array,
     DataType,
     DateTime,
     DateTime64,
     Decimal,
+    Dynamic,
     Enum,
     FixedString,
+    Json,
     LowCardinality,
     Map,
     Nullable,
@@ -34,8 +42,11 @@ from spark_mergetree.format.types import (
     Time,
     Time64,
     Tuple,
+    contains_type,
+    to_arrow,
 )
 from spark_mergetree.format.values import (
+    Cursor,
     coerce,
     combine,
     default_scalar,
@@ -46,9 +57,19 @@ from spark_mergetree.format.values import (
     is_string,
     list_parts,
     string_buffers,
+    varuint_bytes,
 )
 
 __all__ = ["serialize_rows", "deserialize_rows"]
+
+
+_STRING = Primitive("String")
+# A JSON object's values are the bytes of Dynamic values; the stored form of JSON holds them so.
+_STORED_JSON = pa.map_(pa.string(), pa.binary())
+
+
+def _holds_objects(dt: DataType) -> bool:
+    return contains_type(dt, Dynamic) or contains_type(dt, Json)
 
 
 def _strip_low_cardinality(dt: DataType) -> DataType:
@@ -96,8 +117,12 @@ def _row_chunks(dt: DataType, arr: pa.Array, column: str) -> tuple[np.ndarray, n
         keep = np.repeat(~nulls.astype(bool), np.diff(offsets))
         kept = data[int(offsets[0]):int(offsets[-1])][keep]
         return _interleave([(nulls, np.arange(n + 1, dtype=np.int64)), (kept, kept_offsets)])
+    if isinstance(dt, Dynamic):
+        return _dynamic_chunks(arr, column)
+    if isinstance(dt, Json):
+        return _object_chunks(dt, arr, column)
     if isinstance(dt, (Array, Map)):
-        arr = coerce(dt, arr, column)
+        arr = arr if _holds_objects(dt) else coerce(dt, arr, column)
         lengths, child = list_parts(arr)
         child_offsets = np.zeros(n + 1, np.int64)
         np.cumsum(lengths, out=child_offsets[1:])
@@ -108,7 +133,7 @@ def _row_chunks(dt: DataType, arr: pa.Array, column: str) -> tuple[np.ndarray, n
             inner, inner_offsets = _interleave([_row_chunks(dt.key, keys, column), _row_chunks(dt.value, values, column)])
         return _interleave([encode_varuints(lengths.astype(np.uint64)), (inner, inner_offsets[child_offsets])])
     if isinstance(dt, Tuple):
-        arr = coerce(dt, arr, column)
+        arr = arr if _holds_objects(dt) else coerce(dt, arr, column)
         return _interleave([_row_chunks(e, child, column) for e, child in zip(dt.elements, arr.flatten(), strict=True)])
     arr = coerce(dt, arr, column)
     if is_string(dt):
@@ -116,6 +141,34 @@ def _row_chunks(dt: DataType, arr: pa.Array, column: str) -> tuple[np.ndarray, n
     values = fixed_storage(dt, arr, column)
     width = fixed_width(dt)
     return np.frombuffer(values.tobytes(), np.uint8), np.arange(n + 1, dtype=np.int64) * width
+
+
+def _dynamic_chunks(arr: pa.Array, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """Dynamic values in their Arrow form (type encoding + value, binary) are their binary value
+    format already; a NULL is the type Nothing (0x00)."""
+    if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+        raise FormatError(f"column {column!r}: Dynamic values are binary (type encoding, then the value), not {arr.type}")
+    if arr.null_count:
+        arr = arr.fill_null(pa.scalar(b"\x00", arr.type))
+    offsets, data = string_buffers(arr)
+    return data, offsets
+
+
+def _object_chunks(dt: Json, arr: pa.Array, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """JSON objects in their stored form (map path → Dynamic value bytes) → a varuint count, then
+    each path's name and value bytes."""
+    if dt.typed_paths:
+        raise UnsupportedError(f"column {column!r}: a value of {dt.to_clickhouse()} (with typed paths) inside a Dynamic "
+                               "value is not written here")
+    if not pa.types.is_map(arr.type):
+        raise FormatError(f"column {column!r}: {dt.to_clickhouse()} inside a Dynamic value is written from its stored "
+                          f"form (map path → value bytes), not {arr.type}")
+    lengths, entries = list_parts(arr)
+    keys, values = entries.flatten()
+    entry_offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=entry_offsets[1:])
+    inner, inner_offsets = _interleave([encode_classic(*string_buffers(keys)), _dynamic_chunks(values, column)])
+    return _interleave([encode_varuints(lengths.astype(np.uint64)), (inner, inner_offsets[entry_offsets])])
 
 
 def serialize_rows(dts: Sequence[DataType], arrays: Sequence[pa.Array | pa.ChunkedArray],
@@ -155,8 +208,87 @@ def read_varuint(buf: memoryview | np.ndarray, pos: int, where: str) -> tuple[in
             return value, pos
 
 
+def _span_type(dt: DataType) -> DataType:
+    """The type whose column streams `_split_row` writes a value of `dt` into: a Dynamic value as a
+    String of its bytes, a JSON object as a Map(String, String) of its paths and value bytes."""
+    if isinstance(dt, Dynamic):
+        return _STRING
+    if isinstance(dt, Json):
+        return Map(_STRING, _STRING)
+    if isinstance(dt, (Array, Nullable)) and _holds_objects(dt):
+        return type(dt)(_span_type(dt.inner))
+    if isinstance(dt, Map) and _holds_objects(dt):
+        return Map(dt.key, _span_type(dt.value))
+    if isinstance(dt, Tuple) and _holds_objects(dt):
+        return Tuple(tuple(_span_type(e) for e in dt.elements), dt.names)
+    return dt
+
+
+def _arrow_of(dt: DataType) -> pa.DataType:
+    """The Arrow type of `dt`'s values with each Dynamic as binary and each JSON in its stored form."""
+    if isinstance(dt, Dynamic):
+        return pa.binary()
+    if isinstance(dt, Json):
+        return _STORED_JSON
+    arrow = to_arrow(dt)
+    if isinstance(dt, Array) and _holds_objects(dt):
+        return pa.list_(arrow.value_field.with_type(_arrow_of(dt.inner)))
+    if isinstance(dt, Nullable):
+        return _arrow_of(dt.inner)
+    if isinstance(dt, Map) and _holds_objects(dt):
+        return pa.map_(arrow.key_field, arrow.item_field.with_type(_arrow_of(dt.value)))
+    if isinstance(dt, Tuple) and _holds_objects(dt):
+        return pa.struct([f.with_type(_arrow_of(e)) for f, e in zip(arrow, dt.elements, strict=True)])
+    return arrow
+
+
+def _value_end(dt: DataType, buf: memoryview, pos: int) -> int:
+    """Where the row-binary value of `dt` at `pos` ends."""
+    return _split_row(_strip_low_cardinality(dt), "v", 0, buf, pos, defaultdict(bytearray))
+
+
+def _dynamic_end(buf: memoryview, pos: int) -> int:
+    """Where the Dynamic value at `pos` ends: its type's encoding, then a value of that type."""
+    if pos >= len(buf):
+        raise CorruptPartError(f"row data: truncated Dynamic value at byte offset {pos}")
+    if buf[pos] == 0x00:  # Nothing: NULL
+        return pos + 1
+    cursor = Cursor("row data", bytes(buf[pos:pos + 4096]))
+    try:
+        found = decode_type(cursor)
+    except CorruptPartError:  # a type encoding longer than the window: decode it from the whole buffer
+        cursor = Cursor("row data", bytes(buf[pos:]))
+        found = decode_type(cursor)
+    return _value_end(found, buf, pos + cursor.pos)
+
+
+def _put_classic(out: bytearray, raw: memoryview) -> None:
+    out += varuint_bytes(len(raw))
+    out += raw
+
+
 def _split_row(dt: DataType, base: str, level: int, buf: memoryview, pos: int, out: dict[str, bytearray]) -> int:
     """Move one value from row-binary form into column-stream form (classic strings)."""
+    if isinstance(dt, Dynamic):
+        end = _dynamic_end(buf, pos)
+        _put_classic(out[base], buf[pos:end])
+        return end
+    if isinstance(dt, Json):
+        if dt.typed_paths:
+            raise UnsupportedError(f"row data: a value of {dt.to_clickhouse()} (with typed paths) inside a Dynamic value "
+                                   "is not read here")
+        count, pos = read_varuint(buf, pos, "row data")
+        out[f"{base}.size{level}"] += struct.pack("<Q", count)
+        for _ in range(count):
+            length, start = read_varuint(buf, pos, "row data")
+            if start + length > len(buf):
+                raise CorruptPartError(f"row data: a JSON path at byte offset {pos} runs past the end")
+            _put_classic(out[element_base(base, "keys")], buf[start:start + length])
+            pos = start + length
+            end = _dynamic_end(buf, pos)
+            _put_classic(out[element_base(base, "values")], buf[pos:end])
+            pos = end
+        return pos
     if isinstance(dt, Nullable):
         if pos >= len(buf):
             raise CorruptPartError(f"row data: truncated NULL flag at byte offset {pos}")
@@ -283,12 +415,16 @@ def deserialize_rows(dts: Sequence[DataType], buf: bytes | memoryview, n_rows: i
     if streams is not None:
         return [deserialize_column(dt, f"c{i}", {f"c{i}": streams[i]}, n_rows, string_sizes=False)
                 for i, dt in enumerate(plain)]
-    columns = [{name: bytearray() for name in stream_names(dt, f"c{i}", string_sizes=False)} for i, dt in enumerate(plain)]
+    spans = [_span_type(dt) for dt in plain]
+    columns = [{name: bytearray() for name in stream_names(dt, f"c{i}", string_sizes=False)} for i, dt in enumerate(spans)]
     pos = 0
     for _ in range(n_rows):
         for i, dt in enumerate(plain):
             pos = _split_row(dt, f"c{i}", 0, view, pos, columns[i])
     if pos != len(view):
         raise CorruptPartError(f"row data: {len(view) - pos} bytes left after {n_rows} rows")
-    return [deserialize_column(dt, f"c{i}", {k: bytes(v) for k, v in columns[i].items()}, n_rows, string_sizes=False)
-            for i, dt in enumerate(plain)]
+    out = []
+    for i, (dt, span) in enumerate(zip(plain, spans, strict=True)):
+        arr = deserialize_column(span, f"c{i}", {k: bytes(v) for k, v in columns[i].items()}, n_rows, string_sizes=False)
+        out.append(arr.cast(_arrow_of(dt)) if span is not dt else arr)
+    return out

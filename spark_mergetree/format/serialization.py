@@ -76,9 +76,9 @@ __all__ = ["serialize_column", "deserialize_column", "default_column", "ObjectRe
 # Reads the objects of a JSON inside another type (`deserialize_column`'s `objects`): (its type, its
 # streams' base, its nesting level, how many objects) → their Arrow values.
 ObjectReader = Callable[[Json, str, int, int], pa.Array]
-# Writes the values of a JSON inside another type (`serialize_column`'s `objects`): (its type, its
+# Writes the values of a JSON (or a Dynamic) inside another type (`serialize_column`'s `objects`): (its type, its
 # streams' base, its nesting level, its values, their granule bounds) → its streams in order.
-ObjectWriter = Callable[[Json, str, int, pa.Array, np.ndarray], dict[str, StreamBytes]]
+ObjectWriter = Callable[[DataType, str, int, pa.Array, np.ndarray], dict[str, StreamBytes]]
 
 
 def serialize_column(
@@ -133,7 +133,7 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
                                   last)
         return
     # (a column holding JSON comes conformed already, its JSON as text or a merge's stored form)
-    held_json = objects is not None and contains_type(dt, Json)
+    held_json = objects is not None and (contains_type(dt, Json) or contains_type(dt, Dynamic))
     if isinstance(dt, (Array, Map)):
         arr = arr if held_json else coerce(dt, arr, column)
         lengths, child = list_parts(arr)
@@ -159,6 +159,9 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
             _serialize(element, element_base(base, name), level, child, bounds, string_sizes, column, out, states, last,
                        objects)
         return
+    if isinstance(dt, Dynamic) and objects is not None:  # (a Dynamic inside a Dynamic value's type)
+        out.update(objects(dt, base, level, arr, bounds))
+        return
     if isinstance(dt, Dynamic):  # its streams follow from its rows: format/dynamic.py writes it whole
         raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} is written as a whole column only")
     if isinstance(dt, Json) and objects is not None:
@@ -168,8 +171,8 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         raise UnsupportedError(f"column {column!r}: {dt.to_clickhouse()} inside an Array, Map or Tuple (stream "
                                f"{base!r}) is read but not written")
     if isinstance(dt, Variant):
-        arr = conform_array(arr, dt, column)
-        _serialize_variant(dt, base, level, arr, bounds, string_sizes, column, out, states, last)
+        arr = arr if held_json else conform_array(arr, dt, column)
+        _serialize_variant(dt, base, level, arr, bounds, string_sizes, column, out, states, last, objects)
         return
     _serialize_values(dt, base, arr, bounds, string_sizes, column, out, allow_nulls=False)
 
@@ -184,7 +187,7 @@ def variant_discriminators(dt: Variant, arr: pa.Array) -> np.ndarray:
 
 def _serialize_variant(dt: Variant, base: str, level: int, arr: pa.Array, bounds: np.ndarray, string_sizes: bool,
                        column: str, out: dict[str, StreamBytes], states: dict[str, LowCardinalityState],
-                       last: bool) -> None:
+                       last: bool, objects: ObjectWriter | None = None) -> None:
     """Compact discriminators mode (the 26.x default): per granule of rows, VarUInt rows, then format
     1 + the one discriminator when every row has it, else format 0 + one discriminator per row."""
     discriminators = variant_discriminators(dt, arr)
@@ -210,7 +213,7 @@ def _serialize_variant(dt: Variant, base: str, level: int, arr: pa.Array, bounds
         before = np.zeros(len(mine) + 1, np.int64)
         np.cumsum(mine, out=before[1:])
         _serialize(variant, variant_base(base, name), level, field.filter(pa.array(mine)), before[bounds],
-                   string_sizes, column, out, states, last)
+                   string_sizes, column, out, states, last, objects)
 
 
 def _memory(values: np.ndarray) -> memoryview:
@@ -355,7 +358,7 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
                     for name, e in zip(dt.element_names, dt.elements, strict=True)]
         return pa.StructArray.from_arrays(children, fields=list(_holding(dt, children, objects)))
     if isinstance(dt, Variant):
-        return _deserialize_variant(dt, base, level, n, string_sizes, cursors)
+        return _deserialize_variant(dt, base, level, n, string_sizes, cursors, objects)
     if isinstance(dt, Json) and objects is not None:
         return objects(dt, base, level, n)
     if isinstance(dt, (Dynamic, Json)):
@@ -429,7 +432,7 @@ def spread_variant(dt: DataType, values: pa.Array, mine: np.ndarray) -> pa.Array
 
 
 def _deserialize_variant(dt: Variant, base: str, level: int, n: int, string_sizes: bool,
-                         cursors: dict[str, Cursor]) -> pa.Array:
+                         cursors: dict[str, Cursor], objects: ObjectReader | None = None) -> pa.Array:
     cursor = cursors[base + DISCRIMINATORS]
     discriminators = read_discriminators(cursor, n)
     bad = (discriminators >= len(dt.variants)) & (discriminators != VARIANT_NULL)
@@ -440,7 +443,10 @@ def _deserialize_variant(dt: Variant, base: str, level: int, n: int, string_size
     for i, (name, variant) in enumerate(zip(dt.names, dt.variants, strict=True)):
         mine = discriminators == i
         values = _deserialize(variant, variant_base(base, name), level, int(np.count_nonzero(mine)), string_sizes,
-                              cursors)
+                              cursors, objects=objects)
         fields.append(spread_variant(variant, values, mine))
     validity = pa.array(discriminators != VARIANT_NULL)
-    return pa.StructArray.from_arrays(fields, fields=list(to_arrow(dt)), mask=pc.invert(validity))
+    # (a JSON inside a variant's type, a Dynamic value's Array(JSON(...)), may be read in its stored form)
+    arrow = [f.with_type(a.type) for f, a in zip(to_arrow(dt), fields, strict=True)] if objects is not None \
+        else list(to_arrow(dt))
+    return pa.StructArray.from_arrays(fields, fields=arrow, mask=pc.invert(validity))

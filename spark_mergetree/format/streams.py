@@ -17,6 +17,7 @@ import numpy as np
 
 from spark_mergetree.errors import CorruptPartError, UnsupportedError
 from spark_mergetree.fileops import escape_for_file_name
+from spark_mergetree.format.siphash import siphash128_clickhouse
 from spark_mergetree.format.sparse import sparse_capable
 from spark_mergetree.format.types import (
     Array,
@@ -33,7 +34,7 @@ from spark_mergetree.format.values import is_string
 
 __all__ = [
     "StreamBytes", "SparseSpec", "stream_names", "stream_value_types", "sparse_streams",
-    "internal_names", "external_name", "element_base", "variant_base", "DISCRIMINATORS", "PREFIX", "STRUCTURE",
+    "internal_names", "external_name", "element_base", "file_stem", "MAX_FILE_NAME_LENGTH", "variant_base", "DISCRIMINATORS", "PREFIX", "STRUCTURE",
 ]
 
 # The stream of a Variant's discriminators, and the suffix of the substream a Compact part keeps a
@@ -55,6 +56,23 @@ class StreamBytes:
 
     data: bytes | memoryview  # a memoryview (bytes 'B') may be a view of the input's own buffers
     granule_offsets: np.ndarray
+
+
+# A Wide part's stream whose name is longer than this (MergeTree setting max_file_name_length) is
+# stored in files named by a hash of the name (replace_long_file_name_to_hash, on by default).
+MAX_FILE_NAME_LENGTH = 127
+
+
+def file_stem(stream: str) -> str:
+    """The file name (without `.bin` or the marks' extension) a Wide part keeps `stream` in: the name
+    itself, or for a name longer than MAX_FILE_NAME_LENGTH bytes the 32 hex digits of its 128-bit
+    SipHash (ClickHouse's sipHash128, read as a number: the second 8 bytes, then the first, each
+    little-endian)."""
+    raw = stream.encode("utf-8", "surrogateescape")
+    if len(raw) <= MAX_FILE_NAME_LENGTH:
+        return stream
+    digest = siphash128_clickhouse(raw)
+    return (digest[8:][::-1] + digest[:8][::-1]).hex()
 
 
 def element_base(base: str, element: str) -> str:

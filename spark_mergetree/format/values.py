@@ -328,6 +328,18 @@ def _write_classic(offsets: np.ndarray, data: np.ndarray, out: np.ndarray) -> No
         position += length
 
 
+def varuint_bytes(value: int) -> bytes:
+    """One unsigned LEB128 integer (for a single value: `encode_varuints` is for arrays of them)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def encode_varuints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unsigned LEB128 of each value → (bytes, offsets n+1)."""
     nbytes = varuint_sizes(values)

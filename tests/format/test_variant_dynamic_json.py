@@ -724,16 +724,18 @@ def _same_json_bytes(theirs: MergeTreeTable, ours: MergeTreeTable) -> None:
 
 
 def test_json_values_clickhouse_infers_otherwise_are_refused_naming_row_and_path(tmp_path):
-    """Text whose type ClickHouse finds by best-effort date parsing or as Array(Dynamic) is refused
-    (naming the column, row and path) before anything is written; so are texts that are not objects."""
+    """Text whose type ClickHouse finds by best-effort date parsing (also inside an array of objects),
+    objects beside NULLs in an array (Array(Nullable(JSON(...)))) and arrays whose common type this
+    writer does not derive are refused (naming the column, row and path) before anything is written;
+    so are texts that are not objects."""
     table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("j", "JSON")], order_by="id",
                                   settings={"auto_merge": False})
 
     def insert(*texts: str) -> None:
         table.insert(pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": list(texts)}))
 
-    for text, path in (('{"d":"2020/01/01"}', "d"), ('{"x":{"m":[1,"a"]}}', "x.m"), ('{"d":"Jan 1 2020"}', "d"),
-                       ('{"o":[{"a":1}]}', "o"), ('{"d":"2020-02-30"}', "d")):
+    for text, path in (('{"d":"2020/01/01"}', "d"), ('{"x":{"m":[{"a":1},null]}}', "x.m"), ('{"d":"Jan 1 2020"}', "d"),
+                       ('{"o":[[[1]],[[true]],[]]}', "o"), ('{"d":"2020-02-30"}', "d"), ('{"o":[{"d":"2020/01/01"}]}', "o")):
         with pytest.raises(UnsupportedError, match=rf"column 'j'.*row 1, path '{path}'"):
             insert("{}", text)
     with pytest.raises(SchemaMismatchError, match=r"column 'j'.*row 0 is not a JSON object"):
@@ -851,7 +853,7 @@ INFERENCE_STRINGS = [
 def test_json_string_inference_matches_clickhouse(tmp_path):
     """Every string the writer classifies (String, Date, DateTime, DateTime64(9)) gets that type in
     ClickHouse too; the ones it refuses are those whose type ClickHouse's best-effort parser decides."""
-    from spark_mergetree.format.json_write import _Ambiguous, _string_type
+    from spark_mergetree.format.json_infer import _Ambiguous, _string_type
 
     sess = open_session(tmp_path)
     try:
@@ -878,14 +880,21 @@ INFERENCE_ARRAYS = ["[]", "[null]", "[1,2]", "[1,null]", "[1,2.5]", "[true,1]", 
                     "[\"2020-01-01\",\"2020-01-01 10:00:00\"]", "[\"2020-01-01\",\"2020-01-01 10:00:00.5\"]",
                     "[\"2020-01-01 10:00:00\",\"2020-01-01 10:00:00.5\"]", "[\"2020-01-01\",\"1969-12-31\"]",
                     "[\"10:00:00\",\"2020-01-01\",null]",
+                    # Array(Dynamic), Array(JSON(...)) and what holds them
+                    "[1,\"x\"]", "[{\"b\":1}]", "[-1,18446744073709551615]", "[[1],2]", "[123456789012345678901234567890]",
+                    "[true,\"a\"]", "[true,1,\"a\"]", "[[1],[\"a\"]]", "[[1,\"a\"],[2]]", "[[1,\"a\"],[{\"b\":1}]]",
+                    "[[1,\"a\"],null]", "[[1],null]", "[{\"a\":1},[1]]", "[[{\"a\":1}],[1]]", "[[{\"a\":1}],[]]",
+                    "[[[1,\"a\"]],[[2]]]", "[[[1]],[[\"a\"]]]", "[1,null,[2]]", "[{}]", "[{},1]",
+                    "[[],[{\"a\":1}]]", "[18446744073709551615,\"a\"]", "[123456789012345678901234567890,1]",
+                    "[true,null,\"x\"]", "[[true,\"a\"],[1]]", "[{\"a\":[1,\"b\"]}]",
                     # refused: ClickHouse's type needs more than this writer derives
-                    "[1,\"x\"]", "[{\"b\":1}]", "[-1,18446744073709551615]", "[[1],2]", "[[[1]],[[true]],[]]",
-                    "[123456789012345678901234567890]"]
+                    "[[[1]],[[true]],[]]", "[{\"a\":1},null]", "[[{\"a\":1}],[null]]", "[123456789012345678901234567890,\"a\"]"]
 
 
 def test_json_array_inference_matches_clickhouse(tmp_path):
     """Every array the writer types gets that type in ClickHouse too."""
-    from spark_mergetree.format.json_write import _Ambiguous, _infer, _Object
+    from spark_mergetree.format.json_infer import _Ambiguous, _infer, _Object, nested_json
+    from spark_mergetree.format.types import Json
 
     sess = open_session(tmp_path)
     try:
@@ -894,12 +903,12 @@ def test_json_array_inference_matches_clickhouse(tmp_path):
             doc = '{"a":' + text + "}"
             found = sess.query(f"SELECT JSONAllPathsWithTypes({_sql_text(doc)}::JSON)['a']", "TabSeparatedRaw").bytes()
             try:
-                ours = _infer(json.loads(text, object_pairs_hook=_Object))[0].to_clickhouse()
+                ours = _infer(json.loads(text, object_pairs_hook=_Object), nested_json(Json()))[0].to_clickhouse()
             except _Ambiguous:
                 refused.append(text)
                 continue
             assert ours == found.decode().strip(), text
-        assert refused == INFERENCE_ARRAYS[-6:]
+        assert refused == INFERENCE_ARRAYS[-4:]
     finally:
         close_session()
 
