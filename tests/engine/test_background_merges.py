@@ -241,8 +241,10 @@ def _wait_for_line(process: subprocess.Popen, text: str, seconds: float) -> None
     """Read the process's stderr until a line holding `text` (failing after `seconds`)."""
     deadline = time.monotonic() + seconds
     assert process.stderr is not None
+    poller = select.poll()  # not select.select: a long test session's descriptors pass 1024
+    poller.register(process.stderr, select.POLLIN | select.POLLHUP)
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stderr], [], [], max(0.0, deadline - time.monotonic()))
+        ready = poller.poll(max(0, int((deadline - time.monotonic()) * 1000)))
         line = process.stderr.readline() if ready else ""
         if text in line:
             return
