@@ -18,7 +18,9 @@ def private_coordinator(work: Path) -> str:
     """Make the benchmark's transactions commit to a coordinator under `work` (unless one is set), so
     no benchmark writes into the user's own (~/.spark_mergetree); set before a SparkSession starts,
     its Python workers inherit it."""
-    os.environ.setdefault("SPARK_MERGETREE_COORDINATOR", (Path(work).resolve() / "coordinator").as_uri())
+    if not os.environ.get("SPARK_MERGETREE_COORDINATOR", "").strip():
+        # An empty value counts as unset: the package would fall back to the user's coordinator.
+        os.environ["SPARK_MERGETREE_COORDINATOR"] = (Path(work).resolve() / "coordinator").as_uri()
     return os.environ["SPARK_MERGETREE_COORDINATOR"]
 
 
