@@ -54,7 +54,7 @@ from spark_mergetree.format.types import (
     parse_type,
     to_arrow,
 )
-from spark_mergetree.format.values import Cursor, combine, encode_varuints, string_buffers
+from spark_mergetree.format.values import Cursor, combine, string_buffers, varuint_bytes
 
 __all__ = ["binary_values", "binary_values_text", "SHARED_VARIANT", "DynamicStructure", "parse_structure", "decode_type", "encode_type", "dynamic_values", "dynamic_text",
            "DynamicColumn", "split_dynamic", "DEFAULT_MAX_TYPES",
@@ -172,10 +172,6 @@ def stored_object_text(maps: pa.Array, where: str) -> pa.Array:
     return pc.if_else(maps.is_null(), pa.nulls(n, pa.string()), text) if maps.null_count else text
 
 
-def _varuint(value: int) -> bytes:
-    return encode_varuints(np.array([value], np.uint64))[0].tobytes()
-
-
 def _gather(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The byte ranges data[starts[i]:ends[i]] one after the other, and their offsets."""
     lengths = ends - starts
@@ -257,11 +253,11 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
         fields.append(spread_variant(variant, stored, mine))
     struct = pa.StructArray.from_arrays(fields, names=list(structure.variant.names),
                                         mask=pa.array(type_of < 0))
-    prefix = np.array([_V3], "<u8").tobytes() + _varuint(len(structure.types)) + b"".join(
+    prefix = np.array([_V3], "<u8").tobytes() + varuint_bytes(len(structure.types)) + b"".join(
         structure.encodings[t.to_clickhouse()] for t in structure.types)
     shared = [(types[i].to_clickhouse(), int(np.count_nonzero(type_of == i))) for i in range(max_types, len(types))]
-    statistics = b"\x01" + b"".join(_varuint(c) for c in counts) + _varuint(len(shared)) + b"".join(
-        text_bytes(name) + _varuint(count) for name, count in shared)
+    statistics = b"\x01" + b"".join(varuint_bytes(c) for c in counts) + varuint_bytes(len(shared)) + b"".join(
+        text_bytes(name) + varuint_bytes(count) for name, count in shared)
     return DynamicColumn(structure, struct, prefix, statistics)
 
 

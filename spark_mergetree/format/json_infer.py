@@ -474,7 +474,6 @@ def _absorbed(kind: DataType, value: Any, held: frozenset[str], widen: bool = Fa
     return stored if found == kind else _MISS
 
 
-_varuint = varuint_bytes
 
 
 _PACKED = {"Int64": "<q", "UInt64": "<Q", "Float64": "<d", "Bool": "<?", "Date": "<H", "DateTime": "<I",
@@ -594,7 +593,7 @@ class _Objects:
         names = [path for path, _ in leaves]
         if len(set(names)) != len(names):
             raise _Ambiguous  # a path twice in one object: ClickHouse refuses it
-        out = [_varuint(len(leaves))]
+        out = [varuint_bytes(len(leaves))]
         for path, value in leaves:
             slot = self.paths.get(path)
             if slot is None:
@@ -628,7 +627,7 @@ def _flatten(obj: _Object, prefix: str) -> list[tuple[str, Any]]:
 
 def _value_bytes(kind: DataType, stored: Any, holder: _Slot | _Objects | None, strict: bool) -> bytes:
     if isinstance(kind, Array):
-        return _varuint(len(stored)) + b"".join(_value_bytes(kind.inner, item, holder, strict) for item in stored)
+        return varuint_bytes(len(stored)) + b"".join(_value_bytes(kind.inner, item, holder, strict) for item in stored)
     if isinstance(kind, Dynamic):
         assert isinstance(holder, _Slot)
         return holder.dynamic_bytes(stored, strict)
@@ -639,6 +638,5 @@ def _value_bytes(kind: DataType, stored: Any, holder: _Slot | _Objects | None, s
         return b"\x01" if stored is None else b"\x00" + _value_bytes(kind.inner, stored, holder, strict)
     name = _name(kind)
     if name == "String":
-        raw = stored.encode("utf-8", "surrogateescape")
-        return _varuint(len(raw)) + raw
+        return text_bytes(stored)
     return struct.pack(_PACKED[name], stored)

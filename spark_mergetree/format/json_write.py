@@ -61,6 +61,7 @@ from spark_mergetree.format.type_codes import (
     DEFAULT_MAX_DYNAMIC_TYPES,
     encode_type,
     json_limits,
+    text_bytes,
 )
 from spark_mergetree.format.types import (
     Array,
@@ -76,7 +77,12 @@ from spark_mergetree.format.types import (
     contains_type,
     is_nullable,
 )
-from spark_mergetree.format.values import combine, encode_classic, encode_varuints, string_buffers
+from spark_mergetree.format.values import (
+    combine,
+    encode_classic,
+    string_buffers,
+    varuint_bytes,
+)
 
 __all__ = ["STORED_JSON_TYPE", "ObjectColumn", "split_object", "serialize_object", "nested_object_writer", "shared_data_bucket", "DEFAULT_MAX_DYNAMIC_PATHS",
            "DEFAULT_MAX_DYNAMIC_TYPES", "WIDE_BUCKETS", "COMPACT_BUCKETS", "SHARED_DATA"]
@@ -352,15 +358,6 @@ class ObjectColumn:
     statistics: bytes
 
 
-def _varuint(value: int) -> bytes:
-    return encode_varuints(np.array([value], np.uint64))[0].tobytes()
-
-
-def _text_bytes(text: str) -> bytes:
-    raw = text.encode("utf-8", "surrogateescape")
-    return _varuint(len(raw)) + raw
-
-
 def _typed_column(path: str, dt: DataType, values: list[Any], column: str) -> pa.Array:
     """A typed path's values (NULL or the type's default where a row lacks it)."""
     where = f"column {column!r}, typed path {path!r} ({dt.to_clickhouse()})"
@@ -506,13 +503,13 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
     else:
         shared_rows = shared_buckets = np.zeros(0, np.int64)
         shared_paths, shared_values = pa.array([], pa.string()), pa.array([], pa.binary())
-    prefix = np.array([_V3], "<u8").tobytes() + _varuint(len(chosen)) + b"".join(_text_bytes(p) for p in chosen) + \
-        bytes([_MAP_WITH_BUCKETS]) + _varuint(buckets)
+    prefix = np.array([_V3], "<u8").tobytes() + varuint_bytes(len(chosen)) + b"".join(text_bytes(p) for p in chosen) + \
+        bytes([_MAP_WITH_BUCKETS]) + varuint_bytes(buckets)
     counts = [int(n - dynamic[p].struct.null_count) for p in chosen]
     # ClickHouse lists the shared paths' statistics in an order of its hash table; we list them in
     # reverse order of first appearance (what it gave in the cases we compared). Reading ignores it.
-    statistics = b"\x01" + b"".join(_varuint(c) for c in counts) + _varuint(len(shared_counts)) + b"".join(
-        _text_bytes(p) + _varuint(c) for p, c in reversed(shared_counts))
+    statistics = b"\x01" + b"".join(varuint_bytes(c) for c in counts) + varuint_bytes(len(shared_counts)) + b"".join(
+        text_bytes(p) + varuint_bytes(c) for p, c in reversed(shared_counts))
     return ObjectColumn(chosen, dynamic, typed, shared_rows, shared_buckets, shared_paths, shared_values, buckets,
                         prefix, statistics)
 

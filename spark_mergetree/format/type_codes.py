@@ -179,14 +179,10 @@ def encode_type(dt: DataType) -> bytes:
         return bytes([_DYNAMIC, DEFAULT_MAX_TYPES if dt.max_types is None else dt.max_types])
     if isinstance(dt, Json):
         max_paths, max_types = json_limits(dt)
-        out = bytes([_JSON, _JSON_ENCODING_VERSION]) + _varuint(max_paths) + bytes([max_types])
-        out += _varuint(len(dt.typed_paths)) + b"".join(text_bytes(p) + encode_type(t) for p, t in dt.typed_paths)
-        out += _varuint(len(dt.skips)) + b"".join(text_bytes(p) for p in dt.skips)
-        return out + _varuint(len(dt.skip_regexps)) + b"".join(text_bytes(p) for p in dt.skip_regexps)
+        out = bytes([_JSON, _JSON_ENCODING_VERSION]) + varuint_bytes(max_paths) + bytes([max_types])
+        out += varuint_bytes(len(dt.typed_paths)) + b"".join(text_bytes(p) + encode_type(t) for p, t in dt.typed_paths)
+        out += varuint_bytes(len(dt.skips)) + b"".join(text_bytes(p) for p in dt.skips)
+        return out + varuint_bytes(len(dt.skip_regexps)) + b"".join(text_bytes(p) for p in dt.skip_regexps)
     raise UnsupportedError(f"no binary type encoding for {dt.to_clickhouse()} here")
-
-
-def _varuint(value: int) -> bytes:
-    return varuint_bytes(value)
 
 
