@@ -1,88 +1,140 @@
-"""First queries: what a new SparkSession's first read and first write cost above warm ones.
+"""First queries: what a new Spark application's first read and first write cost above warm ones.
 
     python benchmarks/first_query.py [--rows 1000000] [--sessions 3]
 
-A table of `rows` rows (id, value, name; ORDER BY id) is written once by the engine. Then each of
-`sessions` new SparkSessions (each a new JVM and new Python workers, as a user's new notebook gets)
-runs, in order: a key-range read of 1,000 rows (twice), and a 1,000-row append (twice). The first of
-each pair pays what only a first query pays (importing the package in a new worker, compiling or
-loading kernels, opening the table and its parts); the second is warm. The report prints the
-medians over sessions of first, warm, and first - warm. Neither the session's start nor its
-first Spark job (run before, on spark.range) is counted.
+A table of `rows` rows (id, value, name; ORDER BY id) is written once by the engine, with a Parquet
+copy. Then, for each of `sessions` rounds, three new Python processes (each a new JVM and new
+Python workers, as a user's new notebook or job gets) run one kind of source each:
+
+* `parquet`: Spark's own Parquet reader and writer (no Python worker at all);
+* `floor`: a Python data source that makes the 1,000 rows in memory and a writer that only counts
+  (benchmarks/spark_floors.py): what PySpark itself costs any Python source on a first query;
+* `mergetree`: this package, with `spark_mergetree.configure`.
+
+Each process runs, after the JVM's own first job (spark.range, not counted): a key-range read of
+1,000 rows (twice) and a 1,000-row append (twice). The first of each pair pays what only a first
+query pays; the second is warm. The report prints medians over rounds of first, warm and
+first - warm per kind, and mergetree's first-query cost above the floor's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness import REPO_ROOT, local_session, private_coordinator  # benchmarks/ is the script's directory
+from harness import REPO_ROOT, local_session, private_coordinator
 
 sys.path.insert(0, str(REPO_ROOT))
 
+KINDS = ("parquet", "floor", "mergetree")
 
-def _one_session(path: str, rows: int, scratch: Path) -> dict[str, float]:
-    spark = local_session("mergetree-first-query", {"spark.sql.shuffle.partitions": "2"})
+
+def _read(spark, kind: str, work: Path, low: int):  # type: ignore[no-untyped-def]
+    if kind == "parquet":
+        frame = spark.read.parquet(str(work / "events.parquet"))
+    elif kind == "floor":
+        frame = (spark.read.format("mergetree_floor").option("path", "generate").option("columns", "id,value,name")
+                 .option("start", str(low)).option("stop", str(low + 1000)).load())
+    else:
+        frame = spark.read.format("mergetree").load(str(work / "events"))
+    return frame.filter(f"id BETWEEN {low} AND {low + 999}").collect()
+
+
+def _write(batch, kind: str, target: Path) -> None:  # type: ignore[no-untyped-def]
+    if kind == "parquet":
+        batch.write.mode("append").parquet(str(target))
+    elif kind == "floor":
+        batch.write.format("mergetree_floor").mode("append").save()
+    else:
+        batch.write.format("mergetree").option("order_by", "id").mode("append").save(str(target))
+
+
+def one_process(kind: str, work: Path, rows: int, scratch: Path) -> dict[str, float]:
+    """One new application's first and warm read and append of `kind` (run in a process of its own)."""
+    spark = local_session("mergetree-first-query", {"spark.sql.shuffle.partitions": "2"},
+                          extra_paths=(str(Path(__file__).resolve().parent),))
     try:
+        if kind == "floor":
+            from spark_floors import FloorSource
+
+            spark.dataSource.register(FloorSource)
         low = rows // 2
         timings: dict[str, float] = {}
         spark.range(10).count()  # the JVM's own first job (any source pays it) is not counted
         for label in ("read first", "read warm"):
             started = time.perf_counter()
-            got = (spark.read.format("mergetree").load(path)
-                   .filter(f"id BETWEEN {low} AND {low + 999}").collect())
+            got = _read(spark, kind, work, low)
             timings[label] = time.perf_counter() - started
-            assert len(got) == 1000, len(got)
+            assert len(got) == 1000, (kind, len(got))
         batch = spark.range(1000).selectExpr("id", "rand() AS value", "cast(id AS string) AS name")
         batch.cache().count()  # the rows are ready before the clock starts
         for number, label in enumerate(("write first", "write warm")):
             started = time.perf_counter()
-            (batch.write.format("mergetree").option("order_by", "id").mode("append")
-             .save(str(scratch / f"written-{number}")))
+            _write(batch, kind, scratch / f"written-{number}")
             timings[label] = time.perf_counter() - started
         return timings
     finally:
         spark.stop()
-        from pyspark.sql import SparkSession
-
-        SparkSession._instantiatedSession = None  # the next session starts a new JVM context
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--sessions", type=int, default=3)
+    parser.add_argument("--one", choices=KINDS, help=argparse.SUPPRESS)  # a child process's kind
+    parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        work = Path(args.work)
+        private_coordinator(work)
+        scratch = Path(tempfile.mkdtemp(prefix=f"{args.one}-", dir=work))
+        print("TIMINGS " + json.dumps(one_process(args.one, work, args.rows, scratch)), flush=True)
+        return
     work = Path(tempfile.mkdtemp(prefix="mergetree-first-query-"))
     private_coordinator(work)
     import numpy as np
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from spark_mergetree import MergeTreeTable
 
     ids = np.arange(args.rows, dtype=np.int64)
-    table = MergeTreeTable.create(work / "events", [("id", "Int64"), ("value", "Float64"), ("name", "String")],
-                                  order_by="id", settings={"auto_merge": False})
-    table.insert(pa.table({"id": ids, "value": np.random.default_rng(1).random(args.rows),
-                           "name": pa.array(ids % 1000).cast(pa.string())}))
-    results = []
+    data = pa.table({"id": ids, "value": np.random.default_rng(1).random(args.rows),
+                     "name": pa.array(ids % 1000).cast(pa.string())})
+    MergeTreeTable.create(work / "events", [("id", "Int64"), ("value", "Float64"), ("name", "String")],
+                          order_by="id", settings={"auto_merge": False}).insert(data)
+    pq.write_table(data, work / "events.parquet")
+    results: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     for session in range(args.sessions):
-        scratch = work / f"session-{session}"
-        scratch.mkdir()
-        results.append(_one_session(str(work / "events"), args.rows, scratch))
-        print(f"session {session}: " + ", ".join(f"{k} {v:.2f}s" for k, v in results[-1].items()), flush=True)
-    print(f"{args.rows:,}-row table, {args.sessions} new sessions (medians), local[2]")
-    print(f"{'':28}{'first s':>9}{'warm s':>9}{'first - warm':>14}")
+        for kind in KINDS:
+            child = subprocess.run([sys.executable, __file__, "--one", kind, "--work", str(work),
+                                    "--rows", str(args.rows)], capture_output=True, text=True, timeout=600)
+            lines = [line for line in child.stdout.splitlines() if line.startswith("TIMINGS ")]
+            if child.returncode != 0 or not lines:
+                raise SystemExit(f"the {kind} process failed:\n{child.stderr[-3000:]}")
+            results[kind].append(json.loads(lines[-1].removeprefix("TIMINGS ")))
+            print(f"round {session} {kind}: " + ", ".join(f"{k} {v:.2f}s" for k, v in results[kind][-1].items()),
+                  flush=True)
+    print(f"{args.rows:,}-row table, {args.sessions} new applications per kind (medians), local[2]")
+    print(f"{'':34}{'first s':>9}{'warm s':>9}{'first - warm':>14}")
+    extra: dict[tuple[str, str], float] = {}
     for action in ("read", "write"):
-        first = statistics.median(r[f"{action} first"] for r in results)
-        warm = statistics.median(r[f"{action} warm"] for r in results)
         label = "key range of 1,000 rows" if action == "read" else "append of 1,000 rows"
-        print(f"{label:28}{first:9.2f}{warm:9.2f}{first - warm:14.2f}")
+        for kind in KINDS:
+            first = statistics.median(r[f"{action} first"] for r in results[kind])
+            warm = statistics.median(r[f"{action} warm"] for r in results[kind])
+            extra[(action, kind)] = first - warm
+            print(f"{label + ', ' + kind:34}{first:9.2f}{warm:9.2f}{first - warm:14.2f}")
+    for action in ("read", "write"):
+        print(f"first {action}: mergetree pays {extra[(action, 'mergetree')] - extra[(action, 'floor')]:.2f} s "
+              f"above the Python-source floor's first-query cost of {extra[(action, 'floor')]:.2f} s")
     shutil.rmtree(work, ignore_errors=True)
 
 

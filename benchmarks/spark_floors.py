@@ -1,8 +1,8 @@
 """The floors of a Python data source in this PySpark, for benchmarks/spark.py: format("mergetree_floor").
 
 Reads yield ready Arrow batches of a Parquet copy (loaded into each Python worker once and cached
-in this module, so only the yielding is measured) — options `path`, `columns`, `start`, `stop`
-(the rows) and `partitions`; a write only counts the rows it is handed. Spark's workers import this
+in this module, so only the yielding is measured), or rows made in memory with path `generate` —
+options `path`, `columns`, `start`, `stop` (the rows) and `partitions`; a write only counts the rows it is handed. Spark's workers import this
 module by name (benchmarks/ is on their PYTHONPATH), so the cache lives as long as a worker.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -53,8 +54,18 @@ class FloorReader(DataSourceReader):
         return [Share(begin, min(self.stop, begin + step)) for begin in range(self.start, self.stop, step)]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        if self.path == "generate":
+            yield generated_batch(self.columns, partition.start, partition.stop)
+            return
         table = ready_table(self.path, self.columns).slice(partition.start, partition.stop - partition.start)
         yield from table.to_batches(max_chunksize=1 << 16)
+
+
+def generated_batch(columns: str, start: int, stop: int) -> pa.RecordBatch:
+    """Rows start..stop-1 made in memory (path "generate"): a first query's floor, with no file to load."""
+    ids = pa.array(np.arange(start, stop, dtype=np.int64))
+    made = {"id": ids, "ts": ids, "value": ids.cast(pa.float64()), "name": ids.cast(pa.string())}
+    return pa.record_batch([made[column] for column in columns.split(",")], names=columns.split(","))
 
 
 class CountMessage(WriterCommitMessage):

@@ -55,3 +55,25 @@ def test_editable_install_is_found_by_a_fresh_spark_without_register(tmp_path: P
     assert lines["module"].startswith(str(REPO_ROOT)), lines
     assert lines["found"] == "['pyspark_mergetree']"
     assert lines["rows"] == "3"
+
+
+def test_spark_lookup_of_the_module_imports_nothing_heavy_and_builds_the_real_source() -> None:
+    # Spark's lookup step imports every pyspark_* module in a new process whichever Python source
+    # a session uses first: it must not pay for pyarrow or the engine.
+    probe = textwrap.dedent("""
+        import sys
+        import pyspark.sql.datasource
+        before = set(sys.modules)
+        import pyspark_mergetree
+        loaded = sorted(set(sys.modules) - before - {"pyspark_mergetree"})
+        print("loaded", [m for m in loaded if m.startswith(("spark_mergetree", "pyarrow", "numpy"))])
+        from spark_mergetree.spark.source import SOURCE_NAME, MergeTreeDataSource
+        source = pyspark_mergetree.DefaultSource({"path": "/nowhere"})
+        print("built", type(source) is MergeTreeDataSource, source.options["path"])
+        print("named", pyspark_mergetree.DefaultSource.name() == SOURCE_NAME == MergeTreeDataSource.name())
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert lines == {"loaded": "[]", "built": "True /nowhere", "named": "True"}, result.stdout
