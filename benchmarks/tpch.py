@@ -2,13 +2,16 @@
 of the same data, in one SparkSession set up with spark_mergetree.configure, warm, results compared.
 
     python benchmarks/tpch.py [--scale 1] [--runs 1] [--dir /tmp/mergetree-tpch] [--queries 1,3,6]
+                              [--pushdown both|on|off]
 
 The data comes from tpchgen-cli (PyPI; installed by this script when missing) as Parquet files, which
 Spark loads once into both formats: Parquet (written by Spark) and mergetree tables keyed and
 partitioned as a ClickHouse user would (`lineitem` ORDER BY (l_orderkey, l_linenumber) PARTITION BY
 toYear(l_shipdate), `orders` ORDER BY o_orderkey PARTITION BY toYear(o_orderdate), the others by their
 keys). The load times of both are printed. Every query runs once to warm up, then `runs` times per
-format (the median counts); both formats must return the same rows. The queries are the standard
+format (the median counts); both formats must return the same rows. mergetree runs with Spark's
+filters offered to the Python source (`spark.sql.python.filterPushdown.enabled`, PySpark 4.1+),
+without, or both (the default: each query is timed and compared both ways). The queries are the standard
 texts with the specification's validation parameters (Q11's fraction scaled by the scale factor).
 The report prints seconds per query and format, the ratio mergetree / Parquet per query, and totals.
 """
@@ -31,6 +34,8 @@ from harness import (  # benchmarks/ is the script's directory
 )
 
 sys.path.insert(0, str(REPO_ROOT))  # this checkout's package, in the driver as in the workers
+
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 
 # table → (ORDER BY, PARTITION BY) of its mergetree copy
 TABLES = {
@@ -286,7 +291,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--dir", default="/tmp/mergetree-tpch")
     parser.add_argument("--queries", default=",".join(map(str, QUERIES)), help="comma-separated query numbers")
+    parser.add_argument("--pushdown", choices=("both", "on", "off"), default="both",
+                        help="mergetree with Spark's filters pushed to the source, without, or both")
     args = parser.parse_args(argv)
+    variants = {"both": ("on", "off"), "on": ("on",), "off": ("off",)}[args.pushdown]
     root = Path(args.dir)
     private_coordinator(root)  # before the session: its workers inherit it
     generated = root / f"generated-sf{args.scale:g}"
@@ -322,29 +330,39 @@ def main(argv: list[str]) -> int:
         "mergetree": {table: spark.read.format("mergetree").load(str(mergetree_root / table)) for table in TABLES},
     }
 
-    def run(kind: str, text: str) -> list:
+    def run(kind: str, text: str, pushdown: str = "on") -> list:
         for table, frame in frames[kind].items():
             frame.createOrReplaceTempView(table)
-        return spark.sql(text).collect()
+        spark.conf.set(PUSHDOWN, "true" if pushdown == "on" else "false")
+        try:
+            return spark.sql(text).collect()
+        finally:
+            spark.conf.set(PUSHDOWN, "true")
 
-    results: list[tuple[int, float, float, bool]] = []
+    # (query, parquet seconds, {pushdown: (mergetree seconds, same rows)})
+    results: list[tuple[int, float, dict[str, tuple[float, bool]]]] = []
     for number in (int(q) for q in args.queries.split(",")):
         text = QUERIES[number].format(fraction=f"{0.0001 / args.scale:.10f}")
         parquet_seconds, parquet_rows = warm_median(args.runs, lambda text=text: run("parquet", text))
-        mergetree_seconds, mergetree_rows = warm_median(args.runs, lambda text=text: run("mergetree", text))
-        same = _normalized(parquet_rows) == _normalized(mergetree_rows)
-        results.append((number, parquet_seconds, mergetree_seconds, same))
-        print(f"Q{number:<2} parquet {parquet_seconds:6.2f}s  mergetree {mergetree_seconds:6.2f}s  "
-              f"ratio {mergetree_seconds / parquet_seconds:5.2f}  {'same rows' if same else 'ROWS DIFFER'} "
-              f"({len(parquet_rows)} rows)", flush=True)
+        expected = _normalized(parquet_rows)
+        timed: dict[str, tuple[float, bool]] = {}
+        for variant in variants:
+            seconds, rows = warm_median(args.runs, lambda text=text, variant=variant: run("mergetree", text, variant))
+            timed[variant] = (seconds, _normalized(rows) == expected)
+        results.append((number, parquet_seconds, timed))
+        print(f"Q{number:<2} parquet {parquet_seconds:6.2f}s  " + "  ".join(
+            f"mergetree pushdown {variant} {seconds:6.2f}s ratio {seconds / parquet_seconds:5.2f} "
+            f"{'same rows' if same else 'ROWS DIFFER'}" for variant, (seconds, same) in timed.items())
+            + f" ({len(parquet_rows)} rows)", flush=True)
 
     total_parquet = sum(r[1] for r in results)
-    total_mergetree = sum(r[2] for r in results)
-    wrong = [f"Q{r[0]}" for r in results if not r[3]]
-    print(f"\nTPC-H SF {args.scale:g}, local[2], warm, median of {args.runs}: total parquet {total_parquet:.1f}s, "
-          f"mergetree {total_mergetree:.1f}s, ratio {total_mergetree / total_parquet:.2f}; "
-          f"worst query ratio {max(r[2] / r[1] for r in results):.2f}; "
-          f"load ratio {load_mergetree / load_parquet:.2f}; "
+    wrong = [f"Q{r[0]} (pushdown {variant})" for r in results for variant, (_, same) in r[2].items() if not same]
+    print(f"\nTPC-H SF {args.scale:g}, local[2], warm, median of {args.runs}: total parquet {total_parquet:.1f}s")
+    for variant in variants:
+        total = sum(r[2][variant][0] for r in results)
+        print(f"mergetree, pushdown {variant}: total {total:.1f}s, ratio {total / total_parquet:.2f}; "
+              f"worst query ratio {max(r[2][variant][0] / r[1] for r in results):.2f}")
+    print(f"load ratio {load_mergetree / load_parquet:.2f}; "
           + (f"rows differ in {', '.join(wrong)}" if wrong else f"all {len(results)} queries return the same rows"))
     spark.stop()
     return 1 if wrong else 0

@@ -176,11 +176,29 @@ class MergeTreeReader(DataSourceReader):
     def __init__(self, ref: TableRef, opts: ReadOptions, schema: StructType, where: Any) -> None:
         self.ref = ref
         self.opts = opts
+        self.schema = schema
         self.columns = schema.fieldNames()
         self.target = spark_arrow_schema(schema)
         self.where = where
         self.pushed: Any = None  # the filters Spark pushed, as a predicate that prunes granules
         self.target_rows = opts.target_rows or _target_rows(schema)
+
+    def pruneColumns(self, requiredSchema: StructType) -> StructType:  # noqa: N802, N803 - the API's names
+        """Read only the columns a query uses, where the engine running the query offers them
+        (SPARK-51713's reader API: Sail calls it; no PySpark 4.0–4.3 release does, the session
+        extension narrows the schema instead). Whole top-level columns, in the order asked; when no
+        column is asked for (`count(*)`), the narrowest one, as a reader of no columns would return
+        no rows. Returns the schema `read()` then yields."""
+        unknown = [name for name in requiredSchema.fieldNames() if name not in self.columns]
+        if unknown:
+            raise InvalidOptionError(f"pruneColumns asks for {unknown}, not in the read schema {self.columns} "
+                                     f"of {self.ref.describe()}")
+        names = requiredSchema.fieldNames() or [min(self.columns, key=lambda name: _row_bytes(
+            spark_arrow_schema(StructType([self.schema[name]]))))]
+        pruned = StructType([self.schema[name] for name in names])
+        self.schema, self.columns, self.target = pruned, names, spark_arrow_schema(pruned)
+        self.target_rows = self.opts.target_rows or _target_rows(pruned)
+        return pruned
 
     def partitions(self) -> list[InputPartition]:
         parts = adapter.part_sets(self.ref, self.opts.snapshot, self.opts.transaction)

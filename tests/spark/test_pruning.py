@@ -223,3 +223,33 @@ def test_scans_report_their_size_so_small_tables_are_broadcast_as_parquet_ones(s
 
     assert joins(MERGETREE_VIEW, "pruning_small_mergetree") == joins(PARQUET_VIEW, "pruning_small_parquet") \
         == ["BroadcastHashJoin"]
+
+
+def test_prune_columns_of_the_reader_api_reads_only_the_columns_asked(paths) -> None:
+    # SPARK-51713's reader API, as an engine that offers it (Sail) calls it: once, before partitions().
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from spark_mergetree.errors import InvalidOptionError
+    from spark_mergetree.spark.source import MergeTreeDataSource
+
+    mergetree, parquet = paths
+    expected = ds.dataset(parquet).to_table()
+    source = MergeTreeDataSource({"path": mergetree})
+
+    def read(required: list[str]) -> tuple[StructType, pa.Table]:
+        reader = source.reader(source.schema())
+        full = source.schema()
+        pruned = reader.pruneColumns(StructType([full[name] for name in required]))
+        batches = [batch for partition in reader.partitions() for batch in reader.read(partition)]
+        return pruned, pa.Table.from_batches(batches)
+
+    pruned, got = read(["v", "tag"])
+    assert pruned.fieldNames() == got.column_names == ["v", "tag"]
+    assert sorted(got.to_pylist(), key=repr) == sorted(expected.select(["v", "tag"]).to_pylist(), key=repr)
+    # No column asked (count(*)): the narrowest one, never zero columns, every row.
+    pruned, got = read([])
+    assert len(pruned.fieldNames()) == 1 and pruned.fieldNames()[0] in ("id", "v", "flag", "day")
+    assert got.num_rows == ROWS
+    with pytest.raises(InvalidOptionError, match="nope"):
+        source.reader(source.schema()).pruneColumns(StructType([StructField("nope", source.schema()["id"].dataType)]))
