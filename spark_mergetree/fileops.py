@@ -1,6 +1,7 @@
 """File operations on local file systems, for every layer: the one place that fsyncs and renames.
 
-Durable writes (`write_file`, `write_file_atomically`, `write_new_file`, `fsync_dir`), atomic
+Buffers about to be filled with file bytes (`scratch`), durable writes
+(`write_file`, `write_file_atomically`, `write_new_file`, `fsync_dir`), atomic
 renames (`rename_noreplace`, `rename_exchange` with renameat2; `replace_symlink`), deletions
 that a crash or a second deleter cannot disturb (`remove_directory`, `remove_quietly`),
 ClickHouse's escaping of names in file names (`escape_for_file_name`), and advisory locks
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from spark_mergetree.errors import StorageError, TableExistsError, TableNotFoundError, UnsupportedError
 
@@ -134,6 +136,14 @@ def _write_fd(fd: int, chunks: Sequence[Buffer]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def scratch(length: int) -> memoryview:
+    """A writable buffer that is about to be filled completely, from Arrow's memory pool: neither
+    zero-filled (as a bytearray) nor fresh pages the kernel faults in and zeroes each time (as a big
+    numpy array): a freed buffer's memory serves the next one. Reads and decompression allocate
+    one per range, column after column, so this is most of what their memory costs."""
+    return memoryview(pa.allocate_buffer(length)).cast("B")
 
 
 def release_mapped(view: memoryview) -> None:

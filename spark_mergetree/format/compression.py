@@ -21,6 +21,7 @@ import numpy as np
 import zstandard
 
 from spark_mergetree.errors import CorruptPartError, InvalidOptionError, UnsupportedError
+from spark_mergetree.fileops import scratch
 from spark_mergetree.format.cityhash import FileHasher, cityhash128
 from spark_mergetree.format.compression_codecs import (
     BLOCK_HEADER,
@@ -282,19 +283,19 @@ def _pool() -> ThreadPoolExecutor:
     return _decompress_pool
 
 
-def _decompress_blocks_into(view: memoryview, blocks: list[BlockInfo], path: str) -> bytearray:
-    """Decompress verified blocks back to back into one new buffer."""
+def _decompress_blocks_into(view: memoryview, blocks: list[BlockInfo], path: str) -> np.ndarray:
+    """Decompress verified blocks back to back into one new uint8 array (a `scratch` buffer: every
+    byte is written by a block)."""
     if len(blocks) == 1 and blocks[0].decompressed_size <= _SMALL_BLOCK:
         # One small block (a part's metadata files, its compact marks): the buffer set-up below
         # would cost more than decompressing it.
-        return bytearray(decompress_block(blocks[0], path))
+        return np.frombuffer(decompress_block(blocks[0], path), np.uint8)
     targets = np.zeros(len(blocks) + 1, dtype=np.int64)
     np.cumsum([block.decompressed_size for block in blocks], out=targets[1:])
-    out = bytearray(int(targets[-1]))
+    target = np.frombuffer(scratch(int(targets[-1])), np.uint8)
     if not blocks:
-        return out
+        return target
     source = np.frombuffer(view, dtype=np.uint8)
-    target = np.frombuffer(out, dtype=np.uint8)
     source_address = source.ctypes.data
     target_address = target.ctypes.data
 
@@ -328,15 +329,13 @@ def _decompress_blocks_into(view: memoryview, blocks: list[BlockInfo], path: str
         list(_pool().map(decode, [range(start, min(start + step, count)) for start in range(0, count, step)]))
     else:
         decode(range(count))
-    # Drop the numpy views so the returned bytearray has no buffer exports left.
-    source = target = None
-    return out
+    return target
 
 
-def decompress_all(buf: bytes | bytearray | memoryview, path: str) -> bytearray:
-    """The whole decompressed stream of a compressed file (a new bytearray), every block verified."""
+def decompress_all(buf: bytes | bytearray | memoryview, path: str) -> memoryview:
+    """The whole decompressed stream of a compressed file (a view of new bytes), every block verified."""
     view = memoryview(buf).cast("B")
-    return _decompress_blocks_into(view, list(iter_blocks(view, path)), str(path))
+    return memoryview(_decompress_blocks_into(view, list(iter_blocks(view, path)), str(path)))
 
 
 def decompress_range(
@@ -344,7 +343,7 @@ def decompress_range(
     path: str,
     start_mark: tuple[int, int] = (0, 0),
     end_mark: tuple[int, int] | None = None,
-) -> bytearray:
+) -> memoryview:
     """Decompressed bytes from ``start_mark`` up to (not including) ``end_mark``; ``None`` means to the end.
 
     A mark is (offset of a block in the file, offset inside that block's decompressed bytes).
@@ -371,7 +370,7 @@ def decompress_range(
             break
         offset = block.end
     if not blocks:
-        return bytearray()
+        return memoryview(b"")
     first, last = blocks[0], blocks[-1]
     keep_tail = end_inner if last.offset == end_block else last.decompressed_size
     for mark_offset, block in ((start_inner, first), (keep_tail, last)):
@@ -381,10 +380,8 @@ def decompress_range(
                 f"of the block at byte offset {block.offset}"
             )
     out = _decompress_blocks_into(view, blocks, str(path))
-    # Trimming a bytearray at either end does not copy the bytes kept.
-    del out[len(out) - (last.decompressed_size - keep_tail) :]
-    del out[:start_inner]
-    return out
+    # The bytes wanted, as a view: nothing is copied or moved.
+    return memoryview(out[start_inner:len(out) - (last.decompressed_size - keep_tail)])
 
 
 class CompressedStreamWriter:

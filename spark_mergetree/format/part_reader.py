@@ -574,7 +574,7 @@ class PartReader:
         return cached
 
     def _parse_primary_index(self, key_types: Sequence[str]) -> list[pa.Array]:
-        data: bytes | bytearray
+        data: bytes | bytearray | memoryview
         if "primary.idx" in self.files:
             data = self._read("primary.idx")
         elif "primary.cidx" in self.files:
@@ -624,7 +624,7 @@ class PartReader:
     # ------------------------------------------------------------------ data
 
     def _read_verified_blocks(self, file: str, start: int, stop: int,
-                              decode: Callable[[bytes | memoryview], bytearray]) -> bytearray:
+                              decode: Callable[[bytes | memoryview], memoryview]) -> memoryview:
         """Read compressed bytes [start, stop) and decode them. Storage skips its own unit checksums
         (every block carries one); if a block is damaged, the bytes are read again with storage
         verifying each unit, which repairs them from a mirror or parity where the layout can."""
@@ -670,7 +670,7 @@ class PartReader:
             stop = int(later[0]) if len(later) else size
         return start_block, stop, start_inner, end_inner
 
-    def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> bytearray:
+    def _wide_stream(self, stream: str, begin: int, end: int, to_file_end: bool) -> memoryview:
         start, stop, start_inner, end_inner = self._wide_span(stream, begin, end, to_file_end)
         file = file_stem(stream) + ".bin"
         path = self._path(file)
@@ -724,7 +724,7 @@ class PartReader:
                 raise type(exc)(f"{self.location}: column {name!r} ({self.types[name].to_clickhouse()}): {exc}") from exc
         return cast(DynamicStructure, self._decoded[key])
 
-    def _structure_prefix(self, stream: str) -> bytes | bytearray:
+    def _structure_prefix(self, stream: str) -> bytes | memoryview:
         """A structure stream's prefix: the whole stream of a Wide part; a Compact part repeats it
         in every granule (the first granule's is read)."""
         if self.is_compact:
@@ -733,8 +733,8 @@ class PartReader:
         self._require(file)
         return decompress_all(self._read(file), self._path(file))
 
-    def _range_streams(self, names: Sequence[str], begin: int, end: int) -> dict[str, bytes | bytearray]:
-        streams: Mapping[str, bytes | bytearray]
+    def _range_streams(self, names: Sequence[str], begin: int, end: int) -> dict[str, bytes | bytearray | memoryview]:
+        streams: Mapping[str, bytes | memoryview]
         if self.is_compact:
             streams = self._compact_streams(names, begin, end)
         else:
@@ -913,13 +913,13 @@ class PartReader:
         entry_rows = np.repeat(np.arange(rows, dtype=np.int64), counts)
         return values_by_path(entry_rows, pa.array(entry_paths, pa.string()), values, rows)
 
-    def _with_prefixes(self, streams: Mapping[str, bytes | bytearray],
-                       names: Sequence[str]) -> dict[str, bytes | bytearray]:
+    def _with_prefixes(self, streams: Mapping[str, bytes | memoryview],
+                       names: Sequence[str]) -> dict[str, bytes | bytearray | memoryview]:
         """Streams whose prefix (a state written once, before the first granule) the deserializer
         reads first: a Variant's `.variant_discr` starts with its discriminators mode. A Wide part
         keeps the prefix at the start of the stream's file, before mark 0; a Compact part keeps it
         in the substream `<stream>_prefix` of every granule (the first granule's is read)."""
-        out = dict(streams)
+        out: dict[str, bytes | bytearray | memoryview] = dict(streams)
         for stream in names:
             if stream.endswith(DISCRIMINATORS):
                 out[stream] = self._stream_prefix(stream) + streams[stream]
@@ -928,7 +928,7 @@ class PartReader:
     def _stream_prefix(self, stream: str) -> bytearray:
         key = ("prefix", stream)
         if key not in self._decoded:
-            prefix: bytes | bytearray
+            prefix: bytes | memoryview
             if self.is_compact:
                 _marks, substreams = self.compact_layout
                 if stream + PREFIX not in substreams:

@@ -395,7 +395,8 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, total: int
 
 def strings_from_parts(lengths: np.ndarray, data: np.ndarray | memoryview | bytes, binary: bool = False) -> pa.Array:
     n = len(lengths)
-    offsets = np.zeros(n + 1, np.int64)
+    offsets = np.empty(n + 1, np.int64)
+    offsets[0] = 0
     np.cumsum(lengths, out=offsets[1:])
     large = offsets[-1] >= 2**31
     kind = (pa.large_binary() if large else pa.binary()) if binary else (pa.large_string() if large else pa.string())
@@ -452,14 +453,14 @@ class Cursor:
         return chunk
 
     def sizes(self, n: int) -> np.ndarray:
-        """n UInt64 lengths; anything past 2^40 can only be damage."""
+        """n UInt64 lengths, as int64 (a view of the stream); anything past 2^40 can only be damage."""
         at = self.pos
         values = self.take(8 * n).view("<u8")
         if len(values) and values.max() >= 1 << 40:
             row = int(np.argmax(values >= 1 << 40))
             raise CorruptPartError(
                 f"stream {self.name!r}: implausible size {int(values[row])} at byte offset {at + 8 * row}")
-        return values.astype(np.int64)
+        return values.view("<i8")  # every value is below 2^40: the same numbers
 
     def uint64(self) -> int:
         return int(self.take(8).view("<u8")[0])
@@ -517,6 +518,12 @@ def _check_decimal256_digits(words: np.ndarray, name: str, stream: str) -> None:
                                    f"{len(str(abs(value)))} digits; Arrow's decimal256 holds 76 (types.md)")
 
 
+def _aligned(raw: np.ndarray, width: int) -> np.ndarray:
+    """`raw` itself when its values sit at addresses Arrow expects (a multiple of their width),
+    else a copy: the array then holds the decompressed stream rather than a copy of it."""
+    return raw if raw.ctypes.data % min(width, 8) == 0 else raw.copy()
+
+
 def fixed_to_arrow(dt: DataType, raw: np.ndarray, n: int, stream: str) -> pa.Array:
     target = to_arrow(dt)
     if isinstance(dt, Primitive):
@@ -540,8 +547,8 @@ def fixed_to_arrow(dt: DataType, raw: np.ndarray, n: int, stream: str) -> pa.Arr
         if name == "Date":
             return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.view("<u2").astype(np.int32))])
         if name == "Date32":
-            return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.copy())])
-        return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.copy())])
+            return pa.Array.from_buffers(target, n, [None, pa.py_buffer(_aligned(raw, 4))])
+        return pa.Array.from_buffers(target, n, [None, pa.py_buffer(_aligned(raw, fixed_width(dt)))])
     if isinstance(dt, FixedString):
         return pa.Array.from_buffers(target, n, [None, pa.py_buffer(raw.copy())])
     if isinstance(dt, DateTime):

@@ -20,6 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from spark_mergetree.errors import StorageError
+from spark_mergetree.fileops import scratch
 from spark_mergetree.storage.filesystem import Files, RangeReader
 from spark_mergetree.storage.parity import unit_checksum
 from spark_mergetree.storage.policy import Disk, Volume
@@ -52,11 +53,6 @@ def shared_pool() -> ThreadPoolExecutor:
             _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mergetree-storage")
             _POOL_PID = os.getpid()
         return _POOL
-
-
-def scratch(length: int) -> memoryview:
-    """A writable buffer that is about to be filled completely: numpy skips bytearray's zero fill."""
-    return np.empty(length, dtype=np.uint8).data
 
 
 class UnitFault(Exception):

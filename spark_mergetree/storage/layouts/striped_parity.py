@@ -17,8 +17,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from spark_mergetree.errors import StorageError
+from spark_mergetree.fileops import scratch
 from spark_mergetree.storage.filesystem import Buffer, Files
-from spark_mergetree.storage.layouts.base import OpenPart, UnitFault, UnitReader, scratch
+from spark_mergetree.storage.layouts.base import OpenPart, UnitFault, UnitReader
 from spark_mergetree.storage.layouts.striped import StripedLayout
 from spark_mergetree.storage.parity import q_parity, recover, unit_checksum, xor_parity
 from spark_mergetree.storage.policy import PARITY_UNITS, Disk
