@@ -245,8 +245,8 @@ _heap_frozen = False
 
 
 def _freeze_worker_heap(ref: TableRef) -> None:
-    """Once per Python worker: collect, then freeze (gc.freeze) the objects alive, this package's
-    and its imports' (sqlglot) included, with the table opened.
+    """Once per Python worker, at its first read or write: collect, then freeze (gc.freeze) the
+    objects alive, this package's and its imports' (sqlglot) included, with the table opened.
 
     PySpark's daemon runs a full gc.collect() after every task of a reused worker; unfrozen, every
     one of them traversed the ~70k objects these imports leave (a fifth of a full scan's CPU in the
@@ -379,6 +379,7 @@ class MergeTreeWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MergeTreeCommitMessage:
         from pyspark import TaskContext
 
+        _freeze_worker_heap(self.ref)
         context = TaskContext.get()
         assert context is not None, "write() runs in a Spark task"
         txn = adapter.txn_for_task(self.txn)

@@ -75,3 +75,31 @@ def test_a_table_of_many_small_parts_reads_in_few_partitions(spark, tmp_path: Pa
     assert df.selectExpr("spark_partition_id() as p").distinct().count() <= max(2, os.cpu_count() or 2) < parts
     assert df.count() == 40_000
     assert df.selectExpr("sum(id)", "sum(value)").first() == data.selectExpr("sum(id)", "sum(value)").first()
+
+
+def test_a_python_worker_freezes_its_heap_once_at_its_first_task(tmp_path: Path) -> None:
+    # PySpark's daemon runs gc.collect() after every task of a reused worker: the package's long-lived
+    # objects are frozen once, so those collections skip them. In a process of its own (a worker's).
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent(f"""
+        import gc
+        import pyarrow as pa
+        from spark_mergetree import MergeTreeTable
+        from spark_mergetree.spark import adapter, source
+        MergeTreeTable.create({str(tmp_path / "t")!r}, [("id", "Int64")], order_by="id").insert(
+            pa.table({{"id": pa.array([1, 2], pa.int64())}}))
+        ref = adapter.resolve({str(tmp_path / "t")!r}, None, None, None, ())
+        before = gc.get_freeze_count()
+        source._freeze_worker_heap(ref)
+        first = gc.get_freeze_count()
+        gc.collect()
+        source._freeze_worker_heap(ref)
+        print(before, first > 1000, gc.get_freeze_count() == first)
+    """)
+    env = {**os.environ, "SPARK_MERGETREE_COORDINATOR": str(tmp_path / "coordinator")}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["0", "True", "True"]
