@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -349,6 +349,45 @@ def decompress_range(
     A mark is (offset of a block in the file, offset inside that block's decompressed bytes).
     """
     view = memoryview(buf).cast("B")
+    blocks, head, tail = _range_blocks(view, str(path), start_mark, end_mark)
+    if not blocks:
+        return memoryview(b"")
+    out = _decompress_blocks_into(view, blocks, str(path))
+    # The bytes wanted, as a view: nothing is copied or moved.
+    return memoryview(out[head:len(out) - tail])
+
+
+def decompress_ranges(
+    buf: bytes | bytearray | memoryview,
+    path: str,
+    ranges: Sequence[tuple[tuple[int, int], tuple[int, int] | None]],
+) -> memoryview:
+    """The decompressed bytes of several mark ranges (as `decompress_range` takes them), one after
+    the other: a Compact part's column is a range per granule, each usually whole blocks. All their
+    blocks are decompressed by one call into one buffer, which is returned as it is when every range
+    is whole blocks; otherwise the wanted bytes of each range are joined (one copy)."""
+    view = memoryview(buf).cast("B")
+    found = [_range_blocks(view, str(path), start, end) for start, end in ranges]
+    blocks = [block for range_blocks, _, _ in found for block in range_blocks]
+    if not blocks:
+        return memoryview(b"")
+    out = _decompress_blocks_into(view, blocks, str(path))
+    if all(head == 0 and tail == 0 for _, head, tail in found):
+        return memoryview(out)
+    pieces = []
+    at = 0
+    for range_blocks, head, tail in found:
+        size = sum(block.decompressed_size for block in range_blocks)
+        if range_blocks:
+            pieces.append(out[at + head:at + size - tail])
+        at += size
+    return memoryview(np.concatenate(pieces) if pieces else b"")
+
+
+def _range_blocks(view: memoryview, path: str, start_mark: tuple[int, int],
+                  end_mark: tuple[int, int] | None) -> tuple[list[BlockInfo], int, int]:
+    """The verified blocks a mark range covers, the bytes of the first block before the range, and
+    the bytes of the last block after it."""
     start_block, start_inner = (int(start_mark[0]), int(start_mark[1]))
     if end_mark is None:
         end_block, end_inner = len(view), 0
@@ -362,7 +401,7 @@ def decompress_range(
     offset = start_block
     # Blocks wholly before the end block, then the end block itself if bytes of it are wanted.
     while offset < end_block or (offset == end_block and end_inner):
-        block = _read_block_at(view, offset, str(path))
+        block = _read_block_at(view, offset, path)
         if block.end > end_block and offset != end_block:
             raise CorruptPartError(f"{path}: mark {end_mark} does not point at a block boundary (block at {offset})")
         blocks.append(block)
@@ -370,7 +409,7 @@ def decompress_range(
             break
         offset = block.end
     if not blocks:
-        return memoryview(b"")
+        return blocks, 0, 0
     first, last = blocks[0], blocks[-1]
     keep_tail = end_inner if last.offset == end_block else last.decompressed_size
     for mark_offset, block in ((start_inner, first), (keep_tail, last)):
@@ -379,9 +418,7 @@ def decompress_range(
                 f"{path}: mark offset {mark_offset} is beyond the {block.decompressed_size} bytes "
                 f"of the block at byte offset {block.offset}"
             )
-    out = _decompress_blocks_into(view, blocks, str(path))
-    # The bytes wanted, as a view: nothing is copied or moved.
-    return memoryview(out[start_inner:len(out) - (last.decompressed_size - keep_tail)])
+    return blocks, start_inner, last.decompressed_size - keep_tail
 
 
 class CompressedStreamWriter:

@@ -44,7 +44,13 @@ from spark_mergetree.errors import (
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums
 from spark_mergetree.format.cityhash import file_hash
-from spark_mergetree.format.compression import CHECKSUM_SIZE, decompress_all, decompress_range, iter_blocks
+from spark_mergetree.format.compression import (
+    CHECKSUM_SIZE,
+    decompress_all,
+    decompress_range,
+    decompress_ranges,
+    iter_blocks,
+)
 from spark_mergetree.format.compression_codecs import BLOCK_HEADER, HEADER_SIZE
 from spark_mergetree.format.dynamic import (
     DynamicStructure,
@@ -682,24 +688,23 @@ class PartReader:
             file, start, stop,
             lambda buf: decompress_range(buf, path, (0, start_inner), (end_block - start, end_inner)))
 
-    def _compact_streams(self, wanted: Sequence[str], begin: int, end: int) -> dict[str, bytes]:
+    def _compact_streams(self, wanted: Sequence[str], begin: int, end: int) -> dict[str, bytes | memoryview]:
+        """Granules [begin, end) of Compact substreams: a range of `data.bin` per granule (from the
+        stream's mark to the next one), decompressed together."""
         marks, streams = self.compact_layout
         data = self._read(COMPACT_DATA_FILE)
         path = self._path(COMPACT_DATA_FILE)
-        flat = marks.offsets.reshape(-1, 2)
+        flat = marks.offsets.reshape(-1, 2).tolist()
         n_streams = len(streams)
-        out: dict[str, bytes] = {}
+        out: dict[str, bytes | memoryview] = {}
         for stream in wanted:
             if stream not in streams:
                 raise CorruptPartError(f"{path}: no substream {stream!r} in the part's marks")
             s = streams.index(stream)
-            pieces = []
-            for g in range(begin, end):
-                at = g * n_streams + s
-                start = (int(flat[at, 0]), int(flat[at, 1]))
-                stop = (int(flat[at + 1, 0]), int(flat[at + 1, 1])) if at + 1 < len(flat) else None
-                pieces.append(decompress_range(data, path, start, stop))
-            out[stream] = b"".join(pieces)
+            ranges: list[tuple[tuple[int, int], tuple[int, int] | None]] = []
+            for at in range(begin * n_streams + s, end * n_streams + s, n_streams):
+                ranges.append(((flat[at][0], flat[at][1]), (flat[at + 1][0], flat[at + 1][1]) if at + 1 < len(flat) else None))
+            out[stream] = decompress_ranges(data, path, ranges)
         return out
 
     def _refuse_raw_variant_names(self, name: str) -> None:

@@ -16,6 +16,7 @@ from spark_mergetree.format.compression import (
     compress_block,
     decompress_all,
     decompress_range,
+    decompress_ranges,
     iter_blocks,
 )
 from spark_mergetree.format.compression_codecs import LZ4, NONE, ZSTD, parse_codec
@@ -243,6 +244,39 @@ def test_corruption_is_detected_with_file_and_offset():
     damaged_header[21] ^= 0x04
     with pytest.raises(CorruptPartError, match="checksum mismatch"):
         decompress_all(bytes(damaged_header), "c.bin")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    granules=st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=15),
+    max_size=st.integers(min_value=1, max_value=500),
+    picks=st.lists(st.integers(min_value=0, max_value=14), max_size=8),
+    codec=st.sampled_from([LZ4, NONE, ZSTD(1)]),
+)
+def test_decompress_ranges_equals_the_ranges_joined(granules, max_size, picks, codec):
+    # A Compact part's column: a mark range per granule, whole blocks or not.
+    writer = CompressedStreamWriter(codec, min_compress_block_size=0, max_compress_block_size=max_size)
+    for granule in granules:
+        writer.write_granule(granule)
+    final = writer.finish()
+    data = writer.getvalue()
+    bounds = [tuple(int(v) for v in mark) for mark in writer.marks] + [final]
+    ranges = [(bounds[i], bounds[i + 1]) for i in (pick % len(granules) for pick in picks)]
+    assert bytes(decompress_ranges(data, "r.bin", ranges)) == b"".join(granules[pick % len(granules)] for pick in picks)
+    every = [(bounds[i], bounds[i + 1]) for i in range(len(granules))]
+    assert bytes(decompress_ranges(data, "r.bin", every)) == b"".join(granules)
+
+
+def test_decompress_ranges_verifies_every_block():
+    data = compress_block(LZ4, b"x" * 100) + compress_block(LZ4, b"y" * 100)
+    middle = len(data) // 2
+    assert bytes(decompress_ranges(data, "r.bin", [((0, 0), (middle, 0)), ((middle, 0), None)])) == b"x" * 100 + b"y" * 100
+    flipped = bytearray(data)
+    flipped[middle + 20] ^= 0x01
+    with pytest.raises(CorruptPartError, match=rf"r\.bin: .* byte offset {middle}"):
+        decompress_ranges(bytes(flipped), "r.bin", [((0, 0), (middle, 0)), ((middle, 0), None)])
+    with pytest.raises(CorruptPartError, match="block boundary"):
+        decompress_ranges(data, "r.bin", [((0, 0), (10, 0))])
 
 
 def test_decompress_range_rejects_bad_marks():
