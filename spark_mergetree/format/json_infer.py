@@ -169,13 +169,13 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
     items unify — numbers to Int64 (Bool counts as Int64), UInt64 or Float64; strings to one of
     String, Date, DateTime, DateTime64(9) (Bool and strings to String); an empty array or only NULLs
     to Nullable(String) — arrays of arrays unify all their inner items (`[[1],[2.5]]` is
-    Array(Array(Nullable(Float64)))), objects give Array(`objects`); items that do not unify give
+    Array(Array(Nullable(Float64)))), objects give Array(`objects`), objects and NULLs Array(Nullable(`objects`)); items that do not unify give
     Array(Dynamic), whose items stay as they are (each is typed where the Dynamic stores it)."""
     if any(isinstance(item, _Object) for item in items):
         if all(isinstance(item, _Object) for item in items):
             return Array(objects), list(items)
         if all(item is None or isinstance(item, _Object) for item in items):
-            raise _Ambiguous  # objects and NULLs: Array(Nullable(JSON(...))), not written here
+            return Array(Nullable(objects)), list(items)  # objects and NULLs: a NULL stays NULL
         return Array(_DYNAMIC), list(items)
     lists = [item for item in items if item is not None]
     if lists and all(isinstance(item, list) for item in lists):

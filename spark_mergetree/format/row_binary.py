@@ -109,8 +109,9 @@ def _row_chunks(dt: DataType, arr: pa.Array, column: str) -> tuple[np.ndarray, n
         return _row_chunks(dt.inner, arr, column)
     if isinstance(dt, Nullable):
         nulls = np.asarray(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(n, np.uint8)
-        data, offsets = _row_chunks(dt.inner, arr.fill_null(default_scalar(dt.inner, arr.type)) if arr.null_count
-                                    else arr, column)
+        filled = (arr.fill_null([]) if isinstance(dt.inner, Json) else arr.fill_null(default_scalar(dt.inner, arr.type))) \
+            if arr.null_count else arr
+        data, offsets = _row_chunks(dt.inner, filled, column)
         sizes = np.where(nulls.astype(bool), 0, np.diff(offsets))
         kept_offsets = np.zeros(n + 1, np.int64)
         np.cumsum(sizes, out=kept_offsets[1:])
@@ -215,6 +216,11 @@ def _span_type(dt: DataType) -> DataType:
         return _STRING
     if isinstance(dt, Json):
         return Map(_STRING, _STRING)
+    if isinstance(dt, Nullable) and isinstance(dt.inner, Json):
+        # A NULL map and the object's map: streams only (a Nullable of a Map is no type of its own)
+        span = object.__new__(Nullable)
+        object.__setattr__(span, "inner", _span_type(dt.inner))
+        return span
     if isinstance(dt, (Array, Nullable)) and _holds_objects(dt):
         return type(dt)(_span_type(dt.inner))
     if isinstance(dt, Map) and _holds_objects(dt):
@@ -294,6 +300,9 @@ def _split_row(dt: DataType, base: str, level: int, buf: memoryview, pos: int, o
             raise CorruptPartError(f"row data: truncated NULL flag at byte offset {pos}")
         is_null = buf[pos]
         out[base + ".null"].append(is_null)
+        if is_null and isinstance(dt.inner, Json):  # (a NULL object: no paths)
+            out[f"{base}.size{level}"] += struct.pack("<Q", 0)
+            return pos + 1
         if is_null:
             _write_default(dt.inner, base, out)
             return pos + 1

@@ -254,7 +254,8 @@ class Nullable(DataType):
     inner: DataType
 
     def __post_init__(self) -> None:
-        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant, Dynamic, Json)):
+        # (Nullable(JSON) is ClickHouse's type of the objects in an array of objects and NULLs)
+        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant, Dynamic)):
             raise FormatError(f"Nullable cannot wrap {self.inner.to_clickhouse()}")
 
     def _spelling(self) -> str:

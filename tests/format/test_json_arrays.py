@@ -69,7 +69,15 @@ ABSORBING = [
     '{"n":[[1,"a"]],"p":[{"q":[{"r":1}]}]}', '{"n":[[2]],"p":[{"q":[]}]}',
     '{"n":[null,[{"x":1}]],"p":[{"q":[{"r":"s"},{"r":2}]}]}',
 ]
-CORPORA = {"arrays": [_doc(i) for i in range(ROWS)], "absorbing": ABSORBING * 3}
+# Arrays of objects and NULLs (Array(Nullable(JSON(...))), also inside arrays, in objects in such
+# arrays and in an Array(Dynamic)), meeting held Array(JSON(...)) and Array(Nullable(JSON(...))).
+NULLS = [
+    '{"a":[{"x":1},null,{"x":2}],"d":[{"x":1}]}', '{"a":[null,{"b":"s"}],"d":[{"x":1},null],"e":[{"y":[null,{"z":1}]}]}',
+    '{"a":5,"e":[{"y":[{"z":"s"}]}]}', '{"a":[{"x":[1,"a"]},null],"f":[[null],[{"y":1}]]}',
+    '{"c":[1,[null,{"z":1}]],"f":[[{"x":1}],[null,{"y":1}]],"g":[null,{"a":{"b":[null,{"c":1}]}}]}',
+    '{"a":[null],"d":[],"g":[{"a":{"b":[]}},null]}', '{"a":[{"x":2}],"h":[null,{"i":[1,"x"]},{"j":true}]}',
+]
+CORPORA = {"arrays": [_doc(i) for i in range(ROWS)], "absorbing": ABSORBING * 3, "nulls": NULLS * 5}
 
 
 JSON_TYPES = {
@@ -268,24 +276,23 @@ def test_streaming_merge_of_array_json_and_array_dynamic_is_the_in_memory_merge(
     assert [json.loads(t) for t in before][:3] == [json.loads(t) for t in texts[:3]]
 
 
-def test_values_not_interpreted_are_refused_naming_column_path_and_type(tmp_path):
-    """An array of objects and NULLs (ClickHouse's Array(Nullable(JSON(...)))) is refused when read
-    from ClickHouse's part (as a dynamic path or in the shared data) and when written from text,
-    naming the column, the path and the type."""
-    for json_type, path in (("JSON", "'m'"), ("JSON(max_dynamic_paths=1)", "'m' \\(shared data\\)")):
-        sess, data_dir = make_chdb_table(
-            tmp_path / json_type[:6], f"CREATE TABLE src (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id",
-            ["""INSERT INTO src VALUES (0, '{"o":1}'), (1, '{"m":[{"a":1},null]}')"""])
+def test_arrays_of_objects_and_nulls_are_array_nullable_json_read_as_clickhouse_prints_them(tmp_path):
+    """An array of objects and NULLs is ClickHouse's Array(Nullable(JSON(...))) (a NULL stays `null`,
+    its object `{}` in the JSON's streams beside a `.null` map): read from ClickHouse's part as a
+    dynamic path and in the shared data, the types as ClickHouse gives them."""
+    texts = ['{"o":1}', '{"m":[{"a":1},null]}', '{"m":[null,{"b":"s"}],"n":[[null],[{"c":[{"d":1},null]}]]}']
+    for json_type in ("JSON", "JSON(max_dynamic_paths=1)"):
+        sess, data_dir = _source(tmp_path / json_type[:6], "Compact", json_type, texts)
         try:
+            expected = _select(sess, "src")
+            assert expected[1][1] == '{"m":[{"a":1},null]}'
+            assert "Array(Nullable(JSON(max_dynamic_types=16, max_dynamic_paths=" in expected[1][2]
+            assert "Array(Array(Nullable(JSON(" in expected[2][2]
             table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
-            with pytest.raises(UnsupportedError, match=rf"column 'j' .*path {path}.*Nullable\(JSON\(max_dynamic_types=16"):
-                table.to_arrow()
+            assert [(str(r["id"]), r["j"]) for r in table.to_arrow().sort_by("id").to_pylist()] == \
+                [r[:2] for r in expected]
         finally:
             close_session()
-    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id")
-    with pytest.raises(UnsupportedError, match=r"column 'j' \(JSON\): row 0, path 'x.m'.*Array\(Nullable\(JSON"):
-        ours.insert(pa.table({"id": pa.array([0], pa.uint64()), "j": ['{"x":{"m":[null,{"a":1}]}}']}))
-    assert ours.parts() == []
 
 
 @pytest.mark.parametrize("kind", list(PART_KINDS))
@@ -302,22 +309,24 @@ def test_a_path_holding_values_in_some_rows_and_objects_in_others_reads_as_click
 
 @pytest.mark.parametrize("kind", list(PART_KINDS))
 def test_dynamic_columns_holding_array_json_and_array_dynamic_values_both_ways(tmp_path, kind):
-    """A Dynamic and an Array(Dynamic) column whose values are of types Array(JSON(...)), Array(Dynamic)
-    and JSON: ClickHouse's part read (values in their binary form, also after our merge), written by
+    """A Dynamic and an Array(Dynamic) column whose values are of types Array(JSON(...)), Array(Dynamic),
+    Array(Nullable(JSON(...))) and JSON: ClickHouse's part read (values in their binary form, also after our merge), written by
     us in one insert with ClickHouse's bytes, and in two inserts merged by us attached by ClickHouse
     with CHECK TABLE passing and SELECT returning the same rows."""
-    doc = ("multiIf(number % 3 = 0, '{\"m\":[{\"x\":1},{\"y\":\"s\"}],\"n\":[1,\"a\"]}', number % 3 = 1, "
-           "'{\"m\":[1,[2,\"b\"]],\"n\":{\"q\":1}}', '{\"m\":5}')::JSON")
+    doc = ("multiIf(number % 4 = 0, '{\"m\":[{\"x\":1},{\"y\":\"s\"}],\"n\":[1,\"a\"]}', number % 4 = 1, "
+           "'{\"m\":[1,[2,\"b\"]],\"n\":{\"q\":1}}', number % 4 = 2, "
+           "'{\"m\":[{\"x\":2},null],\"p\":[null,{\"y\":[1,\"a\"]}]}', '{\"m\":5}')::JSON")
     columns = [("id", "UInt64"), ("d", "Dynamic"), ("a", "Array(Dynamic)")]
     create = (f"CREATE TABLE {{}} (id UInt64, d Dynamic, a Array(Dynamic)) ENGINE = MergeTree ORDER BY id "
               f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
     sess, data_dir = make_chdb_table(
         tmp_path, create.format("src"),
-        [f"INSERT INTO src SELECT number, j.m, [j.m, j.n] FROM (SELECT number, {doc} AS j FROM numbers(100))"])
+        [f"INSERT INTO src SELECT number, j.m, [j.m, j.n, j.p] FROM (SELECT number, {doc} AS j FROM numbers(100))"])
     try:
         select = "SELECT id, d, dynamicType(d), a, arrayMap(x -> dynamicType(x), a) FROM {} ORDER BY id"
         expected = sess.query(select.format("src"), "TabSeparatedRaw").bytes()
         assert b"Array(JSON(max_dynamic_types=16, max_dynamic_paths=256))" in expected and b"Array(Dynamic)" in expected
+        assert b"Array(Nullable(JSON(max_dynamic_types=16, max_dynamic_paths=256)))" in expected
         theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
         rows = theirs.to_arrow().sort_by("id")
         raw = sess.query("SELECT d FROM src ORDER BY id", "RowBinary").bytes()
