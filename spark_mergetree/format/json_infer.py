@@ -192,7 +192,7 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
             # [null,[null]] is Array(Array(Nullable(String)))): not repeated here.
             raise _Ambiguous
         complete = [k for k, item in zip(own, items, strict=True) if not _all_null(item)]
-        if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in complete):
+        if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in complete) and not _unifies_flat(items, objects):
             # An inner Array(Dynamic) at some depth: the inner types unify position by position, a
             # Dynamic taking whatever meets it ([[1,"a"],[[1]]] and [[2],[[1,"a"]]] are
             # Array(Array(Dynamic))); items stay as they are below it.
@@ -250,15 +250,19 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
             return Array(Nullable(_STRING)), [None if item is None else "true" if item is True else "false"
                                               if item is False else item for item in items]
         return _string_array(names, items, elements)
-    if names == {"Int64", "UInt64"} and all(e is None or e[1] >= 0 for e in elements):
-        return Array(Nullable(_UINT64)), [None if e is None else e[1] for e in elements]
+    if "UInt64" in names and names <= {"Bool", "Int64", "UInt64"} and all(e is None or e[1] >= 0 for e in elements):
+        # (Bool as 0 and 1: `[true,9223372036854775808]` is Array(Nullable(UInt64)) there)
+        return Array(Nullable(_UINT64)), [None if e is None else int(e[1]) for e in elements]
+    if "Float64" in names and names <= {"Bool", "Int64", "UInt64", "Float64"}:
+        # Float64 takes every number, one beyond Int64 too (`[-3,9223372036854775808,2.0]`)
+        return Array(Nullable(_FLOAT64)), [None if e is None else float(e[1]) for e in elements]
     if names <= set(_SCALAR_ORDER):
         target = max(names, key=_SCALAR_ORDER.__getitem__)
         values = [None if e is None else (float(e[1]) if target == "Float64" else int(e[1])) for e in elements]
         return Array(Nullable(Primitive(target))), values
     if names & {"String", "Date", "DateTime", "DateTime64(9)"} and names & {"Int64", "UInt64", "Float64"}:
         return Array(_DYNAMIC), items  # numbers and strings
-    if names == {"Int64", "UInt64"}:
+    if names <= {"Bool", "Int64", "UInt64"}:
         return Array(_DYNAMIC), items  # a negative number and one beyond Int64
     raise _Ambiguous  # mixed kinds whose common type this writer does not derive
 
@@ -276,6 +280,17 @@ def _string_array(names: set[str], items: list[Any], elements: list[tuple[DataTy
     if any(v is not None and v > _DATETIME_MAX for v in seconds):
         raise _Ambiguous  # a Date beyond DateTime's range
     return Array(Nullable(_DATETIME)), seconds
+
+
+def _unifies_flat(items: list[list[Any]], objects: Json) -> bool:
+    """Whether the items of inner arrays unify all together without a Dynamic: ClickHouse unifies
+    them so before any inner array's own type counts (`[[-3,9223372036854775808],[2.0]]` is
+    Array(Array(Nullable(Float64))), though `[-3,9223372036854775808]` alone is Array(Dynamic))."""
+    try:
+        kind = _array([x for item in items for x in item], objects)[0]
+    except _Ambiguous:
+        return False
+    return not (holds_nested(kind) and _leaf(kind) == _DYNAMIC)
 
 
 def _all_null(item: Any) -> bool:
@@ -476,6 +491,7 @@ def _absorbed(kind: DataType, value: Any, held: frozenset[str], widen: bool = Fa
 
 
 
+_DATE_NAMES = frozenset({"Date", "DateTime", "DateTime64(9)"})
 _PACKED = {"Int64": "<q", "UInt64": "<Q", "Float64": "<d", "Bool": "<?", "Date": "<H", "DateTime": "<I",
            "DateTime64(9)": "<q"}
 
@@ -513,12 +529,17 @@ class _Slot:
             except _Ambiguous:
                 own = None
             if own is not None and _name(own) in self.held and (
-                    _name(own) in ("String", "Date", "DateTime") if isinstance(value, str) else not widen):
+                    _name(own) in ("String", "Date", "DateTime") if isinstance(value, str) else not widen) and not (
+                    # (a held date type is offered a String with a digit first: it may read it)
+                    _name(own) == "String" and self.held & _DATE_NAMES and _DIGIT_RE.search(value)):
                 return own, stored, True, True
         for kind in self.order if self.absorb else ():
             got = _absorbed(kind, value, self.held, widen, self.widen)
             if got is not _MISS:
                 return kind, got, True, True
+            if isinstance(value, list) and not isinstance(value, _Object) and isinstance(kind, Array) \
+                    and kind.inner != _DYNAMIC and holds_nested(kind):
+                self._left_behind(kind, value)
         if strict and _needs_conversion(value):
             # Stored without conversions, an array whose type needs one (`[5,true]` as Int64) fails
             # in ClickHouse, which then takes another way for the enclosing value: not repeated here.
@@ -533,6 +554,17 @@ class _Slot:
             self.held = frozenset(_name(k) for k in self.kinds)
             return kind, stored, True, strict
         return kind, stored, False, strict
+
+    def _left_behind(self, kind: Array, value: list[Any]) -> None:
+        """A held type holding a Dynamic or a JSON that fails to take an array: ClickHouse parsed its
+        items into the type's nested columns one by one until one failed, then dropped the values
+        but not the types (and paths) they added there; those take later values as held ones do.
+        The items before the failing one go into the nested holder the same way (bytes dropped)."""
+        leaf = _leaf(kind)
+        holder = self.nested.get(_name(kind))
+        if holder is None:
+            holder = self.nested[_name(kind)] = _holder(leaf, self.absorb)
+        _fill_until_failure(kind, value, holder)
 
     def dynamic_bytes(self, value: Any, strict: bool = False) -> bytes:
         """A value in the binary form of a Dynamic value (its type's encoding, then the value)."""
@@ -557,6 +589,30 @@ class _Slot:
             else:
                 holder = _holder(leaf, self.absorb)
         return _value_bytes(kind, stored, holder, strict)
+
+
+def _fill_until_failure(kind: Array, value: list[Any], holder: _Slot | _Objects) -> bool:
+    """Parse `value`'s items into `kind`'s nested Dynamic or JSON (`holder`) as an attempt does, item
+    after item, until one does not fit: whether all fit."""
+    inner = kind.inner.inner if isinstance(kind.inner, Nullable) else kind.inner
+    for item in value:
+        if item is None:
+            continue  # (NULL, or an empty array: nothing goes into the holder)
+        if isinstance(inner, Dynamic):
+            assert isinstance(holder, _Slot)
+            holder.dynamic_bytes(item, True)
+            continue
+        if isinstance(inner, Json):
+            if not isinstance(item, _Object):
+                return False
+            assert isinstance(holder, _Objects)
+            holder.object_bytes(item, True)
+            continue
+        if not isinstance(item, list) or isinstance(item, _Object) or not isinstance(inner, Array):
+            return False
+        if not _fill_until_failure(inner, item, holder):
+            return False
+    return True
 
 
 def _needs_conversion(value: Any) -> bool:

@@ -477,3 +477,29 @@ def test_dynamic_values_of_json_types_with_typed_paths_both_ways(tmp_path, kind)
         assert sess.query(select.format("back"), "TabSeparatedRaw").bytes() == expected
     finally:
         close_session()
+
+
+def test_types_a_failed_attempt_leaves_in_nested_dynamics_take_later_values(tmp_path):
+    """A held Array(Array(Dynamic)) offered `[["yy"],2]` parses `["yy"]` into its inner Dynamic before
+    `2` fails: ClickHouse keeps the String type there (not the value), which takes a later
+    `"2021-02-03 04:05:06.4"` as a String. Our writer fills it the same way: the same objects, path
+    types and inner types (unifying numbers beyond Int64 with Float64 too)."""
+    texts = ['{"e":[[1,[2]]]}', '{"e":[["yy"],2]}', '{"e":[["2021-02-03 04:05:06.4"]]}',
+             '{"f":[[-3,9223372036854775808],[2.0]],"g":[[[-1,9223372036854775808]],[[2.5]]]}']
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id",
+                                 settings={"auto_merge": False})
+    ours.insert(pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": texts}))
+    sess, _ = _source(tmp_path, "Wide", "JSON", texts)
+    try:
+        expected = _select(sess, "src")
+        assert expected[2][1] == '{"e":[["2021-02-03 04:05:06.4"]]}'
+        assert expected[3][1] == '{"f":[[-3,9223372036854776000],[2]],"g":[[[-1,9223372036854776000]],[[2.5]]]}'
+        sess.query(f"CREATE TABLE back (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id SETTINGS {PART_KINDS['Wide']}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        assert _select(sess, "back") == expected
+        inner = ("SELECT id, toString(arrayMap(x -> toString(arrayMap(y -> dynamicType(y), x)), "
+                 "dynamicElement(j.e, 'Array(Array(Dynamic))'))) FROM {} ORDER BY id")
+        assert sess.query(inner.format("back"), "TabSeparatedRaw").bytes() == \
+            sess.query(inner.format("src"), "TabSeparatedRaw").bytes()
+    finally:
+        close_session()
