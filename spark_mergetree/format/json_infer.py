@@ -136,6 +136,13 @@ def _string_type(text: str) -> tuple[DataType, Any]:
     return _STRING, text
 
 
+def _date_readable(text: str) -> bool:
+    """Whether a held date type may read a string inferred as String (`10:00:00` as today's date):
+    text with a digit and no word its parser does not know (`a106` is not)."""
+    return _DIGIT_RE.search(text) is not None and all(
+        w.lower() in _DATE_WORDS or w.lower()[:3] in _MONTHS_DAYS for w in _WORD_RE.findall(text))
+
+
 def _days(year: int, month: int, day: int) -> int:
     try:
         return datetime.date(year, month, day).toordinal() - _EPOCH_ORDINAL
@@ -531,7 +538,7 @@ class _Slot:
             if own is not None and _name(own) in self.held and (
                     _name(own) in ("String", "Date", "DateTime") if isinstance(value, str) else not widen) and not (
                     # (a held date type is offered a String with a digit first: it may read it)
-                    _name(own) == "String" and self.held & _DATE_NAMES and _DIGIT_RE.search(value)):
+                    _name(own) == "String" and self.held & _DATE_NAMES and _date_readable(value)):
                 return own, stored, True, True
         for kind in self.order if self.absorb else ():
             got = _absorbed(kind, value, self.held, widen, self.widen)

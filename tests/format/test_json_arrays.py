@@ -374,8 +374,12 @@ def _random_documents(seed: int, count: int) -> list[str]:
     return [json.dumps(obj(0)) for _ in range(count)]
 
 
+# (seeds 14, 99 and 105 gave other types than ClickHouse's before numbers beyond Int64 unified with
+# Float64 and types a failed attempt leaves in nested Dynamics were kept: 200 seeds of each JSON
+# type now give ClickHouse's)
 @pytest.mark.parametrize(("seed", "kind", "json_type"), [(22, "Wide", "plain"), (25, "Compact", "shared"),
-                                                         (21, "Compact", "narrow")])
+                                                         (21, "Compact", "narrow"), (14, "Wide", "plain"),
+                                                         (99, "Compact", "plain"), (105, "Wide", "shared")])
 def test_random_documents_written_as_clickhouse_types_them(tmp_path, seed, kind, json_type):
     """Random documents: the ones this writer types (it refuses, naming the row, those whose types it
     does not derive) inserted by us and into ClickHouse give the same objects and path types; we
