@@ -190,6 +190,12 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
         given = [item is not None for item in items]
         items = [[] if item is None else item for item in items]
         own = [_array(item, objects)[0] for item in items]
+        if len({_name(k) for k in own}) > 1 and any(
+                any(isinstance(x, list) and not isinstance(x, _Object) and _all_null(x) for x in item) for item in items):
+            # An empty array inside one of inner arrays of differing types: ClickHouse unifies them
+            # otherwise ([[[],[2.0]],[]] and [[0],[[1.5],[]]] are Array(Array(Dynamic)) there,
+            # [[[]],[[2.0]],[]] Array(Dynamic)): not repeated here.
+            raise _Ambiguous
         present = [item for item, g in zip(items, given, strict=True) if g]
         empty = [_null_shape(item) for item in present if _all_null(item)]
         if not all(given) and (len({_name(k) for k, g in zip(own, given, strict=True) if g}) > 1
@@ -201,13 +207,12 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
         complete = [k for k, item in zip(own, items, strict=True) if not _all_null(item)]
         if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in complete) and not _unifies_flat(items, objects):
             # An inner Array(Dynamic) at some depth: the inner types unify position by position, a
-            # Dynamic taking whatever meets it ([[1,"a"],[[1]]] and [[2],[[1,"a"]]] are
-            # Array(Array(Dynamic))); items stay as they are below it.
-            deeper: list[bool] = []
-            unified = _unify_around_dynamic(complete, deeper)
-            if deeper and len(complete) < len(own):
-                # ... but beside an empty inner array ClickHouse made [[1],[[2,"x"]],[]] an
-                # Array(Dynamic): not repeated here.
+            # Dynamic taking whatever meets it ([[1,"a"],[[1]]] is Array(Array(Dynamic))); items
+            # stay as they are below it.
+            unified = _unify_around_dynamic(complete)
+            if unified is None and _holds_null(items):
+                # ... with a NULL inside ClickHouse unifies them otherwise ([[2],[["x",-0.25,null],["y"]]]
+                # is Array(Array(Dynamic)) there, [[2],[["x",-0.25],["y"]]] Array(Dynamic)): refused
                 raise _Ambiguous
             return (Array(_DYNAMIC), items) if unified is None else (Array(unified), _nulls_emptied(items, unified))
         if len({_name(k) for k in own if not _only_nulls(k)}) > 1 and any(_only_nulls(k) for k in own):
@@ -300,6 +305,11 @@ def _unifies_flat(items: list[list[Any]], objects: Json) -> bool:
     return not (holds_nested(kind) and _leaf(kind) == _DYNAMIC)
 
 
+def _holds_null(items: list[Any]) -> bool:
+    """Whether a NULL is among the items of arrays at any depth (not inside objects)."""
+    return any(x is None or (isinstance(x, list) and not isinstance(x, _Object) and _holds_null(x)) for x in items)
+
+
 def _all_null(item: Any) -> bool:
     """Whether an array holds no value but NULLs and empty arrays (its type fits any other)."""
     return all(x is None or (isinstance(x, list) and not isinstance(x, _Object) and _all_null(x)) for x in item)
@@ -324,7 +334,7 @@ def _leaf(kind: DataType) -> DataType:
     return kind
 
 
-def _unify_around_dynamic(kinds: list[DataType], deeper: list[bool]) -> DataType | None:
+def _unify_around_dynamic(kinds: list[DataType]) -> DataType | None:
     """The common type of inner arrays' types where a Dynamic is among them: position by position a
     Dynamic takes anything, arrays unify their elements, equal types stay; None where they do not
     unify (arrays beside other types, objects beside other types). Differing plain types elsewhere
@@ -334,11 +344,12 @@ def _unify_around_dynamic(kinds: list[DataType], deeper: list[bool]) -> DataType
     if all(k == kinds[0] for k in kinds):
         return kinds[0]
     if all(isinstance(k, Array) for k in kinds):
-        inner = _unify_around_dynamic([cast(Array, k).inner for k in kinds], deeper)
+        inner = _unify_around_dynamic([cast(Array, k).inner for k in kinds])
         return None if inner is None else Array(inner)
     if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in kinds):
-        deeper.append(True)  # (`deeper` records that this rule was needed)
-        return _DYNAMIC  # a Dynamic deeper in one of them takes the others here ([[2],[[1,"a"]]])
+        # A Dynamic deeper in one of them beside other types here: the arrays do not unify
+        # ([[2],[[1,"a"]]] and [[[1,"a"]],[{}]] are Array(Dynamic) as ClickHouse 26.9 infers them alone)
+        return None
     if any(isinstance(k, (Array, Json)) for k in kinds):
         return None
     raise _Ambiguous
@@ -517,6 +528,7 @@ class _Slot:
         # non-negative ones (as an array's element type does); a path's Dynamic does so only once
         # it holds `max_types` types.
         self.widen = widen
+        self.uncertain = False  # (see `place`)
         self.kinds: list[DataType] = []
         self.order: list[DataType] = []
         self.held: frozenset[str] = frozenset()
@@ -554,6 +566,13 @@ class _Slot:
         kind, stored = _infer(value, self.objects)
         if kind in self.kinds:
             return kind, stored, True, strict
+        if self.uncertain and self.kinds and any(
+                _absorbed(k, value, self.held, widen, self.widen) is not _MISS for k in self.order):
+            # A path of objects inside a value of the shared data (or a shared variant): a type it
+            # holds already may take the value or not; ClickHouse did either (a String took a later
+            # date, an Array(Nullable(Float64)) did not take integers beyond Int64), while the
+            # Dynamic of an Array(Dynamic) there took none: not repeated here.
+            raise _Ambiguous
         if len(self.kinds) < self.max_types:
             self.kinds.append(kind)
             # (ties keep the order of the types' names, as the Variant lists them)
@@ -662,6 +681,7 @@ class _Objects:
             if slot is None:
                 if path not in self.seen and len(self.seen) < self.max_paths:
                     slot = self.paths[path] = _Slot(self.max_types, self.objects, self.absorb)
+                    slot.uncertain = not self.absorb
                 else:
                     # Shared data: each value typed on its own, and the Dynamics inside it offer
                     # nothing to types they hold (ClickHouse fills those columns so).
