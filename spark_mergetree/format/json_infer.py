@@ -225,6 +225,11 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
             # Inner arrays holding NULLs are unified as tuples there, position by position, and
             # convert less ([[null,false],["a",null]] keeps the Bool): not repeated here.
             raise _Ambiguous
+        ints = [x for x in flat if type(x) is int]
+        if any(x < 0 for x in ints) and any(x > _INT64_MAX for x in ints) and not any(type(x) is float for x in flat):
+            # A negative integer and one beyond Int64 in inner arrays: ClickHouse may unify them as
+            # UInt64 and refuse the insert ([[-1,4],[9223372036854775810]]): refused
+            raise _Ambiguous
         kind, flat_values = _array(flat, objects)
         if kind == Array(_DYNAMIC) and not any(k == Array(_DYNAMIC) for k in own):
             # Inner arrays of types that do not unify ([[1],["a"]]): each is a Dynamic value of its
