@@ -153,14 +153,14 @@ def nested_text(where: str) -> NestedText:
             return binary_values_text(values.cast(pa.binary()), where, where)
         if pa.types.is_string(values.type):
             return values
-        return stored_object_text(values, where)
+        return stored_object_text(values, where, cast(Json, dt))
 
     return render
 
 
-def stored_object_text(maps: pa.Array, where: str) -> pa.Array:
+def stored_object_text(maps: pa.Array, where: str, dt: Json | None = None) -> pa.Array:
     """JSON objects in their stored form (map path → type encoding + value) → the text ClickHouse
-    prints for each (NULL stays NULL)."""
+    prints for each (NULL stays NULL); a Nullable typed path of `dt` a row lacks prints `null`."""
     n = len(maps)
     filled = maps.fill_null([]) if maps.null_count else maps
     offsets = np.asarray(filled.offsets, np.int64)
@@ -168,6 +168,9 @@ def stored_object_text(maps: pa.Array, where: str) -> pa.Array:
     entry_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
     by_path = values_by_path(entry_rows, filled.keys.slice(first, last - first), filled.items.slice(first, last - first), n)
     texts = {path: binary_values_text(values, where, f"{where}, path {path!r}") for path, values in by_path.items()}
+    for path, t in dt.typed_paths if dt is not None else ():
+        if isinstance(t, Nullable):
+            texts[path] = pc.fill_null(texts[path], "null") if path in texts else pa.array(["null"] * n, pa.string())
     text = object_text(texts, n, where)
     return pc.if_else(maps.is_null(), pa.nulls(n, pa.string()), text) if maps.null_count else text
 
@@ -209,6 +212,9 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
     type_of = np.full(n, -1, np.int64)
     types: list[DataType] = []
     encodings: list[bytes] = []
+    # (one type may come in several encodings: a JSON's typed paths are listed in the order of the
+    # value's column, its name sorts them; the type is one variant, the first encoding its structure's)
+    reordered: set[int] = set()
     while left.any():
         row = int(np.argmax(left))
         cursor = Cursor(f"column {column!r} row {row}", data[int(starts[row]):int(ends[row])].tobytes())
@@ -219,8 +225,13 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
         # The binary type encoding is prefix-free: rows starting with these bytes hold this type.
         same = (data[starts[candidates][:, None] + np.arange(width)] == encoding).all(axis=1)
         mine = candidates[same]
-        type_of[mine] = len(types)
         left[mine] = False
+        names = [t.to_clickhouse() for t in types]
+        if found.to_clickhouse() in names:
+            type_of[mine] = names.index(found.to_clickhouse())
+            reordered.add(names.index(found.to_clickhouse()))
+            continue
+        type_of[mine] = len(types)
         types.append(found)
         encodings.append(encoding.tobytes())
     max_types = DEFAULT_MAX_TYPES if dt.max_types is None else dt.max_types
@@ -236,7 +247,7 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
             i = next(i for i in kept if types[i].to_clickhouse() == name)
             mine = type_of == i
             rows = np.flatnonzero(mine)
-            head = len(encodings[i])
+            head = len(encodings[i])  # (another encoding of the type has the same length)
             body, given = _gather(data, starts[rows] + head, ends[rows])
             try:
                 stored = deserialize_rows([variant], body.tobytes(), len(rows))[0]
@@ -245,7 +256,8 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
                                           f"format: {exc}") from exc
             # The rows were read one after another: each must also end where its own bytes end.
             again, ends_again = value_chunks(variant, stored)
-            if not np.array_equal(ends_again, given) or not np.array_equal(np.asarray(again, np.uint8), body):
+            if not np.array_equal(ends_again, given) or (
+                    i not in reordered and not np.array_equal(np.asarray(again, np.uint8), body)):
                 wrong = np.diff(ends_again) != np.diff(given) if len(ends_again) == len(given) else np.ones(1, bool)
                 raise SchemaMismatchError(f"column {column!r}: row {int(rows[np.argmax(wrong)])}: a value of type "
                                           f"{name} is not in ClickHouse's binary format (its bytes do not end with the value)")

@@ -136,6 +136,13 @@ def _string_type(text: str) -> tuple[DataType, Any]:
     return _STRING, text
 
 
+def _date_readable(text: str) -> bool:
+    """Whether a held date type may read a string inferred as String (`10:00:00` as today's date):
+    text with a digit and no word its parser does not know (`a106` is not)."""
+    return _DIGIT_RE.search(text) is not None and all(
+        w.lower() in _DATE_WORDS or w.lower()[:3] in _MONTHS_DAYS for w in _WORD_RE.findall(text))
+
+
 def _days(year: int, month: int, day: int) -> int:
     try:
         return datetime.date(year, month, day).toordinal() - _EPOCH_ORDINAL
@@ -169,13 +176,13 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
     items unify — numbers to Int64 (Bool counts as Int64), UInt64 or Float64; strings to one of
     String, Date, DateTime, DateTime64(9) (Bool and strings to String); an empty array or only NULLs
     to Nullable(String) — arrays of arrays unify all their inner items (`[[1],[2.5]]` is
-    Array(Array(Nullable(Float64)))), objects give Array(`objects`); items that do not unify give
+    Array(Array(Nullable(Float64)))), objects give Array(`objects`), objects and NULLs Array(Nullable(`objects`)); items that do not unify give
     Array(Dynamic), whose items stay as they are (each is typed where the Dynamic stores it)."""
     if any(isinstance(item, _Object) for item in items):
         if all(isinstance(item, _Object) for item in items):
             return Array(objects), list(items)
         if all(item is None or isinstance(item, _Object) for item in items):
-            raise _Ambiguous  # objects and NULLs: Array(Nullable(JSON(...))), not written here
+            return Array(Nullable(objects)), list(items)  # objects and NULLs: a NULL stays NULL
         return Array(_DYNAMIC), list(items)
     lists = [item for item in items if item is not None]
     if lists and all(isinstance(item, list) for item in lists):
@@ -183,6 +190,12 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
         given = [item is not None for item in items]
         items = [[] if item is None else item for item in items]
         own = [_array(item, objects)[0] for item in items]
+        if len({_name(k) for k in own}) > 1 and any(
+                any(isinstance(x, list) and not isinstance(x, _Object) and _all_null(x) for x in item) for item in items):
+            # An empty array inside one of inner arrays of differing types: ClickHouse unifies them
+            # otherwise ([[[],[2.0]],[]] and [[0],[[1.5],[]]] are Array(Array(Dynamic)) there,
+            # [[[]],[[2.0]],[]] Array(Dynamic)): not repeated here.
+            raise _Ambiguous
         present = [item for item, g in zip(items, given, strict=True) if g]
         empty = [_null_shape(item) for item in present if _all_null(item)]
         if not all(given) and (len({_name(k) for k, g in zip(own, given, strict=True) if g}) > 1
@@ -192,15 +205,14 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
             # [null,[null]] is Array(Array(Nullable(String)))): not repeated here.
             raise _Ambiguous
         complete = [k for k, item in zip(own, items, strict=True) if not _all_null(item)]
-        if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in complete):
+        if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in complete) and not _unifies_flat(items, objects):
             # An inner Array(Dynamic) at some depth: the inner types unify position by position, a
-            # Dynamic taking whatever meets it ([[1,"a"],[[1]]] and [[2],[[1,"a"]]] are
-            # Array(Array(Dynamic))); items stay as they are below it.
-            deeper: list[bool] = []
-            unified = _unify_around_dynamic(complete, deeper)
-            if deeper and len(complete) < len(own):
-                # ... but beside an empty inner array ClickHouse made [[1],[[2,"x"]],[]] an
-                # Array(Dynamic): not repeated here.
+            # Dynamic taking whatever meets it ([[1,"a"],[[1]]] is Array(Array(Dynamic))); items
+            # stay as they are below it.
+            unified = _unify_around_dynamic(complete)
+            if unified is None and _holds_null(items):
+                # ... with a NULL inside ClickHouse unifies them otherwise ([[2],[["x",-0.25,null],["y"]]]
+                # is Array(Array(Dynamic)) there, [[2],[["x",-0.25],["y"]]] Array(Dynamic)): refused
                 raise _Ambiguous
             return (Array(_DYNAMIC), items) if unified is None else (Array(unified), _nulls_emptied(items, unified))
         if len({_name(k) for k in own if not _only_nulls(k)}) > 1 and any(_only_nulls(k) for k in own):
@@ -212,6 +224,11 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
                                  if x is not None and not isinstance(x, list)}) > 1:
             # Inner arrays holding NULLs are unified as tuples there, position by position, and
             # convert less ([[null,false],["a",null]] keeps the Bool): not repeated here.
+            raise _Ambiguous
+        ints = [x for x in flat if type(x) is int]
+        if any(x < 0 for x in ints) and any(x > _INT64_MAX for x in ints) and not any(type(x) is float for x in flat):
+            # A negative integer and one beyond Int64 in inner arrays: ClickHouse may unify them as
+            # UInt64 and refuse the insert ([[-1,4],[9223372036854775810]]): refused
             raise _Ambiguous
         kind, flat_values = _array(flat, objects)
         if kind == Array(_DYNAMIC) and not any(k == Array(_DYNAMIC) for k in own):
@@ -250,15 +267,19 @@ def _array(items: list[Any], objects: Json) -> tuple[DataType, Any]:
             return Array(Nullable(_STRING)), [None if item is None else "true" if item is True else "false"
                                               if item is False else item for item in items]
         return _string_array(names, items, elements)
-    if names == {"Int64", "UInt64"} and all(e is None or e[1] >= 0 for e in elements):
-        return Array(Nullable(_UINT64)), [None if e is None else e[1] for e in elements]
+    if "UInt64" in names and names <= {"Bool", "Int64", "UInt64"} and all(e is None or e[1] >= 0 for e in elements):
+        # (Bool as 0 and 1: `[true,9223372036854775808]` is Array(Nullable(UInt64)) there)
+        return Array(Nullable(_UINT64)), [None if e is None else int(e[1]) for e in elements]
+    if "Float64" in names and names <= {"Bool", "Int64", "UInt64", "Float64"}:
+        # Float64 takes every number, one beyond Int64 too (`[-3,9223372036854775808,2.0]`)
+        return Array(Nullable(_FLOAT64)), [None if e is None else float(e[1]) for e in elements]
     if names <= set(_SCALAR_ORDER):
         target = max(names, key=_SCALAR_ORDER.__getitem__)
         values = [None if e is None else (float(e[1]) if target == "Float64" else int(e[1])) for e in elements]
         return Array(Nullable(Primitive(target))), values
     if names & {"String", "Date", "DateTime", "DateTime64(9)"} and names & {"Int64", "UInt64", "Float64"}:
         return Array(_DYNAMIC), items  # numbers and strings
-    if names == {"Int64", "UInt64"}:
+    if names <= {"Bool", "Int64", "UInt64"}:
         return Array(_DYNAMIC), items  # a negative number and one beyond Int64
     raise _Ambiguous  # mixed kinds whose common type this writer does not derive
 
@@ -276,6 +297,22 @@ def _string_array(names: set[str], items: list[Any], elements: list[tuple[DataTy
     if any(v is not None and v > _DATETIME_MAX for v in seconds):
         raise _Ambiguous  # a Date beyond DateTime's range
     return Array(Nullable(_DATETIME)), seconds
+
+
+def _unifies_flat(items: list[list[Any]], objects: Json) -> bool:
+    """Whether the items of inner arrays unify all together without a Dynamic: ClickHouse unifies
+    them so before any inner array's own type counts (`[[-3,9223372036854775808],[2.0]]` is
+    Array(Array(Nullable(Float64))), though `[-3,9223372036854775808]` alone is Array(Dynamic))."""
+    try:
+        kind = _array([x for item in items for x in item], objects)[0]
+    except _Ambiguous:
+        return False
+    return not (holds_nested(kind) and _leaf(kind) == _DYNAMIC)
+
+
+def _holds_null(items: list[Any]) -> bool:
+    """Whether a NULL is among the items of arrays at any depth (not inside objects)."""
+    return any(x is None or (isinstance(x, list) and not isinstance(x, _Object) and _holds_null(x)) for x in items)
 
 
 def _all_null(item: Any) -> bool:
@@ -302,7 +339,7 @@ def _leaf(kind: DataType) -> DataType:
     return kind
 
 
-def _unify_around_dynamic(kinds: list[DataType], deeper: list[bool]) -> DataType | None:
+def _unify_around_dynamic(kinds: list[DataType]) -> DataType | None:
     """The common type of inner arrays' types where a Dynamic is among them: position by position a
     Dynamic takes anything, arrays unify their elements, equal types stay; None where they do not
     unify (arrays beside other types, objects beside other types). Differing plain types elsewhere
@@ -312,11 +349,12 @@ def _unify_around_dynamic(kinds: list[DataType], deeper: list[bool]) -> DataType
     if all(k == kinds[0] for k in kinds):
         return kinds[0]
     if all(isinstance(k, Array) for k in kinds):
-        inner = _unify_around_dynamic([cast(Array, k).inner for k in kinds], deeper)
+        inner = _unify_around_dynamic([cast(Array, k).inner for k in kinds])
         return None if inner is None else Array(inner)
     if any(holds_nested(k) and _leaf(k) == _DYNAMIC for k in kinds):
-        deeper.append(True)  # (`deeper` records that this rule was needed)
-        return _DYNAMIC  # a Dynamic deeper in one of them takes the others here ([[2],[[1,"a"]]])
+        # A Dynamic deeper in one of them beside other types here: the arrays do not unify
+        # ([[2],[[1,"a"]]] and [[[1,"a"]],[{}]] are Array(Dynamic) as ClickHouse 26.9 infers them alone)
+        return None
     if any(isinstance(k, (Array, Json)) for k in kinds):
         return None
     raise _Ambiguous
@@ -476,6 +514,7 @@ def _absorbed(kind: DataType, value: Any, held: frozenset[str], widen: bool = Fa
 
 
 
+_DATE_NAMES = frozenset({"Date", "DateTime", "DateTime64(9)"})
 _PACKED = {"Int64": "<q", "UInt64": "<Q", "Float64": "<d", "Bool": "<?", "Date": "<H", "DateTime": "<I",
            "DateTime64(9)": "<q"}
 
@@ -494,6 +533,7 @@ class _Slot:
         # non-negative ones (as an array's element type does); a path's Dynamic does so only once
         # it holds `max_types` types.
         self.widen = widen
+        self.uncertain = False  # (see `place`)
         self.kinds: list[DataType] = []
         self.order: list[DataType] = []
         self.held: frozenset[str] = frozenset()
@@ -513,12 +553,17 @@ class _Slot:
             except _Ambiguous:
                 own = None
             if own is not None and _name(own) in self.held and (
-                    _name(own) in ("String", "Date", "DateTime") if isinstance(value, str) else not widen):
+                    _name(own) in ("String", "Date", "DateTime") if isinstance(value, str) else not widen) and not (
+                    # (a held date type is offered a String with a digit first: it may read it)
+                    _name(own) == "String" and self.held & _DATE_NAMES and _date_readable(value)):
                 return own, stored, True, True
         for kind in self.order if self.absorb else ():
             got = _absorbed(kind, value, self.held, widen, self.widen)
             if got is not _MISS:
                 return kind, got, True, True
+            if isinstance(value, list) and not isinstance(value, _Object) and isinstance(kind, Array) \
+                    and kind.inner != _DYNAMIC and holds_nested(kind):
+                self._left_behind(kind, value)
         if strict and _needs_conversion(value):
             # Stored without conversions, an array whose type needs one (`[5,true]` as Int64) fails
             # in ClickHouse, which then takes another way for the enclosing value: not repeated here.
@@ -526,6 +571,13 @@ class _Slot:
         kind, stored = _infer(value, self.objects)
         if kind in self.kinds:
             return kind, stored, True, strict
+        if self.uncertain and self.kinds and any(
+                _absorbed(k, value, self.held, widen, self.widen) is not _MISS for k in self.order):
+            # A path of objects inside a value of the shared data (or a shared variant): a type it
+            # holds already may take the value or not; ClickHouse did either (a String took a later
+            # date, an Array(Nullable(Float64)) did not take integers beyond Int64), while the
+            # Dynamic of an Array(Dynamic) there took none: not repeated here.
+            raise _Ambiguous
         if len(self.kinds) < self.max_types:
             self.kinds.append(kind)
             # (ties keep the order of the types' names, as the Variant lists them)
@@ -533,6 +585,17 @@ class _Slot:
             self.held = frozenset(_name(k) for k in self.kinds)
             return kind, stored, True, strict
         return kind, stored, False, strict
+
+    def _left_behind(self, kind: Array, value: list[Any]) -> None:
+        """A held type holding a Dynamic or a JSON that fails to take an array: ClickHouse parsed its
+        items into the type's nested columns one by one until one failed, then dropped the values
+        but not the types (and paths) they added there; those take later values as held ones do.
+        The items before the failing one go into the nested holder the same way (bytes dropped)."""
+        leaf = _leaf(kind)
+        holder = self.nested.get(_name(kind))
+        if holder is None:
+            holder = self.nested[_name(kind)] = _holder(leaf, self.absorb)
+        _fill_until_failure(kind, value, holder)
 
     def dynamic_bytes(self, value: Any, strict: bool = False) -> bytes:
         """A value in the binary form of a Dynamic value (its type's encoding, then the value)."""
@@ -557,6 +620,30 @@ class _Slot:
             else:
                 holder = _holder(leaf, self.absorb)
         return _value_bytes(kind, stored, holder, strict)
+
+
+def _fill_until_failure(kind: Array, value: list[Any], holder: _Slot | _Objects) -> bool:
+    """Parse `value`'s items into `kind`'s nested Dynamic or JSON (`holder`) as an attempt does, item
+    after item, until one does not fit: whether all fit."""
+    inner = kind.inner.inner if isinstance(kind.inner, Nullable) else kind.inner
+    for item in value:
+        if item is None:
+            continue  # (NULL, or an empty array: nothing goes into the holder)
+        if isinstance(inner, Dynamic):
+            assert isinstance(holder, _Slot)
+            holder.dynamic_bytes(item, True)
+            continue
+        if isinstance(inner, Json):
+            if not isinstance(item, _Object):
+                return False
+            assert isinstance(holder, _Objects)
+            holder.object_bytes(item, True)
+            continue
+        if not isinstance(item, list) or isinstance(item, _Object) or not isinstance(inner, Array):
+            return False
+        if not _fill_until_failure(inner, item, holder):
+            return False
+    return True
 
 
 def _needs_conversion(value: Any) -> bool:
@@ -599,6 +686,7 @@ class _Objects:
             if slot is None:
                 if path not in self.seen and len(self.seen) < self.max_paths:
                     slot = self.paths[path] = _Slot(self.max_types, self.objects, self.absorb)
+                    slot.uncertain = not self.absorb
                 else:
                     # Shared data: each value typed on its own, and the Dynamics inside it offer
                     # nothing to types they hold (ClickHouse fills those columns so).

@@ -175,7 +175,7 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
                 raise UnsupportedError(
                     f"column {column!r} ({dt.to_clickhouse()}): row {row}, path {path!r}: the value "
                     f"{json.dumps(_plain(value))[:80]} is not written here: ClickHouse's type for it (a date or time "
-                    "parsed best-effort, Array(Nullable(JSON(...))), a mixed array whose common type this writer "
+                    "parsed best-effort, a mixed array whose common type this writer "
                     "does not derive, a number out of range) is not derived by this writer; give the path a type "
                     "in the column's type") from None
             name = _name(kind)

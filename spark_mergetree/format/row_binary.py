@@ -19,12 +19,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from spark_mergetree.errors import CorruptPartError, FormatError, UnsupportedError
+from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatchError
 from spark_mergetree.format.compiled import lazy_njit
-from spark_mergetree.format.serialization import deserialize_column
+from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.streams import element_base, stream_names
-from spark_mergetree.format.type_codes import decode_type
+from spark_mergetree.format.type_codes import decode_type, encode_type, text_bytes
 from spark_mergetree.format.types import (
     Array,
     DataType,
@@ -109,8 +110,9 @@ def _row_chunks(dt: DataType, arr: pa.Array, column: str) -> tuple[np.ndarray, n
         return _row_chunks(dt.inner, arr, column)
     if isinstance(dt, Nullable):
         nulls = np.asarray(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(n, np.uint8)
-        data, offsets = _row_chunks(dt.inner, arr.fill_null(default_scalar(dt.inner, arr.type)) if arr.null_count
-                                    else arr, column)
+        filled = (arr.fill_null([]) if isinstance(dt.inner, Json) else arr.fill_null(default_scalar(dt.inner, arr.type))) \
+            if arr.null_count else arr
+        data, offsets = _row_chunks(dt.inner, filled, column)
         sizes = np.where(nulls.astype(bool), 0, np.diff(offsets))
         kept_offsets = np.zeros(n + 1, np.int64)
         np.cumsum(sizes, out=kept_offsets[1:])
@@ -156,19 +158,83 @@ def _dynamic_chunks(arr: pa.Array, column: str) -> tuple[np.ndarray, np.ndarray]
 
 def _object_chunks(dt: Json, arr: pa.Array, column: str) -> tuple[np.ndarray, np.ndarray]:
     """JSON objects in their stored form (map path → Dynamic value bytes) → a varuint count, then
-    each path's name and value bytes."""
-    if dt.typed_paths:
-        raise UnsupportedError(f"column {column!r}: a value of {dt.to_clickhouse()} (with typed paths) inside a Dynamic "
-                               "value is not written here")
+    each path's name and value bytes: the typed paths first (every one, in the type's order, each
+    value in its type's binary format: no type encoding), then the other paths as Dynamic values."""
     if not pa.types.is_map(arr.type):
         raise FormatError(f"column {column!r}: {dt.to_clickhouse()} inside a Dynamic value is written from its stored "
                           f"form (map path → value bytes), not {arr.type}")
     lengths, entries = list_parts(arr)
     keys, values = entries.flatten()
-    entry_offsets = np.zeros(len(lengths) + 1, np.int64)
+    n = len(lengths)
+    typed_parts: list[tuple[np.ndarray, np.ndarray]] = []
+    if dt.typed_paths:
+        entry_rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        others = np.ones(len(keys), bool)
+        for path, t in dt.typed_paths:
+            hit = np.asarray(pc.fill_null(pc.equal(keys, path), False), dtype=bool)
+            others &= ~hit
+            name = np.frombuffer(text_bytes(path), np.uint8)
+            typed_parts.append((np.tile(name, n), np.arange(n + 1, dtype=np.int64) * len(name)))
+            typed_parts.append(_typed_value_chunks(t, entry_rows[hit], values.filter(pa.array(hit)), n,
+                                                   f"column {column!r}, typed path {path!r}"))
+        lengths = np.bincount(entry_rows[others], minlength=n).astype(np.int64)
+        keys, values = keys.filter(pa.array(others)), values.filter(pa.array(others))
+    entry_offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=entry_offsets[1:])
     inner, inner_offsets = _interleave([encode_classic(*string_buffers(keys)), _dynamic_chunks(values, column)])
-    return _interleave([encode_varuints(lengths.astype(np.uint64)), (inner, inner_offsets[entry_offsets])])
+    count = encode_varuints((lengths + len(dt.typed_paths)).astype(np.uint64))
+    return _interleave([count, *typed_parts, (inner, inner_offsets[entry_offsets])])
+
+
+def _typed_value_chunks(dt: DataType, rows: np.ndarray, values: pa.Array, n: int, where: str
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """A typed path's values, given at `rows` (ascending) as Dynamic values of its type (its type's
+    encoding, then the value; a NULL of a Nullable type may be absent or the Nothing code), → each
+    of the `n` rows' value in the type's binary format (its default where a row has none)."""
+    nullable = isinstance(dt, Nullable)
+    inner = dt.inner if isinstance(dt, Nullable) else dt
+    encoding = np.frombuffer(encode_type(inner), np.uint8)
+    offsets, data = string_buffers(values.cast(pa.binary())) if len(values) else (np.zeros(1, np.int64), np.zeros(0, np.uint8))
+    starts, ends = offsets[:-1], offsets[1:]
+    given = np.asarray(values.is_valid(), dtype=bool) & (ends > starts)
+    given[given] = data[starts[given]] != 0x00  # (Nothing: NULL)
+    if len(np.unique(rows)) != len(rows):
+        raise FormatError(f"{where}: a row holds the path twice")
+    fits = ends - starts >= len(encoding)
+    head = starts[:, None] + np.arange(len(encoding))
+    fits[fits] = (data[np.minimum(head[fits], max(len(data) - 1, 0))] == encoding).all(axis=1)
+    if (given & ~fits).any():
+        raise SchemaMismatchError(f"{where}: a value not of type {dt.to_clickhouse()} (a typed path holds its own "
+                                  "type only)")
+    rows, starts, ends = rows[given], starts[given] + len(encoding), ends[given]
+    lengths = ends - starts
+    body = np.zeros(int(lengths.sum()), np.uint8)
+    if len(body):
+        body = data[np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(len(body))]
+    present = np.zeros(n, np.int64)
+    present[rows] = lengths
+    if nullable:
+        default = np.array([1], np.uint8)
+    else:
+        chunk, _ = value_chunks(dt, default_column(dt, 1))
+        default = np.asarray(chunk, np.uint8)
+    missing = np.ones(n, bool)
+    missing[rows] = False
+    flags = (np.zeros(len(rows), np.uint8), np.arange(len(rows) + 1, dtype=np.int64))
+    parts = []
+    if nullable:  # 0x00 before a value, 0x01 alone for NULL
+        flag_sizes = np.zeros(n, np.int64)
+        flag_sizes[rows] = 1
+        parts.append((flags[0], _offsets(flag_sizes)))
+    parts.append((body, _offsets(present)))
+    parts.append((np.tile(default, int(missing.sum())), _offsets(np.where(missing, len(default), 0))))
+    return _interleave(parts)
+
+
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
 
 
 def serialize_rows(dts: Sequence[DataType], arrays: Sequence[pa.Array | pa.ChunkedArray],
@@ -215,6 +281,11 @@ def _span_type(dt: DataType) -> DataType:
         return _STRING
     if isinstance(dt, Json):
         return Map(_STRING, _STRING)
+    if isinstance(dt, Nullable) and isinstance(dt.inner, Json):
+        # A NULL map and the object's map: streams only (a Nullable of a Map is no type of its own)
+        span = object.__new__(Nullable)
+        object.__setattr__(span, "inner", _span_type(dt.inner))
+        return span
     if isinstance(dt, (Array, Nullable)) and _holds_objects(dt):
         return type(dt)(_span_type(dt.inner))
     if isinstance(dt, Map) and _holds_objects(dt):
@@ -274,26 +345,42 @@ def _split_row(dt: DataType, base: str, level: int, buf: memoryview, pos: int, o
         _put_classic(out[base], buf[pos:end])
         return end
     if isinstance(dt, Json):
-        if dt.typed_paths:
-            raise UnsupportedError(f"row data: a value of {dt.to_clickhouse()} (with typed paths) inside a Dynamic value "
-                                   "is not read here")
+        # (typed paths' values are in their types' binary format: kept as Dynamic values of their
+        # types, as the stored form holds them, a NULL left out)
+        typed = {path.encode("utf-8", "surrogateescape"): t for path, t in dt.typed_paths}
         count, pos = read_varuint(buf, pos, "row data")
-        out[f"{base}.size{level}"] += struct.pack("<Q", count)
+        kept = 0
         for _ in range(count):
             length, start = read_varuint(buf, pos, "row data")
             if start + length > len(buf):
                 raise CorruptPartError(f"row data: a JSON path at byte offset {pos} runs past the end")
-            _put_classic(out[element_base(base, "keys")], buf[start:start + length])
+            key = buf[start:start + length]
             pos = start + length
-            end = _dynamic_end(buf, pos)
-            _put_classic(out[element_base(base, "values")], buf[pos:end])
+            t = typed.get(bytes(key)) if typed else None
+            if t is None:
+                end = _dynamic_end(buf, pos)
+                value = bytes(buf[pos:end])
+            else:
+                end = _value_end(t, buf, pos)
+                if isinstance(t, Nullable) and buf[pos]:
+                    pos = end
+                    continue
+                value = encode_type(t.inner if isinstance(t, Nullable) else t) + \
+                    bytes(buf[pos + (1 if isinstance(t, Nullable) else 0):end])
+            _put_classic(out[element_base(base, "keys")], key)
+            _put_classic(out[element_base(base, "values")], memoryview(value))
+            kept += 1
             pos = end
+        out[f"{base}.size{level}"] += struct.pack("<Q", kept)
         return pos
     if isinstance(dt, Nullable):
         if pos >= len(buf):
             raise CorruptPartError(f"row data: truncated NULL flag at byte offset {pos}")
         is_null = buf[pos]
         out[base + ".null"].append(is_null)
+        if is_null and isinstance(dt.inner, Json):  # (a NULL object: no paths)
+            out[f"{base}.size{level}"] += struct.pack("<Q", 0)
+            return pos + 1
         if is_null:
             _write_default(dt.inner, base, out)
             return pos + 1

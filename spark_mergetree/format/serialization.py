@@ -125,6 +125,9 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
     if isinstance(dt, Nullable):
         nulls = np.asarray(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(len(arr), np.uint8)
         out[base + ".null"] = StreamBytes(nulls.tobytes(), bounds.copy())
+        if isinstance(dt.inner, Json):  # (a NULL object is written as `{}` in the JSON's streams)
+            _serialize(dt.inner, base, level, arr, bounds, string_sizes, column, out, states, last, objects)
+            return
         _serialize_values(dt.inner, base, arr, bounds, string_sizes, column, out, allow_nulls=True)
         return
     if isinstance(dt, LowCardinality):
@@ -334,7 +337,7 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         return _deserialize_sparse(dt, base, n, string_sizes, cursors)
     if isinstance(dt, Nullable):
         nulls = cursors[base + ".null"].take(n)
-        values = _deserialize(dt.inner, base, level, n, string_sizes, cursors)
+        values = _deserialize(dt.inner, base, level, n, string_sizes, cursors, objects=objects)
         return apply_nulls(values, nulls.astype(bool))
     if isinstance(dt, LowCardinality):
         return deserialize_low_cardinality(dt, base, n, cursors)

@@ -77,10 +77,6 @@ def decode_type(cursor: Cursor) -> DataType:
         return Decimal(precision, scale)
     if code in (_ARRAY, _NULLABLE, _LOW_CARDINALITY):
         inner = decode_type(cursor)
-        if code == _NULLABLE and isinstance(inner, Json):
-            # (ClickHouse's type of an array of objects and NULLs: Array(Nullable(JSON(...))))
-            raise UnsupportedError(f"stream {cursor.name!r}: a value of type Nullable({inner.to_clickhouse()}) at "
-                                   f"offset {at} is not supported")
         return Array(inner) if code == _ARRAY else Nullable(inner) if code == _NULLABLE else LowCardinality(inner)
     if code == _MAP:
         key = decode_type(cursor)

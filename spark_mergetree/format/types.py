@@ -254,7 +254,8 @@ class Nullable(DataType):
     inner: DataType
 
     def __post_init__(self) -> None:
-        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant, Dynamic, Json)):
+        # (Nullable(JSON) is ClickHouse's type of the objects in an array of objects and NULLs)
+        if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant, Dynamic)):
             raise FormatError(f"Nullable cannot wrap {self.inner.to_clickhouse()}")
 
     def _spelling(self) -> str:
@@ -370,8 +371,8 @@ class Dynamic(DataType):
 class Json(DataType):
     """JSON[(max_dynamic_paths=N, max_dynamic_types=M, path Type, ...)]: an object per row, stored path
     by path (format/json_text.py); read as the JSON text ClickHouse prints for it. `params` keep the
-    order they were written in, as ClickHouse prints them: (name, int) for a setting, (path, type) for
-    a typed path."""
+    order they were written in (a binary type encoding's order of typed paths is its own; the name
+    lists them sorted, as ClickHouse does): (name, int) for a setting, (path, type) for a typed path."""
 
     params: tuple[tuple[str, int | DataType], ...] = ()
     skips: tuple[str, ...] = ()  # SKIP paths: not stored
@@ -386,9 +387,9 @@ class Json(DataType):
         return tuple((p, t) for p, t in self.params if isinstance(t, DataType))
 
     def _spelling(self) -> str:
-        # As ClickHouse prints it: settings, typed paths, SKIP paths, SKIP REGEXP patterns.
+        # As ClickHouse prints it: settings, typed paths (sorted by path), SKIP paths, SKIP REGEXP patterns.
         items = [f"{k}={v}" for k, v in self.params if isinstance(v, int)]
-        items += [f"{_quote_name(k)} {v.to_clickhouse()}" for k, v in self.typed_paths]
+        items += [f"{_quote_name(k)} {v.to_clickhouse()}" for k, v in sorted(self.typed_paths, key=lambda p: p[0])]
         items += [f"SKIP {_quote_name(path)}" for path in self.skips]
         items += [f"SKIP REGEXP {_quote(pattern)}" for pattern in self.skip_regexps]
         return "JSON" + (f"({', '.join(items)})" if items else "")

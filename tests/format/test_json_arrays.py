@@ -69,7 +69,15 @@ ABSORBING = [
     '{"n":[[1,"a"]],"p":[{"q":[{"r":1}]}]}', '{"n":[[2]],"p":[{"q":[]}]}',
     '{"n":[null,[{"x":1}]],"p":[{"q":[{"r":"s"},{"r":2}]}]}',
 ]
-CORPORA = {"arrays": [_doc(i) for i in range(ROWS)], "absorbing": ABSORBING * 3}
+# Arrays of objects and NULLs (Array(Nullable(JSON(...))), also inside arrays, in objects in such
+# arrays and in an Array(Dynamic)), meeting held Array(JSON(...)) and Array(Nullable(JSON(...))).
+NULLS = [
+    '{"a":[{"x":1},null,{"x":2}],"d":[{"x":1}]}', '{"a":[null,{"b":"s"}],"d":[{"x":1},null],"e":[{"y":[null,{"z":1}]}]}',
+    '{"a":5,"e":[{"y":[{"z":"s"}]}]}', '{"a":[{"x":[1,"a"]},null],"f":[[null],[{"y":1}]]}',
+    '{"c":[1,[null,{"z":1}]],"f":[[{"x":1}],[null,{"y":1}]],"g":[null,{"a":{"b":[null,{"c":1}]}}]}',
+    '{"a":[null],"d":[],"g":[{"a":{"b":[]}},null]}', '{"a":[{"x":2}],"h":[null,{"i":[1,"x"]},{"j":true}]}',
+]
+CORPORA = {"arrays": [_doc(i) for i in range(ROWS)], "absorbing": ABSORBING * 3, "nulls": NULLS * 5}
 
 
 JSON_TYPES = {
@@ -268,24 +276,23 @@ def test_streaming_merge_of_array_json_and_array_dynamic_is_the_in_memory_merge(
     assert [json.loads(t) for t in before][:3] == [json.loads(t) for t in texts[:3]]
 
 
-def test_values_not_interpreted_are_refused_naming_column_path_and_type(tmp_path):
-    """An array of objects and NULLs (ClickHouse's Array(Nullable(JSON(...)))) is refused when read
-    from ClickHouse's part (as a dynamic path or in the shared data) and when written from text,
-    naming the column, the path and the type."""
-    for json_type, path in (("JSON", "'m'"), ("JSON(max_dynamic_paths=1)", "'m' \\(shared data\\)")):
-        sess, data_dir = make_chdb_table(
-            tmp_path / json_type[:6], f"CREATE TABLE src (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id",
-            ["""INSERT INTO src VALUES (0, '{"o":1}'), (1, '{"m":[{"a":1},null]}')"""])
+def test_arrays_of_objects_and_nulls_are_array_nullable_json_read_as_clickhouse_prints_them(tmp_path):
+    """An array of objects and NULLs is ClickHouse's Array(Nullable(JSON(...))) (a NULL stays `null`,
+    its object `{}` in the JSON's streams beside a `.null` map): read from ClickHouse's part as a
+    dynamic path and in the shared data, the types as ClickHouse gives them."""
+    texts = ['{"o":1}', '{"m":[{"a":1},null]}', '{"m":[null,{"b":"s"}],"n":[[null],[{"c":[{"d":1},null]}]]}']
+    for json_type in ("JSON", "JSON(max_dynamic_paths=1)"):
+        sess, data_dir = _source(tmp_path / json_type[:6], "Compact", json_type, texts)
         try:
+            expected = _select(sess, "src")
+            assert expected[1][1] == '{"m":[{"a":1},null]}'
+            assert "Array(Nullable(JSON(max_dynamic_types=16, max_dynamic_paths=" in expected[1][2]
+            assert "Array(Array(Nullable(JSON(" in expected[2][2]
             table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
-            with pytest.raises(UnsupportedError, match=rf"column 'j' .*path {path}.*Nullable\(JSON\(max_dynamic_types=16"):
-                table.to_arrow()
+            assert [(str(r["id"]), r["j"]) for r in table.to_arrow().sort_by("id").to_pylist()] == \
+                [r[:2] for r in expected]
         finally:
             close_session()
-    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id")
-    with pytest.raises(UnsupportedError, match=r"column 'j' \(JSON\): row 0, path 'x.m'.*Array\(Nullable\(JSON"):
-        ours.insert(pa.table({"id": pa.array([0], pa.uint64()), "j": ['{"x":{"m":[null,{"a":1}]}}']}))
-    assert ours.parts() == []
 
 
 @pytest.mark.parametrize("kind", list(PART_KINDS))
@@ -302,22 +309,24 @@ def test_a_path_holding_values_in_some_rows_and_objects_in_others_reads_as_click
 
 @pytest.mark.parametrize("kind", list(PART_KINDS))
 def test_dynamic_columns_holding_array_json_and_array_dynamic_values_both_ways(tmp_path, kind):
-    """A Dynamic and an Array(Dynamic) column whose values are of types Array(JSON(...)), Array(Dynamic)
-    and JSON: ClickHouse's part read (values in their binary form, also after our merge), written by
+    """A Dynamic and an Array(Dynamic) column whose values are of types Array(JSON(...)), Array(Dynamic),
+    Array(Nullable(JSON(...))) and JSON: ClickHouse's part read (values in their binary form, also after our merge), written by
     us in one insert with ClickHouse's bytes, and in two inserts merged by us attached by ClickHouse
     with CHECK TABLE passing and SELECT returning the same rows."""
-    doc = ("multiIf(number % 3 = 0, '{\"m\":[{\"x\":1},{\"y\":\"s\"}],\"n\":[1,\"a\"]}', number % 3 = 1, "
-           "'{\"m\":[1,[2,\"b\"]],\"n\":{\"q\":1}}', '{\"m\":5}')::JSON")
+    doc = ("multiIf(number % 4 = 0, '{\"m\":[{\"x\":1},{\"y\":\"s\"}],\"n\":[1,\"a\"]}', number % 4 = 1, "
+           "'{\"m\":[1,[2,\"b\"]],\"n\":{\"q\":1}}', number % 4 = 2, "
+           "'{\"m\":[{\"x\":2},null],\"p\":[null,{\"y\":[1,\"a\"]}]}', '{\"m\":5}')::JSON")
     columns = [("id", "UInt64"), ("d", "Dynamic"), ("a", "Array(Dynamic)")]
     create = (f"CREATE TABLE {{}} (id UInt64, d Dynamic, a Array(Dynamic)) ENGINE = MergeTree ORDER BY id "
               f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
     sess, data_dir = make_chdb_table(
         tmp_path, create.format("src"),
-        [f"INSERT INTO src SELECT number, j.m, [j.m, j.n] FROM (SELECT number, {doc} AS j FROM numbers(100))"])
+        [f"INSERT INTO src SELECT number, j.m, [j.m, j.n, j.p] FROM (SELECT number, {doc} AS j FROM numbers(100))"])
     try:
         select = "SELECT id, d, dynamicType(d), a, arrayMap(x -> dynamicType(x), a) FROM {} ORDER BY id"
         expected = sess.query(select.format("src"), "TabSeparatedRaw").bytes()
         assert b"Array(JSON(max_dynamic_types=16, max_dynamic_paths=256))" in expected and b"Array(Dynamic)" in expected
+        assert b"Array(Nullable(JSON(max_dynamic_types=16, max_dynamic_paths=256)))" in expected
         theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
         rows = theirs.to_arrow().sort_by("id")
         raw = sess.query("SELECT d FROM src ORDER BY id", "RowBinary").bytes()
@@ -365,8 +374,12 @@ def _random_documents(seed: int, count: int) -> list[str]:
     return [json.dumps(obj(0)) for _ in range(count)]
 
 
+# (seeds 14, 99 and 105 gave other types than ClickHouse's before numbers beyond Int64 unified with
+# Float64 and types a failed attempt leaves in nested Dynamics were kept; seeds 0..199 of the
+# "plain", "shared" and "narrow" types were compared with ClickHouse outside this suite)
 @pytest.mark.parametrize(("seed", "kind", "json_type"), [(22, "Wide", "plain"), (25, "Compact", "shared"),
-                                                         (21, "Compact", "narrow")])
+                                                         (21, "Compact", "narrow"), (14, "Wide", "plain"),
+                                                         (99, "Compact", "plain"), (105, "Wide", "shared")])
 def test_random_documents_written_as_clickhouse_types_them(tmp_path, seed, kind, json_type):
     """Random documents: the ones this writer types (it refuses, naming the row, those whose types it
     does not derive) inserted by us and into ClickHouse give the same objects and path types; we
@@ -416,5 +429,81 @@ def test_nulls_inside_arrays_unified_around_a_dynamic_are_empty_arrays(tmp_path)
         sess.query(f"CREATE TABLE back (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id SETTINGS {PART_KINDS['Compact']}")
         _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
         assert _select(sess, "back") == expected
+    finally:
+        close_session()
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_dynamic_values_of_json_types_with_typed_paths_both_ways(tmp_path, kind):
+    """Dynamic values of JSON types with typed paths (`JSON(a UInt32, z Nullable(String))`, alone and
+    in an Array, a typed path holding an Array): their binary form (typed paths first, each value in
+    its type's binary format) read from ClickHouse's part and printed as ClickHouse prints it; one
+    insert of the rows written with ClickHouse's bytes; two inserts merged by us attached with CHECK
+    TABLE passing and the same rows and types."""
+    expr = ("multiIf(number % 5 = 0, [concat('{\"b\":', toString(number), '}')::JSON(a UInt32, z Nullable(String))]"
+            "::Dynamic, number % 5 = 1, '{\"z\":\"q\",\"a\":3,\"b\":[1,\"x\"]}'::JSON(z Nullable(String), a UInt32)::Dynamic,"
+            " number % 5 = 2, '{\"k\":{\"m\":[1,2]},\"n\":1.5}'::JSON(`k.m` Array(UInt8), max_dynamic_paths=1)::Dynamic,"
+            " number % 5 = 3, concat('{\"u\":', toString(number), ',\"v\":[{\"w\":1}]}')::JSON(u UInt8)::Dynamic,"
+            " NULL::Dynamic)")
+    columns = [("id", "UInt64"), ("d", "Dynamic"), ("a", "Array(Dynamic)")]
+    create = (f"CREATE TABLE {{}} (id UInt64, d Dynamic, a Array(Dynamic)) ENGINE = MergeTree ORDER BY id "
+              f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}")
+    sess, data_dir = make_chdb_table(tmp_path, create.format("src"),
+                                     [f"INSERT INTO src SELECT number, {expr} AS x, [x, 1::Dynamic] FROM numbers(100)"])
+    try:
+        select = "SELECT id, d, dynamicType(d), a, arrayMap(x -> dynamicType(x), a) FROM {} ORDER BY id"
+        expected = sess.query(select.format("src"), "TabSeparatedRaw").bytes()
+        assert b"JSON(a UInt32, z Nullable(String))" in expected and b"JSON(u UInt8)" in expected
+        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
+        rows = theirs.to_arrow().sort_by("id")
+        texts = sess.query("SELECT toJSONString(d) FROM src ORDER BY id", "TabSeparatedRaw").bytes().decode().splitlines()
+        ours = binary_values_text(rows.column("d").combine_chunks(), "d", "d").to_pylist()
+        assert [t for t, o in zip(texts, ours, strict=True) if o is not None] == [o for o in ours if o is not None]
+        # (with one typed path the value's bytes are ClickHouse's; with two, ClickHouse lists them
+        # in an order of its own hash table, which differs between the part's structure and its export)
+        raw = sess.query("SELECT d FROM src WHERE id % 5 IN (2, 3) ORDER BY id", "RowBinary").bytes()
+        assert b"".join(v for i, v in enumerate(rows.column("d").to_pylist()) if i % 5 in (2, 3)) == raw
+        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+
+        def ours_table(name: str) -> MergeTreeTable:
+            return MergeTreeTable.create(tmp_path / name, columns, order_by="id",
+                                         settings={"index_granularity": 16, "auto_merge": False, **settings})
+        one = ours_table("one")
+        one.insert(rows)
+        _same_json_bytes(theirs, one)
+        two = ours_table("two")
+        two.insert(rows.slice(0, 50))
+        two.insert(rows.slice(50))
+        assert two.optimize(final=True)
+        assert two.to_arrow().sort_by("id").to_pylist() == rows.to_pylist()
+        sess.query(create.format("back"))
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), two)
+        assert sess.query(select.format("back"), "TabSeparatedRaw").bytes() == expected
+    finally:
+        close_session()
+
+
+def test_types_a_failed_attempt_leaves_in_nested_dynamics_take_later_values(tmp_path):
+    """A held Array(Array(Dynamic)) offered `[["yy"],2]` parses `["yy"]` into its inner Dynamic before
+    `2` fails: ClickHouse keeps the String type there (not the value), which takes a later
+    `"2021-02-03 04:05:06.4"` as a String. Our writer fills it the same way: the same objects, path
+    types and inner types (unifying numbers beyond Int64 with Float64 too)."""
+    texts = ['{"e":[[1,[2]]]}', '{"e":[["yy"],2]}', '{"e":[["2021-02-03 04:05:06.4"]]}',
+             '{"f":[[-3,9223372036854775808],[2.0]],"g":[[[-1,9223372036854775808]],[[2.5]]]}']
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id",
+                                 settings={"auto_merge": False})
+    ours.insert(pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": texts}))
+    sess, _ = _source(tmp_path, "Wide", "JSON", texts)
+    try:
+        expected = _select(sess, "src")
+        assert expected[2][1] == '{"e":[["2021-02-03 04:05:06.4"]]}'
+        assert expected[3][1] == '{"f":[[-3,9223372036854776000],[2]],"g":[[[-1,9223372036854776000]],[[2.5]]]}'
+        sess.query(f"CREATE TABLE back (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id SETTINGS {PART_KINDS['Wide']}")
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        assert _select(sess, "back") == expected
+        inner = ("SELECT id, toString(arrayMap(x -> toString(arrayMap(y -> dynamicType(y), x)), "
+                 "dynamicElement(j.e, 'Array(Array(Dynamic))'))) FROM {} ORDER BY id")
+        assert sess.query(inner.format("back"), "TabSeparatedRaw").bytes() == \
+            sess.query(inner.format("src"), "TabSeparatedRaw").bytes()
     finally:
         close_session()
