@@ -6,7 +6,8 @@ same data, in one SparkSession set up with spark_mergetree.configure (the sessio
 Data: `rows` rows of (id long, ts long, value double, name string), written as Parquet and as a
 mergetree table ORDER BY id (merged into one part), plus the same rows as a partitioned table of many
 parts (PARTITION BY intDiv(id, rows / 84), written by two tasks that each hold rows of every
-partition: 168 parts, as a Spark write into a table partitioned by month makes them).
+partition: 254 parts with the default options, as a Spark write into a table partitioned by month
+makes them).
 
 The floors are what any Python data source costs in this PySpark, measured in the same run
 (benchmarks/spark_floors.py):
