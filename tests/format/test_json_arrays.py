@@ -331,24 +331,30 @@ def test_dynamic_columns_holding_array_json_and_array_dynamic_values_both_ways(t
         rows = theirs.to_arrow().sort_by("id")
         raw = sess.query("SELECT d FROM src ORDER BY id", "RowBinary").bytes()
         assert b"".join(b"\x00" if v is None else v for v in rows.column("d").to_pylist()) == raw
-        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
-
-        def ours(name: str) -> MergeTreeTable:
-            return MergeTreeTable.create(tmp_path / name, columns, order_by="id",
-                                         settings={"index_granularity": 16, "auto_merge": False, **settings})
-        one = ours("one")
-        one.insert(rows)
-        _same_json_bytes(theirs, one)
-        two = ours("two")
-        two.insert(rows.slice(0, 50))
-        two.insert(rows.slice(50))
-        assert two.optimize(final=True)
-        assert two.to_arrow().sort_by("id").to_pylist() == rows.to_pylist()
-        sess.query(create.format("back"))
-        _attach_and_check(sess, "back", _data_dir(sess, "back"), two)
-        assert sess.query(select.format("back"), "TabSeparatedRaw").bytes() == expected
+        _written_and_merged_as_clickhouse(sess, tmp_path, theirs, rows, columns, kind, create, select, expected)
     finally:
         close_session()
+
+
+def _written_and_merged_as_clickhouse(sess, tmp_path, theirs, rows, columns, kind, create, select, expected):
+    """ClickHouse's rows written by us in one insert give its bytes; written in two and merged by us,
+    chdb attaches the part (CHECK TABLE) and selects what it selected from its own."""
+    settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+
+    def ours(name: str) -> MergeTreeTable:
+        return MergeTreeTable.create(tmp_path / name, columns, order_by="id",
+                                     settings={"index_granularity": 16, "auto_merge": False, **settings})
+    one = ours("one")
+    one.insert(rows)
+    _same_json_bytes(theirs, one)
+    two = ours("two")
+    two.insert(rows.slice(0, 50))
+    two.insert(rows.slice(50))
+    assert two.optimize(final=True)
+    assert two.to_arrow().sort_by("id").to_pylist() == rows.to_pylist()
+    sess.query(create.format("back"))
+    _attach_and_check(sess, "back", _data_dir(sess, "back"), two)
+    assert sess.query(select.format("back"), "TabSeparatedRaw").bytes() == expected
 
 
 def _random_documents(seed: int, count: int) -> list[str]:
@@ -463,22 +469,7 @@ def test_dynamic_values_of_json_types_with_typed_paths_both_ways(tmp_path, kind)
         # in an order of its own hash table, which differs between the part's structure and its export)
         raw = sess.query("SELECT d FROM src WHERE id % 5 IN (2, 3) ORDER BY id", "RowBinary").bytes()
         assert b"".join(v for i, v in enumerate(rows.column("d").to_pylist()) if i % 5 in (2, 3)) == raw
-        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
-
-        def ours_table(name: str) -> MergeTreeTable:
-            return MergeTreeTable.create(tmp_path / name, columns, order_by="id",
-                                         settings={"index_granularity": 16, "auto_merge": False, **settings})
-        one = ours_table("one")
-        one.insert(rows)
-        _same_json_bytes(theirs, one)
-        two = ours_table("two")
-        two.insert(rows.slice(0, 50))
-        two.insert(rows.slice(50))
-        assert two.optimize(final=True)
-        assert two.to_arrow().sort_by("id").to_pylist() == rows.to_pylist()
-        sess.query(create.format("back"))
-        _attach_and_check(sess, "back", _data_dir(sess, "back"), two)
-        assert sess.query(select.format("back"), "TabSeparatedRaw").bytes() == expected
+        _written_and_merged_as_clickhouse(sess, tmp_path, theirs, rows, columns, kind, create, select, expected)
     finally:
         close_session()
 
