@@ -694,17 +694,19 @@ class PartReader:
         marks, streams = self.compact_layout
         data = self._read(COMPACT_DATA_FILE)
         path = self._path(COMPACT_DATA_FILE)
-        flat = marks.offsets.reshape(-1, 2).tolist()
+        flat = marks.offsets.reshape(-1, 2)
         n_streams = len(streams)
         out: dict[str, bytes | memoryview] = {}
         for stream in wanted:
             if stream not in streams:
                 raise CorruptPartError(f"{path}: no substream {stream!r} in the part's marks")
-            s = streams.index(stream)
-            ranges: list[tuple[tuple[int, int], tuple[int, int] | None]] = []
-            for at in range(begin * n_streams + s, end * n_streams + s, n_streams):
-                ranges.append(((flat[at][0], flat[at][1]), (flat[at + 1][0], flat[at + 1][1]) if at + 1 < len(flat) else None))
-            out[stream] = decompress_ranges(data, path, ranges)
+            at = np.arange(begin * n_streams + streams.index(stream), end * n_streams, n_streams)
+            starts = [(int(block), int(inner)) for block, inner in flat[at].tolist()]
+            # A granule's piece ends at the next mark; the part's very last piece at the file's end.
+            stops: list[tuple[int, int] | None] = [(int(block), int(inner)) for block, inner in
+                                                   flat[at[at + 1 < len(flat)] + 1].tolist()]
+            stops += [None] * (len(starts) - len(stops))
+            out[stream] = decompress_ranges(data, path, list(zip(starts, stops, strict=True)))
         return out
 
     def _refuse_raw_variant_names(self, name: str) -> None:
