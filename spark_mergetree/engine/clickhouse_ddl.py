@@ -18,6 +18,7 @@ leftovers of a crash), the statement is still returned and a warning names the d
 from __future__ import annotations
 
 import os
+import uuid as uuid_module
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -29,7 +30,10 @@ from spark_mergetree.expressions.ddl import TableDefinition, format_attach, quot
 def attach_statement(definition: TableDefinition, name: str, uuid: str | None, disk: Sequence[str]) -> str:
     """`ATTACH TABLE name UUID '...' (...) ENGINE = ... SETTINGS ..., table_disk = 1, disk = disk(<disk>)`.
 
-    `disk` holds the disk's parameters as `key = value` texts, values already quoted."""
+    `disk` holds the disk's parameters as `key = value` texts, values already quoted. A ClickHouse
+    data directory opened with a statement that names no UUID gets one derived from its disk: an
+    Atomic database needs one, it names no path here (the data is on the statement's own disk), and
+    the same directory gets the same UUID every time, unlike the table it was copied from."""
     statement = format_attach(definition).rstrip("\n")
     _head, _, body = statement.partition("\n")
     database, _, table = name.rpartition(".")
@@ -40,7 +44,8 @@ def attach_statement(definition: TableDefinition, name: str, uuid: str | None, d
         lines[-1] += ", " + setting
     else:
         lines.append("SETTINGS " + setting)
-    return f"ATTACH TABLE {target} UUID {quote_string(uuid or '')}\n" + "\n".join(lines) + "\n"
+    uuid = uuid or str(uuid_module.uuid5(uuid_module.NAMESPACE_URL, ", ".join(disk)))
+    return f"ATTACH TABLE {target} UUID {quote_string(uuid)}\n" + "\n".join(lines) + "\n"
 
 
 def local_disk(directory: str) -> list[str]:

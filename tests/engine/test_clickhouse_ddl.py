@@ -102,3 +102,32 @@ def test_a_table_spread_over_disks_is_refused(tmp_path: Path) -> None:
     table = MergeTreeTable.create(tmp_path / "events", SCHEMA, order_by="id", settings={"storage_policy": policy})
     with pytest.raises(UnsupportedError, match="storage policy"):
         table.clickhouse_ddl()
+
+
+def test_a_clickhouse_directory_opened_with_a_statement_without_uuid_is_attached_in_place(tmp_path: Path) -> None:
+    # A user's ClickHouse table: its CREATE names no UUID; our insert and merge go into a copy of its
+    # directory, which ClickHouse then opens where it lies.
+    statement = ("CREATE TABLE events (d Date, id UInt64, name LowCardinality(String), price Decimal(18, 4), "
+                 "note Nullable(String)) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY id "
+                 "SETTINGS index_granularity = 64")
+    connection = chdb.connect(f"file:{tmp_path / 'source'}")
+    cursor = connection.cursor()
+    try:
+        cursor.execute(statement)
+        cursor.execute("INSERT INTO events SELECT '2024-03-01', number, concat('n', toString(number % 7)), "
+                       "number / 8, if(number % 3 = 0, NULL, concat('x', toString(number))) FROM numbers(300)")
+        cursor.execute("SELECT arrayJoin(data_paths) FROM system.tables WHERE name = 'events'")
+        (source,) = [Path(row[0]) for row in cursor.fetchall()]
+        shutil.copytree(source, tmp_path / "copy")
+    finally:
+        cursor.close()
+        connection.close()
+    table = MergeTreeTable.open(tmp_path / "copy", create_statement=statement)
+    table.insert(_rows(300, 200, "2024-04-02"))
+    table.optimize(final=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ddl = table.clickhouse_ddl("default.events")
+    assert ddl == table.clickhouse_ddl("default.events")  # the same UUID every time
+    assert _clickhouse_rows(tmp_path / "chdb", ddl)[0] == _our_rows(table)
+    assert len(_our_rows(table)) == 500
