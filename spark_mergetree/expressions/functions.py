@@ -17,6 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, FormatError, UnsupportedError
+from spark_mergetree.expressions.time_functions import (
+    TIME_FUNCTIONS,
+    apply_time_function,
+    is_monotonic_time_function,
+    time_result_type,
+    utc_offsets,
+)
 from spark_mergetree.format.types import (
     DataType,
     DateTime,
@@ -119,8 +126,18 @@ _DATE_FUNCTIONS = {
 }
 # Functions that keep the order of their (first) argument: a range [lo, hi] maps to [f(lo), f(hi)].
 # (toQuarter and toMonth repeat every year: not monotonic.)
-MONOTONIC_FUNCTIONS = frozenset(set(_DATE_FUNCTIONS) - {"toQuarter", "toMonth"} | {"intDiv"})
+# (Of the DateTime-valued functions those that wrap modulo 2^32 are not: `is_monotonic`.)
+MONOTONIC_FUNCTIONS = frozenset(set(_DATE_FUNCTIONS) - {"toQuarter", "toMonth"} | {"intDiv"} | TIME_FUNCTIONS)
 SUPPORTED_FUNCTIONS = MONOTONIC_FUNCTIONS | {"toQuarter", "toMonth", "modulo", "moduloLegacy", "intHash32"}
+
+
+def is_monotonic(name: str, arg_type: str | None) -> bool:
+    """Whether `name` of values of `arg_type` keeps their order, so a range maps to a range."""
+    if name not in MONOTONIC_FUNCTIONS or arg_type is None:
+        return False
+    if name in TIME_FUNCTIONS:
+        return is_monotonic_time_function(name, type_info(arg_type).base)
+    return True
 
 
 def result_type(name: str, arg_type: str, constant: int | None = None, *, in_partition_key: bool = False) -> str:
@@ -130,6 +147,10 @@ def result_type(name: str, arg_type: str, constant: int | None = None, *, in_par
     the width of the divisor's literal type; `in_partition_key` selects that behaviour.
     """
     arg = type_info(arg_type)
+    if name in TIME_FUNCTIONS:
+        if constant is not None:
+            raise UnsupportedError(f"{name}() with a second argument (a time zone) is not supported in keys")
+        return _wrap_nullable(time_result_type(name, arg.base, arg.timezone), arg)
     if name in _DATE_FUNCTIONS:
         if arg.base not in DATE_LIKE:
             raise UnsupportedError(f"{name}() of a {arg_type} value is not supported (needs Date, Date32, DateTime or DateTime64)")
@@ -167,18 +188,21 @@ def _values_and_mask(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     return array, mask
 
 
-def day_numbers(array: pa.Array, type_text: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """Days since 1970-01-01 of each value, in the type's time zone; plus the null mask."""
+def day_numbers(array: pa.Array, type_text: str, toward_zero: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Days since 1970-01-01 of each value, in the type's time zone; plus the null mask.
+    `toward_zero`: a DateTime64's seconds are its whole seconds toward zero, as `toDate` takes them
+    (-0.5 s is 1970-01-01 there; `toYYYYMMDD` and the others round down: 1969-12-31)."""
     array, mask = _values_and_mask(array)
     info = type_info(type_text)
     if pa.types.is_date32(array.type) or pa.types.is_date64(array.type):
         days = np.asarray(array.cast(pa.date32()).cast(pa.int32()).fill_null(0), dtype=np.int64)
     elif pa.types.is_timestamp(array.type):
-        zone = info.timezone or "UTC"
-        zoned = array.cast(pa.timestamp(array.type.unit, zone))
-        local = pc.local_timestamp(zoned).cast(pa.int64()).fill_null(0)
-        ticks_per_day = _SECONDS_PER_DAY * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[array.type.unit]
-        days = np.floor_divide(np.asarray(local), ticks_per_day)
+        ticks = np.asarray(array.cast(pa.timestamp(array.type.unit)).cast(pa.int64()).fill_null(0), np.int64)
+        per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[array.type.unit]
+        seconds = np.floor_divide(ticks, per_second)
+        if toward_zero:
+            seconds = np.where(ticks < 0, -np.floor_divide(-ticks, per_second), seconds)
+        days = np.floor_divide(seconds + utc_offsets(seconds, info.timezone or "UTC"), _SECONDS_PER_DAY)
     elif pa.types.is_integer(array.type) and info.base in ("Date", "Date32"):
         days = np.asarray(array.cast(pa.int64()).fill_null(0))
     else:
@@ -224,8 +248,15 @@ def apply_function(
 ) -> pa.Array:
     """Evaluate `name(array[, constant])` over a whole array; NULL in gives NULL out."""
     out_type = result_type(name, arg_type, constant, in_partition_key=in_partition_key)
+    if name in TIME_FUNCTIONS:
+        values, mask = _values_and_mask(array)
+        info = type_info(arg_type)
+        return apply_time_function(name, values, info.base, info.timezone, mask)
     if name in _DATE_FUNCTIONS:
-        return _date_function(name, *day_numbers(array, arg_type))
+        days, mask = day_numbers(array, arg_type, toward_zero=name == "toDate")
+        if name == "toDate" and type_info(arg_type).base == "DateTime":
+            days = np.maximum(days, 0)  # a DateTime before local 1970-01-01 (west of UTC) saturates
+        return _date_function(name, days, mask)
     values, mask = _integer_numpy(array)
     if name == "intHash32":
         return pa.array(_int_hash32(values), pa.uint32(), mask=mask)

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.functions import (
-    MONOTONIC_FUNCTIONS,
     apply_function,
+    is_monotonic,
     needs_ordering_map,
     orderable,
     orderable_value,
@@ -107,19 +107,19 @@ class _Evaluator:
         if found is not None:
             return found
         # A monotonic function of a key expression has bounds f(lo) .. f(hi).
-        if isinstance(target, Func) and target.name in MONOTONIC_FUNCTIONS and target.args:
+        if isinstance(target, Func) and target.args:
             inner = self.bounds_of(target.args[0])
+            if inner is None or not is_monotonic(target.name, inner.type):
+                return None
             constant = None
             if len(target.args) > 1:
                 second = target.args[1]
                 if len(target.args) > 2 or not isinstance(second, Literal) or not isinstance(second.value, int):
                     return None
                 constant = second.value
-            if inner is None or inner.type is None:
-                return None
             try:
-                lo = apply_function(target.name, inner.lo, inner.type, constant)
-                hi = apply_function(target.name, inner.hi, inner.type, constant)
+                lo = apply_function(target.name, inner.lo, inner.type, constant)  # type: ignore[arg-type]
+                hi = apply_function(target.name, inner.hi, inner.type, constant)  # type: ignore[arg-type]
             except _ARROW_ERRORS:
                 return None
             if target.name == "intDiv" and constant is not None and constant < 0:
@@ -188,7 +188,7 @@ class _Evaluator:
         if column.type is None:
             return None
         for key in self.bounds:
-            if not (isinstance(key, Func) and key.name in MONOTONIC_FUNCTIONS and key.args
+            if not (isinstance(key, Func) and is_monotonic(key.name, column.type) and key.args
                     and _strip_types(key.args[0]) == Column(column.name)):
                 continue
             constant = None

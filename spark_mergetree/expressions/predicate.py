@@ -244,7 +244,8 @@ _SQLGLOT_COMPARE = {
     exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.NullSafeEQ: "<=>",
 }
 _SQLGLOT_ARITHMETIC = {exp.Add: "plus", exp.Sub: "minus", exp.Mul: "multiply", exp.Div: "divide", exp.Mod: "modulo"}
-_TRUNC_UNITS = {"YEAR": "toStartOfYear", "QUARTER": "toStartOfQuarter", "MONTH": "toStartOfMonth", "WEEK": "toMonday"}
+_TRUNC_UNITS = {"YEAR": "toStartOfYear", "QUARTER": "toStartOfQuarter", "MONTH": "toStartOfMonth", "WEEK": "toMonday",
+                "DAY": "toStartOfDay", "HOUR": "toStartOfHour", "MINUTE": "toStartOfMinute"}
 _NOT_BETWEEN = "__not_between__"
 # sqlglot token types of quoted text other than plain '...' strings (x'..', $$..$$, ...), where present.
 _OTHER_STRINGS = {getattr(TokenType, name) for name in (
