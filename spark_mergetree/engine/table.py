@@ -63,6 +63,7 @@ from spark_mergetree.expressions.ddl import (
     ColumnDefinition,
     TableDefinition,
     build_definition,
+    flatten_nested,
     format_attach,
     key_column_names,
     parse_create,
@@ -161,6 +162,23 @@ def _check_modes(mode: str, partition_overwrite_mode: str) -> WriteMode:
         raise InvalidOptionError(f"partition_overwrite_mode {partition_overwrite_mode!r} is not valid; use one of "
                                  f"{', '.join(PARTITION_OVERWRITE_MODES)}")
     return cast(WriteMode, mode)
+
+
+def _as_parts_store_it(definition: TableDefinition, directory: Path) -> TableDefinition:
+    """A user's CREATE statement of a ClickHouse table with `Nested` columns describes flattened
+    columns (ClickHouse's default `flatten_nested = 1`) unless its parts store the Nested column
+    whole (it was created with `flatten_nested = 0`): the first part's columns.txt tells."""
+    flattened = flatten_nested(definition)
+    if flattened == definition:
+        return definition
+    listing = next((p / "columns.txt" for p in sorted(directory.iterdir())
+                    if p.is_dir() and (p / "columns.txt").is_file()), None)
+    if listing is not None:
+        stored = listing.read_text(errors="replace")
+        whole = {c.name for c in definition.columns} - {c.name for c in flattened.columns}
+        if any(f"`{name}` " in stored for name in whole):
+            return definition
+    return flattened
 
 
 class MergeTreeTable:
@@ -290,6 +308,8 @@ class MergeTreeTable:
                     f"no table at {target}: {statement_path} is missing (for a ClickHouse table directory, "
                     "pass its CREATE or ATTACH TABLE statement as create_statement)") from None
         definition = parse_create(create_statement)
+        if external:
+            definition = _as_parts_store_it(definition, target)
         metadata = TableMetadata(definition, read_engine_settings(target))
         _ = metadata.order_by, metadata.primary_key, metadata.partition_key
         if isinstance(coordinator, str):

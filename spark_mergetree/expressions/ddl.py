@@ -22,7 +22,7 @@ from spark_mergetree.errors import ExpressionError, InvalidOptionError, Unsuppor
 from spark_mergetree.expressions.functions import type_info
 from spark_mergetree.expressions.predicate import Column, Func, bind, columns_of, parse_expression
 from spark_mergetree.format.compression_codecs import parse_codec, parse_column_codec
-from spark_mergetree.format.types import parse_type
+from spark_mergetree.format.types import Array, Tuple, parse_type
 
 SUPPORTED_ENGINES = ("MergeTree", "ReplacingMergeTree", "SummingMergeTree", "AggregatingMergeTree",
                      "CollapsingMergeTree", "VersionedCollapsingMergeTree")
@@ -415,6 +415,22 @@ _TABLE_CLAUSES = {
     ("COMMENT",): "comment",
     ("AS",): "as",
 }
+
+
+def flatten_nested(definition: TableDefinition) -> TableDefinition:
+    """The definition as ClickHouse's CREATE makes it by default (`flatten_nested = 1`): each
+    top-level `n Nested(a T, b U)` column becomes the columns `n.a Array(T)` and `n.b Array(U)`,
+    which is what its parts store. (With `flatten_nested = 0` the parts store one `n` column.)"""
+    columns: list[ColumnDefinition] = []
+    for column in definition.columns:
+        data_type = parse_type(column.type) if "Nested" in column.type else None
+        if (isinstance(data_type, Array) and isinstance(data_type.inner, Tuple) and data_type.inner.names
+                and (data_type.custom_name or "").startswith("Nested")):
+            columns += [replace(column, name=f"{column.name}.{name}", type=f"Array({element.to_clickhouse()})")
+                        for name, element in zip(data_type.inner.names, data_type.inner.elements, strict=True)]
+        else:
+            columns.append(column)
+    return replace(definition, columns=tuple(columns))
 
 
 def parse_create(text: str) -> TableDefinition:

@@ -131,3 +131,47 @@ def test_a_clickhouse_directory_opened_with_a_statement_without_uuid_is_attached
     assert ddl == table.clickhouse_ddl("default.events")  # the same UUID every time
     assert _clickhouse_rows(tmp_path / "chdb", ddl)[0] == _our_rows(table)
     assert len(_our_rows(table)) == 500
+
+
+@pytest.mark.parametrize("flatten", [1, 0])
+def test_a_clickhouse_table_with_nested_columns_is_opened_by_its_create_statement(tmp_path: Path, flatten: int) -> None:
+    # ClickHouse's CREATE flattens Nested columns by default (flatten_nested = 1): the parts store
+    # `links.trace_id Array(String)` and `links.weight Array(UInt8)`, not one `links` column.
+    statement = ("CREATE TABLE spans (id UInt64, links Nested(trace_id String, weight UInt8)) "
+                 "ENGINE = MergeTree ORDER BY id")
+    connection = chdb.connect(f"file:{tmp_path / 'source'}")
+    cursor = connection.cursor()
+    try:
+        cursor.execute(f"SET flatten_nested = {flatten}")
+        cursor.execute(statement)
+        links = ("arrayMap(i -> hex(i), range(number % 3)), arrayMap(i -> toUInt8(i * 2), range(number % 3))"
+                 if flatten else "arrayMap(i -> (hex(i), toUInt8(i * 2)), range(number % 3))")
+        cursor.execute(f"INSERT INTO spans SELECT number, {links} FROM numbers(50)")
+        cursor.execute("SELECT arrayJoin(data_paths) FROM system.tables WHERE name = 'spans'")
+        (source,) = [Path(row[0]) for row in cursor.fetchall()]
+        shutil.copytree(source, tmp_path / "copy")
+    finally:
+        cursor.close()
+        connection.close()
+    table = MergeTreeTable.open(tmp_path / "copy", create_statement=statement)
+    names = ["id", "links.trace_id", "links.weight"] if flatten else ["id", "links"]
+    assert table.schema.names == names
+    rows = table.to_arrow().sort_by("id")
+    table.insert(rows)
+    ddl = table.clickhouse_ddl("default.spans")
+    connection = chdb.connect(f"file:{tmp_path / 'chdb'}")
+    cursor = connection.cursor()
+    try:
+        cursor.execute(ddl)
+        cursor.execute("SELECT id, arrayStringConcat(links.trace_id, ','), arrayStringConcat(links.weight, ',') "
+                       "FROM default.spans ORDER BY id")
+        theirs = [tuple(row) for row in cursor.fetchall()]
+        cursor.execute("CHECK TABLE default.spans")
+        checked = [row[1] for row in cursor.fetchall()]
+    finally:
+        cursor.close()
+        connection.close()
+    assert checked == [1] * len(table.parts()) or checked == ["1"] * len(table.parts())
+    expected = [(i, ",".join(format(j, "02X") for j in range(i % 3)), ",".join(str(2 * j) for j in range(i % 3)))
+                for i in range(50)]
+    assert theirs == sorted(expected + expected)
