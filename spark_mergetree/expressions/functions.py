@@ -24,6 +24,7 @@ from spark_mergetree.expressions.time_functions import (
     time_result_type,
     utc_offsets,
 )
+from spark_mergetree.format.skip_index_writer import int_hash64, value_hashes
 from spark_mergetree.format.types import (
     DataType,
     DateTime,
@@ -128,7 +129,11 @@ _DATE_FUNCTIONS = {
 # (toQuarter and toMonth repeat every year: not monotonic.)
 # (Of the DateTime-valued functions those that wrap modulo 2^32 are not: `is_monotonic`.)
 MONOTONIC_FUNCTIONS = frozenset(set(_DATE_FUNCTIONS) - {"toQuarter", "toMonth"} | {"intDiv"} | TIME_FUNCTIONS)
-SUPPORTED_FUNCTIONS = MONOTONIC_FUNCTIONS | {"toQuarter", "toMonth", "modulo", "moduloLegacy", "intHash32"}
+SUPPORTED_FUNCTIONS = MONOTONIC_FUNCTIONS | {"toQuarter", "toMonth", "modulo", "moduloLegacy", "intHash32", "intHash64",
+                                           "cityHash64"}
+# What cityHash64 of one argument hashes: a string's bytes (CityHash64), a number's (intHash64).
+_CITY_HASHED = ("String", "FixedString", "UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64",
+                "Date", "DateTime")
 
 
 def is_monotonic(name: str, arg_type: str | None) -> bool:
@@ -157,10 +162,17 @@ def result_type(name: str, arg_type: str, constant: int | None = None, *, in_par
         if constant is not None:
             raise UnsupportedError(f"{name}() with a second argument (a mode or time zone) is not supported in keys")
         return _wrap_nullable(_DATE_FUNCTIONS[name], arg)
-    if name == "intHash32":
+    if name == "cityHash64":
+        if arg.base not in _CITY_HASHED or arg.nullable:
+            raise UnsupportedError(f"cityHash64() of a {arg_type} value is not supported in keys (supported: "
+                                   f"{', '.join(_CITY_HASHED)}, of one argument)")
+        if constant is not None:
+            raise UnsupportedError("cityHash64() of several arguments is not supported in keys")
+        return "UInt64"
+    if name in ("intHash32", "intHash64"):
         if not arg.is_integer or INTEGER_BITS[arg.base] > 64:
             raise UnsupportedError(f"intHash32() of a {arg_type} value is not supported (needs an integer of at most 64 bits)")
-        return _wrap_nullable("UInt32", arg)
+        return _wrap_nullable("UInt32" if name == "intHash32" else "UInt64", arg)
     if name in ("intDiv", "modulo", "moduloLegacy"):
         if not arg.is_integer:
             raise UnsupportedError(f"{name}() of a {arg_type} value is not supported (needs an integer type)")
@@ -257,9 +269,25 @@ def apply_function(
         if name == "toDate" and type_info(arg_type).base == "DateTime":
             days = np.maximum(days, 0)  # a DateTime before local 1970-01-01 (west of UTC) saturates
         return _date_function(name, days, mask)
+    info = type_info(arg_type)
+    if name == "cityHash64" and info.base in ("String", "FixedString"):
+        values, _ = _values_and_mask(array)
+        return pa.array(value_hashes(info.data_type, values), pa.uint64())
+    if name == "cityHash64" and info.base in ("Date", "DateTime"):
+        array = array.cast(pa.int32() if info.base == "Date" else pa.int64()).cast(
+            pa.uint16() if info.base == "Date" else pa.uint32())
     values, mask = _integer_numpy(array)
     if name == "intHash32":
         return pa.array(_int_hash32(values), pa.uint32(), mask=mask)
+    if name in ("intHash64", "cityHash64"):
+        # cityHash64 of a number is the SQL intHash64 of its bits (zero-extended to 64), which mixes
+        # in a salt before the murmur finalizer a bloom_filter index uses unsalted.
+        # (intHash64 itself takes a signed argument sign-extended: intHash64(toInt8(-1)) hashes 2^64 - 1.)
+        if name == "cityHash64" or values.dtype == np.uint64:
+            unsigned = values.view(f"u{values.dtype.itemsize}").astype(np.uint64)
+        else:
+            unsigned = values.astype(np.int64).view(np.uint64)
+        return pa.array(int_hash64(unsigned ^ _INT_HASH64_SALT), pa.uint64(), mask=mask)
     assert constant is not None
     wide = values.astype(np.int64) if values.dtype != np.uint64 else values
     if values.dtype == np.uint64 and constant < 0:
@@ -308,6 +336,8 @@ def _date_function(name: str, days: np.ndarray, mask: np.ndarray | None) -> pa.A
     return _uint32_array(year * 10000 + month * 100 + day, mask)
 
 
+# The salt ClickHouse's SQL function intHash64 mixes into every value.
+_INT_HASH64_SALT = np.uint64(0x4CF2D2BAAE6DA887)
 # The salt ClickHouse's SQL function intHash32 mixes into every value.
 _INT_HASH32_SALT = np.uint64(0x75D9543DE018BF45)
 

@@ -64,7 +64,8 @@ from spark_mergetree.format.values import (
     string_buffers,
 )
 
-__all__ = ["IndexSpec", "SkipIndexBuilder", "index_buildable", "skip_index_builders", "skip_indexes_from_columns"]
+__all__ = ["IndexSpec", "SkipIndexBuilder", "index_buildable", "skip_index_builders", "skip_indexes_from_columns",
+           "value_hashes", "int_hash64"]
 
 _MASK64 = (1 << 64) - 1
 _INT_TYPES = {"UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64", "Date", "Date32",
@@ -240,7 +241,7 @@ def _low_cardinality_sets(dt: LowCardinality, values: pa.Array, bounds: np.ndarr
 
 # --- bloom_filter ----------------------------------------------------------------------------------
 
-def _int_hash64(x: np.ndarray) -> np.ndarray:
+def int_hash64(x: np.ndarray) -> np.ndarray:
     """ClickHouse's intHash64 (the murmur finalizer), on uint64."""
     with np.errstate(over="ignore"):
         x = x ^ (x >> np.uint64(33))
@@ -250,15 +251,17 @@ def _int_hash64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(33))
 
 
-def _value_hashes(dt: DataType, values: pa.Array) -> np.ndarray:
-    """The 64-bit hash a bloom_filter index files each value under (a NULL as its type's default)."""
+def value_hashes(dt: DataType, values: pa.Array) -> np.ndarray:
+    """The 64-bit hash a bloom_filter index files each value under (a NULL as its type's default):
+    CityHash64 of a string's bytes, intHash64 of a number's, as ClickHouse's `cityHash64(x)` of
+    one argument gives them too."""
     if isinstance(dt, Nullable):
         inner = dt.inner
         if values.null_count:
             values = values.fill_null(default_scalar(_base(inner), values.type))
-        return _value_hashes(inner, values)
+        return value_hashes(inner, values)
     if isinstance(dt, LowCardinality):
-        return _value_hashes(dt.inner, values)
+        return value_hashes(dt.inner, values)
     name = _base_name(dt)
     if name == "String":
         from spark_mergetree.format.skip_index_compiled import string_hashes
@@ -273,10 +276,10 @@ def _value_hashes(dt: DataType, values: pa.Array) -> np.ndarray:
         return string_hashes(np.frombuffer(raw.tobytes(), np.uint8), np.arange(len(values) + 1, dtype=np.int64) * width)
     if name in ("Float32", "Float64"):
         floats = np.asarray(values.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False), np.float64)
-        return _int_hash64(floats.view(np.uint64))
+        return int_hash64(floats.view(np.uint64))
     raw = np.ascontiguousarray(fixed_storage(dt, values, "index"))
     unsigned = raw.view(f"<u{raw.dtype.itemsize}")
-    return _int_hash64(unsigned.astype(np.uint64))
+    return int_hash64(unsigned.astype(np.uint64))
 
 
 def _bloom(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array], bounds: np.ndarray,
@@ -289,14 +292,14 @@ def _bloom(spec: IndexSpec, dts: Sequence[DataType], columns: Sequence[pa.Array]
         if isinstance(dt, Array):  # the elements' hashes; a data granule of empty arrays adds hash 0
             lengths, child = list_parts(values)
             element_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-            value_hash = _value_hashes(dt.inner, child)
+            value_hash = value_hashes(dt.inner, child)
             value_bounds = element_offsets[bounds]
             elements = np.diff(element_offsets[granule_offsets(granule_rows)])
             empty = np.zeros(count, bool)
             empty[np.flatnonzero(elements == 0) // spec.granularity] = True
             extra = [np.zeros(1 if e else 0, np.uint64) for e in empty.tolist()]
         else:
-            value_hash = _value_hashes(dt, values)
+            value_hash = value_hashes(dt, values)
         # Each granule's distinct hashes (a loop over index granules, each np.unique vectorised).
         unique = [np.unique(np.concatenate((value_hash[begin:end], more))) for begin, end, more
                   in zip(value_bounds[:-1].tolist(), value_bounds[1:].tolist(), extra, strict=True)]
