@@ -246,6 +246,12 @@ _SQLGLOT_COMPARE = {
 _SQLGLOT_ARITHMETIC = {exp.Add: "plus", exp.Sub: "minus", exp.Mul: "multiply", exp.Div: "divide", exp.Mod: "modulo"}
 _TRUNC_UNITS = {"YEAR": "toStartOfYear", "QUARTER": "toStartOfQuarter", "MONTH": "toStartOfMonth", "WEEK": "toMonday",
                 "DAY": "toStartOfDay", "HOUR": "toStartOfHour", "MINUTE": "toStartOfMinute"}
+# toStartOfInterval(x, INTERVAL n unit) of these intervals is another function of x, result type
+# included (compared over every zone and type in ClickHouse 26.9).
+_INTERVAL_FUNCTIONS = {("MINUTE", 1): "toStartOfMinute", ("MINUTE", 5): "toStartOfFiveMinutes",
+                       ("MINUTE", 10): "toStartOfTenMinutes", ("MINUTE", 15): "toStartOfFifteenMinutes",
+                       ("HOUR", 1): "toStartOfHour", ("DAY", 1): "toStartOfDay", ("WEEK", 1): "toMonday",
+                       ("MONTH", 1): "toStartOfMonth", ("QUARTER", 1): "toStartOfQuarter", ("YEAR", 1): "toStartOfYear"}
 _NOT_BETWEEN = "__not_between__"
 # sqlglot token types of quoted text other than plain '...' strings (x'..', $$..$$, ...), where present.
 _OTHER_STRINGS = {getattr(TokenType, name) for name in (
@@ -311,6 +317,26 @@ def _negated(value: int | float) -> int | float:
     """-value as ClickHouse types it: an integer below Int64's range is a Float64."""
     value = -value
     return float(value) if isinstance(value, int) and value < -(1 << 63) else value
+
+
+def _interval_function(node: exp.Anonymous, source: str) -> str:
+    """The function `toStartOfInterval(x, INTERVAL n unit)` equals (`toIntervalUnit(n)` alike)."""
+    interval = node.expressions[1] if len(node.expressions) == 2 else None
+    count: object = None
+    unit = ""
+    if isinstance(interval, exp.Interval) and isinstance(interval.this, exp.Literal) and interval.unit is not None:
+        count, unit = interval.this.this, interval.unit.name.upper()
+    elif (isinstance(interval, exp.Anonymous) and interval.name.lower().startswith("tointerval")
+          and len(interval.expressions) == 1 and isinstance(interval.expressions[0], exp.Literal)):
+        count, unit = interval.expressions[0].this, interval.name[len("toInterval"):].upper()
+    try:
+        key = (unit.rstrip("S"), int(str(count)))
+    except ValueError:
+        key = ("", 0)
+    if key not in _INTERVAL_FUNCTIONS:
+        raise UnsupportedError(f"{node.sql('clickhouse')!r} in {source!r}: toStartOfInterval is supported for intervals of "
+                               "1 minute, 5, 10 or 15 minutes, and 1 hour, day, week, month, quarter or year")
+    return _INTERVAL_FUNCTIONS[key]
 
 
 def _convert(node: Any, source: str) -> Expr:
@@ -393,6 +419,8 @@ def _convert(node: Any, source: str) -> Expr:
             return Func(name, (_convert(node.this, source), _convert(node.expression, source)))
     if isinstance(node, exp.TimestampTrunc) and node.unit and node.unit.name.upper() in _TRUNC_UNITS:
         return Func(_TRUNC_UNITS[node.unit.name.upper()], (_convert(node.this, source),))
+    if isinstance(node, exp.Anonymous) and node.name == "toStartOfInterval":
+        return Func(_interval_function(node, source), (_convert(node.expressions[0], source),))
     if isinstance(node, exp.Anonymous):
         converted_args = tuple(_convert(arg, source) for arg in node.expressions)
         if node.name == _NOT_BETWEEN:

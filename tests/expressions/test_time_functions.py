@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.errors import ExpressionError
+from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.functions import apply_function, is_monotonic
 
 DAY_FUNCTIONS = ["toDate", "toYYYYMM", "toYYYYMMDD", "toYear", "toMonday", "toStartOfMonth"]
@@ -126,3 +126,28 @@ def test_a_table_keyed_by_to_date_time_round_trips_with_clickhouse(clickhouse, t
                                       "SETTINGS force_primary_key = 1"))
         assert theirs == table.to_arrow(where=condition.replace(", 9)", "").replace("toDateTime64(", "")).num_rows
     assert int(clickhouse.query(f"SELECT count() FROM db.traces_ours WHERE {later}")) == expected
+
+
+INTERVALS = """CREATE TABLE readings (ts DateTime('Asia/Kolkata'), v Float64) ENGINE = MergeTree
+PARTITION BY toStartOfInterval(ts, INTERVAL 1 DAY) ORDER BY (toStartOfInterval(ts, toIntervalMinute(15)), ts)"""
+
+
+def test_to_start_of_interval_keys_round_trip_and_odd_intervals_are_refused(clickhouse, tmp_path) -> None:
+    clickhouse.query(INTERVALS.replace("TABLE readings", "TABLE db.readings"))
+    clickhouse.query("INSERT INTO db.readings SELECT toDateTime('2026-01-01 00:00:00', 'Asia/Kolkata') + number * 1117, "
+                     "number FROM numbers(300)")
+    copy = tmp_path / "readings"
+    shutil.copytree(clickhouse.table_dir("db", "readings"), copy)
+    table = MergeTreeTable.open(copy, create_statement=INTERVALS)
+    rows = table.to_arrow()
+    table.overwrite(rows)  # our parts, partitioned and sorted by our values of the keys
+    theirs = {r[0] for r in clickhouse.rows("SELECT DISTINCT partition_id FROM system.parts WHERE table = 'readings'")}
+    assert {p.name.split("_")[0] for p in table.parts()} == theirs
+    clickhouse.query(table.clickhouse_ddl("db.readings_ours"))
+    assert {row[1] for row in clickhouse.rows("CHECK TABLE db.readings_ours")} == {"1"}
+    assert clickhouse.query("SELECT count(), sum(v) FROM db.readings_ours").split() == ["300", str(sum(range(300)))]
+    for keys in ({"order_by": "ts", "partition_by": "toStartOfInterval(ts, INTERVAL 2 DAY)"},
+                 {"order_by": "toStartOfInterval(ts, toIntervalMinute(7))"}):
+        with pytest.raises((UnsupportedError, SchemaMismatchError), match="toStartOfInterval is supported for"):
+            MergeTreeTable.create(tmp_path / "odd", [("ts", "DateTime"), ("v", "Float64")], **keys)
+        assert not (tmp_path / "odd").exists()
