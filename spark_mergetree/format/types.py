@@ -202,51 +202,31 @@ class Enum(DataType):
         return f"Enum{self.bits}({body})"
 
 
-# Steps of an aggregate state's byte layout: (code, bytes) — fixed bytes, a varuint, a flag byte then
-# a value when the flag is set, a varuint count then that many items.
-STATE_FIXED, STATE_VARUINT, STATE_FLAG_THEN, STATE_COUNTED = 0, 1, 2, 3
-STATE_FUNCTIONS = ("count", "sum", "avg", "min", "max", "any", "anyLast", "uniqExact", "groupArray")
-_STATE_NUMBERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64", "Float32", "Float64")
-
-
 @dataclass(frozen=True)
 class AggregateFunction(DataType):
     """States of an aggregate function, one per row, kept as opaque bytes (format/aggregate_states.py).
 
-    Only functions whose states show where they end are supported; `state_steps` is their layout."""
+    `parameters` are the function's parameters as written (`quantiles(0.5, 0.9)`); `version` the
+    state version some functions are spelled with (`AggregateFunction(1, sumMap, ...)`). Only
+    functions whose state layout is known exist: the layout shows where each state ends."""
 
     function: str
     arguments: tuple[DataType, ...] = ()
+    parameters: tuple[str, ...] = ()
+    version: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.state_steps:
-            raise UnsupportedError(
-                f"states of {self.to_clickhouse()} are not supported (supported: {', '.join(STATE_FUNCTIONS)} "
-                "of numbers and dates, without parameters)")
+        from spark_mergetree.format.aggregate_states import state_layout  # it reads these types
 
-    @property
-    def state_steps(self) -> tuple[tuple[int, int], ...]:
-        """The layout of one state (checked against ClickHouse 26.9), empty when not known."""
-        args = self.arguments
-        arg = args[0] if len(args) == 1 and args[0].custom_name is None else None
-        number = isinstance(arg, Primitive) and arg.name in _STATE_NUMBERS
-        width = (arg.width if isinstance(arg, Primitive) and (number or arg.name in ("Bool", "Date", "Date32"))
-                 else 4 if isinstance(arg, DateTime) else 8 if isinstance(arg, DateTime64) else None)
-        name = self.function
-        if name == "count" and len(args) <= 1:
-            return ((STATE_VARUINT, 0),)
-        if name == "sum" and number:
-            return ((STATE_FIXED, 8),)
-        if name == "avg" and number:
-            return ((STATE_FIXED, 8), (STATE_VARUINT, 0))
-        if name in ("min", "max", "any", "anyLast") and width is not None:
-            return ((STATE_FLAG_THEN, width),)
-        if name in ("uniqExact", "groupArray") and width is not None:
-            return ((STATE_COUNTED, width),)
-        return ()
+        if state_layout(self) is None:
+            raise UnsupportedError(
+                f"states of {self.to_clickhouse()} are not supported: the layout of {self.function}'s state "
+                "is not known for these parameters and argument types (format_spec/types.md lists those known)")
 
     def _spelling(self) -> str:
-        return "AggregateFunction(" + ", ".join([self.function, *(a.to_clickhouse() for a in self.arguments)]) + ")"
+        function = self.function + (f"({', '.join(self.parameters)})" if self.parameters else "")
+        version = [] if self.version is None else [str(self.version)]
+        return "AggregateFunction(" + ", ".join([*version, function, *(a.to_clickhouse() for a in self.arguments)]) + ")"
 
 
 @dataclass(frozen=True)
@@ -541,16 +521,25 @@ class _Parser:
             return replace(stored, custom_name=f"SimpleAggregateFunction({function}, {stored.to_clickhouse()})")
         if name == "AggregateFunction":
             self._take("punct", "(")
+            version = None
             if self._peek() is not None and self._peek()[0] == "num":  # type: ignore[index]
-                raise UnsupportedError(f"versioned AggregateFunction in {self.text!r} is not supported")
+                version = self._int()
+                self._take("punct", ",")
             function = self._take("ident")
-            if self._peek_is("("):
-                raise UnsupportedError(f"AggregateFunction with a parametric function in {self.text!r} is not supported")
+            parameters: list[str] = []
+            if self._accept("("):
+                while not self._accept(")"):
+                    if parameters:
+                        self._take("punct", ",")
+                    if self._peek() is None or self._peek()[0] != "num":  # type: ignore[index]
+                        raise UnsupportedError(f"AggregateFunction with a parameter other than a number in "
+                                               f"{self.text!r} is not supported")
+                    parameters.append(self._take("num"))
             arguments: list[DataType] = []
             while self._accept(","):
                 arguments.append(self.type())
             self._take("punct", ")")
-            return AggregateFunction(function, tuple(arguments))
+            return AggregateFunction(function, tuple(arguments), tuple(parameters), version)
         if name == "JSON":
             params: list[tuple[str, int | DataType]] = []
             skips: list[str] = []
