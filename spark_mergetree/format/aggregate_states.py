@@ -65,9 +65,9 @@ class StateLayout:
 _INTEGERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64")
 _NUMBERS = (*_INTEGERS, "Float32", "Float64")
 # Names ClickHouse keeps as given that share another function's state.
-_ALIASES = {"median": "quantile", "medianExact": "quantileExact", "medianTDigest": "quantileTDigest",
-            "medianTiming": "quantileTiming", "quantiles": "quantile", "quantilesExact": "quantileExact",
-            "quantilesTDigest": "quantileTDigest", "quantilesTiming": "quantileTiming"}
+# Functions that share another's state: the quantiles forms keep one state for all their levels.
+_SAME_STATE = {"quantiles": "quantile", "quantilesExact": "quantileExact", "quantilesTDigest": "quantileTDigest",
+               "quantilesTiming": "quantileTiming", "quantilesTimingWeighted": "quantileTimingWeighted"}
 # The reservoir sampler's state of no rows: capacity 8192, no values, and its random generator's
 # initial state written as text.
 _EMPTY_RESERVOIR = (8192).to_bytes(8, "little") + bytes(8) + b"\x1c" + b"6364136223846793005 0 123459"
@@ -112,6 +112,14 @@ def _temporal_or_number(dt: DataType) -> int | None:
     return 4 if isinstance(dt, DateTime) and _plain(dt) else 8 if isinstance(dt, DateTime64) and _plain(dt) else None
 
 
+def _kept_as_number(dt: DataType) -> int | None:
+    """Width of the values groupArray, groupUniqArray and topK keep as numbers: integers, floats, Date
+    and DateTime. They keep any other value as its bytes with a varuint length."""
+    if _number(dt, ("Int128", "UInt128", "Int256", "UInt256")):
+        return dt.width  # type: ignore[attr-defined]
+    return _temporal_or_number(dt) if not (isinstance(dt, DateTime64) or _number(dt, ("Date32",))) else None
+
+
 def _single_value(dt: DataType) -> tuple[tuple[Step, ...], bytes] | None:
     """min/max/any/anyLast's holder of one value: a String as an Int32 size counting its closing zero
     byte (-1 when empty), other values as a flag byte then the value's fixed bytes."""
@@ -146,12 +154,20 @@ def _count_parameter(params: tuple[str, ...]) -> bool:
     return not params or (len(params) == 1 and params[0].isdigit() and int(params[0]) > 0)
 
 
+def _item(arg: DataType) -> tuple[Step, ...] | None:
+    """One value of a list: a number's bytes, or a value's bytes with a varuint length."""
+    if (width := _kept_as_number(arg)) is not None:
+        return ((SKIP, width, 0),)
+    fixed = _fixed_width(arg) is not None or (isinstance(arg, FixedString) and _plain(arg))
+    return ((STRING, 0, 0),) if _is_string(arg) or fixed else None
+
+
 def _list_of(arg: DataType) -> tuple[tuple[Step, ...], bytes] | None:
-    """A varuint count then the values: fixed-width numbers and dates, or strings with their lengths."""
-    if _is_string(arg):
-        return ((LOOP, 1, 0), (STRING, 0, 0)), b"\0"
-    width = _temporal_or_number(arg)
-    return (((COUNTED, width, 0),), b"\0") if width is not None else None
+    """A varuint count then the values (see `_item`)."""
+    item = _item(arg)
+    if item is None:
+        return None
+    return (((COUNTED, item[0][1], 0),) if item[0][0] == SKIP else ((LOOP, 1, 0), *item)), b"\0"
 
 
 def state_layout(dt: AggregateFunction) -> StateLayout | None:
@@ -170,13 +186,16 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
     if name.endswith("Distinct") and len(args) == 1 and not params and name[:-8] in ("sum", "count", "avg", "uniqExact"):
         # -Distinct keeps the set of distinct values, not the function's state.
         return _list_of(args[0]) if _is_string(args[0]) or _number(args[0]) else None
-    name = _ALIASES.get(name, name)
+    name = _SAME_STATE.get(name, name)
     one = args[0] if len(args) == 1 else None
-    if name in ("quantile", "quantileExact", "quantileTDigest", "quantileTiming"):
+    if name in ("quantile", "quantileExact", "quantileTDigest", "quantileTiming", "quantileTimingWeighted"):
         levels = _numeric_parameters(params)
-        if one is None or levels is None or not all(0 <= q <= 1 for q in levels):
+        if levels is None or not all(0 <= q <= 1 for q in levels):
             return None
-        return _quantile(name, one)
+        if name == "quantileTimingWeighted":  # the weights only add to the histogram's counts
+            weighted = len(args) == 2 and _number(args[1], _INTEGERS)
+            return _quantile("quantileTiming", args[0]) if weighted else None
+        return _quantile(name, one) if one is not None else None
     if params and name not in ("groupArray", "groupUniqArray", "topK", "uniqCombined", "uniqCombined64"):
         return None
     if name == "count" and len(args) <= 1:
@@ -217,14 +236,14 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
                 (WHEN, 3, 1), (SKIP, _HLL_BYTES[hashed][precision], 0)), b"\x01\0"
     if name == "uniqExact" and args:
         # Numbers are kept as they are, anything else as 128-bit hashes.
-        width = _temporal_or_number(one) if one is not None else None
+        width = _temporal_or_number(one) if one is not None and not isinstance(one, DateTime64) else None
         if width is None and not _hashable(args):
             return None
         return ((COUNTED, width or 16, 0),), b"\0"
     if name in ("groupArray", "groupUniqArray") and one is not None and _count_parameter(params):
         return _list_of(one)
     if name == "topK" and one is not None and _count_parameter(params):
-        item = ((STRING, 0, 0),) if _is_string(one) else ((SKIP, w, 0),) if (w := _temporal_or_number(one)) else None
+        item = _item(one)
         if item is None:
             return None
         # Counters (value, count, error), then the varuints of the filter that tracks evicted values.

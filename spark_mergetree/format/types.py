@@ -202,6 +202,11 @@ class Enum(DataType):
         return f"Enum{self.bits}({body})"
 
 
+# Aggregate function names ClickHouse stores as the function they stand for.
+_FUNCTION_ALIASES = {"median": "quantile", "medianExact": "quantileExact", "medianTDigest": "quantileTDigest",
+                     "medianTiming": "quantileTiming", "medianTimingWeighted": "quantileTimingWeighted"}
+
+
 @dataclass(frozen=True)
 class AggregateFunction(DataType):
     """States of an aggregate function, one per row, kept as opaque bytes (format/aggregate_states.py).
@@ -526,6 +531,7 @@ class _Parser:
                 version = self._int()
                 self._take("punct", ",")
             function = self._take("ident")
+            function = _FUNCTION_ALIASES.get(function, function)
             parameters: list[str] = []
             if self._accept("("):
                 while not self._accept(")"):
