@@ -63,7 +63,7 @@ class StateLayout:
 
 
 _INTEGERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64")
-_NUMBERS = (*_INTEGERS, "Float32", "Float64")
+_NUMBERS = (*_INTEGERS, "Float32", "Float64", "Bool")  # Bool: a UInt8 in states
 # Names ClickHouse keeps as given that share another function's state.
 # Functions that share another's state: the quantiles forms keep one state for all their levels.
 _SAME_STATE = {"quantiles": "quantile", "quantilesExact": "quantileExact", "quantilesTDigest": "quantileTDigest",
@@ -94,11 +94,11 @@ def _is_string(dt: DataType) -> bool:
 
 
 def _fixed_width(dt: DataType) -> int | None:
-    """Bytes of a value ClickHouse keeps as a fixed-width number in states: numbers (and 128/256-bit
-    integers), Date, Date32, DateTime, DateTime64, Decimal, UUID."""
+    """Bytes of a fixed-width value: numbers (128/256-bit integers and Bool too), Date, Date32, DateTime,
+    DateTime64, Decimal, UUID."""
     if not _plain(dt):
         return None
-    if isinstance(dt, Primitive) and dt.name not in ("String", "Bool", "IPv4", "IPv6", "BFloat16"):
+    if isinstance(dt, Primitive) and dt.name not in ("String", "IPv4", "IPv6", "BFloat16"):
         return dt.width
     if isinstance(dt, Decimal):
         return dt.width

@@ -201,7 +201,7 @@ ARGUMENT_VALUES = {
     "Decimal(9, 2)": "toDecimal32(x % 100000, 2)", "Decimal(38, 1)": "toDecimal128(x, 1)",
     "UUID": "toUUID(concat('00000000-0000-0000-0000-', leftPad(toString(x), 12, '0')))", "Int128": "toInt128(x)",
     "UInt256": "toUInt256(x)", "String": "toString(x)", "FixedString(4)": "toFixedString(toString(x % 9999), 4)",
-    "Bool": "x % 2 = 0", "Nullable(UInt8)": "if(x % 3 = 0, NULL, toUInt8(x % 100))", "Array(UInt8)": "[toUInt8(x % 5)]",
+    "Bool": "toBool(x % 2)", "Nullable(UInt8)": "if(x % 3 = 0, NULL, toUInt8(x % 100))", "Array(UInt8)": "[toUInt8(x % 5)]",
 }
 # (function, its arguments: `{}` is the one varied)
 FUNCTIONS = [("count", ["{}"]), ("sum", ["{}"]), ("avg", ["{}"]), ("min", ["{}"]), ("anyLast", ["{}"]),
