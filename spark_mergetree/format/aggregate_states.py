@@ -206,7 +206,7 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
         return ((SKIP, 8, 0), (VARUINT, 0, 0)), bytes(9)
     if name == "avgWeighted" and len(args) == 2 and all(_number(a) for a in args):
         # A sum of products and a sum of weights; the latter a varuint when weights are unsigned.
-        if _number(args[1], _INTEGERS[:4]):
+        if _number(args[1], (*_INTEGERS[:4], "Bool")):
             return ((SKIP, 8, 0), (VARUINT, 0, 0)), bytes(9)
         return ((SKIP, 16, 0),), bytes(16)
     if name in ("min", "max", "any", "anyLast") and one is not None:

@@ -210,7 +210,7 @@ FUNCTIONS = [("count", ["{}"]), ("sum", ["{}"]), ("avg", ["{}"]), ("min", ["{}"]
              ("uniqExact", ["{}", "toString(x % 13)"]), ("uniqHLL12", ["{}", "toString(x % 13)"]), ("quantiles(0.5, 0.9)", ["{}"]),
              ("quantileExact", ["{}"]), ("quantileTDigest", ["{}"]), ("quantileTiming", ["{}"]),
              ("quantileTimingWeighted", ["{}", "toUInt8(x % 7)"]), ("groupArray(2)", ["{}"]), ("groupUniqArray", ["{}"]),
-             ("topK(3)", ["{}"]), ("avgWeighted", ["{}", "toUInt16(x % 7)"]), ("avgWeighted", ["{}", "x / 7"]),
+             ("topK(3)", ["{}"]), ("avgWeighted", ["{}", "toUInt16(x % 7)"]), ("avgWeighted", ["{}", "x / 7"]), ("avgWeighted", ["toUInt32(x)", "{}"]),
              ("sumIf", ["{}", "x % 2 = 0"]), ("uniqIf", ["{}", "x % 2 = 0"]), ("sumDistinct", ["{}"]), ("countDistinct", ["{}"])]
 
 
