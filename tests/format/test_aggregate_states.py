@@ -211,7 +211,9 @@ FUNCTIONS = [("count", ["{}"]), ("sum", ["{}"]), ("avg", ["{}"]), ("min", ["{}"]
              ("quantileExact", ["{}"]), ("quantileTDigest", ["{}"]), ("quantileTiming", ["{}"]),
              ("quantileTimingWeighted", ["{}", "toUInt8(x % 7)"]), ("groupArray(2)", ["{}"]), ("groupUniqArray", ["{}"]),
              ("topK(3)", ["{}"]), ("avgWeighted", ["{}", "toUInt16(x % 7)"]), ("avgWeighted", ["{}", "x / 7"]), ("avgWeighted", ["toUInt32(x)", "{}"]),
-             ("sumIf", ["{}", "x % 2 = 0"]), ("uniqIf", ["{}", "x % 2 = 0"]), ("sumDistinct", ["{}"]), ("countDistinct", ["{}"])]
+             ("sumIf", ["{}", "x % 2 = 0"]), ("uniqIf", ["{}", "x % 2 = 0"]), ("sumDistinct", ["{}"]), ("countDistinct", ["{}"]),
+             ("sumMap", ["map({}, toUInt8(x % 7))"]), ("sumMap", ["map(toString(x % 10), {})"]),
+             ("sumMap", ["[{}]", "[toInt32(x)]", "[x / 3]"])]
 
 
 def test_every_argument_type_clickhouse_accepts_is_split_exactly_or_refused(tmp_path):
@@ -239,4 +241,4 @@ def test_every_argument_type_clickhouse_accepts_is_split_exactly_or_refused(tmp_
             assert empty_state(dt).hex().upper() == empty, rows[0][0]
             split.append(rows[0][0])
     close_session()
-    assert len(split) > 250
+    assert len(split) > 280
