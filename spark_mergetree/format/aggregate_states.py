@@ -57,6 +57,12 @@ class StateLayout:
     steps: tuple[Step, ...]
     empty: bytes  # the state of no rows
 
+    def __post_init__(self) -> None:
+        # The scanner keeps one loop at a time: a loop's body holds none.
+        for i, (op, length, _) in enumerate(self.steps):
+            if op == LOOP and any(step[0] == LOOP for step in self.steps[i + 1:i + 1 + length]):
+                raise ValueError(f"nested loops in the state layout {self.steps}")
+
     @property
     def program(self) -> np.ndarray:
         return np.array(self.steps, np.int64).reshape(-1, 3)
