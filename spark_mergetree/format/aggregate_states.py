@@ -5,8 +5,9 @@ depends on the function, its parameters and its argument types. This module owns
 `state_layout` gives, for the functions whose state layout we know (each checked byte for byte
 against ClickHouse 26.9), the program the compiled scanner (format/state_scanner.py) runs to find
 where each state ends, and the state of no rows (the column's default). A function or argument
-type not known here is refused: a guessed layout would split states wrongly. format_spec/types.md
-lists the layouts in words.
+type not known here is refused when its states are read or written, or a table of it created (a
+guessed layout would split states wrongly); the table's other columns can still be read.
+format_spec/types.md lists the layouts in words.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spark_mergetree.errors import CorruptPartError, MergeTreeError
+from spark_mergetree.errors import CorruptPartError, MergeTreeError, UnsupportedError
 from spark_mergetree.format.state_scanner import (
     COUNTED,
     FLAG,
@@ -45,9 +46,10 @@ from spark_mergetree.format.types import (
     FixedString,
     Map,
     Primitive,
+    contains_type,
 )
 
-__all__ = ["StateLayout", "state_layout", "state_lengths", "empty_state"]
+__all__ = ["StateLayout", "state_layout", "state_lengths", "empty_state", "require_known_states"]
 
 Step = tuple[int, int, int]
 
@@ -290,22 +292,42 @@ def _sum_map(args: tuple[DataType, ...], version: int | None) -> tuple[tuple[Ste
     return ((LOOP, 2, 0), *key, (SKIP, 8 * len(values), 0)), b"\0"
 
 
-def _layout_of(dt: AggregateFunction) -> StateLayout:
+def _unknown(dt: DataType) -> bool:
+    return isinstance(dt, AggregateFunction) and state_layout(dt) is None
+
+
+def _refusal(dt: AggregateFunction) -> str:
+    return (f"states of {dt.to_clickhouse()} are not supported: the layout of {dt.function}'s state is not known "
+            "for these parameters and argument types (format_spec/types.md lists those known)")
+
+
+def require_known_states(column: str, dt: DataType) -> None:
+    """UnsupportedError naming `column` when `dt` is or holds AggregateFunction states of an unknown
+    layout: a table of it can be read (its other columns) but not created or written."""
+    if contains_type(dt, _unknown):
+        refused = dt if isinstance(dt, AggregateFunction) else None
+        raise UnsupportedError(f"column {column!r}: " + (_refusal(refused) if refused is not None else
+                               f"{dt.to_clickhouse()} holds AggregateFunction states of an unknown layout"))
+
+
+def _layout_of(dt: AggregateFunction, where: str) -> StateLayout:
     layout = state_layout(dt)
-    assert layout is not None  # the type refuses to exist without one
+    if layout is None:
+        raise UnsupportedError(f"{where}: {_refusal(dt)}")
     return layout
 
 
-def empty_state(dt: AggregateFunction) -> bytes:
+def empty_state(dt: AggregateFunction, where: str = "a default value") -> bytes:
     """The state of no rows: what a column added later holds in older parts."""
-    return _layout_of(dt).empty
+    return _layout_of(dt, where).empty
 
 
 def state_lengths(dt: AggregateFunction, buf: np.ndarray, start: int, n: int, where: str,
                   error: type[MergeTreeError] = CorruptPartError) -> np.ndarray:
     """Byte length of each of the `n` states from buf[start] (uint8); `error` (naming `where`, the
-    row and the byte offset) when the bytes end inside a state or hold an unknown representation."""
-    lengths, outcome, row, offset = scan_states(buf, start, n, _layout_of(dt).program)
+    row and the byte offset) when the bytes end inside a state or hold an unknown representation,
+    UnsupportedError (naming `where`) when the function's layout is not known."""
+    lengths, outcome, row, offset = scan_states(buf, start, n, _layout_of(dt, where).program)
     if outcome == SCAN_OK:
         return lengths
     if outcome == SCAN_CUT:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -212,21 +213,14 @@ class AggregateFunction(DataType):
     """States of an aggregate function, one per row, kept as opaque bytes (format/aggregate_states.py).
 
     `parameters` are the function's parameters as written (`quantiles(0.5, 0.9)`); `version` the
-    state version some functions are spelled with (`AggregateFunction(1, sumMap, ...)`). Only
-    functions whose state layout is known exist: the layout shows where each state ends."""
+    state version some functions are spelled with (`AggregateFunction(1, sumMap, ...)`). A type of
+    any function parses, so that a table's other columns can be read; its states can be read and
+    written only when format/aggregate_states.py knows their layout."""
 
     function: str
     arguments: tuple[DataType, ...] = ()
     parameters: tuple[str, ...] = ()
     version: int | None = None
-
-    def __post_init__(self) -> None:
-        from spark_mergetree.format.aggregate_states import state_layout  # it reads these types
-
-        if state_layout(self) is None:
-            raise UnsupportedError(
-                f"states of {self.to_clickhouse()} are not supported: the layout of {self.function}'s state "
-                "is not known for these parameters and argument types (format_spec/types.md lists those known)")
 
     def _spelling(self) -> str:
         function = self.function + (f"({', '.join(self.parameters)})" if self.parameters else "")
@@ -537,10 +531,10 @@ class _Parser:
                 while not self._accept(")"):
                     if parameters:
                         self._take("punct", ",")
-                    if self._peek() is None or self._peek()[0] != "num":  # type: ignore[index]
-                        raise UnsupportedError(f"AggregateFunction with a parameter other than a number in "
-                                               f"{self.text!r} is not supported")
-                    parameters.append(self._take("num"))
+                    # Kept as written: a string parameter quoted again (no layout we know takes one).
+                    tok = self._peek()
+                    parameters.append(_quote(self._take("str")) if tok is not None and tok[0] == "str"
+                                      else self._take("num"))
             arguments: list[DataType] = []
             while self._accept(","):
                 arguments.append(self.type())
@@ -669,10 +663,10 @@ def _parse_type_text(text: str) -> DataType:
     return parsed
 
 
-def contains_type(dt: DataType, kind: type) -> bool:
-    """Whether `dt` is of class `kind` or holds one (in Array, Map, Tuple, Nullable, LowCardinality
-    or Variant)."""
-    if isinstance(dt, kind):
+def contains_type(dt: DataType, kind: type | Callable[[DataType], bool]) -> bool:
+    """Whether `dt` is of class `kind` (or a type `kind` holds true of) or holds one (in Array, Map,
+    Tuple, Nullable, LowCardinality or Variant)."""
+    if isinstance(dt, kind) if isinstance(kind, type) else kind(dt):
         return True
     if isinstance(dt, (Nullable, Array, LowCardinality)):
         return contains_type(dt.inner, kind)

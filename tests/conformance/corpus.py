@@ -7,7 +7,7 @@ table and insert deterministic rows in two inserts (two parts per partition), wi
 `index_granularity = 64` so every part has several granules, and records what ClickHouse's SELECT
 returns: the oracle the tests compare our reads and our parts with.
 
-`REFUSED` lists the types this package refuses: reading a table of them must raise
+`REFUSED` lists the types this package refuses: reading a table's columns of them must raise
 UnsupportedError.
 """
 
