@@ -12,6 +12,7 @@ format_spec/types.md lists the layouts in words.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +66,7 @@ class StateLayout:
             if op == LOOP and any(step[0] == LOOP for step in self.steps[i + 1:i + 1 + length]):
                 raise ValueError(f"nested loops in the state layout {self.steps}")
 
-    @property
+    @functools.cached_property
     def program(self) -> np.ndarray:
         return np.array(self.steps, np.int64).reshape(-1, 3)
 
@@ -178,6 +179,7 @@ def _list_of(arg: DataType) -> tuple[tuple[Step, ...], bytes] | None:
     return (((COUNTED, item[0][1], 0),) if item[0][0] == SKIP else ((LOOP, 1, 0), *item)), b"\0"
 
 
+@functools.lru_cache(maxsize=1024)  # a column's type asks once per granule range read
 def state_layout(dt: AggregateFunction) -> StateLayout | None:
     """The layout of `dt`'s states, None when it is not known."""
     found = _layout(dt.function, dt.arguments, dt.parameters, dt.version)
