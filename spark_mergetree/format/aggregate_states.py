@@ -210,10 +210,12 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
         return None
     if name == "count" and len(args) <= 1:
         return ((VARUINT, 0, 0),), b"\0"
-    if name == "sum" and one is not None and _number(one):
-        return ((SKIP, 8, 0),), bytes(8)
-    if name == "avg" and one is not None and _number(one):
-        return ((SKIP, 8, 0), (VARUINT, 0, 0)), bytes(9)
+    # Sums of numbers are 64-bit, of Decimals up to 38 digits a Decimal128.
+    total = 8 if one is not None and _number(one) else 16 if isinstance(one, Decimal) and one.precision <= 38 else 0
+    if name == "sum" and total:
+        return ((SKIP, total, 0),), bytes(total)
+    if name == "avg" and total:
+        return ((SKIP, total, 0), (VARUINT, 0, 0)), bytes(total + 1)
     if name == "avgWeighted" and len(args) == 2 and all(_number(a) for a in args):
         # A sum of products and a sum of weights; the latter a varuint when weights are unsigned.
         if _number(args[1], (*_INTEGERS[:4], "Bool")):

@@ -201,7 +201,8 @@ def test_spelling_keeps_parameters_and_version_and_names_aliases_as_clickhouse_s
 ARGUMENT_VALUES = {
     "UInt8": "toUInt8(x % 256)", "Int64": "toInt64(x) - 1000", "Float32": "toFloat32(x / 3)", "Date": "toDate(x % 30000)",
     "Date32": "toDate32(x % 30000)", "DateTime": "toDateTime(x)", "DateTime64(3)": "toDateTime64(x, 3)",
-    "Decimal(9, 2)": "toDecimal32(x % 100000, 2)", "Decimal(38, 1)": "toDecimal128(x, 1)",
+    "Decimal(9, 2)": "toDecimal32(x % 100000, 2)", "Decimal(18, 3)": "toDecimal64(x, 3)", "Decimal(38, 1)": "toDecimal128(x, 1)",
+    "Decimal(76, 2)": "toDecimal256(x, 2)",
     "UUID": "toUUID(concat('00000000-0000-0000-0000-', leftPad(toString(x), 12, '0')))", "Int128": "toInt128(x)",
     "UInt256": "toUInt256(x)", "String": "toString(x)", "FixedString(4)": "toFixedString(toString(x % 9999), 4)",
     "Bool": "toBool(x % 2)", "Nullable(UInt8)": "if(x % 3 = 0, NULL, toUInt8(x % 100))", "Array(UInt8)": "[toUInt8(x % 5)]",
