@@ -46,6 +46,7 @@ from spark_mergetree.format.types import (
     Decimal,
     FixedString,
     Map,
+    Nullable,
     Primitive,
     contains_type,
 )
@@ -77,6 +78,14 @@ _NUMBERS = (*_INTEGERS, "Float32", "Float64", "Bool")  # Bool: a UInt8 in states
 # Functions that share another's state: the quantiles forms keep one state for all their levels.
 _SAME_STATE = {"quantiles": "quantile", "quantilesExact": "quantileExact", "quantilesTDigest": "quantileTDigest",
                "quantilesTiming": "quantileTiming", "quantilesTimingWeighted": "quantileTimingWeighted"}
+# Functions whose states of Nullable arguments are a flag and then their own state (measured; the
+# others keep NULLs otherwise, and are refused): whether the flag is set even for no rows (so for
+# the quantiles forms, whose result is an array, not for the quantile ones, whose result may be NULL).
+_NULLABLE_FLAG = {**dict.fromkeys(("uniq", "uniqHLL12", "uniqExact", "quantiles", "quantilesExact", "quantilesTDigest",
+                                   "quantilesTiming", "quantilesTimingWeighted"), True),
+                  **dict.fromkeys(("min", "max", "any", "anyLast", "argMin", "argMax", "sum", "avg", "avgWeighted",
+                                   "uniqCombined", "uniqCombined64", "quantile", "quantileExact", "quantileTDigest",
+                                   "quantileTiming", "quantileTimingWeighted"), False)}
 # The reservoir sampler's state of no rows: capacity 8192, no values, and its random generator's
 # initial state written as text.
 _EMPTY_RESERVOIR = (8192).to_bytes(8, "little") + bytes(8) + b"\x1c" + b"6364136223846793005 0 123459"
@@ -190,6 +199,15 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
             version: int | None) -> tuple[tuple[Step, ...], bytes] | None:
     if version is not None and not (name == "sumMap" and version == 1 and len(args) >= 2):
         return None
+    if name != "count" and any(isinstance(a, Nullable) and _plain(a) for a in args):
+        # Nullable arguments: a flag byte, then the state of the same function of the values inside
+        # when the flag is set (always, for some functions, even with no values).
+        flag_always = _NULLABLE_FLAG.get(name.removesuffix("If"))
+        inner = _layout(name, tuple(a.inner if isinstance(a, Nullable) else a for a in args), params, version)
+        if inner is None or flag_always is None:
+            return None
+        steps, empty = inner
+        return ((FLAG, len(steps), 0), *steps), (b"\x01" + empty if flag_always else b"\0")
     if name.endswith("If") and args and _number(args[-1], ("UInt8",)):
         # -If keeps the function's own state; only the argument list gains the condition.
         return _layout(name[:-2], args[:-1], params, version)
