@@ -74,7 +74,6 @@ class StateLayout:
 
 _INTEGERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64")
 _NUMBERS = (*_INTEGERS, "Float32", "Float64", "Bool")  # Bool: a UInt8 in states
-# Names ClickHouse keeps as given that share another function's state.
 # Functions that share another's state: the quantiles forms keep one state for all their levels.
 _SAME_STATE = {"quantiles": "quantile", "quantilesExact": "quantileExact", "quantilesTDigest": "quantileTDigest",
                "quantilesTiming": "quantileTiming", "quantilesTimingWeighted": "quantileTimingWeighted"}
