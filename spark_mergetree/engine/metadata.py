@@ -40,6 +40,7 @@ from spark_mergetree.expressions.sort_key import (
     sorting_key_columns,
 )
 from spark_mergetree.format import granularity
+from spark_mergetree.format.aggregate_states import require_known_states
 from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, parse_column_codec
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_writer import WriterSettings
@@ -321,6 +322,8 @@ class TableMetadata:
 
         _ = self.order_by, self.primary_key, self.partition_key, self.writer_settings, self.merging_engine
         projections.check_declared(self._declared_projections, self.column_types, self.merging_engine is not None)
+        for name, type_text in self.columns:
+            require_known_states(name, parse_type(type_text))
         probe = pa.table({name: default_column(parse_type(type_text), 2) for name, type_text in self.columns})
         unorderable = (pa.ArrowTypeError, pa.ArrowNotImplementedError)
         for clause, elements in (("ORDER BY", self.order_by), ("PRIMARY KEY", self.primary_key)):

@@ -71,6 +71,7 @@ from spark_mergetree.expressions.ddl import (
 from spark_mergetree.expressions.predicate import Expr, columns_of, filter_table
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.fileops import write_file_atomically
+from spark_mergetree.format.aggregate_states import require_known_states
 from spark_mergetree.format.compression_codecs import split_codec_clause
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
@@ -710,8 +711,10 @@ class MergeTreeTable:
         clash = [name for name, _ in columns if name in existing]
         if clash:
             raise SchemaMismatchError(f"column(s) {', '.join(clash)} already exist in {self.path}")
-        added = tuple(ColumnDefinition(name, parse_column_type(name, type_text).to_clickhouse())
-                      for name, type_text in columns)
+        parsed = [(name, parse_column_type(name, type_text)) for name, type_text in columns]
+        for name, dt in parsed:
+            require_known_states(name, dt)  # older parts would need its default state
+        added = tuple(ColumnDefinition(name, dt.to_clickhouse()) for name, dt in parsed)
         return replace(self.definition, columns=self.definition.columns + added)
 
     def replace_definition(self, definition: TableDefinition) -> None:

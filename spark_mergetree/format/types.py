@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -202,51 +203,29 @@ class Enum(DataType):
         return f"Enum{self.bits}({body})"
 
 
-# Steps of an aggregate state's byte layout: (code, bytes) — fixed bytes, a varuint, a flag byte then
-# a value when the flag is set, a varuint count then that many items.
-STATE_FIXED, STATE_VARUINT, STATE_FLAG_THEN, STATE_COUNTED = 0, 1, 2, 3
-STATE_FUNCTIONS = ("count", "sum", "avg", "min", "max", "any", "anyLast", "uniqExact", "groupArray")
-_STATE_NUMBERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64", "Float32", "Float64")
+# Aggregate function names ClickHouse stores as the function they stand for.
+_FUNCTION_ALIASES = {"median": "quantile", "medianExact": "quantileExact", "medianTDigest": "quantileTDigest",
+                     "medianTiming": "quantileTiming", "medianTimingWeighted": "quantileTimingWeighted"}
 
 
 @dataclass(frozen=True)
 class AggregateFunction(DataType):
     """States of an aggregate function, one per row, kept as opaque bytes (format/aggregate_states.py).
 
-    Only functions whose states show where they end are supported; `state_steps` is their layout."""
+    `parameters` are the function's parameters as written (`quantiles(0.5, 0.9)`); `version` the
+    state version some functions are spelled with (`AggregateFunction(1, sumMap, ...)`). A type of
+    any function parses, so that a table's other columns can be read; its states can be read and
+    written only when format/aggregate_states.py knows their layout."""
 
     function: str
     arguments: tuple[DataType, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.state_steps:
-            raise UnsupportedError(
-                f"states of {self.to_clickhouse()} are not supported (supported: {', '.join(STATE_FUNCTIONS)} "
-                "of numbers and dates, without parameters)")
-
-    @property
-    def state_steps(self) -> tuple[tuple[int, int], ...]:
-        """The layout of one state (checked against ClickHouse 26.9), empty when not known."""
-        args = self.arguments
-        arg = args[0] if len(args) == 1 and args[0].custom_name is None else None
-        number = isinstance(arg, Primitive) and arg.name in _STATE_NUMBERS
-        width = (arg.width if isinstance(arg, Primitive) and (number or arg.name in ("Bool", "Date", "Date32"))
-                 else 4 if isinstance(arg, DateTime) else 8 if isinstance(arg, DateTime64) else None)
-        name = self.function
-        if name == "count" and len(args) <= 1:
-            return ((STATE_VARUINT, 0),)
-        if name == "sum" and number:
-            return ((STATE_FIXED, 8),)
-        if name == "avg" and number:
-            return ((STATE_FIXED, 8), (STATE_VARUINT, 0))
-        if name in ("min", "max", "any", "anyLast") and width is not None:
-            return ((STATE_FLAG_THEN, width),)
-        if name in ("uniqExact", "groupArray") and width is not None:
-            return ((STATE_COUNTED, width),)
-        return ()
+    parameters: tuple[str, ...] = ()
+    version: int | None = None
 
     def _spelling(self) -> str:
-        return "AggregateFunction(" + ", ".join([self.function, *(a.to_clickhouse() for a in self.arguments)]) + ")"
+        function = self.function + (f"({', '.join(self.parameters)})" if self.parameters else "")
+        version = [] if self.version is None else [str(self.version)]
+        return "AggregateFunction(" + ", ".join([*version, function, *(a.to_clickhouse() for a in self.arguments)]) + ")"
 
 
 @dataclass(frozen=True)
@@ -541,16 +520,26 @@ class _Parser:
             return replace(stored, custom_name=f"SimpleAggregateFunction({function}, {stored.to_clickhouse()})")
         if name == "AggregateFunction":
             self._take("punct", "(")
+            version = None
             if self._peek() is not None and self._peek()[0] == "num":  # type: ignore[index]
-                raise UnsupportedError(f"versioned AggregateFunction in {self.text!r} is not supported")
+                version = self._int()
+                self._take("punct", ",")
             function = self._take("ident")
-            if self._peek_is("("):
-                raise UnsupportedError(f"AggregateFunction with a parametric function in {self.text!r} is not supported")
+            function = _FUNCTION_ALIASES.get(function, function)
+            parameters: list[str] = []
+            if self._accept("("):
+                while not self._accept(")"):
+                    if parameters:
+                        self._take("punct", ",")
+                    # Kept as written: a string parameter quoted again (no layout we know takes one).
+                    tok = self._peek()
+                    parameters.append(_quote(self._take("str")) if tok is not None and tok[0] == "str"
+                                      else self._take("num"))
             arguments: list[DataType] = []
             while self._accept(","):
                 arguments.append(self.type())
             self._take("punct", ")")
-            return AggregateFunction(function, tuple(arguments))
+            return AggregateFunction(function, tuple(arguments), tuple(parameters), version)
         if name == "JSON":
             params: list[tuple[str, int | DataType]] = []
             skips: list[str] = []
@@ -674,10 +663,10 @@ def _parse_type_text(text: str) -> DataType:
     return parsed
 
 
-def contains_type(dt: DataType, kind: type) -> bool:
-    """Whether `dt` is of class `kind` or holds one (in Array, Map, Tuple, Nullable, LowCardinality
-    or Variant)."""
-    if isinstance(dt, kind):
+def contains_type(dt: DataType, kind: type | Callable[[DataType], bool]) -> bool:
+    """Whether `dt` is of class `kind` (or a type `kind` holds true of) or holds one (in Array, Map,
+    Tuple, Nullable, LowCardinality or Variant)."""
+    if isinstance(dt, kind) if isinstance(kind, type) else kind(dt):
         return True
     if isinstance(dt, (Nullable, Array, LowCardinality)):
         return contains_type(dt.inner, kind)

@@ -7,7 +7,7 @@ table and insert deterministic rows in two inserts (two parts per partition), wi
 `index_granularity = 64` so every part has several granules, and records what ClickHouse's SELECT
 returns: the oracle the tests compare our reads and our parts with.
 
-`REFUSED` lists the types this package refuses: reading a table of them must raise
+`REFUSED` lists the types this package refuses: reading a table's columns of them must raise
 UnsupportedError.
 """
 
@@ -129,7 +129,23 @@ FEATURES: dict[str, list[Column]] = {
                            "initializeAggregation('uniqExactState', toUInt32(number % 5))"),
                           ("af_avg", "AggregateFunction(avg, Float64)", "initializeAggregation('avgState', number / 3)"),
                           ("af_ga", "AggregateFunction(groupArray, Date)",
-                           "initializeAggregation('groupArrayState', toDate('2020-01-01') + number)")],
+                           "initializeAggregation('groupArrayState', toDate('2020-01-01') + number)"),
+                          ("af_u", "AggregateFunction(uniq, UInt64)", "initializeAggregation('uniqState', number)"),
+                          ("af_uc", "AggregateFunction(uniqCombined(15), String)",
+                           "initializeAggregation('uniqCombinedState(15)', toString(number))"),
+                          ("af_q", "AggregateFunction(quantiles(0.5, 0.9), Float64)",
+                           "initializeAggregation('quantilesState(0.5, 0.9)', number / 3)"),
+                          ("af_qt", "AggregateFunction(quantileTDigest, UInt32)",
+                           "initializeAggregation('quantileTDigestState', toUInt32(number))"),
+                          ("af_am", "AggregateFunction(argMax, String, DateTime)",
+                           "initializeAggregation('argMaxState', toString(number), toDateTime(number * 1000, 'UTC'))"),
+                          ("af_min", "AggregateFunction(min, String)", "initializeAggregation('minState', repeat('m', number % 4))"),
+                          ("af_top", "AggregateFunction(topK(3), String)",
+                           "initializeAggregation('topKState(3)', toString(number % 5))"),
+                          ("af_sm", "AggregateFunction(sumMap, Map(String, UInt32))",
+                           "initializeAggregation('sumMapState', map(toString(number % 3), toUInt32(number)))"),
+                          ("af_if", "AggregateFunction(sumIf, Int32, UInt8)",
+                           "initializeAggregation('sumIfState', toInt32(-toInt64(number)), number % 2 = 0)")],
     "codec-Delta-ZSTD": _codec("c", "Delta, ZSTD", _SERIES) + _codec("c1", "Delta(1), LZ4", [("UInt8", "toUInt8(number)")]),
     "codec-DoubleDelta-LZ4": _codec("c", "DoubleDelta, LZ4", _SERIES),
     "codec-Gorilla": _codec("c", "Gorilla", _FLOATS + [("Nullable(Float64)", "if(number % 3 = 0, NULL, number / 3)")]),
@@ -158,9 +174,9 @@ PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...], str]] = {
 # ClickHouse creates from a plain INSERT: Dynamic and JSON inside Array, Map and Tuple are read now;
 # writing JSON inside them is refused, see tests/format/test_variant_dynamic_json.py.)
 REFUSED: dict[str, list[Column]] = {
-    "uniq": [("au", "AggregateFunction(uniq, UInt64)", "initializeAggregation('uniqState', number)")],
-    "quantile": [("aq", "AggregateFunction(quantile(0.5), Float64)",
-                  "initializeAggregation('quantileState(0.5)', toFloat64(number))")],
+    "groupBitmap": [("ab", "AggregateFunction(groupBitmap, UInt64)", "initializeAggregation('groupBitmapState', number)")],
+    "quantileDeterministic": [("aq", "AggregateFunction(quantileDeterministic(0.5), Float64, UInt64)",
+                               "initializeAggregation('quantileDeterministicState(0.5)', toFloat64(number), number)")],
 }
 
 

@@ -96,6 +96,8 @@ MODERN = [
     ("p", "Point", "(number / 2, -1.0)", "p.1"),
     ("saf", "SimpleAggregateFunction(sum, UInt64)", "number * 7", "saf"),
     ("agg", "AggregateFunction(avg, Float64)", "arrayReduce('avgState', [number / 4])", "hex(toString(agg))"),
+    ("uq", "AggregateFunction(uniqCombined, String)", "arrayReduce('uniqCombinedState', [toString(number), 'x'])",
+     "hex(toString(uq))"),
 ]
 
 
@@ -107,7 +109,7 @@ def _modern_rows(rows) -> list[str]:
                                                    .scaleb(-6).normalize()), "f")
         out.append("\t".join([str(r["id"]), str(r["ip4"]), r["ip6"].hex().upper(), f"{r['bf']:.10g}",
                               str(int(r["t"].total_seconds())), t3, f"{r['p']['1']:.10g}", str(r["saf"]),
-                              bytes(r["agg"]).hex().upper()]))
+                              bytes(r["agg"]).hex().upper(), bytes(r["uq"]).hex().upper()]))
     return sorted(out)
 
 
