@@ -258,7 +258,7 @@ def _from_stored(dt: Json, arr: pa.Array, column: str) -> tuple[list[str], Any, 
         values = split.struct.field(names.index(inner.to_clickhouse())) if inner.to_clickhouse() in names \
             else pa.nulls(n, _arrow_type(inner))
         if not is_nullable(t) and values.null_count:
-            values = pc.if_else(values.is_null(), default_column(t, n), values)
+            values = pc.if_else(values.is_null(), default_column(t, n, stored_json=True), values)
         typed_arrays[path] = values
     return [p for p in unique.to_pylist() if p not in typed], entries_of, typed_arrays
 
