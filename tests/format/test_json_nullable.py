@@ -141,6 +141,38 @@ def test_nullable_json_inside_array_map_tuple_both_ways(tmp_path, kind):
         close_session()
 
 
+ADDED = [("k", "Nullable(JSON)"), ("l", "Array(JSON)"), ("m", "Tuple(x JSON(u UInt8), y Nullable(JSON))")]
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_columns_with_json_added_after_a_part_merge_with_their_defaults(tmp_path, kind):
+    """A column holding JSON added after a part was written: our merge writes that part's rows with
+    the column's default (NULL for Nullable(JSON), `{}` for a JSON, typed paths at their defaults),
+    and ClickHouse attaches the result with CHECK TABLE passing and selects what ClickHouse's own
+    table, altered alike, selects."""
+    columns = [("j", "Nullable(JSON(a UInt8))")]
+    first = "INSERT INTO {} VALUES (1, '{{\"a\":1,\"b\":\"x\"}}'), (2, NULL)"
+    later = "INSERT INTO {} VALUES (4, NULL, '{{\"z\":1}}', ['{{\"q\":1}}'], ('{{\"w\":2}}', NULL))"
+    ours = _ours(tmp_path, "ours", kind, columns)
+    ours.insert(pa.table({"id": pa.array([1, 2], pa.uint64()), "j": ['{"a":1,"b":"x"}', None]}))
+    ours.add_columns(ADDED)
+    ours.insert(pa.table({"id": pa.array([4], pa.uint64()), "j": pa.array([None], pa.string()), "k": ['{"z":1}'],
+                          "l": [['{"q":1}']], "m": [{"x": '{"w":2}', "y": None}]}))
+    assert ours.optimize(final=True) and len(ours.parts()) == 1
+    sess, _ = make_chdb_table(tmp_path, _create("src", kind, "j Nullable(JSON(a UInt8))"), [first.format("src")])
+    try:
+        sess.query("ALTER TABLE src " + ", ".join(f"ADD COLUMN {n} {t}" for n, t in ADDED))
+        sess.query(later.format("src"))
+        sess.query("OPTIMIZE TABLE src FINAL")
+        sess.query(_create("back", kind, ", ".join(f"{n} {t}" for n, t in columns + ADDED)))
+        _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
+        select = "SELECT * FROM {} ORDER BY id"
+        assert sess.query(select.format("back"), "TabSeparatedRaw").bytes() == \
+            sess.query(select.format("src"), "TabSeparatedRaw").bytes()
+    finally:
+        close_session()
+
+
 def test_what_clickhouse_refuses_or_cannot_read_back_stays_refused(tmp_path):
     """LowCardinality(Nullable(JSON)), Nullable(JSON) inside Variant or as a Map key are refused by
     ClickHouse and by us, naming the column and the type; a typed path `null` inside Nullable(JSON)
