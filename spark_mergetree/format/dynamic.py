@@ -18,7 +18,7 @@ Dynamic's own types (`Array(Dynamic)`: under the variant's stream base, `nested_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import cast
 
@@ -196,10 +196,12 @@ class DynamicColumn:
         self.statistics = statistics
 
 
-def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) -> DynamicColumn:
+def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str,
+                  held: Sequence[DataType] = ()) -> DynamicColumn:
     """Rows of a Dynamic column in their Arrow form (type encoding + value, see `dynamic_values`) →
     the part's structure and Variant. As an insert does, the first `max_types` types in row order get
-    variants of their own; the values of later types go to SharedVariant as they are."""
+    variants of their own; the values of later types go to SharedVariant as they are. `held`: types
+    the column holds first, in this order, values or not (those an insert's failed attempt added)."""
     arr = combine(values)
     if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
         raise SchemaMismatchError(f"column {column!r}: Dynamic values are written from binary (each a type's binary "
@@ -210,11 +212,12 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
     left = np.asarray(arr.is_valid(), dtype=bool) & (ends > starts)
     left[left] = data[starts[left]] != _NOTHING
     type_of = np.full(n, -1, np.int64)
-    types: list[DataType] = []
-    encodings: list[bytes] = []
+    types: list[DataType] = list(held)
+    encodings: list[bytes] = [encode_type(t) for t in held]
     # (one type may come in several encodings: a JSON's typed paths are listed in the order of the
     # value's column, its name sorts them; the type is one variant, the first encoding its structure's)
     reordered: set[int] = set()
+    valued: set[int] = set()  # (a held type takes the encoding of its first value)
     while left.any():
         row = int(np.argmax(left))
         cursor = Cursor(f"column {column!r} row {row}", data[int(starts[row]):int(ends[row])].tobytes())
@@ -228,9 +231,15 @@ def split_dynamic(dt: Dynamic, values: pa.Array | pa.ChunkedArray, column: str) 
         left[mine] = False
         names = [t.to_clickhouse() for t in types]
         if found.to_clickhouse() in names:
-            type_of[mine] = names.index(found.to_clickhouse())
-            reordered.add(names.index(found.to_clickhouse()))
+            i = names.index(found.to_clickhouse())
+            type_of[mine] = i
+            if i in valued:
+                reordered.add(i)
+            else:
+                encodings[i] = encoding.tobytes()
+            valued.add(i)
             continue
+        valued.add(len(types))
         type_of[mine] = len(types)
         types.append(found)
         encodings.append(encoding.tobytes())

@@ -59,8 +59,8 @@ STORED_JSON_TYPE = pa.map_(pa.string(), pa.binary())
 def stored_json_arrow(dt: DataType) -> pa.DataType:
     """The Arrow type a merge reads a column as: `to_arrow(dt)` with STORED_JSON_TYPE for each JSON
     (a JSON column, or one inside Array, Map values or Tuple)."""
-    if isinstance(dt, Json):
-        return STORED_JSON_TYPE
+    if isinstance(dt, Json) or (isinstance(dt, Nullable) and isinstance(dt.inner, Json)):
+        return STORED_JSON_TYPE  # (a NULL object is a NULL map)
     arrow = to_arrow(dt)
     if isinstance(dt, Array) and contains_type(dt, Json):
         return pa.list_(arrow.value_field.with_type(stored_json_arrow(dt.inner)))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -55,7 +56,7 @@ from spark_mergetree.format.json_infer import (
 )
 from spark_mergetree.format.json_text import OBJECT_STRUCTURE, STORED_JSON_TYPE, path_base
 from spark_mergetree.format.serialization import ObjectWriter, default_column, serialize_column
-from spark_mergetree.format.streams import STRUCTURE, StreamBytes
+from spark_mergetree.format.streams import STRUCTURE, StreamBytes, variant_base
 from spark_mergetree.format.type_codes import (
     DEFAULT_MAX_DYNAMIC_PATHS,
     DEFAULT_MAX_DYNAMIC_TYPES,
@@ -130,8 +131,10 @@ def _leaves(obj: _Object, prefix: str, dt: Json, typed: dict[str, DataType],
     return out
 
 
-def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], dict[str, DataType], dict[str, list[Any]]]:
-    """Per path (in order of first appearance) its inferred values; typed paths' raw values per row."""
+def _parse(texts: pa.Array, dt: Json, column: str, slots: dict[str, _Slot] | None = None
+           ) -> tuple[dict[str, _Rows], dict[str, DataType], dict[str, list[Any]]]:
+    """Per path (in order of first appearance) its inferred values; typed paths' raw values per row.
+    `slots` gets each dynamic path's Dynamic as the insert filled it."""
     typed = dict(dt.typed_paths)
     typed_values: dict[str, list[Any]] = {p: [None] * len(texts) for p in typed}
     patterns = [re.compile(p) for p in dt.skip_regexps]
@@ -141,7 +144,7 @@ def _parse(texts: pa.Array, dt: Json, column: str) -> tuple[dict[str, _Rows], di
     objects = nested_json(dt)
     # Each dynamic path's Dynamic as the insert fills it (a value goes to a type it holds already
     # when that type takes it); a path in the shared data types each value on its own.
-    slots: dict[str, _Slot] = {}
+    slots = {} if slots is None else slots
     for row, text in enumerate(texts.to_pylist()):
         if text is None:
             continue  # inserts refuse NULLs first (conform); a NULL reaching here stores nothing: {}
@@ -258,7 +261,7 @@ def _from_stored(dt: Json, arr: pa.Array, column: str) -> tuple[list[str], Any, 
         values = split.struct.field(names.index(inner.to_clickhouse())) if inner.to_clickhouse() in names \
             else pa.nulls(n, _arrow_type(inner))
         if not is_nullable(t) and values.null_count:
-            values = pc.if_else(values.is_null(), default_column(t, n), values)
+            values = pc.if_else(values.is_null(), default_column(t, n, stored_json=True), values)
         typed_arrays[path] = values
     return [p for p in unique.to_pylist() if p not in typed], entries_of, typed_arrays
 
@@ -356,6 +359,9 @@ class ObjectColumn:
     buckets: int
     prefix: bytes
     statistics: bytes
+    # Types and paths nested Dynamic and JSON columns hold first, values or not (`_left_behind`),
+    # by stream base relative to the column's.
+    held: dict[str, list[Any]] = field(default_factory=dict)
 
 
 def _typed_column(path: str, dt: DataType, values: list[Any], column: str) -> pa.Array:
@@ -448,35 +454,43 @@ def _parse_times(arr: pa.Array, dt: DataType, where: str) -> pa.Array:
 
 
 def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buckets: int,
-                 one_bucket_when_empty: bool = False) -> ObjectColumn:
+                 one_bucket_when_empty: bool = False, held: Mapping[str, list[Any]] | None = None) -> ObjectColumn:
     """A JSON column's rows → the paths, Dynamic columns and shared data of a part. The rows are JSON
     text (one object per row, types inferred as ClickHouse infers them), or the stored form a merge
     reads (`STORED_JSON_TYPE`: per row a map path → its value's binary form, types kept). ClickHouse
     writes a Wide part whose rows hold no shared data with one bucket (`one_bucket_when_empty`), a
-    Compact part with all of them."""
+    Compact part with all of them. `held`: the dynamic paths (key "") and each one's types (key
+    `.<escaped path>`) the column holds first, as an insert of text filled them, with the same for
+    the Dynamic and JSON columns nested in them (see `_left_behind`)."""
     arr = combine(values)
     if pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type):
         arr = arr.cast(pa.string())
     n = len(arr)
+    holds = dict(held or {})
     if pa.types.is_map(arr.type):
         order, entries_of, typed_arrays = _from_stored(dt, arr, column)
     elif pa.types.is_string(arr.type):
-        paths, kinds, typed_values = _parse(arr, dt, column)
+        slots: dict[str, _Slot] = {}
+        paths, kinds, typed_values = _parse(arr, dt, column, slots)
         order = list(paths)  # first appearance
+        holds.update(_left_behind(slots))
 
         def entries_of(path: str) -> tuple[np.ndarray, pa.Array]:
-            return _path_entries(kinds, paths[path])
+            return _path_entries(kinds, paths.get(path, _Rows()))
 
         typed_arrays = {path: _typed_column(path, t, typed_values[path], column) for path, t in dt.typed_paths}
     else:
         raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} is written from JSON text (string), "
                                   f"not {arr.type}")
+    first = holds.get("", [])  # (paths held first: their values, if any, come later)
+    order = first + [p for p in order if p not in set(first)]
     max_paths, max_types = json_limits(dt)
     chosen = sorted(order[:max_paths])
     dynamic = {}
     for path in chosen:
-        row_index, held = entries_of(path)
-        dynamic[path] = split_dynamic(Dynamic(max_types), _spread(row_index, held, n), column)
+        row_index, values_held = entries_of(path)
+        dynamic[path] = split_dynamic(Dynamic(max_types), _spread(row_index, values_held, n), column,
+                                      holds.get(path_base("", path), []))
     typed = [(path, t, typed_arrays[path]) for path, t in sorted(dict(dt.typed_paths).items())]
     rows: list[np.ndarray] = []
     names: list[np.ndarray] = []
@@ -511,7 +525,7 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
     statistics = b"\x01" + b"".join(varuint_bytes(c) for c in counts) + varuint_bytes(len(shared_counts)) + b"".join(
         text_bytes(p) + varuint_bytes(c) for p, c in reversed(shared_counts))
     return ObjectColumn(chosen, dynamic, typed, shared_rows, shared_buckets, shared_paths, shared_values, buckets,
-                        prefix, statistics)
+                        prefix, statistics, holds)
 
 
 def _shared_streams(obj: ObjectColumn, base: str, bounds: np.ndarray, n: int, level: int = 0) -> dict[str, StreamBytes]:
@@ -556,6 +570,8 @@ def serialize_object(obj: ObjectColumn, column: str, base: str, granule_rows: np
     np.cumsum(granule_rows, out=bounds[1:])
     n = int(bounds[-1])
     granules = len(granule_rows)
+    if obj.held and isinstance(nested, _NestedObjects):
+        nested = nested.holding({base + at: held for at, held in obj.held.items()})
     heads = [(base + OBJECT_STRUCTURE, _structure(obj.prefix, obj.statistics, granules))]
     body: list[tuple[str, StreamBytes]] = []
     for path, dt, values in obj.typed:
@@ -586,18 +602,60 @@ def nested_object_writer(column: str, buckets: int, one_bucket_when_empty: bool,
     (or Dynamic) column under its stream base, cut at the granules of the column's rows. Its streams
     come in ClickHouse's order: the structures, then the data (a Compact part moves the prefixes
     before the column's data)."""
+    return _NestedObjects(column, buckets, one_bucket_when_empty, string_sizes, {})
 
-    def write(dt: DataType, base: str, level: int, values: pa.Array, bounds: np.ndarray) -> dict[str, StreamBytes]:
+
+class _NestedObjects:
+    """`nested_object_writer`'s writer; `held` (by absolute stream base) are the types and paths the
+    nested columns hold first, as the insert of the column's text filled them (`_left_behind`)."""
+
+    def __init__(self, column: str, buckets: int, one_bucket_when_empty: bool, string_sizes: bool,
+                 held: dict[str, list[Any]]) -> None:
+        self.column, self.buckets, self.one_bucket_when_empty = column, buckets, one_bucket_when_empty
+        self.string_sizes = string_sizes
+        self.held = held
+
+    def holding(self, held: Mapping[str, list[Any]]) -> _NestedObjects:
+        return _NestedObjects(self.column, self.buckets, self.one_bucket_when_empty, self.string_sizes,
+                              {**self.held, **held})
+
+    def __call__(self, dt: DataType, base: str, level: int, values: pa.Array, bounds: np.ndarray
+                 ) -> dict[str, StreamBytes]:
         piece = values.slice(int(bounds[0]), int(bounds[-1] - bounds[0]))
         if isinstance(dt, Dynamic):
-            split = split_dynamic(dt, piece, column)
+            split = split_dynamic(dt, piece, self.column, self.held.get(base, []))
             out = {base + STRUCTURE: _structure(split.prefix, split.statistics, len(bounds) - 1)}
-            out.update(serialize_column(split.structure.variant, column, split.struct, np.diff(bounds), string_sizes,
-                                        base=base, level=level,
-                                        objects=write if holds_objects(split.structure.variant) else None))
+            out.update(serialize_column(split.structure.variant, self.column, split.struct, np.diff(bounds),
+                                        self.string_sizes, base=base, level=level,
+                                        objects=self if holds_objects(split.structure.variant) else None))
             return out
-        obj = split_object(cast(Json, dt), piece, column, buckets, one_bucket_when_empty)
-        heads, body = serialize_object(obj, column, base, np.diff(bounds), string_sizes, level, nested=write)
+        inside = {at[len(base):]: held for at, held in self.held.items() if at == base or at.startswith(base + ".")}
+        obj = split_object(cast(Json, dt), piece, self.column, self.buckets, self.one_bucket_when_empty, inside)
+        heads, body = serialize_object(obj, self.column, base, np.diff(bounds), self.string_sizes, level, nested=self)
         return dict(heads + body)
 
-    return write
+
+def _left_behind(slots: Mapping[str, _Slot]) -> dict[str, list[Any]]:
+    """What an insert of text put into the Dynamic and JSON columns nested in its dynamic paths'
+    values (an Array(Array(Dynamic)) value's Dynamic, an Array(JSON(...)) value's JSON, and deeper):
+    each nested Dynamic's types and each nested JSON's dynamic paths, in the order they came, by
+    stream base relative to the column's. A held type that fails to take an array leaves the types
+    (and paths) of the items it parsed before failing there without values (format_spec/types.md,
+    *Writing JSON*); ClickHouse lists them in the part all the same, so the part written lists them."""
+    out: dict[str, list[Any]] = {}
+
+    def walk(slot: _Slot, base: str) -> None:
+        for name, holder in slot.nested.items():
+            at = variant_base(base, name)
+            if isinstance(holder, _Slot):
+                out[at] = list(holder.kinds)
+                walk(holder, at)
+                continue
+            out[at] = list(holder.paths)
+            for path, inner in holder.paths.items():
+                out[path_base(at, path)] = list(inner.kinds)
+                walk(inner, path_base(at, path))
+
+    for path, slot in slots.items():
+        walk(slot, path_base("", path))
+    return out

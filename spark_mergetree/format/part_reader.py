@@ -1120,14 +1120,8 @@ class PartReader:
         rows = sum(int(self.granule_starts[e] - self.granule_starts[b]) for b, e in ranges)
         def column(n: str) -> pa.Array:
             if n not in self.types and n in declared:
-                added = parse_type(declared[n])
-                if stored_json and isinstance(added, Json):
-                    return pa.array([[]] * rows, STORED_JSON_TYPE)
-                if stored_json and contains_type(added, Json):
-                    raise UnsupportedError(f"{self.location}: column {n!r} ({added.to_clickhouse()}) was added after "
-                                           "this part was written; merging or mutating it with a JSON inside is not "
-                                           "supported")
-                return default_column(added, rows)
+                # (a JSON inside in the stored form a merge writes back: `{}`, a NULL for Nullable(JSON))
+                return default_column(parse_type(declared[n]), rows, stored_json)
             return self.read_column(n, ranges, stored_json)
 
         if len(names) > 1 and getattr(self.source, "parallel_reads", False):

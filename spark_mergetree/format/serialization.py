@@ -20,7 +20,7 @@ from spark_mergetree.errors import CorruptPartError, FormatError, SchemaMismatch
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.aggregate_states import state_lengths
 from spark_mergetree.format.conform import conform_array
-from spark_mergetree.format.json_text import OBJECT_STRUCTURE
+from spark_mergetree.format.json_text import OBJECT_STRUCTURE, stored_json_arrow
 from spark_mergetree.format.low_cardinality import (
     LowCardinalityState,
     deserialize_low_cardinality,
@@ -253,19 +253,20 @@ def _serialize_values(dt: DataType, base: str, arr: pa.Array, bounds: np.ndarray
     out[base] = StreamBytes(_memory(values), bounds * fixed_width(dt))
 
 
-def default_column(dt: DataType, num_rows: int) -> pa.Array:
+def default_column(dt: DataType, num_rows: int, stored_json: bool = False) -> pa.Array:
     """`num_rows` default values of a type (what a part written before a column existed holds):
-    NULL for Nullable, Variant and Dynamic, empty for Array/Map, zero/empty for the rest, element-wise for Tuple."""
-    arrow_type = to_arrow(dt)
+    NULL for Nullable, Variant and Dynamic, empty for Array/Map, zero/empty for the rest, element-wise for Tuple.
+    `stored_json`: each JSON inside in a merge's stored form (an empty map), not as text."""
+    arrow_type = stored_json_arrow(dt) if stored_json else to_arrow(dt)
     inner = dt.inner if isinstance(dt, LowCardinality) else dt
     if isinstance(inner, (Nullable, Variant, Dynamic)):  # the default of Variant and Dynamic is NULL
         return pa.nulls(num_rows, arrow_type)
     if isinstance(inner, Json):
-        return pa.array(["{}"] * num_rows, arrow_type)
+        return pa.array([[] if stored_json else "{}"] * num_rows, arrow_type)
     if isinstance(inner, (Array, Map)):
         one = pa.array([[]], arrow_type)
     elif isinstance(inner, Tuple):
-        fields = [default_column(element, 1) for element in inner.elements]
+        fields = [default_column(element, 1, stored_json) for element in inner.elements]
         one = pa.StructArray.from_arrays(fields, fields=list(arrow_type))
     else:
         one = pa.array([default_scalar(inner, arrow_type)], arrow_type)

@@ -233,7 +233,8 @@ class Nullable(DataType):
     inner: DataType
 
     def __post_init__(self) -> None:
-        # (Nullable(JSON) is ClickHouse's type of the objects in an array of objects and NULLs)
+        # (Nullable(JSON) is allowed: a column's type, and ClickHouse's type of the objects in an array of
+        # objects and NULLs)
         if isinstance(self.inner, (Nullable, Array, Map, Tuple, LowCardinality, Variant, Dynamic)):
             raise FormatError(f"Nullable cannot wrap {self.inner.to_clickhouse()}")
 
@@ -681,11 +682,13 @@ def contains_type(dt: DataType, kind: type | Callable[[DataType], bool]) -> bool
 
 def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False) -> None:
     """JSON and Dynamic are read as a column, an Array's elements, a Map's values or a Tuple's element
-    (`container`: dt is one of those), which ClickHouse stores under that element's stream names
-    (format_spec/types.md, *Dynamic*, *JSON*)."""
+    (`container`: dt is one of those), which ClickHouse stores under that element's stream names, and
+    so is a Nullable(JSON) there: a `.null` map beside the JSON's streams (format_spec/types.md,
+    *Dynamic*, *JSON*)."""
     if isinstance(dt, (Json, Dynamic)) and not (top or container):
-        raise UnsupportedError(f"{dt.family} as a Map key or inside Nullable, LowCardinality or Variant is not "
-                               f"supported (a column of type {dt.family}, or one inside Array, Map values or Tuple, is)")
+        raise UnsupportedError(f"{dt.family} as a Map key or inside LowCardinality or Variant is not supported "
+                               f"(a column of type {dt.family}, or one inside Array, Map values or Tuple, is; so is "
+                               "Nullable(JSON) where a JSON may be)")
     if isinstance(dt, Array):
         _refuse_nested_objects(dt.inner, False, True)
     elif isinstance(dt, Map):
@@ -694,7 +697,15 @@ def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False) -> 
     elif isinstance(dt, Tuple):
         for element in dt.elements:
             _refuse_nested_objects(element, False, True)
-    elif isinstance(dt, (Nullable, LowCardinality)):
+    elif isinstance(dt, Nullable):
+        # (ClickHouse takes Nullable(JSON) wherever a JSON may be; Nullable(Dynamic) it refuses)
+        if isinstance(dt.inner, Json) and "null" in dict(dt.inner.typed_paths):
+            # Its typed path `null` and the NULL map are both `<col>.null`: ClickHouse writes the two into
+            # one stream and cannot read the part back.
+            raise UnsupportedError(f"{dt.to_clickhouse()}: a typed path named `null` inside Nullable is not supported "
+                                   "(it shares its stream with the NULL map)")
+        _refuse_nested_objects(dt.inner, False, (top or container) and isinstance(dt.inner, Json))
+    elif isinstance(dt, LowCardinality):
         _refuse_nested_objects(dt.inner, False)
     elif isinstance(dt, Variant):
         for variant in dt.variants:

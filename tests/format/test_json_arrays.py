@@ -474,22 +474,29 @@ def test_dynamic_values_of_json_types_with_typed_paths_both_ways(tmp_path, kind)
         close_session()
 
 
-def test_types_a_failed_attempt_leaves_in_nested_dynamics_take_later_values(tmp_path):
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+def test_types_a_failed_attempt_leaves_in_nested_dynamics_are_clickhouses(tmp_path, kind):
     """A held Array(Array(Dynamic)) offered `[["yy"],2]` parses `["yy"]` into its inner Dynamic before
     `2` fails: ClickHouse keeps the String type there (not the value), which takes a later
-    `"2021-02-03 04:05:06.4"` as a String. Our writer fills it the same way: the same objects, path
-    types and inner types (unifying numbers beyond Int64 with Float64 too)."""
+    `"2021-02-03 04:05:06.4"` as a String. Types (and a JSON's paths) left so that never get a value
+    (`h`: Array(Nullable(Int64)), and a JSON whose path `d` holds a Bool) are listed in the part all
+    the same. Our writer fills them the same way: the same objects, path types and inner types
+    (unifying numbers beyond Int64 with Float64 too), and ClickHouse's bytes in every file."""
     texts = ['{"e":[[1,[2]]]}', '{"e":[["yy"],2]}', '{"e":[["2021-02-03 04:05:06.4"]]}',
-             '{"f":[[-3,9223372036854775808],[2.0]],"g":[[[-1,9223372036854775808]],[[2.5]]]}']
+             '{"f":[[-3,9223372036854775808],[2.0]],"g":[[[-1,9223372036854775808]],[[2.5]]]}',
+             '{"h":[[1,"a"]]}', '{"h":[[[3],{"d":true}],2]}', '{"h":[["b"]]}']
+    settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
     ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", "JSON")], order_by="id",
-                                 settings={"auto_merge": False})
+                                 settings={"index_granularity": 16, "auto_merge": False, **settings})
     ours.insert(pa.table({"id": pa.array(range(len(texts)), pa.uint64()), "j": texts}))
-    sess, _ = _source(tmp_path, "Wide", "JSON", texts)
+    sess, data_dir = _source(tmp_path, kind, "JSON", texts)
     try:
         expected = _select(sess, "src")
         assert expected[2][1] == '{"e":[["2021-02-03 04:05:06.4"]]}'
         assert expected[3][1] == '{"f":[[-3,9223372036854776000],[2]],"g":[[[-1,9223372036854776000]],[[2.5]]]}'
-        sess.query(f"CREATE TABLE back (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id SETTINGS {PART_KINDS['Wide']}")
+        _same_json_bytes(MergeTreeTable.open(data_dir, create_statement=_statement(sess)), ours)
+        assert [(str(r["id"]), r["j"]) for r in ours.to_arrow().sort_by("id").to_pylist()] == [r[:2] for r in expected]
+        sess.query(f"CREATE TABLE back (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id SETTINGS {PART_KINDS[kind]}")
         _attach_and_check(sess, "back", _data_dir(sess, "back"), ours)
         assert _select(sess, "back") == expected
         inner = ("SELECT id, toString(arrayMap(x -> toString(arrayMap(y -> dynamicType(y), x)), "

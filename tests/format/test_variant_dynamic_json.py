@@ -1267,7 +1267,7 @@ def test_dynamic_and_json_nesting_that_is_refused():
                  "Array(Array(JSON(a UInt8)))", "Map(String, Tuple(x JSON))"):
         assert parse_type(text).to_clickhouse() == text
     for text in ("Map(Dynamic, UInt8)", "Map(JSON, UInt8)"):
-        with pytest.raises(UnsupportedError, match=r"as a Map key or inside Nullable"):
+        with pytest.raises(UnsupportedError, match=r"as a Map key or inside LowCardinality"):
             parse_type(text)
 
 

@@ -77,7 +77,7 @@ def test_write_options_parse_and_reject() -> None:
                                              StructField("b", StringType(), False)])),
     ("LowCardinality(Nullable(String))", StringType()), ("Enum8('a' = 1)", StringType()),
     ("IPv4", LongType()), ("IPv6", BinaryType()), ("BFloat16", FloatType()), ("Time", DayTimeIntervalType()),
-    ("Time64(9)", DayTimeIntervalType()),
+    ("Time64(9)", DayTimeIntervalType()), ("JSON", StringType()), ("Nullable(JSON(a UInt32))", StringType()),
 ])
 def test_clickhouse_to_spark_mapping(ch_type: str, expected: object) -> None:
     assert spark_type(to_arrow(parse_type(ch_type)), "c") == expected
