@@ -18,12 +18,14 @@ import pyarrow as pa
 
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
-from spark_mergetree.errors import SchemaMismatchError
-from spark_mergetree.expressions.ddl import Projection
+from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
+from spark_mergetree.expressions.ddl import ColumnDefinition, Projection
+from spark_mergetree.expressions.predicate import bind, evaluate_value, parse_expression
 from spark_mergetree.format.compact_writer import encode_part
 from spark_mergetree.format.conform import conform_column
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_writer import PartitionValue
+from spark_mergetree.format.serialization import default_column
 from spark_mergetree.format.types import Array, Map, Tuple, is_nullable, parse_type, to_arrow
 
 STAGING_PREFIX = "staged_"
@@ -64,11 +66,46 @@ def to_arrow_table(data: Any) -> pa.Table:
     raise SchemaMismatchError(f"cannot insert a {type(data).__name__}: pass a pyarrow Table or RecordBatches")
 
 
+def defaulted_columns(meta: TableMetadata) -> dict[str, ColumnDefinition]:
+    """The stored columns an insert may leave out: those with a DEFAULT or MATERIALIZED expression,
+    and Nullable ones (NULL). A column of another type is never filled with zeros unasked."""
+    types = dict(meta.columns)
+    return {c.name: c for c in meta.definition.columns if c.is_stored and c.name in types and (
+        (c.default_kind in ("DEFAULT", "MATERIALIZED") and c.default_expression)
+        or types[c.name].startswith("Nullable("))}
+
+
+def with_defaults(table: pa.Table, meta: TableMetadata) -> pa.Table:
+    """`table` plus the columns it leaves out that have a DEFAULT or MATERIALIZED expression, computed
+    from the row's other columns as ClickHouse's INSERT computes them, and the Nullable ones it
+    leaves out, NULL. An expression that cannot be computed here (`concat('k', s)`) is refused,
+    naming it."""
+    given = set(table.column_names)
+    types = dict(meta.columns)
+    for name, column in defaulted_columns(meta).items():
+        if name in given:
+            continue
+        if not column.default_expression:
+            table = table.append_column(name, default_column(parse_type(types[name]), table.num_rows))
+            continue
+        try:
+            expression = bind(parse_expression(str(column.default_expression)),
+                              {n: t for n, t in meta.columns if n in given})
+            value = conform_column(evaluate_value(expression, table), parse_type(types[name]), name)
+        except (ExpressionError, UnsupportedError, SchemaMismatchError, pa.ArrowException) as exc:
+            raise SchemaMismatchError(
+                f"column {name!r} is missing from the data and its {column.default_kind} expression "
+                f"{column.default_expression} cannot be computed here ({exc}); give the column") from None
+        table = table.append_column(name, value)
+    return table
+
+
 def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
     """The table's columns in table order and Arrow types, or an error naming what does not fit.
 
     Every lossless Arrow representation of a column's values is accepted (format/conform.py)."""
     wanted = [name for name, _ in meta.columns]
+    table = with_defaults(table, meta)
     missing = [n for n in wanted if n not in table.column_names]
     extra = [n for n in table.column_names if n not in wanted]
     if missing or extra:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import uuid as uuid_module
 import warnings
@@ -68,7 +69,7 @@ from spark_mergetree.expressions.ddl import (
     key_column_names,
     parse_create,
 )
-from spark_mergetree.expressions.predicate import Expr, columns_of, filter_table
+from spark_mergetree.expressions.predicate import Expr, columns_of, filter_table, parse_expression
 from spark_mergetree.expressions.sort_key import sort_indices
 from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.format.aggregate_states import require_known_states
@@ -114,7 +115,8 @@ class PartSummary:
 
 def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[str, str]]:
     """(name, ClickHouse type) pairs from an Arrow schema, pairs, or a mapping; a pair's type may end
-    with a CODEC(...) clause (`Int64 CODEC(Delta, ZSTD)`), kept after the normalised type."""
+    with a DEFAULT or MATERIALIZED expression and a CODEC(...) clause (`DateTime DEFAULT now()`,
+    `Int64 CODEC(Delta, ZSTD)`), kept after the normalised type."""
     if isinstance(schema, pa.Schema):
         return [(f.name, from_arrow(f.type, f.nullable, nullable_scalars=f.name not in key_columns).to_clickhouse())
                 for f in schema]
@@ -124,10 +126,25 @@ def _normalize_schema(schema: SchemaLike, key_columns: set[str]) -> list[tuple[s
         if len(pair) != 2:
             raise InvalidOptionError(f"schema entries must be (name, ClickHouse type), got {pair!r}")
         name, (type_text, codec) = str(pair[0]), split_codec_clause(str(pair[1]))
-        out.append((name, parse_column_type(name, type_text).to_clickhouse() + (f" CODEC({codec})" if codec else "")))
+        type_text, default = _split_default(name, type_text)
+        out.append((name, parse_column_type(name, type_text).to_clickhouse() + default
+                    + (f" CODEC({codec})" if codec else "")))
     if not out:
         raise InvalidOptionError("a table needs at least one column")
     return out
+
+
+def _split_default(name: str, type_text: str) -> tuple[str, str]:
+    """`DateTime DEFAULT now()` → ('DateTime', ' DEFAULT now()'), read as a CREATE statement reads a
+    column; ('DateTime', '') without such a clause."""
+    if not re.search(r"\b(DEFAULT|MATERIALIZED)\b", type_text, re.IGNORECASE):
+        return type_text, ""
+    (column,) = parse_create(f"CREATE TABLE _ (`{name}` {type_text}) ENGINE = MergeTree ORDER BY tuple()").columns
+    if column.default_kind not in ("DEFAULT", "MATERIALIZED") or column.codec or column.ttl or column.extra:
+        raise InvalidOptionError(f"column {name!r}: {type_text!r} is not a type with a DEFAULT or MATERIALIZED "
+                                 "expression (and an optional CODEC(...) at the end)")
+    parse_expression(str(column.default_expression))  # refused now if it cannot be read, not at an insert
+    return column.type, f" {column.default_kind} {column.default_expression}"
 
 
 def new_definition(schema: SchemaLike, order_by: str | Sequence[str], partition_by: str | None,

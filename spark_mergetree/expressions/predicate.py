@@ -457,6 +457,10 @@ def _function(name: str, args: tuple[Expr, ...], source: str) -> Expr:
         return IsNull(args[0])
     if name == "isNotNull" and len(args) == 1:
         return IsNotNull(args[0])
+    if name == "now" and not args:
+        # Evaluated once, when the expression is read (ClickHouse: once per query), as an instant.
+        current = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        return _constant_conversion("toDateTime", [current, "UTC"], source)
     if name in ("toDate", "toDate32", "toDateTime") and args and all(
             isinstance(arg, Literal) and isinstance(arg.value, str) for arg in args):
         return _constant_conversion(name, [arg.value for arg in args

@@ -496,6 +496,13 @@ def table_schema(ref: TableRef) -> pa.Schema:
     return open_table(ref).schema
 
 
+def defaulted_columns(ref: TableRef) -> set[str]:
+    """Columns a write may leave out: the engine fills them (DEFAULT/MATERIALIZED expressions, NULL)."""
+    from spark_mergetree.engine import insert as inserting
+
+    return set(inserting.defaulted_columns(open_table(ref).metadata))
+
+
 # --------------------------------------------------------------------------------------- writing
 
 

@@ -127,14 +127,21 @@ class MergeTreeDataSource(DataSource):
                                        projections=opts.projections)
         # Also after a create: a concurrent first writer may have created the table differently.
         adapter.check_table_options(ref, *table_options, engine=opts.engine)
-        table_arrow = adapter.table_schema(ref)
+        table_arrow = _written_schema(ref, schema)
         new_columns = check_writable(table_arrow, schema, opts.merge_schema)
         if new_columns:
             subset = StructType([schema[name] for name in new_columns])
             adapter.add_columns(ref, clickhouse_columns(subset, set()))
-            table_arrow = adapter.table_schema(ref)
+            table_arrow = _written_schema(ref, schema)
         return MergeTreeWriter(ref, table_arrow, "overwrite" if overwrite else "append", uuid.uuid4().hex,
                                opts.stage_rows, opts.partition_overwrite_mode, opts.transaction)
+
+
+def _written_schema(ref: adapter.TableRef, incoming: StructType) -> pa.Schema:
+    """The table's columns a write's batches carry: all but those the DataFrame leaves out that have
+    a DEFAULT or MATERIALIZED expression, which the engine computes as ClickHouse's INSERT does."""
+    left_out = adapter.defaulted_columns(ref) - set(incoming.fieldNames())
+    return pa.schema([f for f in adapter.table_schema(ref) if f.name not in left_out])
 
 
 # ------------------------------------------------------------------------------------------ read

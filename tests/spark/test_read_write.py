@@ -254,3 +254,17 @@ def test_spark_reads_and_writes_a_parity_raid_table(spark, tmp_path: Path, layou
         shutil.rmtree(tmp_path / f"disk{i}")
     lost = spark.read.format("mergetree").load(str(path))
     assert lost.selectExpr("count(*)", "sum(id)").first() == (10000, 2 * sum(range(5000)))
+
+
+def test_columns_a_dataframe_leaves_out_get_their_defaults(spark, tmp_path: Path) -> None:
+    # As ClickHouse's INSERT (id, s): DEFAULT and MATERIALIZED expressions computed, Nullable NULL.
+    path = tmp_path / "defaults"
+    MergeTreeTable.create(path, [("id", "UInt64"), ("s", "String"), ("doubled", "UInt64 MATERIALIZED id * 2"),
+                                 ("at", "DateTime DEFAULT now()"), ("note", "Nullable(String)")], order_by="id")
+    before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    spark.range(4).selectExpr("id", "cast(id as string) AS s").write.format("mergetree").mode("append").save(str(path))
+    rows = MergeTreeTable.open(path).to_arrow().sort_by("id").to_pylist()
+    assert [(r["id"], r["doubled"], r["note"]) for r in rows] == [(i, 2 * i, None) for i in range(4)]
+    assert all(before <= r["at"] <= dt.datetime.now(dt.timezone.utc) for r in rows)
+    with pytest.raises(Exception, match=r"non-nullable table columns \['s'\]"):
+        spark.range(4).write.format("mergetree").mode("append").save(str(path))
