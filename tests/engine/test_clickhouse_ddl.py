@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.cli import main
 from spark_mergetree.errors import UnsupportedError
+from tests.format.chdb_util import close_session, make_chdb_table
 
 SCHEMA = [("d", "Date"), ("id", "UInt64"), ("name", "LowCardinality(String)"),
           ("price", "Decimal(18, 4)"), ("note", "Nullable(String)")]
@@ -55,6 +56,14 @@ def _clickhouse_rows(work: Path, statement: str) -> tuple[list[tuple], str]:
 def _our_rows(table: MergeTreeTable) -> list[tuple]:
     got = table.to_arrow().sort_by("id").to_pylist()
     return [(str(r["d"]), r["id"], r["name"], f"{r['price']:.4f}".rstrip("0").rstrip("."), r["note"]) for r in got]
+
+
+def _clickhouse_copy(tmp_path: Path, statement: str, inserts: list[str], setup: list[str] | None = None) -> Path:
+    """A copy (at tmp_path/copy) of the data directory of a table ClickHouse made and filled."""
+    _session, source = make_chdb_table(tmp_path / "source", statement, inserts, setup or [])
+    shutil.copytree(source, tmp_path / "copy")
+    close_session()  # chdb runs one server per process: the tests' own connections come next
+    return tmp_path / "copy"
 
 
 def test_clickhouse_opens_a_local_table_in_place_read_only(tmp_path: Path) -> None:
@@ -110,19 +119,10 @@ def test_a_clickhouse_directory_opened_with_a_statement_without_uuid_is_attached
     statement = ("CREATE TABLE events (d Date, id UInt64, name LowCardinality(String), price Decimal(18, 4), "
                  "note Nullable(String)) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY id "
                  "SETTINGS index_granularity = 64")
-    connection = chdb.connect(f"file:{tmp_path / 'source'}")
-    cursor = connection.cursor()
-    try:
-        cursor.execute(statement)
-        cursor.execute("INSERT INTO events SELECT '2024-03-01', number, concat('n', toString(number % 7)), "
-                       "number / 8, if(number % 3 = 0, NULL, concat('x', toString(number))) FROM numbers(300)")
-        cursor.execute("SELECT arrayJoin(data_paths) FROM system.tables WHERE name = 'events'")
-        (source,) = [Path(row[0]) for row in cursor.fetchall()]
-        shutil.copytree(source, tmp_path / "copy")
-    finally:
-        cursor.close()
-        connection.close()
-    table = MergeTreeTable.open(tmp_path / "copy", create_statement=statement)
+    copy = _clickhouse_copy(tmp_path, statement, [
+        "INSERT INTO events SELECT '2024-03-01', number, concat('n', toString(number % 7)), number / 8, "
+        "if(number % 3 = 0, NULL, concat('x', toString(number))) FROM numbers(300)"])
+    table = MergeTreeTable.open(copy, create_statement=statement)
     table.insert(_rows(300, 200, "2024-04-02"))
     table.optimize(final=True)
     with warnings.catch_warnings():
@@ -139,21 +139,11 @@ def test_a_clickhouse_table_with_nested_columns_is_opened_by_its_create_statemen
     # `links.trace_id Array(String)` and `links.weight Array(UInt8)`, not one `links` column.
     statement = ("CREATE TABLE spans (id UInt64, links Nested(trace_id String, weight UInt8)) "
                  "ENGINE = MergeTree ORDER BY id")
-    connection = chdb.connect(f"file:{tmp_path / 'source'}")
-    cursor = connection.cursor()
-    try:
-        cursor.execute(f"SET flatten_nested = {flatten}")
-        cursor.execute(statement)
-        links = ("arrayMap(i -> hex(i), range(number % 3)), arrayMap(i -> toUInt8(i * 2), range(number % 3))"
-                 if flatten else "arrayMap(i -> (hex(i), toUInt8(i * 2)), range(number % 3))")
-        cursor.execute(f"INSERT INTO spans SELECT number, {links} FROM numbers(50)")
-        cursor.execute("SELECT arrayJoin(data_paths) FROM system.tables WHERE name = 'spans'")
-        (source,) = [Path(row[0]) for row in cursor.fetchall()]
-        shutil.copytree(source, tmp_path / "copy")
-    finally:
-        cursor.close()
-        connection.close()
-    table = MergeTreeTable.open(tmp_path / "copy", create_statement=statement)
+    links = ("arrayMap(i -> hex(i), range(number % 3)), arrayMap(i -> toUInt8(i * 2), range(number % 3))"
+             if flatten else "arrayMap(i -> (hex(i), toUInt8(i * 2)), range(number % 3))")
+    copy = _clickhouse_copy(tmp_path, statement, [f"INSERT INTO spans SELECT number, {links} FROM numbers(50)"],
+                            [f"SET flatten_nested = {flatten}"])
+    table = MergeTreeTable.open(copy, create_statement=statement)
     names = ["id", "links.trace_id", "links.weight"] if flatten else ["id", "links"]
     assert table.schema.names == names
     rows = table.to_arrow().sort_by("id")

@@ -7,12 +7,12 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 
-import chdb
 import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.errors import SchemaMismatchError
+from tests.format.chdb_util import close_session, make_chdb_table
 
 STATEMENT = """CREATE TABLE events (
     id UInt64, d Date, s String,
@@ -33,20 +33,14 @@ def _rows(start: int, count: int) -> pa.Table:
 
 
 def test_left_out_columns_get_clickhouses_defaults(tmp_path) -> None:
-    connection = chdb.connect(f"file:{tmp_path / 'chdb'}")
-    cursor = connection.cursor()
-    try:
-        cursor.execute(STATEMENT)
-        cursor.execute("INSERT INTO events (id, d, s) SELECT number, toDate(19000 + number % 90), "
-                       "concat('s', toString(number)) FROM numbers(200)")
-        cursor.execute("SELECT id, doubled, month, bucket, note, toUnixTimestamp(seen) FROM events ORDER BY id")
-        theirs = [tuple(row) for row in cursor.fetchall()]
-        cursor.execute("SELECT arrayJoin(data_paths) FROM system.tables WHERE name = 'events'")
-        source = cursor.fetchall()[0][0]
-    finally:
-        cursor.close()
-        connection.close()
+    session, source = make_chdb_table(tmp_path, STATEMENT, [
+        "INSERT INTO events (id, d, s) SELECT number, toDate(19000 + number % 90), concat('s', toString(number)) "
+        "FROM numbers(200)"])
+    theirs = [tuple(int(v) if v.isdigit() else (None if v == "\\N" else v) for v in line.split("\t"))
+              for line in session.query("SELECT id, doubled, month, bucket, note, toUnixTimestamp(seen) FROM events "
+                                        "ORDER BY id", "TSV").bytes().decode().splitlines()]
     shutil.copytree(source, tmp_path / "ours")
+    close_session()
     table = MergeTreeTable.open(tmp_path / "ours", create_statement=STATEMENT)
     table.overwrite(_rows(0, 200))
     got = table.to_arrow().sort_by("id").to_pylist()
