@@ -405,7 +405,8 @@ class MergeTreeTable:
         with self._readers_lock:
             cached = self._readers.get(part)
         if cached is None:
-            cached = PartReader(self.store, part, self.part_location(part))
+            cached = PartReader(self.store, part, self.part_location(part),
+                                self.metadata.writer_settings.index_granularity)
             with self._readers_lock:
                 self._readers[part] = cached
         return cached

@@ -298,9 +298,12 @@ class SubpartSource:
 class PartReader:
     """One part, opened for reading. Cheap to create; metadata is loaded once and cached."""
 
-    def __init__(self, source: FileSource, part: str, location: str = "") -> None:
+    def __init__(self, source: FileSource, part: str, location: str = "", index_granularity: int | None = None) -> None:
         self.part = part
         self.location = location or part
+        # Rows per granule of a part with non-adaptive marks (`.mrk`, no row counts): the table's
+        # `index_granularity`, which such a part does not record. Without it, such a part is refused.
+        self.index_granularity = index_granularity
         listed = source.list_files(part)
         self.source = _unpacked(source, part, self.location, listed)
         self._lock = threading.Lock()
@@ -435,7 +438,8 @@ class PartReader:
 
     def projection_reader(self, name: str) -> PartReader:
         """A reader of the part's projection `name` (a part of its own in `<name>.proj/`)."""
-        return PartReader(SubpartSource(self.source, name), self.part, f"{self.location}/{name}{PROJECTION_SUFFIX}")
+        return PartReader(SubpartSource(self.source, name), self.part, f"{self.location}/{name}{PROJECTION_SUFFIX}",
+                          self.index_granularity)
 
     def _check_files_present(self) -> None:
         """Files checksums.txt names must exist with the size it records (as ClickHouse checks on attach).
@@ -541,11 +545,25 @@ class PartReader:
                                  self.serialization.sparse_spec(column))[0]
             rows = self.wide_marks(first)[:, 2].astype(np.int64)
             if not rows.any() and self.rows:
-                raise FormatError(f"{self._path(first)}: non-adaptive marks are not supported; "
-                                  "write the table with index_granularity_bytes > 0")
+                return self._fixed_granule_rows(first, len(rows))
         # A final mark with 0 rows ends adaptive marks files.
         if len(rows) and rows[-1] == 0:
             rows = rows[:-1]
+        return rows
+
+    def _fixed_granule_rows(self, stream: str, marks: int) -> np.ndarray:
+        """Granule sizes of non-adaptive marks: `index_granularity` rows each, the last the rest (as
+        ClickHouse wrote parts before adaptive granularity, and still does with
+        `index_granularity_bytes = 0`); one mark per granule, no final mark."""
+        granularity = self.index_granularity
+        if granularity is None:
+            raise FormatError(f"{self._path(stream)}: non-adaptive marks (no row counts) need the table's "
+                              "index_granularity; open the part through its table")
+        if marks != -(-self.rows // granularity):
+            raise CorruptPartError(f"{self._path(stream)}: {marks} marks, but {self.rows} rows in granules of "
+                                   f"{granularity} (index_granularity) take {-(-self.rows // granularity)}")
+        rows = np.full(marks, granularity, np.int64)
+        rows[-1] = self.rows - granularity * (marks - 1)
         return rows
 
     @property

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.cli import main
-from spark_mergetree.errors import UnsupportedError
+from spark_mergetree.errors import FormatError, UnsupportedError
+from spark_mergetree.format.part_reader import PartReader
 from tests.format.chdb_util import close_session, make_chdb_table
 
 SCHEMA = [("d", "Date"), ("id", "UInt64"), ("name", "LowCardinality(String)"),
@@ -165,3 +166,35 @@ def test_a_clickhouse_table_with_nested_columns_is_opened_by_its_create_statemen
     expected = [(i, ",".join(format(j, "02X") for j in range(i % 3)), ",".join(str(2 * j) for j in range(i % 3)))
                 for i in range(50)]
     assert theirs == sorted(expected + expected)
+
+
+def test_a_table_with_non_adaptive_marks_is_read_and_written(tmp_path: Path) -> None:
+    # index_granularity_bytes = 0 (and tables from before adaptive granularity): `.mrk` marks without
+    # row counts, every granule index_granularity rows but the last.
+    statement = ("CREATE TABLE fixed (id UInt64, s String, n Nullable(UInt32)) ENGINE = MergeTree "
+                 "PARTITION BY id % 2 ORDER BY id SETTINGS index_granularity = 100, index_granularity_bytes = 0")
+    copy = _clickhouse_copy(tmp_path, statement, [
+        "INSERT INTO fixed SELECT number, toString(number), if(number % 4 = 0, NULL, number) FROM numbers(1234)"])
+    table = MergeTreeTable.open(copy, create_statement=statement)
+    part = next(p for p in copy.iterdir() if (p / "id.cmrk").exists())  # compressed non-adaptive marks
+    with pytest.raises(FormatError, match="non-adaptive marks"):
+        PartReader(table.store, part.name, str(part))  # the table's index_granularity is needed
+    rows = table.to_arrow().sort_by("id")
+    assert rows["id"].to_pylist() == list(range(1234))
+    assert rows["n"].to_pylist() == [None if i % 4 == 0 else i for i in range(1234)]
+    plan = table.explain("id BETWEEN 450 AND 460")
+    assert plan.granules_read <= 4 < plan.granules_total  # two granules a part, through the fixed-size granules
+    assert table.to_arrow(where="id BETWEEN 450 AND 460").sort_by("id")["s"].to_pylist() == [str(i) for i in range(450, 461)]
+    table.insert(rows)
+    table.optimize(final=True)
+    connection = chdb.connect(f"file:{tmp_path / 'chdb'}")
+    cursor = connection.cursor()
+    try:
+        cursor.execute(table.clickhouse_ddl("default.fixed"))
+        cursor.execute("SELECT count(), sum(id), countIf(n IS NULL) FROM default.fixed")
+        assert list(cursor.fetchall()) == [(2468, 2 * sum(range(1234)), 2 * 309)]
+        cursor.execute("CHECK TABLE default.fixed")
+        assert {str(row[1]) for row in cursor.fetchall()} == {"1"}
+    finally:
+        cursor.close()
+        connection.close()
