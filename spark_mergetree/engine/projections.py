@@ -57,6 +57,9 @@ def why_unbuildable(projection: Projection, column_types: dict[str, str], mergin
         return _why_not_aggregate(projection, column_types)
     if not projection.order_by:
         return "a normal projection needs an ORDER BY (ClickHouse refuses an empty one too)"
+    if "_part_offset" in projection.selected:
+        return ("it stores offsets into its parent part (_part_offset, or INDEX ... TYPE basic), which parts written "
+                "here do not build")
     missing = [c for c in projection.selected if c != "*" and c not in column_types]
     if missing:
         return f"selects {', '.join(missing)}, which are not stored columns of the table"

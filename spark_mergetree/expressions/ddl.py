@@ -310,6 +310,13 @@ def parse_projection(text: str) -> Projection | None:
     tokens = _tokenize(text)
     if not tokens or _word(tokens[0]) != "PROJECTION":
         return None
+    if len(tokens) > 4 and _word(tokens[2]) == "INDEX":
+        # `PROJECTION p INDEX expr TYPE basic`: ClickHouse's shorthand for (SELECT _part_offset ORDER BY expr).
+        kinds = [i for i in range(3, len(tokens)) if _word(tokens[i]) == "TYPE"]
+        if not kinds or kinds[-1] == 3:
+            raise ExpressionError(f"projection {text!r}: expected PROJECTION name INDEX expression TYPE kind")
+        name = _identifier(tokens[1], "a projection name")
+        return Projection(name, ("_part_offset",), (), (_span_text(text, tokens, 3, kinds[-1]),), text)
     if len(tokens) < 4 or tokens[2].token_type != TokenType.L_PAREN or _word(tokens[3]) != "SELECT" \
             or _matching_paren(tokens, 2) != len(tokens) - 1:
         raise ExpressionError(f"projection {text!r}: expected PROJECTION name (SELECT ... [GROUP BY ...] [ORDER BY ...])")

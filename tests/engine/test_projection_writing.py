@@ -147,6 +147,10 @@ def test_create_refuses_projections_it_cannot_write(tmp_path) -> None:
     assert not (tmp_path / "a").exists()
     with pytest.raises(UnsupportedError, match="needs an ORDER BY"):
         MergeTreeTable.create(tmp_path / "d", [("k", "UInt32"), ("v", "Float64")], "k", projections=["p (SELECT v, k)"])
+    for offsets in ("PROJECTION p (SELECT _part_offset ORDER BY v)", "PROJECTION p INDEX v TYPE basic"):
+        with pytest.raises(UnsupportedError, match=r"'p': it stores offsets into its parent part"):
+            MergeTreeTable.create(tmp_path / "o", [("k", "UInt32"), ("v", "Float64")], "k", projections=[offsets])
+        assert not (tmp_path / "o").exists()
     with pytest.raises(UnsupportedError, match="combine rows"):
         MergeTreeTable.create(tmp_path / "b", [("k", "UInt32"), ("v", "Float64")], "k",
                               engine="ReplacingMergeTree", projections=["p (SELECT * ORDER BY v)"])
