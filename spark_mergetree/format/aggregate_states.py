@@ -277,6 +277,10 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
             return None
         # Counters (value, count, error), then the varuints of the filter that tracks evicted values.
         return ((LOOP, 3, 0), *item, (VARUINT, 0, 0), (VARUINT, 0, 0), (LOOP, 1, 0), (VARUINT, 0, 0)), b"\0\0"
+    if name == "groupBitmap" and one is not None and _number(one, _INTEGERS):
+        # 0: a small set (up to 32 values as they are), 1: a roaring bitmap's portable bytes.
+        return ((KIND, 0, 1), (WHEN, 0, 1), (COUNTED, int(_fixed_width(one) or 0), 0), (WHEN, 1, 1),
+                (STRING, 0, 0)), b"\0\0"
     if name == "sumMap":
         return _sum_map(args, version)
     return None

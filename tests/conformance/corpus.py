@@ -144,6 +144,8 @@ FEATURES: dict[str, list[Column]] = {
                            "initializeAggregation('topKState(3)', toString(number % 5))"),
                           ("af_sm", "AggregateFunction(sumMap, Map(String, UInt32))",
                            "initializeAggregation('sumMapState', map(toString(number % 3), toUInt32(number)))"),
+                          ("af_bm", "AggregateFunction(groupBitmap, UInt64)",
+                           "initializeAggregation('groupBitmapState', number)"),
                           ("af_if", "AggregateFunction(sumIf, Int32, UInt8)",
                            "initializeAggregation('sumIfState', toInt32(-toInt64(number)), number % 2 = 0)")],
     "codec-Delta-ZSTD": _codec("c", "Delta, ZSTD", _SERIES) + _codec("c1", "Delta(1), LZ4", [("UInt8", "toUInt8(number)")]),
@@ -174,7 +176,7 @@ PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...], str]] = {
 # ClickHouse creates from a plain INSERT: Dynamic and JSON inside Array, Map and Tuple are read now;
 # writing JSON inside them is refused, see tests/format/test_variant_dynamic_json.py.)
 REFUSED: dict[str, list[Column]] = {
-    "groupBitmap": [("ab", "AggregateFunction(groupBitmap, UInt64)", "initializeAggregation('groupBitmapState', number)")],
+    "entropy": [("ae", "AggregateFunction(entropy, UInt64)", "initializeAggregation('entropyState', number)")],
     "quantileDeterministic": [("aq", "AggregateFunction(quantileDeterministic(0.5), Float64, UInt64)",
                                "initializeAggregation('quantileDeterministicState(0.5)', toFloat64(number), number)")],
 }

@@ -48,6 +48,8 @@ STATE_COLUMNS = [
     ("argmax", "AggregateFunction(argMax, String, UInt32)", _reduce("argMaxState", "toString(x)", "toUInt32(x % 77)")),
     ("argmin", "AggregateFunction(argMin, Decimal(9, 2), Date)", _reduce("argMinState", "toDecimal32(x, 2)", "toDate(x % 500)")),
     ("uniq", "AggregateFunction(uniq, UInt64)", _reduce("uniqState", "x")),
+    ("bitmap", "AggregateFunction(groupBitmap, UInt32)", _reduce("groupBitmapState", "toUInt32(x * 3)")),
+    ("bitmap_8", "AggregateFunction(groupBitmap, Int8)", _reduce("groupBitmapState", "toInt8(x % 100)")),
     ("uniq_sv", "AggregateFunction(uniq, String, Int32)", _reduce("uniqState", "toString(x)", "toInt32(x % 3)")),
     ("hll", "AggregateFunction(uniqHLL12, UInt32)", _reduce("uniqHLL12State", "toUInt32(x)")),
     ("hll_s", "AggregateFunction(uniqHLL12, String)", _reduce("uniqHLL12State", "toString(x)")),
@@ -177,7 +179,7 @@ def test_a_cut_or_unknown_state_names_the_stream_row_and_offset():
         state_lengths(string, np.frombuffer(b"\x09\x00\x00\x00ab", np.uint8), 0, 1, "c")
 
 
-REFUSED = ["AggregateFunction(groupBitmap, UInt64)", "AggregateFunction(uniqHLL12, Int128)",
+REFUSED = ["AggregateFunction(groupBitmap, String)", "AggregateFunction(uniqHLL12, Int128)",
            "AggregateFunction(quantileTDigest, Decimal(9, 2))", "AggregateFunction(topK(3, 'counts'), UInt8)",
            "AggregateFunction(sumMap, Array(UInt8), Array(UInt8))", "AggregateFunction(0, sumMap, Array(UInt8), Array(UInt8))",
            "AggregateFunction(uniqCombined(25), UInt64)", "AggregateFunction(quantile(2), Float64)",
