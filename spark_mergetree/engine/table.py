@@ -68,6 +68,7 @@ from spark_mergetree.expressions.ddl import (
     format_attach,
     key_column_names,
     parse_create,
+    with_created_versions,
 )
 from spark_mergetree.expressions.predicate import Expr, columns_of, filter_table, parse_expression
 from spark_mergetree.expressions.sort_key import sort_indices
@@ -326,8 +327,8 @@ class MergeTreeTable:
                     f"no table at {target}: {statement_path} is missing (for a ClickHouse table directory, "
                     "pass its CREATE or ATTACH TABLE statement as create_statement)") from None
         definition = parse_create(create_statement)
-        if external:
-            definition = _as_parts_store_it(definition, target)
+        if external and create_statement.lstrip().upper().startswith("CREATE"):
+            definition = _as_parts_store_it(with_created_versions(definition), target)
         metadata = TableMetadata(definition, read_engine_settings(target))
         _ = metadata.order_by, metadata.primary_key, metadata.partition_key
         if isinstance(coordinator, str):

@@ -21,6 +21,7 @@ from sqlglot.tokens import Token, TokenType
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, UnsupportedError
 from spark_mergetree.expressions.functions import type_info
 from spark_mergetree.expressions.predicate import Column, Func, bind, columns_of, parse_expression
+from spark_mergetree.format.aggregate_states import created_version
 from spark_mergetree.format.compression_codecs import parse_codec, parse_column_codec
 from spark_mergetree.format.types import Array, Tuple, parse_type
 
@@ -422,6 +423,20 @@ _TABLE_CLAUSES = {
     ("COMMENT",): "comment",
     ("AS",): "as",
 }
+
+
+def with_created_versions(definition: TableDefinition) -> TableDefinition:
+    """The definition with the state versions ClickHouse's CREATE gives AggregateFunction types that
+    name none (format/aggregate_states.py `created_version`)."""
+    columns = []
+    for column in definition.columns:
+        if "AggregateFunction" in column.type:
+            data_type = parse_type(column.type)
+            versioned = created_version(data_type)
+            if versioned is not data_type:
+                column = replace(column, type=versioned.to_clickhouse())
+        columns.append(column)
+    return replace(definition, columns=tuple(columns))
 
 
 def flatten_nested(definition: TableDefinition) -> TableDefinition:
@@ -832,7 +847,7 @@ def build_definition(
     if settings:
         rendered = check_settings(settings)
         lines.append("SETTINGS " + ", ".join(_setting_text(k, v) for k, v in rendered.items()))
-    definition = parse_create("\n".join(lines))
+    definition = with_created_versions(parse_create("\n".join(lines)))
     _check_nullable_keys(definition)
     _check_codecs(definition)
     return replace(definition, uuid=uuid) if uuid else definition

@@ -12,6 +12,7 @@ format_spec/types.md lists the layouts in words.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -51,7 +52,7 @@ from spark_mergetree.format.types import (
     contains_type,
 )
 
-__all__ = ["StateLayout", "state_layout", "state_lengths", "empty_state", "require_known_states"]
+__all__ = ["StateLayout", "state_layout", "state_lengths", "empty_state", "require_known_states", "created_version"]
 
 Step = tuple[int, int, int]
 
@@ -75,7 +76,7 @@ class StateLayout:
 _INTEGERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64")
 _NUMBERS = (*_INTEGERS, "Float32", "Float64", "Bool")  # Bool: a UInt8 in states
 # Functions that share another's state: the quantiles forms keep one state for all their levels.
-_SAME_STATE = {"quantiles": "quantile", "quantilesExact": "quantileExact", "quantilesTDigest": "quantileTDigest",
+_SAME_STATE = {"quantilesDeterministic": "quantileDeterministic", "quantiles": "quantile", "quantilesExact": "quantileExact", "quantilesTDigest": "quantileTDigest",
                "quantilesTiming": "quantileTiming", "quantilesTimingWeighted": "quantileTimingWeighted"}
 # Functions whose states of Nullable arguments are a flag and then their own state (measured; the
 # others keep NULLs otherwise, and are refused): whether the flag is set even for no rows (so for
@@ -187,6 +188,24 @@ def _list_of(arg: DataType) -> tuple[tuple[Step, ...], bytes] | None:
     return (((COUNTED, item[0][1], 0),) if item[0][0] == SKIP else ((LOOP, 1, 0), *item)), b"\0"
 
 
+# Functions whose states ClickHouse 26.x writes in a numbered version (the Map form of the *Map
+# functions has none): a CREATE that names no version gets this one.
+_CREATED_VERSION = {"sumMap": 1, "minMap": 1, "maxMap": 1, "sumMapWithOverflow": 1, "quantileDeterministic": 1,
+                    "quantilesDeterministic": 1}
+
+
+def created_version(dt: DataType) -> DataType:
+    """`dt` as ClickHouse's CREATE makes it: `AggregateFunction(sumMap, Array(K), Array(V))` is stored
+    as `AggregateFunction(1, sumMap, ...)`. (A columns.txt or an ATTACH statement without a version
+    means version 0: ClickHouse spells every later one.)"""
+    if not isinstance(dt, AggregateFunction) or dt.version is not None or dt.function not in _CREATED_VERSION:
+        return dt
+    if dt.function.endswith("Map") or dt.function == "sumMapWithOverflow":
+        if not dt.arguments or not all(isinstance(a, Array) for a in dt.arguments):
+            return dt
+    return dataclasses.replace(dt, version=_CREATED_VERSION[dt.function])
+
+
 @functools.lru_cache(maxsize=1024)  # a column's type asks once per granule range read
 def state_layout(dt: AggregateFunction) -> StateLayout | None:
     """The layout of `dt`'s states, None when it is not known."""
@@ -196,7 +215,9 @@ def state_layout(dt: AggregateFunction) -> StateLayout | None:
 
 def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
             version: int | None) -> tuple[tuple[Step, ...], bytes] | None:
-    if version is not None and not (name == "sumMap" and version == 1 and len(args) >= 2):
+    # Versioned states: sumMap's array form, and the deterministic reservoir (26.x writes version 1).
+    if version is not None and not (version == 1 and (name == "sumMap" and len(args) >= 2
+                                                      or _SAME_STATE.get(name, name) == "quantileDeterministic")):
         return None
     if name != "count" and any(isinstance(a, Nullable) and _plain(a) for a in args):
         # Nullable arguments: a flag byte, then the state of the same function of the values inside
@@ -223,6 +244,14 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
             weighted = len(args) == 2 and _number(args[1], _INTEGERS)
             return _quantile("quantileTiming", args[0]) if weighted else None
         return _quantile(name, one) if one is not None else None
+    if name == "quantileDeterministic":
+        levels = _numeric_parameters(params)
+        width = _temporal_or_number(args[0]) if len(args) == 2 and _number(args[1], _INTEGERS[:4]) else None
+        if levels is None or not all(0 <= q <= 1 for q in levels) or width not in (1, 2, 4, 8) or version != 1:
+            return None
+        # The sample's size and the values seen (as quantile's reservoir), the sample as (value,
+        # UInt32 hash of the determinator) pairs padded to 8 or 16 bytes, then a sort flag byte.
+        return ((RESERVOIR, 0, 0), (PENDING, 16 if width == 8 else 8, 0), (SKIP, 1, 0)), bytes(17)
     if params and name not in ("groupArray", "groupUniqArray", "topK", "uniqCombined", "uniqCombined64"):
         return None
     if name == "count" and len(args) <= 1:

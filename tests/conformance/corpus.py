@@ -144,6 +144,8 @@ FEATURES: dict[str, list[Column]] = {
                            "initializeAggregation('topKState(3)', toString(number % 5))"),
                           ("af_sm", "AggregateFunction(sumMap, Map(String, UInt32))",
                            "initializeAggregation('sumMapState', map(toString(number % 3), toUInt32(number)))"),
+                          ("af_qd", "AggregateFunction(1, quantileDeterministic(0.5), Float64, UInt64)",
+                           "initializeAggregation('quantileDeterministicState(0.5)', toFloat64(number), number)"),
                           ("af_bm", "AggregateFunction(groupBitmap, UInt64)",
                            "initializeAggregation('groupBitmapState', number)"),
                           ("af_if", "AggregateFunction(sumIf, Int32, UInt8)",
@@ -177,8 +179,8 @@ PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...], str]] = {
 # writing JSON inside them is refused, see tests/format/test_variant_dynamic_json.py.)
 REFUSED: dict[str, list[Column]] = {
     "entropy": [("ae", "AggregateFunction(entropy, UInt64)", "initializeAggregation('entropyState', number)")],
-    "quantileDeterministic": [("aq", "AggregateFunction(quantileDeterministic(0.5), Float64, UInt64)",
-                               "initializeAggregation('quantileDeterministicState(0.5)', toFloat64(number), number)")],
+    "quantileBFloat16": [("aq", "AggregateFunction(quantileBFloat16(0.5), Float64)",
+                          "initializeAggregation('quantileBFloat16State(0.5)', toFloat64(number))")],
 }
 
 
