@@ -1,0 +1,169 @@
+"""Tables with patch parts of ClickHouse lightweight UPDATEs (chdb writes them): our reads return
+exactly the rows and values ClickHouse's SELECT returns — for all columns, a column subset and a
+WHERE on an updated column — and our writes refuse such tables before writing anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.errors import UnsupportedError
+from tests.format.chdb_util import close_session, make_chdb_table
+
+IDS = "SETTINGS enable_block_number_column = 1, enable_block_offset_column = 1, index_granularity = 8"
+LAYOUTS = {
+    "wide": "min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0",
+    "compact": "min_bytes_for_wide_part = 1000000000, min_rows_for_wide_part = 1000000000",
+}
+COLUMNS = "(id UInt64, s String, v UInt32, n Nullable(Int32), lc LowCardinality(String), d Date)"
+INSERT = ("INSERT INTO u SELECT number + {start}, toString(number), number, if(number % 4 = 0, NULL, number), "
+          "['a', 'b', 'c'][number % 3 + 1], toDate('2024-01-20') + number * 3 FROM numbers({count})")
+
+
+def _insert(start: int, count: int) -> str:
+    return INSERT.format(start=start, count=count)
+
+
+def _create(layout: str = "wide", partition: str = "", extra: str = "", indexes: str = "") -> str:
+    columns = COLUMNS if not indexes else COLUMNS[:-1] + ", " + indexes + ")"
+    settings = ", ".join(filter(None, [IDS, LAYOUTS[layout], extra]))
+    return f"CREATE TABLE u {columns} ENGINE = MergeTree {partition} ORDER BY id {settings}"
+
+
+def _clickhouse(sess, columns: str, where: str | None) -> list[tuple]:
+    query = f"SELECT {columns} FROM u" + (f" WHERE {where}" if where else "")
+    data = pa.ipc.open_file(pa.py_buffer(sess.query(query, "Arrow").bytes())).read_all()
+    return sorted(zip(*([v.decode() if isinstance(v, bytes) else v for v in c.to_pylist()] for c in data.columns)),
+                  key=repr)
+
+
+def _ours(table: MergeTreeTable, columns: list[str] | None, where: str | None) -> list[tuple]:
+    data = table.to_arrow(columns, where=where)
+    return sorted(zip(*(c.to_pylist() for c in data.columns)), key=repr)
+
+
+READS = [
+    (None, None),
+    (["v", "lc"], None),
+    (["id", "s"], "v >= 999 OR n IS NULL"),
+    (None, "lc = 'zz' AND id < 120"),
+]
+
+
+def _check(tmp_path: Path, create: str, statements: list[str], min_patches: int = 1) -> MergeTreeTable:
+    """Run the statements in chdb; our reads of its directory equal its SELECTs."""
+    sess, directory = make_chdb_table(tmp_path, create, statements)
+    try:
+        return _compare(sess, directory, create, min_patches)
+    finally:
+        close_session()
+
+
+def _compare(sess, directory: Path, create: str, min_patches: int = 1) -> MergeTreeTable:
+    patches = [p.name for p in directory.iterdir() if p.name.startswith("patch-")]
+    assert len(patches) >= min_patches
+    table = MergeTreeTable.open(directory, create_statement=create)
+    for columns, where in READS:
+        names = ", ".join(columns) if columns else "*"
+        assert _ours(table, columns, where) == _clickhouse(sess, names, where), (columns, where)
+    assert table.count() == int(sess.query("SELECT count() FROM u", "TabSeparatedRaw").bytes())
+    return table
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_updates_of_the_same_rows_and_of_other_columns(tmp_path: Path, layout: str) -> None:
+    _check(tmp_path, _create(layout), [
+        _insert(0, 40), _insert(100, 30),
+        "UPDATE u SET v = 999 WHERE id % 10 = 0",
+        "UPDATE u SET s = 'x', n = NULL, lc = 'zz' WHERE id % 7 = 0",
+        "UPDATE u SET v = v + 1 WHERE id % 5 = 0",  # the second update of some rows of v
+        "UPDATE u SET n = 7, lc = 'zz' WHERE v > 20",  # a WHERE on another (updated) column
+    ], min_patches=4)
+
+
+def test_update_insert_update(tmp_path: Path) -> None:
+    _check(tmp_path, _create(), [
+        _insert(0, 30), "UPDATE u SET v = 999 WHERE id % 3 = 0",
+        _insert(100, 30), "UPDATE u SET v = 1000, s = 'y' WHERE id % 4 = 0",
+    ])
+
+
+def test_patches_after_optimize_final(tmp_path: Path) -> None:
+    # The merge materialises the first patch (the merged part's data version is above it); the
+    # second applies to the merged part, whose rows keep their identities.
+    _check(tmp_path, _create(), [
+        _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+        "OPTIMIZE TABLE u FINAL", "UPDATE u SET lc = 'zz', v = 5 WHERE id % 4 = 0",
+        _insert(200, 10), "UPDATE u SET s = 'q' WHERE id % 3 = 0",
+    ], min_patches=3)
+
+
+def test_patches_of_merged_parts_match_by_row_identity(tmp_path: Path) -> None:
+    # apply_patches_on_merge = 0: the merged part keeps data version 1 and the patches name its
+    # sources, so they meet its rows by (_block_number, _block_offset).
+    _check(tmp_path, _create(extra="apply_patches_on_merge = 0"), [
+        _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+        "OPTIMIZE TABLE u FINAL", "UPDATE u SET n = NULL, lc = 'zz' WHERE id % 3 = 0",
+        "UPDATE u SET v = 1000 WHERE id % 20 = 0",
+    ], min_patches=3)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_partitioned_table(tmp_path: Path, layout: str) -> None:
+    _check(tmp_path, _create(layout, "PARTITION BY toYYYYMM(d)"), [
+        _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999, s = 'p' WHERE id % 4 = 0",
+        "OPTIMIZE TABLE u PARTITION 202402 FINAL", "UPDATE u SET lc = 'zz' WHERE id % 5 = 0",
+    ], min_patches=4)
+
+
+def test_merged_patch_parts_and_apply_patches(tmp_path: Path) -> None:
+    # Patch parts of one column set merge like parts (`patch-<hash>-all_3_7_1_6`): rows of several
+    # UPDATEs, one per row identity; APPLY PATCHES then rewrites the part at a higher data version.
+    sess, directory = make_chdb_table(tmp_path, _create(), [
+        _insert(0, 40), "UPDATE u SET v = 999 WHERE id % 10 = 0", "UPDATE u SET v = 5 WHERE id % 4 = 0",
+        "UPDATE u SET v = 6 WHERE id % 6 = 0", "UPDATE u SET s = 'q' WHERE id % 3 = 0"])
+    try:
+        partitions = sess.query("SELECT DISTINCT partition_id FROM system.parts WHERE table = 'u' AND active "
+                                "AND startsWith(partition_id, 'patch-')", "TabSeparatedRaw").bytes().decode().split()
+        for partition in partitions:
+            sess.query(f"OPTIMIZE TABLE u PARTITION ID '{partition}' FINAL")
+        assert any(p.name.startswith("patch-") and "_1_" in p.name.split("-")[-1] for p in directory.iterdir())
+        _compare(sess, directory, _create())
+        sess.query("UPDATE u SET v = 7 WHERE id % 7 = 0")
+        sess.query("ALTER TABLE u APPLY PATCHES")
+        _compare(sess, directory, _create())
+    finally:
+        close_session()
+
+
+def test_lightweight_delete_and_update(tmp_path: Path) -> None:
+    _check(tmp_path, _create(), [
+        _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+        "DELETE FROM u WHERE id % 9 = 0", "UPDATE u SET lc = 'zz', v = 1000 WHERE id % 4 = 0",
+        "DELETE FROM u WHERE id % 8 = 1",
+    ], min_patches=2)
+
+
+def test_skip_index_on_an_updated_column_is_not_used(tmp_path: Path) -> None:
+    table = _check(tmp_path, _create(indexes="INDEX i_v v TYPE minmax GRANULARITY 1"), [
+        _insert(0, 60), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+    ])
+    assert table.to_arrow(["id"], where="v = 999").num_rows == 6
+
+
+def test_writes_to_a_table_with_patch_parts_are_refused_before_writing(tmp_path: Path) -> None:
+    create = _create()
+    _sess, directory = make_chdb_table(tmp_path, create, [_insert(0, 20), "UPDATE u SET v = 999 WHERE id < 3"])
+    close_session()
+    before = sorted(p.name for p in directory.iterdir())
+    table = MergeTreeTable.open(directory, create_statement=create)
+    rows = table.to_arrow().slice(0, 1)
+    for write in (lambda: table.insert(rows), lambda: table.optimize(final=True),
+                  lambda: table.delete("id = 1"), lambda: table.update({"v": "1"}, "id = 2")):
+        with pytest.raises(UnsupportedError, match="patch-[0-9a-f]{32}-all_3_3_0_2: a patch part"):
+            write()
+    assert sorted(p.name for p in directory.iterdir()) == before
+
