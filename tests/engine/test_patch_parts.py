@@ -33,8 +33,8 @@ def _create(layout: str = "wide", partition: str = "", extra: str = "", indexes:
     return f"CREATE TABLE u {columns} ENGINE = MergeTree {partition} ORDER BY id {settings}"
 
 
-def _clickhouse(sess, columns: str, where: str | None) -> list[tuple]:
-    query = f"SELECT {columns} FROM u" + (f" WHERE {where}" if where else "")
+def _clickhouse(sess, columns: str, where: str | None, source: str = "u") -> list[tuple]:
+    query = f"SELECT {columns} FROM {source}" + (f" WHERE {where}" if where else "")
     data = pa.ipc.open_file(pa.py_buffer(sess.query(query, "Arrow").bytes())).read_all()
     return sorted(zip(*([v.decode() if isinstance(v, bytes) else v for v in c.to_pylist()] for c in data.columns)),
                   key=repr)
@@ -70,6 +70,12 @@ def _compare(sess, directory: Path, create: str, min_patches: int = 1) -> MergeT
         names = ", ".join(columns) if columns else "*"
         assert _ours(table, columns, where) == _clickhouse(sess, names, where), (columns, where)
     assert table.count() == int(sess.query("SELECT count() FROM u", "TabSeparatedRaw").bytes())
+    # Spark's path: read tasks (which name their parts' patch parts) in chunks of a few rows.
+    where = "v >= 999 OR n IS NULL"
+    tasks = table.plan_read(["id", "v", "n"], where).tasks
+    batches = list(table.iter_tasks(tasks, ["id", "v", "n"], where, chunk_rows=8))
+    spark = sorted(zip(*(c.to_pylist() for c in pa.Table.from_batches(batches).columns)), key=repr) if batches else []
+    assert spark == _clickhouse(sess, "id, v, n", where)
     return table
 
 
@@ -167,3 +173,19 @@ def test_writes_to_a_table_with_patch_parts_are_refused_before_writing(tmp_path:
             write()
     assert sorted(p.name for p in directory.iterdir()) == before
 
+
+
+def test_final_read_of_a_replacing_table_applies_patches_first(tmp_path: Path) -> None:
+    create = ("CREATE TABLE u (id UInt64, s String, v UInt32) ENGINE = ReplacingMergeTree(v) ORDER BY id "
+              f"{IDS}")
+    sess, directory = make_chdb_table(tmp_path, create, [
+        "INSERT INTO u SELECT number % 20, toString(number), number FROM numbers(30)",
+        "INSERT INTO u SELECT number % 20, concat('b', toString(number)), number + 5 FROM numbers(30)",
+        "UPDATE u SET s = concat(s, '!') WHERE id % 3 = 0 AND s LIKE 'b%'",
+        "UPDATE u SET s = 'zz' WHERE id % 4 = 0"])
+    try:
+        expected = _clickhouse(sess, "*", None, "u FINAL")
+    finally:
+        close_session()
+    table = MergeTreeTable.open(directory, create_statement=create)
+    assert sorted(zip(*(c.to_pylist() for c in table.to_arrow(final=True).columns)), key=repr) == expected
