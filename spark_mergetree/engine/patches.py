@@ -11,9 +11,10 @@ applies a patch row only over a lower one). Merges and mutations materialise the
 their version into the new part, whose higher data version then makes reads skip them.
 
 Rows are matched by identity alone: the sorting key that ClickHouse's key-ordered patches also
-compare is copied from the same row and cannot be updated, so it cannot disagree. What this module
-cannot apply exactly (a patch that deletes rows, a column whose type changed since the UPDATE, a
-part without stored row identities) raises UnsupportedError naming the patch or the part.
+compare is copied from the same row and cannot be updated, so it cannot disagree. A DELETE in
+`lightweight_update_force` mode patches the row mask `_row_exists` the same way. What this module
+cannot apply exactly (a column whose type changed since the UPDATE, a part of several blocks
+without stored row identities) raises UnsupportedError naming the patch or the part.
 """
 
 from __future__ import annotations
@@ -82,12 +83,9 @@ class PatchSet:
                                    "cannot match its rows to the rows they update")
         # A key-ordered patch stores the rows' sorting key beside the updated values; keys cannot be updated.
         updated = tuple(c for c, _ in reader.columns if c not in PATCH_SYSTEM_COLUMNS and c not in sorting_columns)
-        if ROW_EXISTS_COLUMN in updated:
-            raise UnsupportedError(f"{where}: a patch part that deletes rows ({ROW_EXISTS_COLUMN}, a DELETE with "
-                                   "lightweight_delete_mode = 'lightweight_update_force'); this version applies "
-                                   "patches that update values only")
         for column in updated:
-            declared = self._types.get(column)
+            # A DELETE in lightweight_update_force mode patches the row mask (0 = deleted).
+            declared = "UInt8" if column == ROW_EXISTS_COLUMN else self._types.get(column)
             stored = reader.types[column].to_clickhouse()
             if declared is None or parse_type(declared).to_clickhouse() != stored:
                 raise UnsupportedError(
@@ -119,20 +117,39 @@ class PatchSet:
         with self._lock:
             cached = patch.rows
         if cached is None:
+            # apply_mask=False: a patch's `_row_exists` is the mask it gives other parts' rows, not its own.
             cached = patch.reader.read([*IDENTITY, DATA_VERSION, *patch.columns], None,
-                                       {c: self._types[c] for c in patch.columns})
+                                       {c: self._types[c] for c in patch.columns if c != ROW_EXISTS_COLUMN},
+                                       apply_mask=False)
             with self._lock:
                 patch.rows = cached
         return cached
 
+    def changes(self, patches: Iterable[str], columns: Iterable[str]) -> bool:
+        """Whether the patch parts `patches` (`for_part`'s) change a read of `columns`: they update
+        one of them, or delete rows."""
+        wanted = {*columns, ROW_EXISTS_COLUMN}
+        return any(wanted & set(self._patches[name].columns) for name in patches)
+
+    def existing_rows(self, reader: PartReader, patches: Iterable[str]) -> int:
+        """Rows a read of the whole part returns, rows that patch parts `patches` delete excluded."""
+        names = list(patches)
+        if not self.changes(names, ()):
+            return reader.existing_rows
+        return self.read(reader, [(0, reader.n_granules)], [], None, names).num_rows
+
     def read(self, reader: PartReader, ranges: Sequence[GranuleRange], columns: Sequence[str],
              column_types: Mapping[str, str] | None, patches: Iterable[str]) -> pa.Table:
         """`columns` of a part's granule `ranges` (as PartReader.read returns them) with the updates of
-        the patch parts `patches` (`for_part`'s) applied, before rows a DELETE removed are dropped."""
+        the patch parts `patches` (`for_part`'s) applied, then without the rows deleted (by the part's
+        `_row_exists` as patched)."""
         info = PartInfo.parse(reader.part)
         stored = [c for c in IDENTITY if c in reader.types]
         ranges = merge_ranges(ranges)
         rows = reader.read([*columns, *stored], ranges, column_types, apply_mask=False)
+        if rows.num_columns == 0:  # a count (no column): a placeholder gives the table its rows
+            starts = reader.granule_starts
+            rows = pa.table({"": pa.nulls(sum(int(starts[e] - starts[b]) for b, e in ranges))})
         if len(stored) < len(IDENTITY):
             # A part of one insert that does not store its rows' identities: ClickHouse reads them as
             # the part's block number and each row's position in the part.
@@ -147,12 +164,18 @@ class PatchSet:
             rows = rows.append_column(BLOCK_OFFSET, pa.array(offsets))
         version = data_version(info)
         chosen = [self._patches[name] for name in patches]
-        for column in [c for c in columns if any(c in p.columns for p in chosen)]:
+        mask = reader.row_mask(ranges)
+        deletes = any(ROW_EXISTS_COLUMN in p.columns for p in chosen)
+        if deletes:
+            exists = np.ones(rows.num_rows, np.uint8) if mask is None else mask.astype(np.uint8)
+            rows = rows.append_column(ROW_EXISTS_COLUMN, pa.array(exists))
+        for column in [c for c in [*columns, ROW_EXISTS_COLUMN] if any(c in p.columns for p in chosen)]:
             updates = [self._patch_rows(p) for p in chosen if column in p.columns]
             rows = rows.set_column(rows.column_names.index(column), column,
                                    self._updated(rows, column, updates, version))
+        if deletes:
+            mask = rows.column(ROW_EXISTS_COLUMN).to_numpy() != 0
         rows = rows.select(list(columns))
-        mask = reader.row_mask(ranges)
         return rows.filter(pa.array(mask)) if mask is not None and not mask.all() else rows
 
     @staticmethod

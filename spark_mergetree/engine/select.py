@@ -329,7 +329,7 @@ def read_task(reader: PartReader, task: ReadTask, columns: Sequence[str], predic
     needed = list(columns)
     if predicate is not None:
         needed += [c for c in sorted(columns_of(predicate)) if c not in needed]
-    if patches is not None and task.patches and patches.columns & set(needed):
+    if patches is not None and task.patches and patches.changes(task.patches, needed):
         table = patches.read(reader, task.ranges, needed, column_types, task.patches)
     else:
         table = reader.read(needed, task.ranges, column_types)

@@ -462,6 +462,7 @@ class MergeTreeTable:
                                           indexes if use_skip_indexes else [], meta.column_types)
         for reader, part_plan in zip(readers, plan.parts, strict=True):
             touching = patches.for_part(reader.part) if patches else ()
+            part_plan.rows = patches.existing_rows(reader, touching)
             plan.tasks.extend(replace(task, patches=touching)
                               for task in selecting.split_tasks(reader, part_plan.ranges, target_rows))
         return plan
@@ -606,22 +607,23 @@ class MergeTreeTable:
     def parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> list[PartSummary]:
         """The visible parts, like ClickHouse's system.parts."""
         _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
-        self.active_patches()  # refuses patch parts that delete rows
+        patches = self.active_patches()
         out = []
         for name in sorted(visible, key=lambda n: (PartInfo.parse(n).partition_id, PartInfo.parse(n).min_block)):
             info = PartInfo.parse(name)
             reader = self.reader(name)
             size = sum(self.store.file_size(name, f) for f in reader.files)
+            existing = patches.existing_rows(reader, patches.for_part(name))
             out.append(PartSummary(name, info.partition_id, info.min_block, info.max_block, info.level,
-                                   reader.existing_rows, size, reader.n_granules, reader.rows - reader.existing_rows))
+                                   existing, size, reader.n_granules, reader.rows - existing))
         return out
 
     def count(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> int:
         """Rows a read returns (rows a ClickHouse lightweight DELETE removed are not counted; a
-        lightweight UPDATE changes no count)."""
+        lightweight UPDATE changes no count, a DELETE in `lightweight_update_force` mode does)."""
         _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
-        self.active_patches()  # refuses patch parts that delete rows
-        return sum(self.reader(p).existing_rows for p in visible)
+        patches = self.active_patches()
+        return sum(patches.existing_rows(self.reader(p), patches.for_part(p)) for p in visible)
 
     # ------------------------------------------------------------------ writing
 

@@ -79,50 +79,51 @@ def _compare(sess, directory: Path, create: str, min_patches: int = 1) -> MergeT
     return table
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_updates_of_the_same_rows_and_of_other_columns(tmp_path: Path, layout: str) -> None:
-    _check(tmp_path, _create(layout), [
-        _insert(0, 40), _insert(100, 30),
-        "UPDATE u SET v = 999 WHERE id % 10 = 0",
-        "UPDATE u SET s = 'x', n = NULL, lc = 'zz' WHERE id % 7 = 0",
-        "UPDATE u SET v = v + 1 WHERE id % 5 = 0",  # the second update of some rows of v
-        "UPDATE u SET n = 7, lc = 'zz' WHERE v > 20",  # a WHERE on another (updated) column
-    ], min_patches=4)
-
-
-def test_update_insert_update(tmp_path: Path) -> None:
-    _check(tmp_path, _create(), [
+FORCE = " SETTINGS lightweight_delete_mode = 'lightweight_update_force'"
+# name → (CREATE arguments, statements, patch parts at least on disk after them)
+SCENARIOS: dict[str, tuple[dict[str, str], list[str], int]] = {
+    # Several updates of the same rows and of other columns; a WHERE on another (updated) column.
+    "same rows and other columns": ({}, [
+        _insert(0, 40), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+        "UPDATE u SET s = 'x', n = NULL, lc = 'zz' WHERE id % 7 = 0", "UPDATE u SET v = v + 1 WHERE id % 5 = 0",
+        "UPDATE u SET n = 7, lc = 'zz' WHERE v > 20"], 4),
+    "update insert update": ({}, [
         _insert(0, 30), "UPDATE u SET v = 999 WHERE id % 3 = 0",
-        _insert(100, 30), "UPDATE u SET v = 1000, s = 'y' WHERE id % 4 = 0",
-    ])
-
-
-def test_patches_after_optimize_final(tmp_path: Path) -> None:
+        _insert(100, 30), "UPDATE u SET v = 1000, s = 'y' WHERE id % 4 = 0"], 2),
     # The merge materialises the first patch (the merged part's data version is above it); the
-    # second applies to the merged part, whose rows keep their identities.
-    _check(tmp_path, _create(), [
+    # later ones apply to the merged part, whose rows keep their identities.
+    "optimize final": ({}, [
         _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
         "OPTIMIZE TABLE u FINAL", "UPDATE u SET lc = 'zz', v = 5 WHERE id % 4 = 0",
-        _insert(200, 10), "UPDATE u SET s = 'q' WHERE id % 3 = 0",
-    ], min_patches=3)
-
-
-def test_patches_of_merged_parts_match_by_row_identity(tmp_path: Path) -> None:
+        _insert(200, 10), "UPDATE u SET s = 'q' WHERE id % 3 = 0"], 3),
     # apply_patches_on_merge = 0: the merged part keeps data version 1 and the patches name its
     # sources, so they meet its rows by (_block_number, _block_offset).
-    _check(tmp_path, _create(extra="apply_patches_on_merge = 0"), [
+    "merged parts by row identity": ({"extra": "apply_patches_on_merge = 0"}, [
         _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
         "OPTIMIZE TABLE u FINAL", "UPDATE u SET n = NULL, lc = 'zz' WHERE id % 3 = 0",
-        "UPDATE u SET v = 1000 WHERE id % 20 = 0",
-    ], min_patches=3)
-
-
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_partitioned_table(tmp_path: Path, layout: str) -> None:
-    _check(tmp_path, _create(layout, "PARTITION BY toYYYYMM(d)"), [
+        "UPDATE u SET v = 1000 WHERE id % 20 = 0"], 3),
+    "partitioned": ({"partition": "PARTITION BY toYYYYMM(d)"}, [
         _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999, s = 'p' WHERE id % 4 = 0",
-        "OPTIMIZE TABLE u PARTITION 202402 FINAL", "UPDATE u SET lc = 'zz' WHERE id % 5 = 0",
-    ], min_patches=4)
+        "OPTIMIZE TABLE u PARTITION 202402 FINAL", "UPDATE u SET lc = 'zz' WHERE id % 5 = 0"], 4),
+    "lightweight deletes": ({}, [
+        _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+        "DELETE FROM u WHERE id % 9 = 0", "UPDATE u SET lc = 'zz', v = 1000 WHERE id % 4 = 0",
+        "DELETE FROM u WHERE id % 8 = 1"], 2),
+    # lightweight_update_force: the DELETE patches the row mask `_row_exists`, versioned like a column.
+    "deletes written as patches": ({}, [
+        _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+        "DELETE FROM u WHERE id % 4 = 0" + FORCE, "DELETE FROM u WHERE id % 9 = 0",
+        "UPDATE u SET v = 1000, lc = 'zz' WHERE id % 5 = 0", "DELETE FROM u WHERE id % 7 = 0" + FORCE,
+        _insert(200, 10), "DELETE FROM u WHERE v > 995" + FORCE], 4),
+}
+CASES = [(name, layout) for name in SCENARIOS for layout in LAYOUTS
+         if layout == "wide" or name in ("same rows and other columns", "partitioned", "deletes written as patches")]
+
+
+@pytest.mark.parametrize(("scenario", "layout"), CASES, ids=[f"{name}-{layout}" for name, layout in CASES])
+def test_scenario(tmp_path: Path, scenario: str, layout: str) -> None:
+    arguments, statements, patches = SCENARIOS[scenario]
+    _check(tmp_path, _create(layout, **arguments), statements, min_patches=patches)
 
 
 def test_merged_patch_parts_and_apply_patches(tmp_path: Path) -> None:
@@ -143,14 +144,6 @@ def test_merged_patch_parts_and_apply_patches(tmp_path: Path) -> None:
         _compare(sess, directory, _create())
     finally:
         close_session()
-
-
-def test_lightweight_delete_and_update(tmp_path: Path) -> None:
-    _check(tmp_path, _create(), [
-        _insert(0, 30), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
-        "DELETE FROM u WHERE id % 9 = 0", "UPDATE u SET lc = 'zz', v = 1000 WHERE id % 4 = 0",
-        "DELETE FROM u WHERE id % 8 = 1",
-    ], min_patches=2)
 
 
 def test_skip_index_on_an_updated_column_is_not_used(tmp_path: Path) -> None:
