@@ -50,6 +50,7 @@ class _Patch:
     partition_id: str  # of the parts it updates
     columns: tuple[str, ...]  # updated columns
     sources: dict[PartInfo, int]  # source part → highest version of its patch rows
+    stale: dict[str, str]  # updated column → why its values cannot be applied (its type is not the table's)
     rows: pa.Table | None = None  # identities, versions and updated values, once a read needs them
 
     def updates(self, info: PartInfo) -> bool:
@@ -83,18 +84,20 @@ class PatchSet:
                                    "cannot match its rows to the rows they update")
         # A key-ordered patch stores the rows' sorting key beside the updated values; keys cannot be updated.
         updated = tuple(c for c, _ in reader.columns if c not in PATCH_SYSTEM_COLUMNS and c not in sorting_columns)
+        # A patch written before an ALTER changed a column's type usually applies to no part any more
+        # (the ALTER's mutation gave every part a higher data version): refused only where it applies.
+        stale = {}
         for column in updated:
             # A DELETE in lightweight_update_force mode patches the row mask (0 = deleted).
             declared = "UInt8" if column == ROW_EXISTS_COLUMN else self._types.get(column)
             stored = reader.types[column].to_clickhouse()
             if declared is None or parse_type(declared).to_clickhouse() != stored:
-                raise UnsupportedError(
-                    f"{where}: patch part updates column {column!r} as {stored}, but the table's statement "
-                    f"{'has it as ' + declared if declared else 'has no such column'}; ClickHouse converts such "
-                    "patches on read, which this version does not")
+                stale[column] = (f"{where}: patch part updates column {column!r} as {stored}, but the table's "
+                                 f"statement {'has it as ' + declared if declared else 'has no such column'}; "
+                                 "ClickHouse converts such patches on read, which this version does not")
         info = PartInfo.parse(reader.part)
         sources = {PartInfo.parse(name): high for name, (_, high) in reader.source_parts.versions.items()}
-        return _Patch(reader.part, reader, original_partition_id(info.partition_id), updated, sources)
+        return _Patch(reader.part, reader, original_partition_id(info.partition_id), updated, sources, stale)
 
     def __bool__(self) -> bool:
         return bool(self._patches)
@@ -119,7 +122,8 @@ class PatchSet:
         if cached is None:
             # apply_mask=False: a patch's `_row_exists` is the mask it gives other parts' rows, not its own.
             cached = patch.reader.read([*IDENTITY, DATA_VERSION, *patch.columns], None,
-                                       {c: self._types[c] for c in patch.columns if c != ROW_EXISTS_COLUMN},
+                                       {c: self._types[c] for c in patch.columns
+                                        if c != ROW_EXISTS_COLUMN and c not in patch.stale},
                                        apply_mask=False)
             with self._lock:
                 patch.rows = cached
@@ -170,6 +174,9 @@ class PatchSet:
             exists = np.ones(rows.num_rows, np.uint8) if mask is None else mask.astype(np.uint8)
             rows = rows.append_column(ROW_EXISTS_COLUMN, pa.array(exists))
         for column in [c for c in [*columns, ROW_EXISTS_COLUMN] if any(c in p.columns for p in chosen)]:
+            stale = [p.stale[column] for p in chosen if column in p.stale]
+            if stale:
+                raise UnsupportedError(f"{stale[0]} (it updates rows of {reader.location})")
             updates = [self._patch_rows(p) for p in chosen if column in p.columns]
             rows = rows.set_column(rows.column_names.index(column), column,
                                    self._updated(rows, column, updates, version))
