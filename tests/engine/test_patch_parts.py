@@ -71,6 +71,8 @@ def _compare(sess, directory: Path, min_patches: int = 1) -> MergeTreeTable:
         names = ", ".join(columns) if columns else "*"
         assert _ours(table, columns, where) == _clickhouse(sess, names, where), (columns, where)
     assert table.count() == int(sess.query("SELECT count() FROM u", "TabSeparatedRaw").bytes())
+    report = table.check()  # patch parts are checked too
+    assert report.ok and report.parts_checked == len(table.visible_parts()[1]) + len(table.patch_part_names())
     # Spark's path: read tasks (which name their parts' patch parts) in chunks of a few rows.
     where = "v >= 999 OR n IS NULL"
     tasks = table.plan_read(["id", "v", "n"], where).tasks
