@@ -124,6 +124,12 @@ SCENARIOS: dict[str, tuple[dict[str, str], list[str], int]] = {
         _insert(0, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0", "ALTER TABLE u MODIFY COLUMN v UInt64",
         _insert(100, 30), "UPDATE u SET v = 5 WHERE id % 4 = 0"], 2),
 }
+# patch_parts_version = 'v1': the older format (`_part`, `_part_offset`, source_parts.dat format 0),
+# which ClickHouse still reads: the same rows meet by the same identities.
+for name in ("same rows and other columns", "merged parts by row identity", "deletes written as patches"):
+    arguments, statements, count = SCENARIOS[name]
+    extra = ", ".join(filter(None, [arguments.get("extra", ""), "patch_parts_version = 'v1'"]))
+    SCENARIOS[f"{name} (v1 patches)"] = ({**arguments, "extra": extra}, statements, count)
 CASES = [(name, layout) for name in SCENARIOS for layout in LAYOUTS
          if layout == "wide" or name in ("same rows and other columns", "partitioned", "deletes written as patches")]
 
