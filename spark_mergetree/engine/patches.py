@@ -13,8 +13,8 @@ their version into the new part, whose higher data version then makes reads skip
 Rows are matched by identity alone: the sorting key that ClickHouse's key-ordered patches also
 compare is copied from the same row and cannot be updated, so it cannot disagree. A DELETE in
 `lightweight_update_force` mode patches the row mask `_row_exists` the same way. What this module
-cannot apply exactly (a column whose type changed since the UPDATE, a part of several blocks
-without stored row identities) raises UnsupportedError naming the patch or the part.
+cannot apply exactly (a column whose type changed since the UPDATE, a part that stores only one of
+the two identity columns) raises UnsupportedError naming the patch or the part.
 """
 
 from __future__ import annotations
@@ -155,13 +155,13 @@ class PatchSet:
             starts = reader.granule_starts
             rows = pa.table({"": pa.nulls(sum(int(starts[e] - starts[b]) for b, e in ranges))})
         if len(stored) < len(IDENTITY):
-            # A part of one insert that does not store its rows' identities: ClickHouse reads them as
-            # the part's block number and each row's position in the part.
-            if stored or info.min_block != info.max_block:
+            # A part that does not store its rows' identities (one insert's, or merged before the table
+            # had the settings): ClickHouse reads them as its min block and each row's position in it.
+            if stored:
                 raise UnsupportedError(
                     f"{reader.location}: lightweight UPDATE patch part(s) {', '.join(patches)} change rows of this "
-                    f"part, which stores {', '.join(stored) or 'neither'} of {', '.join(IDENTITY)} and holds rows of "
-                    "several blocks: this version cannot tell which rows they update")
+                    f"part, which stores {stored[0]} but not the rest of {', '.join(IDENTITY)}: this version "
+                    "cannot tell which rows they update")
             starts = reader.granule_starts
             offsets = np.concatenate([np.arange(starts[b], starts[e], dtype=np.uint64) for b, e in ranges])
             rows = rows.append_column(BLOCK_NUMBER, pa.array(np.full(len(offsets), info.min_block, np.uint64)))

@@ -27,9 +27,10 @@ def _insert(start: int, count: int) -> str:
     return INSERT.format(start=start, count=count)
 
 
-def _create(layout: str = "wide", partition: str = "", extra: str = "", indexes: str = "") -> str:
+def _create(layout: str = "wide", partition: str = "", extra: str = "", indexes: str = "",
+            identities: str = IDS) -> str:
     columns = COLUMNS if not indexes else COLUMNS[:-1] + ", " + indexes + ")"
-    settings = ", ".join(filter(None, [IDS, LAYOUTS[layout], extra]))
+    settings = ", ".join(filter(None, [identities, LAYOUTS[layout], extra]))
     return f"CREATE TABLE u {columns} ENGINE = MergeTree {partition} ORDER BY id {settings}"
 
 
@@ -118,6 +119,13 @@ SCENARIOS: dict[str, tuple[dict[str, str], list[str], int]] = {
         "DELETE FROM u WHERE id % 4 = 0" + FORCE, "DELETE FROM u WHERE id % 9 = 0",
         "UPDATE u SET v = 1000, lc = 'zz' WHERE id % 5 = 0", "DELETE FROM u WHERE id % 7 = 0" + FORCE,
         _insert(200, 10), "DELETE FROM u WHERE v > 995" + FORCE], 4),
+    # Parts merged before the table stored row identities: ClickHouse reads a part's rows as its
+    # min block and their positions in it, and its patch rows record those.
+    "parts merged before the settings": ({"identities": "SETTINGS index_granularity = 8"}, [
+        _insert(0, 30), _insert(100, 30), "OPTIMIZE TABLE u FINAL", _insert(200, 20),
+        "ALTER TABLE u MODIFY SETTING enable_block_number_column = 1, enable_block_offset_column = 1",
+        "UPDATE u SET v = 999, lc = 'zz' WHERE id % 10 = 0", _insert(300, 10),
+        "UPDATE u SET v = 5 WHERE id % 4 = 0"], 2),
     # The ALTER's mutation materialises the patch of v UInt32 into every part (a higher data
     # version), so the stale patch, which stays active, applies to no part.
     "update before a type change": ({}, [
