@@ -179,37 +179,49 @@ class PatchSet:
                 raise UnsupportedError(f"{stale[0]} (it updates rows of {reader.location})")
             updates = [self._patch_rows(p) for p in chosen if column in p.columns]
             rows = rows.set_column(rows.column_names.index(column), column,
-                                   self._updated(rows, column, updates, version))
+                                   self._updated(rows, column, updates, version, (info.min_block, info.max_block)))
         if deletes:
             mask = rows.column(ROW_EXISTS_COLUMN).to_numpy() != 0
         rows = rows.select(list(columns))
         return rows.filter(pa.array(mask)) if mask is not None and not mask.all() else rows
 
     @staticmethod
-    def _updated(rows: pa.Table, column: str, patch_rows: list[pa.Table], version: int) -> pa.Array:
-        """`rows[column]` with each row's newest patch value above `version` (vectorised: one sort of
-        the candidate patch rows, one hash join with the part's rows, one take)."""
-        identity = [np.concatenate([t.column(c).to_numpy() for t in patch_rows]) for c in IDENTITY]
+    def _updated(rows: pa.Table, column: str, patch_rows: list[pa.Table], version: int,
+                 blocks: tuple[int, int]) -> pa.Array:
+        """`rows[column]` with each row's newest patch value above `version` (vectorised: the candidate
+        patch rows — above `version`, of the part's block range `blocks` — meet the part's rows in
+        one hash join; where several meet one row, the highest version wins; one take)."""
+        numbers = np.concatenate([t.column(BLOCK_NUMBER).to_numpy() for t in patch_rows])
+        offsets = np.concatenate([t.column(BLOCK_OFFSET).to_numpy() for t in patch_rows])
         versions = np.concatenate([t.column(DATA_VERSION).to_numpy() for t in patch_rows])
-        newer = np.flatnonzero(versions > version)
         current = rows.column(column).combine_chunks()
-        if len(newer) == 0:
+        picked = np.flatnonzero((versions > version) & (numbers >= blocks[0]) & (numbers <= blocks[1]))
+        if len(picked) == 0:
             return current
-        # Newest first within each identity; the first row of each identity is the one applied.
-        order = newer[np.lexsort((-versions[newer].astype(np.int64), identity[1][newer], identity[0][newer]))]
-        number, offset = identity[0][order], identity[1][order]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = (number[1:] != number[:-1]) | (offset[1:] != offset[:-1])
-        order = order[first]
-        candidates = pa.table({"n": number[first], "o": offset[first], "p": pa.array(order, pa.int64())})
-        base = pa.table({"n": rows.column(BLOCK_NUMBER), "o": rows.column(BLOCK_OFFSET),
-                         "r": pa.array(np.arange(rows.num_rows, dtype=np.int64))})
-        matched = base.join(candidates, ["n", "o"], join_type="inner")
+        row_numbers = rows.column(BLOCK_NUMBER).to_numpy()
+        row_offsets = rows.column(BLOCK_OFFSET).to_numpy()
+        base = {"r": pa.array(np.arange(rows.num_rows, dtype=np.int64))}
+        found = {"p": pa.array(picked, pa.int64())}
+        if max(int(numbers[picked].max()), int(offsets[picked].max())) < 1 << 32:
+            # One 64-bit key joins faster than two (any row whose identity does not fit cannot match).
+            base["k"] = pa.array((row_numbers << np.uint64(32)) | (row_offsets & np.uint64(0xFFFFFFFF)))
+            found["k"] = pa.array((numbers[picked] << np.uint64(32)) | offsets[picked])
+            keys: list[str] = ["k"]
+        else:
+            base |= {"n": pa.array(row_numbers), "o": pa.array(row_offsets)}
+            found |= {"n": pa.array(numbers[picked]), "o": pa.array(offsets[picked])}
+            keys = ["n", "o"]
+        matched = pa.table(base).join(pa.table(found), keys, join_type="inner")
         if matched.num_rows == 0:
             return current
         targets = matched.column("r").to_numpy()
+        sources = matched.column("p").to_numpy()
+        if np.bincount(targets).max() > 1:  # a row updated by several patch parts: the newest wins
+            order = np.lexsort((versions[sources], targets))
+            last = np.append(targets[order][1:] != targets[order][:-1], True)
+            targets, sources = targets[order][last], sources[order][last]
         values = pa.concat_arrays([t.column(column).combine_chunks() for t in patch_rows])
-        values = values.take(matched.column("p").combine_chunks()).cast(current.type)
+        values = values.take(pa.array(sources)).cast(current.type)
         index = np.arange(rows.num_rows, dtype=np.int64)
         index[targets] = rows.num_rows + np.arange(len(targets), dtype=np.int64)
         return pa.concat_arrays([current, values]).take(pa.array(index))
