@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
+from spark_mergetree.engine.patches import PatchSet
 from spark_mergetree.errors import UnsupportedError
 from tests.format.chdb_util import close_session, make_chdb_table
 
@@ -204,3 +206,17 @@ def test_final_read_of_a_replacing_table_applies_patches_first(tmp_path: Path) -
         close_session()
     table = MergeTreeTable.open(directory, create_statement=create)
     assert sorted(zip(*(c.to_pylist() for c in table.to_arrow(final=True).columns)), key=repr) == expected
+
+
+@pytest.mark.parametrize("base", [0, 1 << 40])
+def test_rows_meet_patch_rows_by_identity_of_any_size(base: int) -> None:
+    # Identities that fit in 32 bits each join on one packed key, others on both columns: same rows.
+    number, offsets = np.uint64(base + 7), np.arange(5, dtype=np.uint64) + np.uint64(base)
+    rows = pa.table({"v": pa.array([0, 1, 2, 3, 4], pa.uint32()), "_block_number": np.full(5, number),
+                     "_block_offset": offsets})
+    older = pa.table({"_block_number": np.full(2, number), "_block_offset": offsets[[1, 3]],
+                      "_part_data_version": np.array([5, 5], np.uint64), "v": pa.array([10, 30], pa.uint32())})
+    newer = pa.table({"_block_number": np.full(2, number), "_block_offset": offsets[[3, 4]],
+                      "_part_data_version": np.array([9, 2], np.uint64), "v": pa.array([31, 41], pa.uint32())})
+    updated = PatchSet._updated(rows, "v", [older, newer], 4, (base + 7, base + 7))
+    assert updated.to_pylist() == [0, 10, 2, 31, 4]  # version 2 is not above the part's 4
