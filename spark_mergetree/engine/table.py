@@ -880,7 +880,8 @@ class MergeTreeTable:
         return removed
 
     def check(self, on_part: Callable[[str], None] | None = None) -> CheckReport:
-        """Like CHECK TABLE: re-hash every file of every visible part against its checksums.txt.
+        """Like CHECK TABLE: re-hash every file of every visible part (and active patch part) against
+        its checksums.txt.
 
         `on_part(name)` is called after each part (progress reporting)."""
         return checking.check(self, on_part)
