@@ -103,10 +103,6 @@ class PatchSet:
         return bool(self._patches)
 
     @property
-    def names(self) -> list[str]:
-        return list(self._patches)
-
-    @property
     def columns(self) -> set[str]:
         """Every column some patch part updates."""
         return {column for patch in self._patches.values() for column in patch.columns}
@@ -129,21 +125,20 @@ class PatchSet:
                 patch.rows = cached
         return cached
 
-    def changes(self, patches: Iterable[str], columns: Iterable[str]) -> bool:
+    def changes(self, patches: Sequence[str], columns: Iterable[str]) -> bool:
         """Whether the patch parts `patches` (`for_part`'s) change a read of `columns`: they update
         one of them, or delete rows."""
         wanted = {*columns, ROW_EXISTS_COLUMN}
         return any(wanted & set(self._patches[name].columns) for name in patches)
 
-    def existing_rows(self, reader: PartReader, patches: Iterable[str]) -> int:
+    def existing_rows(self, reader: PartReader, patches: Sequence[str]) -> int:
         """Rows a read of the whole part returns, rows that patch parts `patches` delete excluded."""
-        names = list(patches)
-        if not self.changes(names, ()):
+        if not self.changes(patches, ()):
             return reader.existing_rows
-        return self.read(reader, [(0, reader.n_granules)], [], None, names).num_rows
+        return self.read(reader, [(0, reader.n_granules)], [], None, patches).num_rows
 
     def read(self, reader: PartReader, ranges: Sequence[GranuleRange], columns: Sequence[str],
-             column_types: Mapping[str, str] | None, patches: Iterable[str]) -> pa.Table:
+             column_types: Mapping[str, str] | None, patches: Sequence[str]) -> pa.Table:
         """`columns` of a part's granule `ranges` (as PartReader.read returns them) with the updates of
         the patch parts `patches` (`for_part`'s) applied, then without the rows deleted (by the part's
         `_row_exists` as patched)."""
