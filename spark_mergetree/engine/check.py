@@ -1,4 +1,5 @@
-"""CHECK TABLE: every file of every visible part re-hashed against its checksums.txt."""
+"""CHECK TABLE: every file of every visible part, and of every active patch part of a lightweight
+UPDATE (its rows change what reads return), re-hashed against its checksums.txt."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def check(table: MergeTreeTable, on_part: Callable[[str], None] | None = None) -
     """Like CHECK TABLE; `on_part(name)` is called after each part (progress reporting)."""
     report = CheckReport()
     _, visible = table.visible_parts()
-    for part in sorted(visible):
+    for part in sorted(visible | table.patch_part_names()):
         if report.parts_checked and on_part is not None:
             on_part(part)
         report.parts_checked += 1

@@ -56,7 +56,7 @@ def local_disk(directory: str) -> list[str]:
 
 def warn_if_clickhouse_sees_other_parts(where: str, on_disk: Iterable[str], visible: set[str]) -> None:
     """Warn when the parts ClickHouse would load from the directory are not the visible ones."""
-    loaded = selecting.active_parts(on_disk, where)
+    loaded = selecting.active_parts(on_disk)
     extra, missing = sorted(loaded - visible), sorted(visible - loaded)
     if extra or missing:
         said = [f"also read part(s) {', '.join(extra[:5])} the table's log does not show (replaced or left "

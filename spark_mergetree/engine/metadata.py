@@ -278,7 +278,7 @@ class TableMetadata:
         if rows is not None:
             if not self.sorting_key or len(rows) < 2:
                 return table.take(pa.array(rows))
-            keys = table.select([name for name in table.column_names if name in self._sorting_columns])
+            keys = table.select([name for name in table.column_names if name in self.sorting_columns])
             keys = keys.take(pa.array(rows))
             if self._already_sorted(keys):
                 return table.take(pa.array(rows))
@@ -289,7 +289,8 @@ class TableMetadata:
         return table.take(sort_indices(self.sorting_key, table, self.column_types))
 
     @cached_property
-    def _sorting_columns(self) -> set[str]:
+    def sorting_columns(self) -> set[str]:
+        """The columns the sorting key reads."""
         return sorting_key_columns(self.sorting_key, self.column_types)
 
     def _already_sorted(self, table: pa.Table) -> bool:

@@ -223,6 +223,10 @@ class ObjectStoreTable(MergeTreeTable):
         csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
         return csn, self.log.snapshot(csn, coordinator)
 
+    def patch_part_names(self) -> set[str]:
+        """None: ClickHouse writes no patch part into a table our log keeps."""
+        return set()
+
     def directory_parts(self) -> set[str]:
         raise UnsupportedError(f"table {self.location.url}: an object-store table's parts are those its log "
                                "names, never a listing")

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from spark_mergetree.errors import MergeTreeError, UnsupportedError
+from spark_mergetree.engine.patches import PatchSet
+from spark_mergetree.errors import MergeTreeError
 from spark_mergetree.expressions.key_condition import granule_ranges_of_parts, may_match_partitions
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.predicate import Expr, bind, columns_of, filter_table, parse_predicate
@@ -52,6 +53,7 @@ class ReadTask:
     part: str
     ranges: tuple[GranuleRange, ...]
     rows: int
+    patches: tuple[str, ...] = ()  # patch parts of lightweight UPDATEs that change the part's rows
 
 
 @dataclass
@@ -112,19 +114,16 @@ class ReadPlan:
         return "\n".join(lines)
 
 
-def active_parts(names: Iterable[str], table_path: str) -> set[str]:
-    """The parts ClickHouse loads as active from a table directory holding `names`: every part
+def active_parts(names: Iterable[str]) -> set[str]:
+    """The data parts ClickHouse loads as active from a table directory holding `names`: every part
     that no other part covers (PartInfo.contains: a merge's or a mutation's result covers its
-    sources). Names that are not parts are ignored. Patch parts (`patch-...`, lightweight UPDATE)
-    change rows of other parts when ClickHouse reads them: UnsupportedError names them."""
-    active = uncovered_parts(names)
-    patches = sorted(name for name in active if name.startswith(PATCH_PART_PREFIX))
-    if patches:
-        raise UnsupportedError(
-            f"{table_path}/{patches[0]}: a patch part of a ClickHouse lightweight UPDATE (source_parts.dat; "
-            f"{len(patches)} in the table): its rows change other parts' rows when ClickHouse reads them, which "
-            "this version cannot apply; read the table with ClickHouse")
-    return active
+    sources). Names that are not parts are ignored, and so are patch parts (`patch_parts`)."""
+    return {name for name in uncovered_parts(names) if not name.startswith(PATCH_PART_PREFIX)}
+
+
+def patch_parts(names: Iterable[str]) -> set[str]:
+    """The active patch parts of lightweight UPDATEs (`patch-...`) among `names` (engine/patches.py)."""
+    return {name for name in uncovered_parts(names) if name.startswith(PATCH_PART_PREFIX)}
 
 
 _MUTATION_FILE = re.compile(r"mutation_([0-9]+)\.txt")
@@ -320,14 +319,20 @@ def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows:
 
 
 def read_task(reader: PartReader, task: ReadTask, columns: Sequence[str], predicate: Expr | None,
-              schema: pa.Schema, column_types: Mapping[str, str] | None = None) -> pa.Table:
+              schema: pa.Schema, column_types: Mapping[str, str] | None = None,
+              patches: PatchSet | None = None) -> pa.Table:
     """Read one task's rows, filtered exactly by `predicate`, as `schema` (selected columns).
 
-    `column_types` (the table's columns) lets parts written before a column was added serve it."""
+    `column_types` (the table's columns) lets parts written before a column was added serve it.
+    `patches` (the table's patch parts) apply the task's lightweight UPDATEs before the filter, as
+    ClickHouse applies them before WHERE."""
     needed = list(columns)
     if predicate is not None:
         needed += [c for c in sorted(columns_of(predicate)) if c not in needed]
-    table = reader.read(needed, task.ranges, column_types)
+    if patches is not None and task.patches and patches.changes(task.patches, needed):
+        table = patches.read(reader, task.ranges, needed, column_types, task.patches)
+    else:
+        table = reader.read(needed, task.ranges, column_types)
     if predicate is not None:
         table = filter_table(table, predicate)
     table = table.select(list(columns))

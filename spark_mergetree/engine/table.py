@@ -20,7 +20,7 @@ import re
 import threading
 import uuid as uuid_module
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,6 +53,7 @@ from spark_mergetree.engine.metadata import (
     read_engine_settings,
     split_settings,
 )
+from spark_mergetree.engine.patches import PatchSet
 from spark_mergetree.errors import (
     InvalidOptionError,
     SchemaMismatchError,
@@ -225,6 +226,7 @@ class MergeTreeTable:
         self.directories = TableDirectories(self.store)
         self.log = TableLog(self.path, self.directories)
         self._readers: dict[str, PartReader] = {}
+        self._opened_patches: dict[str, Any] = {}  # patch part name → engine/patches.py's opened patch
         self._part_bytes: dict[str, int] = {}
         self._readers_lock = threading.Lock()
         self._external_definition = False
@@ -372,13 +374,48 @@ class MergeTreeTable:
     def directory_parts(self) -> set[str]:
         """Active parts by directory listing, as ClickHouse finds them on start (for tables with no
         log): a part covered by another (a merge's result, or a mutation's: `all_1_1_0_3` over
-        `all_1_1_0`) is outdated. Patch parts of lightweight UPDATEs are refused, never read past."""
-        return selecting.active_parts(self.store.list_parts(), str(self.path))
+        `all_1_1_0`) is outdated. Patch parts of lightweight UPDATEs are not data parts
+        (`patch_part_names`)."""
+        return selecting.active_parts(self.store.list_parts())
+
+    def patch_part_names(self) -> set[str]:
+        """The active patch parts of ClickHouse lightweight UPDATEs, which reads apply
+        (engine/patches.py): those in the directory of a table ClickHouse wrote (no log identity);
+        none in a table our log keeps (adopting a table refuses patch parts)."""
+        if self.log.identity() is not None:
+            return set()
+        return selecting.patch_parts(self.store.list_parts())
+
+    def patch_set(self, names: Iterable[str]) -> PatchSet:
+        """The PatchSet of these patch parts (each opened once per handle: parts never change)."""
+        with self._readers_lock:
+            granularity = self.metadata.writer_settings.index_granularity
+            return PatchSet(names, lambda name: PartReader(self.store, name, self.part_location(name), granularity,
+                                                           patch=True),
+                            self.metadata.column_types, self.metadata.sorting_columns, self._opened_patches)
+
+    def active_patches(self) -> PatchSet:
+        """The table's active patch parts, opened (refused if this version cannot apply them)."""
+        return self.patch_set(self.patch_part_names())
+
+    def refuse_if_patched(self, action: str) -> None:
+        """Our writes do not apply lightweight UPDATEs: a table ClickHouse wrote that has patch parts
+        is refused before anything is written (its log would forget the patches, merges and
+        mutations would drop them)."""
+        patches = sorted(self.patch_part_names())
+        if patches:
+            raise UnsupportedError(
+                f"{self.part_location(patches[0])}: a patch part of a ClickHouse lightweight UPDATE ({len(patches)} "
+                f"in the table); {action} would not apply it, so the table is only read here: run "
+                "`ALTER TABLE … APPLY PATCHES` and `OPTIMIZE … FINAL` in ClickHouse (or wait until merges leave "
+                "no patch part) first")
 
     def adopt_directory_parts(self) -> None:
         """A table ClickHouse wrote has parts but no log history: the log takes them in
-        (TableLog.adopt) before the first write, merge or mutation binds it."""
+        (TableLog.adopt) before the first write, merge or mutation binds it. Patch parts are
+        refused (`refuse_if_patched`)."""
         if not self.log.has_history():
+            self.refuse_if_patched("a write, merge or mutation")
             self.log.adopt(self.directory_parts())
 
     def visible_parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None
@@ -439,11 +476,20 @@ class MergeTreeTable:
                        key=lambda pair: (pair[0].partition_id, pair[0].min_block))
         infos = [info for info, _ in named]
         readers = [self.reader(name) for _, name in named]
+        patches = self.active_patches()
+        # A skip index describes a column's values before the UPDATEs: it cannot rule out a patched granule.
+        indexes = [index for index in meta.skip_indexes if not set(index.columns) & patches.columns]
         plan.parts = selecting.plan_parts(readers, infos, predicate, meta.partition_key, meta.primary_key_types,
-                                          meta.skip_indexes if use_skip_indexes else [], meta.column_types)
+                                          indexes if use_skip_indexes else [], meta.column_types)
         for reader, part_plan in zip(readers, plan.parts, strict=True):
-            plan.tasks.extend(selecting.split_tasks(reader, part_plan.ranges, target_rows))
+            touching = patches.for_part(reader.part) if patches else ()
+            part_plan.rows = patches.existing_rows(reader, touching)
+            plan.tasks.extend(replace(task, patches=touching)
+                              for task in selecting.split_tasks(reader, part_plan.ranges, target_rows))
         return plan
+
+    def _patches_of(self, task: selecting.ReadTask) -> PatchSet | None:
+        return self.patch_set(task.patches) if task.patches else None
 
     def read_task(self, task: selecting.ReadTask, columns: Sequence[str] | None = None,
                   where: str | Expr | None = None) -> pa.Table:
@@ -452,7 +498,7 @@ class MergeTreeTable:
         predicate = selecting.bind_where(where, self.metadata.column_types)
         schema = pa.schema([self.schema.field(n) for n in names])
         return selecting.read_task(self.reader(task.part), task, names, predicate, schema,
-                                   self.metadata.column_types)
+                                   self.metadata.column_types, self._patches_of(task))
 
     def iter_task(self, task: selecting.ReadTask, columns: Sequence[str] | None = None,
                   where: str | Expr | None = None, chunk_rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
@@ -464,7 +510,7 @@ class MergeTreeTable:
         """Batches of ReadTasks in order, decoded a chunk ahead in a background thread, so decoding
         the next chunk (of this part or the next) overlaps with whatever consumes the current one
         (Spark's transfer to the JVM)."""
-        chunks = [chunk for task in tasks
+        chunks = [replace(chunk, patches=task.patches) for task in tasks
                   for chunk in selecting.split_tasks(self.reader(task.part), task.ranges, chunk_rows)]
         if len(chunks) < 2:
             for chunk in chunks:
@@ -553,7 +599,7 @@ class MergeTreeTable:
 
         def run(task: selecting.ReadTask) -> pa.Table:
             return selecting.read_task(self.reader(task.part), task, names, predicate, schema,
-                                       self.metadata.column_types)
+                                       self.metadata.column_types, self._patches_of(task))
 
         if len(plan.tasks) == 1:
             tables = [run(plan.tasks[0])]
@@ -582,19 +628,23 @@ class MergeTreeTable:
     def parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> list[PartSummary]:
         """The visible parts, like ClickHouse's system.parts."""
         _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
+        patches = self.active_patches()
         out = []
         for name in sorted(visible, key=lambda n: (PartInfo.parse(n).partition_id, PartInfo.parse(n).min_block)):
             info = PartInfo.parse(name)
             reader = self.reader(name)
             size = sum(self.store.file_size(name, f) for f in reader.files)
+            existing = patches.existing_rows(reader, patches.for_part(name))
             out.append(PartSummary(name, info.partition_id, info.min_block, info.max_block, info.level,
-                                   reader.existing_rows, size, reader.n_granules, reader.rows - reader.existing_rows))
+                                   existing, size, reader.n_granules, reader.rows - existing))
         return out
 
     def count(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> int:
-        """Rows a read returns (rows a ClickHouse lightweight DELETE removed are not counted)."""
+        """Rows a read returns (rows a ClickHouse lightweight DELETE removed are not counted; a
+        lightweight UPDATE changes no count, a DELETE in `lightweight_update_force` mode does)."""
         _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
-        return sum(self.reader(p).existing_rows for p in visible)
+        patches = self.active_patches()
+        return sum(patches.existing_rows(self.reader(p), patches.for_part(p)) for p in visible)
 
     # ------------------------------------------------------------------ writing
 
@@ -851,7 +901,8 @@ class MergeTreeTable:
         return removed
 
     def check(self, on_part: Callable[[str], None] | None = None) -> CheckReport:
-        """Like CHECK TABLE: re-hash every file of every visible part against its checksums.txt.
+        """Like CHECK TABLE: re-hash every file of every visible part (and active patch part) against
+        its checksums.txt.
 
         `on_part(name)` is called after each part (progress reporting)."""
         return checking.check(self, on_part)

@@ -14,9 +14,10 @@ A packed part (one `data.packed` archive, format/packed.py) is read through the 
 
 Rows a lightweight DELETE removed stay in the part, marked 0 in its `_row_exists` column: reads
 drop them, as ClickHouse does. Projections (`<name>.proj/`) are read past: the part's own columns
-are the table. What could change which rows a part holds and is not understood here (patch parts of
-lightweight UPDATEs, parts of ClickHouse transactions, unknown files) raises UnsupportedError naming
-the feature, the part and the file. See format_spec/part.md.
+are the table. A patch part of a lightweight UPDATE is read only when opened as one (`patch=True`:
+engine/patches.py applies its rows to other parts'). What could change which rows a part holds and
+is not understood here (parts of ClickHouse transactions, unknown files) raises UnsupportedError
+naming the feature, the part and the file. See format_spec/part.md.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ from spark_mergetree.format.part import (
     parse_count,
 )
 from spark_mergetree.format.part_writer import PARTITION_FILE
+from spark_mergetree.format.patch_part import PATCH_PART_PREFIX, SOURCE_PARTS_FILE, SourceParts
 from spark_mergetree.format.row_binary import deserialize_rows
 from spark_mergetree.format.serialization import default_column, deserialize_column
 from spark_mergetree.format.skip_index import SkipIndexData, index_stream
@@ -156,10 +158,9 @@ _STREAM_SUFFIXES = (".bin", *WIDE_EXTENSIONS, *COMPACT_EXTENSIONS)
 _ROW_CHANGING_FILES = {
     "txn_version.txt": "a part created or removed inside a ClickHouse transaction (its visibility is "
                        "decided by ClickHouse's transaction log)",
-    "source_parts.dat": "a patch part of a lightweight UPDATE (its rows replace values or delete rows "
-                        "of other parts when ClickHouse reads them)",
+    SOURCE_PARTS_FILE: "a patch part of a lightweight UPDATE (its rows replace values of other parts' "
+                       "rows when ClickHouse reads them; only a table's read applies them)",
 }
-PATCH_PART_PREFIX = "patch-"
 
 
 class FileSource(Protocol):
@@ -298,8 +299,11 @@ class SubpartSource:
 class PartReader:
     """One part, opened for reading. Cheap to create; metadata is loaded once and cached."""
 
-    def __init__(self, source: FileSource, part: str, location: str = "", index_granularity: int | None = None) -> None:
+    def __init__(self, source: FileSource, part: str, location: str = "", index_granularity: int | None = None, *,
+                 patch: bool = False) -> None:
+        """`patch`: the part is a patch part (engine/patches.py reads its rows as updates of others)."""
         self.part = part
+        self.is_patch = patch
         self.location = location or part
         # Rows per granule of a part with non-adaptive marks (`.mrk`, no row counts): the table's
         # `index_granularity`, which such a part does not record. Without it, such a part is refused.
@@ -383,12 +387,16 @@ class PartReader:
 
     def _refuse_row_changing_features(self) -> None:
         """Parts whose rows ClickHouse changes in ways this version does not apply are refused."""
+        if self.is_patch:
+            if not self.part.startswith(PATCH_PART_PREFIX) or SOURCE_PARTS_FILE not in self.files:
+                raise UnsupportedError(f"{self._path(SOURCE_PARTS_FILE)}: not a patch part (its name must start "
+                                       f"with {PATCH_PART_PREFIX!r} and it must hold {SOURCE_PARTS_FILE})")
         for name, feature in _ROW_CHANGING_FILES.items():
-            if name in self.files:
+            if name in self.files and not (self.is_patch and name == SOURCE_PARTS_FILE):
                 raise UnsupportedError(f"{self._path(name)}: {feature}; this version cannot read such a part")
-        if self.part.startswith(PATCH_PART_PREFIX):
-            raise UnsupportedError(f"{self._path(COLUMNS_FILE)}: {_ROW_CHANGING_FILES['source_parts.dat']}; "
-                                   "this version cannot read such a part")
+        if self.part.startswith(PATCH_PART_PREFIX) and not self.is_patch:
+            raise UnsupportedError(f"{self._path(COLUMNS_FILE)}: {_ROW_CHANGING_FILES[SOURCE_PARTS_FILE]}; "
+                                   "it is not a part of the table's rows")
 
     def _check_row_mask_type(self) -> None:
         mask_type = self.types.get(ROW_EXISTS_COLUMN)
@@ -406,6 +414,8 @@ class PartReader:
         hashed: set[str] | bool | None = None
         for name in self.files:
             if name in _KNOWN_FILES or name.startswith(_KNOWN_PREFIXES):
+                continue
+            if self.is_patch and name == SOURCE_PARTS_FILE:
                 continue
             stem = next((name[: -len(s)] for s in _STREAM_SUFFIXES if name.endswith(s)), None)
             if stem is not None and (stem in stems or stem.startswith(prefixes)):
@@ -1072,6 +1082,13 @@ class PartReader:
                 return CorruptPartError(f"{self._path(marks_file)}: {mark_label(index, substreams)} points at "
                                         f"({block}, {inner}) in {data_file}, where {where}")
         return None
+
+    @cached_property
+    def source_parts(self) -> SourceParts:
+        """A patch part's `source_parts.dat` (checked against checksums.txt)."""
+        if not self.is_patch:
+            raise UnsupportedError(f"{self._path(SOURCE_PARTS_FILE)}: {self.part} is not opened as a patch part")
+        return SourceParts.parse(self._read(SOURCE_PARTS_FILE), self._path(SOURCE_PARTS_FILE))
 
     @property
     def has_row_mask(self) -> bool:
