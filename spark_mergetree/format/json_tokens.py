@@ -145,41 +145,46 @@ def _paths_agree(records: np.ndarray, data: np.ndarray, leaves: np.ndarray, code
         b = representative[code]
         if a == b:
             continue
-        # Both paths' bytes from the end: a record's key backwards, then `.`, then its parent's.
+        if _same_keys(records, data, a, b):
+            continue
         at_a = records[_KEY_END, a]
         at_b = records[_KEY_END, b]
-        while True:
-            a_done = at_a == records[_KEY_START, a]
-            b_done = at_b == records[_KEY_START, b]
-            if a_done and b_done:
-                a = records[_PARENT, a]
-                b = records[_PARENT, b]
-                if a < 0 or b < 0:
-                    if a >= 0 or b >= 0:
-                        return False
-                    break
-                at_a = records[_KEY_END, a]
-                at_b = records[_KEY_END, b]
-                continue
-            if a_done:  # `.` in a's path against a byte of b's key
-                if data[at_b - 1] != 46 or records[_PARENT, a] < 0:
-                    return False
-                at_b -= 1
-                a = records[_PARENT, a]
-                at_a = records[_KEY_END, a]
-                continue
-            if b_done:
-                if data[at_a - 1] != 46 or records[_PARENT, b] < 0:
-                    return False
-                at_a -= 1
-                b = records[_PARENT, b]
-                at_b = records[_KEY_END, b]
-                continue
-            if data[at_a - 1] != data[at_b - 1]:
+        while True:  # both paths' bytes from their ends (keys nested otherwise: `a.b` and `a` {`b`})
+            byte_a, a, at_a = _byte_before(records, data, a, at_a)
+            byte_b, b, at_b = _byte_before(records, data, b, at_b)
+            if byte_a != byte_b:
                 return False
-            at_a -= 1
-            at_b -= 1
+            if byte_a < 0:
+                break
     return True
+
+
+@lazy_njit
+def _same_keys(records: np.ndarray, data: np.ndarray, a: int, b: int) -> bool:  # pragma: no cover - compiled
+    """Whether two records' paths have the same keys, level by level (the usual case: then their
+    paths are the same; else they may still be, nested otherwise)."""
+    while a >= 0 and b >= 0:
+        start_a, start_b = records[_KEY_START, a], records[_KEY_START, b]
+        length = records[_KEY_END, a] - start_a
+        if length != records[_KEY_END, b] - start_b:
+            return False
+        for k in range(length):
+            if data[start_a + k] != data[start_b + k]:
+                return False
+        a, b = records[_PARENT, a], records[_PARENT, b]
+    return a < 0 and b < 0
+
+
+@lazy_njit
+def _byte_before(records: np.ndarray, data: np.ndarray, record: int, at: int) -> tuple[int, int, int]:  # pragma: no cover
+    """The byte of a record's dotted path before position `at` of its key — its key's, else `.` and
+    then its parent's key's — as (byte or -1 at the path's start, record, position)."""
+    if at > records[_KEY_START, record]:
+        return np.int64(data[at - 1]), record, at - 1
+    parent = records[_PARENT, record]
+    if parent < 0:
+        return -1, record, at
+    return 46, parent, records[_KEY_END, parent]
 
 
 @lazy_njit

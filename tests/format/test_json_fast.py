@@ -12,12 +12,15 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format import json_columns, json_write
+from spark_mergetree.format.json_tokens import _KIND, OBJECT, _paths_agree, _scan
+from spark_mergetree.format.values import string_buffers
 from tests.format.chdb_util import close_session, make_chdb_table
 from tests.format.test_variant_dynamic_json import PART_KINDS, _same_json_bytes, _sql_text, _statement
 
@@ -202,3 +205,24 @@ def test_columnwise_parts_are_clickhouses_bytes(tmp_path, monkeypatch, json_type
         _same_json_bytes(theirs, ours)
     finally:
         close_session()
+
+
+def test_paths_sharing_a_hash_are_compared_byte_for_byte():
+    """Leaves given one code (as a hash collision would) pass only when their dotted paths have the
+    same bytes, however their keys nest; a path twice in one row does not pass."""
+    def agree(texts: list[str]) -> bool:
+        offsets, data = string_buffers(pa.array(texts))
+        status, records, count, _ = _scan(data, offsets, np.ones(len(texts), bool))
+        assert status == 0
+        records = records[:, :count]
+        leaves = np.flatnonzero(records[_KIND] != OBJECT)
+        codes = np.zeros(len(leaves), np.int64)  # one code for all: every leaf checked against the first
+        return bool(_paths_agree(records, data, leaves, codes, leaves[:1]))
+
+    assert agree(['{"a.b":1}', '{"a":{"b":2}}', '{"a":{"b":{}}}', '{"a":{"b":null}}', '{"a.b":"x"}'])
+    assert agree(['{"x":{"y.z":1}}', '{"x.y":{"z":2}}', '{"x":{"y":{"z":3}}}'])
+    assert not agree(['{"a.b":1}', '{"a":{"c":2}}'])
+    assert not agree(['{"ab":1}', '{"a":{"b":2}}'])
+    assert not agree(['{"a":1}', '{"b":{"a":2}}'])
+    assert not agree(['{"b":{"a":2}}', '{"a":1}'])
+    assert not agree(['{"a":{"b":1},"a.b":2}'])
