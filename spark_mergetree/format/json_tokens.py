@@ -364,7 +364,8 @@ def _grown(records: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
 def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
           ) -> tuple[int, np.ndarray, int, np.ndarray]:  # pragma: no cover - compiled
     """(0 or 1 where a row is not read here, the records, their count, the text buffer)."""
-    records = np.empty((_FIELDS, max(16, len(data) // 16)), np.int64)  # a field per row
+    # (a record per 32 bytes of text at first, doubled as needed: a dense document has one per ~20)
+    records = np.empty((_FIELDS, max(16, len(data) // 32)), np.int64)  # a row per field
     out = np.empty(len(data), np.uint8)
     count = 0
     at = 0

@@ -21,8 +21,8 @@ from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format import json_columns, json_write
 from spark_mergetree.format.json_tokens import _KIND, OBJECT, _paths_agree, _scan
 from spark_mergetree.format.values import string_buffers
-from tests.format.chdb_util import close_session, make_chdb_table
-from tests.format.test_variant_dynamic_json import PART_KINDS, _same_json_bytes, _sql_text, _statement
+from tests.format.chdb_util import close_session
+from tests.format.test_variant_dynamic_json import PART_KINDS, _json_source, _same_json_bytes, _statement
 
 PLAIN = ["", "plain", "user_12", "10.0.0.1", "1.2.3", "12:30", "10:00:00", "abc2020", "héllo", "x\u0001y", "tab\tq",
          '"q"', "1234", "²3", "a" * 60 + "1", "\\back/", "😀 emoji", "Ünï 5", "12 PM x"]
@@ -195,11 +195,7 @@ def test_columnwise_parts_are_clickhouses_bytes(tmp_path, monkeypatch, json_type
     monkeypatch.setattr(json_columns, "COMPILED_JSON_BYTES", 0)
     monkeypatch.setattr(os, "fsync", lambda fd: None)
     ours = _write(tmp_path / "ours", json_type, "Wide", texts)
-    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(texts))
-    sess, data_dir = make_chdb_table(
-        tmp_path, f"CREATE TABLE src (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id "
-                  f"SETTINGS index_granularity = 64, {PART_KINDS['Wide']}",
-        [f"INSERT INTO src VALUES {values}"])
+    sess, data_dir = _json_source(tmp_path, json_type, "Wide", texts)
     try:
         theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
         _same_json_bytes(theirs, ours)
