@@ -89,6 +89,7 @@ COMPILED_JSON_BYTES = 1 << 20
 # left to `_Slot`.
 _T_BOOL, _T_INT64, _T_UINT64, _T_BIG, _T_FLOAT64, _T_STRING, _T_DATE, _T_DATETIME, _T_DT64, _T_AMBIGUOUS, _T_ARRAY = \
     range(11)
+_TYPE_COUNT = _T_ARRAY + 1
 _KINDS: dict[int, DataType] = {_T_BOOL: _BOOL, _T_INT64: _INT64, _T_UINT64: _UINT64, _T_BIG: _STRING,
                                _T_FLOAT64: _FLOAT64, _T_STRING: _STRING, _T_DATE: _DATE, _T_DATETIME: _DATETIME,
                                _T_DT64: _DATETIME64}
@@ -133,21 +134,23 @@ def type_columnwise(texts: pa.Array, max_paths: int, max_types: int) -> Columnar
     types[is_string], stored[is_string] = _string_types(tokens.texts.take(pa.array(is_string)), tokens.flags[is_string])
 
     paths = len(tokens.paths)
-    by_path, bounds = _grouped(tokens.path_codes * (_T_ARRAY + 1) + types, paths * (_T_ARRAY + 1))
-    present = (np.diff(bounds) > 0).reshape(paths, _T_ARRAY + 1)
+    by_path, bounds = _grouped(tokens.path_codes * _TYPE_COUNT + types, paths * _TYPE_COUNT)
+    present = (np.diff(bounds) > 0).reshape(paths, _TYPE_COUNT)
+
+    def leaves_of(code: int, t: int) -> np.ndarray:  # (in row order)
+        return by_path[bounds[code * _TYPE_COUNT + t]:bounds[code * _TYPE_COUNT + t + 1]]
+
     out = ColumnarPaths(tokens.paths, {}, {})
     for code, path in enumerate(tokens.paths):
         held = set(np.flatnonzero(present[code]).tolist())
         if not _own_types(held, code < max_paths, max_types):
-            mine = np.sort(np.concatenate([by_path[bounds[code * (_T_ARRAY + 1) + t]:bounds[code * (_T_ARRAY + 1) + t + 1]]
-                                           for t in held]))
+            # The Dynamic's rules, value by value in row order (the caller's `_Slot`), not repeated
+            # column-wise: what a held type takes depends on the order values come in.
+            mine = np.sort(np.concatenate([leaves_of(code, t) for t in held]))
             out.per_value[path] = [(int(tokens.rows[i]), _loaded(tokens, int(i))) for i in mine]
             continue
-        groups = []
-        for t in sorted(held):
-            mine = by_path[bounds[code * (_T_ARRAY + 1) + t]:bounds[code * (_T_ARRAY + 1) + t + 1]]
-            groups.append((_KINDS[t], tokens.rows[mine], _values(t, mine, tokens, floats, stored)))
-        out.groups[path] = groups
+        out.groups[path] = [(_KINDS[t], tokens.rows[leaves_of(code, t)],
+                             _values(t, leaves_of(code, t), tokens, floats, stored)) for t in sorted(held)]
     return out
 
 
