@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,12 +110,20 @@ class ColumnarPaths:
     per_value: dict[str, list[tuple[int, Any]]]  # the others: (row, value as json.loads gives it)
 
 
-def type_columnwise(texts: pa.Array, max_paths: int, max_types: int) -> ColumnarPaths | None:
-    """Every path of a column of JSON objects (no typed or skipped paths) and its values typed, or
-    None where the column is left to the per-row reader (see json_tokens)."""
+def type_columnwise(texts: pa.Array, max_paths: int, max_types: int,
+                    skipped: Callable[[str], bool] | None = None) -> ColumnarPaths | None:
+    """Every path of a column of JSON objects (without typed paths) and its values typed, or None
+    where the column is left to the per-row reader (see json_tokens). `skipped`: whether a leaf's
+    path, all of whose `.`s are nesting, is left out (SKIP, SKIP REGEXP)."""
     tokens = tokenize(texts)
     if tokens is None:
         return None
+    if skipped is not None:
+        if tokens.dotted_keys:
+            return None  # (a key holding a `.`: which prefixes of its path are objects is not known here)
+        dropped = np.array([skipped(path) for path in tokens.paths], bool)
+        if dropped.any():
+            tokens = tokens.without_paths(dropped)
     n = len(tokens.rows)
     types = np.full(n, _T_ARRAY, np.int8)  # (arrays: every leaf not typed below)
     stored = np.zeros(n, np.int64)  # dates' days, seconds or nanoseconds

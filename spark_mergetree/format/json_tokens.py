@@ -61,6 +61,15 @@ class Tokens:
     flags: np.ndarray  # int64: an INT's class; a STRING's PRINTABLE | DIGIT bits
     raw: tuple[np.ndarray, np.ndarray]  # each value's byte span in `source` (start, end)
     source: np.ndarray  # the column's bytes
+    dotted_keys: bool  # whether a key holds a `.` (its path's `.`s are not all nesting)
+
+    def without_paths(self, dropped: np.ndarray) -> Tokens:
+        """The leaves of the paths not `dropped` (a bool per path), codes renumbered in the same order."""
+        keep = ~dropped[self.path_codes]
+        codes = np.cumsum(~dropped) - 1
+        return Tokens(self.rows[keep], codes[self.path_codes[keep]], [p for p, d in zip(self.paths, dropped) if not d],
+                      self.kinds[keep], self.texts.filter(pa.array(keep)), self.ints[keep], self.flags[keep],
+                      (self.raw[0][keep], self.raw[1][keep]), self.source, self.dotted_keys)
 
 
 def tokenize(texts: pa.Array) -> Tokens | None:
@@ -68,7 +77,7 @@ def tokenize(texts: pa.Array) -> Tokens | None:
     something this reader leaves to `json.loads` (see the module's docstring)."""
     offsets, data = string_buffers(texts)
     valid = np.asarray(texts.is_valid(), dtype=bool)
-    status, records, count, text_bytes = _scan(data, offsets, valid)
+    status, records, count, text_bytes, dotted = _scan(data, offsets, valid)
     if status:
         return None
     records = records[:, :count]
@@ -86,7 +95,7 @@ def tokenize(texts: pa.Array) -> Tokens | None:
         [None, pa.py_buffer(text_offsets if large else text_offsets.astype(np.int32)), pa.py_buffer(text_bytes)])
     return Tokens(records[_ROW, leaves], codes, paths, records[_KIND, leaves].astype(np.int8), text_array,
                   records[_INT, leaves], records[_FLAGS, leaves], (records[_RAW_START, leaves], records[_RAW_END, leaves]),
-                  data)
+                  data, bool(dotted))
 
 
 @lazy_njit
@@ -362,13 +371,15 @@ def _grown(records: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
 
 @lazy_njit
 def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
-          ) -> tuple[int, np.ndarray, int, np.ndarray]:  # pragma: no cover - compiled
-    """(0 or 1 where a row is not read here, the records, their count, the text buffer)."""
+          ) -> tuple[int, np.ndarray, int, np.ndarray, bool]:  # pragma: no cover - compiled
+    """(0 or 1 where a row is not read here, the records, their count, the text buffer, whether a
+    key holds a `.`)."""
     # (a record per 32 bytes of text at first, doubled as needed: a dense document has one per ~20)
     records = np.empty((_FIELDS, max(16, len(data) // 32)), np.int64)  # a row per field
     out = np.empty(len(data), np.uint8)
     count = 0
     at = 0
+    dotted = False
     # Per open container: an object (1) or array (0); the record holding it (-1: the row's
     # object, or not recorded: inside an array); its path's hash followed by `.`.
     is_object = np.zeros(_MAX_DEPTH, np.bool_)
@@ -382,7 +393,7 @@ def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
         pos = _whitespace(data, offsets[row], offsets[row + 1])
         end = offsets[row + 1]
         if pos >= end or data[pos] != 123:
-            return 1, records, count, out
+            return 1, records, count, out, False
         depth = 0
         is_object[0] = True
         holder[0] = -1
@@ -395,30 +406,31 @@ def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
         while depth >= 0:
             pos = _whitespace(data, pos, end)
             if pos >= end:
-                return 1, records, count, out
+                return 1, records, count, out, False
             b = data[pos]
             if expect == 0 or expect == 1:
                 if b == 125 and expect == 0:
                     expect = 3
                 else:
                     if b != 34:
-                        return 1, records, count, out
+                        return 1, records, count, out, False
                     key_start = pos + 1
                     pos, _, flags = _string(data, pos, end, out, -1)
                     if pos < 0:
-                        return 1, records, count, out
+                        return 1, records, count, out, False
                     key_end = pos - 1
                     for k in range(key_start, key_end):
                         if data[k] == 92:
-                            return 1, records, count, out  # a key with an escape: left to json.loads
+                            return 1, records, count, out, False  # a key with an escape: left to json.loads
                     pos = _whitespace(data, pos, end)
                     if pos >= end or data[pos] != 58:
-                        return 1, records, count, out
+                        return 1, records, count, out, False
                     pos += 1
                     if recorded[depth]:
                         member = prefix[depth]
                         for k in range(key_start, key_end):
                             member = (member ^ np.uint64(data[k])) * prime
+                            dotted |= data[k] == 46
                     expect = 2
                     continue
             if expect == 3:
@@ -427,7 +439,7 @@ def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
                     pos += 1
                     continue
                 if b != (125 if is_object[depth] else 93):
-                    return 1, records, count, out
+                    return 1, records, count, out, False
                 pos += 1
                 if not is_object[depth] and holder[depth] >= 0:
                     records[_RAW_END, holder[depth]] = pos
@@ -455,7 +467,7 @@ def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
             kind = -1
             if b == 123 or b == 91:
                 if depth + 1 >= _MAX_DEPTH:
-                    return 1, records, count, out
+                    return 1, records, count, out, False
                 depth += 1
                 is_object[depth] = b == 123
                 holder[depth] = record
@@ -467,7 +479,7 @@ def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
             elif b == 34:
                 pos, written, flags = _string(data, pos, end, out, at if record >= 0 else -1)
                 if pos < 0:
-                    return 1, records, count, out
+                    return 1, records, count, out, False
                 kind = STRING
                 if record >= 0:
                     at = written
@@ -477,7 +489,7 @@ def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
                 start = pos
                 pos, is_float, value, cls = _number(data, pos, end)
                 if pos < 0:
-                    return 1, records, count, out
+                    return 1, records, count, out, False
                 kind = FLOAT if is_float else INT
                 if record >= 0:
                     out[at:at + pos - start] = data[start:pos]
@@ -501,11 +513,11 @@ def _scan(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray
                     count -= 1  # a NULL member makes no record
                     record = -1
             else:
-                return 1, records, count, out
+                return 1, records, count, out, False
             if record >= 0:
                 records[_KIND, record] = kind
                 records[_RAW_END, record] = pos
                 records[_TEXT_END, record] = at
         if _whitespace(data, pos, end) != end:
-            return 1, records, count, out
-    return 0, records, count, out[:at]
+            return 1, records, count, out, False
+    return 0, records, count, out[:at], dotted

@@ -16,16 +16,16 @@ stream base (`nested_object_writer`). format_spec/types.md (*JSON*) specifies th
 and 1.5 to double, failing on 1 and "a"), while ClickHouse infers every value's type separately, and
 it cannot hold integers beyond 64 bits (which ClickHouse keeps as String); it also keeps one of
 duplicated keys, which ClickHouse refuses. A column of at least `json_columns.COMPILED_JSON_BYTES`
-without typed or skipped paths is read column-wise instead: a compiled tokenizer validates every
-document as `json.loads` would and gives its leaf members as flat arrays (json_tokens.py), whose
-values are typed a path and a type at a time with pyarrow and numpy (json_columns.py); a path whose
-values a Dynamic's held types would take otherwise than their own type (arrays, mixed strings and
-dates, more types than it holds, text ClickHouse parses best-effort) is typed value by value by its
-`_Slot` as before (`_columnwise`). Smaller columns, typed or skipped paths, and columns the tokenizer
-leaves alone (invalid documents, duplicated paths, escaped keys, a value refused) are parsed per row
-with Python's `json` module (`_parse`), which also gives every error. Both give each path's values
-grouped by type (`Group`), converted and serialized column-wise the same way (`_path_entries`), so
-both write the same bytes.
+without typed paths is read column-wise instead: a compiled tokenizer validates every document as
+`json.loads` would and gives its leaf members as flat arrays (json_tokens.py), whose values are
+typed a path and a type at a time with pyarrow and numpy (json_columns.py); a path whose values a
+Dynamic's held types would take otherwise than as their own type (arrays, mixed strings and dates,
+more types than it holds, text ClickHouse parses best-effort) is typed value by value by its `_Slot`
+as before (`_columnwise`); skipped paths are left out by name (then no key may hold a `.`). Smaller
+columns, typed paths, and columns the tokenizer leaves alone (invalid documents, duplicated paths,
+escaped keys, a value refused) are parsed per row with Python's `json` module (`_parse`), which also
+gives every error. Both give each path's values grouped by type (`Group`), converted and serialized
+column-wise by the same code (`_path_entries`): both write the same bytes.
 """
 
 from __future__ import annotations
@@ -209,7 +209,14 @@ def _columnwise(texts: pa.Array, dt: Json, column: str) -> tuple[list[str], dict
     value by value here. None where the column is left to `_parse`: one it does not read, or one
     where a value is refused (`_parse` refuses the first row's, as before)."""
     max_paths, max_types = json_limits(dt)
-    found = json_columns.type_columnwise(texts, max_paths, max_types)
+    patterns = [re.compile(p) for p in dt.skip_regexps]
+
+    def skipped(path: str) -> bool:  # (its every `.` nesting: the path or an object it is in skipped)
+        keys = path.split(".")
+        return any(_skipped(".".join(keys[:i]), dt, patterns) for i in range(1, len(keys) + 1))
+
+    found = json_columns.type_columnwise(texts, max_paths, max_types,
+                                         skipped if dt.skips or dt.skip_regexps else None)
     if found is None:
         return None
     objects = nested_json(dt)
@@ -231,9 +238,9 @@ def _columnwise(texts: pa.Array, dt: Json, column: str) -> tuple[list[str], dict
 
 
 def _columnwise_readable(texts: pa.Array, dt: Json) -> bool:
-    """Whether a column is typed column-wise: one without typed or skipped paths, large enough for
-    the compiled tokenizer to pay its loading."""
-    return not (dt.typed_paths or dt.skips or dt.skip_regexps) and texts.nbytes >= json_columns.COMPILED_JSON_BYTES
+    """Whether a column is typed column-wise: one without typed paths, large enough for the compiled
+    tokenizer to pay its loading."""
+    return not dt.typed_paths and texts.nbytes >= json_columns.COMPILED_JSON_BYTES
 
 
 def _plain(value: Any) -> Any:

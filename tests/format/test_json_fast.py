@@ -56,7 +56,7 @@ def _scalar(rng: random.Random, kind: str) -> str:
     return json.dumps(text, ensure_ascii=rng.random() < 0.5)
 
 
-def documents(seed: int, rows: int, arrays: float = 0.0) -> list[str]:
+def documents(seed: int, rows: int, arrays: float = 0.0, dotted_keys: bool = True) -> list[str]:
     """Objects nested up to 3 levels; most paths hold one or two kinds of values (so most columns
     type column-wise), a few hold anything; a sparse path per row (`p0`..`p40`); with `arrays`, that
     share of values is an array."""
@@ -75,7 +75,8 @@ def documents(seed: int, rows: int, arrays: float = 0.0) -> list[str]:
         return _scalar(rng, rng.choice(flavors[path]))
 
     def members(prefix: str, depth: int) -> str:
-        keys = rng.sample(["a", "b", "c", "id", "msg", "ts", "x", "é", "k.d", ""], rng.randint(0, 5))
+        keys = rng.sample(["a", "b", "c", "id", "msg", "ts", "x", "é", "k.d" if dotted_keys else "k", ""],
+                          rng.randint(0, 5))
         spaced = rng.choice(["", " ", "\n\t"])
         return "{" + ",".join(f"{spaced}{json.dumps(k, ensure_ascii=False)}{spaced}:{spaced}{value(prefix + k, depth)}"
                               for k in keys) + "}"
@@ -102,8 +103,11 @@ def _files(table: MergeTreeTable) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in sorted(root.iterdir())}
 
 
-def _both_ways(tmp_path: Path, monkeypatch, json_type: str, kind: str, texts: list[str]) -> tuple[object, object]:
-    """Each way's part files (or its error: type and message), column-wise first."""
+def _both_ways(tmp_path: Path, monkeypatch, json_type: str, kind: str, texts: list[str],
+               columnwise_reads: bool = True) -> tuple[object, object]:
+    """Each way's part files (or its error: type and message), column-wise first. The column-wise
+    reader writes (`columnwise_reads`) or leaves the column to the per-row one, which then refuses
+    it or writes it."""
     typed_columnwise = []
     columnwise = json_write._columnwise
 
@@ -121,7 +125,7 @@ def _both_ways(tmp_path: Path, monkeypatch, json_type: str, kind: str, texts: li
             out.append(_files(_write(tmp_path / f"{name}-{next(_TABLES)}", json_type, kind, texts)))
         except (SchemaMismatchError, UnsupportedError) as exc:
             out.append((type(exc).__name__, str(exc)))
-    assert typed_columnwise[:1] == [isinstance(out[0], dict)]  # (written column-wise, or refused by the per-row reader)
+    assert typed_columnwise[:1] == [columnwise_reads and isinstance(out[0], dict)]
     return out[0], out[1]
 
 
@@ -203,12 +207,26 @@ def test_columnwise_parts_are_clickhouses_bytes(tmp_path, monkeypatch, json_type
         close_session()
 
 
+@pytest.mark.parametrize("json_type", ["JSON(SKIP a, SKIP REGEXP '^p1')",
+                                       "JSON(max_dynamic_paths=3, SKIP `ts.x`, SKIP REGEXP '(^|[.])b$', SKIP REGEXP '^$')"])
+def test_skipped_paths_are_left_out_as_before(tmp_path, monkeypatch, json_type):
+    """SKIP and SKIP REGEXP (an object whose path matches is left out whole): the same files. With a
+    key holding a `.` the column is left to the per-row reader."""
+    for seed in range(4):
+        texts = documents(200 + seed, 300, dotted_keys=False)
+        columnwise, per_row = _both_ways(tmp_path, monkeypatch, json_type, "Wide", texts)
+        assert columnwise == per_row, seed
+    texts = documents(300, 100)
+    columnwise, per_row = _both_ways(tmp_path, monkeypatch, json_type, "Wide", texts, columnwise_reads=False)
+    assert columnwise == per_row
+
+
 def test_paths_sharing_a_hash_are_compared_byte_for_byte():
     """Leaves given one code (as a hash collision would) pass only when their dotted paths have the
     same bytes, however their keys nest; a path twice in one row does not pass."""
     def agree(texts: list[str]) -> bool:
         offsets, data = string_buffers(pa.array(texts))
-        status, records, count, _ = _scan(data, offsets, np.ones(len(texts), bool))
+        status, records, count, _, _ = _scan(data, offsets, np.ones(len(texts), bool))
         assert status == 0
         records = records[:, :count]
         leaves = np.flatnonzero(records[_KIND] != OBJECT)
