@@ -12,12 +12,20 @@ in their binary form and written with their nested Dynamic and JSON columns unde
 stream base (`nested_object_writer`). format_spec/types.md (*JSON*) specifies the bytes;
 `serialize_object` makes them.
 
-Parsing is per row with Python's `json` module: `pyarrow.json` cannot be used because it gives a
-field one type for the whole column (promoting 1 and 1.5 to double, failing on 1 and "a"), while
-ClickHouse infers every value's type separately, and it cannot hold integers beyond 64 bits
-(which ClickHouse keeps as String); it also keeps one of duplicated keys, which ClickHouse refuses.
-Once parsed, values are grouped by (path, type) and every group is converted and serialized
-column-wise with pyarrow and numpy.
+`pyarrow.json` cannot parse the text: it gives a field one type for the whole column (promoting 1
+and 1.5 to double, failing on 1 and "a"), while ClickHouse infers every value's type separately, and
+it cannot hold integers beyond 64 bits (which ClickHouse keeps as String); it also keeps one of
+duplicated keys, which ClickHouse refuses. A column of at least `json_columns.COMPILED_JSON_BYTES`
+without typed paths is read column-wise instead: a compiled tokenizer validates every document as
+`json.loads` would and gives its leaf members as flat arrays (json_tokens.py), whose values are
+typed a path and a type at a time with pyarrow and numpy (json_columns.py); a path whose values a
+Dynamic's held types would take otherwise than as their own type (arrays, mixed strings and dates,
+more types than it holds, text ClickHouse parses best-effort) is typed value by value by its `_Slot`
+as before (`_columnwise`); skipped paths are left out by name (then no key may hold a `.`). Smaller
+columns, typed paths, and columns the tokenizer leaves alone (invalid documents, duplicated paths,
+escaped keys, a value refused) are parsed per row with Python's `json` module (`_parse`), which also
+gives every error. Both give each path's values grouped by type (`Group`), converted and serialized
+column-wise by the same code (`_path_entries`): both write the same bytes.
 """
 
 from __future__ import annotations
@@ -34,8 +42,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.format import json_columns
 from spark_mergetree.format.conform import conform_array
 from spark_mergetree.format.dynamic import DynamicColumn, binary_values, holds_objects, split_dynamic
+from spark_mergetree.format.json_columns import Group
 from spark_mergetree.format.json_infer import (
     _DATE,
     _DATE_RE,
@@ -164,30 +174,80 @@ def _parse(texts: pa.Array, dt: Json, column: str, slots: dict[str, _Slot] | Non
             if path in typed:
                 typed_values[path][row] = value
                 continue
-            try:
-                slot = slots.get(path)
-                if slot is None:
-                    dynamic = path not in paths and len(paths) < max_paths
-                    slot = _Slot(max_types, objects, absorb=dynamic)
-                    if dynamic:
-                        slots[path] = slot
-                kind, stored, own, strict = slot.place(value)
-                if holds_nested(kind):  # Array(JSON(...)), Array(Dynamic): its binary form
-                    stored = slot.value_bytes(kind, stored, own, strict)
-            except _Ambiguous:
-                raise UnsupportedError(
-                    f"column {column!r} ({dt.to_clickhouse()}): row {row}, path {path!r}: the value "
-                    f"{json.dumps(_plain(value))[:80]} is not written here: ClickHouse's type for it (a date or time "
-                    "parsed best-effort, a mixed array whose common type this writer "
-                    "does not derive, a number out of range) is not derived by this writer; give the path a type "
-                    "in the column's type") from None
-            name = _name(kind)
-            kinds.setdefault(name, kind)
-            rows = paths.setdefault(path, _Rows())
-            rows.rows.append(row)
-            rows.types.append(name)
-            rows.values.append(stored)
+            slot = slots.get(path)
+            if slot is None:
+                dynamic = path not in paths and len(paths) < max_paths
+                slot = _Slot(max_types, objects, absorb=dynamic)
+                if dynamic:
+                    slots[path] = slot
+            _place(slot, value, paths.setdefault(path, _Rows()), kinds, row, path, dt, column)
     return paths, kinds, typed_values
+
+
+def _place(slot: _Slot, value: Any, rows: _Rows, kinds: dict[str, DataType], row: int, path: str, dt: Json,
+           column: str) -> None:
+    """A path's value typed by its Dynamic (`slot`: the path's own for a dynamic path, a fresh one
+    for each value of a shared path) and added to the path's values."""
+    try:
+        kind, stored, own, strict = slot.place(value)
+        if holds_nested(kind):  # Array(JSON(...)), Array(Dynamic): its binary form
+            stored = slot.value_bytes(kind, stored, own, strict)
+    except _Ambiguous:
+        raise UnsupportedError(
+            f"column {column!r} ({dt.to_clickhouse()}): row {row}, path {path!r}: the value "
+            f"{json.dumps(_plain(value))[:80]} is not written here: ClickHouse's type for it (a date or time "
+            "parsed best-effort, a mixed array whose common type this writer "
+            "does not derive, a number out of range) is not derived by this writer; give the path a type "
+            "in the column's type") from None
+    name = _name(kind)
+    kinds.setdefault(name, kind)
+    rows.rows.append(row)
+    rows.types.append(name)
+    rows.values.append(stored)
+
+
+def _columnwise(texts: pa.Array, dt: Json, column: str,
+                slots: dict[str, _Slot]) -> tuple[list[str], dict[str, list[Group]]] | None:
+    """The paths (in order of first appearance) and each one's typed values of a column of JSON
+    objects, typed column-wise (json_columns); the paths it leaves to their Dynamic's rules typed
+    value by value here (`slots` gets those dynamic paths' Dynamics as they were filled). None
+    where the column is left to `_parse`: one it does not read, or one where a value is refused
+    (`_parse` refuses the first row's, as before)."""
+    max_paths, max_types = json_limits(dt)
+    patterns = [re.compile(p) for p in dt.skip_regexps]
+
+    def skipped(path: str) -> bool:  # (its every `.` nesting: the path or an object it is in skipped)
+        keys = path.split(".")
+        return any(_skipped(".".join(keys[:i]), dt, patterns) for i in range(1, len(keys) + 1))
+
+    found = json_columns.type_columnwise(texts, max_paths, max_types,
+                                         skipped if dt.skips or dt.skip_regexps else None)
+    if found is None:
+        return None
+    objects = nested_json(dt)
+    groups = found.groups
+    dynamic_paths = set(found.paths[:max_paths])
+    for path, values in found.per_value.items():
+        dynamic = path in dynamic_paths
+        slot = _Slot(max_types, objects, absorb=dynamic)
+        if dynamic:
+            slots[path] = slot
+        rows: _Rows = _Rows()
+        kinds: dict[str, DataType] = {}
+        try:
+            for row, value in values:
+                _place(slot if dynamic else _Slot(max_types, objects, absorb=False), value, rows, kinds, row, path,
+                       dt, column)
+        except Exception:  # noqa: BLE001 - whatever fails, `_parse` fails on it from the first row on, as before
+            return None
+        groups[path] = _groups(kinds, rows)
+    return found.paths, groups
+
+
+def _columnwise_readable(texts: pa.Array, dt: Json) -> bool:
+    """Whether a column is typed column-wise: one without typed paths, large enough for the compiled
+    tokenizer to pay its loading."""
+    return not dt.typed_paths and texts.nbytes >= json_columns.COMPILED_JSON_BYTES
 
 
 def _plain(value: Any) -> Any:
@@ -198,8 +258,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _arrow_values(kind: DataType, values: list[Any]) -> pa.Array:
-    """Inferred values of one type as Arrow (Date as days, DateTime as seconds, DateTime64(9) as ns)."""
+def _arrow_values(kind: DataType, values: list[Any] | np.ndarray | pa.Array) -> pa.Array:
+    """Inferred values of one type as Arrow (Date as days, DateTime as seconds, DateTime64(9) as ns),
+    from a list or a numpy array of them (strings typed column-wise come as Arrow already)."""
+    if isinstance(values, pa.Array):
+        return values
     if kind == _DATE:
         return pa.array(values, pa.int32()).cast(pa.date32())
     if kind == _DATETIME:
@@ -266,24 +329,31 @@ def _from_stored(dt: Json, arr: pa.Array, column: str) -> tuple[list[str], Any, 
     return [p for p in unique.to_pylist() if p not in typed], entries_of, typed_arrays
 
 
-def _path_entries(kinds: dict[str, DataType], rows: _Rows) -> tuple[np.ndarray, pa.Array]:
-    """The rows holding a path (ascending) and its values there in the binary form of Dynamic values
-    (type encoding, then the value): values of one type are converted together."""
+def _groups(kinds: dict[str, DataType], rows: _Rows) -> list[Group]:
+    """A path's values typed value by value, grouped by type."""
     row_index = np.asarray(rows.rows, np.int64)
     type_names = np.asarray(rows.types, object)
-    pieces: list[pa.Array] = []
-    order: list[np.ndarray] = []
+    out = []
     for name in dict.fromkeys(rows.types):
         mine = np.flatnonzero(type_names == name)
-        kind = kinds[name]
+        out.append((kinds[name], row_index[mine], [rows.values[i] for i in mine]))
+    return out
+
+
+def _path_entries(groups: list[Group]) -> tuple[np.ndarray, pa.Array]:
+    """The rows holding a path (ascending) and its values there in the binary form of Dynamic values
+    (type encoding, then the value): values of one type are converted together."""
+    pieces: list[pa.Array] = []
+    order: list[np.ndarray] = []
+    for kind, rows, values in groups:
         if holds_nested(kind):  # (given in binary form already)
             encoding = encode_type(kind)
-            pieces.append(pa.array([encoding + rows.values[i] for i in mine], pa.binary()))
+            pieces.append(pa.array([encoding + v for v in values], pa.binary()))
         else:
-            pieces.append(binary_values(kind, _arrow_values(kind, [rows.values[i] for i in mine])))
-        order.append(row_index[mine])
+            pieces.append(binary_values(kind, _arrow_values(kind, values)))
+        order.append(rows)
     if not pieces:
-        return row_index, pa.array([], pa.binary())
+        return np.zeros(0, np.int64), pa.array([], pa.binary())
     held = np.concatenate(order)
     ascending = np.argsort(held, kind="stable")
     return held[ascending], pa.concat_arrays(pieces).take(pa.array(ascending))
@@ -471,14 +541,20 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
         order, entries_of, typed_arrays = _from_stored(dt, arr, column)
     elif pa.types.is_string(arr.type):
         slots: dict[str, _Slot] = {}
-        paths, kinds, typed_values = _parse(arr, dt, column, slots)
-        order = list(paths)  # first appearance
+        columnwise = _columnwise(arr, dt, column, slots) if _columnwise_readable(arr, dt) else None
+        if columnwise is not None:
+            order, groups = columnwise
+            typed_arrays = {}
+        else:
+            slots.clear()
+            paths, kinds, typed_values = _parse(arr, dt, column, slots)
+            order = list(paths)  # first appearance
+            groups = {path: _groups(kinds, rows) for path, rows in paths.items()}
+            typed_arrays = {path: _typed_column(path, t, typed_values[path], column) for path, t in dt.typed_paths}
         holds.update(_left_behind(slots))
 
         def entries_of(path: str) -> tuple[np.ndarray, pa.Array]:
-            return _path_entries(kinds, paths.get(path, _Rows()))
-
-        typed_arrays = {path: _typed_column(path, t, typed_values[path], column) for path, t in dt.typed_paths}
+            return _path_entries(groups.get(path, []))  # (a path held first may have no value)
     else:
         raise SchemaMismatchError(f"column {column!r}: {dt.to_clickhouse()} is written from JSON text (string), "
                                   f"not {arr.type}")

@@ -28,6 +28,7 @@ from tests.format.test_part_interop import _attach_and_check
 from tests.format.test_variant_dynamic_json import (
     PART_KINDS,
     _data_dir,
+    _json_source,
     _same_json_bytes,
     _sql_text,
     _statement,
@@ -89,12 +90,7 @@ JSON_TYPES = {
 
 
 def _source(tmp_path, kind: str, json_type: str, texts: list[str] | None = None):
-    texts = CORPORA["arrays"] if texts is None else texts
-    values = ", ".join(f"({i}, {_sql_text(text)})" for i, text in enumerate(texts))
-    return make_chdb_table(
-        tmp_path, f"CREATE TABLE src (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id "
-                  f"SETTINGS index_granularity = 16, {PART_KINDS[kind]}",
-        [f"INSERT INTO src VALUES {values}"])
+    return _json_source(tmp_path, json_type, kind, CORPORA["arrays"] if texts is None else texts, granularity=16)
 
 
 def _select(sess, table: str) -> list[tuple[str, str, str]]:

@@ -622,6 +622,15 @@ def _sql_text(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _json_source(tmp_path, json_type: str, kind: str, texts: list[str], granularity: int | None = 64):
+    """ClickHouse's table `src` (id UInt64, j `json_type`; one `kind` part) of one insert of `texts`
+    (row i's id is i): its session and data directory."""
+    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(texts))
+    settings = (f"index_granularity = {granularity}, " if granularity else "") + PART_KINDS[kind]
+    return make_chdb_table(tmp_path, f"CREATE TABLE src (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id "
+                                     f"SETTINGS {settings}", [f"INSERT INTO src VALUES {values}"])
+
+
 @pytest.mark.parametrize("json_type", list(JSON_TYPES))
 @pytest.mark.parametrize("kind", list(PART_KINDS))
 def test_json_written_from_text_is_what_clickhouse_stores(tmp_path, kind, json_type):
@@ -630,11 +639,7 @@ def test_json_written_from_text_is_what_clickhouse_stores(tmp_path, kind, json_t
     as ClickHouse prints them. One insert of all rows gives ClickHouse's bytes in every data file."""
     jt = JSON_TYPES[json_type]
     texts = [_doc(i) for i in range(ROWS)]
-    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(texts))
-    sess, data_dir = make_chdb_table(
-        tmp_path, f"CREATE TABLE src (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
-                  f"SETTINGS index_granularity = 64, {PART_KINDS[kind]}",
-        [f"INSERT INTO src VALUES {values}"])
+    sess, data_dir = _json_source(tmp_path, jt, kind, texts)
     try:
         expected = _json_select(sess, "src")
         if json_type == "shared":
@@ -775,10 +780,7 @@ def test_json_typed_paths_of_other_types_read_as_clickhouse_prints_them(tmp_path
             '"m":"2020-01-01 10:00:00","n":[[1,"a"]],"o":123,"q":"ab","r":"y"}',
             '{"d":"inf","h":-0.0,"b":-0.5}', '{"d":1e-7,"b":100}', '{"d":1e21}', '{"d":123456789.123}',
             '{"d":-1e-5}', '{"d":1e17,"x":1.5e300}']
-    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(docs))
-    sess, data_dir = make_chdb_table(
-        tmp_path, f"CREATE TABLE src (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
-                  f"SETTINGS {PART_KINDS[kind]}", [f"INSERT INTO src VALUES {values}"])
+    sess, data_dir = _json_source(tmp_path, jt, kind, docs, granularity=None)
     try:
         table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
         assert _texts(table.to_arrow()) == _json_select(sess, "src", types=False)
@@ -800,10 +802,7 @@ def test_json_typed_paths_written_from_text_as_clickhouse_stores_them(tmp_path, 
             '"u":"lc","v":"text","w":18446744073709551615,"z":"2021-02-03","extra":{"p":1}}',
             '{"b":-0.5,"m":"2020-06-01T00:00:00Z","a":"1970-01-01 00:00:01","c":{"x":-3}}', "{}",
             '{"k":null,"v":null,"t":[],"e":"2262-04-11 23:47:16.854"}']
-    values = ", ".join(f"({i}, {_sql_text(t)})" for i, t in enumerate(docs))
-    sess, _ = make_chdb_table(
-        tmp_path, f"CREATE TABLE src (id UInt64, j {jt}) ENGINE = MergeTree ORDER BY id "
-                  f"SETTINGS {PART_KINDS[kind]}", [f"INSERT INTO src VALUES {values}"])
+    sess, _ = _json_source(tmp_path, jt, kind, docs, granularity=None)
     try:
         settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
         mine = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", jt)], order_by="id",
