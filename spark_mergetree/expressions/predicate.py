@@ -15,6 +15,7 @@ with an ExpressionError or UnsupportedError naming the expression.
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import decimal
 import functools
@@ -319,6 +320,50 @@ def _negated(value: int | float) -> int | float:
     return float(value) if isinstance(value, int) and value < -(1 << 63) else value
 
 
+_INTERVAL_SECONDS = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400, "WEEK": 7 * 86400}
+_INTERVAL_MONTHS = {"MONTH": 1, "QUARTER": 3, "YEAR": 12}
+
+
+def _add_months(value: dt.date, months: int) -> dt.date:
+    """`value` moved by whole months, the day kept or, past the new month's end, its last day (as
+    ClickHouse's addMonths: 2024-01-31 + 1 month is 2024-02-29)."""
+    index = value.year * 12 + value.month - 1 + months
+    year, month = divmod(index, 12)
+    last = calendar.monthrange(year, month + 1)[1]
+    return value.replace(year=year, month=month + 1, day=min(value.day, last))
+
+
+def _shifted_constant(node: exp.Add | exp.Sub, source: str) -> Literal | None:
+    """A date or time constant plus or minus a constant (`now() - INTERVAL 1 HOUR`, `today() - 7`),
+    as ClickHouse computes it: a number added to a DateTime is seconds, to a Date days; intervals of
+    seconds to weeks. None when `node` is not such a sum."""
+    left = _convert(node.this, source)
+    if not isinstance(left, Literal) or not isinstance(left.value, (dt.date, dt.datetime)):
+        return None
+    right = node.expression
+    if isinstance(right, exp.Interval) and isinstance(right.this, exp.Literal) and right.unit is not None:
+        unit = right.unit.name.upper().rstrip("S")
+        if (unit not in _INTERVAL_SECONDS and unit not in _INTERVAL_MONTHS) or not right.this.this.lstrip("-").isdigit():
+            raise UnsupportedError(f"{node.sql('clickhouse')!r} in {source!r}: intervals of seconds to years are "
+                                   "supported in constants")
+        count = int(right.this.this) * (1 if isinstance(node, exp.Add) else -1)
+        if unit in _INTERVAL_MONTHS:
+            return Literal(_add_months(left.value, count * _INTERVAL_MONTHS[unit]))
+        seconds = abs(count) * _INTERVAL_SECONDS[unit]
+    else:
+        number = _convert(right, source)
+        if not isinstance(number, Literal) or not isinstance(number.value, int) or isinstance(number.value, bool):
+            return None
+        is_time = isinstance(left.value, dt.datetime)
+        seconds = number.value * (1 if is_time else 86400)
+    step = dt.timedelta(seconds=seconds if isinstance(node, exp.Add) else -seconds)
+    if not isinstance(left.value, dt.datetime):
+        if step % dt.timedelta(days=1):
+            raise UnsupportedError(f"{node.sql('clickhouse')!r} in {source!r}: a Date moves by whole days")
+        return Literal(left.value + step)
+    return Literal(left.value + step)
+
+
 def _interval_function(node: exp.Anonymous, source: str) -> str:
     """The function `toStartOfInterval(x, INTERVAL n unit)` equals (`toIntervalUnit(n)` alike)."""
     interval = node.expressions[1] if len(node.expressions) == 2 else None
@@ -414,6 +459,10 @@ def _convert(node: Any, source: str) -> Expr:
         if isinstance(inner, Literal) and isinstance(inner.value, (int, float)) and not isinstance(inner.value, bool):
             return Literal(_negated(inner.value))
         return Func("negate", (inner,))
+    if isinstance(node, (exp.Add, exp.Sub)):
+        shifted = _shifted_constant(node, source)
+        if shifted is not None:
+            return shifted
     for arithmetic_class, name in _SQLGLOT_ARITHMETIC.items():
         if isinstance(node, arithmetic_class):
             return Func(name, (_convert(node.this, source), _convert(node.expression, source)))
@@ -457,6 +506,9 @@ def _function(name: str, args: tuple[Expr, ...], source: str) -> Expr:
         return IsNull(args[0])
     if name == "isNotNull" and len(args) == 1:
         return IsNotNull(args[0])
+    if name in ("today", "yesterday") and not args:
+        day = dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=name == "yesterday")
+        return Literal(day)
     if name == "now" and not args:
         # Evaluated once, when the expression is read (ClickHouse: once per query), as an instant.
         current = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

@@ -5,6 +5,7 @@ time-series table keyed by `toDateTime(ts)` round-trips between ClickHouse and u
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.functions import apply_function, is_monotonic
+from spark_mergetree.expressions.predicate import parse_expression
 
 DAY_FUNCTIONS = ["toDate", "toYYYYMM", "toYYYYMMDD", "toYear", "toMonday", "toStartOfMonth"]
 TIME_FUNCTIONS = ["toDateTime", "toUnixTimestamp", "toStartOfDay", "toStartOfHour", "toStartOfMinute",
@@ -151,3 +153,20 @@ def test_to_start_of_interval_keys_round_trip_and_odd_intervals_are_refused(clic
         with pytest.raises((UnsupportedError, SchemaMismatchError), match="toStartOfInterval is supported for"):
             MergeTreeTable.create(tmp_path / "odd", [("ts", "DateTime"), ("v", "Float64")], **keys)
         assert not (tmp_path / "odd").exists()
+
+
+def test_date_and_time_constants_move_as_clickhouse_moves_them(clickhouse) -> None:
+    constants = ["toDate('2024-01-31') + INTERVAL 1 MONTH", "toDateTime('2024-03-31 10:00:00', 'UTC') - INTERVAL 1 MONTH",
+                 "toDate('2024-02-29') + INTERVAL 1 YEAR", "toDate('2024-01-01') - INTERVAL 1 QUARTER",
+                 "toDateTime('2024-01-01 00:00:00', 'UTC') - INTERVAL 90 MINUTE", "toDate('2024-01-10') - 10",
+                 "toDateTime('2024-01-10 00:00:00', 'UTC') + 3600", "toDate('2024-03-01') - INTERVAL 2 WEEK"]
+    theirs = clickhouse.query(f"SELECT {', '.join(f'toString({c})' for c in constants)}").rstrip("\n").split("\t")
+    ours = [parse_expression(c) for c in constants]
+    assert [str(o.value).replace("+00:00", "") for o in ours] == theirs  # type: ignore[attr-defined]
+    # now(), today(), yesterday(): the instant and dates a query starts at (UTC).
+    before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    moved = parse_expression("now() - INTERVAL 1 HOUR").value  # type: ignore[attr-defined]
+    assert before - dt.timedelta(hours=1) <= moved <= dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+    assert parse_expression("today() - 1").value == parse_expression("yesterday()").value  # type: ignore[attr-defined]
+    with pytest.raises(UnsupportedError, match="Date moves by whole days"):
+        parse_expression("toDate('2024-01-01') + INTERVAL 1 HOUR")
