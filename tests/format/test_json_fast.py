@@ -198,8 +198,14 @@ def test_columnwise_parts_are_clickhouses_bytes(tmp_path, monkeypatch, json_type
     # (a seed whose documents this writer takes with either type; without the date of Arabic-Indic
     # digits, which json_infer types as a Date and ClickHouse keeps as a String)
     texts = [t for t in documents(5, 500) if "\u0662" not in t and "\\u0662" not in t]
+    _same_bytes_as_clickhouse(tmp_path, monkeypatch, json_type, texts)
+
+
+def _same_bytes_as_clickhouse(tmp_path: Path, monkeypatch, json_type: str, texts: list[str]) -> None:
+    """One Wide part of `texts` written column-wise and one of ClickHouse's: the same bytes."""
     monkeypatch.setattr(json_columns, "COMPILED_JSON_BYTES", 0)
     monkeypatch.setattr(os, "fsync", lambda fd: None)
+    assert json_write._columnwise(pa.array(texts), parse_type(json_type), "j", {}) is not None
     ours = _write(tmp_path / "ours", json_type, "Wide", texts)
     sess, data_dir = _json_source(tmp_path, json_type, "Wide", texts)
     try:
@@ -343,33 +349,19 @@ def test_typed_paths_values_not_taken_as_they_are_take_the_per_row_reader(tmp_pa
     assert columnwise == per_row
 
 
-def test_typed_paths_of_other_types_stay_per_row():
+def test_typed_paths_of_other_types_stay_per_row(monkeypatch):
     """Typed paths of types json_typed does not convert (arrays, tuples, JSON, Decimal) leave the
     column to the per-row reader."""
     texts = pa.array(['{"a":1}'] * 10)
-    monkey = json_columns.COMPILED_JSON_BYTES
-    try:
-        json_columns.COMPILED_JSON_BYTES = 0
-        assert json_write._columnwise_readable(texts, parse_type(_typed_json(["t_u8", "t_dt64"])))
-        for other in ("Array(UInt8)", "Tuple(a Int8)", "JSON", "Decimal(10, 2)", "LowCardinality(UInt8)"):
-            assert not json_write._columnwise_readable(texts, parse_type(f"JSON(a {other})")), other
-    finally:
-        json_columns.COMPILED_JSON_BYTES = monkey
+    monkeypatch.setattr(json_columns, "COMPILED_JSON_BYTES", 0)
+    assert json_write._columnwise_readable(texts, parse_type(_typed_json(["t_u8", "t_dt64"])))
+    for other in ("Array(UInt8)", "Tuple(a Int8)", "JSON", "Decimal(10, 2)", "LowCardinality(UInt8)"):
+        assert not json_write._columnwise_readable(texts, parse_type(f"JSON(a {other})")), other
 
 
 def test_columnwise_typed_paths_are_clickhouses_bytes(tmp_path, monkeypatch):
     """Typed paths of every type above written column-wise and by ClickHouse from the same text
     (present, absent, NULL): the same bytes."""
     paths = sorted(TYPED)
-    texts = [t for t in _typed_documents(11, 300, paths, wrong=False) if "\u0662" not in t and "\\u0662" not in t]
-    json_type = _typed_json(paths, "max_dynamic_paths=6, ")
-    monkeypatch.setattr(json_columns, "COMPILED_JSON_BYTES", 0)
-    assert json_write._columnwise(pa.array(texts), parse_type(json_type), "j", {}) is not None
-    monkeypatch.setattr(os, "fsync", lambda fd: None)
-    ours = _write(tmp_path / "ours", json_type, "Wide", texts)
-    sess, data_dir = _json_source(tmp_path, json_type, "Wide", texts)
-    try:
-        theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
-        _same_json_bytes(theirs, ours)
-    finally:
-        close_session()
+    texts = _typed_documents(11, 300, paths, wrong=False)
+    _same_bytes_as_clickhouse(tmp_path, monkeypatch, _typed_json(paths, "max_dynamic_paths=6, "), texts)
