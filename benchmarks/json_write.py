@@ -4,8 +4,11 @@ one switched off) against the column-wise one.
 
 Log/event documents of about ten paths (`ts`, `level`, `service`, `host`, `latency_ms` (integers,
 some floats), `ok`, `msg` (some with escapes), nested `request.*` and `user.*`, sparse `error.*`
-and `trace_id`), one JSON column beside an id, ORDER BY id, one Wide part. Every measurement is
-warmed once (numba's loading and compilation, chdb's first query) and is the median of --runs.
+and `trace_id`), one JSON column beside an id, ORDER BY id, one Wide part. The column is `JSON`,
+then `TYPED` (the same documents with seven of their paths declared: `ts DateTime`, `level
+LowCardinality(String)`, `service String`, `latency_ms Float64`, `ok Bool`, `request.status UInt16`,
+`user.id UInt64`). Every measurement is warmed once (numba's loading and compilation, chdb's first
+query) and is the median of --runs.
 Usage: python benchmarks/json_write.py [--rows N] [--runs K]
 """
 
@@ -46,6 +49,10 @@ def make_documents(rows: int) -> list[str]:
     return out
 
 
+TYPED = ("JSON(ts DateTime, level LowCardinality(String), service String, latency_ms Float64, ok Bool, "
+         "`request.status` UInt16, `user.id` UInt64)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=200_000)
@@ -61,44 +68,45 @@ def main() -> None:
     texts = make_documents(args.rows)
     data = pa.table({"id": pa.array(range(args.rows), pa.uint64()), "j": pa.array(texts, pa.string())})
     megabytes = data.column("j").nbytes / 1e6
-    columns = [("id", "UInt64"), ("j", "JSON")]
     wide = {"min_bytes_for_wide_part": 0, "min_rows_for_wide_part": 0, "auto_merge": False}
-
-    def our_insert(name: str) -> MergeTreeTable:
-        path = work / name
-        shutil.rmtree(path, ignore_errors=True)
-        table = MergeTreeTable.create(path, columns, order_by="id", settings=wide)
-        table.insert(data)
-        return table
-
-    t_ours, table = warm_median(args.runs, lambda: our_insert("ours"))
-    columnwise_threshold = json_columns.COMPILED_JSON_BYTES
-    json_columns.COMPILED_JSON_BYTES = 1 << 62  # every column parsed per row
-    try:
-        t_per_row, per_row = warm_median(args.runs, lambda: our_insert("per_row"))
-    finally:
-        json_columns.COMPILED_JSON_BYTES = columnwise_threshold
-    assert table.to_arrow().column("j").to_pylist() == per_row.to_arrow().column("j").to_pylist()
-
     chdb = session.Session(str(work / "chdb"))
     chdb.query("CREATE DATABASE IF NOT EXISTS bench")
-
-    def chdb_insert() -> None:
-        chdb.query("DROP TABLE IF EXISTS bench.t SYNC")
-        chdb.query("CREATE TABLE bench.t (id UInt64, j JSON) ENGINE = MergeTree ORDER BY id "
-                   "SETTINGS min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0")
-        chdb.query("INSERT INTO bench.t SELECT id, j FROM Python(data)")
-
-    t_chdb, _ = warm_median(args.runs, chdb_insert)
-    paths = chdb.query("SELECT arraySort(groupUniqArrayArray(JSONAllPaths(j))) FROM bench.t", "CSV").bytes().decode()
-    assert "'user.id'" in paths and "'request.status'" in paths, paths  # (chdb parsed the text into paths)
-
     print(f"rows: {args.rows:,}   JSON text: {megabytes:.1f} MB   runs: {args.runs} (warm medians)")
-    print(f"{'insert':28}{'s':>8}{'rows/s':>12}{'MB/s':>8}")
-    for label, seconds in (("ours, column-wise", t_ours), ("ours, per row", t_per_row), ("chdb", t_chdb)):
-        print(f"{label:28}{seconds:8.3f}{args.rows / seconds:12,.0f}{megabytes / seconds:8.1f}")
-    print(f"ours column-wise / chdb: {t_ours / t_chdb:.2f}x the time; per row / column-wise: "
-          f"{t_per_row / t_ours:.2f}x")
+
+    for json_type in ("JSON", TYPED):
+        def our_insert(name: str, json_type: str = json_type) -> MergeTreeTable:
+            path = work / name
+            shutil.rmtree(path, ignore_errors=True)
+            table = MergeTreeTable.create(path, [("id", "UInt64"), ("j", json_type)], order_by="id", settings=wide)
+            table.insert(data)
+            return table
+
+        t_ours, table = warm_median(args.runs, lambda: our_insert("ours"))
+        columnwise_threshold = json_columns.COMPILED_JSON_BYTES
+        json_columns.COMPILED_JSON_BYTES = 1 << 62  # every column parsed per row
+        try:
+            t_per_row, per_row = warm_median(args.runs, lambda: our_insert("per_row"))
+        finally:
+            json_columns.COMPILED_JSON_BYTES = columnwise_threshold
+        assert table.to_arrow().column("j").to_pylist() == per_row.to_arrow().column("j").to_pylist()
+
+        def chdb_insert(json_type: str = json_type) -> None:
+            chdb.query("DROP TABLE IF EXISTS bench.t SYNC")
+            chdb.query(f"CREATE TABLE bench.t (id UInt64, j {json_type}) ENGINE = MergeTree ORDER BY id "
+                       "SETTINGS min_bytes_for_wide_part = 0, min_rows_for_wide_part = 0")
+            chdb.query("INSERT INTO bench.t SELECT id, j FROM Python(data)")
+
+        t_chdb, _ = warm_median(args.runs, chdb_insert)
+        paths = chdb.query("SELECT arraySort(groupUniqArrayArray(JSONAllPaths(j))) FROM bench.t",
+                           "CSV").bytes().decode()
+        assert "'user.id'" in paths and "'request.status'" in paths, paths  # (chdb parsed the text into paths)
+
+        print(f"\n{json_type}")
+        print(f"{'insert':28}{'s':>8}{'rows/s':>12}{'MB/s':>8}")
+        for label, seconds in (("ours, column-wise", t_ours), ("ours, per row", t_per_row), ("chdb", t_chdb)):
+            print(f"{label:28}{seconds:8.3f}{args.rows / seconds:12,.0f}{megabytes / seconds:8.1f}")
+        print(f"ours column-wise / chdb: {t_ours / t_chdb:.2f}x the time; per row / column-wise: "
+              f"{t_per_row / t_ours:.2f}x")
     shutil.rmtree(work, ignore_errors=True)
 
 

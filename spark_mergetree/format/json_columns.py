@@ -25,6 +25,7 @@ the same types to whole columns of values (the leaves `json_tokens.tokenize` fin
 - Every other path — one holding arrays, text whose type ClickHouse finds by best-effort parsing,
   or mixed types outside the cases above — is left to `_Slot` value by value (`per_value`): the
   existing rules, in row order, for that path's values only.
+- The leaves of typed paths are set apart untyped (json_typed.py converts them to the paths' types).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,7 @@ from spark_mergetree.format.json_tokens import (
     TRUE,
     UINT64,
     Tokens,
+    path_hash,
     tokenize,
 )
 from spark_mergetree.format.types import DataType
@@ -108,13 +110,16 @@ class ColumnarPaths:
     paths: list[str]  # in order of first appearance
     groups: dict[str, list[Group]]  # the paths typed here
     per_value: dict[str, list[tuple[int, Any]]]  # the others: (row, value as json.loads gives it)
+    typed: Tokens | None  # the leaves of typed paths (json_typed converts them), None without any
 
 
 def type_columnwise(texts: pa.Array, max_paths: int, max_types: int,
-                    skipped: Callable[[str], bool] | None = None) -> ColumnarPaths | None:
-    """Every path of a column of JSON objects (without typed paths) and its values typed, or None
-    where the column is left to the per-row reader (see json_tokens). `skipped`: whether a leaf's
-    path, all of whose `.`s are nesting, is left out (SKIP, SKIP REGEXP)."""
+                    skipped: Callable[[str], bool] | None = None, typed: Collection[str] = ()) -> ColumnarPaths | None:
+    """Every path of a column of JSON objects and its values typed, or None where the column is left
+    to the per-row reader (see json_tokens). `skipped`: whether a leaf's path, all of whose `.`s are
+    nesting, is left out (SKIP, SKIP REGEXP). The leaves of `typed` paths are set apart, untyped; a
+    member of a typed path holding an object (which the path keeps whole) leaves the column to the
+    per-row reader."""
     tokens = tokenize(texts)
     if tokens is None:
         return None
@@ -124,6 +129,12 @@ def type_columnwise(texts: pa.Array, max_paths: int, max_types: int,
         dropped = np.array([skipped(path) for path in tokens.paths], bool)
         if dropped.any():
             tokens = tokens.without_paths(dropped)
+    typed_leaves = None
+    if typed:
+        if np.isin([path_hash(p) for p in typed], tokens.objects).any():
+            return None  # (or a hash collision: then the per-row reader too)
+        is_typed = np.array([p in typed for p in tokens.paths], bool)
+        typed_leaves, tokens = tokens.without_paths(~is_typed), tokens.without_paths(is_typed)
     n = len(tokens.rows)
     types = np.full(n, _T_ARRAY, np.int8)  # (arrays: every leaf not typed below)
     stored = np.zeros(n, np.int64)  # dates' days, seconds or nanoseconds
@@ -149,7 +160,7 @@ def type_columnwise(texts: pa.Array, max_paths: int, max_types: int,
     def leaves_of(code: int, t: int) -> np.ndarray:  # (in row order)
         return by_path[bounds[code * _TYPE_COUNT + t]:bounds[code * _TYPE_COUNT + t + 1]]
 
-    out = ColumnarPaths(tokens.paths, {}, {})
+    out = ColumnarPaths(tokens.paths, {}, {}, typed_leaves)
     for code, path in enumerate(tokens.paths):
         held = set(np.flatnonzero(present[code]).tolist())
         if not _own_types(held, code < max_paths, max_types):

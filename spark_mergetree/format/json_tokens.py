@@ -29,7 +29,7 @@ import pyarrow as pa
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.values import string_buffers
 
-__all__ = ["Tokens", "tokenize", "STRING", "INT", "FLOAT", "TRUE", "FALSE", "ARRAY", "INT64", "UINT64", "BEYOND_64"]
+__all__ = ["Tokens", "tokenize", "path_hash", "STRING", "INT", "FLOAT", "TRUE", "FALSE", "ARRAY", "INT64", "UINT64", "BEYOND_64"]
 
 # Record kinds (a NULL member makes no record).
 STRING, INT, FLOAT, TRUE, FALSE, ARRAY, OBJECT = range(7)
@@ -62,6 +62,7 @@ class Tokens:
     raw: tuple[np.ndarray, np.ndarray]  # each value's byte span in `source` (start, end)
     source: np.ndarray  # the column's bytes
     dotted_keys: bool  # whether a key holds a `.` (its path's `.`s are not all nesting)
+    objects: np.ndarray  # int64: the path hash (`path_hash`) of every member holding an object
 
     def without_paths(self, dropped: np.ndarray) -> Tokens:
         """The leaves of the paths not `dropped` (a bool per path), codes renumbered in the same order."""
@@ -69,7 +70,7 @@ class Tokens:
         codes = np.cumsum(~dropped) - 1
         return Tokens(self.rows[keep], codes[self.path_codes[keep]], [p for p, d in zip(self.paths, dropped) if not d],
                       self.kinds[keep], self.texts.filter(pa.array(keep)), self.ints[keep], self.flags[keep],
-                      (self.raw[0][keep], self.raw[1][keep]), self.source, self.dotted_keys)
+                      (self.raw[0][keep], self.raw[1][keep]), self.source, self.dotted_keys, self.objects)
 
 
 def tokenize(texts: pa.Array) -> Tokens | None:
@@ -95,7 +96,16 @@ def tokenize(texts: pa.Array) -> Tokens | None:
         [None, pa.py_buffer(text_offsets if large else text_offsets.astype(np.int32)), pa.py_buffer(text_bytes)])
     return Tokens(records[_ROW, leaves], codes, paths, records[_KIND, leaves].astype(np.int8), text_array,
                   records[_INT, leaves], records[_FLAGS, leaves], (records[_RAW_START, leaves], records[_RAW_END, leaves]),
-                  data, bool(dotted))
+                  data, bool(dotted), records[_HASH, ~leaf])
+
+
+def path_hash(path: str) -> int:
+    """The hash `tokenize` gives a member whose dotted path is `path` (however its keys nest), as
+    the int64 its records hold."""
+    h = _FNV_BASIS
+    for byte in path.encode("utf-8"):
+        h = ((h ^ byte) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= 1 << 63 else h
 
 
 @lazy_njit

@@ -16,16 +16,21 @@ stream base (`nested_object_writer`). format_spec/types.md (*JSON*) specifies th
 and 1.5 to double, failing on 1 and "a"), while ClickHouse infers every value's type separately, and
 it cannot hold integers beyond 64 bits (which ClickHouse keeps as String); it also keeps one of
 duplicated keys, which ClickHouse refuses. A column of at least `json_columns.COMPILED_JSON_BYTES`
-without typed paths is read column-wise instead: a compiled tokenizer validates every document as
+is read column-wise instead: a compiled tokenizer validates every document as
 `json.loads` would and gives its leaf members as flat arrays (json_tokens.py), whose values are
 typed a path and a type at a time with pyarrow and numpy (json_columns.py); a path whose values a
 Dynamic's held types would take otherwise than as their own type (arrays, mixed strings and dates,
 more types than it holds, text ClickHouse parses best-effort) is typed value by value by its `_Slot`
-as before (`_columnwise`); skipped paths are left out by name (then no key may hold a `.`). Smaller
-columns, typed paths, and columns the tokenizer leaves alone (invalid documents, duplicated paths,
-escaped keys, a value refused) are parsed per row with Python's `json` module (`_parse`), which also
-gives every error. Both give each path's values grouped by type (`Group`), converted and serialized
-column-wise by the same code (`_path_entries`): both write the same bytes.
+as before (`_columnwise`); skipped paths are left out by name (then no key may hold a `.`). Typed
+paths of integer, float, Bool, string, date and date-time types (and Nullable of them) are converted
+column-wise from their leaves (json_typed.py) into the array the per-row conversion builds, then by
+the same code (`_conformed`). Smaller columns, typed paths of other types (arrays, tuples, JSON,
+Decimal, ...), and columns the tokenizer or json_typed leaves alone (invalid documents, duplicated
+paths, escaped keys, a value refused; an object at a typed path; a typed path's value of another
+kind, out of range, or text read otherwise) are parsed per row with Python's `json` module
+(`_parse`, `_typed_column`), which also gives every error. Both give each path's values grouped by
+type (`Group`), converted and serialized column-wise by the same code (`_path_entries`): both write
+the same bytes.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
-from spark_mergetree.format import json_columns
+from spark_mergetree.format import json_columns, json_typed
 from spark_mergetree.format.conform import conform_array
 from spark_mergetree.format.dynamic import DynamicColumn, binary_values, holds_objects, split_dynamic
 from spark_mergetree.format.json_columns import Group
@@ -65,6 +70,7 @@ from spark_mergetree.format.json_infer import (
     nested_json,
 )
 from spark_mergetree.format.json_text import OBJECT_STRUCTURE, STORED_JSON_TYPE, path_base
+from spark_mergetree.format.json_typed import zoned_times
 from spark_mergetree.format.serialization import ObjectWriter, default_column, serialize_column
 from spark_mergetree.format.streams import STRUCTURE, StreamBytes, variant_base
 from spark_mergetree.format.type_codes import (
@@ -206,13 +212,14 @@ def _place(slot: _Slot, value: Any, rows: _Rows, kinds: dict[str, DataType], row
     rows.values.append(stored)
 
 
-def _columnwise(texts: pa.Array, dt: Json, column: str,
-                slots: dict[str, _Slot]) -> tuple[list[str], dict[str, list[Group]]] | None:
+def _columnwise(texts: pa.Array, dt: Json, column: str, slots: dict[str, _Slot]
+                ) -> tuple[list[str], dict[str, list[Group]], dict[str, pa.Array]] | None:
     """The paths (in order of first appearance) and each one's typed values of a column of JSON
-    objects, typed column-wise (json_columns); the paths it leaves to their Dynamic's rules typed
-    value by value here (`slots` gets those dynamic paths' Dynamics as they were filled). None
-    where the column is left to `_parse`: one it does not read, or one where a value is refused
-    (`_parse` refuses the first row's, as before)."""
+    objects, typed column-wise (json_columns), and the typed paths' columns (json_typed); the paths
+    it leaves to their Dynamic's rules typed value by value here (`slots` gets those dynamic paths'
+    Dynamics as they were filled). None where the column is left to `_parse`: one it does not read,
+    or one where a value is refused or a typed path's value not converted column-wise (`_parse`
+    converts it, or refuses the first row's, as before)."""
     max_paths, max_types = json_limits(dt)
     patterns = [re.compile(p) for p in dt.skip_regexps]
 
@@ -220,9 +227,13 @@ def _columnwise(texts: pa.Array, dt: Json, column: str,
         keys = path.split(".")
         return any(_skipped(".".join(keys[:i]), dt, patterns) for i in range(1, len(keys) + 1))
 
+    typed = dict(dt.typed_paths)
     found = json_columns.type_columnwise(texts, max_paths, max_types,
-                                         skipped if dt.skips or dt.skip_regexps else None)
+                                         skipped if dt.skips or dt.skip_regexps else None, typed)
     if found is None:
+        return None
+    plain = json_typed.plain_arrays(found.typed, typed, len(texts))
+    if plain is None:
         return None
     objects = nested_json(dt)
     groups = found.groups
@@ -241,13 +252,17 @@ def _columnwise(texts: pa.Array, dt: Json, column: str,
         except Exception:  # noqa: BLE001 - whatever fails, `_parse` fails on it from the first row on, as before
             return None
         groups[path] = _groups(kinds, rows)
-    return found.paths, groups
+    try:
+        columns = {path: _conformed(arr, typed[path], column) for path, arr in plain.items()}
+    except (SchemaMismatchError, UnsupportedError):
+        return None  # (`_parse` refuses it, after what it refuses first)
+    return found.paths, groups, columns
 
 
 def _columnwise_readable(texts: pa.Array, dt: Json) -> bool:
-    """Whether a column is typed column-wise: one without typed paths, large enough for the compiled
-    tokenizer to pay its loading."""
-    return not dt.typed_paths and texts.nbytes >= json_columns.COMPILED_JSON_BYTES
+    """Whether a column is typed column-wise: one whose typed paths (if any) json_typed converts,
+    large enough for the compiled tokenizer to pay its loading."""
+    return all(json_typed.covers(t) for _, t in dt.typed_paths) and texts.nbytes >= json_columns.COMPILED_JSON_BYTES
 
 
 def _plain(value: Any) -> Any:
@@ -450,6 +465,11 @@ def _typed_column(path: str, dt: DataType, values: list[Any], column: str) -> pa
     if pa.types.is_string(arr.type) and isinstance(inner, (DateTime, DateTime64)) or \
             pa.types.is_string(arr.type) and inner in (_DATE, Primitive("Date32")):
         arr = _parse_times(arr, inner, where)
+    return _conformed(arr, dt, column)
+
+
+def _conformed(arr: pa.Array, dt: DataType, column: str) -> pa.Array:
+    """A typed path's values as `pa.array` gives them (dates and times read) → its column."""
     if pa.types.is_null(arr.type):
         arr = pa.nulls(len(arr), _arrow_type(dt))
     missing = np.asarray(arr.is_null(), dtype=bool)
@@ -484,8 +504,7 @@ def _shaped(value: Any, dt: DataType) -> Any:
 
 def _parse_times(arr: pa.Array, dt: DataType, where: str) -> pa.Array:
     """Dates and date-times of a typed path from text `YYYY-MM-DD[( |T)hh:mm:ss[.fffffffff]][Z]`:
-    local time in the type's time zone (as ClickHouse reads text into it), UTC with `Z`; a type
-    without a time zone is taken to be UTC (the server time zone assumed throughout)."""
+    as `zoned_times` takes them (json_typed reads whole columns of the common ones alike)."""
     out: list[int | None] = []
     utc: list[bool] = []
     for text in arr.to_pylist():
@@ -512,15 +531,7 @@ def _parse_times(arr: pa.Array, dt: DataType, where: str) -> pa.Array:
             raise UnsupportedError(f"{where}: {text!r} is beyond the nanosecond range of this writer")
         out.append(value)
         utc.append(text.endswith("Z"))
-    naive = pa.array(out, pa.int64()).cast(pa.timestamp("ns"))
-    zone = dt.timezone if isinstance(dt, (DateTime, DateTime64)) else None
-    stamps = naive.cast(pa.timestamp("ns", "UTC"))
-    if zone not in (None, "UTC"):
-        local = pc.assume_timezone(naive, timezone=zone).cast(pa.timestamp("ns", "UTC"))
-        stamps = pc.if_else(pa.array(utc), stamps, local)
-    if isinstance(dt, Primitive):  # Date, Date32
-        return stamps.cast(pa.date32())
-    return stamps
+    return zoned_times(pa.array(out, pa.int64()), pa.array(utc), dt)
 
 
 def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buckets: int,
@@ -543,8 +554,7 @@ def split_object(dt: Json, values: pa.Array | pa.ChunkedArray, column: str, buck
         slots: dict[str, _Slot] = {}
         columnwise = _columnwise(arr, dt, column, slots) if _columnwise_readable(arr, dt) else None
         if columnwise is not None:
-            order, groups = columnwise
-            typed_arrays = {}
+            order, groups, typed_arrays = columnwise
         else:
             slots.clear()
             paths, kinds, typed_values = _parse(arr, dt, column, slots)

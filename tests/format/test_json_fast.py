@@ -20,6 +20,7 @@ from spark_mergetree import MergeTreeTable
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
 from spark_mergetree.format import json_columns, json_write
 from spark_mergetree.format.json_tokens import _KIND, OBJECT, _paths_agree, _scan
+from spark_mergetree.format.types import parse_type
 from spark_mergetree.format.values import string_buffers
 from tests.format.chdb_util import close_session
 from tests.format.test_variant_dynamic_json import PART_KINDS, _json_source, _same_json_bytes, _statement
@@ -56,8 +57,9 @@ def _scalar(rng: random.Random, kind: str) -> str:
     return json.dumps(text, ensure_ascii=rng.random() < 0.5)
 
 
-def documents(seed: int, rows: int, arrays: float = 0.0, dotted_keys: bool = True) -> list[str]:
-    """Objects nested up to 3 levels; most paths hold one or two kinds of values (so most columns
+def documents(seed: int, rows: int, arrays: float = 0.0, dotted_keys: bool = True, kinds: list[str] = KINDS
+              ) -> list[str]:
+    """Objects nested up to 3 levels; most paths hold one or two `kinds` of values (so most columns
     type column-wise), a few hold anything; a sparse path per row (`p0`..`p40`); with `arrays`, that
     share of values is an array."""
     rng = random.Random(seed)
@@ -65,9 +67,9 @@ def documents(seed: int, rows: int, arrays: float = 0.0, dotted_keys: bool = Tru
 
     def value(path: str, depth: int) -> str:
         if path not in flavors:
-            kinds = rng.sample(KINDS, rng.choice([1, 1, 1, 2]))
+            chosen = rng.sample(kinds, rng.choice([1, 1, 1, 2]))
             # (an integer beyond 64 bits where a date type is held fails in json_infer: left out)
-            flavors[path] = [k for k in kinds if k != "big"] if "date" in kinds else kinds
+            flavors[path] = [k for k in chosen if k != "big"] if "date" in chosen else chosen
         if depth < 3 and rng.random() < 0.1:
             return members(path + ".", depth + 1)
         if rng.random() < arrays:
@@ -196,8 +198,14 @@ def test_columnwise_parts_are_clickhouses_bytes(tmp_path, monkeypatch, json_type
     # (a seed whose documents this writer takes with either type; without the date of Arabic-Indic
     # digits, which json_infer types as a Date and ClickHouse keeps as a String)
     texts = [t for t in documents(5, 500) if "\u0662" not in t and "\\u0662" not in t]
+    _same_bytes_as_clickhouse(tmp_path, monkeypatch, json_type, texts)
+
+
+def _same_bytes_as_clickhouse(tmp_path: Path, monkeypatch, json_type: str, texts: list[str]) -> None:
+    """One Wide part of `texts` written column-wise and one of ClickHouse's: the same bytes."""
     monkeypatch.setattr(json_columns, "COMPILED_JSON_BYTES", 0)
     monkeypatch.setattr(os, "fsync", lambda fd: None)
+    assert json_write._columnwise(pa.array(texts), parse_type(json_type), "j", {}) is not None
     ours = _write(tmp_path / "ours", json_type, "Wide", texts)
     sess, data_dir = _json_source(tmp_path, json_type, "Wide", texts)
     try:
@@ -240,3 +248,120 @@ def test_paths_sharing_a_hash_are_compared_byte_for_byte():
     assert not agree(['{"a":1}', '{"b":{"a":2}}'])
     assert not agree(['{"b":{"a":2}}', '{"a":1}'])
     assert not agree(['{"a":{"b":1},"a.b":2}'])
+
+
+# Typed paths: per type, values it takes as they are (`json_typed`) and values of another kind or
+# out of its range, which leave the column to the per-row reader (it converts or refuses them).
+TYPED = {
+    "t_u8": ("UInt8", ["0", "255", "17"], ["256", "-1", '"12"', "1.0", "true"]),
+    "t.i32": ("Int32", ["-2147483648", "2147483647", "-5"], ["2147483648", "1.5"]),
+    "t_u64": ("UInt64", ["18446744073709551615", "9223372036854775808", "3"], ["-1", "18446744073709551616"]),
+    "t_i64": ("Int64", ["-9223372036854775808", "9223372036854775807", "0"], ["9223372036854775808"]),
+    "t_f64": ("Float64", ["1.5", "-0.0", "12", "9007199254740992", "1e-300"], ['"1.5"', "9007199254740993", "true"]),
+    "t_f32": ("Float32", ["0.1", "3", "-2.5e3"], ["1e400"]),
+    "t_b": ("Bool", ["true", "false"], ["1", '"true"']),
+    "t_s": ("String", ['"plain"', '"esc\\"q\\\\\\n"', '"h\\u00e9llo"', '"2020-01-01"', '""'], ["1", "false"]),
+    "t_lc": ("LowCardinality(String)", ['"a"', '"b"', '"\\ud83d\\ude00"'], ["2.5"]),
+    "t_n": ("Nullable(Int32)", ["7", "-7"], ["9223372036854775808", "1.5"]),
+    "t_ns": ("Nullable(String)", ['"x"', '"y"'], ["[1]"]),
+    "t_nf": ("Nullable(Float64)", ["1", "2.25"], ['"x"']),
+    "t_d": ("Date", ['"2020-01-02"', '"1970-01-01"', '"2149-06-06"'], ['"2020/01/02"', "20200102", '"2020-02-30"']),
+    "t_d32": ("Date32", ['"1900-01-01"', '"2200-12-31"'], ['"0000-01-01"', '"2299-12-31"']),
+    "t_dt": ("DateTime", ['"2021-03-04 05:06:07"', '"2021-03-04T05:06:07Z"', '"2000-01-01"'],
+             ['"2021-03-04 24:00:00"', '"2021-03-04 05:06:07\\n"', '"\\u0662021-03-04"']),
+    "t_tz": ("DateTime('Asia/Tokyo')", ['"2021-03-04 05:06:07"', '"2021-03-04 05:06:07Z"'], ['"2021-03-04 05:06"']),
+    "t_dt64": ("DateTime64(3, 'UTC')", ['"2021-03-04 05:06:07.123"', '"2021-03-04T05:06:07.5Z"', '"1960-05-06"'],
+               ['"2262-04-12 00:00:00"', '"2021-03-04 05:06:07.123456789Z"', "{}"]),
+}
+
+
+def _typed_documents(seed: int, rows: int, paths: list[str], wrong: bool) -> list[str]:
+    """`documents` (without dates and integers beyond 64 bits, which its paths refuse in many seeds)
+    with members of typed `paths` (`t.i32` nested in `t`): each present (most rows), absent or NULL;
+    with `wrong`, one row holds a value its type does not take as it is."""
+    rng = random.Random(seed)
+    out = []
+    for doc in documents(seed, rows, kinds=["int", "float", "bool", "str", "null"]):
+        members = []
+        for path in paths:
+            draw = rng.random()
+            if draw < 0.7:
+                members.append((path, rng.choice(TYPED[path][1])))
+            elif draw < 0.85:
+                members.append((path, "null"))
+        nested = [f'"{p[2:]}":{v}' for p, v in members if p.startswith("t.")]
+        flat = [f'"{p}":{v}' for p, v in members if not p.startswith("t.")] + ([f'"t":{{{",".join(nested)}}}']
+                                                                             if nested else [])
+        out.append("{" + ",".join(flat) + ("," if flat and len(doc) > 2 else "") + doc[1:])
+    if wrong:
+        path = rng.choice(paths)
+        row = rng.randrange(rows)
+        value = rng.choice(TYPED[path][2])
+        out[row] = _with_member(out[row], path, value)
+    return out
+
+
+def _with_member(doc: str, path: str, value: str) -> str:
+    """A document with `path` holding `value` (its own member of that path renamed)."""
+    if path == "t.i32":
+        return '{"t":{"i32":' + value + "}," + doc[1:].replace('"t":', '"u":', 1)
+    return "{" + f'"{path}":{value},' + doc[1:].replace(f'"{path}":', '"v":', 1)
+
+
+def _typed_json(paths: list[str], limits: str = "") -> str:
+    return f"JSON({limits}{', '.join(f'`{p}` {TYPED[p][0]}' for p in paths)})"
+
+
+@pytest.mark.parametrize("kind, seeds", [("Wide", 6), ("Compact", 2)])
+def test_typed_paths_give_the_per_row_readers_part_files(tmp_path, monkeypatch, kind, seeds):
+    """Typed paths of the common types (present, absent, NULL) written column-wise and per row: the
+    same files byte for byte (or the same error, from the documents' other paths)."""
+    written = 0
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        paths = rng.sample(sorted(TYPED), rng.randint(3, len(TYPED)))
+        json_type = _typed_json(paths, rng.choice(["", "max_dynamic_paths=3, ", "max_dynamic_types=1, "]))
+        texts = _typed_documents(seed, 300, paths, wrong=False)
+        columnwise, per_row = _both_ways(tmp_path, monkeypatch, json_type, kind, texts)
+        assert columnwise == per_row, (seed, json_type)
+        written += isinstance(per_row, dict)
+    assert written >= seeds // 2
+
+
+def test_typed_paths_values_not_taken_as_they_are_take_the_per_row_reader(tmp_path, monkeypatch):
+    """A typed path's value of another kind, out of range, or text not read column-wise leaves the
+    column to the per-row reader: it writes it or refuses it with its error."""
+    refused = 0
+    for path in sorted(TYPED):
+        for k, value in enumerate(TYPED[path][2]):
+            texts = _typed_documents(k, 40, [path], wrong=False)
+            texts[7] = _with_member(texts[7], path, value)
+            columnwise, per_row = _both_ways(tmp_path, monkeypatch, _typed_json([path]), "Wide", texts,
+                                             columnwise_reads=False)
+            assert columnwise == per_row, (path, value)
+            if isinstance(per_row, tuple):
+                refused += 1
+                assert "column 'j'" in per_row[1], per_row
+    assert refused >= 10
+    texts = _typed_documents(1, 300, ["t_u8", "t_s"], wrong=True)
+    columnwise, per_row = _both_ways(tmp_path, monkeypatch, _typed_json(["t_u8", "t_s"]), "Compact", texts,
+                                     columnwise_reads=False)
+    assert columnwise == per_row
+
+
+def test_typed_paths_of_other_types_stay_per_row(monkeypatch):
+    """Typed paths of types json_typed does not convert (arrays, tuples, JSON, Decimal) leave the
+    column to the per-row reader."""
+    texts = pa.array(['{"a":1}'] * 10)
+    monkeypatch.setattr(json_columns, "COMPILED_JSON_BYTES", 0)
+    assert json_write._columnwise_readable(texts, parse_type(_typed_json(["t_u8", "t_dt64"])))
+    for other in ("Array(UInt8)", "Tuple(a Int8)", "JSON", "Decimal(10, 2)", "LowCardinality(UInt8)"):
+        assert not json_write._columnwise_readable(texts, parse_type(f"JSON(a {other})")), other
+
+
+def test_columnwise_typed_paths_are_clickhouses_bytes(tmp_path, monkeypatch):
+    """Typed paths of every type above written column-wise and by ClickHouse from the same text
+    (present, absent, NULL): the same bytes."""
+    paths = sorted(TYPED)
+    texts = _typed_documents(11, 300, paths, wrong=False)
+    _same_bytes_as_clickhouse(tmp_path, monkeypatch, _typed_json(paths, "max_dynamic_paths=6, "), texts)
