@@ -135,20 +135,27 @@ def _float_text(values: pa.Array) -> pa.Array:
     """Floats as ClickHouse writes them in JSON: the shortest round-trip digits, plain for decimal
     exponents -6..20 and `1e21`/`1.5e-7` beyond (no `+`), `-0` for negative zero, `null` for NaN and
     infinities."""
-    text = pc.cast(values, pa.string())
-    text = pc.replace_substring(text, "e+", "e")
-    # Arrow switches to an exponent from 1e16 on, ClickHouse from 1e21: the few values between are
-    # written out here.
-    odd = np.asarray(pc.fill_null(pc.match_substring_regex(text, r"e(1[6-9]|20)$"), False), dtype=bool)
-    if odd.any():
-        fixed = text.to_pylist()
-        for i in np.flatnonzero(odd):
-            mantissa, exponent = fixed[i].split("e")
-            sign = "-" if mantissa.startswith("-") else ""
-            digits = mantissa.lstrip("-").replace(".", "")
-            point = len(mantissa.lstrip("-").split(".")[0]) + int(exponent)
-            fixed[i] = sign + digits.ljust(point, "0")
-        text = pa.array(fixed, pa.string())
+    text = pc.replace_substring(pc.cast(values, pa.string()), "e+", "e")
+    # Arrow writes some values of exponents 1..20 with an exponent (2.5e10, 1e15) that ClickHouse
+    # writes out (25000000000): their digits are padded, or cut by a point, exponent by exponent.
+    parts = pc.extract_regex(text, r"^(?P<sign>-?)(?P<lead>\d)(?:\.(?P<rest>\d+))?e(?P<exp>1?\d|20)$")
+    matched = np.asarray(pc.fill_null(pc.is_valid(parts), False), dtype=bool)
+    if matched.any():
+        rows = np.flatnonzero(matched)
+        found = parts.take(pa.array(rows))
+        digits = pc.binary_join_element_wise(pc.struct_field(found, "lead"), pc.struct_field(found, "rest"), "")
+        exponents = np.asarray(pc.struct_field(found, "exp").cast(pa.int64()))
+        plain = np.empty(len(rows), object)
+        for exponent in np.unique(exponents):
+            mine = np.flatnonzero(exponents == exponent)
+            chosen = digits.take(pa.array(mine))
+            width = int(exponent) + 1
+            whole = pc.utf8_rpad(pc.utf8_slice_codeunits(chosen, 0, width), width=width, padding="0")
+            fraction = pc.utf8_slice_codeunits(chosen, width)
+            point = pc.if_else(pc.equal(pc.utf8_length(fraction), 0), "", ".")
+            plain[mine] = pc.binary_join_element_wise(whole, point, fraction, "").to_numpy(zero_copy_only=False)
+        signed = pc.binary_join_element_wise(pc.struct_field(found, "sign"), pa.array(plain, pa.string()), "")
+        text = pc.replace_with_mask(text, pa.array(matched), signed)
     finite = pc.is_finite(values)
     return pc.if_else(pc.fill_null(finite, True), text, pa.scalar("null", pa.string()))
 
