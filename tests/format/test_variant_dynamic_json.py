@@ -779,7 +779,8 @@ def test_json_typed_paths_of_other_types_read_as_clickhouse_prints_them(tmp_path
             '"f":"00112233-4455-6677-8899-aabbccddeeff","g":"1.2.3.4","h":0.1,"i":{"k":1},"k":2.5,"l":"1900-01-01",'
             '"m":"2020-01-01 10:00:00","n":[[1,"a"]],"o":123,"q":"ab","r":"y"}',
             '{"d":"inf","h":-0.0,"b":-0.5}', '{"d":1e-7,"b":100}', '{"d":1e21}', '{"d":123456789.123}',
-            '{"d":-1e-5}', '{"d":1e17,"x":1.5e300}']
+            '{"d":-1e-5}', '{"d":1e17,"x":1.5e300}', '{"d":2.5e10,"h":1e10,"x":2.5e10}',
+            '{"d":9007199254740992.0,"x":-1.2345e19}', '{"d":4.5e3,"h":2.5e10,"x":1e15}']
     sess, data_dir = _json_source(tmp_path, jt, kind, docs, granularity=None)
     try:
         table = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
@@ -1291,3 +1292,29 @@ def test_nested_json_beside_low_cardinality_in_a_compact_table_is_written_wide(t
         assert got == [f'{{"a":{i}}}' for i in range(100)]
     finally:
         close_session()
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York"])
+def test_typed_date_times_of_wall_times_clocks_skip_or_repeat_are_clickhouses(tmp_path, zone):
+    """Text of a typed DateTime/DateTime64 path in a zone with summer time: a wall time the clocks
+    passed twice is the first instant, one they skipped is read with the offset after the jump, as
+    ClickHouse reads them (Arrow alone refuses both)."""
+    jt = f"JSON(m DateTime('{zone}'), e DateTime64(3, '{zone}'))"
+    docs = ['{"m":"2021-03-28 02:30:00","e":"2021-03-28 02:30:00.5"}', '{"m":"2021-10-31 02:30:00","e":"2021-11-07 01:30:00.25"}',
+            '{"m":"2021-03-14 02:15:00","e":"2021-03-28 01:59:59.999"}', '{"m":"2021-11-07 01:30:00","e":"2021-06-01 12:00:00"}']
+    sess, _ = _json_source(tmp_path, jt, "Wide", docs, granularity=None)
+    try:
+        theirs = sess.query("SELECT toUnixTimestamp(j.m), toUnixTimestamp64Milli(j.e) FROM src ORDER BY id",
+                            "TabSeparatedRaw").bytes().decode().split()
+    finally:
+        close_session()
+    mine = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", jt)], order_by="id")
+    mine.insert(pa.table({"id": pa.array(range(len(docs)), pa.uint64()), "j": docs}))
+    sess = open_session(tmp_path / "check")
+    try:
+        sess.query(mine.clickhouse_ddl("default.ours"))
+        ours = sess.query("SELECT toUnixTimestamp(j.m), toUnixTimestamp64Milli(j.e) FROM default.ours ORDER BY id",
+                          "TabSeparatedRaw").bytes().decode().split()
+    finally:
+        close_session()
+    assert ours == theirs
