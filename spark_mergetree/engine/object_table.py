@@ -127,6 +127,7 @@ class ObjectStoreTable(MergeTreeTable):
         self.directories = self.log.directories  # type: ignore[assignment]
         self._readers = {}
         self._readers_lock = threading.Lock()
+        self._opened_patches = {}  # (none are written here; reads look for them as for any table)
         self._external_definition = False
         self._statement_text: str | None = None
 
