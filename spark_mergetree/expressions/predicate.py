@@ -357,10 +357,8 @@ def _shifted_constant(node: exp.Add | exp.Sub, source: str) -> Literal | None:
         is_time = isinstance(left.value, dt.datetime)
         seconds = number.value * (1 if is_time else 86400)
     step = dt.timedelta(seconds=seconds if isinstance(node, exp.Add) else -seconds)
-    if not isinstance(left.value, dt.datetime):
-        if step % dt.timedelta(days=1):
-            raise UnsupportedError(f"{node.sql('clickhouse')!r} in {source!r}: a Date moves by whole days")
-        return Literal(left.value + step)
+    if not isinstance(left.value, dt.datetime) and step % dt.timedelta(days=1):
+        raise UnsupportedError(f"{node.sql('clickhouse')!r} in {source!r}: a Date moves by whole days")
     return Literal(left.value + step)
 
 

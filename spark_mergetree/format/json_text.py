@@ -145,16 +145,18 @@ def _float_text(values: pa.Array) -> pa.Array:
         found = parts.take(pa.array(rows))
         digits = pc.binary_join_element_wise(pc.struct_field(found, "lead"), pc.struct_field(found, "rest"), "")
         exponents = np.asarray(pc.struct_field(found, "exp").cast(pa.int64()))
-        plain = np.empty(len(rows), object)
+        by_exponent = np.argsort(exponents, kind="stable")
+        pieces = []
         for exponent in np.unique(exponents):
-            mine = np.flatnonzero(exponents == exponent)
-            chosen = digits.take(pa.array(mine))
+            chosen = digits.take(pa.array(np.flatnonzero(exponents == exponent)))
             width = int(exponent) + 1
             whole = pc.utf8_rpad(pc.utf8_slice_codeunits(chosen, 0, width), width=width, padding="0")
             fraction = pc.utf8_slice_codeunits(chosen, width)
             point = pc.if_else(pc.equal(pc.utf8_length(fraction), 0), "", ".")
-            plain[mine] = pc.binary_join_element_wise(whole, point, fraction, "").to_numpy(zero_copy_only=False)
-        signed = pc.binary_join_element_wise(pc.struct_field(found, "sign"), pa.array(plain, pa.string()), "")
+            pieces.append(pc.binary_join_element_wise(whole, point, fraction, ""))
+        # The pieces hold the values grouped by exponent: put them back in row order.
+        plain = pa.concat_arrays(pieces).take(pa.array(np.argsort(by_exponent, kind="stable")))
+        signed = pc.binary_join_element_wise(pc.struct_field(found, "sign"), plain, "")
         text = pc.replace_with_mask(text, pa.array(matched), signed)
     finite = pc.is_finite(values)
     return pc.if_else(pc.fill_null(finite, True), text, pa.scalar("null", pa.string()))

@@ -168,15 +168,10 @@ def test_array_json_and_array_dynamic_kept_by_our_writes_and_merges(tmp_path, ki
         expected = _select(sess, "src")
         theirs = MergeTreeTable.open(data_dir, create_statement=_statement(sess))
         stored = theirs.reader(theirs.parts()[0].name).read(stored_json=True).sort_by("id")
-        settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
-
-        def ours(name: str) -> MergeTreeTable:
-            return MergeTreeTable.create(tmp_path / name, [("id", "UInt64"), ("j", jt)], order_by="id",
-                                         settings={"index_granularity": 16, "auto_merge": False, **settings})
-        one = ours("one")
+        one = _our_table(tmp_path / "one", [("id", "UInt64"), ("j", jt)], kind)
         one.insert(stored)
         _same_json_bytes(theirs, one)
-        two = ours("two")
+        two = _our_table(tmp_path / "two", [("id", "UInt64"), ("j", jt)], kind)
         two.insert(stored.slice(0, 90))
         two.insert(stored.slice(90))
         assert two.optimize(final=True) and len(two.parts()) == 1
@@ -332,18 +327,20 @@ def test_dynamic_columns_holding_array_json_and_array_dynamic_values_both_ways(t
         close_session()
 
 
+def _our_table(path, columns, kind: str) -> MergeTreeTable:
+    """A table of ours for ClickHouse's rows: granules of 16 rows, parts of `kind`, no background merges."""
+    settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
+    return MergeTreeTable.create(path, columns, order_by="id",
+                                 settings={"index_granularity": 16, "auto_merge": False, **settings})
+
+
 def _written_and_merged_as_clickhouse(sess, tmp_path, theirs, rows, columns, kind, create, select, expected):
     """ClickHouse's rows written by us in one insert give its bytes; written in two and merged by us,
     chdb attaches the part (CHECK TABLE) and selects what it selected from its own."""
-    settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
-
-    def ours(name: str) -> MergeTreeTable:
-        return MergeTreeTable.create(tmp_path / name, columns, order_by="id",
-                                     settings={"index_granularity": 16, "auto_merge": False, **settings})
-    one = ours("one")
+    one = _our_table(tmp_path / "one", columns, kind)
     one.insert(rows)
     _same_json_bytes(theirs, one)
-    two = ours("two")
+    two = _our_table(tmp_path / "two", columns, kind)
     two.insert(rows.slice(0, 50))
     two.insert(rows.slice(50))
     assert two.optimize(final=True)
