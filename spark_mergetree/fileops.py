@@ -239,7 +239,7 @@ class Subdirectories:
         remove_directory(self.path / name)
 
 
-SYMLINK_TEMPORARY = re.compile(r"\Asymlink_tmp\.(\d+)\.")
+SYMLINK_TEMPORARY = re.compile(r"\Asymlink_tmp\.(\d+)\.", re.ASCII)
 
 
 def replace_symlink(link: Path, target: str, scratch_dir: Path) -> None:

@@ -56,8 +56,8 @@ from spark_mergetree.expressions.sort_key import key_element_arrays
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.types import AggregateFunction, parse_type
 
-_SUMMABLE = re.compile(r"(U?Int\d+|Float(32|64)|Decimal(32|64|128|256)?\(.*\)|Bool)")
-_VERSION_TYPE = re.compile(r"(U?Int\d+|Date|Date32|DateTime(\(.*\))?|DateTime64\(.*\))")
+_SUMMABLE = re.compile(r"(U?Int\d+|Float(32|64)|Decimal(32|64|128|256)?\(.*\)|Bool)", re.ASCII)
+_VERSION_TYPE = re.compile(r"(U?Int\d+|Date|Date32|DateTime(\(.*\))?|DateTime64\(.*\))", re.ASCII)
 # SimpleAggregateFunction functions and the pyarrow hash aggregation that combines their values.
 _SIMPLE_AGGREGATES = {"sum": "sum", "min": "min", "max": "max", "any": "first", "anyLast": "last"}
 _ARGUMENTS = {"MergeTree": (0, 0), "ReplacingMergeTree": (0, 2), "SummingMergeTree": (0, 1),

@@ -78,7 +78,7 @@ _DEFAULT_KINDS = ("DEFAULT", "MATERIALIZED", "ALIAS", "EPHEMERAL")
 _COLUMN_CLAUSES = frozenset({*_DEFAULT_KINDS, "COMMENT", "CODEC", "TTL", "STATISTICS", "SETTINGS", "NULL", "NOT", "PRIMARY"})
 _TABLE_ELEMENT_WORDS = ("INDEX", "PROJECTION", "CONSTRAINT")
 _PLAIN_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_BARE_SETTING = re.compile(r"^(-?\d+(\.\d+)?([eE][-+]?\d+)?|true|false)$")
+_BARE_SETTING = re.compile(r"^(-?\d+(\.\d+)?([eE][-+]?\d+)?|true|false)$", re.ASCII)
 
 
 @dataclass(frozen=True)

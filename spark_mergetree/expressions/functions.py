@@ -22,7 +22,6 @@ from spark_mergetree.expressions.time_functions import (
     apply_time_function,
     is_monotonic_time_function,
     time_result_type,
-    utc_offsets,
 )
 from spark_mergetree.format.skip_index_writer import int_hash64, value_hashes
 from spark_mergetree.format.types import (
@@ -34,6 +33,7 @@ from spark_mergetree.format.types import (
     Nullable,
     parse_type,
 )
+from spark_mergetree.format.zones import utc_offsets
 
 INTEGER_BITS = {
     "UInt8": 8, "UInt16": 16, "UInt32": 32, "UInt64": 64, "UInt128": 128, "UInt256": 256,

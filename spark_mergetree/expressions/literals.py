@@ -116,9 +116,9 @@ _DATE_RANGE = (dt.date(1970, 1, 1), dt.date(2149, 6, 6))
 _DATE32_RANGE = (dt.date(1900, 1, 1), dt.date(2299, 12, 31))
 _DATETIME_SECONDS = (0, (1 << 32) - 1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-_INTEGER_TEXT = re.compile(r"[+-]?\d+")
-_FLOAT_TEXT = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|inf|infinity|nan)", re.I)
-_DATE_TEXT = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})|(\d{4})(\d{2})(\d{2})")
+_INTEGER_TEXT = re.compile(r"[+-]?\d+", re.ASCII)
+_FLOAT_TEXT = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|inf|infinity|nan)", re.I | re.ASCII)
+_DATE_TEXT = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})|(\d{4})(\d{2})(\d{2})", re.ASCII)
 _DATETIME_TEXT = re.compile(
     r"(\d{4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2})(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?")
 

@@ -24,25 +24,18 @@ Wrapping functions are not monotonic, so key conditions pass only through the ot
 
 from __future__ import annotations
 
-import datetime as dt
-import functools
-import zoneinfo
-
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
+from spark_mergetree.format.zones import UTC_ZONES, utc_offsets
 
-__all__ = ["TIME_FUNCTIONS", "time_result_type", "apply_time_function", "is_monotonic_time_function", "utc_offsets"]
+__all__ = ["TIME_FUNCTIONS", "time_result_type", "apply_time_function", "is_monotonic_time_function"]
 
 _MINUTE_INTERVALS = {"toStartOfMinute": 1, "toStartOfFiveMinutes": 5, "toStartOfFiveMinute": 5,
                      "toStartOfTenMinutes": 10, "toStartOfFifteenMinutes": 15}
 TIME_FUNCTIONS = frozenset({"toDateTime", "toUnixTimestamp", "toStartOfDay", "toStartOfHour", *_MINUTE_INTERVALS})
 _UINT32_MAX = 2**32 - 1
-_UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Zulu"})
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-_RULES_FROM, _RULES_UNTIL = 2114380800, 10413792000  # 2037-01-01 .. 2300-01-01 UTC
 _DAY = 86400
 _TICKS_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 
@@ -122,57 +115,10 @@ def _saturated(seconds: np.ndarray, extended: bool) -> np.ndarray:
     return np.clip(seconds, 0, _UINT32_MAX) if extended else np.maximum(seconds, 0)
 
 
-def utc_offsets(seconds: np.ndarray, zone: str) -> np.ndarray:
-    """The zone's UTC offset in seconds at each instant (seconds since the epoch).
-
-    Arrow's zone lookups stop at the last transition the system's zone files list (2037): after it
-    they keep that offset forever, so New York would have no summer time after 2037, where ClickHouse
-    follows the zone's rules. Instants from 2037 on take their offsets from Python's `zoneinfo`,
-    which follows them."""
-    if zone in _UTC_ZONES:
-        return np.zeros_like(seconds)
-    offsets = np.empty_like(seconds)
-    early = seconds < _RULES_FROM
-    if early.any():
-        instants = pa.array(seconds[early], pa.int64()).cast(pa.timestamp("s", zone))
-        offsets[early] = np.asarray(pc.local_timestamp(instants).cast(pa.int64()), np.int64) - seconds[early]
-    if not early.all():
-        starts, later = _rule_offsets(zone)
-        offsets[~early] = later[np.searchsorted(starts, seconds[~early], side="right") - 1]
-    return offsets
-
-
-@functools.lru_cache(maxsize=64)
-def _rule_offsets(zone: str) -> tuple[np.ndarray, np.ndarray]:
-    """(instants from which the zone's offset changes, the offset from each on), 2037..2300."""
-    try:
-        info = zoneinfo.ZoneInfo(zone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ExpressionError(f"unknown time zone {zone!r}") from None
-
-    def offset(t: int) -> int:
-        utc = _EPOCH + dt.timedelta(seconds=t)
-        return int(utc.astimezone(info).utcoffset().total_seconds())  # type: ignore[union-attr]
-
-    # A zone's yearly rules change its offset at most twice a year, months apart: a weekly scan
-    # finds every change, bisection its second.
-    samples = np.arange(_RULES_FROM, _RULES_UNTIL, 7 * _DAY, dtype=np.int64)
-    sampled = np.array([offset(int(t)) for t in samples], np.int64)
-    starts, offsets = [-(2**62)], [int(sampled[0])]
-    for i in np.nonzero(sampled[1:] != sampled[:-1])[0]:
-        lo, hi = int(samples[i]), int(samples[i + 1])  # offset(lo) is the old one, offset(hi) the new
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if offset(mid) == sampled[i] else (lo, mid)
-        starts.append(hi)
-        offsets.append(int(sampled[i + 1]))
-    return np.array(starts, np.int64), np.array(offsets, np.int64)
-
-
 def _local_midnights(days: np.ndarray, zone: str) -> np.ndarray:
     """The instant each local date begins (the first existing instant where a change skips midnight)."""
     local = days * _DAY
-    if zone in _UTC_ZONES:
+    if zone in UTC_ZONES:
         return local
     # The instant whose local time is midnight: local - offset, with the offset in force then.
     guess = local - utc_offsets(local, zone)

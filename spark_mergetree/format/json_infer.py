@@ -72,22 +72,22 @@ def _refuse_constant(name: str) -> Any:
 
 # ------------------------------------------------------------------------------ type inference
 
-_DATE_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
-_DATETIME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?Z?$")
+_DATE_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$", re.ASCII)
+_DATETIME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?Z?$", re.ASCII)
 # Text ClickHouse's best-effort date-time parser may read as a date or time (checked by experiment:
 # '2020/01/01', '12-31-2020', '2020-01-01 10', 'Jan 1 2020', '2020-01-01 10:00:00+03:00' are dates or
 # date-times there; '31.12.2020', '2020.01.01', '10.0.0.1', '1-2', '12:30' are Strings). Outside the
 # forms above we cannot tell which, so such text is refused.
-_DATE_LIKE_RE = re.compile(r"\d{4}[-/:]\d{1,2}|\d{1,2}[-/]\d{1,2}[-/]\d{2,4}|\d{1,2}:\d{2}:\d{2}")
+_DATE_LIKE_RE = re.compile(r"\d{4}[-/:]\d{1,2}|\d{1,2}[-/]\d{1,2}[-/]\d{2,4}|\d{1,2}:\d{2}:\d{2}", re.ASCII)
 _MONTHS_DAYS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
                 "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _WORD_RE = re.compile(r"[A-Za-z]+")
 # Words (any case) ClickHouse's date parser takes besides month and weekday names; with any other
 # word ('EST', 'CET', 'Zulu', 'UT', 'ID', 'x') the text stays a String, as experiments showed.
 _DATE_WORDS = frozenset({"t", "z", "utc", "gmt", "msk", "msd", "am", "pm"})
-_TIME_ONLY_RE = re.compile(r"^\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?$")
+_TIME_ONLY_RE = re.compile(r"^\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?$", re.ASCII)
 _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
-_DIGIT_RE = re.compile(r"\d")
+_DIGIT_RE = re.compile(r"\d", re.ASCII)
 _DATE_MIN, _DATE_MAX = 0, 65535  # Date: days 1970-01-01..2149-06-06
 _DATETIME_MAX = 2**32 - 1
 # DateTime64(9) holds Int64 nanoseconds: 1677-09-21..2262-04-11. ClickHouse infers it for years
@@ -138,8 +138,9 @@ def _string_type(text: str) -> tuple[DataType, Any]:
 
 def _date_readable(text: str) -> bool:
     """Whether a held date type may read a string inferred as String (`10:00:00` as today's date):
-    text with a digit and no word its parser does not know (`a106` is not)."""
-    return _DIGIT_RE.search(text) is not None and all(
+    ASCII text (the parser stops at any other byte) with a digit and no word it does not know
+    (`a106` is not)."""
+    return text.isascii() and _DIGIT_RE.search(text) is not None and all(
         w.lower() in _DATE_WORDS or w.lower()[:3] in _MONTHS_DAYS for w in _WORD_RE.findall(text))
 
 
@@ -430,9 +431,10 @@ def _string_as(kind: DataType, text: str, held: frozenset[str], inner: bool = Fa
     found, value = _string_type(text)
     name, given = _name(kind), _name(found)
     if given == "String":
-        if ("String" not in held or inner) and _DIGIT_RE.search(text):
+        if ("String" not in held or inner) and text.isascii() and _DIGIT_RE.search(text):
             # A held date type reads more text than inference does (`10:00:00` as today's date,
-            # as experiments showed): which text it takes is not repeated here.
+            # as experiments showed): which text it takes is not repeated here. Text with other
+            # bytes than ASCII it never reads.
             raise _Ambiguous
         return _MISS
     if name == "Date":

@@ -43,6 +43,7 @@ from spark_mergetree.format.types import (
     to_arrow,
 )
 from spark_mergetree.format.values import Cursor
+from spark_mergetree.format.zones import wall_clock
 
 __all__ = ["STORED_JSON_TYPE", "stored_json_arrow", "stored_map", "OBJECT_STRUCTURE", "ObjectStructure", "parse_object_structure", "path_base", "shared_data_sizes",
            "value_text", "object_text", "values_by_path", "NestedText"]
@@ -165,7 +166,14 @@ def _float_text(values: pa.Array) -> pa.Array:
 def _time_text(dt: DataType, values: pa.Array) -> pa.Array:
     """DateTime as `YYYY-MM-DD hh:mm:ss`, DateTime64(p) with p decimals, in the type's time zone (UTC
     when it has none: the server time zone a reader of these parts is taken to have)."""
-    text = pc.strftime(values, "%Y-%m-%d %H:%M:%S")
+    unit, zone = values.type.unit, values.type.tz or "UTC"
+    per_second = 10 ** {"s": 0, "ms": 3, "us": 6, "ns": 9}[unit]
+    ticks = np.asarray(values.cast(pa.int64()).fill_null(0), np.int64)
+    seconds = np.floor_divide(ticks, per_second)
+    # The zone's wall clock from format/zones.py, which follows summer time after 2037 (Arrow's does not).
+    wall = wall_clock(seconds, zone) * per_second + (ticks - seconds * per_second)
+    naive = pa.array(wall, pa.int64(), mask=np.asarray(values.is_null(), bool)).cast(pa.timestamp(unit))
+    text = pc.strftime(naive, "%Y-%m-%d %H:%M:%S")
     if isinstance(dt, DateTime64):
         unit_digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[values.type.unit]
         if dt.precision < unit_digits:

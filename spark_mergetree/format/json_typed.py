@@ -38,6 +38,7 @@ from spark_mergetree.format.types import (
     Primitive,
     to_arrow,
 )
+from spark_mergetree.format.zones import local_instants
 
 __all__ = ["covers", "plain_arrays", "zoned_times"]
 
@@ -181,22 +182,6 @@ def _times(texts: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
     return seconds * 10**9 + nanos, np.asarray(pc.ends_with(texts, "Z"), bool)
 
 
-def _local_instants(naive: pa.Array, zone: str) -> pa.Array:
-    """Wall-clock times of `zone` as instants, as ClickHouse reads them: a time the clocks passed
-    twice is the first, a time they skipped is read with the offset in force after the jump
-    (02:30 on the night Berlin's clocks go from 02:00 to 03:00 is 02:30 at +02:00, 00:30 UTC)."""
-    earliest = pc.assume_timezone(naive, timezone=zone, ambiguous="earliest", nonexistent="earliest")
-    latest = pc.assume_timezone(naive, timezone=zone, ambiguous="earliest", nonexistent="latest")
-    instants = earliest.cast(pa.timestamp("ns", "UTC"))
-    skipped = pc.fill_null(pc.not_equal(earliest, latest), False)
-    if pc.any(skipped).as_py():
-        # `latest` is then the jump's instant: its wall time minus itself is the offset after it.
-        after = pc.subtract(pc.local_timestamp(latest).cast(pa.int64()), latest.cast(pa.int64()))
-        read = pc.subtract(naive.cast(pa.int64()), after).cast(pa.timestamp("ns", "UTC"))
-        instants = pc.if_else(skipped, read, instants)
-    return instants
-
-
 def zoned_times(nanos: pa.Array, utc: pa.Array, dt: DataType) -> pa.Array:
     """Dates and date-times read from text as instants: `nanos` (int64 nanoseconds of the wall
     clock) are local time in the type's time zone (as ClickHouse reads text into it), UTC where
@@ -206,7 +191,11 @@ def zoned_times(nanos: pa.Array, utc: pa.Array, dt: DataType) -> pa.Array:
     zone = dt.timezone if isinstance(dt, (DateTime, DateTime64)) else None
     stamps = naive.cast(pa.timestamp("ns", "UTC"))
     if zone not in (None, "UTC"):
-        stamps = pc.if_else(utc, stamps, _local_instants(naive, zone))
+        wall = np.asarray(nanos.cast(pa.int64()).fill_null(0), np.int64)
+        seconds = np.floor_divide(wall, 10**9)
+        local = (local_instants(seconds, zone) * 10**9 + (wall - seconds * 10**9)).astype(np.int64)
+        zoned = pa.array(local, pa.int64(), mask=np.asarray(nanos.is_null(), bool)).cast(pa.timestamp("ns", "UTC"))
+        stamps = pc.if_else(utc, stamps, zoned)
     if isinstance(dt, Primitive):  # Date, Date32
         return stamps.cast(pa.date32())
     return stamps

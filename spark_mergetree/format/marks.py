@@ -198,8 +198,8 @@ def read_marks_file(path: str | os.PathLike[str], n_streams: int | None = None) 
     )
 
 
-_SUBSTREAMS_HEADER = re.compile(r"columns substreams version: 1\n(\d+) columns:\n")
-_COLUMN_HEADER = re.compile(r"(\d+) substreams for column `((?:[^`\\]|\\.)*)`:\n")
+_SUBSTREAMS_HEADER = re.compile(r"columns substreams version: 1\n(\d+) columns:\n", re.ASCII)
+_COLUMN_HEADER = re.compile(r"(\d+) substreams for column `((?:[^`\\]|\\.)*)`:\n", re.ASCII)
 
 
 def parse_columns_substreams(text: str, path: str = "columns_substreams.txt") -> list[tuple[str, list[str]]]:

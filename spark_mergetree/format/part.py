@@ -28,7 +28,7 @@ COMPACT_DATA_FILE = "data.bin"
 NOT_CHECKSUMMED = frozenset({CHECKSUMS_FILE, COLUMNS_FILE, CODEC_FILE, METADATA_VERSION_FILE,
                              "columns_substreams.txt", "txn_version.txt", "uuid.txt"})
 
-_COLUMNS_HEADER = re.compile(r"columns format version: 1\n(\d+) columns:\n")
+_COLUMNS_HEADER = re.compile(r"columns format version: 1\n(\d+) columns:\n", re.ASCII)
 _COLUMN_LINE = re.compile(r"`((?:[^`\\]|\\.)*)` (.+)")
 
 

@@ -45,15 +45,15 @@ from spark_mergetree.txn.coordinator import Coordinator, TxnState
 LOG_DIRECTORY = Path("_mergetree") / "log"
 CHECKPOINT_EVERY = 100
 FORMAT_VERSION = 1
-_ENTRY_NAME = re.compile(r"^(\d{20})\.json$")
-_STAGED_NAME = re.compile(r"^(\d{20})\.staged-[0-9a-f]+\.json$")
+_ENTRY_NAME = re.compile(r"^(\d{20})\.json$", re.ASCII)
+_STAGED_NAME = re.compile(r"^(\d{20})\.staged-[0-9a-f]+\.json$", re.ASCII)
 # Names the engine gives part directories, and the temporary names it writes them under.
-_PART_DIRECTORY = re.compile(r"^[0-9A-Za-z-]+_\d+_\d+_\d+(?:_\d+)?$")
+_PART_DIRECTORY = re.compile(r"^[0-9A-Za-z-]+_\d+_\d+_\d+(?:_\d+)?$", re.ASCII)
 # Staged directories (and the tmp_ directories they are written under) name their owner: a
 # transaction (`staged_t<tid>_...`) or a registered write job (`staged_<tag>_...`).
-_TRANSACTION_STAGED = re.compile(r"^(?:tmp_)?staged_t(\d+)_")
+_TRANSACTION_STAGED = re.compile(r"^(?:tmp_)?staged_t(\d+)_", re.ASCII)
 _JOB_STAGED = re.compile(r"^(?:tmp_)?staged_([0-9A-Za-z]+)_")
-_JOB_TAG = re.compile(r"(?!t\d+$)[0-9A-Za-z]{1,64}")
+_JOB_TAG = re.compile(r"(?!t\d+$)[0-9A-Za-z]{1,64}", re.ASCII)
 _TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp)[_-]")
 JOBS_DIRECTORY = Path("_mergetree") / "jobs"
 # Seconds after its last activity that a registered write job (and its staged parts) counts as

@@ -1301,13 +1301,20 @@ def test_typed_date_times_of_wall_times_clocks_skip_or_repeat_are_clickhouses(tm
     ClickHouse reads them (Arrow alone refuses both)."""
     jt = f"JSON(m DateTime('{zone}'), e DateTime64(3, '{zone}'))"
     docs = ['{"m":"2021-03-28 02:30:00","e":"2021-03-28 02:30:00.5"}', '{"m":"2021-10-31 02:30:00","e":"2021-11-07 01:30:00.25"}',
-            '{"m":"2021-03-14 02:15:00","e":"2021-03-28 01:59:59.999"}', '{"m":"2021-11-07 01:30:00","e":"2021-06-01 12:00:00"}']
-    sess, _ = _json_source(tmp_path, jt, "Wide", docs, granularity=None)
+            '{"m":"2021-03-14 02:15:00","e":"2021-03-28 01:59:59.999"}', '{"m":"2021-11-07 01:30:00","e":"2021-06-01 12:00:00"}',
+            # After 2037 the system's zone files list no transitions: summer time still applies.
+            '{"m":"2040-07-01 12:00:00","e":"2040-03-25 02:30:00.5"}', '{"m":"2040-03-11 02:30:00","e":"2040-11-04 01:30:00"}',
+            '{"m":"2040-10-28 02:30:00","e":"2040-01-15 23:59:59"}', '{"m":"2040-11-04 01:30:00","e":"2040-08-01 00:00:00"}']
+    sess, source = _json_source(tmp_path, jt, "Wide", docs, granularity=None)
     try:
         theirs = sess.query("SELECT toUnixTimestamp(j.m), toUnixTimestamp64Milli(j.e) FROM src ORDER BY id",
                             "TabSeparatedRaw").bytes().decode().split()
+        their_text = sess.query("SELECT toString(j) FROM src ORDER BY id", "TabSeparatedRaw").bytes().decode().splitlines()
+        statement = _statement(sess)
     finally:
         close_session()
+    # Read back as text, the wall times are printed in the zone with its summer time, as ClickHouse prints them.
+    assert MergeTreeTable.open(source, create_statement=statement).to_arrow().sort_by("id")["j"].to_pylist() == their_text
     mine = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("j", jt)], order_by="id")
     mine.insert(pa.table({"id": pa.array(range(len(docs)), pa.uint64()), "j": docs}))
     sess = open_session(tmp_path / "check")
