@@ -150,7 +150,7 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
         else:
             keys, values = child.flatten()
             _serialize(dt.key, element_base(base, "keys"), level + 1, keys, child_bounds, string_sizes, column, out,
-                       states, last)
+                       states, last, objects)
             _serialize(dt.value, element_base(base, "values"), level + 1, values, child_bounds, string_sizes, column,
                        out, states, last, objects)
         return
@@ -353,7 +353,8 @@ def _deserialize(dt: DataType, base: str, level: int, n: int, string_sizes: bool
         if isinstance(dt, Array):
             child = _deserialize(dt.inner, base, level + 1, total, string_sizes, cursors, objects=objects)
             return pa.ListArray.from_arrays(offsets_arr, child, type=_holding(dt, [child], objects))
-        keys = _deserialize(dt.key, element_base(base, "keys"), level + 1, total, string_sizes, cursors)
+        keys = _deserialize(dt.key, element_base(base, "keys"), level + 1, total, string_sizes, cursors,
+                            objects=objects)
         values = _deserialize(dt.value, element_base(base, "values"), level + 1, total, string_sizes, cursors,
                               objects=objects)
         return pa.MapArray.from_arrays(offsets_arr, keys, values, type=_holding(dt, [keys, values], objects))

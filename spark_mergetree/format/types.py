@@ -680,19 +680,20 @@ def contains_type(dt: DataType, kind: type | Callable[[DataType], bool]) -> bool
     return False
 
 
-def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False) -> None:
+def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False, place: str = "") -> None:
     """JSON and Dynamic are read as a column, an Array's elements, a Map's values or a Tuple's element
     (`container`: dt is one of those), which ClickHouse stores under that element's stream names, and
     so is a Nullable(JSON) there: a `.null` map beside the JSON's streams (format_spec/types.md,
-    *Dynamic*, *JSON*)."""
+    *Dynamic*, *JSON*). A JSON is a Map's key that way too; a Dynamic key is refused (`place` says
+    where dt is, for the error)."""
     if isinstance(dt, (Json, Dynamic)) and not (top or container):
-        raise UnsupportedError(f"{dt.family} as a Map key or inside LowCardinality or Variant is not supported "
-                               f"(a column of type {dt.family}, or one inside Array, Map values or Tuple, is; so is "
-                               "Nullable(JSON) where a JSON may be)")
+        raise UnsupportedError(f"{dt.family} {place} is not supported (a column of type {dt.family}, or one inside "
+                               "Array, Map values or Tuple, is; so is a JSON Map key, and Nullable(JSON) where a JSON "
+                               "may be)")
     if isinstance(dt, Array):
         _refuse_nested_objects(dt.inner, False, True)
     elif isinstance(dt, Map):
-        _refuse_nested_objects(dt.key, False)
+        _refuse_nested_objects(dt.key, False, isinstance(dt.key, Json), "as a Map key")
         _refuse_nested_objects(dt.value, False, True)
     elif isinstance(dt, Tuple):
         for element in dt.elements:
@@ -704,12 +705,13 @@ def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False) -> 
             # one stream and cannot read the part back.
             raise UnsupportedError(f"{dt.to_clickhouse()}: a typed path named `null` inside Nullable is not supported "
                                    "(it shares its stream with the NULL map)")
-        _refuse_nested_objects(dt.inner, False, (top or container) and isinstance(dt.inner, Json))
+        _refuse_nested_objects(dt.inner, False, (top or container) and isinstance(dt.inner, Json),
+                               f"inside Nullable{' ' + place if place else ''}")
     elif isinstance(dt, LowCardinality):
-        _refuse_nested_objects(dt.inner, False)
+        _refuse_nested_objects(dt.inner, False, False, "inside LowCardinality")
     elif isinstance(dt, Variant):
         for variant in dt.variants:
-            _refuse_nested_objects(variant, False)
+            _refuse_nested_objects(variant, False, False, "inside Variant")
 
 
 # ---------------------------------------------------------------------------------------------- Arrow
