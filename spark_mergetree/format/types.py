@@ -711,7 +711,7 @@ def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False, pla
         _refuse_nested_objects(dt.inner, False, False, "inside LowCardinality")
     elif isinstance(dt, Variant):
         for variant in dt.variants:
-            _refuse_nested_objects(variant, False, False, "inside Variant")
+            _refuse_nested_objects(variant, False, isinstance(variant, Json), "inside Variant")
 
 
 # ---------------------------------------------------------------------------------------------- Arrow

@@ -1266,7 +1266,7 @@ def test_dynamic_and_json_nesting_that_is_refused():
     for text in ("Array(Dynamic)", "Map(String, Dynamic(max_types=3))", "Tuple(a Array(Dynamic), j JSON)",
                  "Array(Array(JSON(a UInt8)))", "Map(String, Tuple(x JSON))"):
         assert parse_type(text).to_clickhouse() == text
-    for text, place in (("Map(Dynamic, UInt8)", "Dynamic as a Map key"), ("Variant(JSON, UInt8)", "JSON inside Variant"),
+    for text, place in (("Map(Dynamic, UInt8)", "Dynamic as a Map key"),
                         ("Map(Nullable(JSON), UInt8)", "JSON inside Nullable as a Map key")):
         with pytest.raises(UnsupportedError, match=place):
             parse_type(text)
@@ -1328,37 +1328,88 @@ def test_typed_date_times_of_wall_times_clocks_skip_or_repeat_are_clickhouses(tm
     assert ours == theirs
 
 
-@pytest.mark.parametrize("kind", list(PART_KINDS))
-@pytest.mark.parametrize("map_type", ["Map(JSON, String)", "Map(JSON(a UInt8), Array(JSON))"])
-def test_json_map_keys_read_and_written_as_clickhouse_does(tmp_path, kind, map_type):
-    """A Map whose keys are JSON objects (ClickHouse takes it): we read what ClickHouse's SELECT
-    returns, write the same rows into a part of the same bytes, and ClickHouse reads ours back."""
-    keys = [['{"a":1}', '{"b":"s","c":[1,2]}'], [], ["{}"], ['{"a":7,"d":{"e":1.5}}']]
-    value = "['{\"k\":[1,2]}']" if "Array" in map_type else "'v'"
-    inserts = ", ".join(f"({i}, map({', '.join(f'{_sql_text(k)}, {value}' for k in row)}))" for i, row in enumerate(keys))
-    sess, data_dir = make_chdb_table(tmp_path, f"CREATE TABLE src (id UInt64, c {map_type}) ENGINE = MergeTree "
-                                               f"ORDER BY id SETTINGS {PART_KINDS[kind]}", [f"INSERT INTO src VALUES {inserts}"])
-    values = "arrayMap(v -> arrayMap(x -> toString(x), v), mapValues(c))" if "Array" in map_type else "mapValues(c)"
-    select = f"SELECT arrayMap(k -> toString(k), mapKeys(c)), {values} FROM {{}} ORDER BY id"
+def _round_trip_with_clickhouse(tmp_path, kind: str, column_type: str, insert: str, select: str) -> tuple[pa.Table, list]:
+    """ClickHouse's part of `insert` into `src (id UInt64, c column_type)`: we read what its `select`
+    (a query of `{}`, JSONCompactEachRow) returns, write the rows into a part of the same bytes, and
+    ClickHouse reads ours back the same and checks it."""
+    sess, data_dir = make_chdb_table(tmp_path, f"CREATE TABLE src (id UInt64, c {column_type}) ENGINE = MergeTree "
+                                               f"ORDER BY id SETTINGS {PART_KINDS[kind]}", [insert])
+
+    def rows(table: str) -> list:
+        return [json.loads(line) for line in sess.query(select.format(table), "JSONCompactEachRow").bytes().decode()
+                .splitlines()]
+
     try:
-        expected = [json.loads(line) for line in sess.query(select.format("src"), "JSONCompactEachRow").bytes().decode().splitlines()]
+        expected = rows("src")
         statement = _statement(sess)
     finally:
         close_session()
     theirs = MergeTreeTable.open(data_dir, create_statement=statement)
     read = theirs.to_arrow().sort_by("id")
-    got = [[[k for k, _ in m], [v for _, v in m]] for m in read["c"].to_pylist()]
-    assert got == expected
     settings = dict(s.split(" = ") for s in PART_KINDS[kind].split(", "))
-    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("c", map_type)], order_by="id",
+    ours = MergeTreeTable.create(tmp_path / "ours", [("id", "UInt64"), ("c", column_type)], order_by="id",
                                  settings=settings)
     ours.insert(read)
     _same_json_bytes(theirs, ours)
     sess = open_session(tmp_path / "check")
     try:
         sess.query(ours.clickhouse_ddl("default.ours"))
-        assert [json.loads(line) for line in sess.query(select.format("default.ours"), "JSONCompactEachRow").bytes().decode()
-                .splitlines()] == expected
+        assert rows("default.ours") == expected
         assert sess.query("CHECK TABLE default.ours", "TabSeparatedRaw").bytes().decode().split() == ["all_1_1_0", "1"]
     finally:
         close_session()
+    return read, expected
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+@pytest.mark.parametrize("map_type", ["Map(JSON, String)", "Map(JSON(a UInt8), Array(JSON))"])
+def test_json_map_keys_read_and_written_as_clickhouse_does(tmp_path, kind, map_type):
+    """A Map whose keys are JSON objects (ClickHouse takes it), both ways."""
+    keys = [['{"a":1}', '{"b":"s","c":[1,2]}'], [], ["{}"], ['{"a":7,"d":{"e":1.5}}']]
+    value = "['{\"k\":[1,2]}']" if "Array" in map_type else "'v'"
+    inserts = ", ".join(f"({i}, map({', '.join(f'{_sql_text(k)}, {value}' for k in row)}))" for i, row in enumerate(keys))
+    values = "arrayMap(v -> arrayMap(x -> toString(x), v), mapValues(c))" if "Array" in map_type else "mapValues(c)"
+    read, expected = _round_trip_with_clickhouse(
+        tmp_path, kind, map_type, f"INSERT INTO src VALUES {inserts}",
+        f"SELECT arrayMap(k -> toString(k), mapKeys(c)), {values} FROM {{}} ORDER BY id")
+    assert [[[k for k, _ in m], [v for _, v in m]] for m in read["c"].to_pylist()] == expected
+
+
+_VARIANT = "Variant(JSON(a UInt8), UInt64, Array(JSON))"
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+@pytest.mark.parametrize("column_type", ["Variant(JSON, String)", _VARIANT, f"Array({_VARIANT})"])
+def test_json_inside_variant_read_and_written_as_clickhouse_does(tmp_path, kind, column_type):
+    """A Variant holding JSON (ClickHouse takes it), alone and inside an Array, both ways: we read each
+    row's variant and its text as ClickHouse's variantType and toString give them."""
+    if column_type == "Variant(JSON, String)":
+        insert = ("INSERT INTO src VALUES (0, '{\"a\":1,\"b\":\"x\"}'::JSON), (1, 'plain'), (2, NULL), "
+                  "(3, '{\"z\":[1,2],\"a\":{\"q\":null}}'::JSON)")
+    else:
+        def value(text: str) -> str:
+            return f"CAST({text}, '{_VARIANT}')"
+        items = [value("CAST('{\"a\":1,\"b\":\"x\"}', 'JSON(a UInt8)')"), value("5::UInt64"), "NULL",
+                 value("[CAST('{\"k\":1}', 'JSON'), CAST('{\"k\":[true]}', 'JSON')]"),
+                 value("CAST('{\"a\":3,\"k\":{\"z\":1.5}}', 'JSON(a UInt8)')")]
+        if column_type.startswith("Array"):
+            items = [f"[{items[0]}, {items[1]}]", f"arrayFilter(x -> 0, [{items[1]}])", f"[{items[2]}, {items[3]}, {items[4]}]"]
+        insert = "INSERT INTO src " + " UNION ALL ".join(f"SELECT {i}, {v}" for i, v in enumerate(items))
+    texts = ("arrayMap(v -> [toString(variantType(v)), toString(v)], c)" if column_type.startswith("Array")
+             else "[toString(variantType(c)), toString(c)]")
+    read, expected = _round_trip_with_clickhouse(tmp_path, kind, column_type, insert, f"SELECT {texts} FROM {{}} ORDER BY id")
+
+    def variant(value: dict | None) -> list:  # [the variant's name, its text where a JSON, else its value]
+        if value is None:
+            return ["None", ""]
+        name, held = next((k, v) for k, v in value.items() if v is not None)
+        return [name, held if name.startswith("JSON") else str(held)]
+
+    values = read["c"].to_pylist()
+    got = [[variant(v) for v in row] for row in values] if column_type.startswith("Array") else [[variant(v)] for v in values]
+    wanted = [row[0] if column_type.startswith("Array") else [row[0]] for row in expected]
+    assert [[v[0] for v in row] for row in got] == [[v[0] for v in row] for row in wanted]
+    assert [[v[1] for v in row if v[0].startswith("JSON")] for row in got] == \
+        [[v[1] for v in row if v[0].startswith("JSON")] for row in wanted]
+
+
