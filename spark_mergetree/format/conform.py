@@ -545,14 +545,14 @@ def _list_parts(arr: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array | None]:
     return pa.array(offsets.astype(np.int32)), arr.flatten(), (arr.is_null() if arr.null_count else None)
 
 
-# A merge's stored form of JSON (format/json_text.py STORED_JSON_TYPE): a JSON inside an Array, Map
-# or Tuple comes so too, and the container then takes its children's types, not `to_arrow`'s text.
+# A merge's stored form of JSON (format/json_text.py STORED_JSON_TYPE): a JSON inside an Array, Map,
+# Tuple or Variant comes so too, and the container then takes its children's types, not `to_arrow`'s text.
 _STORED_JSON = pa.map_(pa.string(), pa.binary())
 
 
 def _holding(dt: DataType, children: list[pa.Array]) -> pa.DataType:
-    """`to_arrow(dt)` of an Array, Map or Tuple, with its children's types where a JSON inside is
-    in the stored form."""
+    """`to_arrow(dt)` of an Array, Map, Tuple or Variant, with its children's types where a JSON
+    inside is in the stored form."""
     if not contains_type(dt, Json):
         return to_arrow(dt)
     return to_arrow_holding(dt, [child.type for child in children])
@@ -622,7 +622,7 @@ def _variant(arr: pa.Array, dt: Variant, column: str) -> pa.Array:
         # Row r takes the k-th value when it is the k-th row setting this variant; NULL elsewhere
         # (writing reads only the rows that set it).
         fields.append(converted.take(pa.array(np.cumsum(mine, dtype=np.int64) - 1, mask=~mine)))
-    return pa.StructArray.from_arrays(fields, fields=list(to_arrow(dt)), mask=pa.array(set_count == 0))
+    return pa.StructArray.from_arrays(fields, fields=list(_holding(dt, fields)), mask=pa.array(set_count == 0))
 
 
 _HANDLERS: dict[type[DataType], Callable[[pa.Array, Any, str], pa.Array]] = {

@@ -39,6 +39,7 @@ from spark_mergetree.format.types import (
     Time,
     Time64,
     Tuple,
+    Variant,
     contains_type,
     to_arrow,
 )
@@ -59,17 +60,19 @@ STORED_JSON_TYPE = pa.map_(pa.string(), pa.binary())
 
 def stored_json_arrow(dt: DataType) -> pa.DataType:
     """The Arrow type a merge reads a column as: `to_arrow(dt)` with STORED_JSON_TYPE for each JSON
-    (a JSON column, or one inside Array, Map values or Tuple)."""
+    (a JSON column, or one inside Array, Map, Tuple or Variant)."""
     if isinstance(dt, Json) or (isinstance(dt, Nullable) and isinstance(dt.inner, Json)):
         return STORED_JSON_TYPE  # (a NULL object is a NULL map)
     arrow = to_arrow(dt)
     if isinstance(dt, Array) and contains_type(dt, Json):
         return pa.list_(arrow.value_field.with_type(stored_json_arrow(dt.inner)))
     if isinstance(dt, Map) and contains_type(dt, Json):
-        return pa.map_(arrow.key_field, arrow.item_field.with_type(stored_json_arrow(dt.value)))
-    if isinstance(dt, Tuple) and contains_type(dt, Json):
+        return pa.map_(arrow.key_field.with_type(stored_json_arrow(dt.key)),
+                       arrow.item_field.with_type(stored_json_arrow(dt.value)))
+    if isinstance(dt, (Tuple, Variant)) and contains_type(dt, Json):
+        elements = dt.elements if isinstance(dt, Tuple) else dt.variants
         return pa.struct([field.with_type(stored_json_arrow(element))
-                          for field, element in zip(arrow, dt.elements, strict=True)])
+                          for field, element in zip(arrow, elements, strict=True)])
     return arrow
 # Object serialization versions (MergeTree setting object_serialization_version): v2 writes 2, v3 4.
 _V2, _V3 = 2, 4

@@ -787,8 +787,8 @@ def is_nullable(dt: DataType) -> bool:
 
 
 def to_arrow_holding(dt: DataType, child_types: list[pa.DataType]) -> pa.DataType:
-    """`to_arrow(dt)` of an Array, Map or Tuple whose children are of `child_types` (an Array's
-    element; a Map's key and value; a Tuple's elements) where they differ from `to_arrow`'s, as a
+    """`to_arrow(dt)` of an Array, Map, Tuple or Variant whose children are of `child_types` (an
+    Array's element; a Map's key and value; a Tuple's elements, a Variant's variants) where they differ from `to_arrow`'s, as a
     JSON inside one read in a merge's stored form does."""
     target = to_arrow(dt)
     if isinstance(dt, Array):

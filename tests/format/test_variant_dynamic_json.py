@@ -1331,7 +1331,7 @@ def test_typed_date_times_of_wall_times_clocks_skip_or_repeat_are_clickhouses(tm
 def _round_trip_with_clickhouse(tmp_path, kind: str, column_type: str, insert: str, select: str) -> tuple[pa.Table, list]:
     """ClickHouse's part of `insert` into `src (id UInt64, c column_type)`: we read what its `select`
     (a query of `{}`, JSONCompactEachRow) returns, write the rows into a part of the same bytes, and
-    ClickHouse reads ours back the same and checks it."""
+    ClickHouse reads ours back the same and checks it, and a merge of two such parts of ours too."""
     sess, data_dir = make_chdb_table(tmp_path, f"CREATE TABLE src (id UInt64, c {column_type}) ENGINE = MergeTree "
                                                f"ORDER BY id SETTINGS {PART_KINDS[kind]}", [insert])
 
@@ -1351,11 +1351,20 @@ def _round_trip_with_clickhouse(tmp_path, kind: str, column_type: str, insert: s
                                  settings=settings)
     ours.insert(read)
     _same_json_bytes(theirs, ours)
+    # Merged: two parts of the same rows, merged by us.
+    merged = MergeTreeTable.create(tmp_path / "merged", [("id", "UInt64"), ("c", column_type)], order_by="id",
+                                   settings={**settings, "auto_merge": False})
+    merged.insert(read)
+    merged.insert(read)
+    merged.optimize(final=True)
     sess = open_session(tmp_path / "check")
     try:
         sess.query(ours.clickhouse_ddl("default.ours"))
         assert rows("default.ours") == expected
         assert sess.query("CHECK TABLE default.ours", "TabSeparatedRaw").bytes().decode().split() == ["all_1_1_0", "1"]
+        sess.query(merged.clickhouse_ddl("default.merged"))
+        assert rows("default.merged") == [row for row in expected for _ in range(2)]
+        assert sess.query("CHECK TABLE default.merged", "TabSeparatedRaw").bytes().decode().split() == ["all_1_2_1", "1"]
     finally:
         close_session()
     return read, expected
