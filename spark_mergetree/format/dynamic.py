@@ -307,13 +307,13 @@ def binary_values(dt: DataType, values: pa.Array) -> pa.Array:
 
 
 def has_dynamic(dt: DataType) -> bool:
-    """Whether a Dynamic is `dt` or inside it (in an Array, a Map's values or a Tuple element)."""
+    """Whether a Dynamic is `dt` or inside it (in an Array, a Map's keys or values or a Tuple element)."""
     if isinstance(dt, Dynamic):
         return True
     if isinstance(dt, Array):
         return has_dynamic(dt.inner)
     if isinstance(dt, Map):
-        return has_dynamic(dt.value)
+        return has_dynamic(dt.key) or has_dynamic(dt.value)
     if isinstance(dt, Tuple):
         return any(has_dynamic(e) for e in dt.elements)
     return False
@@ -321,14 +321,15 @@ def has_dynamic(dt: DataType) -> bool:
 
 def dynamic_bases(dt: DataType, base: str) -> list[str]:
     """The stream bases of the Dynamic values in `dt` (whose streams start with `base`): an Array's
-    elements share its base, a Map's values are `<base>%2Evalues`, a Tuple's element `<base>%2E<name>`
-    — ClickHouse names a nested Dynamic's streams (`.dynamic_structure`, `.variant_discr`, ...) so."""
+    elements share its base, a Map's keys and values are `<base>%2Ekeys` and `<base>%2Evalues`, a
+    Tuple's element `<base>%2E<name>` — ClickHouse names a nested Dynamic's streams
+    (`.dynamic_structure`, `.variant_discr`, ...) so."""
     if isinstance(dt, Dynamic):
         return [base]
     if isinstance(dt, Array):
         return dynamic_bases(dt.inner, base)
     if isinstance(dt, Map):
-        return dynamic_bases(dt.value, element_base(base, "values"))
+        return dynamic_bases(dt.key, element_base(base, "keys")) + dynamic_bases(dt.value, element_base(base, "values"))
     if isinstance(dt, Tuple):
         return [b for name, e in zip(dt.element_names, dt.elements, strict=True)
                 for b in dynamic_bases(e, element_base(base, name))]
@@ -378,7 +379,8 @@ def stored_type(dt: DataType, base: str, structures: Mapping[str, DynamicStructu
     if isinstance(dt, Array) and has_dynamic(dt):
         return Array(stored_type(dt.inner, base, structures))
     if isinstance(dt, Map) and has_dynamic(dt):
-        return Map(dt.key, stored_type(dt.value, element_base(base, "values"), structures))
+        return Map(stored_type(dt.key, element_base(base, "keys"), structures),
+                   stored_type(dt.value, element_base(base, "values"), structures))
     if isinstance(dt, Tuple) and has_dynamic(dt):
         return Tuple(tuple(stored_type(e, element_base(base, name), structures)
                            for name, e in zip(dt.element_names, dt.elements, strict=True)), dt.names)
@@ -403,9 +405,11 @@ def from_stored(dt: DataType, arr: pa.Array, base: str, structures: Mapping[str,
                                         mask=lists.is_null() if lists.null_count else None)
     if isinstance(dt, Map):
         maps = cast(pa.MapArray, arr)
+        keys = from_stored(dt.key, maps.keys, element_base(base, "keys"), structures)
         items = from_stored(dt.value, maps.items, element_base(base, "values"), structures)
-        return pa.MapArray.from_arrays(maps.offsets, maps.keys, items,
-                                       type=pa.map_(maps.type.key_field, maps.type.item_field.with_type(items.type)))
+        return pa.MapArray.from_arrays(maps.offsets, keys, items,
+                                       type=pa.map_(maps.type.key_field.with_type(keys.type),
+                                                    maps.type.item_field.with_type(items.type)))
     tup = cast(Tuple, dt)
     struct = cast(pa.StructArray, arr)
     fields = [from_stored(e, f, element_base(base, name), structures)
@@ -456,7 +460,8 @@ def split_nested(dt: DataType, arr: pa.Array, base: str, column: str, out: dict[
             inner = split_nested(dt.inner, combine(lists.values.slice(first, last - first)), base, column, out)
             return pa.ListArray.from_arrays(offsets_arr, inner)
         maps = cast(pa.MapArray, arr)
-        keys = maps.keys.slice(first, last - first)
+        keys = split_nested(dt.key, combine(maps.keys.slice(first, last - first)), element_base(base, "keys"),
+                            column, out)
         items = split_nested(dt.value, combine(maps.items.slice(first, last - first)), element_base(base, "values"),
                              column, out)
         return pa.MapArray.from_arrays(offsets_arr, keys, items)

@@ -684,16 +684,16 @@ def _refuse_nested_objects(dt: DataType, top: bool, container: bool = False, pla
     """JSON and Dynamic are read as a column, an Array's elements, a Map's values or a Tuple's element
     (`container`: dt is one of those), which ClickHouse stores under that element's stream names, and
     so is a Nullable(JSON) there: a `.null` map beside the JSON's streams (format_spec/types.md,
-    *Dynamic*, *JSON*). A JSON is a Map's key that way too; a Dynamic key is refused (`place` says
-    where dt is, for the error)."""
+    *Dynamic*, *JSON*), and so is a Map's key (`place` says where dt is, for the error)."""
     if isinstance(dt, (Json, Dynamic)) and not (top or container):
         raise UnsupportedError(f"{dt.family} {place} is not supported (a column of type {dt.family}, or one inside "
-                               "Array, Map values or Tuple, is; so is a JSON Map key, and Nullable(JSON) where a JSON "
-                               "may be)")
+                               f"Array, Map, Tuple{' or Variant' if isinstance(dt, Json) else ''}, is; so is Nullable(JSON) where "
+                               "ClickHouse takes it)")
     if isinstance(dt, Array):
         _refuse_nested_objects(dt.inner, False, True)
     elif isinstance(dt, Map):
-        _refuse_nested_objects(dt.key, False, isinstance(dt.key, Json), "as a Map key")
+        # (ClickHouse takes a JSON or Dynamic key, but not a Nullable(JSON) one)
+        _refuse_nested_objects(dt.key, False, not isinstance(dt.key, Nullable), "as a Map key")
         _refuse_nested_objects(dt.value, False, True)
     elif isinstance(dt, Tuple):
         for element in dt.elements:

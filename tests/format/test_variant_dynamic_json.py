@@ -18,8 +18,9 @@ import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.errors import FormatError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.format.compression import decompress_all
+from spark_mergetree.format.type_codes import decode_type
 from spark_mergetree.format.types import Array, Map, Tuple, Variant, parse_type
 from spark_mergetree.format.values import Cursor
 from tests.format.chdb_util import close_session, make_chdb_table, open_session
@@ -699,9 +700,37 @@ def _structure_statistics_sorted(raw: bytes) -> tuple:
     return raw[:cursor.pos - sum(len(n) + 2 for n, _ in entries)], sorted(entries)
 
 
+def _dynamic_statistics_sorted(raw: bytes) -> tuple:
+    """A Dynamic structure stream (prefix + statistics) with the statistics of the types in its
+    SharedVariant sorted: ClickHouse lists them in the order of a hash table too."""
+    cursor = Cursor("structure", raw)
+    cursor.uint64()
+    types = cursor.varuint()
+    for _ in range(types):
+        decode_type(cursor)
+    if cursor.pos == len(raw) or cursor.take(1)[0] == 0:
+        return (raw,)
+    for _ in range(types + 1):  # (rows of each type and of SharedVariant)
+        cursor.varuint()
+    head = cursor.pos
+    entries = []
+    for _ in range(cursor.varuint()):
+        name = bytes(cursor.take(cursor.varuint()))
+        entries.append((name, cursor.varuint()))
+    assert cursor.pos == len(raw)
+    return raw[:head], sorted(entries)
+
+
+def _statistics_sorted(name: str, raw: bytes) -> tuple:
+    if name.endswith(".object_structure"):
+        return _structure_statistics_sorted(raw)
+    return _dynamic_statistics_sorted(raw) if name.endswith(".dynamic_structure") else (raw,)
+
+
 def _same_json_bytes(theirs: MergeTreeTable, ours: MergeTreeTable) -> None:
     """Every substream of every granule of one part each holds the same bytes (the statistics of
-    shared paths compared as a multiset of bytes, their order being ClickHouse's hash order)."""
+    shared paths and of SharedVariant types compared as multisets, their order being ClickHouse's
+    hash order)."""
     a, b = theirs.reader(theirs.parts()[0].name), ours.reader(ours.parts()[0].name)
     assert a.n_granules == b.n_granules
     if a.is_compact:
@@ -710,18 +739,15 @@ def _same_json_bytes(theirs: MergeTreeTable, ours: MergeTreeTable) -> None:
         for g in range(a.n_granules):
             mine, their = b._compact_streams(names, g, g + 1), a._compact_streams(names, g, g + 1)
             for name in names:
-                x, y = bytes(mine[name]), bytes(their[name])
-                if name.endswith(".object_structure"):
-                    x, y = _structure_statistics_sorted(x), _structure_statistics_sorted(y)
-                assert x == y, (g, name)
+                assert _statistics_sorted(name, bytes(mine[name])) == _statistics_sorted(name, bytes(their[name])), (g, name)
         return
     da, db = theirs.path / a.part, ours.path / b.part
     files = sorted(f.name for f in da.iterdir() if f.name.endswith(".bin"))
     assert files == sorted(f.name for f in db.iterdir() if f.name.endswith(".bin"))
     for name in files:
         x, y = (db / name).read_bytes(), (da / name).read_bytes()
-        if name.endswith(".object_structure.bin"):
-            x, y = (_structure_statistics_sorted(bytes(decompress_all(v, name))) for v in (x, y))
+        if name.endswith("_structure.bin"):
+            x, y = (_statistics_sorted(name[:-len(".bin")], bytes(decompress_all(v, name))) for v in (x, y))
         assert x == y, name
     for name in files:  # the marks of every stream (ClickHouse's compressed .cmrk2, our .mrk2)
         stream = name[:-len(".bin")]
@@ -1266,9 +1292,9 @@ def test_dynamic_and_json_nesting_that_is_refused():
     for text in ("Array(Dynamic)", "Map(String, Dynamic(max_types=3))", "Tuple(a Array(Dynamic), j JSON)",
                  "Array(Array(JSON(a UInt8)))", "Map(String, Tuple(x JSON))"):
         assert parse_type(text).to_clickhouse() == text
-    for text, place in (("Map(Dynamic, UInt8)", "Dynamic as a Map key"),
-                        ("Map(Nullable(JSON), UInt8)", "JSON inside Nullable as a Map key")):
-        with pytest.raises(UnsupportedError, match=place):
+    for text, place in (("Map(Nullable(JSON), UInt8)", "JSON inside Nullable as a Map key"),
+                        ("Tuple(a LowCardinality(Dynamic))", "LowCardinality cannot wrap Dynamic")):
+        with pytest.raises((UnsupportedError, FormatError), match=place):
             parse_type(text)
 
 
@@ -1382,6 +1408,21 @@ def test_json_map_keys_read_and_written_as_clickhouse_does(tmp_path, kind, map_t
         tmp_path, kind, map_type, f"INSERT INTO src VALUES {inserts}",
         f"SELECT arrayMap(k -> toString(k), mapKeys(c)), {values} FROM {{}} ORDER BY id")
     assert [[[k for k, _ in m], [v for _, v in m]] for m in read["c"].to_pylist()] == expected
+
+
+@pytest.mark.parametrize("kind", list(PART_KINDS))
+@pytest.mark.parametrize("map_type", ["Map(Dynamic, UInt8)", "Map(Dynamic(max_types=2), Array(Dynamic))"])
+def test_dynamic_map_keys_read_and_written_as_clickhouse_does(tmp_path, kind, map_type):
+    """A Map whose keys are Dynamic values (ClickHouse takes it), both ways: each key's type and text."""
+    value = "[number::Dynamic, 'x'::Dynamic]" if "Array" in map_type else "5"
+    insert = (f"INSERT INTO src SELECT number, if(number % 2 = 0, map(number::Dynamic, {value}, 'q'::Dynamic, {value}), "
+              f"map(toDate(number)::Dynamic, {value}, (number * 1.5)::Dynamic, {value})) FROM numbers(20)")
+    values = "arrayMap(v -> arrayMap(x -> toString(x), v), mapValues(c))" if "Array" in map_type else "mapValues(c)"
+    read, expected = _round_trip_with_clickhouse(
+        tmp_path, kind, map_type, insert,
+        f"SELECT arrayMap(k -> [toString(dynamicType(k)), toString(k)], mapKeys(c)), {values} FROM {{}} ORDER BY id")
+    assert [len(m) for m in read["c"].to_pylist()] == [len(row[0]) for row in expected]
+    assert {t for row in expected for t, _ in row[0]} == {"UInt64", "String", "Date", "Float64"}
 
 
 _VARIANT = "Variant(JSON(a UInt8), UInt64, Array(JSON))"
