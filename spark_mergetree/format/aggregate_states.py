@@ -216,7 +216,7 @@ def state_layout(dt: AggregateFunction) -> StateLayout | None:
 def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
             version: int | None) -> tuple[tuple[Step, ...], bytes] | None:
     # Versioned states: sumMap's array form, and the deterministic reservoir (26.x writes version 1).
-    if version is not None and not (version == 1 and (name == "sumMap" and len(args) >= 2
+    if version is not None and not (version == 1 and (name in ("sumMap", "minMap", "maxMap") and len(args) >= 2
                                                       or _SAME_STATE.get(name, name) == "quantileDeterministic")):
         return None
     if name != "count" and any(isinstance(a, Nullable) and _plain(a) for a in args):
@@ -252,8 +252,20 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
         # The sample's size and the values seen (as quantile's reservoir), the sample as (value,
         # UInt32 hash of the determinator) pairs padded to 8 or 16 bytes, then a sort flag byte.
         return ((RESERVOIR, 0, 0), (PENDING, 16 if width == 8 else 8, 0), (SKIP, 1, 0)), bytes(17)
+    if name in _EVENT_FUNCTIONS:
+        return _events(name, args, params)
+    if name in ("quantileBFloat16", "quantilesBFloat16") and one is not None and (
+            _temporal_or_number(one) is not None and not isinstance(one, (DateTime, DateTime64))):
+        levels = _numeric_parameters(params)
+        if levels is None or not all(0 <= q <= 1 for q in levels):
+            return None
+        return ((COUNTED, 10, 0),), b"\0"  # (BFloat16 value, UInt64 count) pairs
+    if name == "groupConcat" and one is not None and len(params) <= 1:
+        return ((STRING, 0, 0),), b"\0"  # the values' text joined (with the delimiter parameter), as a string
     if params and name not in ("groupArray", "groupUniqArray", "topK", "uniqCombined", "uniqCombined64"):
         return None
+    if (found := _statistics(name, args)) is not None:
+        return found
     if name == "count" and len(args) <= 1:
         return ((VARUINT, 0, 0),), b"\0"
     # Sums of numbers are 64-bit, of Decimals up to 38 digits a Decimal128.
@@ -310,9 +322,89 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
         # 0: a small set (up to 32 values as they are), 1: a roaring bitmap's portable bytes.
         return ((KIND, 0, 1), (WHEN, 0, 1), (COUNTED, int(_fixed_width(one) or 0), 0), (WHEN, 1, 1),
                 (STRING, 0, 0)), b"\0\0"
-    if name == "sumMap":
+    if name == "sumCount" and total:
+        return ((SKIP, total, 0), (VARUINT, 0, 0)), bytes(total + 1)
+    if name == "anyHeavy" and one is not None and (_fixed_width(one) is not None or _is_string(one)):
+        # The value held (as min/max hold one), then its UInt64 counter.
+        held = _single_value(one)
+        return (held[0] + ((SKIP, 8, 0),), held[1] + bytes(8)) if held is not None else None
+    if name == "sumMap" or (name in ("minMap", "maxMap") and version == 1):
         return _sum_map(args, version)
     return None
+
+
+# Functions whose states are fixed moments (Float64 each; Float32 when every argument is Float32):
+# the number of them, over numbers (Bool and 128-bit integers too) or, where ClickHouse takes them,
+# Decimals.
+_MOMENTS = {**dict.fromkeys(("varPop", "varSamp", "stddevPop", "stddevSamp"), 3),
+            **dict.fromkeys(("skewPop", "skewSamp"), 4), **dict.fromkeys(("kurtPop", "kurtSamp"), 5)}
+_CO_MOMENTS = {"covarPop": 4, "covarSamp": 4, "corr": 6}
+# The *Stable forms: a varuint count, then this many Float64 (mean and second moment...), whatever
+# the arguments' types.
+_STABLE = {**dict.fromkeys(("varPopStable", "varSampStable", "stddevPopStable", "stddevSampStable"), 2),
+           "covarPopStable": 3, "covarSampStable": 3, "corrStable": 5}
+_EVENT_FUNCTIONS = ("windowFunnel", "sequenceMatch", "sequenceCount")
+
+
+def _statistics(name: str, args: tuple[DataType, ...]) -> tuple[tuple[Step, ...], bytes] | None:
+    """Statistical functions of fixed-size states (measured over every argument type listed)."""
+    wide = ("Int128", "UInt128")
+    if name in _MOMENTS and len(args) == 1 and (_number(args[0], (*_NUMBERS, *wide)) or
+                                                 (isinstance(args[0], Decimal) and _plain(args[0]))):
+        width = 4 if _number(args[0], ("Float32",)) else 8
+        return ((SKIP, width * _MOMENTS[name], 0),), bytes(width * _MOMENTS[name])
+    if name in _CO_MOMENTS and len(args) == 2 and all(_number(a) for a in args):
+        floats32 = [_number(a, ("Float32",)) for a in args]
+        if any(floats32) and not all(floats32):
+            return None  # (not measured)
+        width = 4 if all(floats32) else 8
+        return ((SKIP, width * _CO_MOMENTS[name], 0),), bytes(width * _CO_MOMENTS[name])
+    if name in _STABLE and len(args) == (1 if _STABLE[name] == 2 else 2) and all(
+            _temporal_or_number(a) is not None or _number(a, wide) or isinstance(a, Decimal) for a in args):
+        return ((VARUINT, 0, 0), (SKIP, 8 * _STABLE[name], 0)), bytes(1 + 8 * _STABLE[name])
+    if name == "simpleLinearRegression" and len(args) == 2 and all(
+            _number(a, (*_NUMBERS, *wide)) or isinstance(a, Decimal) for a in args):
+        return ((SKIP, 40, 0),), bytes(40)  # a UInt64 count and four Float64 sums
+    if name == "boundingRatio" and len(args) == 2 and all(_number(a, (*_NUMBERS, *wide)) for a in args):
+        # An `empty` byte; when it is 0, the leftmost and rightmost points (four Float64).
+        return ((KIND, 0, 1), (WHEN, 0, 1), (SKIP, 32, 0)), b"\x01"
+    one = args[0] if len(args) == 1 else None
+    if name in ("groupBitAnd", "groupBitOr", "groupBitXor") and one is not None and _number(one, (*_INTEGERS, *wide, "Bool")):
+        width = int(_fixed_width(one) or 0)
+        return ((SKIP, width, 0),), (b"\xff" if name == "groupBitAnd" else b"\0") * width
+    if name == "sumWithOverflow" and one is not None and (_number(one, (*_NUMBERS, *wide)) or isinstance(one, Decimal)):
+        width = int(_fixed_width(one) or 0)  # the sum in the argument's own type
+        return ((SKIP, width, 0),), bytes(width)
+    if name == "sumKahan" and one is not None and (_number(one, (*_NUMBERS, *wide)) or
+                                                   (isinstance(one, Decimal) and one.precision <= 18)):
+        return ((SKIP, 16, 0),), bytes(16)  # a Float64 sum and its compensation
+    if name == "deltaSum" and one is not None and _number(one, (*_NUMBERS, *wide)) and not _number(one, ("Bool",)):
+        width = int(_fixed_width(one) or 0)  # the sum, the first and the last value, and a `seen` byte
+        return ((SKIP, 3 * width + 1, 0),), bytes(3 * width + 1)
+    if name == "retention" and 2 <= len(args) <= 32 and all(_number(a, ("UInt8",)) for a in args):
+        return ((SKIP, 4, 0),), bytes(4)  # a bit per condition met
+    if name == "entropy" and one is not None:
+        # A hash table of (value, UInt64 count): numbers and Date as they are, others as 128-bit hashes.
+        width = _temporal_or_number(one) if not (isinstance(one, (DateTime, DateTime64)) or _number(one, ("Date32",))) \
+            else None
+        if width is None and not (_is_string(one) or isinstance(one, Decimal) or _number(one, wide)):
+            return None
+        return ((COUNTED, (width or 16) + 8, 0),), b"\0"
+    return None
+
+
+def _events(name: str, args: tuple[DataType, ...], params: tuple[str, ...]) -> tuple[tuple[Step, ...], bytes] | None:
+    """windowFunnel / sequenceMatch / sequenceCount: a `sorted` byte, a UInt64 count of events, each
+    a timestamp then (windowFunnel) the UInt8 number of its condition or (sequence*) a 64-bit mask
+    of the conditions it met."""
+    if not params or len(args) < 2 or not all(_number(a, ("UInt8",)) for a in args[1:]):
+        return None
+    stamp = args[0]
+    width: int | None = 4 if isinstance(stamp, DateTime) and _plain(stamp) else 2 if _number(stamp, ("Date",)) else \
+        _fixed_width(stamp) if _number(stamp, ("UInt8", "UInt16", "UInt32", "UInt64")) else None
+    if width is None:
+        return None
+    return ((SKIP, 1, 0), (U64_COUNTED, width + (1 if name == "windowFunnel" else 8), 0)), b"\x01" + bytes(8)
 
 
 def _quantile(name: str, arg: DataType) -> tuple[tuple[Step, ...], bytes] | None:

@@ -90,6 +90,17 @@ STATE_COLUMNS = [
     ("uc_n", "AggregateFunction(uniqCombined, Nullable(UInt64))", _reduce("uniqCombinedState", "if(x % 5 = 0, NULL, x)")),
     ("sum_d", "AggregateFunction(sumDistinct, UInt8)", _reduce("sumDistinctState", "toUInt8(x % 200)")),
     ("count_d", "AggregateFunction(countDistinct, String)", _reduce("countDistinctState", "toString(x % 300)")),
+    ("var", "AggregateFunction(varSamp, Float64)", _reduce("varSampState", "x / 3")),
+    ("corr", "AggregateFunction(corr, Int64, Float64)", _reduce("corrState", "toInt64(x)", "x / 7")),
+    ("funnel", "AggregateFunction(windowFunnel(100), DateTime, UInt8, UInt8)",
+     _reduce("windowFunnelState(100)", "toDateTime(x)", "x % 3 = 0", "x % 5 = 1")),
+    ("retention", "AggregateFunction(retention, UInt8, UInt8)", _reduce("retentionState", "x % 3 = 0", "x % 4 = 0")),
+    ("entropy_s", "AggregateFunction(entropy, String)", _reduce("entropyState", "toString(x % 50)")),
+    ("heavy_s", "AggregateFunction(anyHeavy, String)", _reduce("anyHeavyState", "toString(x % 3)")),
+    ("bf16", "AggregateFunction(quantileBFloat16, Float64)", _reduce("quantileBFloat16State", "x / 3")),
+    ("max_map", "AggregateFunction(1, maxMap, Array(UInt16), Array(Int32))",
+     _reduce("maxMapState", "[toUInt16(x % 10)]", "[toInt32(x)]")),
+    ("concat", "AggregateFunction(groupConcat, String)", _reduce("groupConcatState", "toString(x % 10)")),
 ]
 ROWS = 2 * len(SIZES)
 
@@ -231,7 +242,19 @@ FUNCTIONS = [("count", ["{}"]), ("sum", ["{}"]), ("avg", ["{}"]), ("min", ["{}"]
              ("topK(3)", ["{}"]), ("avgWeighted", ["{}", "toUInt16(x % 7)"]), ("avgWeighted", ["{}", "x / 7"]), ("avgWeighted", ["toUInt32(x)", "{}"]),
              ("sumIf", ["{}", "x % 2 = 0"]), ("uniqIf", ["{}", "x % 2 = 0"]), ("sumDistinct", ["{}"]), ("countDistinct", ["{}"]),
              ("sumMap", ["map({}, toUInt8(x % 7))"]), ("sumMap", ["map(toString(x % 10), {})"]),
-             ("sumMap", ["[{}]", "[toInt32(x)]", "[x / 3]"])]
+             ("sumMap", ["[{}]", "[toInt32(x)]", "[x / 3]"]),
+             # statistics, bit and sum variants, funnels, entropy
+             ("varPop", ["{}"]), ("stddevSamp", ["{}"]), ("skewPop", ["{}"]), ("kurtSamp", ["{}"]),
+             ("varSampStable", ["{}"]), ("stddevPopStable", ["{}"]), ("covarPop", ["{}", "x / 3"]), ("corr", ["{}", "{}"]),
+             ("covarSampStable", ["{}", "toUInt8(x % 5)"]), ("corrStable", ["{}", "x / 3"]),
+             ("simpleLinearRegression", ["{}", "x / 3"]), ("boundingRatio", ["{}", "x / 3"]), ("groupBitAnd", ["{}"]),
+             ("groupBitOr", ["{}"]), ("groupBitXor", ["{}"]), ("sumWithOverflow", ["{}"]), ("sumKahan", ["{}"]),
+             ("deltaSum", ["{}"]), ("sumCount", ["{}"]), ("anyHeavy", ["{}"]), ("entropy", ["{}"]),
+             ("quantileBFloat16", ["{}"]), ("quantilesBFloat16(0.5)", ["{}"]), ("groupConcat", ["{}"]),
+             ("groupConcat('|')", ["{}"]), ("retention", ["isNotNull({})", "x % 5 = 0", "x % 7 = 1"]),
+             ("windowFunnel(100)", ["{}", "x % 3 = 0", "x % 5 = 1"]), ("sequenceMatch('(?1)(?2)')", ["{}", "x % 3 = 0", "x % 5 = 1"]),
+             ("sequenceCount('(?1).*(?2)')", ["{}", "x % 3 = 0", "x % 5 = 1", "x % 11 = 2"]),
+             ("minMap", ["[{}]", "[toInt32(x)]"]), ("maxMap", ["[toUInt16(x % 10)]", "[{}]"])]
 
 
 def test_every_argument_type_clickhouse_accepts_is_split_exactly_or_refused(tmp_path):
@@ -254,11 +277,12 @@ def test_every_argument_type_clickhouse_accepts_is_split_exactly_or_refused(tmp_
             lengths = state_lengths(dt, np.frombuffer(data, np.uint8), 0, len(rows), rows[0][0])
             assert lengths.tolist() == [len(h) // 2 for _, h in rows], rows[0][0]
             empty_arrays = ", ".join(f"arrayMap(x -> {a}, CAST([] AS Array(UInt64)))" for a in arguments)
-            empty = _rows(sess, f"SELECT hex(toString(arrayReduce('{state}', {empty_arrays})))")[0][0]
+            quoted = state.replace("'", "\\'")
+            empty = _rows(sess, f"SELECT hex(toString(arrayReduce('{quoted}', {empty_arrays})))")[0][0]
             assert empty_state(dt).hex().upper() == empty, rows[0][0]
             split.append(rows[0][0])
     close_session()
-    assert len(split) > 280
+    assert len(split) > 480
 
 
 def test_a_create_statement_without_state_versions_opens_clickhouses_table(tmp_path):
