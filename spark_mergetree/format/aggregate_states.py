@@ -385,11 +385,11 @@ def _statistics(name: str, args: tuple[DataType, ...]) -> tuple[tuple[Step, ...]
         return ((SKIP, 4, 0),), bytes(4)  # a bit per condition met
     if name == "entropy" and one is not None:
         # A hash table of (value, UInt64 count): numbers and Date as they are, others as 128-bit hashes.
-        width = _temporal_or_number(one) if not (isinstance(one, (DateTime, DateTime64)) or _number(one, ("Date32",))) \
+        kept = _temporal_or_number(one) if not (isinstance(one, (DateTime, DateTime64)) or _number(one, ("Date32",))) \
             else None
-        if width is None and not (_is_string(one) or isinstance(one, Decimal) or _number(one, wide)):
+        if kept is None and not (_is_string(one) or isinstance(one, Decimal) or _number(one, wide)):
             return None
-        return ((COUNTED, (width or 16) + 8, 0),), b"\0"
+        return ((COUNTED, (kept or 16) + 8, 0),), b"\0"
     return None
 
 
