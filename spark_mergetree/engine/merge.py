@@ -328,7 +328,9 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
 
     The table's projections are built again from the sources' projection parts and rows: with
     `spill_dir`, streaming (`_merged_projections`) where every source holds it or its input is big,
-    else in memory (engine/projections.py); parts holding a projection this version cannot build
+    else in memory (engine/projections.py; a projection of offsets always, from the sources'
+    projection parts with their offsets translated by the merge's order: `_offset_rows`, which holds
+    the projection's columns and 8 bytes per merged row); parts holding a projection this version cannot build
     (`unmergeable_projections`) are not merged: the merged part would lack it."""
     for reader in readers:
         lost = unmergeable_projections(reader, meta)

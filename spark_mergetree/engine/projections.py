@@ -1,12 +1,19 @@
 """Projections: the `<name>.proj/` subparts a table's PROJECTION declarations give every part.
 
 A normal projection (`PROJECTION p (SELECT a, b ORDER BY b)`, `SELECT *` for every stored column)
-is a part of its own inside the parent part's directory: the selected columns of the parent's rows,
-sorted (stably) by the projection's ORDER BY, with primary.idx over that key, written by the same
+is a part of its own inside the parent part's directory: the selected columns of the parent's rows
+and those its ORDER BY reads (table order), sorted (stably) by the projection's ORDER BY, with
+primary.idx over that key, written by the same
 writer as any part (Wide or Compact by the table's settings, the table's codecs) but with no
 partition.dat, minmax or skip index files. The parent's checksums.txt lists `<name>.proj` with the
 total size and the hash of the projection's own checksums.txt entries (Checksums.total_hash), as
 ClickHouse's MergeTreeDataWriter::writeProjectionPart and MergeTreeData::addProjectionPart record it.
+
+A projection of offsets (`SELECT _part_offset ORDER BY k`, or the shorthand `INDEX k TYPE basic`,
+ClickHouse's ProjectionIndexBasic) is a normal projection whose last column, `_parent_part_offset`
+UInt64, holds each row's offset in the parent part: an insert's rows, sorted stably in the order they
+arrived, carry their place in the sorted part; a mutation's, in the part's order, 0, 1, 2, ...; a
+merge translates the offsets its sources' projection parts hold into the merged part's (merge.py).
 
 An aggregate projection (GROUP BY with count/sum/avg/min/max/any/anyLast over numeric columns) is a
 part of one row per group, sorted by the GROUP BY key, holding the keys and each aggregate's state
@@ -15,7 +22,8 @@ ClickHouse merges them (`combined_states`).
 
 Inserts and mutations write every buildable projection from the rows of the part they write; a
 merge from its sources' projection parts and rows (engine/merge.py; big inputs from runs,
-engine/projection_merge.py). Projections this version cannot build (other aggregate functions) are
+engine/projection_merge.py; a projection of offsets in memory). Projections this version cannot build
+(other aggregate functions, key expressions it cannot evaluate, INDEX types but 'basic') are
 refused in our tables' statements, and parts ClickHouse made with them are not merged (the selector
 leaves them alone) rather than losing them.
 """
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +46,7 @@ from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums, FileC
 from spark_mergetree.format.compact_writer import encode_part
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.part import CHECKSUMS_FILE, PartFiles
+from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.part_writer import WriterSettings
 from spark_mergetree.format.values import encode_varuints, string_buffers
 
@@ -312,6 +321,20 @@ def rows_in_place(column_of: Callable[[str], pa.Array | pa.ChunkedArray], rows: 
         return pa.table({name: pa.array(np.arange(rows, dtype=np.uint64)) if name == PARENT_OFFSET
                          else column_of(name) for name in names})
     return selected
+
+
+def kept_projection_parts(reader: PartReader, projections: Sequence[Projection], columns: Sequence[str],
+                          changed: Collection[str]) -> dict[str, PartFiles]:
+    """The projection parts a mutation changing columns `changed` (rows kept in place) keeps as they
+    are, by name: those `reader` holds whose columns it does not change, as ClickHouse's mutation
+    links them unchanged (a projection of offsets keeps the order its insert gave equal keys)."""
+    kept = {}
+    for projection in projections:
+        if projection.name in reader.projections and not set(projection_columns(projection, columns)) & set(changed):
+            held = reader.projection_reader(projection.name)
+            kept[projection.name] = PartFiles({name: held.source.read_file(held.part, name)
+                                               for name in held.source.list_files(held.part)})
+    return kept
 
 
 def combined_states(projection: Projection, rows: pa.Table, column_types: dict[str, str]) -> pa.Table:

@@ -332,8 +332,8 @@ def parse_projection(text: str) -> Projection | None:
         if not kinds or kinds[-1] == 3:
             raise ExpressionError(f"projection {text!r}: expected PROJECTION name INDEX expression TYPE kind")
         name = _identifier(tokens[1], "a projection name")
-        kind = _span_text(text, tokens, kinds[-1] + 1, len(tokens))
-        return Projection(name, (PART_OFFSET,), (), _key_elements(text, tokens, 3, kinds[-1]), text, kind)
+        index_type = _span_text(text, tokens, kinds[-1] + 1, len(tokens))
+        return Projection(name, (PART_OFFSET,), (), _key_elements(text, tokens, 3, kinds[-1]), text, index_type)
     if len(tokens) < 4 or tokens[2].token_type != TokenType.L_PAREN or _word(tokens[3]) != "SELECT" \
             or _matching_paren(tokens, 2) != len(tokens) - 1:
         raise ExpressionError(f"projection {text!r}: expected PROJECTION name (SELECT ... [GROUP BY ...] [ORDER BY ...])")
