@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.engine import insert as inserting
-from spark_mergetree.engine import mutations
+from spark_mergetree.engine import mutations, projections
 from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.engine.projections import check_declared, declared_projections
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
@@ -196,4 +196,4 @@ def _rewritten(meta: TableMetadata, reader: PartReader) -> PartFiles:
     # The part keeps its kind, as a ClickHouse mutation (MATERIALIZE INDEX) keeps it.
     files = write_part_by_column(reader.is_compact, reader.rows, columns, column_of, meta.primary_key_values(key_table),
                                  partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
-    return meta.add_projections(files, lambda _projection, names: pa.table({n: column_of(n) for n in names}))
+    return meta.add_projections(files, projections.rows_in_place(column_of, reader.rows))

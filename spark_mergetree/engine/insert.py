@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
+from spark_mergetree.engine.projections import PARENT_OFFSET, with_offsets
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.ddl import ColumnDefinition, Projection
 from spark_mergetree.expressions.predicate import bind, evaluate_value, parse_expression
@@ -128,8 +130,15 @@ def conform(table: pa.Table, meta: TableMetadata) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=wanted)
 
 
-def _selected(rows: pa.Table, _projection: Projection, names: list[str]) -> pa.Table:
-    return rows.select(names)
+def _selected(rows: pa.Table, order: np.ndarray | None, _projection: Projection, names: list[str]) -> pa.Table:
+    """Columns `names` of the rows as they arrived; `_parent_part_offset` is each one's offset in the
+    part, which holds them in `order` (positions of the arrived rows; None: as they came)."""
+    if PARENT_OFFSET not in names:
+        return rows.select(names)
+    offsets = np.arange(rows.num_rows, dtype=np.uint64)
+    if order is not None:
+        offsets[order] = offsets.copy()  # the row at order[j] is the part's row j
+    return with_offsets(rows.select([n for n in names if n != PARENT_OFFSET]), offsets)
 
 
 def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Callable[[str, PartFiles], None],
@@ -144,12 +153,16 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
     key = meta.partition_key
     for number, group in enumerate(key.group_rows(table)):
         if len(key.elements):
-            rows = meta.sort(table, group.row_indices)
-            # Projections are built from the rows in the order they came, as ClickHouse does.
-            arrived = table.take(pa.array(group.row_indices)) if meta.projections else rows
+            order = meta.sort_order(table, group.row_indices)
+            positions = np.asarray(group.row_indices)
+            rows = table.take(pa.array(positions if order is None else positions[order]))
+            # Projections are built from the rows in the order they came, as ClickHouse does (a
+            # projection of offsets gets each one's place in the sorted part: `_selected`).
+            arrived = table.take(pa.array(positions)) if meta.projections else rows
         else:
+            order = meta.sort_order(table)
             arrived = table
-            rows = meta.sort(table)
+            rows = table if order is None else table.take(pa.array(order))
         if meta.merging_engine is not None:  # ClickHouse's optimize_on_insert: the block merged as a part would be
             rows = engines.collapse(meta.merging_engine, rows, meta.sorting_key, meta.column_types, final=False)
             if not rows.num_rows:
@@ -160,7 +173,7 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
             partition = PartitionValue(values, key.result_types, key.columns)
         files = encode_part(rows, meta.columns, meta.primary_key_values(rows), partition, meta.writer_settings,
                             meta.definition.settings)
-        files = meta.add_projections(files, partial(_selected, arrived))
+        files = meta.add_projections(files, partial(_selected, arrived, order))
         name = part_name(group.partition_id) if part_name is not None else f"{STAGING_PREFIX}{tag}_{number}"
         write_part(name, files)
         staged.append(StagedPart(name, group.partition_id, rows.num_rows, files.size, tag))

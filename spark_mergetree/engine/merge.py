@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.engine import engines, merge_stream, projection_merge, projections
@@ -327,7 +328,9 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
 
     The table's projections are built again from the sources' projection parts and rows: with
     `spill_dir`, streaming (`_merged_projections`) where every source holds it or its input is big,
-    else in memory (engine/projections.py); parts holding a projection this version cannot build
+    else in memory (engine/projections.py; a projection of offsets always, from the sources'
+    projection parts with their offsets translated by the merge's order: `_offset_rows`, which holds
+    the projection's columns and 8 bytes per merged row); parts holding a projection this version cannot build
     (`unmergeable_projections`) are not merged: the merged part would lack it."""
     for reader in readers:
         lost = unmergeable_projections(reader, meta)
@@ -336,7 +339,8 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
                 f"{reader.location}: holds projection(s) {', '.join(lost)} this version cannot build "
                 "(only normal projections of the table's statement are); merging the part would lose them: "
                 "merge it in ClickHouse")
-    files = _merge_rows(readers, meta, spill_dir)
+    offsets: list[np.ndarray] | None = [] if any(p.stores_offsets for p in meta.projections) else None
+    files = _merge_rows(readers, meta, spill_dir, offsets)
     merged = _merged_projections(readers, meta, spill_dir) if spill_dir is not None else {}
 
     def source_rows(projection: Projection, names: list[str]) -> pa.Table:
@@ -346,6 +350,9 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
         # without the projection (or with deleted rows) gives its rows, in the part's order.
         held = [reader.projection_reader(projection.name) if projection.name in reader.projections
                 and reader.existing_rows == reader.rows else None for reader in readers]
+        if projection.stores_offsets:
+            assert offsets is not None
+            return _offset_rows(readers, held, names, offsets[0], meta)
         if projection.is_aggregate:
             wanted = projections.state_columns(projection)
             if all(h is not None and set(wanted) <= {n for n, _ in h.columns} for h in held):
@@ -357,6 +364,28 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     return meta.add_projections(files, source_rows, merged)
 
 
+def _offset_rows(readers: Sequence[PartReader], held: Sequence[PartReader | None], names: list[str],
+                 merged_offsets: np.ndarray, meta: TableMetadata) -> pa.Table:
+    """A projection of offsets' rows for the merged part: the sources' in order, each one's as its
+    projection part holds them (else its rows in order), the offsets they store into it translated
+    to the merged part's (`merged_offsets`: per row of the sources, its merged offset), as
+    ClickHouse's merge translates them; sorted stably by the key afterwards, ties keep this order."""
+    stored = [n for n in names if n != projections.PARENT_OFFSET]
+    tables = []
+    base = 0
+    for reader, part in zip(readers, held, strict=True):
+        if part is not None and set(names) <= {n for n, _ in part.columns}:
+            rows = part.read(names, None, meta.column_types)
+            local = rows.column(projections.PARENT_OFFSET).to_numpy().astype(np.int64)
+            rows = rows.drop_columns([projections.PARENT_OFFSET])
+        else:
+            rows = reader.read(stored, None, meta.column_types)
+            local = np.arange(rows.num_rows, dtype=np.int64)
+        tables.append(projections.with_offsets(rows, merged_offsets[base + local]))
+        base += reader.existing_rows
+    return pa.concat_tables(tables)
+
+
 def _merged_projections(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str) -> dict[str, PartFiles]:
     """The projections merged in bounded memory (engine/projection_merge.py), streaming into
     `<spill_dir>/<name>.proj`: a normal one every source holds whole is merged as ClickHouse merges
@@ -366,6 +395,8 @@ def _merged_projections(readers: Sequence[PartReader], meta: TableMetadata, spil
     sources' rows (add_projections)."""
     merged: dict[str, PartFiles] = {}
     for projection in meta.projections:
+        if projection.stores_offsets:  # built in memory from the sources' rows, offsets translated
+            continue
         directory = os.path.join(spill_dir, projection.name + PROJECTION_SUFFIX)
         os.makedirs(directory, exist_ok=True)
         if projection.is_aggregate:
@@ -389,8 +420,11 @@ def unmergeable_projections(reader: PartReader, meta: TableMetadata) -> list[str
     return [name for name in reader.projections if name not in buildable]
 
 
-def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str | None) -> PartFiles:
-    """`merge_parts` without the projections."""
+def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: str | None,
+                offsets: list[np.ndarray] | None = None) -> PartFiles:
+    """`merge_parts` without the projections. With `offsets` (a list; not for the engines that
+    combine rows), the merged offset of every row of the sources is appended to it (sources in
+    order, each one's rows not deleted, in its order)."""
     names = [n for n, _ in meta.columns]
     definition = meta.definition
     keys = key_column_names(names, definition.order_by, definition.partition_by, definition.primary_key)
@@ -398,6 +432,7 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     keys |= set(engine.control_columns if engine else ()) | set(meta.sorting_key) & set(names)
     if engine and not keys:  # ORDER BY tuple(): the engine still needs the rows counted
         keys = {names[0]}
+    assert offsets is None or engine is None
     partition = _merged_partition(readers, meta)
     compact = merges_into_compact(readers, meta)
     # A Wide result streams; a Compact one is written whole below (it interleaves every column granule
@@ -406,7 +441,10 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
         rows = sum(r.existing_rows for r in readers)
         granules, _ = merge_stream.plan_merged_granules(readers, meta, rows)
         if rows:
-            return merge_stream.merge_streaming(readers, meta, keys, rows, granules, partition, spill_dir)
+            files = merge_stream.merge_streaming(readers, meta, keys, rows, granules, partition, spill_dir)
+            if offsets is not None:
+                offsets.append(merge_stream.merged_offsets(readers, spill_dir))
+            return files
     elif not compact and spill_dir is not None:
         numbers = engines.part_sources([PartInfo.parse(r.part).level for r in readers], [1] * len(readers))
         stream = merge_stream.merge_engine_streaming if meta.sorting_key else merge_stream.merge_engine_unkeyed
@@ -426,6 +464,9 @@ def _merge_rows(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     if meta.sorting_key and rows > 1:
         order = sort_indices(meta.sorting_key, key_table, meta.column_types)
         key_table = key_table.take(order)
+    if offsets is not None:
+        offsets.append(np.arange(rows, dtype=np.uint64) if order is None
+                       else merge_stream.offsets_of_positions(order.to_numpy()))
     sources = engines.part_sources([PartInfo.parse(r.part).level for r in readers], [r.existing_rows for r in readers])
     plan = engines.plan_rows(engine, key_table, meta.sorting_key, meta.column_types, final=False,
                              sources=sources[order.to_numpy()] if order is not None else sources) if engine else None

@@ -56,6 +56,8 @@ from spark_mergetree.format.types import Json, contains_type, parse_type
 READ_BLOCK_ROWS = 65_536
 # Most blocks a LowCardinality column of a part is read in (see _blocks).
 LOW_CARDINALITY_BLOCKS = 16
+# The file of sources (one byte, two past 255 sources, per merged row) a merge leaves in its spill directory.
+SOURCES_FILE = "merge_sources"
 # Columns streamed side by side in the second phase.
 COLUMN_THREADS = max(1, min(4, os.cpu_count() or 1))
 
@@ -181,7 +183,7 @@ def merge_streaming(readers: Sequence[PartReader], meta: TableMetadata, keys: se
     writer = PartStreamWriter(meta.columns, granules, [t for _, t in meta.primary_key_types], partition,
                               meta.writer_settings, spill_dir=spill_dir)
     source_dtype = _source_dtype(readers)
-    order_path = os.path.join(spill_dir, "merge_sources")
+    order_path = os.path.join(spill_dir, SOURCES_FILE)
     with open(order_path, "wb") as order_file:
         if key_names:
             def emit(merged: pa.Table, owner: np.ndarray) -> None:
@@ -220,7 +222,7 @@ def merge_engine_streaming(readers: Sequence[PartReader], meta: TableMetadata, k
     names = [n for n, _ in meta.columns]
     key_names = [n for n in names if n in _with_index_partners(meta, keys)]
     source_dtype = _source_dtype(readers)
-    order_path = os.path.join(spill_dir, "merge_sources")
+    order_path = os.path.join(spill_dir, SOURCES_FILE)
     keep_path = os.path.join(spill_dir, "merge_kept")
     keys_path = os.path.join(spill_dir, "merge_keys.arrow")
     types = {name: parse_type(text) for name, text in meta.columns}
@@ -291,7 +293,7 @@ def merge_engine_unkeyed(readers: Sequence[PartReader], meta: TableMetadata, key
     names = [n for n, _ in meta.columns]
     key_names = [n for n in names if n in keys]
     source_dtype = _source_dtype(readers)
-    order_path = os.path.join(spill_dir, "merge_sources")
+    order_path = os.path.join(spill_dir, SOURCES_FILE)
     keep_path = os.path.join(spill_dir, "merge_kept")
     one_key = engines.OneKey(engine) if engine.name in ("ReplacingMergeTree", "CollapsingMergeTree") else None
     first = next((number for number, reader in enumerate(readers) if reader.existing_rows), None)
@@ -520,6 +522,22 @@ def _gather_columns(readers: Sequence[PartReader], meta: TableMetadata, names: l
                           for chunk in sources[name][number].take(count)]
                 grouped = pa.chunked_array(chunks, arrow_types[name]).combine_chunks()
                 writer.write(name, grouped.take(pa.array(position)))
+
+
+def merged_offsets(readers: Sequence[PartReader], spill_dir: str) -> np.ndarray:
+    """After `merge_streaming` into `spill_dir`: for each row the sources hold (sources in order,
+    each one's rows not deleted, in its order), its offset in the merged part (the mapping
+    ClickHouse's merge keeps to translate the offsets projections store)."""
+    owner = np.fromfile(os.path.join(spill_dir, SOURCES_FILE), dtype=_source_dtype(readers))
+    return offsets_of_positions(_grouped_positions(owner, np.bincount(owner, minlength=len(readers))))
+
+
+def offsets_of_positions(positions: np.ndarray) -> np.ndarray:
+    """The inverse of a merge's order: `positions[j]` is the (concatenated sources') row that
+    becomes merged row j; the result gives each such row its merged offset j."""
+    offsets = np.empty(len(positions), np.uint64)
+    offsets[positions] = np.arange(len(positions), dtype=np.uint64)
+    return offsets
 
 
 @lazy_njit(nogil=True)

@@ -275,18 +275,26 @@ class TableMetadata:
         `rows` (positions), only those rows: the order is found on the key columns alone and the
         whole table is taken once (a take copies every column; a partition's rows taken and then
         sorted would copy them twice)."""
+        order = self.sort_order(table, rows)
+        if rows is not None:
+            return table.take(pa.array(np.asarray(rows) if order is None else np.asarray(rows)[order]))
+        return table if order is None else table.take(pa.array(order))
+
+    def sort_order(self, table: pa.Table, rows: np.ndarray | None = None) -> np.ndarray | None:
+        """The order `sort` puts the rows in: positions into `rows` (or into the table), None when
+        they are in order already."""
         if rows is not None:
             if not self.sorting_key or len(rows) < 2:
-                return table.take(pa.array(rows))
+                return None
             keys = table.select([name for name in table.column_names if name in self.sorting_columns])
             keys = keys.take(pa.array(rows))
-            if self._already_sorted(keys):
-                return table.take(pa.array(rows))
-            order = sort_indices(self.sorting_key, keys, self.column_types).to_numpy()
-            return table.take(pa.array(np.asarray(rows)[order]))
-        if not self.sorting_key or table.num_rows < 2 or self._already_sorted(table):
-            return table
-        return table.take(sort_indices(self.sorting_key, table, self.column_types))
+        else:
+            keys = table
+            if not self.sorting_key or table.num_rows < 2:
+                return None
+        if self._already_sorted(keys):
+            return None
+        return sort_indices(self.sorting_key, keys, self.column_types).to_numpy()
 
     @cached_property
     def sorting_columns(self) -> set[str]:

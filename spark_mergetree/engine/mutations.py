@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import insert as inserting
+from spark_mergetree.engine import projections
 from spark_mergetree.engine import select as selecting
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, SerializationError, UnsupportedError
 from spark_mergetree.expressions.ddl import key_column_names
@@ -213,8 +214,10 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
     # A mutated part keeps its source's kind, as ClickHouse's mutations keep it (whatever its size now).
     files = write_part_by_column(reader.is_compact, rows, columns, column_of, meta.primary_key_values(key_table),
                                  partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
-    # The projections are built again from the updated rows (ClickHouse's ALTER UPDATE rebuilds them).
-    return meta.add_projections(files, lambda _projection, names: pa.table({n: column_of(n) for n in names}))
+    # The projections reading an updated column are built again from the updated rows; the others are
+    # kept as the part holds them (ClickHouse's ALTER UPDATE rebuilds the first, links the others).
+    unchanged = projections.kept_projection_parts(reader, meta.projections, names, mutation.assignments)
+    return meta.add_projections(files, projections.rows_in_place(column_of, rows), unchanged)
 
 
 def beside_source(files: PartFiles) -> bool:

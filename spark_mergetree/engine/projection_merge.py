@@ -19,6 +19,9 @@ under RUN_BYTES: the bytes ClickHouse writes for small parts).
   as ClickHouse merges states (`projections.combined_states`). The combined rows go to an Arrow
   spill file; once counted, their granules are planned and they are written as a Wide part.
 
+A projection of offsets (`_parent_part_offset`) is not merged here: its offsets must be translated
+into the merged part's, which merge.py does in memory (`_offset_rows`).
+
 Memory holds one run being built (its rows, sorted, and its encoded part) or a block per run, not
 the projection.
 """

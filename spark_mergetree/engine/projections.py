@@ -1,12 +1,19 @@
 """Projections: the `<name>.proj/` subparts a table's PROJECTION declarations give every part.
 
 A normal projection (`PROJECTION p (SELECT a, b ORDER BY b)`, `SELECT *` for every stored column)
-is a part of its own inside the parent part's directory: the selected columns of the parent's rows,
-sorted (stably) by the projection's ORDER BY, with primary.idx over that key, written by the same
+is a part of its own inside the parent part's directory: the selected columns of the parent's rows
+and those its ORDER BY reads (table order), sorted (stably) by the projection's ORDER BY, with
+primary.idx over that key, written by the same
 writer as any part (Wide or Compact by the table's settings, the table's codecs) but with no
 partition.dat, minmax or skip index files. The parent's checksums.txt lists `<name>.proj` with the
 total size and the hash of the projection's own checksums.txt entries (Checksums.total_hash), as
 ClickHouse's MergeTreeDataWriter::writeProjectionPart and MergeTreeData::addProjectionPart record it.
+
+A projection of offsets (`SELECT _part_offset ORDER BY k`, or the shorthand `INDEX k TYPE basic`,
+ClickHouse's ProjectionIndexBasic) is a normal projection whose last column, `_parent_part_offset`
+UInt64, holds each row's offset in the parent part: an insert's rows, sorted stably in the order they
+arrived, carry their place in the sorted part; a mutation's, in the part's order, 0, 1, 2, ...; a
+merge translates the offsets its sources' projection parts hold into the merged part's (merge.py).
 
 An aggregate projection (GROUP BY with count/sum/avg/min/max/any/anyLast over numeric columns) is a
 part of one row per group, sorted by the GROUP BY key, holding the keys and each aggregate's state
@@ -15,7 +22,8 @@ ClickHouse merges them (`combined_states`).
 
 Inserts and mutations write every buildable projection from the rows of the part they write; a
 merge from its sources' projection parts and rows (engine/merge.py; big inputs from runs,
-engine/projection_merge.py). Projections this version cannot build (other aggregate functions) are
+engine/projection_merge.py; a projection of offsets in memory). Projections this version cannot build
+(other aggregate functions, key expressions it cannot evaluate, INDEX types but 'basic') are
 refused in our tables' statements, and parts ClickHouse made with them are not merged (the selector
 leaves them alone) rather than losing them.
 """
@@ -24,24 +32,27 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
-from spark_mergetree.expressions.ddl import Projection, parse_projection
+from spark_mergetree.expressions.ddl import PART_OFFSET, Projection, parse_projection
 from spark_mergetree.expressions.key_condition import key_columns_for
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums, FileChecksum
 from spark_mergetree.format.compact_writer import encode_part
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.part import CHECKSUMS_FILE, PartFiles
+from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.part_writer import WriterSettings
 from spark_mergetree.format.values import encode_varuints, string_buffers
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The column of a projection selecting _part_offset: each row's offset in the parent part.
+PARENT_OFFSET = "_parent_part_offset"
 
 
 def declared_projections(indexes: Sequence[str]) -> list[Projection]:
@@ -57,10 +68,13 @@ def why_unbuildable(projection: Projection, column_types: dict[str, str], mergin
         return _why_not_aggregate(projection, column_types)
     if not projection.order_by:
         return "a normal projection needs an ORDER BY (ClickHouse refuses an empty one too)"
-    if "_part_offset" in projection.selected:
-        return ("it stores offsets into its parent part (_part_offset, or INDEX ... TYPE basic), which parts written "
-                "here do not build")
-    missing = [c for c in projection.selected if c != "*" and c not in column_types]
+    if projection.index_type and projection.index_type.lower() != "basic":
+        return f"INDEX ... TYPE {projection.index_type}: this version builds the 'basic' type only"
+    clashing = [c for c in (PART_OFFSET, PARENT_OFFSET, "_part_index") if c in column_types]
+    if projection.stores_offsets and clashing:
+        return (f"it selects _part_offset, but the table has a column {clashing[0]} (ClickHouse then stores no "
+                "offsets into the parent part)")
+    missing = [c for c in projection.selected if c not in ("*", PART_OFFSET) and c not in column_types]
     if missing:
         return f"selects {', '.join(missing)}, which are not stored columns of the table"
     try:
@@ -272,8 +286,9 @@ def projection_files(projection: Projection, rows: pa.Table, columns: Sequence[t
         table, selected, key = _aggregate_table(projection, rows, column_types)
         column_types = {**column_types, **dict(selected)}
     else:
-        names = projection.columns([n for n, _ in columns])
-        selected = [(name, column_types[name]) for name in names]
+        selected = normal_columns(projection, columns)
+        names = [name for name, _ in selected]
+        column_types[PARENT_OFFSET] = "UInt64"
         table, key = rows.select(names), list(projection.order_by)
         if key and table.num_rows > 1:
             table = table.take(sort_indices(key, table, column_types))
@@ -282,6 +297,44 @@ def projection_files(projection: Projection, rows: pa.Table, columns: Sequence[t
     primary_key = [(type_text, values) for (_, type_text), values in zip(key_types, key_values, strict=True)]
     return encode_part(table, selected, primary_key, None, dataclasses.replace(settings, skip_indexes=()),
                        table_settings)
+
+
+def normal_columns(projection: Projection, columns: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(name, type) of a normal projection's columns: the stored ones it holds in table order, then
+    `_parent_part_offset` UInt64 when it selects _part_offset (ClickHouse renames the virtual column
+    and puts it last)."""
+    types = dict(columns)
+    out = [(name, types[name]) for name in projection.columns([n for n, _ in columns])]
+    return [*out, (PARENT_OFFSET, "UInt64")] if projection.stores_offsets else out
+
+
+def with_offsets(rows: pa.Table, offsets: np.ndarray | pa.Array) -> pa.Table:
+    """`rows` with the column `_parent_part_offset`: each row's offset in the part being written."""
+    return rows.append_column(PARENT_OFFSET, pa.array(offsets, pa.uint64()))
+
+
+def rows_in_place(column_of: Callable[[str], pa.Array | pa.ChunkedArray], rows: int
+                  ) -> Callable[[Projection, list[str]], pa.Table]:
+    """The `rows` of add_projections for a part written from its columns in the part's order (a
+    mutation's rewrite): `column_of(name)` over its `rows` rows, which are at offsets 0, 1, 2, ..."""
+    def selected(_projection: Projection, names: list[str]) -> pa.Table:
+        return pa.table({name: pa.array(np.arange(rows, dtype=np.uint64)) if name == PARENT_OFFSET
+                         else column_of(name) for name in names})
+    return selected
+
+
+def kept_projection_parts(reader: PartReader, projections: Sequence[Projection], columns: Sequence[str],
+                          changed: Collection[str]) -> dict[str, PartFiles]:
+    """The projection parts a mutation changing columns `changed` (rows kept in place) keeps as they
+    are, by name: those `reader` holds whose columns it does not change, as ClickHouse's mutation
+    links them unchanged (a projection of offsets keeps the order its insert gave equal keys)."""
+    kept = {}
+    for projection in projections:
+        if projection.name in reader.projections and not set(projection_columns(projection, columns)) & set(changed):
+            held = reader.projection_reader(projection.name)
+            kept[projection.name] = PartFiles({name: held.source.read_file(held.part, name)
+                                               for name in held.source.list_files(held.part)})
+    return kept
 
 
 def combined_states(projection: Projection, rows: pa.Table, column_types: dict[str, str]) -> pa.Table:
@@ -304,9 +357,10 @@ def state_columns(projection: Projection) -> list[str]:
 
 
 def projection_columns(projection: Projection, stored: Sequence[str]) -> list[str]:
-    """The stored columns a projection is computed from."""
+    """The columns a projection is computed from: stored ones, and `_parent_part_offset` (last) for
+    a projection of offsets: the `rows` add_projections is given must hold it (`with_offsets`)."""
     if not projection.is_aggregate:
-        return projection.columns(stored)
+        return projection.columns(stored) + ([PARENT_OFFSET] if projection.stores_offsets else [])
     wanted = {a for _, _, a in _aggregates(projection) if a} | {k.strip("`") for k in projection.group_by}
     return [name for name in stored if name in wanted]
 

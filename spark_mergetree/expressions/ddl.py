@@ -288,6 +288,7 @@ class Projection:
     group_by: tuple[str, ...]
     order_by: tuple[str, ...]
     text: str
+    index_type: str = ""  # `PROJECTION p INDEX expr TYPE basic`: 'basic' (a SELECT _part_offset ORDER BY expr)
 
     @property
     def is_aggregate(self) -> bool:
@@ -298,11 +299,25 @@ class Projection:
         """The column names a normal projection's select list names ('*' stays '*')."""
         return tuple(e if e == "*" else e.strip("`") for e in self.select)
 
+    @property
+    def stores_offsets(self) -> bool:
+        """Whether the projection selects `_part_offset`: its part then holds each row's offset in the
+        parent part as a column `_parent_part_offset` (UInt64, after the others)."""
+        return PART_OFFSET in self.selected
+
     def columns(self, stored: Sequence[str]) -> list[str]:
-        """The stored columns a normal projection holds, in table order (as its part lists them)."""
+        """The stored columns a normal projection holds, in table order (as its part lists them): the
+        selected ones and those its ORDER BY reads (ClickHouse stores those too)."""
         if "*" in self.select:
             return list(stored)
-        return [name for name in stored if name in self.selected]
+        wanted = set(self.selected)
+        for element in self.order_by:
+            wanted |= columns_of(parse_expression(element))
+        return [name for name in stored if name in wanted]
+
+
+# The virtual column a projection selects to store offsets into its parent part.
+PART_OFFSET = "_part_offset"
 
 
 def parse_projection(text: str) -> Projection | None:
@@ -317,7 +332,8 @@ def parse_projection(text: str) -> Projection | None:
         if not kinds or kinds[-1] == 3:
             raise ExpressionError(f"projection {text!r}: expected PROJECTION name INDEX expression TYPE kind")
         name = _identifier(tokens[1], "a projection name")
-        return Projection(name, ("_part_offset",), (), (_span_text(text, tokens, 3, kinds[-1]),), text)
+        index_type = _span_text(text, tokens, kinds[-1] + 1, len(tokens))
+        return Projection(name, (PART_OFFSET,), (), _key_elements(text, tokens, 3, kinds[-1]), text, index_type)
     if len(tokens) < 4 or tokens[2].token_type != TokenType.L_PAREN or _word(tokens[3]) != "SELECT" \
             or _matching_paren(tokens, 2) != len(tokens) - 1:
         raise ExpressionError(f"projection {text!r}: expected PROJECTION name (SELECT ... [GROUP BY ...] [ORDER BY ...])")

@@ -53,11 +53,16 @@ def tables(tmp_path):
     close_session()
 
 
-def test_add_and_materialize_build_clickhouses_projection_into_existing_parts(tables) -> None:
+# A projection of offsets materialized: the part's rows in order, offsets 0, 1, 2, ... sorted by k.
+OFFSETS = "PROJECTION by_k INDEX k TYPE basic"
+
+
+@pytest.mark.parametrize("declaration", [PROJECTION, OFFSETS])
+def test_add_and_materialize_build_clickhouses_projection_into_existing_parts(tables, declaration) -> None:
     sess, data_dir, ours = tables
-    ours.add_projection(PROJECTION)
+    ours.add_projection(declaration)
     assert all(not table_part_projections(ours, part) for part in ours.parts())  # only the statement changed
-    sess.query(f"ALTER TABLE t ADD {PROJECTION}")
+    sess.query(f"ALTER TABLE t ADD {declaration}")
     sess.query("SYSTEM START MERGES t")
     sess.query("ALTER TABLE t MATERIALIZE PROJECTION by_k SETTINGS mutations_sync = 1")
     mine = ours.materialize_projection("by_k")
@@ -72,7 +77,9 @@ def test_add_and_materialize_build_clickhouses_projection_into_existing_parts(ta
 
     sess.query("CREATE TABLE attached AS t")
     attach_and_check(sess, "attached", [ours.path / name for name in mine])
-    forced = "SELECT id, k, s FROM attached WHERE k = 5 SETTINGS force_optimize_projection = 1"
+    # (a projection of offsets filters the parent's rows: force_optimize_projection does not count it)
+    forced = "SELECT id, k, s FROM attached WHERE k = 5 SETTINGS " + (
+        "force_optimize_projection = 1" if declaration == PROJECTION else "min_table_rows_to_use_projection_index = 0")
     assert "by_k" in sess.query(f"EXPLAIN projections = 1 {forced}", "TabSeparatedRaw").bytes().decode()
     answer = _arrow(sess, forced).sort_by("id")
     assert answer.num_rows and answer.to_pylist() == _arrow(sess, "SELECT id, k, s FROM t WHERE k = 5 ORDER BY id").to_pylist()

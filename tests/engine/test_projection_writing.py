@@ -23,6 +23,7 @@ from spark_mergetree.expressions.ddl import format_create, parse_create
 from spark_mergetree.format.checksums import Checksums
 from tests.engine.test_storage_policies import LAYOUTS, _policy
 from tests.format.chdb_util import (
+    active_part_dirs,
     attach_and_check,
     close_session,
     make_chdb_table,
@@ -147,9 +148,12 @@ def test_create_refuses_projections_it_cannot_write(tmp_path) -> None:
     assert not (tmp_path / "a").exists()
     with pytest.raises(UnsupportedError, match="needs an ORDER BY"):
         MergeTreeTable.create(tmp_path / "d", [("k", "UInt32"), ("v", "Float64")], "k", projections=["p (SELECT v, k)"])
-    for offsets in ("PROJECTION p (SELECT _part_offset ORDER BY v)", "PROJECTION p INDEX v TYPE basic"):
-        with pytest.raises(UnsupportedError, match=r"'p': it stores offsets into its parent part"):
-            MergeTreeTable.create(tmp_path / "o", [("k", "UInt32"), ("v", "Float64")], "k", projections=[offsets])
+    for offsets, reason in (("PROJECTION p INDEX v TYPE array", "TYPE array"),
+                            ("PROJECTION p INDEX length(s) TYPE basic", "length"),
+                            ("PROJECTION p (SELECT _part_offset ORDER BY -v)", "ORDER BY -v")):
+        with pytest.raises(UnsupportedError, match=rf"'p': .*{reason}"):
+            MergeTreeTable.create(tmp_path / "o", [("k", "UInt32"), ("v", "Float64"), ("s", "String")], "k",
+                                  projections=[offsets])
         assert not (tmp_path / "o").exists()
     with pytest.raises(UnsupportedError, match="combine rows"):
         MergeTreeTable.create(tmp_path / "b", [("k", "UInt32"), ("v", "Float64")], "k",
@@ -321,4 +325,126 @@ def test_merges_build_big_projections_from_runs(tmp_path, monkeypatch, kind) -> 
         assert projection in explain, explain
         expected = _rows(_arrow(sess, query.format("t") + " SETTINGS optimize_use_projections = 0"))
         assert expected and _rows(_arrow(sess, forced)) == expected, projection
+    close_session()
+
+
+OFFSETS = """CREATE TABLE o (id UInt64, k UInt32, v Float64, s String,
+    PROJECTION by_k (SELECT _part_offset ORDER BY k),
+    PROJECTION by_s INDEX s TYPE basic,
+    PROJECTION by_kv INDEX (k, v) TYPE basic,
+    PROJECTION with_id (SELECT id, _part_offset ORDER BY (s, k)),
+    PROJECTION unselected (SELECT s ORDER BY k))
+    ENGINE = MergeTree ORDER BY id {partition}
+    SETTINGS index_granularity = 64, compress_primary_key = 0, {kind}"""
+OFFSET_PROJECTIONS = ("by_k", "by_s", "by_kv", "with_id", "unselected")
+# Filtering by a projection of offsets: ClickHouse reads the parent's rows at the offsets it finds.
+BY_OFFSETS = {"by_k": "k = 5", "by_s": "s = '77'", "by_kv": "k = 3 AND v > 100", "with_id": "s < '2' AND k = 2"}
+USE_OFFSETS = "min_table_rows_to_use_projection_index = 0"
+
+
+def _offset_tables(tmp, kind: str, partition: str = ""):
+    """chdb's table `o` (inserts of rows out of order with many equal keys, merges stopped) and ours
+    made from its statement and the same rows."""
+    sess, data_dir = make_chdb_table(tmp, OFFSETS.format(kind=KINDS[kind], partition=partition))
+    sess.query("SYSTEM STOP MERGES o")
+    ours = MergeTreeTable.new(tmp / "ours", parse_create(sess.query("SHOW CREATE TABLE o", "TabSeparatedRaw")
+                                                         .bytes().decode()), {"auto_merge": False})
+    ours.write_directory()
+    for offset, rows in ((0, 500), (500, 300)):
+        sess.query("INSERT INTO o " + ROWS.format(offset=offset, rows=rows))
+        ours.insert(_arrow(sess, ROWS.format(offset=offset, rows=rows)))
+    return sess, data_dir, ours
+
+
+def _uses_offsets(sess, table: str) -> None:
+    """ClickHouse filters `table` by each projection of offsets and gets the rows `o` gives without them."""
+    for projection, where in BY_OFFSETS.items():
+        query = f"SELECT {COLUMNS} FROM {{}} WHERE {where}"
+        settings = f" SETTINGS {USE_OFFSETS}, preferred_optimize_projection_name = '{projection}'"
+        explain = sess.query(f"EXPLAIN projections = 1 {query.format(table)}{settings}", "TabSeparatedRaw").bytes().decode()
+        assert f"Name: {projection}" in explain, explain
+        expected = _rows(_arrow(sess, query.format("o") + " SETTINGS optimize_use_projections = 0"))
+        assert expected and _rows(_arrow(sess, query.format(table) + settings)) == expected, projection
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_projections_of_offsets_inserted_and_merged_as_clickhouse_writes_them(tmp_path, kind) -> None:
+    """`SELECT _part_offset ORDER BY ...` and `INDEX ... TYPE basic`: the ORDER BY columns (and the
+    selected ones) in table order, then `_parent_part_offset`, rows sorted stably by the key in the
+    order they arrived; a merge translates every source's offsets into the merged part's. The same
+    files as ClickHouse's for the same rows; ClickHouse checks our parts and filters by them."""
+    sess, data_dir, ours = _offset_tables(tmp_path, kind)
+    for theirs, mine in paired_part_dirs(data_dir, ours):
+        expected = _projection_files(theirs)
+        assert {name.split("/")[0] for name in expected} == {f"{p}.proj" for p in OFFSET_PROJECTIONS}
+        assert _projection_files(mine) == expected, mine.name
+        for projection in (f"{p}.proj" for p in OFFSET_PROJECTIONS):
+            assert _checksum_entries(mine / projection) == _checksum_entries(theirs / projection)
+    reader = ours.reader(ours.parts()[0].name)
+    assert [n for n, _ in reader.projection_reader("with_id").columns] == ["id", "k", "s", "_parent_part_offset"]
+    # the offsets lead back to the rows: each projection row's key is its parent row's
+    by_k = reader.projection_reader("by_k").read()
+    parent_k = reader.read(["k"]).column("k").take(by_k.column("_parent_part_offset"))
+    assert parent_k.equals(by_k.column("k"))
+    assert ours.check().ok
+    sess.query("CREATE TABLE attached AS o")
+    attach_and_check(sess, "attached", [ours.path / part.name for part in ours.parts()])
+    _uses_offsets(sess, "attached")
+
+    sess.query("SYSTEM START MERGES o")
+    sess.query("OPTIMIZE TABLE o FINAL")
+    (merged,) = ours.optimize(final=True)
+    (theirs,) = [p for p in part_dirs(data_dir) if p.name == "all_1_2_1"]
+    assert merged == "all_1_2_1" and _projection_files(ours.path / merged) == _projection_files(theirs)
+    assert ours.check().ok
+    sess.query("CREATE TABLE merged AS o")
+    attach_and_check(sess, "merged", [ours.path / merged])
+    _uses_offsets(sess, "merged")
+    close_session()
+
+
+def test_projections_of_offsets_in_partitions_and_big_merges(tmp_path, monkeypatch) -> None:
+    """A partitioned insert gives each partition's part its own offsets (ClickHouse's bytes); a merge
+    streaming its rows (spill directory, several blocks per source) translates them as well."""
+    monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 128)
+    sess, data_dir, ours = _offset_tables(tmp_path, "Wide", "PARTITION BY k % 2")
+    for theirs, mine in paired_part_dirs(data_dir, ours):
+        assert _projection_files(mine) == _projection_files(theirs), mine.name
+    sess.query("SYSTEM START MERGES o")
+    sess.query("OPTIMIZE TABLE o FINAL")
+    assert len(ours.optimize(final=True)) == 2
+    active = {p.name: p for p in active_part_dirs(sess, "o")}
+    for part in ours.parts():
+        assert _projection_files(ours.path / part.name) == _projection_files(active[part.name]), part.name
+    assert ours.check().ok
+    sess.query("CREATE TABLE attached AS o")
+    attach_and_check(sess, "attached", [ours.path / part.name for part in ours.parts()])
+    _uses_offsets(sess, "attached")
+    close_session()
+
+
+def test_mutations_rebuild_the_projections_reading_updated_columns(tmp_path) -> None:
+    """UPDATE rewrites each part: the projections reading an updated column are built from its rows
+    (offsets 0, 1, ... sorted stably by the key), the others kept as they were; ClickHouse's files
+    after the same UPDATEs; ClickHouse checks the parts and filters by them."""
+    sess, _, ours = _offset_tables(tmp_path, "Wide")
+    sess.query("SYSTEM START MERGES o")
+    for column, where in (("v", "id % 3 = 0"), ("k", "id % 5 = 1")):
+        sess.query(f"ALTER TABLE o UPDATE {column} = {column} + 1 WHERE {where} SETTINGS mutations_sync = 2")
+        written = ours.update({column: f"{column} + 1"}, where)
+        theirs = {p.name: p for p in active_part_dirs(sess, "o")}
+        assert sorted(written) == sorted(theirs)
+        for part in written:
+            assert _projection_files(ours.path / part) == _projection_files(theirs[part]), (column, part)
+    for part in written:
+        reader = ours.reader(part)
+        for projection in ("by_k", "by_kv"):
+            held = reader.projection_reader(projection).read()
+            parent = reader.read(["k", "v"]).take(held.column("_parent_part_offset"))
+            assert parent.select([n for n in held.column_names if n in ("k", "v")]).equals(held.drop_columns(
+                ["_parent_part_offset"]))
+    assert ours.check().ok
+    sess.query("CREATE TABLE attached AS o")
+    attach_and_check(sess, "attached", [ours.path / part.name for part in ours.parts()])
+    _uses_offsets(sess, "attached")
     close_session()
