@@ -6,8 +6,8 @@
     ClickHouse ATTACHes our parts, CHECK TABLE returns 1, the parts are of the kind the table's
     settings choose (Wide or Compact) and SELECT returns what we wrote. In partitioned cases the
     parts ClickHouse attaches include one our merge made of the two inserts' rows.
-Types we refuse raise UnsupportedError both ways; Variant (both ways), Dynamic (both ways, inside Array,
-Map and Tuple too) and JSON (both ways, merges too; inside Array, Map and Tuple read) are covered by
+Types we refuse raise UnsupportedError both ways; Variant, Dynamic and JSON (both ways, merges too;
+inside Array, Map keys and values, Tuple and, for JSON, Variant) are covered by
 tests/format/test_variant_dynamic_json.py.
 """
 
