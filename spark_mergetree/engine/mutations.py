@@ -317,6 +317,7 @@ def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | 
     tx = transaction if transaction is not None else Transaction(table.coordinator)
     try:
         parts = sorted(tx.visible_parts(table.log))
+        table.refuse_if_patched(parts, "a DELETE or UPDATE")
         plan = table.plan_read(None, mutation.predicate, transaction=tx)
     except BaseException:
         if transaction is None:

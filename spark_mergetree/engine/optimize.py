@@ -135,6 +135,7 @@ def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Tran
         # Removal locks first: of two concurrent merges of the same parts, one fails here,
         # before writing anything.
         tx.remove_parts(table.log, candidate.parts)
+        table.refuse_if_patched(candidate.parts, "a merge")
         with merging.merged_part([table.reader(p) for p in candidate.parts], table.metadata) as files:
             result = table.publish_merged(candidate, files, tx)
         tx.commit()

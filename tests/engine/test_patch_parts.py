@@ -1,6 +1,8 @@
 """Tables with patch parts of ClickHouse lightweight UPDATEs (chdb writes them): our reads return
 exactly the rows and values ClickHouse's SELECT returns — for all columns, a column subset and a
-WHERE on an updated column — and our writes refuse such tables before writing anything."""
+WHERE on an updated column. Our writes on them leave the table as ClickHouse would: inserts above
+every patch's version, merges and mutations materialising the patches (ClickHouse then reads the
+directory as we do); what would not apply them is refused before writing."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.engine.patches import PatchSet
 from spark_mergetree.errors import UnsupportedError
-from tests.format.chdb_util import close_session, make_chdb_table
+from spark_mergetree.format.part_info import PartInfo
+from tests.format.chdb_util import close_session, make_chdb_table, open_session
 
 IDS = "SETTINGS enable_block_number_column = 1, enable_block_offset_column = 1, index_granularity = 8"
 LAYOUTS = {
@@ -177,19 +180,70 @@ def test_skip_index_on_an_updated_column_is_not_used(tmp_path: Path) -> None:
     assert table.to_arrow(["id"], where="v = 999").num_rows == 6
 
 
-def test_writes_to_a_table_with_patch_parts_are_refused_before_writing(tmp_path: Path) -> None:
-    create = _create()
+def _statement(sess) -> str:
+    return sess.query("SHOW CREATE TABLE u", "TabSeparatedRaw").bytes().decode()
+
+
+def _clickhouse_check(sess) -> None:
+    result = sess.query("CHECK TABLE u", "TabSeparatedRaw").bytes().decode().split()
+    assert result and "0" not in result, result
+
+
+def _more_rows(table: MergeTreeTable, shift: int) -> pa.Table:
+    """Rows like the table's (every type of COLUMNS), with ids moved by `shift`."""
+    rows = table.to_arrow()
+    return rows.set_column(0, "id", pa.compute.add(rows.column("id"), pa.scalar(shift, pa.uint64())))
+
+
+@pytest.mark.parametrize("layout", ["wide", "compact"])
+def test_inserts_into_a_patched_table_and_clickhouse_updates_after(tmp_path: Path, layout: str) -> None:
+    sess, directory = make_chdb_table(tmp_path, _create(layout), [
+        _insert(0, 40), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0"])
+    statement = _statement(sess)
+    theirs = sorted(p.name for p in directory.iterdir() if p.name.startswith("all_"))
+    close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    (ours,) = table.insert(_more_rows(table, 1000))
+    patches = table.patch_part_names()
+    # Above every block and version ClickHouse gave (the patch's too), so no patch applies to it;
+    # like ClickHouse's inserted parts, it stores no row identity (they read as block and position).
+    assert PartInfo.parse(ours).min_block > max(max(PartInfo.parse(p).max_block, PartInfo.parse(p).mutation)
+                                                for p in patches)
+    assert [c for c in (directory / ours / "columns.txt").read_text().splitlines()] == \
+        (directory / theirs[0] / "columns.txt").read_text().splitlines()
+    sess = open_session(tmp_path)  # ClickHouse loads our part
+    try:
+        _compare(sess, directory)
+        _clickhouse_check(sess)
+        # ClickHouse updates rows of its parts and of ours (a new patch part in the directory our log keeps).
+        sess.query("UPDATE u SET v = 7, s = 'w', n = NULL WHERE id % 3 = 0")
+        sess.query("UPDATE u SET lc = 'zz' WHERE id % 4 = 1 AND id > 1000")
+        table = _compare(sess, directory, min_patches=3)
+        assert table.patch_part_names() > patches
+        statement = _statement(sess)
+    finally:
+        close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    table.insert(_more_rows(table, 5000))
+    table.cleanup()  # the log never takes ClickHouse's patch parts for garbage
+    assert table.patch_part_names() >= patches
+    sess = open_session(tmp_path)
+    try:
+        _compare(sess, directory, min_patches=3)
+        _clickhouse_check(sess)
+    finally:
+        close_session()
+
+
+def test_writes_that_do_not_apply_patches_are_refused_before_writing(tmp_path: Path) -> None:
+    create = _create(indexes="INDEX i_s s TYPE minmax GRANULARITY 1")
     _sess, directory = make_chdb_table(tmp_path, create, [_insert(0, 20), "UPDATE u SET v = 999 WHERE id < 3"])
     close_session()
     before = sorted(p.name for p in directory.iterdir())
     table = MergeTreeTable.open(directory, create_statement=create)
-    rows = table.to_arrow().slice(0, 1)
-    for write in (lambda: table.insert(rows), lambda: table.optimize(final=True),
-                  lambda: table.delete("id = 1"), lambda: table.update({"v": "1"}, "id = 2")):
-        with pytest.raises(UnsupportedError, match="patch-[0-9a-f]{32}-all_3_3_0_2: a patch part"):
-            write()
-    assert sorted(p.name for p in directory.iterdir()) == before
-
+    with pytest.raises(UnsupportedError, match="patch-[0-9a-f]{32}-all_3_3_0_2: a patch part .* part all_1_1_0"):
+        table.materialize_index("i_s")
+    assert sorted(p.name for p in directory.iterdir() if p.name != "_mergetree") == before
 
 
 def test_final_read_of_a_replacing_table_applies_patches_first(tmp_path: Path) -> None:
