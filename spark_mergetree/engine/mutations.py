@@ -6,6 +6,9 @@ part is replaced by `<partition>_<min>_<max>_<level>_N`. A part holding rows the
 is rewritten (DELETE: the `_row_exists` mask gains zeros for the matching rows, every stored row
 kept; UPDATE: the assigned columns take their new values in the matching rows that exist); a part
 with no such row gets the same files under the new name (hard links where the storage allows).
+Patch parts of ClickHouse's lightweight UPDATEs are materialised as ClickHouse's mutations do: rows
+are read with them applied, and a part they change is written with them (even when no row of it
+matches), its new version N then above theirs (reads skip them).
 Once the transaction has committed, `mutation_N.txt` records the command in the table directory as ClickHouse keeps it; a ClickHouse
 opening the table finds every part at version N or above and the mutation done (a mutation file
 without such parts would make ClickHouse apply it again; so it is written only after the commit).
@@ -156,9 +159,15 @@ def _predicate(table: MergeTreeTable, where: str | Expr, what: str) -> Expr:
 # ------------------------------------------------------------------ rewriting one part
 
 
-def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) -> PartFiles | None:
+def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation, *,
+                 patched: bool = False) -> PartFiles | None:
     """The files of `reader`'s part with `mutation` applied, every stored row kept in place (same
-    granules); None when no existing row of the part matches."""
+    granules); None when no existing row of the part matches (unless `patched`: a part that patch
+    parts of ClickHouse's lightweight UPDATEs change is then written with them applied, as a
+    mutation materialises them, instead of being copied).
+
+    Rows are read with those patches applied (engine/patches.py `PatchSet.stored`): the condition
+    sees the updated values, and every column a patch updates (the mask too) is written with them."""
     meta = table.metadata
     if meta.projections and (mutation.is_delete or reader.existing_rows != reader.rows):
         raise UnsupportedError(
@@ -167,14 +176,22 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
             "= 'throw'); drop the projections first or delete in ClickHouse")
     ranges = [(0, reader.n_granules)]
     rows = reader.rows
+    patches = table.active_patches()
+    touching = patches.changing(reader.part, meta.column_types)
+
+    def read(names: list[str], stored_json: bool = False) -> pa.Table:
+        if touching:
+            return patches.stored(reader, ranges, names, meta.column_types, touching, stored_json=stored_json)[0]
+        return reader.read(names, ranges, meta.column_types, apply_mask=False, stored_json=stored_json)
+
     wanted = sorted(columns_of(mutation.predicate).union(*(columns_of(e) for e in mutation.assignments.values()),
                                                           mutation.assignments))
-    stored = reader.read(wanted, ranges, meta.column_types, apply_mask=False)
-    exists = reader.row_mask(ranges)
+    stored = read(wanted)
+    exists = patches.stored(reader, ranges, [], meta.column_types, touching)[1] if touching else reader.row_mask(ranges)
     hits = np.array(evaluate(mutation.predicate, stored).to_numpy(zero_copy_only=False), dtype=bool)
     if exists is not None:
         hits &= exists
-    if not hits.any():
+    if not hits.any() and not (patched and touching):
         return None
     columns = list(meta.columns)
     hidden = {n: t.to_clickhouse() for n, t in reader.types.items() if n in HIDDEN_COLUMNS and n != ROW_EXISTS_COLUMN}
@@ -197,9 +214,9 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
         if name in hidden and name not in meta.column_types:
             return reader.read_column(name, ranges)
         # JSON columns in their stored form: their values keep their types (text would re-infer them).
-        return reader.read([name], ranges, meta.column_types, apply_mask=False, stored_json=True).column(0)
+        return read([name], stored_json=True).column(0)
 
-    if mutation.is_delete and exists is None and _mask_only(reader):
+    if mutation.is_delete and exists is None and not touching and _mask_only(reader):
         return _with_mask(reader, table, column_of(ROW_EXISTS_COLUMN))
     names = [n for n, _ in meta.columns]
     keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
@@ -317,7 +334,6 @@ def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | 
     tx = transaction if transaction is not None else Transaction(table.coordinator)
     try:
         parts = sorted(tx.visible_parts(table.log))
-        table.refuse_if_patched(parts, "a DELETE or UPDATE")
         plan = table.plan_read(None, mutation.predicate, transaction=tx)
     except BaseException:
         if transaction is None:
@@ -329,9 +345,11 @@ def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | 
 def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: bool, prefix: str, *,
                copy: bool = True) -> tuple[str | None, bool]:
     """Write `part`'s new version under a staged name starting with `prefix` (any process): rewritten
-    when `candidate` and a row changes, else (with `copy`) copied. Returns (staged name or None,
+    when `candidate` and a row changes, else (with `copy`) copied, or rewritten with the patches of
+    ClickHouse's lightweight UPDATEs applied when some change the part. Returns (staged name or None,
     whether rewritten)."""
-    files = rewrite_part(table.reader(part), table, mutation) if candidate else None
+    patched = copy and bool(table.active_patches().changing(part, table.metadata.column_types))
+    files = rewrite_part(table.reader(part), table, mutation, patched=patched) if candidate or patched else None
     if files is None and not copy:
         return None, False
     name = f"{inserting.STAGING_PREFIX}{prefix}_{uuid.uuid4().hex[:12]}_0"

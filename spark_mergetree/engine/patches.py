@@ -131,6 +131,11 @@ class PatchSet:
         wanted = {*columns, ROW_EXISTS_COLUMN}
         return any(wanted & set(self._patches[name].columns) for name in patches)
 
+    def changing(self, part: str, columns: Iterable[str]) -> tuple[str, ...]:
+        """The patch parts that change a read of `columns` of `part` (`for_part`, where `changes`)."""
+        patches = self.for_part(part) if self._patches else ()
+        return patches if patches and self.changes(patches, columns) else ()
+
     def existing_rows(self, reader: PartReader, patches: Sequence[str]) -> int:
         """Rows a read of the whole part returns, rows that patch parts `patches` delete excluded."""
         if not self.changes(patches, ()):

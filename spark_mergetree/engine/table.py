@@ -403,12 +403,12 @@ class MergeTreeTable:
         version above the patch, which reads would then skip."""
         patches = self.active_patches()
         for part in sorted(parts):
-            touching = patches.for_part(part) if patches else ()
-            if touching and patches.changes(touching, self.metadata.column_types):
+            touching = patches.changing(part, self.metadata.column_types)
+            if touching:
                 raise UnsupportedError(
                     f"{self.part_location(touching[0])}: a patch part of a ClickHouse lightweight UPDATE changes rows "
                     f"of part {part}; {action} does not apply it here: run `ALTER TABLE … APPLY PATCHES` in "
-                    "ClickHouse (or our delete/update, or OPTIMIZE, which apply it) first")
+                    "ClickHouse (or our delete/update, which apply it) first")
 
     def adopt_directory_parts(self) -> None:
         """A table ClickHouse wrote has parts but no log history: the log takes its data parts in

@@ -235,6 +235,49 @@ def test_inserts_into_a_patched_table_and_clickhouse_updates_after(tmp_path: Pat
         close_session()
 
 
+# name → (CREATE arguments, ClickHouse statements, our mutation, ClickHouse's SELECT of the rows it leaves)
+MUTATIONS = {
+    "delete": ({}, "id % 5 = 0 OR v = 999", "SELECT * FROM u WHERE NOT (id % 5 = 0 OR v = 999)"),
+    # A part no row of which matches is rewritten too: its new version would skip the patches.
+    "update": ({}, "id < 20 AND lc = 'zz'",
+               "SELECT id, s, if(id < 20 AND lc = 'zz', v + 1000, v) AS v, n, lc, d FROM u"),
+    "delete after patched deletes": ({"partition": "PARTITION BY toYYYYMM(d)"}, "v > 20 AND v < 30",
+                                     "SELECT * FROM u WHERE NOT (v > 20 AND v < 30)"),
+}
+PATCHING = [_insert(0, 40), _insert(100, 30), _insert(200, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+            "UPDATE u SET lc = 'zz', n = NULL WHERE id % 3 = 0", "DELETE FROM u WHERE id % 7 = 0" + FORCE,
+            "UPDATE u SET v = 25 WHERE id % 11 = 0"]
+
+
+@pytest.mark.parametrize("layout", ["wide", "compact"])
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_our_mutations_materialise_the_patches(tmp_path: Path, name: str, layout: str) -> None:
+    arguments, where, expected_query = MUTATIONS[name]
+    sess, directory = make_chdb_table(tmp_path, _create(layout, **arguments), PATCHING)
+    statement = _statement(sess)
+    expected = _clickhouse(sess, "*", None, f"({expected_query})")
+    close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    patched = {p for p in table.visible_parts()[1] if table.active_patches().changing(p, ["v"])}
+    assert patched
+    if name.startswith("delete"):
+        new = table.delete(where)
+    else:
+        new = table.update({"v": "v + 1000"}, where)
+    # Every part at the mutation's version, above every patch's: reads no longer apply them.
+    (version,) = {PartInfo.parse(p).mutation for p in new}
+    assert version > max(PartInfo.parse(p).mutation for p in table.patch_part_names())
+    assert not any(table.active_patches().for_part(p) for p in new)
+    assert _ours(table, None, None) == expected
+    sess = open_session(tmp_path)  # ClickHouse reads the directory we mutated
+    try:
+        assert _clickhouse(sess, "*", None) == expected
+        _compare(sess, directory)
+        _clickhouse_check(sess)
+    finally:
+        close_session()
+
+
 def test_writes_that_do_not_apply_patches_are_refused_before_writing(tmp_path: Path) -> None:
     create = _create(indexes="INDEX i_s s TYPE minmax GRANULARITY 1")
     _sess, directory = make_chdb_table(tmp_path, create, [_insert(0, 20), "UPDATE u SET v = 999 WHERE id < 3"])
