@@ -159,17 +159,19 @@ def _predicate(table: MergeTreeTable, where: str | Expr, what: str) -> Expr:
 # ------------------------------------------------------------------ rewriting one part
 
 
-def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation, *,
+def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation | None, *,
                  patched: bool = False) -> PartFiles | None:
     """The files of `reader`'s part with `mutation` applied, every stored row kept in place (same
     granules); None when no existing row of the part matches (unless `patched`: a part that patch
     parts of ClickHouse's lightweight UPDATEs change is then written with them applied, as a
-    mutation materialises them, instead of being copied).
+    mutation materialises them, instead of being copied). No `mutation`: only those patches.
 
     Rows are read with those patches applied (engine/patches.py `PatchSet.stored`): the condition
     sees the updated values, and every column a patch updates (the mask too) is written with them."""
     meta = table.metadata
-    if meta.projections and (mutation.is_delete or reader.existing_rows != reader.rows):
+    is_delete = mutation is not None and mutation.is_delete
+    assignments = mutation.assignments if mutation is not None else {}
+    if mutation is not None and meta.projections and (is_delete or reader.existing_rows != reader.rows):
         raise UnsupportedError(
             f"table {meta.definition.name!r} has projections ({', '.join(p.name for p in meta.projections)}): "
             "lightweight DELETE is refused on it, as ClickHouse does by default (lightweight_mutation_projection_mode "
@@ -184,11 +186,13 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation, 
             return patches.stored(reader, ranges, names, meta.column_types, touching, stored_json=stored_json)[0]
         return reader.read(names, ranges, meta.column_types, apply_mask=False, stored_json=stored_json)
 
-    wanted = sorted(columns_of(mutation.predicate).union(*(columns_of(e) for e in mutation.assignments.values()),
-                                                          mutation.assignments))
+    condition = mutation.predicate if mutation is not None else None
+    wanted = sorted(set(columns_of(condition) if condition is not None else ()).union(
+        *(columns_of(e) for e in assignments.values()), assignments))
     stored = read(wanted)
     exists = patches.stored(reader, ranges, [], meta.column_types, touching)[1] if touching else reader.row_mask(ranges)
-    hits = np.array(evaluate(mutation.predicate, stored).to_numpy(zero_copy_only=False), dtype=bool)
+    hits = (np.array(evaluate(condition, stored).to_numpy(zero_copy_only=False), dtype=bool) if condition is not None
+            else np.zeros(rows, dtype=bool))
     if exists is not None:
         hits &= exists
     if not hits.any() and not (patched and touching):
@@ -196,17 +200,17 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation, 
     columns = list(meta.columns)
     hidden = {n: t.to_clickhouse() for n, t in reader.types.items() if n in HIDDEN_COLUMNS and n != ROW_EXISTS_COLUMN}
     columns += hidden.items()
-    if mutation.is_delete or exists is not None:
+    if is_delete or exists is not None:
         columns.append((ROW_EXISTS_COLUMN, "UInt8"))
     changed: dict[str, pa.Array] = {}
     mask = pa.array(hits)
-    for name, expr in mutation.assignments.items():
+    for name, expr in assignments.items():
         changed[name] = pc.if_else(mask, new_values(name, expr, stored, table), stored.column(name).combine_chunks())
 
     def column_of(name: str) -> pa.Array | pa.ChunkedArray:
         if name == ROW_EXISTS_COLUMN:
             kept = exists if exists is not None else np.ones(rows, dtype=bool)
-            if mutation.is_delete:
+            if is_delete:
                 kept = kept & ~hits
             return pa.array(kept.astype(np.uint8))
         if name in changed:
@@ -216,7 +220,7 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation, 
         # JSON columns in their stored form: their values keep their types (text would re-infer them).
         return read([name], stored_json=True).column(0)
 
-    if mutation.is_delete and exists is None and not touching and _mask_only(reader):
+    if is_delete and exists is None and not touching and _mask_only(reader):
         return _with_mask(reader, table, column_of(ROW_EXISTS_COLUMN))
     names = [n for n, _ in meta.columns]
     keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)

@@ -278,6 +278,86 @@ def test_our_mutations_materialise_the_patches(tmp_path: Path, name: str, layout
         close_session()
 
 
+NO_MERGES = "min_parts_to_merge_at_once = 1000"  # (no background merge in chdb changes the part set)
+# name → (CREATE text, ClickHouse statements before the OPTIMIZE FINAL)
+MERGES = {
+    "wide": (_create("wide", extra=NO_MERGES), PATCHING),
+    "compact": (_create("compact", extra=NO_MERGES), PATCHING),
+    "partitioned": (_create("wide", partition="PARTITION BY toYYYYMM(d)", extra=NO_MERGES), PATCHING),
+    # A source at a mutation's version above some patches: only the newer ones apply to it.
+    "after a mutation": (_create("wide", extra=NO_MERGES), [
+        _insert(0, 40), "UPDATE u SET v = 999 WHERE id % 10 = 0", "DELETE FROM u WHERE id = 5",
+        _insert(100, 30), "UPDATE u SET v = 5 WHERE id % 4 = 0", "DELETE FROM u WHERE id % 9 = 0" + FORCE]),
+    # The engine's merge keeps the updated values of the rows it keeps, and none of the deleted rows.
+    "replacing": ("CREATE TABLE u (id UInt64, s String, v UInt32, n Nullable(Int32), lc LowCardinality(String), "
+                  f"d Date) ENGINE = ReplacingMergeTree(v) ORDER BY (id % 50) {IDS}, {NO_MERGES}",
+                  [_insert(0, 40), _insert(100, 30), "UPDATE u SET s = concat(s, '!'), n = 1 WHERE id % 3 = 0",
+                   "DELETE FROM u WHERE id % 7 = 0" + FORCE]),
+}
+
+
+def _active(sess) -> list[str]:
+    return sorted(sess.query("SELECT name FROM system.parts WHERE table = 'u' AND active",
+                             "TabSeparatedRaw").bytes().decode().split())
+
+
+@pytest.mark.parametrize("name", list(MERGES))
+def test_our_merges_materialise_the_patches_as_clickhouse_does(tmp_path: Path, name: str) -> None:
+    create, statements = MERGES[name]
+    # ClickHouse's own OPTIMIZE FINAL of the same table: the parts it leaves and the rows it reads.
+    sess, _ = make_chdb_table(tmp_path / "theirs", create, statements)
+    try:
+        before = _clickhouse(sess, "*", None)
+        sess.query("OPTIMIZE TABLE u FINAL")
+        theirs, merged_rows = _active(sess), _clickhouse(sess, "*", None)
+    finally:
+        close_session()
+    sess, directory = make_chdb_table(tmp_path / "ours", create, statements)
+    statement = _statement(sess)
+    close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    assert table.active_patches().changing(sorted(table.visible_parts()[1])[0], ["v"])
+    created = table.optimize(final=True)
+    # Named as ClickHouse names them: the highest applied patch version is the merged part's mutation.
+    # (ClickHouse's OPTIMIZE FINAL also rewrites a partition's lone part; ours leaves it. The patch
+    # parts' block numbers differ between the two runs: an UPDATE numbers its partitions in any order.)
+    assert set(created) <= set(theirs)
+    assert len(created) == len({PartInfo.parse(p).partition_id for p in theirs if not p.startswith("patch-")}
+                               - {PartInfo.parse(p).partition_id for p in table.visible_parts()[1] - set(created)})
+    assert not any(table.active_patches().for_part(p) for p in created)
+    assert _ours(table, None, None) == (merged_rows if name == "replacing" else before) == merged_rows
+    sess = open_session(tmp_path / "ours")  # ClickHouse reads the parts we merged
+    try:
+        assert _active(sess) == sorted(table.visible_parts()[1] | table.patch_part_names())
+        _compare(sess, directory)
+        _clickhouse_check(sess)
+        sess.query("UPDATE u SET s = 'after' WHERE id % 6 = 0")  # meets our merged rows by their identity
+        _compare(sess, directory)
+    finally:
+        close_session()
+
+
+def test_merges_that_would_not_apply_patches_are_refused_or_left_alone(tmp_path: Path) -> None:
+    # apply_patches_on_merge = 0: ClickHouse's merge keeps the rows' identities for the patches, which
+    # ours does not write: OPTIMIZE refuses before writing, background merges take the other parts.
+    create = _create(extra=f"apply_patches_on_merge = 0, {NO_MERGES}")
+    sess, directory = make_chdb_table(tmp_path, create, [
+        _insert(0, 20), _insert(100, 20), "UPDATE u SET v = 999 WHERE id < 10", _insert(200, 20),
+        _insert(300, 20)])
+    statement = _statement(sess)
+    close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    before = sorted(p.name for p in directory.iterdir())
+    with pytest.raises(UnsupportedError, match="patch-[0-9a-f]{32}-all_4_4_0_3: a patch part .* part all_1_1_0, and "
+                                               "the table has apply_patches_on_merge = 0"):
+        table.optimize(final=True)
+    assert sorted(p.name for p in directory.iterdir() if p.name != "_mergetree") == before
+    from spark_mergetree.engine import optimize as optimizing
+    visible = table.visible_parts()[1]
+    kept, reserved = optimizing._without_unmergeable(table, visible, {})
+    assert kept == visible - {"all_1_1_0"} and reserved == {"all": [(1, 1)]}
+
+
 def test_writes_that_do_not_apply_patches_are_refused_before_writing(tmp_path: Path) -> None:
     create = _create(indexes="INDEX i_s s TYPE minmax GRANULARITY 1")
     _sess, directory = make_chdb_table(tmp_path, create, [_insert(0, 20), "UPDATE u SET v = 999 WHERE id < 3"])
