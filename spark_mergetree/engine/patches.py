@@ -8,7 +8,10 @@ meet the part's rows by row identity (`_block_number`, `_block_offset`, which a 
 for each updated column a row takes the value of the matching patch row of the highest version
 among those above the part's data version (ClickHouse keeps a version per row and column and
 applies a patch row only over a lower one). Merges and mutations materialise the patches up to
-their version into the new part, whose higher data version then makes reads skip them.
+their version into the new part, whose higher data version then makes reads skip them; ours do
+too, from `PatchSet.stored` (every stored row, the mask as patched) and `applied_version`
+(engine/mutations.py, engine/patch_merge.py). Patch parts are ClickHouse's: the table takes them
+from its directory, never from our commit log.
 
 Rows are matched by identity alone: the sorting key that ClickHouse's key-ordered patches also
 compare is copied from the same row and cannot be updated, so it cannot disagree. A DELETE in
