@@ -351,9 +351,11 @@ def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: 
     """Write `part`'s new version under a staged name starting with `prefix` (any process): rewritten
     when `candidate` and a row changes, else (with `copy`) copied, or rewritten with the patches of
     ClickHouse's lightweight UPDATEs applied when some change the part. Returns (staged name or None,
-    whether rewritten)."""
-    patched = copy and bool(table.active_patches().changing(part, table.metadata.column_types))
-    files = rewrite_part(table.reader(part), table, mutation, patched=patched) if candidate or patched else None
+    whether a row of it changed)."""
+    files = rewrite_part(table.reader(part), table, mutation) if candidate else None
+    changed = files is not None
+    if files is None and copy and table.active_patches().changing(part, table.metadata.column_types):
+        files = rewrite_part(table.reader(part), table, mutation, patched=True)
     if files is None and not copy:
         return None, False
     name = f"{inserting.STAGING_PREFIX}{prefix}_{uuid.uuid4().hex[:12]}_0"
@@ -363,7 +365,7 @@ def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: 
         table.store.clone_part(part, name, files.files, files.boundaries)
     else:
         table.store.write_part(name, files.files, files.boundaries)
-    return name, files is not None
+    return name, changed
 
 
 def finish(table: MergeTreeTable, command: str, tx: Transaction, staged: Mapping[str, str], *,
