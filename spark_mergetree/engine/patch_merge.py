@@ -5,10 +5,11 @@ merges the patches that change its sources, up to the merge's start, and names t
 with the highest version it applied as its mutation: `all_1_1_0` and `all_2_2_0` under a patch of
 version 3 merge into `all_1_2_1_3`, whose data version makes reads skip the patch (which stays
 active, format_spec/part.md). We do the same: each source a patch changes is first written again
-with the patches applied (engine/mutations.py `rewrite_part` without a mutation: every stored row,
-its mask as patched) into a temporary directory, and the merge reads that part in the source's
-place, so every path of merge.py (streaming, Compact, the row-combining engines, projections) merges
-patched rows. Merges of unpatched parts are not touched.
+with the patches applied (`MergeTreeTable.with_patches_applied`: engine/mutations.py's
+`rewrite_part` without a mutation; every stored row, its mask as patched) into a temporary
+directory, and the merge reads that part in the source's place, so every path of merge.py
+(streaming, Compact, the row-combining engines, projections) merges patched rows. Merges of
+unpatched parts are not touched.
 
 ClickHouse's merged part of such a table also stores each row's identity (`_block_number`,
 `_block_offset`); ours does not: a part without them reads as its min block and the row's position
@@ -28,7 +29,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine.merge import SPILL_PREFIX, MergeCandidate
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.format.part_reader import PartReader
@@ -92,8 +92,7 @@ def merge_sources(table: MergeTreeTable, parts: Sequence[str]) -> Iterator[list[
             if part not in patched:
                 readers.append(table.reader(part))
                 continue
-            files = mutating.rewrite_part(table.reader(part), table, None, patched=True)
-            assert files is not None  # (patched: always written)
+            files = table.with_patches_applied(part)
             store.write_part(part, files.files, files.boundaries)
             readers.append(PartReader(store, part, f"{table.part_location(part)} (lightweight UPDATEs applied)",
                                       granularity))

@@ -410,6 +410,14 @@ class MergeTreeTable:
                     f"of part {part}; {action} does not apply it here: run `ALTER TABLE … APPLY PATCHES` in "
                     "ClickHouse (or our delete/update, which apply it) first")
 
+    def with_patches_applied(self, part: str) -> PartFiles:
+        """`part` written again with the patches that change it applied (every stored row, its mask as
+        patched, same granules): what a merge reads in its place (engine/patch_merge.py)."""
+        files = mutating.rewrite_part(self.reader(part), self, None, patched=True)
+        if files is None:
+            raise UnsupportedError(f"{self.part_location(part)}: no patch part changes this part")
+        return files
+
     def adopt_directory_parts(self) -> None:
         """A table ClickHouse wrote has parts but no log history: the log takes its data parts in
         (TableLog.adopt) before the first write, merge or mutation binds it. Patch parts stay the
