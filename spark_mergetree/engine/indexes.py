@@ -155,7 +155,10 @@ def rewrite_every_part_staged(table: MergeTreeTable, command: str,
     tx = Transaction(table.coordinator)
     staged: dict[str, str] = {}  # visible part → its staged new version
     try:
-        for part in sorted(tx.visible_parts(table.log)):
+        visible = tx.visible_parts(table.log)
+        # The new versions would be above the patches of ClickHouse's lightweight UPDATEs, unapplied.
+        table.refuse_if_patched(visible, command)
+        for part in sorted(visible):
             name = f"{inserting.STAGING_PREFIX}t{tx.tid}_index_{uuid.uuid4().hex[:12]}_0"
             files = rewrite(table.reader(part))
             if files is not None:

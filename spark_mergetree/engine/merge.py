@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -50,10 +50,14 @@ class MergeCandidate:
     partition_id: str
     parts: tuple[str, ...]
     rows: int
+    # The data version the merged rows get when above their sources' (patch_merge.py: the patches
+    # of ClickHouse's lightweight UPDATEs it materialises).
+    data_version: int = 0
 
     @property
     def result_name(self) -> str:
-        return PartInfo.merged([PartInfo.parse(p) for p in self.parts]).name
+        info = PartInfo.merged([PartInfo.parse(p) for p in self.parts])
+        return (replace(info, mutation=self.data_version) if self.data_version > info.mutation else info).name
 
 
 _NO_BLOCK = (1 << 63) - 1  # above every block number (Int64 in part names)

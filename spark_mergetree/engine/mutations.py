@@ -6,6 +6,9 @@ part is replaced by `<partition>_<min>_<max>_<level>_N`. A part holding rows the
 is rewritten (DELETE: the `_row_exists` mask gains zeros for the matching rows, every stored row
 kept; UPDATE: the assigned columns take their new values in the matching rows that exist); a part
 with no such row gets the same files under the new name (hard links where the storage allows).
+Patch parts of ClickHouse's lightweight UPDATEs are materialised as ClickHouse's mutations do: rows
+are read with them applied, and a part they change is written with them (even when no row of it
+matches), its new version N then above theirs (reads skip them).
 Once the transaction has committed, `mutation_N.txt` records the command in the table directory as ClickHouse keeps it; a ClickHouse
 opening the table finds every part at version N or above and the mutation done (a mutation file
 without such parts would make ClickHouse apply it again; so it is written only after the commit).
@@ -157,40 +160,58 @@ def _predicate(table: MergeTreeTable, where: str | Expr, what: str) -> Expr:
 # ------------------------------------------------------------------ rewriting one part
 
 
-def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) -> PartFiles | None:
+def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation | None, *,
+                 patched: bool = False) -> PartFiles | None:
     """The files of `reader`'s part with `mutation` applied, every stored row kept in place (same
-    granules); None when no existing row of the part matches."""
+    granules); None when no existing row of the part matches (unless `patched`: a part that patch
+    parts of ClickHouse's lightweight UPDATEs change is then written with them applied, as a
+    mutation materialises them, instead of being copied). No `mutation`: only those patches.
+
+    Rows are read with those patches applied (engine/patches.py `PatchSet.stored`): the condition
+    sees the updated values, and every column a patch updates (the mask too) is written with them."""
     meta = table.metadata
-    if meta.projections and (mutation.is_delete or reader.existing_rows != reader.rows):
+    is_delete = mutation is not None and mutation.is_delete
+    assignments = mutation.assignments if mutation is not None else {}
+    if mutation is not None and meta.projections and (is_delete or reader.existing_rows != reader.rows):
         raise UnsupportedError(
             f"table {meta.definition.name!r} has projections ({', '.join(p.name for p in meta.projections)}): "
             "lightweight DELETE is refused on it, as ClickHouse does by default (lightweight_mutation_projection_mode "
             "= 'throw'); drop the projections first or delete in ClickHouse")
     ranges = [(0, reader.n_granules)]
     rows = reader.rows
-    wanted = sorted(columns_of(mutation.predicate).union(*(columns_of(e) for e in mutation.assignments.values()),
-                                                          mutation.assignments))
-    stored = reader.read(wanted, ranges, meta.column_types, apply_mask=False)
-    exists = reader.row_mask(ranges)
-    hits = np.array(evaluate(mutation.predicate, stored).to_numpy(zero_copy_only=False), dtype=bool)
+    patches = table.active_patches()
+    touching = patches.changing(reader.part, meta.column_types)
+
+    def read(names: list[str], stored_json: bool = False) -> pa.Table:
+        if touching:
+            return patches.stored(reader, ranges, names, meta.column_types, touching, stored_json=stored_json)[0]
+        return reader.read(names, ranges, meta.column_types, apply_mask=False, stored_json=stored_json)
+
+    condition = mutation.predicate if mutation is not None else None
+    wanted = sorted(set(columns_of(condition) if condition is not None else ()).union(
+        *(columns_of(e) for e in assignments.values()), assignments))
+    stored = read(wanted)
+    exists = patches.stored(reader, ranges, [], meta.column_types, touching)[1] if touching else reader.row_mask(ranges)
+    hits = (np.array(evaluate(condition, stored).to_numpy(zero_copy_only=False), dtype=bool) if condition is not None
+            else np.zeros(rows, dtype=bool))
     if exists is not None:
         hits &= exists
-    if not hits.any():
+    if not hits.any() and not (patched and touching):
         return None
     columns = list(meta.columns)
     hidden = {n: t.to_clickhouse() for n, t in reader.types.items() if n in HIDDEN_COLUMNS and n != ROW_EXISTS_COLUMN}
     columns += hidden.items()
-    if mutation.is_delete or exists is not None:
+    if is_delete or exists is not None:
         columns.append((ROW_EXISTS_COLUMN, "UInt8"))
     changed: dict[str, pa.Array] = {}
     mask = pa.array(hits)
-    for name, expr in mutation.assignments.items():
+    for name, expr in assignments.items():
         changed[name] = pc.if_else(mask, new_values(name, expr, stored, table), stored.column(name).combine_chunks())
 
     def column_of(name: str) -> pa.Array | pa.ChunkedArray:
         if name == ROW_EXISTS_COLUMN:
             kept = exists if exists is not None else np.ones(rows, dtype=bool)
-            if mutation.is_delete:
+            if is_delete:
                 kept = kept & ~hits
             return pa.array(kept.astype(np.uint8))
         if name in changed:
@@ -198,9 +219,9 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation) 
         if name in hidden and name not in meta.column_types:
             return reader.read_column(name, ranges)
         # JSON columns in their stored form: their values keep their types (text would re-infer them).
-        return reader.read([name], ranges, meta.column_types, apply_mask=False, stored_json=True).column(0)
+        return read([name], stored_json=True).column(0)
 
-    if mutation.is_delete and exists is None and _mask_only(reader):
+    if is_delete and exists is None and not touching and _mask_only(reader):
         return _with_mask(reader, table, column_of(ROW_EXISTS_COLUMN))
     names = [n for n, _ in meta.columns]
     keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
@@ -331,9 +352,13 @@ def begin(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | 
 def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: bool, prefix: str, *,
                copy: bool = True) -> tuple[str | None, bool]:
     """Write `part`'s new version under a staged name starting with `prefix` (any process): rewritten
-    when `candidate` and a row changes, else (with `copy`) copied. Returns (staged name or None,
-    whether rewritten)."""
+    when `candidate` and a row changes, else (with `copy`) copied, or rewritten with the patches of
+    ClickHouse's lightweight UPDATEs applied when some change the part. Returns (staged name or None,
+    whether a row of it changed)."""
     files = rewrite_part(table.reader(part), table, mutation) if candidate else None
+    changed = files is not None
+    if files is None and copy and table.active_patches().changing(part, table.metadata.column_types):
+        files = rewrite_part(table.reader(part), table, mutation, patched=True)
     if files is None and not copy:
         return None, False
     name = f"{inserting.STAGING_PREFIX}{prefix}_{uuid.uuid4().hex[:12]}_0"
@@ -343,7 +368,7 @@ def stage_part(table: MergeTreeTable, mutation: Mutation, part: str, candidate: 
         table.store.clone_part(part, name, files.files, files.boundaries)
     else:
         table.store.write_part(name, files.files, files.boundaries)
-    return name, files is not None
+    return name, changed
 
 
 def finish(table: MergeTreeTable, command: str, tx: Transaction, staged: Mapping[str, str], *,

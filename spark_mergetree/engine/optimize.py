@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
+from spark_mergetree.engine import patch_merge
 from spark_mergetree.errors import TransactionError
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
@@ -86,23 +87,27 @@ _reported_unmergeable: set[tuple[str, str]] = set()
 def _without_unmergeable(table: MergeTreeTable, visible: set[str], reserved: dict[str, list[tuple[int, int]]]
                          ) -> tuple[set[str], dict[str, list[tuple[int, int]]]]:
     """The parts background merges may take: not those holding a projection this version cannot build
-    (merging them would lose it; ClickHouse merges them). Their blocks are reserved, so no merge
-    spans them; each is logged once."""
-    if not table.metadata.unbuildable_projections and not any(
+    (merging them would lose it; ClickHouse merges them), nor those patch parts change in a table
+    whose merges do not apply them (patch_merge.py). Their blocks are reserved, so no merge spans
+    them; each is logged once."""
+    patched = patch_merge.unmergeable(table, visible)
+    if not patched and not table.metadata.unbuildable_projections and not any(
             table.reader(p).projections for p in visible):
         return visible, reserved
     kept, reserved = set(), {k: list(v) for k, v in reserved.items()}
     for part in visible:
         lost = merging.unmergeable_projections(table.reader(part), table.metadata)
-        if not lost:
+        reasons = [f"it holds projection(s) {', '.join(lost)} this version cannot build"] if lost else []
+        if part in patched:
+            reasons.append("patch parts of lightweight UPDATEs change it and the table has apply_patches_on_merge = 0")
+        if not reasons:
             kept.add(part)
             continue
         info = PartInfo.parse(part)
         reserved.setdefault(info.partition_id, []).append((info.min_block, info.max_block))
         if (str(table.path), part) not in _reported_unmergeable:
             _reported_unmergeable.add((str(table.path), part))
-            log.info("%s: part %s is not merged in the background: it holds projection(s) %s this version "
-                     "cannot build", table.path, part, ", ".join(lost))
+            log.info("%s: part %s is not merged in the background: %s", table.path, part, "; ".join(reasons))
     return kept, reserved
 
 
@@ -135,7 +140,9 @@ def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Tran
         # Removal locks first: of two concurrent merges of the same parts, one fails here,
         # before writing anything.
         tx.remove_parts(table.log, candidate.parts)
-        with merging.merged_part([table.reader(p) for p in candidate.parts], table.metadata) as files:
+        candidate = patch_merge.with_data_version(table, candidate)
+        with patch_merge.merge_sources(table, candidate.parts) as readers, \
+                merging.merged_part(readers, table.metadata) as files:
             result = table.publish_merged(candidate, files, tx)
         tx.commit()
     except BaseException:
@@ -197,6 +204,7 @@ def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
             visible = {p for p in visible if PartInfo.parse(p).partition_id in wanted}
         rows = {p: table.reader(p).rows for p in visible}
         groups = merging.select_groups(sorted(visible), rows, table.metadata, final=final, reserved=reserved)
+        groups = [patch_merge.with_data_version(table, group) for group in groups]
         if not groups:
             tx.rollback()
             return tx, []
@@ -211,7 +219,7 @@ def stage_group_merge(table: MergeTreeTable, group: merging.MergeCandidate, tag:
     """Merge one group's parts into a staged part of the write job `tag` (any process)."""
     table.log.register_job(tag)
     name = f"{inserting.STAGING_PREFIX}{tag}_{uuid.uuid4().hex[:12]}_0"
-    with merging.merged_part([table.reader(p) for p in group.parts], table.metadata) as files:
+    with patch_merge.merge_sources(table, group.parts) as readers, merging.merged_part(readers, table.metadata) as files:
         table.store.write_part(name, files.files, files.boundaries)
         return inserting.StagedPart(name, group.partition_id, int(files.rows), files.size, tag)
 

@@ -8,7 +8,10 @@ meet the part's rows by row identity (`_block_number`, `_block_offset`, which a 
 for each updated column a row takes the value of the matching patch row of the highest version
 among those above the part's data version (ClickHouse keeps a version per row and column and
 applies a patch row only over a lower one). Merges and mutations materialise the patches up to
-their version into the new part, whose higher data version then makes reads skip them.
+their version into the new part, whose higher data version then makes reads skip them; ours do
+too, from `PatchSet.stored` (every stored row, the mask as patched) and `applied_version`
+(engine/mutations.py, engine/patch_merge.py). Patch parts are ClickHouse's: the table takes them
+from its directory, never from our commit log.
 
 Rows are matched by identity alone: the sorting key that ClickHouse's key-ordered patches also
 compare is copied from the same row and cannot be updated, so it cannot disagree. A DELETE in
@@ -30,7 +33,7 @@ from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import ROW_EXISTS_COLUMN, GranuleRange, PartReader, merge_ranges
 from spark_mergetree.format.patch_part import PATCH_SYSTEM_COLUMNS, original_partition_id
-from spark_mergetree.format.types import parse_type
+from spark_mergetree.format.types import Json, contains_type, parse_type
 
 BLOCK_NUMBER = "_block_number"
 BLOCK_OFFSET = "_block_offset"
@@ -131,6 +134,11 @@ class PatchSet:
         wanted = {*columns, ROW_EXISTS_COLUMN}
         return any(wanted & set(self._patches[name].columns) for name in patches)
 
+    def changing(self, part: str, columns: Iterable[str]) -> tuple[str, ...]:
+        """The patch parts that change a read of `columns` of `part` (`for_part`, where `changes`)."""
+        patches = self.for_part(part) if self._patches else ()
+        return patches if patches and self.changes(patches, columns) else ()
+
     def existing_rows(self, reader: PartReader, patches: Sequence[str]) -> int:
         """Rows a read of the whole part returns, rows that patch parts `patches` delete excluded."""
         if not self.changes(patches, ()):
@@ -142,10 +150,20 @@ class PatchSet:
         """`columns` of a part's granule `ranges` (as PartReader.read returns them) with the updates of
         the patch parts `patches` (`for_part`'s) applied, then without the rows deleted (by the part's
         `_row_exists` as patched)."""
+        rows, mask = self.stored(reader, ranges, columns, column_types, patches)
+        return rows.filter(pa.array(mask)) if mask is not None and not mask.all() else rows
+
+    def stored(self, reader: PartReader, ranges: Sequence[GranuleRange], columns: Sequence[str],
+               column_types: Mapping[str, str] | None, patches: Sequence[str], *, stored_json: bool = False
+               ) -> tuple[pa.Table, np.ndarray | None]:
+        """(`columns` of every stored row of the granule `ranges`, deleted ones included, with the
+        updates of `patches` applied; the row mask as patched, None when the part has none and no
+        patch deletes). `stored_json`: JSON columns in the stored form merges and mutations write."""
         info = PartInfo.parse(reader.part)
         stored = [c for c in IDENTITY if c in reader.types]
         ranges = merge_ranges(ranges)
-        rows = reader.read([*columns, *stored], ranges, column_types, apply_mask=False)
+        wanted = [*columns, *(c for c in stored if c not in columns)]
+        rows = reader.read(wanted, ranges, column_types, apply_mask=False, stored_json=stored_json)
         if rows.num_columns == 0:  # a count (no column): a placeholder gives the table its rows
             starts = reader.granule_starts
             rows = pa.table({"": pa.nulls(sum(int(starts[e] - starts[b]) for b, e in ranges))})
@@ -157,10 +175,8 @@ class PatchSet:
                     f"{reader.location}: lightweight UPDATE patch part(s) {', '.join(patches)} change rows of this "
                     f"part, which stores {stored[0]} but not the rest of {', '.join(IDENTITY)}: this version "
                     "cannot tell which rows they update")
-            starts = reader.granule_starts
-            offsets = np.concatenate([np.arange(starts[b], starts[e], dtype=np.uint64) for b, e in ranges])
-            rows = rows.append_column(BLOCK_NUMBER, pa.array(np.full(len(offsets), info.min_block, np.uint64)))
-            rows = rows.append_column(BLOCK_OFFSET, pa.array(offsets))
+            rows = rows.append_column(BLOCK_NUMBER, pa.array(np.full(rows.num_rows, info.min_block, np.uint64)))
+            rows = rows.append_column(BLOCK_OFFSET, pa.array(self.offsets(reader, ranges)))
         version = data_version(info)
         chosen = [self._patches[name] for name in patches]
         mask = reader.row_mask(ranges)
@@ -172,13 +188,29 @@ class PatchSet:
             stale = [p.stale[column] for p in chosen if column in p.stale]
             if stale:
                 raise UnsupportedError(f"{stale[0]} (it updates rows of {reader.location})")
+            if stored_json and column != ROW_EXISTS_COLUMN and contains_type(parse_type(self._types[column]), Json):
+                raise UnsupportedError(f"{reader.location}: patch part(s) {', '.join(patches)} update JSON column "
+                                       f"{column!r}; this version does not write such updates into a part")
             updates = [self._patch_rows(p) for p in chosen if column in p.columns]
             rows = rows.set_column(rows.column_names.index(column), column,
                                    self._updated(rows, column, updates, version, (info.min_block, info.max_block)))
         if deletes:
             mask = rows.column(ROW_EXISTS_COLUMN).to_numpy() != 0
-        rows = rows.select(list(columns))
-        return rows.filter(pa.array(mask)) if mask is not None and not mask.all() else rows
+        return rows.select(list(columns)), mask
+
+    @staticmethod
+    def offsets(reader: PartReader, ranges: Sequence[GranuleRange]) -> np.ndarray:
+        """Each row's position in its part, over granule `ranges` (`_part_offset`)."""
+        starts = reader.granule_starts
+        return np.concatenate([np.arange(starts[b], starts[e], dtype=np.uint64) for b, e in ranges]
+                              or [np.zeros(0, np.uint64)])
+
+    def applied_version(self, part: str, patches: Sequence[str]) -> int:
+        """The highest version of the patches `patches` (`for_part`'s) apply to `part`'s rows: the data
+        version a merge or mutation that materialises them gives the part it writes (0: none)."""
+        info = PartInfo.parse(part)
+        return max((high for name in patches for source, high in self._patches[name].sources.items()
+                    if high > data_version(info) and info.contains(source)), default=0)
 
     @staticmethod
     def _updated(rows: pa.Table, column: str, patch_rows: list[pa.Table], version: int,

@@ -23,8 +23,6 @@ def stage(table: MergeTreeTable, data: Any, tag: str | None = None, *,
           transaction: Transaction | None = None) -> list[inserting.StagedPart]:
     """Write rows as staged parts, one per partition, owned by `transaction` or else the job `tag`."""
     table.check_same_table()
-    if not table.log.has_history():
-        table.refuse_if_patched("an insert")
     rows = inserting.conform(inserting.to_arrow_table(data), table.metadata)
     if rows.num_rows == 0:
         return []

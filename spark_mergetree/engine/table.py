@@ -380,10 +380,9 @@ class MergeTreeTable:
 
     def patch_part_names(self) -> set[str]:
         """The active patch parts of ClickHouse lightweight UPDATEs, which reads apply
-        (engine/patches.py): those in the directory of a table ClickHouse wrote (no log identity);
-        none in a table our log keeps (adopting a table refuses patch parts)."""
-        if self.log.identity() is not None:
-            return set()
+        (engine/patches.py). They are ClickHouse's, taken from the directory whether or not our log
+        keeps the table: the log never names nor deletes them (a ClickHouse UPDATE after our
+        writes adds one), and our writes leave them in place."""
         return selecting.patch_parts(self.store.list_parts())
 
     def patch_set(self, names: Iterable[str]) -> PatchSet:
@@ -398,24 +397,32 @@ class MergeTreeTable:
         """The table's active patch parts, opened (refused if this version cannot apply them)."""
         return self.patch_set(self.patch_part_names())
 
-    def refuse_if_patched(self, action: str) -> None:
-        """Our writes do not apply lightweight UPDATEs: a table ClickHouse wrote that has patch parts
-        is refused before anything is written (its log would forget the patches, merges and
-        mutations would drop them)."""
-        patches = sorted(self.patch_part_names())
-        if patches:
-            raise UnsupportedError(
-                f"{self.part_location(patches[0])}: a patch part of a ClickHouse lightweight UPDATE ({len(patches)} "
-                f"in the table); {action} would not apply it, so the table is only read here: run "
-                "`ALTER TABLE … APPLY PATCHES` and `OPTIMIZE … FINAL` in ClickHouse (or wait until merges leave "
-                "no patch part) first")
+    def refuse_if_patched(self, parts: Iterable[str], action: str) -> None:
+        """UnsupportedError, before anything is written, if a patch part changes rows of one of
+        `parts`: `action` (a rewrite that does not apply patches) would give their rows a data
+        version above the patch, which reads would then skip."""
+        patches = self.active_patches()
+        for part in sorted(parts):
+            touching = patches.changing(part, self.metadata.column_types)
+            if touching:
+                raise UnsupportedError(
+                    f"{self.part_location(touching[0])}: a patch part of a ClickHouse lightweight UPDATE changes rows "
+                    f"of part {part}; {action} does not apply it here: run `ALTER TABLE … APPLY PATCHES` in "
+                    "ClickHouse (or our delete/update, which apply it) first")
+
+    def with_patches_applied(self, part: str) -> PartFiles:
+        """`part` written again with the patches that change it applied (every stored row, its mask as
+        patched, same granules): what a merge reads in its place (engine/patch_merge.py)."""
+        files = mutating.rewrite_part(self.reader(part), self, None, patched=True)
+        if files is None:
+            raise UnsupportedError(f"{self.part_location(part)}: no patch part changes this part")
+        return files
 
     def adopt_directory_parts(self) -> None:
-        """A table ClickHouse wrote has parts but no log history: the log takes them in
-        (TableLog.adopt) before the first write, merge or mutation binds it. Patch parts are
-        refused (`refuse_if_patched`)."""
+        """A table ClickHouse wrote has parts but no log history: the log takes its data parts in
+        (TableLog.adopt) before the first write, merge or mutation binds it. Patch parts stay the
+        directory's (`patch_part_names`)."""
         if not self.log.has_history():
-            self.refuse_if_patched("a write, merge or mutation")
             self.log.adopt(self.directory_parts())
 
     def visible_parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None

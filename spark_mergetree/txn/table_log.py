@@ -10,7 +10,9 @@ Files (see format_spec/transactions.md):
   ../jobs/<tag>.json a write job that stages parts with no transaction yet (a Spark job): while it
                      is registered and recently active, its staged directories are not garbage
 
-The log also decides who owns a part directory: a part directory no entry names is garbage;
+The log also decides who owns a part directory: a part directory no entry names is garbage
+(but for the patch parts of ClickHouse's lightweight UPDATEs, `patch-…`: ClickHouse's, never in
+the log, never deleted by it; reads take them from the directory, engine/patches.py);
 `staged_t<tid>_*` directories belong to transaction `tid` (garbage once it is not running);
 `staged_<tag>_*` directories belong to the registered job `tag`. It never finds or deletes a
 directory itself: it is given a `PartDirectories` (the engine's, over the table's storage; by
@@ -39,6 +41,7 @@ from typing import Any, Protocol
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
 from spark_mergetree.fileops import Subdirectories, fsync_dir, write_file_atomically
 from spark_mergetree.format.part_info import PartInfo, uncovered_parts
+from spark_mergetree.format.patch_part import PATCH_PART_PREFIX
 from spark_mergetree.recovery import RecoveryReport
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 
@@ -256,14 +259,15 @@ class TableLog:
 
     def _folded_state(self) -> tuple[int, dict[str, PartVersion], list[LogEntry]]:
         """(floor, checkpointed versions, entries), under the caller's shared lock. A log never
-        bound and never adopted into (a table ClickHouse wrote) holds the parts its directory holds,
-        as ClickHouse loads them (the uncovered ones), since csn 0: what `adopt` will write. (Every
+        bound and never adopted into (a table ClickHouse wrote) holds the data parts its directory
+        holds, as ClickHouse loads them (the uncovered ones), since csn 0: what `adopt` will write. (Every
         change of ours binds the log first, so none of its parts can be among them.)"""
         floor, versions = self._load_checkpoint()
         entries = self.entries()
         if (not entries and not versions and self.identity() is None
                 and not (self.directory / "checkpoint.json").exists()):
-            versions = {name: PartVersion(created=0) for name in uncovered_parts(self.directories.names())}
+            versions = {name: PartVersion(created=0) for name in uncovered_parts(self.directories.names())
+                        if not name.startswith(PATCH_PART_PREFIX)}
         return floor, versions, entries
 
     def _load_checkpoint(self) -> tuple[int, dict[str, PartVersion]]:
@@ -568,6 +572,8 @@ class TableLog:
         job = _JOB_STAGED.match(name)
         if job:
             return not self.job_alive(job.group(1), job_lifetime)
+        if name.startswith(PATCH_PART_PREFIX):
+            return False  # a lightweight UPDATE's patch part: ClickHouse's (see the module docstring)
         # A part name no entry names, a deletion that was interrupted, or a write into a tmp_
         # directory of no staged part: publishing names a part under this lock before it exists.
         return bool(_PART_DIRECTORY.match(name) or _TEMPORARY_DIRECTORY.match(name))

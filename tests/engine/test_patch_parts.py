@@ -1,6 +1,8 @@
 """Tables with patch parts of ClickHouse lightweight UPDATEs (chdb writes them): our reads return
 exactly the rows and values ClickHouse's SELECT returns — for all columns, a column subset and a
-WHERE on an updated column — and our writes refuse such tables before writing anything."""
+WHERE on an updated column. Our writes on them leave the table as ClickHouse would: inserts above
+every patch's version, merges and mutations materialising the patches (ClickHouse then reads the
+directory as we do); what would not apply them is refused before writing."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.engine.patches import PatchSet
 from spark_mergetree.errors import UnsupportedError
-from tests.format.chdb_util import close_session, make_chdb_table
+from spark_mergetree.format.part_info import PartInfo
+from tests.format.chdb_util import close_session, make_chdb_table, open_session
 
 IDS = "SETTINGS enable_block_number_column = 1, enable_block_offset_column = 1, index_granularity = 8"
 LAYOUTS = {
@@ -177,19 +180,193 @@ def test_skip_index_on_an_updated_column_is_not_used(tmp_path: Path) -> None:
     assert table.to_arrow(["id"], where="v = 999").num_rows == 6
 
 
-def test_writes_to_a_table_with_patch_parts_are_refused_before_writing(tmp_path: Path) -> None:
-    create = _create()
+def _statement(sess) -> str:
+    return sess.query("SHOW CREATE TABLE u", "TabSeparatedRaw").bytes().decode()
+
+
+def _clickhouse_check(sess) -> None:
+    result = sess.query("CHECK TABLE u", "TabSeparatedRaw").bytes().decode().split()
+    assert result and "0" not in result, result
+
+
+def _more_rows(table: MergeTreeTable, shift: int) -> pa.Table:
+    """Rows like the table's (every type of COLUMNS), with ids moved by `shift`."""
+    rows = table.to_arrow()
+    return rows.set_column(0, "id", pa.compute.add(rows.column("id"), pa.scalar(shift, pa.uint64())))
+
+
+@pytest.mark.parametrize("layout", ["wide", "compact"])
+def test_inserts_into_a_patched_table_and_clickhouse_updates_after(tmp_path: Path, layout: str) -> None:
+    sess, directory = make_chdb_table(tmp_path, _create(layout), [
+        _insert(0, 40), _insert(100, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0"])
+    statement = _statement(sess)
+    theirs = sorted(p.name for p in directory.iterdir() if p.name.startswith("all_"))
+    close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    (ours,) = table.insert(_more_rows(table, 1000))
+    patches = table.patch_part_names()
+    # Above every block and version ClickHouse gave (the patch's too), so no patch applies to it;
+    # like ClickHouse's inserted parts, it stores no row identity (they read as block and position).
+    assert PartInfo.parse(ours).min_block > max(max(PartInfo.parse(p).max_block, PartInfo.parse(p).mutation)
+                                                for p in patches)
+    assert [c for c in (directory / ours / "columns.txt").read_text().splitlines()] == \
+        (directory / theirs[0] / "columns.txt").read_text().splitlines()
+    sess = open_session(tmp_path)  # ClickHouse loads our part
+    try:
+        _compare(sess, directory)
+        _clickhouse_check(sess)
+        # ClickHouse updates rows of its parts and of ours (a new patch part in the directory our log keeps).
+        sess.query("UPDATE u SET v = 7, s = 'w', n = NULL WHERE id % 3 = 0")
+        sess.query("UPDATE u SET lc = 'zz' WHERE id % 4 = 1 AND id > 1000")
+        table = _compare(sess, directory, min_patches=3)
+        assert table.patch_part_names() > patches
+        statement = _statement(sess)
+    finally:
+        close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    table.insert(_more_rows(table, 5000))
+    table.cleanup()  # the log never takes ClickHouse's patch parts for garbage
+    assert table.patch_part_names() >= patches
+    sess = open_session(tmp_path)
+    try:
+        _compare(sess, directory, min_patches=3)
+        _clickhouse_check(sess)
+    finally:
+        close_session()
+
+
+# name → (CREATE arguments, ClickHouse statements, our mutation, ClickHouse's SELECT of the rows it leaves)
+MUTATIONS = {
+    "delete": ({}, "id % 5 = 0 OR v = 999", "SELECT * FROM u WHERE NOT (id % 5 = 0 OR v = 999)"),
+    # A part no row of which matches is rewritten too: its new version would skip the patches.
+    "update": ({}, "id < 20 AND lc = 'zz'",
+               "SELECT id, s, if(id < 20 AND lc = 'zz', v + 1000, v) AS v, n, lc, d FROM u"),
+    "delete after patched deletes": ({"partition": "PARTITION BY toYYYYMM(d)"}, "v > 20 AND v < 30",
+                                     "SELECT * FROM u WHERE NOT (v > 20 AND v < 30)"),
+}
+PATCHING = [_insert(0, 40), _insert(100, 30), _insert(200, 30), "UPDATE u SET v = 999 WHERE id % 10 = 0",
+            "UPDATE u SET lc = 'zz', n = NULL WHERE id % 3 = 0", "DELETE FROM u WHERE id % 7 = 0" + FORCE,
+            "UPDATE u SET v = 25 WHERE id % 11 = 0"]
+
+
+@pytest.mark.parametrize("layout", ["wide", "compact"])
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_our_mutations_materialise_the_patches(tmp_path: Path, name: str, layout: str) -> None:
+    arguments, where, expected_query = MUTATIONS[name]
+    sess, directory = make_chdb_table(tmp_path, _create(layout, **arguments), PATCHING)
+    statement = _statement(sess)
+    expected = _clickhouse(sess, "*", None, f"({expected_query})")
+    close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    patched = {p for p in table.visible_parts()[1] if table.active_patches().changing(p, ["v"])}
+    assert patched
+    if name.startswith("delete"):
+        new = table.delete(where)
+    else:
+        new = table.update({"v": "v + 1000"}, where)
+    # Every part at the mutation's version, above every patch's: reads no longer apply them.
+    (version,) = {PartInfo.parse(p).mutation for p in new}
+    assert version > max(PartInfo.parse(p).mutation for p in table.patch_part_names())
+    assert not any(table.active_patches().for_part(p) for p in new)
+    assert _ours(table, None, None) == expected
+    sess = open_session(tmp_path)  # ClickHouse reads the directory we mutated
+    try:
+        assert _clickhouse(sess, "*", None) == expected
+        _compare(sess, directory)
+        _clickhouse_check(sess)
+    finally:
+        close_session()
+
+
+NO_MERGES = "min_parts_to_merge_at_once = 1000"  # (no background merge in chdb changes the part set)
+# name → (CREATE text, ClickHouse statements before the OPTIMIZE FINAL)
+MERGES = {
+    "wide": (_create("wide", extra=NO_MERGES), PATCHING),
+    "compact": (_create("compact", extra=NO_MERGES), PATCHING),
+    "partitioned": (_create("wide", partition="PARTITION BY toYYYYMM(d)", extra=NO_MERGES), PATCHING),
+    # A source at a mutation's version above some patches: only the newer ones apply to it.
+    "after a mutation": (_create("wide", extra=NO_MERGES), [
+        _insert(0, 40), "UPDATE u SET v = 999 WHERE id % 10 = 0", "DELETE FROM u WHERE id = 5",
+        _insert(100, 30), "UPDATE u SET v = 5 WHERE id % 4 = 0", "DELETE FROM u WHERE id % 9 = 0" + FORCE]),
+    # The engine's merge keeps the updated values of the rows it keeps, and none of the deleted rows.
+    "replacing": ("CREATE TABLE u (id UInt64, s String, v UInt32, n Nullable(Int32), lc LowCardinality(String), "
+                  f"d Date) ENGINE = ReplacingMergeTree(v) ORDER BY (id % 50) {IDS}, {NO_MERGES}",
+                  [_insert(0, 40), _insert(100, 30), "UPDATE u SET s = concat(s, '!'), n = 1 WHERE id % 3 = 0",
+                   "DELETE FROM u WHERE id % 7 = 0" + FORCE]),
+}
+
+
+def _active(sess) -> list[str]:
+    return sorted(sess.query("SELECT name FROM system.parts WHERE table = 'u' AND active",
+                             "TabSeparatedRaw").bytes().decode().split())
+
+
+@pytest.mark.parametrize("name", list(MERGES))
+def test_our_merges_materialise_the_patches_as_clickhouse_does(tmp_path: Path, name: str) -> None:
+    create, statements = MERGES[name]
+    # ClickHouse's own OPTIMIZE FINAL of the same table: the parts it leaves and the rows it reads.
+    sess, _ = make_chdb_table(tmp_path / "theirs", create, statements)
+    try:
+        before = _clickhouse(sess, "*", None)
+        sess.query("OPTIMIZE TABLE u FINAL")
+        theirs, merged_rows = _active(sess), _clickhouse(sess, "*", None)
+    finally:
+        close_session()
+    sess, directory = make_chdb_table(tmp_path / "ours", create, statements)
+    statement = _statement(sess)
+    close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    assert table.active_patches().changing(sorted(table.visible_parts()[1])[0], ["v"])
+    created = table.optimize(final=True)
+    # Named as ClickHouse names them: the highest applied patch version is the merged part's mutation.
+    # (ClickHouse's OPTIMIZE FINAL also rewrites a partition's lone part; ours leaves it. The patch
+    # parts' block numbers differ between the two runs: an UPDATE numbers its partitions in any order.)
+    assert set(created) <= set(theirs)
+    assert len(created) == len({PartInfo.parse(p).partition_id for p in theirs if not p.startswith("patch-")}
+                               - {PartInfo.parse(p).partition_id for p in table.visible_parts()[1] - set(created)})
+    assert not any(table.active_patches().for_part(p) for p in created)
+    assert _ours(table, None, None) == (merged_rows if name == "replacing" else before) == merged_rows
+    sess = open_session(tmp_path / "ours")  # ClickHouse reads the parts we merged
+    try:
+        assert _active(sess) == sorted(table.visible_parts()[1] | table.patch_part_names())
+        _compare(sess, directory)
+        _clickhouse_check(sess)
+        sess.query("UPDATE u SET s = 'after' WHERE id % 6 = 0")  # meets our merged rows by their identity
+        _compare(sess, directory)
+    finally:
+        close_session()
+
+
+def test_merges_that_would_not_apply_patches_are_refused_or_left_alone(tmp_path: Path) -> None:
+    # apply_patches_on_merge = 0: ClickHouse's merge keeps the rows' identities for the patches, which
+    # ours does not write: OPTIMIZE refuses before writing, background merges take the other parts.
+    create = _create(extra=f"apply_patches_on_merge = 0, {NO_MERGES}")
+    sess, directory = make_chdb_table(tmp_path, create, [
+        _insert(0, 20), _insert(100, 20), "UPDATE u SET v = 999 WHERE id < 10", _insert(200, 20),
+        _insert(300, 20)])
+    statement = _statement(sess)
+    close_session()
+    table = MergeTreeTable.open(directory, create_statement=statement)
+    before = sorted(p.name for p in directory.iterdir())
+    with pytest.raises(UnsupportedError, match="patch-[0-9a-f]{32}-all_4_4_0_3: a patch part .* part all_1_1_0, and "
+                                               "the table has apply_patches_on_merge = 0"):
+        table.optimize(final=True)
+    assert sorted(p.name for p in directory.iterdir() if p.name != "_mergetree") == before
+    from spark_mergetree.engine import optimize as optimizing
+    visible = table.visible_parts()[1]
+    kept, reserved = optimizing._without_unmergeable(table, visible, {})
+    assert kept == visible - {"all_1_1_0"} and reserved == {"all": [(1, 1)]}
+
+
+def test_writes_that_do_not_apply_patches_are_refused_before_writing(tmp_path: Path) -> None:
+    create = _create(indexes="INDEX i_s s TYPE minmax GRANULARITY 1")
     _sess, directory = make_chdb_table(tmp_path, create, [_insert(0, 20), "UPDATE u SET v = 999 WHERE id < 3"])
     close_session()
     before = sorted(p.name for p in directory.iterdir())
     table = MergeTreeTable.open(directory, create_statement=create)
-    rows = table.to_arrow().slice(0, 1)
-    for write in (lambda: table.insert(rows), lambda: table.optimize(final=True),
-                  lambda: table.delete("id = 1"), lambda: table.update({"v": "1"}, "id = 2")):
-        with pytest.raises(UnsupportedError, match="patch-[0-9a-f]{32}-all_3_3_0_2: a patch part"):
-            write()
-    assert sorted(p.name for p in directory.iterdir()) == before
-
+    with pytest.raises(UnsupportedError, match="patch-[0-9a-f]{32}-all_3_3_0_2: a patch part .* part all_1_1_0"):
+        table.materialize_index("i_s")
+    assert sorted(p.name for p in directory.iterdir() if p.name != "_mergetree") == before
 
 
 def test_final_read_of_a_replacing_table_applies_patches_first(tmp_path: Path) -> None:
