@@ -235,9 +235,11 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation |
     # A mutated part keeps its source's kind, as ClickHouse's mutations keep it (whatever its size now).
     files = write_part_by_column(reader.is_compact, rows, columns, column_of, meta.primary_key_values(key_table),
                                  partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
-    # The projections reading an updated column are built again from the updated rows; the others are
-    # kept as the part holds them (ClickHouse's ALTER UPDATE rebuilds the first, links the others).
-    unchanged = projections.kept_projection_parts(reader, meta.projections, names, mutation.assignments)
+    # The projections reading an updated column (assigned, or one a patch part updates) are built again
+    # from the updated rows; the others are kept as the part holds them (ClickHouse's ALTER UPDATE
+    # rebuilds the first, links the others).
+    updated = set(assignments) | (patches.columns if touching else set())
+    unchanged = projections.kept_projection_parts(reader, meta.projections, names, updated)
     return meta.add_projections(files, projections.rows_in_place(column_of, rows), unchanged)
 
 
