@@ -199,4 +199,5 @@ def _rewritten(meta: TableMetadata, reader: PartReader) -> PartFiles:
     # The part keeps its kind, as a ClickHouse mutation (MATERIALIZE INDEX) keeps it.
     files = write_part_by_column(reader.is_compact, reader.rows, columns, column_of, meta.primary_key_values(key_table),
                                  partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
-    return meta.add_projections(files, projections.rows_in_place(column_of, reader.rows))
+    files = meta.add_projections(files, projections.rows_in_place(column_of, reader.rows))
+    return meta.with_ttl(files, lambda names: pa.table({name: column_of(name) for name in names}))

@@ -174,6 +174,7 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
         files = encode_part(rows, meta.columns, meta.primary_key_values(rows), partition, meta.writer_settings,
                             meta.definition.settings)
         files = meta.add_projections(files, partial(_selected, arrived, order))
+        files = meta.with_ttl(files, rows.select)
         name = part_name(group.partition_id) if part_name is not None else f"{STAGING_PREFIX}{tag}_{number}"
         write_part(name, files)
         staged.append(StagedPart(name, group.partition_id, rows.num_rows, files.size, tag))

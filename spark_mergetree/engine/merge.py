@@ -25,6 +25,7 @@ from spark_mergetree.engine.metadata import TableMetadata
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.ddl import Projection, key_column_names
 from spark_mergetree.expressions.sort_key import sort_indices
+from spark_mergetree.expressions.ttl import TTL_FILE
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX
 from spark_mergetree.format.compact_writer import (
     is_compact_part,
@@ -365,7 +366,16 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
         return pa.concat_tables([(h if h is not None and set(names) <= {n for n, _ in h.columns} else r)
                                  .read(names, None, meta.column_types) for h, r in zip(held, readers)])
 
-    return meta.add_projections(files, source_rows, merged)
+    files = meta.add_projections(files, source_rows, merged)
+    return meta.with_merged_ttl(files, [_ttl_of(reader, meta) for reader in readers])
+
+
+def _ttl_of(reader: PartReader, meta: TableMetadata) -> bytes | None:
+    """A source's `ttl.txt`, or, for a part that has none (written before it was kept), the one its
+    rows give."""
+    if TTL_FILE in reader.files:
+        return bytes(reader.source.read_file(reader.part, TTL_FILE))
+    return meta.ttl_of(lambda names: reader.read(names, None, meta.column_types, apply_mask=False))
 
 
 def _offset_rows(readers: Sequence[PartReader], held: Sequence[PartReader | None], names: list[str],

@@ -39,6 +39,7 @@ from spark_mergetree.expressions.sort_key import (
     sort_indices,
     sorting_key_columns,
 )
+from spark_mergetree.expressions.ttl import TTL_FILE, TTLRule, merged_ttl_file, ttl_file, ttl_rules
 from spark_mergetree.format import granularity
 from spark_mergetree.format.aggregate_states import require_known_states
 from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, parse_column_codec
@@ -241,6 +242,38 @@ class TableMetadata:
                                    "here would lack it (write to this table with ClickHouse)")
         return projections.add_projections(files, self.projections, rows, self.columns, self.writer_settings,
                                            dict(self.definition.settings), built or {})
+
+    @cached_property
+    def _ttl(self) -> tuple[list[TTLRule], str | None]:
+        try:
+            return ttl_rules(self.definition.ttl, {c.name: c.ttl for c in self.definition.columns if c.ttl}), None
+        except (UnsupportedError, ExpressionError) as error:
+            return [], str(error)
+
+    @property
+    def ttl_refusal(self) -> str | None:
+        """Why parts cannot be written into this table (its TTL holds a rule a part cannot record)."""
+        return self._ttl[1]
+
+    def ttl_of(self, rows: Callable[[list[str]], pa.Table]) -> bytes | None:
+        """The `ttl.txt` of the table's TTL rules over a part's rows (`rows(names)`: those columns
+        of them; expressions/ttl.py), None when the table has no TTL."""
+        rules, refusal = self._ttl
+        if refusal is not None:
+            raise UnsupportedError(f"table {self.definition.name!r}: {refusal}")
+        return ttl_file(rules, rows, self.column_types)
+
+    def with_ttl(self, files: PartFiles, rows: Callable[[list[str]], pa.Table]) -> PartFiles:
+        """A finished part's files with its `ttl.txt` (`ttl_of`)."""
+        data = self.ttl_of(rows)
+        return files if data is None else files.with_file(TTL_FILE, data)
+
+    def with_merged_ttl(self, files: PartFiles, sources: Sequence[bytes | None]) -> PartFiles:
+        """A merged part's files with the `ttl.txt` its sources' give (`merged_ttl_file`)."""
+        if self.ttl_refusal is not None:
+            raise UnsupportedError(f"table {self.definition.name!r}: {self.ttl_refusal}")
+        data = merged_ttl_file(sources) if self._ttl[0] else None
+        return files if data is None else files.with_file(TTL_FILE, data)
 
     @cached_property
     def partition_key(self) -> PartitionKey:

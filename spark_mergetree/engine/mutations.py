@@ -240,7 +240,8 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation |
     # rebuilds the first, links the others).
     updated = set(assignments) | (patches.columns if touching else set())
     unchanged = projections.kept_projection_parts(reader, meta.projections, names, updated)
-    return meta.add_projections(files, projections.rows_in_place(column_of, rows), unchanged)
+    files = meta.add_projections(files, projections.rows_in_place(column_of, rows), unchanged)
+    return meta.with_ttl(files, lambda names: pa.table({name: column_of(name) for name in names}))
 
 
 def beside_source(files: PartFiles) -> bool:

@@ -65,6 +65,8 @@ def merge_step(table: MergeTreeTable) -> str | None:
     name, or None when it finds nothing to merge. A lost race raises SerializationError and leaves
     nothing behind."""
     table.check_same_table()
+    if _refused_by_ttl(table):
+        return None
     tx, reserved, visible = begin_merge_transaction(table)
     try:
         visible, reserved = _without_unmergeable(table, visible, reserved)
@@ -82,6 +84,16 @@ def merge_step(table: MergeTreeTable) -> str | None:
 
 
 _reported_unmergeable: set[tuple[str, str]] = set()
+
+
+def _refused_by_ttl(table: MergeTreeTable) -> bool:
+    """Whether no part of the table can be written here (its TTL holds a rule parts here cannot
+    record): background merges leave it to ClickHouse (logged once)."""
+    refusal = table.metadata.ttl_refusal
+    if refusal is not None and (str(table.path), "") not in _reported_unmergeable:
+        _reported_unmergeable.add((str(table.path), ""))
+        log.info("%s: parts are not merged in the background: %s", table.path, refusal)
+    return refusal is not None
 
 
 def _without_unmergeable(table: MergeTreeTable, visible: set[str], reserved: dict[str, list[tuple[int, int]]]

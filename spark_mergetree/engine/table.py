@@ -421,7 +421,10 @@ class MergeTreeTable:
     def adopt_directory_parts(self) -> None:
         """A table ClickHouse wrote has parts but no log history: the log takes its data parts in
         (TableLog.adopt) before the first write, merge or mutation binds it. Patch parts stay the
-        directory's (`patch_part_names`)."""
+        directory's (`patch_part_names`). A table no part can be written into (its TTL holds a rule
+        parts here cannot record) is refused first, leaving the directory as it is."""
+        if self.metadata.ttl_refusal is not None:
+            raise UnsupportedError(f"table {self.metadata.definition.name!r}: {self.metadata.ttl_refusal}")
         if not self.log.has_history():
             self.log.adopt(self.directory_parts())
 

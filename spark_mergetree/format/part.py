@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spark_mergetree.errors import CorruptPartError
+from spark_mergetree.format.checksums import Checksums, compute_file_checksum
 
 COUNT_FILE = "count.txt"
 COLUMNS_FILE = "columns.txt"
@@ -139,3 +140,12 @@ class PartFiles:
     @property
     def size(self) -> int:
         return sum(len(data) for data in self.files.values())
+
+    def with_file(self, name: str, data: bytes) -> PartFiles:
+        """These files plus an uncompressed metadata file (`ttl.txt`), listed in checksums.txt."""
+        checksums = Checksums.parse(bytes(self.files[CHECKSUMS_FILE]), CHECKSUMS_FILE)
+        entries = dict(checksums.files)
+        entries[name] = compute_file_checksum(data, False)
+        self.files[name] = data
+        self.files[CHECKSUMS_FILE] = Checksums(dict(sorted(entries.items()))).to_bytes()
+        return self
