@@ -88,13 +88,18 @@ def tables(request, tmp_path_factory):
 
 def test_inserted_parts_hold_clickhouses_projection_bytes(tables) -> None:
     sess, data_dir, ours = tables
+    _same_projection_files(data_dir, ours, PROJECTIONS)
+    assert ours.check().ok
+
+
+def _same_projection_files(data_dir: Path, ours: MergeTreeTable, names) -> None:
+    """Each of ClickHouse's parts and ours (paired by name) hold the same files of projections `names`."""
     for their_part, our_part in paired_part_dirs(data_dir, ours):
         expected = _projection_files(their_part)
-        assert {name.split("/")[0] for name in expected} == {f"{p}.proj" for p in PROJECTIONS}
+        assert {name.split("/")[0] for name in expected} == {f"{p}.proj" for p in names}
         assert _projection_files(our_part) == expected, our_part.name
-        for projection in (f"{p}.proj" for p in PROJECTIONS):
+        for projection in (f"{p}.proj" for p in names):
             assert _checksum_entries(our_part / projection) == _checksum_entries(their_part / projection)
-    assert ours.check().ok
 
 
 def _attach(sess, ours: MergeTreeTable, name: str) -> None:
@@ -374,12 +379,7 @@ def test_projections_of_offsets_inserted_and_merged_as_clickhouse_writes_them(tm
     order they arrived; a merge translates every source's offsets into the merged part's. The same
     files as ClickHouse's for the same rows; ClickHouse checks our parts and filters by them."""
     sess, data_dir, ours = _offset_tables(tmp_path, kind)
-    for theirs, mine in paired_part_dirs(data_dir, ours):
-        expected = _projection_files(theirs)
-        assert {name.split("/")[0] for name in expected} == {f"{p}.proj" for p in OFFSET_PROJECTIONS}
-        assert _projection_files(mine) == expected, mine.name
-        for projection in (f"{p}.proj" for p in OFFSET_PROJECTIONS):
-            assert _checksum_entries(mine / projection) == _checksum_entries(theirs / projection)
+    _same_projection_files(data_dir, ours, OFFSET_PROJECTIONS)
     reader = ours.reader(ours.parts()[0].name)
     assert [n for n, _ in reader.projection_reader("with_id").columns] == ["id", "k", "s", "_parent_part_offset"]
     # the offsets lead back to the rows: each projection row's key is its parent row's
