@@ -56,6 +56,11 @@ from spark_mergetree.expressions.literals import (
     number_literal,
     sql_constant,
 )
+from spark_mergetree.expressions.string_functions import (
+    STRING_FUNCTIONS,
+    apply_string_function,
+    string_result_type,
+)
 
 COMPARE_OPS = ("=", "!=", "<", "<=", ">", ">=", "<=>")
 _FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<=", "<=>": "<=>"}
@@ -485,9 +490,15 @@ def _convert(node: Any, source: str) -> Expr:
     raise UnsupportedError(f"unsupported syntax {node.sql('clickhouse')!r} in {source!r}")
 
 
+_ANY_CASE = {"length": "length", "concat": "concat", "lower": "lower", "upper": "upper", "lcase": "lower",
+             "ucase": "upper"}
+
+
 def _function(name: str, args: tuple[Expr, ...], source: str) -> Expr:
     """A function call, as the dedicated node when there is one (string matching, NULL tests), or as
     a constant when it converts constants (toDate('2024-01-01'), toDateTime('...', 'UTC'))."""
+    # (ClickHouse takes these in any case; sqlglot spells some of them in capitals)
+    name = _ANY_CASE.get(name.lower(), name)
     constant = args[1].value if len(args) == 2 and isinstance(args[1], Literal) else None
     if isinstance(constant, str):
         if name == "startsWith":
@@ -606,7 +617,14 @@ def _type_of(expr: Expr) -> str | None:
     return None
 
 
+def _argument_types(args: tuple[Expr, ...]) -> list[str | None]:
+    """Each argument's type: a column's or function's, String for a string constant."""
+    return [_type_of(a) or ("String" if isinstance(a, Literal) and isinstance(a.value, str) else None) for a in args]
+
+
 def _function_type(name: str, args: tuple[Expr, ...]) -> str | None:
+    if name in STRING_FUNCTIONS:
+        return string_result_type(name, _argument_types(args))
     if name not in SUPPORTED_FUNCTIONS or not args or not _type_of(args[0]):
         return None
     constant = None
@@ -709,7 +727,7 @@ def filter_table(table: pa.Table, expr: Expr | None) -> pa.Table:
 
 def _as_array(value: pa.Array | pa.Scalar, length: int) -> pa.Array:
     if isinstance(value, pa.Scalar):
-        return pa.array([value.as_py()] * length, value.type) if length else pa.array([], value.type)
+        return pa.repeat(value, length)  # (no Python object per row)
     return value
 
 
@@ -1004,6 +1022,13 @@ def _eval_function(expr: Func, table: pa.Table) -> pa.Array | pa.Scalar:
             zero = pa.scalar(0, pa.uint64())
             return pc.subtract(zero, _wrapping(value, pa.types.is_signed_integer(value.type))).cast(pa.int64(), safe=False)
         raise ExpressionError(f"{to_sql(expr)}: negating needs a number, {to_sql(expr.args[0])} is {value.type}")
+    if expr.name in STRING_FUNCTIONS:
+        types = _argument_types(expr.args)
+        if any(t is None for t in types):
+            raise ExpressionError(f"cannot evaluate {to_sql(expr)}: its arguments must be columns of the table, "
+                                  "functions of them or string constants")
+        values = [_as_array(_eval(arg, table), table.num_rows) for arg in expr.args]
+        return apply_string_function(expr.name, values, [t for t in types if t is not None])
     if expr.name in SUPPORTED_FUNCTIONS:
         first = expr.args[0] if expr.args else None
         arg_type = _type_of(first) if first is not None else None
@@ -1018,4 +1043,4 @@ def _eval_function(expr: Func, table: pa.Table) -> pa.Array | pa.Scalar:
         array = _as_array(_eval(first, table), table.num_rows)  # type: ignore[arg-type]
         return apply_function(expr.name, array, arg_type, constant)
     raise UnsupportedError(f"function {expr.name}() in {to_sql(expr)} cannot be evaluated here (supported: "
-                           f"{', '.join(sorted(SUPPORTED_FUNCTIONS | set(_PC_ARITHMETIC)))})")
+                           f"{', '.join(sorted(SUPPORTED_FUNCTIONS | STRING_FUNCTIONS | set(_PC_ARITHMETIC)))})")

@@ -224,6 +224,20 @@ def _decimal_text(values: pa.Array) -> pa.Array:
     return pc.if_else(pc.equal(trimmed, "-0"), "0", trimmed)
 
 
+def scalar_text(dt: DataType, values: pa.Array, where: str) -> pa.Array:
+    """Each value as ClickHouse's `toString` gives it (NULL entries stay NULL): integers, Bool, Date,
+    DateTime in its zone, String and UUID as text, unquoted."""
+    if isinstance(dt, Primitive) and dt.name in ("String", "UUID"):
+        return values.cast(pa.string())
+    if isinstance(dt, Primitive) and dt.name in ("Date", "Date32"):
+        return pc.cast(values, pa.string())
+    if isinstance(dt, (DateTime, DateTime64)):
+        return _time_text(dt, values)
+    if isinstance(dt, Primitive) and (dt.name == "Bool" or "Int" in dt.name):
+        return value_text(dt, values, where)
+    raise UnsupportedError(f"{where}: toString() of {dt.to_clickhouse()} values is not computed here")
+
+
 def value_text(dt: DataType, values: pa.Array, where: str, nested: NestedText | None = None) -> pa.Array:
     """Each value as ClickHouse writes it inside JSON text (NULL entries stay NULL). `nested` renders
     the Dynamic and JSON values inside an Array (a JSON path's Array(JSON(...)) or Array(Dynamic))."""
