@@ -80,7 +80,7 @@ def defaulted_columns(meta: TableMetadata) -> dict[str, ColumnDefinition]:
 def with_defaults(table: pa.Table, meta: TableMetadata) -> pa.Table:
     """`table` plus the columns it leaves out that have a DEFAULT or MATERIALIZED expression, computed
     from the row's other columns as ClickHouse's INSERT computes them, and the Nullable ones it
-    leaves out, NULL. An expression that cannot be computed here (`concat('k', s)`) is refused,
+    leaves out, NULL. An expression that cannot be computed here (`reverse(s)`) is refused,
     naming it."""
     given = set(table.column_names)
     types = dict(meta.columns)
