@@ -46,7 +46,7 @@ from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, p
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_writer import WriterSettings
 from spark_mergetree.format.skip_index_writer import IndexSpec
-from spark_mergetree.format.types import parse_type, to_arrow_field
+from spark_mergetree.format.types import parse_type, to_arrow, to_arrow_field
 
 META_DIR = "_mergetree"
 STATEMENT_FILE = "table.sql"
@@ -246,7 +246,11 @@ class TableMetadata:
     @cached_property
     def _ttl(self) -> tuple[list[TTLRule], str | None]:
         try:
-            return ttl_rules(self.definition.ttl, {c.name: c.ttl for c in self.definition.columns if c.ttl}), None
+            rules = ttl_rules(self.definition.ttl, {c.name: c.ttl for c in self.definition.columns if c.ttl})
+            # Every rule computed over no rows: an expression that cannot be is refused before any write.
+            ttl_file(rules, lambda names: pa.table({n: pa.array([], to_arrow(parse_type(self.column_types[n])))
+                                                   for n in names}), self.column_types)
+            return rules, None
         except (UnsupportedError, ExpressionError) as error:
             return [], str(error)
 

@@ -7,14 +7,17 @@ the table's TTL. Every part this package writes into a table with TTL therefore 
 
     ttl format version: 1
     {"columns":[{"name":"v","min":M,"max":X,"finished":0}],"table":{"min":M,"max":X,"finished":0},
-     "moves":[{"expression":"ts + toIntervalDay(7)","min":M,"max":X,"finished":0}],"recompression":[...]}
+     "moves":[{"expression":"ts + toIntervalDay(7)","min":M,"max":X,"finished":0}],"recompression":[...],
+     "group_by":[...],"rows_where":[...]}
 
 (one line; sections absent when empty; columns sorted by name; `min` is the least non-zero time;
 times are UInt32 seconds, a Date's midnight in UTC). The rules understood are a row TTL (`TTL expr`
 or `expr DELETE`), moves (`expr TO DISK 'd'` / `TO VOLUME 'v'`), recompression (`expr RECOMPRESS
-CODEC(...)`) and column TTLs (`c T TTL expr`), over expressions of Date or DateTime columns (and the
-key functions of them) plus or minus intervals. Rules that delete some rows (`DELETE WHERE`) or
-aggregate them (`GROUP BY`) are refused: a part that did not record them would keep its rows.
+CODEC(...)`), rules deleting the rows a condition holds for (`expr [DELETE] WHERE cond`, in
+`rows_where`: the times of those rows only) or aggregating them (`expr GROUP BY ... SET ...`, in
+`group_by`: every row's) and column TTLs (`c T TTL expr`), over expressions of Date or DateTime
+columns (and the key functions of them) plus or minus intervals. A rule not understood is refused:
+a part that did not record it would keep its rows past it.
 
 Intervals move a time as ClickHouse moves it: seconds, minutes and hours by the clock, days, weeks,
 months, quarters and years on the calendar of the column's time zone (a month from January 31st is
@@ -33,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
-from spark_mergetree.expressions.predicate import bind, evaluate_value, parse_expression
+from spark_mergetree.expressions.predicate import bind, evaluate, evaluate_value, parse_expression
 from spark_mergetree.format.zones import local_instants, wall_clock
 
 __all__ = ["TTLRule", "ttl_rules", "ttl_times", "ttl_file", "TTL_FILE", "merged_ttl_file"]
@@ -51,9 +54,10 @@ _INTERVAL = re.compile(r"\bINTERVAL\s+'?(\d+)'?\s+(SECOND|MINUTE|HOUR|DAY|WEEK|M
 
 @dataclass(frozen=True)
 class TTLRule:
-    section: str  # "table", "moves", "recompression" or "columns"
+    section: str  # "table", "moves", "recompression", "group_by", "rows_where" or "columns"
     expression: str  # as ClickHouse names it (intervals as toIntervalUnit(n))
     column: str | None = None  # a column TTL's column
+    condition: str | None = None  # a `DELETE WHERE` rule's condition: only the rows it holds for count
 
 
 def ttl_rules(table_ttl: str | None, column_ttls: Mapping[str, str]) -> list[TTLRule]:
@@ -63,16 +67,23 @@ def ttl_rules(table_ttl: str | None, column_ttls: Mapping[str, str]) -> list[TTL
     for element in _split_top_level(table_ttl or ""):
         found = _ACTION.search(element)
         expression = _normalized(element[:found.start()] if found else element)
-        action = re.sub(r"\s+", " ", found.group(1).upper()) if found else "DELETE"
-        rest = element[found.end():] if found else ""
-        if action in ("WHERE", "GROUP BY", "SET") or re.search(r"\b(WHERE|GROUP\s+BY)\b", rest, re.I):
-            raise UnsupportedError(f"TTL {element.strip()}: rules that delete only some rows or aggregate them are "
-                                   "not supported (parts written here could not record them, and their rows would "
-                                   "outlive the rule)")
-        section = {"DELETE": "table", "TO DISK": "moves", "TO VOLUME": "moves", "RECOMPRESS": "recompression"}[action]
-        if section == "table" and any(r.section == "table" for r in rules):
+        rest = element[found.start():] if found else ""
+        where = re.search(r"\bWHERE\b", rest, re.I | re.ASCII)
+        if re.search(r"\bGROUP\s+BY\b", rest, re.I | re.ASCII):
+            rule = TTLRule("group_by", expression)  # (its times count every row)
+        elif re.match(r"\s*(TO\s+DISK|TO\s+VOLUME)\b", rest, re.I | re.ASCII) and not where:
+            rule = TTLRule("moves", expression)
+        elif re.match(r"\s*RECOMPRESS\b", rest, re.I | re.ASCII) and not where:
+            rule = TTLRule("recompression", expression)
+        elif re.fullmatch(r"\s*(DELETE\s*)?", rest[:where.start()] if where else rest, re.I | re.ASCII):
+            rule = TTLRule("rows_where", expression, condition=rest[where.end():].strip()) if where else \
+                TTLRule("table", expression)
+        else:
+            raise UnsupportedError(f"TTL {element.strip()}: this rule is not understood here (parts written here "
+                                   "could not record it, and their rows would outlive it)")
+        if rule.section == "table" and any(r.section == "table" for r in rules):
             raise UnsupportedError(f"TTL {table_ttl}: more than one row TTL")
-        rules.append(TTLRule(section, expression))
+        rules.append(rule)
     return rules
 
 
@@ -168,12 +179,16 @@ def ttl_file(rules: Sequence[TTLRule], rows: Callable[[list[str]], pa.Table],
     """The `ttl.txt` of a part whose rows `rows(names)` gives (those columns), None without rules."""
     if not rules:
         return None
-    needed = sorted({name for r in rules for pair in re.findall(r"`([^`]+)`|\b([A-Za-z_][A-Za-z0-9_.]*)\b", r.expression)
+    needed = sorted({name for r in rules for text in (r.expression, r.condition or "")
+                     for pair in re.findall(r"`([^`]+)`|\b([A-Za-z_][A-Za-z0-9_.]*)\b", text)
                      if (name := pair[0] or pair[1]) in column_types})
     table = rows(needed)
     infos: dict[tuple[str, str], tuple[int, int]] = {}
     for rule in rules:
         times = ttl_times(rule.expression, table, column_types)
+        if rule.condition is not None:  # only the rows the condition holds for (NULL: it does not)
+            holds = evaluate(bind(parse_expression(rule.condition), dict(column_types)), table)
+            times = times[np.asarray(holds.fill_null(False), bool)]
         nonzero = times[times != 0]
         infos[(rule.section, rule.column or rule.expression)] = (
             int(nonzero.min()) if len(nonzero) else 0, int(times.max()) if len(times) else 0)
