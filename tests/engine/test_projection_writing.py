@@ -154,7 +154,7 @@ def test_create_refuses_projections_it_cannot_write(tmp_path) -> None:
     with pytest.raises(UnsupportedError, match="needs an ORDER BY"):
         MergeTreeTable.create(tmp_path / "d", [("k", "UInt32"), ("v", "Float64")], "k", projections=["p (SELECT v, k)"])
     for offsets, reason in (("PROJECTION p INDEX v TYPE array", "TYPE array"),
-                            ("PROJECTION p INDEX length(s) TYPE basic", "length"),
+                            ("PROJECTION p INDEX reverse(s) TYPE basic", "reverse"),
                             ("PROJECTION p (SELECT _part_offset ORDER BY -v)", "ORDER BY -v")):
         with pytest.raises(UnsupportedError, match=rf"'p': .*{reason}"):
             MergeTreeTable.create(tmp_path / "o", [("k", "UInt32"), ("v", "Float64"), ("s", "String")], "k",
@@ -338,12 +338,15 @@ OFFSETS = """CREATE TABLE o (id UInt64, k UInt32, v Float64, s String,
     PROJECTION by_s INDEX s TYPE basic,
     PROJECTION by_kv INDEX (k, v) TYPE basic,
     PROJECTION with_id (SELECT id, _part_offset ORDER BY (s, k)),
-    PROJECTION unselected (SELECT s ORDER BY k))
+    PROJECTION unselected (SELECT s ORDER BY k),
+    PROJECTION by_length INDEX length(s) TYPE basic,
+    PROJECTION by_lower (SELECT _part_offset ORDER BY (lower(s), k)))
     ENGINE = MergeTree ORDER BY id {partition}
     SETTINGS index_granularity = 64, compress_primary_key = 0, {kind}"""
-OFFSET_PROJECTIONS = ("by_k", "by_s", "by_kv", "with_id", "unselected")
+OFFSET_PROJECTIONS = ("by_k", "by_s", "by_kv", "with_id", "unselected", "by_length", "by_lower")
 # Filtering by a projection of offsets: ClickHouse reads the parent's rows at the offsets it finds.
-BY_OFFSETS = {"by_k": "k = 5", "by_s": "s = '77'", "by_kv": "k = 3 AND v > 100", "with_id": "s < '2' AND k = 2"}
+BY_OFFSETS = {"by_k": "k = 5", "by_s": "s = '77'", "by_kv": "k = 3 AND v > 100", "with_id": "s < '2' AND k = 2",
+              "by_length": "length(s) = 1", "by_lower": "lower(s) = '77'"}
 USE_OFFSETS = "min_table_rows_to_use_projection_index = 0"
 
 
@@ -395,7 +398,12 @@ def test_projections_of_offsets_inserted_and_merged_as_clickhouse_writes_them(tm
     sess.query("OPTIMIZE TABLE o FINAL")
     (merged,) = ours.optimize(final=True)
     (theirs,) = [p for p in part_dirs(data_dir) if p.name == "all_1_2_1"]
-    assert merged == "all_1_2_1" and _projection_files(ours.path / merged) == _projection_files(theirs)
+    # (ClickHouse's merge of a Compact projection part ordered by an expression ends a granule where
+    # one of its merge's blocks ends: the same rows, cut into other granules; ClickHouse filters by
+    # ours below)
+    cut = ("by_length.proj/", "by_lower.proj/") if kind == "Compact" else ()
+    assert merged == "all_1_2_1" and {n: b for n, b in _projection_files(ours.path / merged).items() if not n.startswith(
+        cut or "/")} == {n: b for n, b in _projection_files(theirs).items() if not n.startswith(cut or "/")}
     assert ours.check().ok
     sess.query("CREATE TABLE merged AS o")
     attach_and_check(sess, "merged", [ours.path / merged])
