@@ -259,13 +259,17 @@ class TableMetadata:
         """Why parts cannot be written into this table (its TTL holds a rule a part cannot record)."""
         return self._ttl[1]
 
-    def ttl_of(self, rows: Callable[[list[str]], pa.Table]) -> bytes | None:
-        """The `ttl.txt` of the table's TTL rules over a part's rows (`rows(names)`: those columns
-        of them; expressions/ttl.py), None when the table has no TTL."""
+    def _writable_ttl_rules(self) -> list[TTLRule]:
+        """The table's TTL rules, or UnsupportedError when a part written here could not record them."""
         rules, refusal = self._ttl
         if refusal is not None:
             raise UnsupportedError(f"table {self.definition.name!r}: {refusal}")
-        return ttl_file(rules, rows, self.column_types)
+        return rules
+
+    def ttl_of(self, rows: Callable[[list[str]], pa.Table]) -> bytes | None:
+        """The `ttl.txt` of the table's TTL rules over a part's rows (`rows(names)`: those columns
+        of them; expressions/ttl.py), None when the table has no TTL."""
+        return ttl_file(self._writable_ttl_rules(), rows, self.column_types)
 
     def with_ttl(self, files: PartFiles, rows: Callable[[list[str]], pa.Table]) -> PartFiles:
         """A finished part's files with its `ttl.txt` (`ttl_of`)."""
@@ -274,9 +278,7 @@ class TableMetadata:
 
     def with_merged_ttl(self, files: PartFiles, sources: Sequence[bytes | None]) -> PartFiles:
         """A merged part's files with the `ttl.txt` its sources' give (`merged_ttl_file`)."""
-        if self.ttl_refusal is not None:
-            raise UnsupportedError(f"table {self.definition.name!r}: {self.ttl_refusal}")
-        data = merged_ttl_file(sources) if self._ttl[0] else None
+        data = merged_ttl_file(sources) if self._writable_ttl_rules() else None
         return files if data is None else files.with_file(TTL_FILE, data)
 
     @cached_property

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.format.json_text import scalar_text
-from spark_mergetree.format.types import Nullable, parse_type
-from spark_mergetree.format.values import string_buffers
+from spark_mergetree.format.types import LowCardinality, Nullable, parse_type
 
 __all__ = ["STRING_FUNCTIONS", "string_result_type", "apply_string_function"]
 
@@ -27,9 +25,11 @@ _TEXT = ("String", "FixedString")
 
 
 def _base(type_text: str) -> tuple[str, bool]:
-    """(type without Nullable, whether Nullable)."""
+    """(type without LowCardinality and Nullable, whether Nullable); a read gives LowCardinality's
+    values decoded."""
     dt = parse_type(type_text)
-    return (dt.inner.to_clickhouse(), True) if isinstance(dt, Nullable) else (type_text, False)
+    dt = dt.inner if isinstance(dt, LowCardinality) else dt
+    return (dt.inner.to_clickhouse(), True) if isinstance(dt, Nullable) else (dt.to_clickhouse(), False)
 
 
 def string_result_type(name: str, arg_types: Sequence[str | None]) -> str | None:
@@ -70,7 +70,8 @@ def apply_string_function(name: str, values: Sequence[pa.Array], arg_types: Sequ
     if name in ("empty", "notEmpty"):
         lengths = pc.binary_length(text)
         return (pc.equal(lengths, 0) if name == "empty" else pc.not_equal(lengths, 0)).cast(pa.uint8())
-    return _ascii_case(text, upper=name == "upper")
+    # (Arrow's ascii_lower/ascii_upper change ASCII letters only, as ClickHouse's lower/upper do)
+    return (pc.ascii_upper if name == "upper" else pc.ascii_lower)(text.cast(pa.string()))
 
 
 def _as_binary(values: pa.Array) -> pa.Array:
@@ -81,15 +82,3 @@ def _as_binary(values: pa.Array) -> pa.Array:
     if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
         return values
     raise ExpressionError(f"a string function got {values.type} values")
-
-
-def _ascii_case(values: pa.Array, upper: bool) -> pa.Array:
-    """ASCII letters moved to one case, every other byte kept (ClickHouse's lower/upper)."""
-    offsets, data = string_buffers(values)
-    data = data.copy()
-    low, high = (ord("a"), ord("z")) if upper else (ord("A"), ord("Z"))
-    letters = (data >= low) & (data <= high)
-    data[letters] = data[letters] + (np.uint8(224) if upper else np.uint8(32))  # ±32 modulo 256
-    out = pa.Array.from_buffers(pa.large_binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    mask = values.is_null() if values.null_count else None
-    return (out if mask is None else pc.if_else(mask, pa.scalar(None, pa.large_binary()), out)).cast(pa.string())

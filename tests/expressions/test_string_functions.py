@@ -14,11 +14,11 @@ from spark_mergetree.expressions.predicate import bind, evaluate_value, parse_ex
 TEXTS = ["Hello", "ÄbC xY", "", None, "MIXed_9", "ß ẞ İ", "tab\there"]
 COLUMNS = {"s": "Nullable(String)", "f": "FixedString(3)", "n": "Int32", "u": "UInt64", "b": "Bool", "d": "Date",
            "d32": "Date32", "t": "DateTime('America/New_York')", "t64": "DateTime64(3, 'Asia/Kolkata')",
-           "id": "UUID"}
+           "id": "UUID", "lc": "LowCardinality(Nullable(String))"}
 EXPRESSIONS = ["lower(s)", "upper(s)", "LOWER(s)", "length(s)", "empty(s)", "notEmpty(s)", "concat(s, '-', toString(n))",
                "concat(lower(s), upper(s))", "toString(n)", "toString(u)", "toString(b)", "toString(d)", "toString(d32)",
                "toString(t)", "toString(t64)", "toString(id)", "toString(s)", "length(f)", "upper(f)",
-               "concat(f, s)"]
+               "concat(f, s)", "upper(lc)", "toString(lc)"]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def rows(clickhouse) -> pa.Table:
         values.append(f"({i}, {s}, '{['ab', 'é', '', 'xyz'][i % 4]}', {i * 7 - 20}, {2**64 - 1 - i}, {i % 2}, "
                       f"toDate('2024-01-31') + {i * 40}, toDate32('1905-03-01') + {i * 9000}, "
                       f"toDateTime({i * 400000000}, 'America/New_York'), toDateTime64({i * 300000000.125}, 3, 'Asia/Kolkata'), "
-                      f"toUUID('00000000-0000-0000-0000-{i:012d}'))")
+                      f"toUUID('00000000-0000-0000-0000-{i:012d}'), {s})")
     clickhouse.query(f"INSERT INTO db.strings VALUES {', '.join(values)}")
     return MergeTreeTable.open(clickhouse.table_dir("db", "strings"),
                                create_statement=clickhouse.query("SHOW CREATE TABLE db.strings")).to_arrow().sort_by("i")
