@@ -359,7 +359,7 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
             assert offsets is not None
             return _offset_rows(readers, held, names, offsets[0], meta)
         if projection.is_aggregate:
-            wanted = projections.state_columns(projection)
+            wanted = projections.state_columns(projection, meta.column_types)
             if all(h is not None and set(wanted) <= {n for n, _ in h.columns} for h in held):
                 return pa.concat_tables([h.read(wanted) for h in held if h is not None])
             return pa.concat_tables([r.read(names, None, meta.column_types) for r in readers])

@@ -80,7 +80,7 @@ def merged_aggregate(projection: Projection, readers: Sequence[PartReader], meta
                      directory: str) -> PartFiles | None:
     """An aggregate projection's part of the merge of `readers`, written into `directory` from runs
     (see the module's description); None for an input up to RUN_BYTES (built in memory)."""
-    wanted = projections.state_columns(projection)
+    wanted = projections.state_columns(projection, meta.column_types)
     held = [_held(reader, projection, wanted) for reader in readers]
     runs = _runs(projection, readers, held, meta, projections.projection_columns(projection, [n for n, _ in
                                                                                            meta.columns]), directory)
@@ -124,10 +124,10 @@ def _fewer(runs: list[PartReader], merge: Merge, directory: str) -> list[PartRea
 def _combined(projection: Projection, runs: Sequence[PartReader], meta: TableMetadata, directory: str) -> PartFiles:
     """The aggregate projection part of `runs` (each one's states sorted by the GROUP BY key, one row
     per group), each key's states combined in run order, written into `directory`."""
-    wanted = projections.state_columns(projection)
+    wanted = projections.state_columns(projection, meta.column_types)
     columns = projections.aggregate_columns(projection, meta.column_types)
     types = {**meta.column_types, **dict(columns)}  # (the states' arguments: the table's columns)
-    keys = [k.strip("`") for k in projection.group_by]
+    keys = projections.aggregate_key(projection, meta.column_types)
     spill_path = os.path.join(directory, "combined.arrow")
     rows = width = 0
     with pa.OSFile(spill_path, "wb") as sink:

@@ -15,23 +15,24 @@ UInt64, holds each row's offset in the parent part: an insert's rows, sorted sta
 arrived, carry their place in the sorted part; a mutation's, in the part's order, 0, 1, 2, ...; a
 merge translates the offsets its sources' projection parts hold into the merged part's (merge.py).
 
-An aggregate projection (GROUP BY with count/sum/avg/min/max/any/anyLast over numeric columns) is a
-part of one row per group, sorted by the GROUP BY key, holding the keys and each aggregate's state
-(ClickHouse's AggregateFunction serialization); the states of several parts are combined as
-ClickHouse merges them (`combined_states`).
+An aggregate projection (`SELECT toStartOfHour(ts), count(), uniq(u), quantile(0.9)(v), sumIf(x,
+x > 0) GROUP BY toStartOfHour(ts)`) is a part of one row per group, sorted by the GROUP BY elements,
+holding them and each aggregate's state (ClickHouse's AggregateFunction serialization), under
+ClickHouse's column names (expressions/aggregates.py); the states are built by
+format/state_builders.py, and those of several parts combined as ClickHouse merges them
+(`combined_states`).
 
 Inserts and mutations write every buildable projection from the rows of the part they write; a
 merge from its sources' projection parts and rows (engine/merge.py; big inputs from runs,
 engine/projection_merge.py; a projection of offsets in memory). Projections this version cannot build
-(other aggregate functions, key expressions it cannot evaluate, INDEX types but 'basic') are
-refused in our tables' statements, and parts ClickHouse made with them are not merged (the selector
+(INDEX types but 'basic', keys or arguments it cannot evaluate or name, aggregate functions whose
+states it does not build) are refused in our tables' statements, and parts ClickHouse made with them are not merged (the selector
 leaves them alone) rather than losing them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -39,18 +40,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
-from spark_mergetree.expressions.ddl import PART_OFFSET, Projection, parse_projection
+from spark_mergetree.expressions import aggregates
+from spark_mergetree.expressions.ddl import PART_OFFSET, Projection, parse_projection, quote_identifier, split_call
 from spark_mergetree.expressions.key_condition import key_columns_for
+from spark_mergetree.expressions.predicate import columns_of, parse_expression
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
+from spark_mergetree.format import state_builders
 from spark_mergetree.format.checksums import PROJECTION_SUFFIX, Checksums, FileChecksum
 from spark_mergetree.format.compact_writer import encode_part
-from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.part import CHECKSUMS_FILE, PartFiles
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.part_writer import WriterSettings
-from spark_mergetree.format.values import encode_varuints, string_buffers
 
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The column of a projection selecting _part_offset: each row's offset in the parent part.
 PARENT_OFFSET = "_parent_part_offset"
 
@@ -98,184 +99,109 @@ def check_declared(projections: Sequence[Projection], column_types: dict[str, st
             raise UnsupportedError(f"projection {projection.name!r}: {reason}")
 
 
-_AGGREGATE = re.compile(r"^(\w+)\((`?)(\w*)\2\)$")
-_INTEGERS = ("UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64")
-_NUMBERS = (*_INTEGERS, "Float32", "Float64")
-# The functions whose states are built here, over non-Nullable numeric columns.
-AGGREGATES = ("count", "sum", "avg", "min", "max", "any", "anyLast")
+def _selected_key(text: str, schema: dict[str, str], key_names: set[str]) -> str | None:
+    """The column name of a select element that is one of the GROUP BY elements (None otherwise)."""
+    try:
+        name = aggregates.element(text, schema).name
+    except UnsupportedError:
+        return None
+    return name if name in key_names else None
 
 
-def _aggregates(projection: Projection) -> list[tuple[str, str, str]]:
-    """(column name, function, argument column or '') of each aggregate of the select list."""
-    out = []
-    for element in projection.select:
-        if element.strip("`") in projection.group_by:
+@dataclasses.dataclass(frozen=True)
+class _Aggregation:
+    """An aggregate projection understood: its GROUP BY elements, its aggregates, and its part's
+    columns (name, type) in the order of the select list."""
+
+    keys: list[aggregates.Element]
+    calls: list[aggregates.Aggregate]
+    columns: list[tuple[str, str]]
+
+
+def _aggregation(projection: Projection, column_types: Mapping[str, str]) -> _Aggregation:
+    """UnsupportedError naming the element this version cannot build."""
+    schema = dict(column_types)
+    if projection.order_by:
+        raise UnsupportedError("an aggregate projection with ORDER BY is not supported")
+    keys = [aggregates.element(text, schema) for text in projection.group_by]
+    types = {key.name: key.type for key in keys}
+    calls: list[aggregates.Aggregate] = []
+    columns: list[tuple[str, str]] = []
+    for text in projection.select:
+        key = _selected_key(text, schema, set(types))
+        if key is not None:
+            columns.append((key, types[key]))
             continue
-        match = _AGGREGATE.match(element.replace(" ", ""))
-        out.append((element, match.group(1), match.group(3)) if match else (element, "", ""))
-    return out
+        if split_call(text) is None:
+            raise UnsupportedError(f"{text} is selected outside GROUP BY")
+        call = aggregates.aggregate(text, schema)
+        reason = state_builders.why_not_buildable(call.state)
+        if reason is not None:
+            raise UnsupportedError(f"aggregate {text}: {reason}")
+        calls.append(call)
+        columns.append((call.name, call.state.to_clickhouse()))
+    missing = [name for name in types if name not in {n for n, _ in columns}]
+    if missing:
+        raise UnsupportedError(f"GROUP BY {', '.join(missing)}: not in the select list")
+    return _Aggregation(keys, calls, columns)
 
 
 def _why_not_aggregate(projection: Projection, column_types: dict[str, str]) -> str | None:
-    keys = [k.strip("`") for k in projection.group_by]
-    bad_keys = [k for k in keys if column_types.get(k) is None or column_types[k].startswith(("Nullable", "LowCardinality"))]
-    if not keys or bad_keys or projection.order_by:
-        return (f"aggregate projection: GROUP BY {', '.join(projection.group_by) or '(nothing)'}: this version builds "
-                "aggregate projections grouped by non-Nullable columns, without ORDER BY")
-    plain = [e.strip("`") for e in projection.select if _PLAIN.match(e.strip("`"))]
-    if any(name not in keys for name in plain):
-        return f"aggregate projection selects {', '.join(n for n in plain if n not in keys)} outside GROUP BY"
-    for element, function, argument in _aggregates(projection):
-        if function not in AGGREGATES or (function != "count" and column_types.get(argument) not in _NUMBERS) \
-                or (function == "count" and argument and argument not in column_types):
-            return (f"aggregate {element}: this version builds the states of {', '.join(AGGREGATES)} over "
-                    f"non-Nullable numeric columns ({', '.join(_NUMBERS)}) only")
+    try:
+        _aggregation(projection, column_types)
+    except (UnsupportedError, ExpressionError) as error:
+        return f"aggregate projection: {error}"
     return None
 
 
-def _state_type(function: str, argument: str, column_types: dict[str, str]) -> str:
-    if function == "count":
-        return "AggregateFunction(count)" if not argument else f"AggregateFunction(count, {column_types[argument]})"
-    return f"AggregateFunction({function}, {column_types[argument]})"
-
-
-@lazy_njit
-def _group_sums(values: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - compiled
-    """Each group's float sum, added row after row as ClickHouse's sum state adds."""
-    out = np.zeros(len(starts), np.float64)
-    for g in range(len(starts)):
-        end = starts[g + 1] if g + 1 < len(starts) else n
-        total = 0.0
-        for i in range(starts[g], end):
-            total += values[i]
-        out[g] = total
-    return out
-
-
-def _fixed(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Fixed-width little-endian values as (bytes, offsets n+1)."""
-    width = values.dtype.itemsize
-    data = np.ascontiguousarray(values.astype(values.dtype.newbyteorder("<"))).view(np.uint8)
-    return data, np.arange(len(values) + 1, dtype=np.int64) * width
-
-
-def _concat_rows(pieces: Sequence[tuple[np.ndarray, np.ndarray]]) -> pa.BinaryArray:
-    """Per row, the bytes of every piece back to back: one state per row."""
-    lengths: np.ndarray = np.sum([np.diff(offsets) for _, offsets in pieces], axis=0)
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    out = np.empty(int(offsets[-1]), np.uint8)
-    at = offsets[:-1].copy()
-    for data, piece_offsets in pieces:
-        sizes = np.diff(piece_offsets)
-        dest = np.arange(len(data), dtype=np.int64) + np.repeat(at - piece_offsets[:-1], sizes)
-        out[dest] = data
-        at += sizes
-    return pa.Array.from_buffers(pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(out)]) \
-        .cast(pa.binary())
-
-
-_NUMPY = {"UInt8": np.uint8, "UInt16": np.uint16, "UInt32": np.uint32, "UInt64": np.uint64, "Int8": np.int8,
-          "Int16": np.int16, "Int32": np.int32, "Int64": np.int64, "Float32": np.float32, "Float64": np.float64}
-
-
-def _sum_dtype(argument_type: str) -> type[np.generic]:
-    """The type a sum (and avg's numerator) of `argument_type` accumulates in: 8 bytes."""
-    return np.float64 if argument_type.startswith("Float") else np.int64 if argument_type.startswith("Int") \
-        else np.uint64
-
-
-def _decode_varuints(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The varuint filling data[starts[i]:ends[i]] of each row (every one at least a byte)."""
-    lengths = ends - starts
-    firsts = np.zeros(len(lengths), np.int64)
-    np.cumsum(lengths[:-1], out=firsts[1:])
-    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(firsts, lengths)
-    digits = (data[np.repeat(starts, lengths) + within].astype(np.uint64) & np.uint64(0x7F)) << (
-        np.uint64(7) * within.astype(np.uint64))
-    return np.add.reduceat(digits, firsts) if len(firsts) else np.zeros(0, np.uint64)
-
-
-def _partials_of_states(function: str, argument_type: str, states: pa.Array | pa.ChunkedArray
-                        ) -> tuple[np.ndarray | None, np.ndarray]:
-    """A state column read back as (values, counts) per row: what `_states` combines."""
-    offsets, data = string_buffers(states.combine_chunks() if isinstance(states, pa.ChunkedArray) else states)
-    n = len(offsets) - 1
-    if function == "count":
-        return None, _decode_varuints(data, offsets[:-1], offsets[1:])
-    if function in ("sum", "avg"):
-        rows = data[(offsets[:-1, None] + np.arange(8)).ravel()] if n else np.zeros(0, np.uint8)
-        values = rows.view(np.dtype(_sum_dtype(argument_type)).newbyteorder("<"))
-        counts = _decode_varuints(data, offsets[:-1] + 8, offsets[1:]) if function == "avg" else np.ones(n, np.uint64)
-        return values, counts
-    dtype = np.dtype(_NUMPY[argument_type]).newbyteorder("<")
-    picked = data[(offsets[:-1, None] + 1 + np.arange(dtype.itemsize)).ravel()] if n else np.zeros(0, np.uint8)
-    return picked.view(dtype), np.ones(n, np.uint64)  # min/max/any/anyLast: a flag byte, then the value
-
-
-def _states(function: str, values: np.ndarray | None, counts: np.ndarray, starts: np.ndarray, n: int
-            ) -> pa.BinaryArray:
-    """The state of `function` over each group of rows (groups start at `starts`), from each row's
-    value and count: a row of the table (count 1), or a state of a projection part being merged
-    (its partial sum, minimum, ... and count), combined in order as ClickHouse merges states."""
-    group_counts = np.add.reduceat(counts.astype(np.uint64), starts) if len(starts) else np.zeros(0, np.uint64)
-    if function == "count":
-        return _concat_rows([encode_varuints(group_counts)])
-    assert values is not None
-    flag = (np.ones(len(starts), np.uint8), np.arange(len(starts) + 1, dtype=np.int64))
-    if function in ("min", "max", "any", "anyLast"):
-        if function == "any":
-            picked = values[starts]
-        elif function == "anyLast":
-            picked = values[np.append(starts[1:], n) - 1]
-        else:
-            picked = (np.minimum if function == "min" else np.maximum).reduceat(values, starts)
-        return _concat_rows([flag, _fixed(picked)])
-    if values.dtype.kind == "f":
-        sums = _group_sums(values.astype(np.float64), starts, n)
-    else:
-        sums = np.add.reduceat(values.astype(np.int64 if values.dtype.kind == "i" else np.uint64), starts)
-    if function == "sum":
-        return _concat_rows([_fixed(sums)])
-    return _concat_rows([_fixed(sums), encode_varuints(group_counts)])  # avg: numerator, then the count
-
-
-def _aggregate_table(projection: Projection, rows: pa.Table, column_types: dict[str, str]
-                     ) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
-    """An aggregate projection's rows (one per group, by the GROUP BY key), columns and key. `rows`
-    are the table's rows, or (a merge) the rows of the sources' projection parts in order: their
-    states are then combined, as ClickHouse's merge of aggregate projection parts does."""
-    keys = [k.strip("`") for k in projection.group_by]
-    n = rows.num_rows
-    order = sort_indices(keys, rows, column_types) if n > 1 else pa.array(range(n), pa.uint64())
-    grouped = rows.take(order)
+def _group_starts(keys: Sequence[pa.Array], n: int) -> np.ndarray:
+    """Where each group of sorted rows starts: a key differs from the row before (NULL equals NULL)."""
     changes = np.zeros(n, bool)
     if n:
         changes[0] = True
-        for key in keys:
-            column = grouped.column(key)
-            changes[1:] |= ~np.asarray(pc.equal(column.slice(1), column.slice(0, n - 1)).combine_chunks()
-                                       if isinstance(column, pa.ChunkedArray) else
-                                       pc.equal(column.slice(1), column.slice(0, n - 1)))
-    starts = np.flatnonzero(changes)
-    arrays: dict[str, pa.Array] = {key: grouped.column(key).take(pa.array(starts)) for key in keys}
-    columns: list[tuple[str, str]] = []
-    aggregates = {element: (function, argument) for element, function, argument in _aggregates(projection)}
-    for element in projection.select:
-        name = element.strip("`")
-        if name in keys:
-            columns.append((name, column_types[name]))
-            continue
-        function, argument = aggregates[element]
-        values: np.ndarray | None
-        if element in grouped.column_names:  # states of the sources' projection parts
-            values, counts = _partials_of_states(function, column_types.get(argument, ""), grouped.column(element))
+    for key in keys:
+        if n < 2:
+            break
+        after, before = key.slice(1), key.slice(0, n - 1)
+        same = pc.fill_null(pc.equal(after, before), False)
+        if key.null_count:
+            same = pc.or_(same, pc.and_(after.is_null(), before.is_null()))
+        changes[1:] |= ~np.asarray(same)
+    return np.flatnonzero(changes).astype(np.int64)
+
+
+def _aggregate_table(projection: Projection, rows: pa.Table, column_types: Mapping[str, str]
+                     ) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
+    """An aggregate projection's rows (one per group, sorted by the GROUP BY elements), its columns
+    and its key. `rows` are the table's rows, or (a merge) rows of the sources' projection parts in
+    order, holding the keys and states: the states are then combined, as ClickHouse's merge of
+    aggregate projection parts does."""
+    aggregation = _aggregation(projection, column_types)
+    of_states = all(call.name in rows.column_names for call in aggregation.calls) and \
+        all(key.name in rows.column_names for key in aggregation.keys)
+    n = rows.num_rows
+    keyed = pa.table({key.name: _combined(rows.column(key.name)) if of_states else aggregates.values(key, rows)
+                      for key in aggregation.keys}) if aggregation.keys else pa.table({"_": pa.nulls(n)})
+    key = aggregate_key(projection, column_types)
+    types = {k.name: k.type for k in aggregation.keys}
+    order = sort_indices(key, keyed, types) if key and n > 1 else pa.array(np.arange(n, dtype=np.uint64))
+    sorted_keys = [_combined(keyed.column(k.name)).take(order) for k in aggregation.keys]
+    starts = _group_starts(sorted_keys, n)
+    arrays: dict[str, pa.Array] = {k.name: column.take(pa.array(starts)) for k, column in
+                                   zip(aggregation.keys, sorted_keys, strict=True)}
+    for call in aggregation.calls:
+        if of_states:
+            arrays[call.name] = state_builders.combined_states(call.state, _combined(rows.column(call.name)).take(order),
+                                                               starts)
         else:
-            values = grouped.column(argument).to_numpy() if argument and function != "count" else None
-            counts = np.ones(n, np.uint64)
-        arrays[element] = _states(function, values, counts, starts, n)
-        columns.append((element, _state_type(function, argument, column_types)))
-    return pa.table({name: arrays[name] for name, _ in columns}), columns, keys
+            arguments = [aggregates.values(argument, rows).take(order) for argument in call.arguments]
+            arrays[call.name] = state_builders.states_of_rows(call.state, arguments, starts, n)
+    table = pa.table({name: arrays[name] for name, _ in aggregation.columns})
+    return table, aggregation.columns, key
+
+
+def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def projection_files(projection: Projection, rows: pa.Table, columns: Sequence[tuple[str, str]],
@@ -337,23 +263,26 @@ def kept_projection_parts(reader: PartReader, projections: Sequence[Projection],
     return kept
 
 
-def combined_states(projection: Projection, rows: pa.Table, column_types: dict[str, str]) -> pa.Table:
+def combined_states(projection: Projection, rows: pa.Table, column_types: Mapping[str, str]) -> pa.Table:
     """An aggregate projection's rows (one per group) of `rows`: the table's rows, or rows of states
     (its projection parts', in order), combined as ClickHouse merges states."""
     return _aggregate_table(projection, rows, column_types)[0]
 
 
-def aggregate_columns(projection: Projection, column_types: dict[str, str]) -> list[tuple[str, str]]:
-    """(name, type) of an aggregate projection's columns: its GROUP BY keys and its states."""
-    keys = {k.strip("`") for k in projection.group_by}
-    aggregates = {element: (function, argument) for element, function, argument in _aggregates(projection)}
-    return [(element.strip("`"), column_types[element.strip("`")]) if element.strip("`") in keys
-            else (element, _state_type(*aggregates[element], column_types)) for element in projection.select]
+def aggregate_columns(projection: Projection, column_types: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(name, type) of an aggregate projection's columns: its GROUP BY elements and its states, in
+    the order of the select list."""
+    return _aggregation(projection, column_types).columns
 
 
-def state_columns(projection: Projection) -> list[str]:
-    """The columns of an aggregate projection's part: its GROUP BY keys and its states."""
-    return [e.strip("`") if e.strip("`") in projection.group_by else e for e in projection.select]
+def aggregate_key(projection: Projection, column_types: Mapping[str, str]) -> list[str]:
+    """The key of an aggregate projection's part: its GROUP BY elements' columns (quoted names)."""
+    return [quote_identifier(key.name) for key in _aggregation(projection, column_types).keys]
+
+
+def state_columns(projection: Projection, column_types: Mapping[str, str]) -> list[str]:
+    """The columns of an aggregate projection's part: its GROUP BY elements and its states."""
+    return [name for name, _ in aggregate_columns(projection, column_types)]
 
 
 def projection_columns(projection: Projection, stored: Sequence[str]) -> list[str]:
@@ -361,7 +290,11 @@ def projection_columns(projection: Projection, stored: Sequence[str]) -> list[st
     a projection of offsets: the `rows` add_projections is given must hold it (`with_offsets`)."""
     if not projection.is_aggregate:
         return projection.columns(stored) + ([PARENT_OFFSET] if projection.stores_offsets else [])
-    wanted = {a for _, _, a in _aggregates(projection) if a} | {k.strip("`") for k in projection.group_by}
+    texts = list(projection.group_by)
+    for text in projection.select:
+        call = split_call(text)
+        texts += [t for t in (call[1][-1] if call is not None else (text,)) if t != "*"]
+    wanted = {name for text in texts for name in columns_of(parse_expression(text))}
     return [name for name in stored if name in wanted]
 
 

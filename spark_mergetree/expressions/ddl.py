@@ -260,6 +260,24 @@ def _span_text(text: str, tokens: list[Token], begin: int, end: int) -> str:
     return "".join(out)
 
 
+def split_call(text: str) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
+    """A function call's name and its parenthesised lists, each as its elements' texts:
+    `quantiles(0.5, 0.9)(x)` gives ('quantiles', (('0.5', '0.9'), ('x',))); None when `text` is not
+    a call (a name followed only by parenthesised lists)."""
+    tokens = _tokenize(text)
+    if len(tokens) < 3 or tokens[0].token_type == TokenType.STRING or not _PLAIN_IDENTIFIER.match(tokens[0].text):
+        return None
+    lists = []
+    index = 1
+    while index < len(tokens):
+        if tokens[index].token_type != TokenType.L_PAREN:
+            return None
+        close = _matching_paren(tokens, index)
+        lists.append(tuple(_span_text(text, tokens, a, b) for a, b in _split_top_level(tokens, index + 1, close)))
+        index = close + 1
+    return (tokens[0].text, tuple(lists)) if lists else None
+
+
 def _key_elements(text: str, tokens: list[Token], begin: int, end: int) -> tuple[str, ...]:
     """ORDER BY / PRIMARY KEY element texts: `(a, b)` and `tuple(a, b)` list their elements."""
     if begin >= end:

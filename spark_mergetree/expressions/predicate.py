@@ -96,6 +96,8 @@ class Compare(Expr):
     op: str
     left: Expr
     right: Expr
+    # Written with the constant first (`1 < a`, kept as `a > 1`): ClickHouse names it as written.
+    written_reversed: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.op not in COMPARE_OPS:
@@ -413,7 +415,7 @@ def _convert(node: Any, source: str) -> Expr:
         if isinstance(node, compare_class):
             left, right = _convert(node.this, source), _convert(node.expression, source)
             if isinstance(left, Literal) and not isinstance(right, Literal):
-                return Compare(_FLIPPED[op], right, left)
+                return Compare(_FLIPPED[op], right, left, written_reversed=True)
             return Compare(op, left, right)
     if isinstance(node, exp.Between):
         return between(_convert(node.this, source), _convert(node.args["low"], source), _convert(node.args["high"], source))

@@ -52,7 +52,7 @@ from spark_mergetree.format.types import (
     contains_type,
 )
 
-__all__ = ["StateLayout", "state_layout", "state_lengths", "empty_state", "require_known_states", "created_version"]
+__all__ = ["StateLayout", "nullable_flag", "state_layout", "state_lengths", "empty_state", "require_known_states", "created_version"]
 
 Step = tuple[int, int, int]
 
@@ -206,6 +206,30 @@ def created_version(dt: DataType) -> DataType:
     return dataclasses.replace(dt, version=_CREATED_VERSION[dt.function])
 
 
+_UNKNOWN_FLAG = "unknown"
+
+
+def nullable_flag(dt: AggregateFunction) -> bool | None | str:
+    """How states of `dt` with Nullable arguments begin (measured in ClickHouse 26.9): True, a flag
+    byte always 1 and then the function's state of the rows whose arguments are not NULL; False, a
+    flag byte 1 when there was such a row, then that state, else the flag 0 alone; None, no flag
+    (count of a Nullable value counts the values; when only -If's condition is Nullable, the
+    functions whose flag is not always set take a NULL condition as false and write no flag);
+    "unknown" for functions whose handling of NULLs is not known here."""
+    args = dt.arguments
+    conditional = dt.function.endswith("If") and len(args) >= 1
+    base = dt.function.removesuffix("If") if conditional else dt.function
+    valued = args[:-1] if conditional else args
+    if base == "count" and not conditional:
+        return None
+    always = True if base == "count" else _NULLABLE_FLAG.get(base)
+    if always is None:
+        return _UNKNOWN_FLAG
+    if not any(isinstance(a, Nullable) for a in valued) and not always:
+        return None  # only the condition is Nullable
+    return always
+
+
 @functools.lru_cache(maxsize=1024)  # a column's type asks once per granule range read
 def state_layout(dt: AggregateFunction) -> StateLayout | None:
     """The layout of `dt`'s states, None when it is not known."""
@@ -219,15 +243,15 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
     if version is not None and not (version == 1 and (name in ("sumMap", "minMap", "maxMap") and len(args) >= 2
                                                       or _SAME_STATE.get(name, name) == "quantileDeterministic")):
         return None
-    if name != "count" and any(isinstance(a, Nullable) and _plain(a) for a in args):
-        # Nullable arguments: a flag byte, then the state of the same function of the values inside
-        # when the flag is set (always, for some functions, even with no values).
-        flag_always = _NULLABLE_FLAG.get(name.removesuffix("If"))
+    if any(isinstance(a, Nullable) and _plain(a) for a in args):
+        flag = nullable_flag(AggregateFunction(name, args, params, version))
         inner = _layout(name, tuple(a.inner if isinstance(a, Nullable) else a for a in args), params, version)
-        if inner is None or flag_always is None:
+        if inner is None or flag == _UNKNOWN_FLAG:
             return None
         steps, empty = inner
-        return ((FLAG, len(steps), 0), *steps), (b"\x01" + empty if flag_always else b"\0")
+        if flag is None:
+            return steps, empty
+        return ((FLAG, len(steps), 0), *steps), (b"\x01" + empty if flag else b"\0")
     if name.endswith("If") and args and _number(args[-1], ("UInt8",)):
         # -If keeps the function's own state; only the argument list gains the condition.
         return _layout(name[:-2], args[:-1], params, version)

@@ -147,9 +147,9 @@ def test_merged_part_holds_clickhouses_projection_bytes(tables) -> None:
 
 
 def test_create_refuses_projections_it_cannot_write(tmp_path) -> None:
-    with pytest.raises(UnsupportedError, match="by_k.*uniqExact"):
+    with pytest.raises(UnsupportedError, match="by_k.*uniqUpTo"):
         MergeTreeTable.create(tmp_path / "a", [("k", "UInt32"), ("v", "Float64")], "k",
-                              projections=["PROJECTION by_k (SELECT k, uniqExact(v) GROUP BY k)"])
+                              projections=["PROJECTION by_k (SELECT k, uniqUpTo(3)(v) GROUP BY k)"])
     assert not (tmp_path / "a").exists()
     with pytest.raises(UnsupportedError, match="needs an ORDER BY"):
         MergeTreeTable.create(tmp_path / "d", [("k", "UInt32"), ("v", "Float64")], "k", projections=["p (SELECT v, k)"])
@@ -173,11 +173,11 @@ def test_create_refuses_projections_it_cannot_write(tmp_path) -> None:
 
 
 def test_background_merges_leave_parts_with_projections_they_cannot_build(tmp_path, caplog) -> None:
-    """ClickHouse's parts hold a projection we cannot build (uniqExact states): inserts into such a
+    """ClickHouse's parts hold a projection we cannot build (uniqUpTo states): inserts into such a
     table are refused (their parts would lack it); with the statement declaring only what we build,
     background merges skip those parts (saying so once per part) and merge ours; OPTIMIZE refuses
     naming the projection."""
-    create = ("CREATE TABLE u (k UInt32, v UInt64, PROJECTION u_k (SELECT k, uniqExact(v) GROUP BY k), "
+    create = ("CREATE TABLE u (k UInt32, v UInt64, PROJECTION u_k (SELECT k, uniqUpTo(3)(v) GROUP BY k), "
               "PROJECTION o (SELECT * ORDER BY v)) ENGINE = MergeTree ORDER BY k SETTINGS min_bytes_for_wide_part = 0")
     sess, data_dir = make_chdb_table(tmp_path, create)
     sess.query("SYSTEM STOP MERGES u")
@@ -190,7 +190,7 @@ def test_background_merges_leave_parts_with_projections_they_cannot_build(tmp_pa
     rows = pa.table({"k": pa.array([1, 2], pa.uint32()), "v": pa.array([5, 6], pa.uint64())})
     table = MergeTreeTable.open(copy, create_statement=statement)
     assert table.metadata.unbuildable_projections.keys() == {"u_k"}
-    with pytest.raises(UnsupportedError, match="u_k.*uniqExact"):
+    with pytest.raises(UnsupportedError, match="u_k.*uniqUpTo"):
         table.insert(rows)
     assert len(table.parts()) == 3
     definition = parse_create(statement)

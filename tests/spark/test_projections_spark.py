@@ -48,9 +48,9 @@ def test_spark_write_creates_a_table_with_projections(spark, tmp_path) -> None:
 
     rows = spark.range(200).selectExpr("cast(id as long) as k", "cast(id % 7 as int) as g")
     target = str(tmp_path / "t")
-    with pytest.raises(Exception, match="uniqExact"):
+    with pytest.raises(Exception, match="uniqUpTo"):
         (rows.write.format("mergetree").mode("append").option("order_by", "(g, k)")
-         .option("projections", "u (SELECT g, uniqExact(k) GROUP BY g)").save(target))
+         .option("projections", "u (SELECT g, uniqUpTo(3)(k) GROUP BY g)").save(target))
     assert not (tmp_path / "t" / "_mergetree" / "table.sql").exists()
     (rows.write.format("mergetree").mode("append").option("order_by", "(g, k)")
      .option("projections", "by_g (SELECT * ORDER BY g); n (SELECT g, count() GROUP BY g)").save(target))

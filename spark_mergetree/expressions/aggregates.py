@@ -1,0 +1,161 @@
+"""The elements of an aggregate projection: each one's ClickHouse column name, type and values.
+
+ClickHouse names a projection part's columns by each expression's column name: functions in prefix
+form under ClickHouse's names (`a * 2` is `multiply(a, 2)`, `1.0 < a` is `less(1., a)`, a chain of
+ANDs one `and(...)`), literals as SQL spells them (integral floats with a trailing dot), and an
+aggregate function's parameters as a list of their own (`quantile(0.9)(x)`). A GROUP BY element is
+a column or a function this package evaluates (the functions of keys); an aggregate's arguments are
+those, or conditions (comparisons joined by AND/OR/NOT, UInt8, Nullable when a column they compare
+is), and its state type is AggregateFunction(name(parameters), argument types) as ClickHouse
+writes it. Whatever cannot be named, typed or computed exactly is refused by name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from spark_mergetree.errors import ExpressionError, UnsupportedError
+from spark_mergetree.expressions.ddl import split_call
+from spark_mergetree.expressions.predicate import (
+    And,
+    Column,
+    Compare,
+    Expr,
+    Func,
+    IsNotNull,
+    IsNull,
+    Literal,
+    Not,
+    Or,
+    bind,
+    evaluate,
+    evaluate_value,
+    parse_expression,
+)
+from spark_mergetree.format.types import AggregateFunction, parse_type
+
+_COMPARE_NAMES = {"=": "equals", "!=": "notEquals", "<": "less", "<=": "lessOrEquals", ">": "greater",
+                  ">=": "greaterOrEquals", "<=>": "isNotDistinctFrom"}
+_FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<=", "<=>": "<=>"}
+_CONDITIONS = (Compare, And, Or, Not, IsNull, IsNotNull)
+
+
+@dataclass(frozen=True)
+class Element:
+    """A GROUP BY element or an aggregate's argument: its column name, ClickHouse type and bound tree."""
+
+    name: str
+    type: str
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """An aggregate of the select list: its column name, state type and arguments."""
+
+    name: str
+    state: AggregateFunction
+    arguments: tuple[Element, ...]
+
+
+def _literal_name(value: object, text: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        if value == int(value) and abs(value) < 1e15:
+            return f"{int(value)}."
+        shortest = repr(value)
+        if "e" not in shortest:
+            return shortest
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise UnsupportedError(f"{text}: the constant {value!r} cannot be named as ClickHouse names it")
+
+
+def column_name(expr: Expr, text: str) -> str:
+    """ClickHouse's column name of `expr` (parsed from `text`, which messages name)."""
+    if isinstance(expr, Column):
+        return expr.name
+    if isinstance(expr, Literal):
+        return _literal_name(expr.value, text)
+    if isinstance(expr, Compare):
+        left, right, op = expr.left, expr.right, expr.op
+        if expr.written_reversed:
+            left, right, op = right, left, _FLIPPED[op]
+        return f"{_COMPARE_NAMES[op]}({column_name(left, text)}, {column_name(right, text)})"
+    if isinstance(expr, (And, Or)):
+        return f"{'and' if isinstance(expr, And) else 'or'}({', '.join(column_name(a, text) for a in expr.args)})"
+    if isinstance(expr, Not):
+        return f"not({column_name(expr.arg, text)})"
+    if isinstance(expr, (IsNull, IsNotNull)):
+        return f"{'isNull' if isinstance(expr, IsNull) else 'isNotNull'}({column_name(expr.expr, text)})"
+    if isinstance(expr, Func):
+        return f"{expr.name}({', '.join(column_name(a, text) for a in expr.args)})"
+    raise UnsupportedError(f"{text}: this expression cannot be named as ClickHouse names it")
+
+
+def _columns_nullable(expr: Expr, schema: dict[str, str]) -> bool:
+    if isinstance(expr, Column):
+        return schema.get(expr.name, "").startswith("Nullable(")
+    if isinstance(expr, (IsNull, IsNotNull, Literal)):
+        return False
+    children = [getattr(expr, name) for name in ("left", "right", "arg", "expr") if hasattr(expr, name)]
+    children += list(getattr(expr, "args", ()))
+    return any(_columns_nullable(c, schema) for c in children if isinstance(c, Expr))
+
+
+def element(text: str, schema: dict[str, str], condition: bool = False) -> Element:
+    """A GROUP BY element or an aggregate's argument (`condition`: -If's last one, a condition)."""
+    try:
+        parsed = parse_expression(text)
+        expr = bind(parsed, schema)
+    except (ExpressionError, UnsupportedError) as error:
+        raise UnsupportedError(f"{text}: {error}") from None
+    # (named from the tree as written: binding rewrites comparisons with constants)
+    if isinstance(parsed, _CONDITIONS) and condition:
+        # (NULL conditions count as false, as ClickHouse's -If takes them; the type keeps Nullable)
+        nullable = _columns_nullable(parsed, schema)
+        return Element(column_name(parsed, text), "Nullable(UInt8)" if nullable else "UInt8", expr)
+    if isinstance(expr, (Column, Func)) and expr.type is not None:
+        return Element(column_name(parsed, text), expr.type, expr)
+    raise UnsupportedError(f"{text}: only columns, the functions of keys this version evaluates"
+                           + (" and conditions" if condition else "") + " are supported here")
+
+
+def aggregate(text: str, schema: dict[str, str]) -> Aggregate:
+    """An aggregate function call of an aggregate projection's select list."""
+    call = split_call(text)
+    if call is None or len(call[1]) > 2:
+        raise UnsupportedError(f"{text}: not an aggregate function call")
+    function, lists = call
+    parameters = lists[0] if len(lists) == 2 else ()
+    arguments = lists[-1]
+    if function == "count" and arguments == ("*",):
+        arguments = ()
+    elements = tuple(element(a, schema, condition=function.endswith("If") and i == len(arguments) - 1)
+                     for i, a in enumerate(arguments))
+    parameter_names = []
+    for parameter in parameters:
+        value = parse_expression(parameter)
+        if not isinstance(value, Literal):
+            raise UnsupportedError(f"{text}: parameter {parameter} is not a constant")
+        parameter_names.append(_literal_name(value.value, text))
+    state = parse_type("AggregateFunction(" + ", ".join(
+        [function + (f"({', '.join(parameter_names)})" if parameter_names else ""), *(e.type for e in elements)]) + ")")
+    assert isinstance(state, AggregateFunction)
+    name = function + (f"({', '.join(parameter_names)})" if parameters else "") + \
+        f"({', '.join(e.name for e in elements)})"
+    return Aggregate(name, state, elements)
+
+
+def values(element: Element, table: pa.Table) -> pa.Array:
+    """The element's value for every row of `table` (a condition's as UInt8, NULL as 0)."""
+    if element.type in ("UInt8", "Nullable(UInt8)") and not isinstance(element.expr, (Column, Func)):
+        return pa.array(np.asarray(evaluate(element.expr, table)).astype(np.uint8))
+    return evaluate_value(element.expr, table)

@@ -1,0 +1,152 @@
+"""Aggregate projections as ClickHouse users declare them: GROUP BY expressions and Nullable keys,
+no GROUP BY at all, -If conditions, Nullable arguments, and the functions whose states we build
+(format/state_builders.py). Our inserted and merged parts carry them under ClickHouse's column
+names and types; ClickHouse (chdb) attaches the parts, CHECK TABLE passes, and a query that must use
+the projection (force_optimize_projection) returns what the same query over ClickHouse's own rows
+returns without projections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_mergetree import MergeTreeTable
+from spark_mergetree.engine import projection_merge
+from spark_mergetree.errors import UnsupportedError
+from spark_mergetree.expressions.ddl import parse_create
+from tests.format.chdb_util import attach_and_check, close_session, make_chdb_table, paired_part_dirs
+
+# Each projection with the query that must be answered from it (its select list over the table).
+PROJECTIONS = {
+    "hourly": ("toStartOfHour(ts), s, count(), countIf(b > 1), sumIf(k, 1 < k AND b > 2.5), sum(b), avg(b), "
+               "count(b), min(v), max(k), sum(k), avg(v)", "toStartOfHour(ts), s"),
+    "by_null": ("nk, count(), sum(k), min(b), countIf(nk = 1)", "nk"),
+    "totals": ("count(), max(v), sum(id), minIf(k, b > 3)", ""),
+}
+CREATE = """CREATE TABLE t (ts DateTime('UTC'), id UInt64, k UInt32, v Float64, b Nullable(Float64), s String,
+    nk Nullable(UInt8), {projections})
+    ENGINE = MergeTree ORDER BY id
+    SETTINGS index_granularity = 64, compress_primary_key = 0, allow_nullable_key = 1, {kind}"""
+KINDS = {"Wide": "min_bytes_for_wide_part = 0, compress_marks = 0", "Compact": "min_bytes_for_wide_part = 1000000000"}
+ROWS = ("SELECT toDateTime('2024-03-01 00:00:00', 'UTC') + (number * 7919) % 20000 AS ts, number + {offset} AS id, "
+        "toUInt32((number * 7) % 13) AS k, (number + {offset}) / 3 AS v, "
+        "if(number % 5 = 0, NULL, (number % 17) / 4) AS b, toString((number * 31) % 4) AS s, "
+        "if(number % 3 = 0, NULL, toUInt8(number % 2)) AS nk FROM numbers({rows})")
+INSERTS = ((0, 700), (700, 400))
+
+
+def _statement(kind: str) -> str:
+    projections = ", ".join(f"PROJECTION {name} (SELECT {select}" + (f" GROUP BY {group})" if group else ")")
+                            for name, (select, group) in PROJECTIONS.items())
+    return CREATE.format(projections=projections, kind=KINDS[kind])
+
+
+def _arrow(sess, query: str) -> pa.Table:
+    return pa.ipc.open_file(pa.py_buffer(sess.query(query, "Arrow").bytes())).read_all()
+
+
+def _rows(data: pa.Table) -> list[tuple]:
+    columns = [[round(v, 6) if isinstance(v, float) else v.decode() if isinstance(v, bytes) else v
+                for v in c.to_pylist()] for c in data.columns]
+    return sorted(zip(*columns), key=repr)
+
+
+def _query(name: str, table: str) -> str:
+    select, group = PROJECTIONS[name]
+    return f"SELECT {select} FROM {table}" + (f" GROUP BY {group}" if group else "")
+
+
+def _uses_projections(sess, table: str) -> None:
+    """Each projection answers its query over `table` (ClickHouse refuses otherwise), with what
+    ClickHouse's own table `t` answers without projections."""
+    for name in PROJECTIONS:
+        forced = _query(name, table) + f" SETTINGS force_optimize_projection = 1, preferred_optimize_projection_name = '{name}'"
+        explain = sess.query(f"EXPLAIN projections = 1 {forced}", "TabSeparatedRaw").bytes().decode()
+        assert name in explain, explain
+        expected = _rows(_arrow(sess, _query(name, "t") + " SETTINGS optimize_use_projections = 0"))
+        assert _rows(_arrow(sess, forced)) == expected, name
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def tables(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"aggproj_{request.param}")
+    sess, data_dir = make_chdb_table(tmp, _statement(request.param))
+    sess.query("SYSTEM STOP MERGES t")
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp / "ours", parse_create(statement), {"auto_merge": False})
+    ours.write_directory()
+    for offset, rows in INSERTS:
+        sess.query("INSERT INTO t " + ROWS.format(offset=offset, rows=rows))
+        ours.insert(_arrow(sess, ROWS.format(offset=offset, rows=rows)))
+    yield sess, data_dir, ours
+    close_session()
+
+
+def _columns_files(part: Path) -> dict[str, str]:
+    return {d.name: (d / "columns.txt").read_text() for d in sorted(part.glob("*.proj"))}
+
+
+def test_projection_parts_have_clickhouses_columns_and_bytes(tables) -> None:
+    sess, data_dir, ours = tables
+    for theirs, mine in paired_part_dirs(data_dir, ours):
+        assert _columns_files(mine) == _columns_files(theirs)
+        for projection in PROJECTIONS:
+            files = sorted(f.name for f in (theirs / f"{projection}.proj").iterdir() if f.suffix in (".bin", ".idx"))
+            for name in files:
+                assert (mine / f"{projection}.proj" / name).read_bytes() == \
+                    (theirs / f"{projection}.proj" / name).read_bytes(), (mine.name, projection, name)
+    assert ours.check().ok
+
+
+def test_clickhouse_answers_from_the_projections_of_our_parts(tables) -> None:
+    sess, _, ours = tables
+    sess.query("CREATE TABLE attached AS t")
+    attach_and_check(sess, "attached", [ours.path / part.name for part in ours.parts()])
+    _uses_projections(sess, "attached")
+
+
+def test_merged_parts_carry_the_combined_states(tables) -> None:
+    sess, data_dir, ours = tables
+    ours.optimize(final=True)
+    (part,) = ours.parts()
+    assert ours.check().ok
+    sess.query("CREATE TABLE merged AS t")
+    attach_and_check(sess, "merged", [ours.path / part.name])
+    _uses_projections(sess, "merged")
+
+
+def test_big_merges_combine_states_from_runs(tmp_path, monkeypatch) -> None:
+    """Above projection_merge.RUN_BYTES the sources' states are combined a window of keys at a time
+    (bounded memory): the same answers."""
+    sess, _ = make_chdb_table(tmp_path, _statement("Wide"))
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp_path / "ours", parse_create(statement), {"auto_merge": False})
+    ours.write_directory()
+    for offset, rows in INSERTS:
+        sess.query("INSERT INTO t " + ROWS.format(offset=offset, rows=rows))
+        ours.insert(_arrow(sess, ROWS.format(offset=offset, rows=rows)))
+    monkeypatch.setattr(projection_merge, "RUN_BYTES", 1)
+    combined = []
+    real = projection_merge.projections.combined_states
+    monkeypatch.setattr(projection_merge.projections, "combined_states",
+                        lambda *args: combined.append(args[0].name) or real(*args))
+    ours.optimize(final=True)
+    assert set(combined) == set(PROJECTIONS)
+    sess.query("CREATE TABLE merged AS t")
+    attach_and_check(sess, "merged", [ours.path / part.name for part in ours.parts()])
+    _uses_projections(sess, "merged")
+    close_session()
+
+
+def test_projections_that_cannot_be_built_are_refused_by_name(tmp_path) -> None:
+    columns = [("k", "UInt32"), ("v", "Float64"), ("s", "String")]
+    for projection, reason in (("p (SELECT k, uniqUpTo(3)(v) GROUP BY k)", "uniqUpTo"),
+                               ("p (SELECT k, sum(v * 2) GROUP BY k)", "v \\* 2"),
+                               ("p (SELECT k, sum(v) GROUP BY k ORDER BY k)", "ORDER BY"),
+                               ("p (SELECT s, sum(v) GROUP BY k)", "s is selected outside GROUP BY"),
+                               ("p (SELECT sum(v) GROUP BY k)", "GROUP BY k: not in the select list")):
+        with pytest.raises(UnsupportedError, match=rf"'p': .*{reason}"):
+            MergeTreeTable.create(tmp_path / "x", columns, "k", projections=[projection])
+        assert not (tmp_path / "x").exists()
