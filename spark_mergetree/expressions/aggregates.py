@@ -5,7 +5,7 @@ form under ClickHouse's names (`a * 2` is `multiply(a, 2)`, `1.0 < a` is `less(1
 ANDs one `and(...)`), literals as SQL spells them (integral floats with a trailing dot), and an
 aggregate function's parameters as a list of their own (`quantile(0.9)(x)`). A GROUP BY element is
 a column or a function this package evaluates (the functions of keys); an aggregate's arguments are
-those, or conditions (comparisons joined by AND/OR/NOT, UInt8, Nullable when a column they compare
+those, arithmetic (+, -, *, /) of numbers with ClickHouse's result types, or conditions (comparisons joined by AND/OR/NOT, UInt8, Nullable when a column they compare
 is), and its state type is AggregateFunction(name(parameters), argument types) as ClickHouse
 writes it. Whatever cannot be named, typed or computed exactly is refused by name.
 """
@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.ddl import split_call
+from spark_mergetree.expressions.functions import literal_type
 from spark_mergetree.expressions.predicate import (
     And,
     Column,
@@ -42,6 +43,10 @@ _COMPARE_NAMES = {"=": "equals", "!=": "notEquals", "<": "less", "<=": "lessOrEq
                   ">=": "greaterOrEquals", "<=>": "isNotDistinctFrom"}
 _FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<=", "<=>": "<=>"}
 _CONDITIONS = (Compare, And, Or, Not, IsNull, IsNotNull)
+_ARITHMETIC = ("plus", "minus", "multiply", "divide")
+_WIDER = {1: 2, 2: 4, 4: 8, 8: 8}  # ClickHouse's next size up for +, - and * of integers
+_ARROW_NUMBERS = {f"{sign}Int{bits}": getattr(pa, f"{sign.lower()}int{bits}")() for sign in ("U", "")
+                  for bits in (8, 16, 32, 64)} | {"Float32": pa.float32(), "Float64": pa.float64()}
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,39 @@ def _columns_nullable(expr: Expr, schema: dict[str, str]) -> bool:
     return any(_columns_nullable(c, schema) for c in children if isinstance(c, Expr))
 
 
+def _number_type(expr: Expr) -> str | None:
+    """The type of a numeric operand: a column's or function's (not Nullable), an integer literal's
+    narrowest, Float64 for a float literal."""
+    if isinstance(expr, Literal):
+        if isinstance(expr.value, bool):
+            return "UInt8"
+        if isinstance(expr.value, int):
+            return literal_type(expr.value)
+        return "Float64" if isinstance(expr.value, float) else None
+    if isinstance(expr, Func) and expr.name in _ARITHMETIC:
+        return arithmetic_type(expr)
+    found = expr.type if isinstance(expr, (Column, Func)) else None
+    if found is not None and found.startswith("Nullable("):
+        found = found[len("Nullable("):-1]
+    return found if found in _ARROW_NUMBERS else None
+
+
+def arithmetic_type(expr: Func) -> str | None:
+    """ClickHouse's result type of +, -, * or / of two numbers of 8 to 64 bits (None otherwise): a
+    float when either is (Float64: ClickHouse widens Float32 too), else an integer one size up from
+    the wider operand (at most 64 bits), signed when either operand is or for -; / gives Float64."""
+    if expr.name not in _ARITHMETIC or len(expr.args) != 2:
+        return None
+    types = [_number_type(arg) for arg in expr.args]
+    if any(t is None or t not in _ARROW_NUMBERS for t in types):
+        return None
+    if expr.name == "divide" or any(t.startswith("Float") for t in types if t):
+        return "Float64"
+    widest = max(_ARROW_NUMBERS[t].bit_width // 8 for t in types if t)
+    signed = expr.name == "minus" or any(t.startswith("Int") for t in types if t)
+    return f"{'Int' if signed else 'UInt'}{_WIDER[widest] * 8}"
+
+
 def element(text: str, schema: dict[str, str], condition: bool = False) -> Element:
     """A GROUP BY element or an aggregate's argument (`condition`: -If's last one, a condition)."""
     try:
@@ -124,6 +162,10 @@ def element(text: str, schema: dict[str, str], condition: bool = False) -> Eleme
         return Element(column_name(parsed, text), "Nullable(UInt8)" if nullable else "UInt8", expr)
     if isinstance(expr, (Column, Func)) and expr.type is not None:
         return Element(column_name(parsed, text), expr.type, expr)
+    arithmetic = arithmetic_type(expr) if isinstance(expr, Func) else None
+    if arithmetic is not None:
+        nullable = _columns_nullable(parsed, schema)
+        return Element(column_name(parsed, text), f"Nullable({arithmetic})" if nullable else arithmetic, expr)
     raise UnsupportedError(f"{text}: only columns, the functions of keys this version evaluates"
                            + (" and conditions" if condition else "") + " are supported here")
 
@@ -158,4 +200,8 @@ def values(element: Element, table: pa.Table) -> pa.Array:
     """The element's value for every row of `table` (a condition's as UInt8, NULL as 0)."""
     if element.type in ("UInt8", "Nullable(UInt8)") and not isinstance(element.expr, (Column, Func)):
         return pa.array(np.asarray(evaluate(element.expr, table)).astype(np.uint8))
-    return evaluate_value(element.expr, table)
+    result = evaluate_value(element.expr, table)
+    if isinstance(element.expr, Func) and element.expr.name in _ARITHMETIC:
+        # (computed in 64 bits, wrapping as ClickHouse's; the narrower result types hold every value)
+        return result.cast(_ARROW_NUMBERS[element.type.removeprefix("Nullable(").removesuffix(")")], safe=False)
+    return result

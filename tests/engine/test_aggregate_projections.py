@@ -21,7 +21,8 @@ from tests.format.chdb_util import attach_and_check, close_session, make_chdb_ta
 # Each projection with the query that must be answered from it (its select list over the table).
 PROJECTIONS = {
     "hourly": ("toStartOfHour(ts), s, count(), countIf(b > 1), sumIf(k, 1 < k AND b > 2.5), sum(b), avg(b), "
-               "count(b), min(v), max(k), sum(k), avg(v)", "toStartOfHour(ts), s"),
+               "count(b), min(v), max(k), sum(k), avg(v), sum(k * 2), avg(v / 3), max(k - 1), sum(b * 2)",
+               "toStartOfHour(ts), s"),
     "by_null": ("nk, count(), sum(k), min(b), countIf(nk = 1)", "nk"),
     "totals": ("count(), max(v), sum(id), minIf(k, b > 3)", ""),
 }
@@ -143,7 +144,8 @@ def test_big_merges_combine_states_from_runs(tmp_path, monkeypatch) -> None:
 def test_projections_that_cannot_be_built_are_refused_by_name(tmp_path) -> None:
     columns = [("k", "UInt32"), ("v", "Float64"), ("s", "String")]
     for projection, reason in (("p (SELECT k, uniqUpTo(3)(v) GROUP BY k)", "uniqUpTo"),
-                               ("p (SELECT k, sum(v * 2) GROUP BY k)", "v \\* 2"),
+                               ("p (SELECT k, max(reverse(s)) GROUP BY k)", "reverse"),
+                               ("p (SELECT k, sum(v * k * s) GROUP BY k)", "v \\* k \\* s"),
                                ("p (SELECT k, sum(v) GROUP BY k ORDER BY k)", "ORDER BY"),
                                ("p (SELECT s, sum(v) GROUP BY k)", "s is selected outside GROUP BY"),
                                ("p (SELECT sum(v) GROUP BY k)", "GROUP BY k: not in the select list")):
