@@ -342,7 +342,7 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
         if lost:
             raise UnsupportedError(
                 f"{reader.location}: holds projection(s) {', '.join(lost)} this version cannot build "
-                "(only normal projections of the table's statement are); merging the part would lose them: "
+                "(the projections of the table's statement this version builds are merged); merging the part would lose them: "
                 "merge it in ClickHouse")
     offsets: list[np.ndarray] | None = [] if any(p.stores_offsets for p in meta.projections) else None
     files = _merge_rows(readers, meta, spill_dir, offsets)

@@ -33,6 +33,7 @@ leaves them alone) rather than losing them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -41,7 +42,13 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions import aggregates
-from spark_mergetree.expressions.ddl import PART_OFFSET, Projection, parse_projection, quote_identifier, split_call
+from spark_mergetree.expressions.ddl import (
+    PART_OFFSET,
+    Projection,
+    parse_projection,
+    quote_identifier,
+    split_call,
+)
 from spark_mergetree.expressions.key_condition import key_columns_for
 from spark_mergetree.expressions.predicate import columns_of, parse_expression
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
@@ -113,14 +120,19 @@ class _Aggregation:
     """An aggregate projection understood: its GROUP BY elements, its aggregates, and its part's
     columns (name, type) in the order of the select list."""
 
-    keys: list[aggregates.Element]
-    calls: list[aggregates.Aggregate]
-    columns: list[tuple[str, str]]
+    keys: tuple[aggregates.Element, ...]
+    calls: tuple[aggregates.Aggregate, ...]
+    columns: tuple[tuple[str, str], ...]
 
 
 def _aggregation(projection: Projection, column_types: Mapping[str, str]) -> _Aggregation:
     """UnsupportedError naming the element this version cannot build."""
-    schema = dict(column_types)
+    return _understood(projection, tuple(column_types.items()))
+
+
+@functools.lru_cache(maxsize=256)  # (asked for every part written, and by every merge of the table)
+def _understood(projection: Projection, typed_columns: tuple[tuple[str, str], ...]) -> _Aggregation:
+    schema = dict(typed_columns)
     if projection.order_by:
         raise UnsupportedError("an aggregate projection with ORDER BY is not supported")
     keys = [aggregates.element(text, schema) for text in projection.group_by]
@@ -143,7 +155,7 @@ def _aggregation(projection: Projection, column_types: Mapping[str, str]) -> _Ag
     missing = [name for name in types if name not in {n for n, _ in columns}]
     if missing:
         raise UnsupportedError(f"GROUP BY {', '.join(missing)}: not in the select list")
-    return _Aggregation(keys, calls, columns)
+    return _Aggregation(tuple(keys), tuple(calls), tuple(columns))
 
 
 def _why_not_aggregate(projection: Projection, column_types: dict[str, str]) -> str | None:
@@ -197,7 +209,7 @@ def _aggregate_table(projection: Projection, rows: pa.Table, column_types: Mappi
             arguments = [aggregates.values(argument, rows).take(order) for argument in call.arguments]
             arrays[call.name] = state_builders.states_of_rows(call.state, arguments, starts, n)
     table = pa.table({name: arrays[name] for name, _ in aggregation.columns})
-    return table, aggregation.columns, key
+    return table, list(aggregation.columns), key
 
 
 def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -272,7 +284,7 @@ def combined_states(projection: Projection, rows: pa.Table, column_types: Mappin
 def aggregate_columns(projection: Projection, column_types: Mapping[str, str]) -> list[tuple[str, str]]:
     """(name, type) of an aggregate projection's columns: its GROUP BY elements and its states, in
     the order of the select list."""
-    return _aggregation(projection, column_types).columns
+    return list(_aggregation(projection, column_types).columns)
 
 
 def aggregate_key(projection: Projection, column_types: Mapping[str, str]) -> list[str]:
