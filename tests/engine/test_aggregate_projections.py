@@ -7,6 +7,7 @@ returns without projections."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -116,6 +117,26 @@ def test_merged_parts_carry_the_combined_states(tables) -> None:
     sess.query("CREATE TABLE merged AS t")
     attach_and_check(sess, "merged", [ours.path / part.name])
     _uses_projections(sess, "merged")
+
+
+def test_we_merge_clickhouses_parts_combining_their_states(tmp_path) -> None:
+    """ClickHouse's parts (its states, its hash tables' order) merged by us: ClickHouse answers from
+    the merged part's projections what it answers from its own rows."""
+    sess, data_dir = make_chdb_table(tmp_path, _statement("Compact"))
+    sess.query("SYSTEM STOP MERGES t")
+    for offset, rows in INSERTS:
+        sess.query("INSERT INTO t " + ROWS.format(offset=offset, rows=rows))
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    copy = tmp_path / "copy"
+    shutil.copytree(data_dir, copy)
+    table = MergeTreeTable.open(copy, create_statement=statement)
+    table.optimize(final=True)
+    (part,) = table.parts()
+    assert part.name == "all_1_2_1" and table.check().ok
+    sess.query("CREATE TABLE merged AS t")
+    attach_and_check(sess, "merged", [copy / part.name])
+    _uses_projections(sess, "merged")
+    close_session()
 
 
 def test_big_merges_combine_states_from_runs(tmp_path, monkeypatch) -> None:
