@@ -7,6 +7,11 @@ are given by `starts`: group g is rows starts[g] up to starts[g + 1] (the last o
 increasing, so no group is empty (the dispatcher gives empty groups the state of no rows itself).
 Within a group, rows come in the order ClickHouse adds them (an insert's rows in the order they
 arrived; a merge's sources in order).
+
+Each family module exposes `builder(dt: AggregateFunction) -> StateBuilder | None`: the builder of
+the types it knows (those format/aggregate_states.py can split), None for the others. Its `states`
+gets the arguments with no NULLs and dt without Nullable (the dispatcher writes the Nullable flag
+byte and applies -If's condition), LowCardinality arrays possibly dictionary-encoded.
 """
 
 from __future__ import annotations
