@@ -22,8 +22,9 @@ from tests.format.chdb_util import attach_and_check, close_session, make_chdb_ta
 # Each projection with the query that must be answered from it (its select list over the table).
 PROJECTIONS = {
     "hourly": ("toStartOfHour(ts), s, count(), countIf(b > 1), sumIf(k, 1 < k AND b > 2.5), sum(b), avg(b), "
-               "count(b), min(v), max(k), sum(k), avg(v), sum(k * 2), avg(v / 3), max(k - 1), sum(b * 2)",
-               "toStartOfHour(ts), s"),
+               "count(b), min(v), max(k), sum(k), avg(v), sum(k * 2), avg(v / 3), max(k - 1), sum(b * 2), "
+               "quantile(0.9)(v), quantiles(0.5, 0.9)(b), quantileExact(k), quantileTDigest(0.25)(v), "
+               "quantileTiming(0.5)(k), quantileIf(0.5)(v, k > 3)", "toStartOfHour(ts), s"),
     "by_null": ("nk, count(), sum(k), min(b), countIf(nk = 1)", "nk"),
     "totals": ("count(), max(v), sum(id), minIf(k, b > 3)", ""),
 }
