@@ -1,0 +1,227 @@
+"""format/states_simple.py against chdb: the states it builds from groups of rows, and the states it
+combines, must be ClickHouse's bytes (`<f>State` over the same rows in the same order, and
+`<f>MergeState` over a column of states in order).
+
+Each case fills a chdb MergeTree table with random values (edge values and ties among them) in
+groups of rows, reads its part back with this package's reader (so the arguments are in the Arrow
+form the builders get), and compares every function's states per group, then the combination of
+chdb's states of sub-groups (stored in a table ordered by group and sub-group)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from datetime import date, datetime, timedelta, timezone
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_mergetree.format.part_reader import PartReader
+from spark_mergetree.format.states_simple import builder
+from spark_mergetree.format.types import AggregateFunction, parse_type
+from spark_mergetree.storage.part_store import PartStore
+from spark_mergetree.storage.policy import StoragePolicy
+from tests.format.chdb_util import active_part_dirs, close_session, open_session
+
+ROWS = 400
+
+
+@pytest.fixture(scope="module")
+def ch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    sess = open_session(tmp_path_factory.mktemp("states_simple"))
+    yield sess
+    close_session()
+
+
+def _sql_text(raw: bytes) -> str:
+    return "'" + "".join(chr(b) if 32 <= b < 127 and b not in (39, 92) else f"\\x{b:02x}" for b in raw) + "'"
+
+
+def _integers(rng: random.Random, bits: int, signed: bool) -> list[str]:
+    low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if bits == 256:  # what Arrow's decimal256 (our reader's form) holds: 76 digits
+        low, high = max(low, 1 - 10 ** 76), min(high, 10 ** 76 - 1)
+    pool = [low, high, 0, 1] + ([-1] if signed else [])
+    return [str(rng.choice(pool) if rng.random() < 0.3 else rng.randint(low, high)) for _ in range(ROWS)]
+
+
+def _floats(rng: random.Random) -> list[str]:
+    pool = ["nan", "inf", "-inf", "0", "-0", "1e-300", "-1.5", "1e300"]
+    return [rng.choice(pool) if rng.random() < 0.3 else repr(rng.uniform(-1e6, 1e6)) for _ in range(ROWS)]
+
+
+def _decimals(rng: random.Random, precision: int, scale: int) -> list[str]:
+    def one() -> str:
+        digits = str(rng.randint(0, 10 ** rng.randint(0, precision) - 1)).rjust(scale + 1, "0")
+        return ("-" if rng.random() < 0.5 else "") + digits[:len(digits) - scale] + ("." + digits[-scale:] if scale else "")
+    return [one() for _ in range(ROWS)]
+
+
+def _strings(rng: random.Random, longest: int) -> list[str]:
+    pool = [b"", b"a", b"\x00", b"ab", b"\xff\x00z"]
+    out = []
+    for _ in range(ROWS):
+        raw = rng.choice(pool) if rng.random() < 0.4 else bytes(rng.randrange(256) for _ in range(rng.randint(0, longest)))
+        out.append(raw)
+    return [_sql_text(raw) for raw in out]
+
+
+def _values(rng: random.Random, type_text: str) -> list[str]:
+    """ROWS values of a type as SQL text (a CAST of each gives the value)."""
+    # A few values repeat so that ties are common.
+    name = type_text.removeprefix("LowCardinality(").removesuffix(")") if type_text.startswith("Low") else type_text
+    if name.startswith(("Int", "UInt")):
+        bits = int(name.lstrip("UInt"))
+        return [f"'{v}'" for v in _integers(rng, bits, name.startswith("Int"))]
+    if name.startswith("Float"):
+        return [f"'{v}'" for v in _floats(rng)]
+    if name == "Bool":
+        return [rng.choice(["'true'", "'false'"]) for _ in range(ROWS)]
+    if name in ("Date", "Date32"):
+        first, days = (date(1970, 1, 1), 65535) if name == "Date" else (date(1900, 1, 1), 146000)
+        return [f"'{first + timedelta(days=rng.choice([0, days, rng.randint(0, days)]))}'" for _ in range(ROWS)]
+    if name.startswith("DateTime"):
+        stamps = [datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randint(0, 0xFFFFFFFF),
+                                                                          milliseconds=rng.randint(0, 999))
+                  for _ in range(ROWS)]
+        return [f"'{s:%Y-%m-%d %H:%M:%S.%f}'"[:-4] + "'" if name.startswith("DateTime64") else f"'{s:%Y-%m-%d %H:%M:%S}'"
+                for s in stamps]
+    if name.startswith("Decimal"):
+        precision, scale = (int(p) for p in name[8:-1].split(","))
+        return [f"'{v}'" for v in _decimals(rng, precision, scale)]
+    if name == "UUID":
+        pool = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(6)]
+        return [f"'{rng.choice(pool) if rng.random() < 0.5 else uuid.UUID(int=rng.getrandbits(128))}'" for _ in range(ROWS)]
+    if name.startswith("FixedString"):
+        return _strings(rng, int(name[12:-1]))
+    if name == "String":
+        return _strings(rng, 40) if rng.random() < 0.8 else _strings(rng, 300)
+    raise AssertionError(name)
+
+
+def _groups(rng: random.Random) -> tuple[list[int], list[int]]:
+    """A group and a sub-group number per row (groups of 1 to 40 rows, sub-groups within them)."""
+    groups: list[int] = []
+    subs: list[int] = []
+    g = 0
+    while len(groups) < ROWS:
+        size = rng.choice([1, 2, 3, rng.randint(1, 40)])
+        sub = 0
+        for k in range(size):
+            if k and rng.random() < 0.3:
+                sub += 1
+            groups.append(g)
+            subs.append(sub)
+        g += 1
+    return groups[:ROWS], subs[:ROWS]
+
+
+_table_number = 0
+
+
+def _fill(ch: object, seed: int, columns: dict[str, str]) -> tuple[str, pa.Table, np.ndarray]:
+    """A chdb table of ROWS rows: i (order), g and sub (group, sub-group) and `columns` of random
+    values; our reader's Arrow table of it, and the start of each group."""
+    global _table_number
+    _table_number += 1
+    table = f"t{_table_number}"
+    rng = random.Random(seed)
+    groups, subs = _groups(rng)
+    body = ", ".join(f"`{name}` {type_text}" for name, type_text in columns.items())
+    ch.query(f"CREATE TABLE {table} (i UInt32, g UInt32, sub UInt32, {body}) ENGINE = MergeTree ORDER BY i "  # type: ignore[attr-defined]
+             "SETTINGS min_bytes_for_wide_part = 0")
+    selects = [f"arrayElement([{', '.join(map(str, groups))}], number + 1)",
+               f"arrayElement([{', '.join(map(str, subs))}], number + 1)"]
+    for type_text in columns.values():
+        inner = type_text.removeprefix("LowCardinality(").removesuffix(")") if type_text.startswith("Low") else type_text
+        selects.append(f"arrayElement(CAST([{', '.join(_values(rng, type_text))}] AS Array({inner})), number + 1)")
+    ch.query(f"INSERT INTO {table} SELECT toUInt32(number), {', '.join(selects)} FROM numbers({ROWS})")  # type: ignore[attr-defined]
+    [part] = active_part_dirs(ch, table)  # type: ignore[arg-type]
+    rows = PartReader(PartStore(StoragePolicy.single(part.parent)), part.name, str(part)).read()
+    g = np.asarray(rows.column("g"))
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]).astype(np.int64)
+    return table, rows, starts
+
+
+def _hex_rows(ch: object, sql: str) -> list[list[str]]:
+    text = ch.query(sql + " SETTINGS max_threads = 1, optimize_aggregation_in_order = 0", "TSV").bytes().decode()  # type: ignore[attr-defined]
+    return [line.split("\t") for line in text.splitlines()]
+
+
+def _check(ch: object, seed: int, columns: dict[str, str], calls: list[tuple[str, tuple[str, ...]]]) -> None:
+    """Each call (function with its parameters, argument columns): our states of each group equal
+    chdb's, and our combination of chdb's states of sub-groups equals chdb's merge of them."""
+    table, rows, starts = _fill(ch, seed, columns)
+    n = rows.num_rows
+    for number, (call, argument_columns) in enumerate(calls):
+        function, _, params = call.partition("(")
+        parameters = "(" + params if params else ""
+        arg_types = ", ".join(columns[c] for c in argument_columns)
+        dt = parse_type(f"AggregateFunction({call}, {arg_types})")
+        assert isinstance(dt, AggregateFunction)
+        built = builder(dt)
+        assert built is not None, dt.to_clickhouse()
+        sql_args = ", ".join(f"`{c}`" for c in argument_columns)
+        expected = [r[1] for r in _hex_rows(ch, f"SELECT g, hex({function}State{parameters}({sql_args})) FROM {table} GROUP BY g ORDER BY g")]
+        ours = built.states(dt, [rows.column(c).combine_chunks() for c in argument_columns], starts, n)
+        assert [s.hex().upper() for s in ours.to_pylist()] == expected, f"{call}({arg_types})"
+
+        # chdb's states of sub-groups, stored in order, merged per group.
+        state_table = f"{table}_states{number}"
+        ch.query(f"CREATE TABLE {state_table} (g UInt32, sub UInt32, st {dt.to_clickhouse()}) ENGINE = MergeTree "  # type: ignore[attr-defined]
+                 f"ORDER BY (g, sub) AS SELECT g, sub, {function}State{parameters}({sql_args}) FROM {table} GROUP BY g, sub")
+        parts = _hex_rows(ch, f"SELECT g, hex(st) FROM {state_table} ORDER BY g, sub")
+        merged = [r[1] for r in _hex_rows(ch, f"SELECT g, hex({function}MergeState{parameters}(st)) "
+                                               f"FROM {state_table} GROUP BY g ORDER BY g")]
+        state_groups = np.array([int(r[0]) for r in parts])
+        state_starts = np.flatnonzero(np.r_[True, state_groups[1:] != state_groups[:-1]]).astype(np.int64)
+        column = pa.array([bytes.fromhex(r[1]) for r in parts], pa.binary())
+        combined = built.combine(dt, column, state_starts)
+        assert [s.hex().upper() for s in combined.to_pylist()] == merged, f"{call}({arg_types}) combined"
+
+
+_SINGLE_TYPES = ["Int8", "UInt8", "Int16", "UInt16", "Int32", "UInt32", "Int64", "UInt64", "Int128", "UInt128",
+                 "Int256", "UInt256", "Float32", "Float64", "Bool", "Date", "Date32", "DateTime('UTC')",
+                 "DateTime64(3, 'UTC')", "Decimal(9, 2)", "Decimal(18, 4)", "Decimal(38, 10)", "Decimal(76, 20)",
+                 "UUID", "String", "FixedString(3)", "LowCardinality(String)"]
+
+
+@pytest.mark.parametrize("type_text", _SINGLE_TYPES)
+def test_single_values_and_lists(ch: object, type_text: str) -> None:
+    """min, max, any, anyLast, argMin, argMax, groupArray (and groupArray(N)), count, over every
+    type: byte for byte, built and combined."""
+    calls: list[tuple[str, tuple[str, ...]]] = [
+        (f, ("x",)) for f in ("min", "max", "any", "anyLast", "groupArray", "groupArray(3)", "count")]
+    calls += [("argMin", ("s", "x")), ("argMax", ("x", "s")), ("argMin", ("x", "x")), ("argMax", ("k", "x"))]
+    _check(ch, _SINGLE_TYPES.index(type_text), {"x": type_text, "s": "String", "k": "Int32"}, calls)
+
+
+_SUM_TYPES = ["Int8", "UInt8", "Int32", "UInt64", "Int64", "Float32", "Float64", "Bool", "Decimal(9, 2)",
+              "Decimal(18, 4)", "Decimal(38, 10)"]
+
+
+@pytest.mark.parametrize("type_text", _SUM_TYPES)
+def test_sums(ch: object, type_text: str) -> None:
+    calls: list[tuple[str, tuple[str, ...]]] = [(f, ("x",)) for f in ("sum", "avg", "sumCount", "sumWithOverflow")]
+    if not type_text.startswith("Decimal(38"):
+        calls.append(("sumKahan", ("x",)))
+    _check(ch, 100 + _SUM_TYPES.index(type_text), {"x": type_text}, calls)
+
+
+@pytest.mark.parametrize("type_text", ["Int128", "UInt128", "Decimal(76, 20)"])
+def test_wide_sums(ch: object, type_text: str) -> None:
+    calls: list[tuple[str, tuple[str, ...]]] = [("sumWithOverflow", ("x",))]
+    if type_text.endswith("128"):
+        calls.append(("sumKahan", ("x",)))
+    _check(ch, 200 + len(type_text), {"x": type_text}, calls)
+
+
+def test_refused() -> None:
+    """Types whose state layout format/aggregate_states.py does not know get no builder."""
+    for text in ("sumWithOverflow, Int256", "sum, Int128", "sum, Decimal(76, 2)", "min, IPv4", "groupArrayLast(3), Int8",
+                 "sumCount, UInt256", "covarPop, Float32, Float64", "uniq, Int8"):
+        dt = parse_type(f"AggregateFunction({text})")
+        assert isinstance(dt, AggregateFunction)
+        assert builder(dt) is None, text
