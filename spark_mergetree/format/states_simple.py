@@ -282,8 +282,9 @@ def _words(values: np.ndarray, count: int) -> np.ndarray:
     return out
 
 
-def _float_sums(values: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
-    return kernels.sequential_sums(np.ascontiguousarray(values.reshape(n, -1)), starts.astype(np.int64), n)
+def _float_sums(values: np.ndarray, starts: np.ndarray, n: int, added_nan_wins: bool = True) -> np.ndarray:
+    return kernels.sequential_sums(np.ascontiguousarray(values.reshape(n, -1)), starts.astype(np.int64), n,
+                                   added_nan_wins)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -462,16 +463,20 @@ def _numbers(dt: DataType, kind: _Kind, arr: pa.Array) -> np.ndarray:
 
 
 def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
-    """C++'s static_cast of numbers to a 64-bit type: floats truncated toward zero; integers wrap."""
+    """C++'s static_cast of numbers to a 64-bit type as ClickHouse's x86 build computes it: integers
+    wrap; floats are truncated toward zero, and those out of range (NaN, infinities) give the
+    processor's "integer indefinite" 0x8000000000000000. To UInt64 (measured): the Int64
+    conversion, or-ed when negative with the conversion of the value less 2^63."""
     if np.dtype(dtype).kind == "f" or values.dtype.kind != "f":
         return values.astype(np.int64).astype(dtype) if values.dtype.kind == "i" and dtype == "<u8" \
             else values.astype(dtype)
-    big = values >= 2.0 ** 63  # beyond Int64: what the compiled conversion to UInt64 does
-    out = np.where(big, 0.0, np.trunc(values)).astype(np.int64)
-    if dtype == "<u8":
-        return np.where(big, (np.where(big, values - 2.0 ** 63, 0.0).astype(np.int64).view(np.uint64)
-                              + np.uint64(1 << 63)), out.view(np.uint64))
-    return out
+    wide = values.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        low = wide.astype(np.int64)
+        if dtype != "<u8":
+            return low
+        high = (wide - 2.0 ** 63).astype(np.int64)
+    return (low | (high & (low >> 63))).view(np.uint64)
 
 
 def _avg_weighted_builder(value: tuple[DataType, _Kind], weight: tuple[DataType, _Kind]) -> StateBuilder:
@@ -484,7 +489,7 @@ def _avg_weighted_builder(value: tuple[DataType, _Kind], weight: tuple[DataType,
 
     def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
         weights = _cast(_numbers(*weight, arguments[1]), field)
-        with np.errstate(over="ignore"):
+        with np.errstate(all="ignore"):  # products overflow and wrap (or are infinite, NaN) as ClickHouse's
             products = _cast(_numbers(*value, arguments[0]), field) * weights
         return concat_rows([accumulator.piece(accumulator.sums(products, starts, n)),
                             weights_piece(accumulator.sums(weights, starts, n))])
@@ -533,16 +538,17 @@ def _moments_builder(arguments: Sequence[tuple[DataType, _Kind]], columns: str) 
     def states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
         x = _moment_float(*arguments[0], arrays[0], dtype)
         parts = [np.ones(n, dtype), x]
-        if power is not None:
-            product = x * x
-            parts.append(product)
-            for _ in range(power - 2):
-                product = product * x
+        with np.errstate(all="ignore"):  # infinities and NaN are summed as they are
+            if power is not None:
+                product = x * x  # x * x * x: each product rounded in turn, as ClickHouse multiplies
                 parts.append(product)
-        else:
-            y = _moment_float(*arguments[1], arrays[1], dtype)
-            parts += [y, x * y] + ([x * x, y * y] if columns == "corr" else [])
-        return _float_rows(_float_sums(np.stack(parts, axis=1).astype(dtype), starts, n))
+                for _ in range(power - 2):
+                    product = product * x
+                    parts.append(product)
+            else:
+                y = _moment_float(*arguments[1], arrays[1], dtype)
+                parts += [y, x * y] + ([x * x, y * y] if columns == "corr" else [])
+        return _float_rows(_float_sums(np.stack(parts, axis=1).astype(dtype), starts, n, False))
 
     def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
         offsets, data = _state_buffers(column)
@@ -563,8 +569,8 @@ def _stable_builder(arguments: Sequence[tuple[DataType, _Kind]], marginal: bool)
     paired = len(arguments) == 2
 
     def states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
-        left = np.ascontiguousarray(_as_float64(*arguments[0], arrays[0]))
-        right = np.ascontiguousarray(_as_float64(*arguments[1], arrays[1])) if paired else left
+        left = np.ascontiguousarray(_moment_float(*arguments[0], arrays[0], "<f8"))
+        right = np.ascontiguousarray(_moment_float(*arguments[1], arrays[1], "<f8")) if paired else left
         counts, moments = kernels.welford(left, right, starts.astype(np.int64), n, paired, marginal)
         return concat_rows([_counts_piece(counts), _flat_piece(moments)])
 

@@ -57,16 +57,19 @@ def added(total: float, value: float) -> float:  # pragma: no cover - compiled
 
 
 @lazy_njit
-def sequential_sums(values: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - compiled
+def sequential_sums(values: np.ndarray, starts: np.ndarray, n: int, added_nan_wins: bool
+                    ) -> np.ndarray:  # pragma: no cover - compiled
     """Per group, each column of `values` (2-D, float32 or float64) summed row after row in the
-    values' own type, from zero: ClickHouse's `sum += x` for a floating-point accumulator."""
+    values' own type, from zero: ClickHouse's `sum += x` for a floating-point accumulator. When both
+    are NaN, the added value's wins (`added_nan_wins`: sum's and its merge's compiled code) or the
+    total's (the moments')."""
     out = np.zeros((len(starts), values.shape[1]), values.dtype)
     for g in range(len(starts)):
         end = starts[g + 1] if g + 1 < len(starts) else n
         for j in range(values.shape[1]):
             total = out[g, j]
             for i in range(starts[g], end):
-                total = added(total, values[i, j])
+                total = added(total, values[i, j]) if added_nan_wins else total + values[i, j]
             out[g, j] = total
     return out
 
@@ -135,17 +138,17 @@ def welford(left: np.ndarray, right: np.ndarray, starts: np.ndarray, n: int, pai
             count += 1
             if not paired:
                 left_mean += left_delta / count
-                co_moment += left_delta * (x - left_mean)
+                co_moment = added(co_moment, left_delta * (x - left_mean))
                 continue
             y = right[i]
             right_delta = y - right_mean
             old_right_mean = right_mean
             left_mean += left_delta / count
             right_mean += right_delta / count
-            co_moment += (x - left_mean) * (y - old_right_mean)
+            co_moment = added(co_moment, (x - left_mean) * (y - old_right_mean))
             if marginal:
-                left_m2 += left_delta * (x - left_mean)
-                right_m2 += right_delta * (y - right_mean)
+                left_m2 = added(left_m2, left_delta * (x - left_mean))
+                right_m2 = added(right_m2, right_delta * (y - right_mean))
         counts[g] = count
         out[g, 0] = left_mean
         if not paired:
@@ -196,7 +199,7 @@ def welford_merges(counts: np.ndarray, moments: np.ndarray, starts: np.ndarray, 
                     state[0] = (np.float64(other) * moments[i, 0] + np.float64(count) * state[0]) / np.float64(total)
                 else:
                     state[0] = moments[i, 0] + delta * share
-                state[1] += moments[i, 1] + delta * delta * factor
+                state[1] = added(state[1], added(moments[i, 1], delta * delta * factor))
             else:
                 left_delta = state[0] - moments[i, 0]
                 right_delta = state[1] - moments[i, 1]
@@ -206,14 +209,12 @@ def welford_merges(counts: np.ndarray, moments: np.ndarray, starts: np.ndarray, 
                 else:
                     state[0] = moments[i, 0] + left_delta * share
                     state[1] = moments[i, 1] + right_delta * share
-                state[2] += moments[i, 2] + left_delta * right_delta * factor
+                state[2] = added(state[2], added(moments[i, 2], left_delta * right_delta * factor))
                 if marginal:
                     left_incr = left_delta * left_delta * factor
                     right_incr = right_delta * right_delta * factor
-                    state[3] += moments[i, 3]
-                    state[4] += moments[i, 4]
-                    state[3] += left_incr
-                    state[4] += right_incr
+                    state[3] = added(added(state[3], moments[i, 3]), left_incr)
+                    state[4] = added(added(state[4], moments[i, 4]), right_incr)
             count = total
         out_counts[g] = count
         out[g] = state
