@@ -184,7 +184,7 @@ def _check(ch: object, seed: int, columns: dict[str, str], calls: list[tuple[str
         function, _, params = call.partition("(")
         parameters = "(" + params if params else ""
         arg_types = ", ".join(columns[c] for c in argument_columns)
-        dt = parse_type(f"AggregateFunction({call}, {arg_types})")
+        dt = parse_type(f"AggregateFunction({call}{', ' + arg_types if arg_types else ''})")
         assert isinstance(dt, AggregateFunction)
         built = builder(dt)
         assert built is not None, dt.to_clickhouse()
@@ -199,7 +199,12 @@ def _check(ch: object, seed: int, columns: dict[str, str], calls: list[tuple[str
         # chdb's states of sub-groups, stored in order, merged per group.
         state_table = f"{table}_states{number}"
         ch.query(f"CREATE TABLE {state_table} (g UInt32, sub UInt32, st {dt.to_clickhouse()}) ENGINE = MergeTree "  # type: ignore[attr-defined]
-                 f"ORDER BY (g, sub) AS SELECT g, sub, {function}State{parameters}({sql_args}) FROM {table} GROUP BY g, sub")
+                 f"ORDER BY (g, sub) AS SELECT g, sub + 1, {function}State{parameters}({sql_args}) FROM {table} GROUP BY g, sub")
+        # States of no rows (what -If leaves when no row passes) first, last, or alone in a group.
+        no_rows = ", ".join(f"CAST([] AS Array({columns[c]}))" for c in argument_columns) or "[]"
+        ch.query(f"INSERT INTO {state_table} SELECT g, if(g % 2, 0, 1000), arrayReduce('{function}State{parameters}', "  # type: ignore[attr-defined]
+                 f"{no_rows}) FROM (SELECT DISTINCT g FROM {table} WHERE g % 3 = 0 UNION ALL SELECT 100000)")
+        ch.query(f"OPTIMIZE TABLE {state_table} FINAL")  # type: ignore[attr-defined]
         parts = _hex_rows(ch, f"SELECT g, hex(st) FROM {state_table} ORDER BY g, sub")
         merged = [r[1] for r in _hex_rows(ch, f"SELECT g, hex({function}MergeState{parameters}(st)) "
                                                f"FROM {state_table} GROUP BY g ORDER BY g")]
@@ -222,6 +227,7 @@ def test_single_values_and_lists(ch: object, type_text: str) -> None:
     type: byte for byte, built and combined."""
     calls: list[tuple[str, tuple[str, ...]]] = [
         (f, ("x",)) for f in ("min", "max", "any", "anyLast", "groupArray", "groupArray(3)", "count")]
+    calls += [("count", ())]
     calls += [("argMin", ("s", "x")), ("argMax", ("x", "s")), ("argMin", ("x", "x")), ("argMax", ("k", "x"))]
     _check(ch, _SINGLE_TYPES.index(type_text), {"x": type_text, "s": "String", "k": "Int32"}, calls)
 
