@@ -3,7 +3,8 @@
 This family (see format/state_rows.py for the contract) owns:
 - count, and the sums: sum, avg, sumCount, sumWithOverflow, sumKahan, avgWeighted;
 - the single-value holders: min, max, any, anyLast over every type format/aggregate_states.py
-  knows for them, and argMin / argMax (the result's holder, then the compared value's);
+  knows for them, argMin / argMax (the result's holder, then the compared value's), and anyHeavy
+  (the holder, then a counter);
 - groupArray and groupArray(N);
 - the moments: varPop, varSamp, stddevPop, stddevSamp, skewPop, skewSamp, kurtPop, kurtSamp,
   covarPop, covarSamp, corr (plain sums of powers), and their *Stable forms (Welford's running
@@ -241,6 +242,30 @@ def _arg_extreme(mode: int, result: tuple[DataType, _Kind], compared: tuple[Data
         present, values, _ = _read_held(compared_kind, data, after)
         picked = _pick(compared_kind, values, present, starts, mode)
         return concat_rows(_held_pieces(result_kind, results, picked) + _held_pieces(compared_kind, values, picked))
+
+    return StateBuilder(states, combine)
+
+
+def _any_heavy(kind: _Kind, dt_argument: DataType) -> StateBuilder:
+    """anyHeavy: the held value (a single-value holder) then its UInt64 counter."""
+
+    def pieces(values: _Values, held: np.ndarray, counters: np.ndarray) -> pa.BinaryArray:
+        return concat_rows(_held_pieces(kind, values, held) + [fixed_bytes(counters.astype("<u8"))])
+
+    def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
+        values = _row_values(dt_argument, kind, arguments[0])
+        held, counters = kernels.heavy_hitters(_order_keys(kind, values), np.ones(n, bool), np.zeros(n, np.uint64),
+                                               starts.astype(np.int64), n, False)
+        return pieces(values, held, counters)
+
+    def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
+        offsets, data = _state_buffers(column)
+        present, values, after = _read_held(kind, data, offsets[:-1])
+        counters = data[(after[:, None] + np.arange(8)).reshape(-1)].view("<u8").copy() if len(after) \
+            else np.zeros(0, np.uint64)
+        held, merged = kernels.heavy_hitters(_order_keys(kind, values), present, counters.astype(np.uint64),
+                                             starts.astype(np.int64), len(present), True)
+        return pieces(values, held, merged)
 
     return StateBuilder(states, combine)
 
@@ -700,6 +725,8 @@ def builder(dt: AggregateFunction) -> StateBuilder | None:
     one = typed[0]
     if name in _SINGLE:
         return _single_value(_SINGLE[name], one[1], one[0])
+    if name == "anyHeavy":
+        return _any_heavy(one[1], one[0])
     if name in ("argMin", "argMax"):
         return _arg_extreme(kernels.SMALLEST if name == "argMin" else kernels.LARGEST, typed[0], typed[1])
     if name in ("sum", "avg", "sumCount") or (name == "sumKahan" and isinstance(one[0], Decimal)):

@@ -264,3 +264,41 @@ def _varuint(data: np.ndarray, position: int) -> tuple[int, int]:  # pragma: no 
         shift += 7
         if byte < 0x80:
             return value, position
+
+
+@lazy_njit
+def heavy_hitters(keys: np.ndarray, present: np.ndarray, counters: np.ndarray, starts: np.ndarray, n: int,
+                  merging: bool) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """anyHeavy's majority vote per group: the row whose value is held (-1: none) and its counter.
+    A row equal to the held value adds one, else takes the place of a held value whose counter is 0,
+    else takes one off. `merging`: rows are states (value and counter; those not `present` hold
+    none and are skipped): an equal one adds its counter, one with a larger counter (or the first)
+    replaces the held value with the difference of counters, any other subtracts its counter."""
+    held_rows = np.full(len(starts), -1, np.int64)
+    out_counters = np.zeros(len(starts), np.uint64)
+    for g in range(len(starts)):
+        end = starts[g + 1] if g + 1 < len(starts) else n
+        held = -1
+        counter = np.uint64(0)
+        for i in range(starts[g], end):
+            if not present[i]:
+                continue
+            equal = held >= 0 and keys[held] == keys[i]
+            if not merging:
+                if equal:
+                    counter += np.uint64(1)
+                elif counter == 0:
+                    held = i
+                    counter += np.uint64(1)
+                else:
+                    counter -= np.uint64(1)
+            elif equal:
+                counter += counters[i]
+            elif held < 0 or counter < counters[i]:
+                held = i
+                counter = counters[i] - counter
+            else:
+                counter -= counters[i]
+        held_rows[g] = held
+        out_counters[g] = counter
+    return held_rows, out_counters
