@@ -325,14 +325,13 @@ class _Accumulator:
 
     def convert(self, dt: DataType, kind: _Kind, arr: pa.Array) -> np.ndarray:
         """Each row's value in the accumulator's type (what ClickHouse's static_cast gives)."""
-        values = _row_values(dt, kind, arr)
-        assert values.rows is not None
         if self.dtype is None:
             if kind.wide:
+                values = _row_values(dt, kind, arr)
+                assert values.rows is not None
                 return np.ascontiguousarray(values.rows).view("<u8").reshape(len(values), -1)[:, :self.words]
-            return _words(_order_keys(kind, values), self.words)
-        keys = values.rows.view(kind.order or "<u1").reshape(-1) if len(values) else np.zeros(0, kind.order)
-        return keys.astype(self.dtype)
+            return _words(_numbers(dt, kind, arr), self.words)
+        return _numbers(dt, kind, arr).astype(self.dtype)
 
     def sums(self, values: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
         if self.dtype is None:
@@ -536,13 +535,16 @@ def _avg_weighted_builder(value: tuple[DataType, _Kind], weight: tuple[DataType,
 
 
 def _moment_float(dt: DataType, kind: _Kind, arr: pa.Array, dtype: str) -> np.ndarray:
-    """A value as the moments add it: Float32 stays, a Decimal is its unscaled integer as Float64
-    divided by 10^scale as Float64, anything else static_cast to `dtype`."""
+    """A value as the moments add it: Float32 stays, a Decimal (and a DateTime64, measured) is its
+    unscaled integer as Float64 divided by 10^scale as Float64, anything else static_cast to
+    `dtype`."""
     if kind.order == dtype:
         return _numbers(dt, kind, arr)
     as_float = _as_float64(dt, kind, arr)
     if isinstance(dt, Decimal):
         return as_float / _power_of_ten(dt.scale, dt.width)
+    if isinstance(dt, DateTime64):
+        return as_float / _power_of_ten(dt.precision, 8)
     return as_float.astype(dtype)
 
 

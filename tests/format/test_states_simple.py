@@ -258,7 +258,8 @@ def test_refused() -> None:
     """Types whose state layout format/aggregate_states.py does not know get no builder."""
     for text in ("sumWithOverflow, Int256", "sum, Int128", "sum, Decimal(76, 2)", "min, IPv4", "groupArrayLast(3), Int8",
                  "sumCount, UInt256", "covarPop, Float32, Float64", "uniq, Int8", "anyHeavy, FixedString(3)",
-                 "min, Enum8('a' = 1)", "avgWeighted, Int128, Int8", "sumMap, Map(String, UInt8)"):
+                 "min, Enum8('a' = 1)", "avgWeighted, Int128, Int8", "sumMap, Map(String, UInt8)",
+                 "varSampStable, Int256", "varPop, Int256", "sumKahan, Decimal(38, 2)"):
         dt = parse_type(f"AggregateFunction({text})")
         assert isinstance(dt, AggregateFunction)
         assert builder(dt) is None, text
@@ -271,7 +272,7 @@ def test_avg_weighted(ch: object, pair: tuple[str, str]) -> None:
 
 
 _MOMENT_TYPES = ["Float64", "Float32", "Int32", "UInt64", "Bool", "Decimal(18, 4)", "Decimal(38, 10)", "Int128",
-                 "UInt8"]
+                 "UInt8", "Decimal(76, 30)", "UInt128", "Decimal(9, 3)"]
 
 
 @pytest.mark.parametrize("type_text", _MOMENT_TYPES)
@@ -290,3 +291,11 @@ def test_co_moments(ch: object, pair: tuple[str, str]) -> None:
     if pair[0] == "Date":
         calls = [c for c in calls if c[0].endswith("Stable")]
     _check(ch, 500 + len("".join(pair)), {"x": pair[0], "y": pair[1]}, calls, nan_signs=False)
+
+
+@pytest.mark.parametrize("type_text", ["Date", "Date32", "DateTime('UTC')", "DateTime64(3, 'UTC')"])
+def test_stable_moments_of_other_types(ch: object, type_text: str) -> None:
+    """The *Stable forms also take dates and times (a DateTime64 as its value in seconds)."""
+    calls: list[tuple[str, tuple[str, ...]]] = [("varPopStable", ("x",)), ("covarSampStable", ("x", "y")),
+                                                ("corrStable", ("y", "x"))]
+    _check(ch, 600 + len(type_text), {"x": type_text, "y": "Float64"}, calls, nan_signs=False)
