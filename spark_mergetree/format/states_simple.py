@@ -76,6 +76,7 @@ class _Kind:
 
 
 def _kind(dt: DataType) -> _Kind | None:
+    """How values of `dt` are kept and compared; None for a type this family builds no state of."""
     if dt.custom_name is not None:
         return None
     if isinstance(dt, Primitive):
@@ -308,8 +309,8 @@ def _words(values: np.ndarray, count: int) -> np.ndarray:
 
 
 def _float_sums(values: np.ndarray, starts: np.ndarray, n: int, added_nan_wins: bool = True) -> np.ndarray:
-    return kernels.sequential_sums(np.ascontiguousarray(values.reshape(n, -1)), starts.astype(np.int64), n,
-                                   added_nan_wins)
+    columns = values.reshape(n, -1) if values.ndim == 1 else values
+    return kernels.sequential_sums(np.ascontiguousarray(columns), starts.astype(np.int64), n, added_nan_wins)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,7 +330,8 @@ class _Accumulator:
             if kind.wide:
                 values = _row_values(dt, kind, arr)
                 assert values.rows is not None
-                return np.ascontiguousarray(values.rows).view("<u8").reshape(len(values), -1)[:, :self.words]
+                words = np.ascontiguousarray(values.rows).view("<u8").reshape(len(values), int(kind.width or 0) // 8)
+                return words[:, :self.words]
             return _words(_numbers(dt, kind, arr), self.words)
         return _numbers(dt, kind, arr).astype(self.dtype)
 
@@ -420,7 +422,7 @@ def _as_float64(dt: DataType, kind: _Kind, arr: pa.Array) -> np.ndarray:
 def _wide_to_float64(rows: np.ndarray, signed: bool) -> np.ndarray:
     """128/256-bit integers as Float64: ClickHouse converts the magnitude through a long double,
     adding its 64-bit words from the most significant one, then rounds to double."""
-    words = np.ascontiguousarray(rows).view("<u8").reshape(len(rows), -1)
+    words = np.ascontiguousarray(rows).view("<u8").reshape(len(rows), rows.shape[1] // 8)
     negative = (words[:, -1] >> np.uint64(63)).astype(bool) if signed else np.zeros(len(rows), bool)
     magnitude = words.copy()
     if negative.any():

@@ -21,7 +21,7 @@ import pytest
 
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.states_simple import builder
-from spark_mergetree.format.types import AggregateFunction, parse_type
+from spark_mergetree.format.types import AggregateFunction, parse_type, to_arrow
 from spark_mergetree.storage.part_store import PartStore
 from spark_mergetree.storage.policy import StoragePolicy
 from tests.format.chdb_util import active_part_dirs, close_session, open_session
@@ -299,3 +299,27 @@ def test_stable_moments_of_other_types(ch: object, type_text: str) -> None:
     calls: list[tuple[str, tuple[str, ...]]] = [("varPopStable", ("x",)), ("covarSampStable", ("x", "y")),
                                                 ("corrStable", ("y", "x"))]
     _check(ch, 600 + len(type_text), {"x": type_text, "y": "Float64"}, calls, nan_signs=False)
+
+
+@pytest.mark.parametrize("text", ["min, Float64", "sum, Decimal(18, 4)", "groupArray(2), String", "varPopStable, Int32",
+                                  "argMax, String, Float64", "count", "anyHeavy, String", "avgWeighted, Int8, UInt8",
+                                  "sumKahan, Float32", "corr, Float64, Int8", "sumWithOverflow, Int128", "kurtPop, Float32"])
+def test_no_groups(text: str) -> None:
+    """No rows: no states, and no states to combine."""
+    dt = parse_type(f"AggregateFunction({text})")
+    assert isinstance(dt, AggregateFunction)
+    built = builder(dt)
+    assert built is not None
+    no_rows = [pa.array([], to_arrow(a)) for a in dt.arguments]
+    assert len(built.states(dt, no_rows, np.zeros(0, np.int64), 0)) == 0
+    assert len(built.combine(dt, pa.array([], pa.binary()), np.zeros(0, np.int64))) == 0
+
+
+def test_dictionary_and_chunked_arguments() -> None:
+    """A LowCardinality argument may come dictionary-encoded, in chunks."""
+    dt = parse_type("AggregateFunction(max, LowCardinality(String))")
+    assert isinstance(dt, AggregateFunction)
+    built = builder(dt)
+    assert built is not None
+    column = pa.chunked_array([pa.array(["b", "a", "c"]).dictionary_encode(), pa.array(["z", "a"]).dictionary_encode()])
+    assert built.states(dt, [column], np.array([0, 2], np.int64), 5).to_pylist() == [b"\x02\0\0\0b\0", b"\x02\0\0\0z\0"]
