@@ -13,7 +13,11 @@ This family (see format/state_rows.py for the contract) owns:
 Every state is ClickHouse 26.9's bytes for the same rows in the same order (tests/format/
 test_states_simple.py compares them with chdb's). Floating-point sums are added row after row and
 states merged left to right, as ClickHouse's GROUP BY and its merge of states do: the compiled
-kernels (format/states_simple_compiled.py) keep that order.
+kernels (format/states_simple_compiled.py) keep that order. One bit is not always ClickHouse's: when a
+NaN an addition makes (inf + -inf, the processor's default NaN, sign bit set) meets a NaN of the data,
+which of the two a total keeps depends on how ClickHouse's compiler ordered that addition's operands;
+sums, sumKahan's merge and the *Stable forms follow the orders measured on chdb, the plain moments'
+totals may keep the other NaN (tests compare them without NaN signs).
 """
 
 from __future__ import annotations
