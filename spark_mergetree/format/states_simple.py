@@ -16,8 +16,9 @@ states merged left to right, as ClickHouse's GROUP BY and its merge of states do
 kernels (format/states_simple_compiled.py) keep that order. One bit is not always ClickHouse's: when a
 NaN an addition makes (inf + -inf, the processor's default NaN, sign bit set) meets a NaN of the data,
 which of the two a total keeps depends on how ClickHouse's compiler ordered that addition's operands;
-sums, sumKahan's merge and the *Stable forms follow the orders measured on chdb, the plain moments'
-totals may keep the other NaN (tests compare them without NaN signs).
+sums, sumKahan's merge and the *Stable forms' running moments follow the orders measured on chdb;
+the plain moments' totals and the means of merged covarStable/corrStable states may keep the other
+NaN (tests compare those without NaN signs).
 """
 
 from __future__ import annotations
