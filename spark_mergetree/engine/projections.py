@@ -58,6 +58,8 @@ from spark_mergetree.format.compact_writer import encode_part
 from spark_mergetree.format.part import CHECKSUMS_FILE, PartFiles
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.part_writer import WriterSettings
+from spark_mergetree.format.types import FixedString
+from spark_mergetree.format.values import value_width
 
 # The column of a projection selecting _part_offset: each row's offset in the parent part.
 PARENT_OFFSET = "_parent_part_offset"
@@ -192,9 +194,12 @@ def _aggregate_table(projection: Projection, rows: pa.Table, column_types: Mappi
     of_states = all(call.name in rows.column_names for call in aggregation.calls) and \
         all(key.name in rows.column_names for key in aggregation.keys)
     n = rows.num_rows
-    keyed = pa.table({key.name: _combined(rows.column(key.name)) if of_states else aggregates.values(key, rows)
-                      for key in aggregation.keys}) if aggregation.keys else pa.table({"_": pa.nulls(n)})
     key = aggregate_key(projection, column_types)
+    if of_states and not key:
+        # Without GROUP BY, ClickHouse's merge keeps every source's row as it is (nothing to group by).
+        return rows.select([name for name, _ in aggregation.columns]), list(aggregation.columns), key
+    keyed = pa.table({k.name: _combined(rows.column(k.name)) if of_states else aggregates.values(k, rows)
+                      for k in aggregation.keys}) if aggregation.keys else pa.table({"_": pa.nulls(n)})
     types = {k.name: k.type for k in aggregation.keys}
     order = sort_indices(key, keyed, types) if key and n > 1 else pa.array(np.arange(n, dtype=np.uint64))
     sorted_keys = [_combined(keyed.column(k.name)).take(order) for k in aggregation.keys]
@@ -205,11 +210,50 @@ def _aggregate_table(projection: Projection, rows: pa.Table, column_types: Mappi
         if of_states:
             arrays[call.name] = state_builders.combined_states(call.state, _combined(rows.column(call.name)).take(order),
                                                                starts)
+        elif _interleaved(call, aggregation.keys):
+            arrays[call.name] = _interleaved_states(call, rows, order, starts)
         else:
             arguments = [aggregates.values(argument, rows).take(order) for argument in call.arguments]
             arrays[call.name] = state_builders.states_of_rows(call.state, arguments, starts, n)
     table = pa.table({name: arrays[name] for name, _ in aggregation.columns})
     return table, list(aggregation.columns), key
+
+
+# Functions whose in-memory state is at most 16 bytes (of arguments of at most 8 bytes, none
+# Nullable, no combinator): ClickHouse's aggregation by one 1-byte key adds a block's rows to them
+# through lookup tables (IAggregateFunctionDataHelper::addBatchLookupTable8), which changes the
+# order rows reach a state (see `_interleaved_states`).
+_INTERLEAVED = frozenset(("count", "sum", "sumKahan", "sumWithOverflow", "avg", "sumCount", "avgWeighted",
+                          "min", "max", "any", "anyLast"))
+_ONE_BYTE_KEYS = ("UInt8", "Int8", "Bool")
+
+
+def _interleaved(call: aggregates.Aggregate, keys: Sequence[aggregates.Element]) -> bool:
+    state = call.state
+    return (len(keys) == 1 and keys[0].type in _ONE_BYTE_KEYS and state.function in _INTERLEAVED
+            and all(not isinstance(a, FixedString) and (value_width(a) or 99) <= 8 for a in state.arguments))
+
+
+def _interleaved_states(call: aggregates.Aggregate, rows: pa.Table, order: pa.Array, starts: np.ndarray
+                        ) -> pa.BinaryArray:
+    """The states of `call` per group of a 1-byte key as ClickHouse builds them: row i of the block
+    (of n) goes to the key's accumulator i % 4 while i < n - n % 4; the key's state is then the
+    merge of its accumulators in order 0..3, to which the last n % 4 rows are added one by one,
+    which is the merge of one more state per such row."""
+    n = rows.num_rows
+    positions = np.asarray(order, np.int64)
+    unrolled = n - n % 4
+    accumulator = np.where(positions < unrolled, positions % 4, 4 + positions - unrolled)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
+    within = np.lexsort((accumulator, group))  # stable: rows of one accumulator keep their order
+    regrouped = positions[within]
+    changed = np.ones(n, bool)
+    changed[1:] = (group[within][1:] != group[within][:-1]) | (accumulator[within][1:] != accumulator[within][:-1])
+    sub_starts = np.flatnonzero(changed).astype(np.int64)
+    arguments = [aggregates.values(argument, rows).take(pa.array(regrouped)) for argument in call.arguments]
+    partial = state_builders.states_of_rows(call.state, arguments, sub_starts, n)
+    first_of_group = np.flatnonzero(np.append(True, group[within][sub_starts[1:]] != group[within][sub_starts[:-1]]))
+    return state_builders.combined_states(call.state, partial, first_of_group.astype(np.int64))
 
 
 def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -24,19 +24,22 @@ PROJECTIONS = {
     "hourly": ("toStartOfHour(ts), s, count(), countIf(b > 1), sumIf(k, 1 < k AND b > 2.5), sum(b), avg(b), "
                "count(b), min(v), max(k), sum(k), avg(v), sum(k * 2), avg(v / 3), max(k - 1), sum(b * 2), "
                "quantile(0.9)(v), quantiles(0.5, 0.9)(b), quantileExact(k), quantileTDigest(0.25)(v), "
-               "quantileTiming(0.5)(k), quantileIf(0.5)(v, k > 3)", "toStartOfHour(ts), s"),
+               "quantileTiming(0.5)(k), quantileIf(0.5)(v, k > 3), argMax(s, v), argMin(id, k), min(s), max(ts), "
+               "groupArray(k), varPop(v), stddevSampStable(v), covarPop(v, k), sumKahan(v)", "toStartOfHour(ts), s"),
+    "by_flag": ("f, sum(v), avg(v), any(id), anyLast(id), min(v), max(v), argMin(id, k), sumKahan(v), count(), "
+                "sum(k), max(b), anyLast(s), groupArray(id)", "f"),
     "by_null": ("nk, count(), sum(k), min(b), countIf(nk = 1)", "nk"),
     "totals": ("count(), max(v), sum(id), minIf(k, b > 3)", ""),
 }
 CREATE = """CREATE TABLE t (ts DateTime('UTC'), id UInt64, k UInt32, v Float64, b Nullable(Float64), s String,
-    nk Nullable(UInt8), {projections})
+    nk Nullable(UInt8), f UInt8, {projections})
     ENGINE = MergeTree ORDER BY id
     SETTINGS index_granularity = 64, compress_primary_key = 0, allow_nullable_key = 1, {kind}"""
 KINDS = {"Wide": "min_bytes_for_wide_part = 0, compress_marks = 0", "Compact": "min_bytes_for_wide_part = 1000000000"}
 ROWS = ("SELECT toDateTime('2024-03-01 00:00:00', 'UTC') + (number * 7919) % 20000 AS ts, number + {offset} AS id, "
         "toUInt32((number * 7) % 13) AS k, (number + {offset}) / 3 AS v, "
         "if(number % 5 = 0, NULL, (number % 17) / 4) AS b, toString((number * 31) % 4) AS s, "
-        "if(number % 3 = 0, NULL, toUInt8(number % 2)) AS nk FROM numbers({rows})")
+        "if(number % 3 = 0, NULL, toUInt8(number % 2)) AS nk, toUInt8((number * 13) % 3) AS f FROM numbers({rows})")
 INSERTS = ((0, 700), (700, 400))
 
 
@@ -62,14 +65,14 @@ def _query(name: str, table: str) -> str:
 
 
 def _uses_projections(sess, table: str) -> None:
-    """Each projection answers its query over `table` (ClickHouse refuses otherwise), with what
-    ClickHouse's own table `t` answers without projections."""
+    """Each projection answers its query over `table` (ClickHouse refuses otherwise), with what it
+    answers from the projections of ClickHouse's own parts of the same rows (`t`)."""
     for name in PROJECTIONS:
-        forced = _query(name, table) + f" SETTINGS force_optimize_projection = 1, preferred_optimize_projection_name = '{name}'"
-        explain = sess.query(f"EXPLAIN projections = 1 {forced}", "TabSeparatedRaw").bytes().decode()
+        settings = f" SETTINGS force_optimize_projection = 1, preferred_optimize_projection_name = '{name}'"
+        explain = sess.query(f"EXPLAIN projections = 1 {_query(name, table)}{settings}", "TabSeparatedRaw").bytes().decode()
         assert name in explain, explain
-        expected = _rows(_arrow(sess, _query(name, "t") + " SETTINGS optimize_use_projections = 0"))
-        assert _rows(_arrow(sess, forced)) == expected, name
+        expected = _rows(_arrow(sess, _query(name, "t") + settings))
+        assert _rows(_arrow(sess, _query(name, table) + settings)) == expected, name
 
 
 @pytest.fixture(scope="module", params=list(KINDS))
@@ -91,16 +94,29 @@ def _columns_files(part: Path) -> dict[str, str]:
     return {d.name: (d / "columns.txt").read_text() for d in sorted(part.glob("*.proj"))}
 
 
+def _same_projections(theirs: Path, mine: Path) -> None:
+    """Two parts hold projections with the same columns and the same bytes."""
+    assert _columns_files(mine) == _columns_files(theirs)
+    for projection in PROJECTIONS:
+        files = sorted(f.name for f in (theirs / f"{projection}.proj").iterdir() if f.suffix in (".bin", ".idx"))
+        for name in files:
+            assert (mine / f"{projection}.proj" / name).read_bytes() == \
+                (theirs / f"{projection}.proj" / name).read_bytes(), (mine.name, projection, name)
+
+
 def test_projection_parts_have_clickhouses_columns_and_bytes(tables) -> None:
     sess, data_dir, ours = tables
     for theirs, mine in paired_part_dirs(data_dir, ours):
-        assert _columns_files(mine) == _columns_files(theirs)
-        for projection in PROJECTIONS:
-            files = sorted(f.name for f in (theirs / f"{projection}.proj").iterdir() if f.suffix in (".bin", ".idx"))
-            for name in files:
-                assert (mine / f"{projection}.proj" / name).read_bytes() == \
-                    (theirs / f"{projection}.proj" / name).read_bytes(), (mine.name, projection, name)
+        _same_projections(theirs, mine)
     assert ours.check().ok
+
+
+def _merge_theirs(sess, data_dir: Path) -> Path:
+    """ClickHouse's OPTIMIZE FINAL of `t`: its merged part."""
+    sess.query("SYSTEM START MERGES t")
+    sess.query("OPTIMIZE TABLE t FINAL")
+    (merged,) = [p for p in data_dir.iterdir() if p.name == "all_1_2_1"]
+    return merged
 
 
 def test_clickhouse_answers_from_the_projections_of_our_parts(tables) -> None:
@@ -111,18 +127,21 @@ def test_clickhouse_answers_from_the_projections_of_our_parts(tables) -> None:
 
 
 def test_merged_parts_carry_the_combined_states(tables) -> None:
+    """Our merge combines the states as ClickHouse's merge does: the same bytes (float sums added in
+    the same order, reservoirs merged with ClickHouse's generator), the same answers."""
     sess, data_dir, ours = tables
     ours.optimize(final=True)
     (part,) = ours.parts()
     assert ours.check().ok
+    _same_projections(_merge_theirs(sess, data_dir), ours.path / part.name)
     sess.query("CREATE TABLE merged AS t")
     attach_and_check(sess, "merged", [ours.path / part.name])
     _uses_projections(sess, "merged")
 
 
 def test_we_merge_clickhouses_parts_combining_their_states(tmp_path) -> None:
-    """ClickHouse's parts (its states, its hash tables' order) merged by us: ClickHouse answers from
-    the merged part's projections what it answers from its own rows."""
+    """ClickHouse's parts (its states, its hash tables' order) merged by us: the projections of
+    ClickHouse's own merge of them."""
     sess, data_dir = make_chdb_table(tmp_path, _statement("Compact"))
     sess.query("SYSTEM STOP MERGES t")
     for offset, rows in INSERTS:
@@ -134,6 +153,7 @@ def test_we_merge_clickhouses_parts_combining_their_states(tmp_path) -> None:
     table.optimize(final=True)
     (part,) = table.parts()
     assert part.name == "all_1_2_1" and table.check().ok
+    _same_projections(_merge_theirs(sess, data_dir), copy / part.name)
     sess.query("CREATE TABLE merged AS t")
     attach_and_check(sess, "merged", [copy / part.name])
     _uses_projections(sess, "merged")
@@ -157,6 +177,7 @@ def test_big_merges_combine_states_from_runs(tmp_path, monkeypatch) -> None:
                         lambda *args: combined.append(args[0].name) or real(*args))
     ours.optimize(final=True)
     assert set(combined) == set(PROJECTIONS)
+    sess.query("OPTIMIZE TABLE t FINAL")
     sess.query("CREATE TABLE merged AS t")
     attach_and_check(sess, "merged", [ours.path / part.name for part in ours.parts()])
     _uses_projections(sess, "merged")
