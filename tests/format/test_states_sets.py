@@ -135,16 +135,22 @@ def _known(function: str, types: tuple[str, ...]) -> bool:
     return state_layout(_type(function, types)) is not None
 
 
-@pytest.mark.parametrize("function", FUNCTIONS)
-@pytest.mark.parametrize("type_text", list(TYPES))
+_PAIRS = [(function, type_text) for function in FUNCTIONS for type_text in TYPES]
+
+
+@pytest.mark.parametrize(("function", "type_text"), [p for p in _PAIRS if _known(p[0], (p[1],))])
 def test_built_states_are_clickhouses(session: Any, function: str, type_text: str) -> None:
-    if not _known(function, (type_text,)):
-        assert builder(_type(function, (type_text,))) is None
-        pytest.skip(f"{function}({type_text}): the layout is not known, so no builder")
     ours, theirs = _build(session, function, (type_text,), SIZES)
     assert len(ours) == len(theirs) == len(SIZES)
     for size, mine, clickhouse in zip(SIZES, ours, theirs, strict=True):
         assert mine == clickhouse, f"{function}({type_text}) over {size} rows"
+
+
+def test_no_builder_where_the_layout_is_not_known() -> None:
+    unknown = [p for p in _PAIRS if not _known(p[0], (p[1],))]
+    assert unknown  # (256-bit integers of uniq, uniqExact, uniqCombined; 128/256-bit of uniqHLL12)
+    for function, type_text in unknown:
+        assert builder(_type(function, (type_text,))) is None, (function, type_text)
 
 
 @pytest.mark.parametrize(("function", "types"), MULTI)
