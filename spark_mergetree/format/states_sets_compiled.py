@@ -1,4 +1,3 @@
-# mypy: allow-untyped-defs
 """Compiled kernels of format/states_sets.py: ClickHouse's hash functions over whole columns and
 simulations of the hash tables the distinct-count functions keep.
 

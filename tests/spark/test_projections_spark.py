@@ -11,7 +11,7 @@ pytestmark = pytest.mark.spark
 
 CREATE = """CREATE TABLE t (k UInt64, g UInt32, v Int64,
     PROJECTION by_v (SELECT * ORDER BY v),
-    PROJECTION per_g (SELECT g, sum(v), count() GROUP BY g))
+    PROJECTION per_g (SELECT g, sum(v), count(), uniq(k), quantile(0.9)(v), min(k), countIf(v > 0) GROUP BY g))
     ENGINE = MergeTree ORDER BY k SETTINGS index_granularity = 128"""
 
 
@@ -32,7 +32,8 @@ def test_spark_writes_parts_with_the_tables_projections(spark, tmp_path) -> None
         assert ours.reader(name).projections == ["by_v", "per_g"]
     attach_and_check(sess, "t", [ours.path / name for name in parts])
     try:
-        for query in ("SELECT g, sum(v), count() FROM t GROUP BY g ORDER BY g",
+        for query in ("SELECT g, sum(v), count(), uniq(k), quantile(0.9)(v), min(k), countIf(v > 0) FROM t "
+                      "GROUP BY g ORDER BY g",
                       "SELECT k, g, v FROM t WHERE v = 3"):
             forced = sess.query(f"{query} SETTINGS force_optimize_projection = 1", "TabSeparatedRaw").bytes()
             plain = sess.query(f"{query} SETTINGS optimize_use_projections = 0", "TabSeparatedRaw").bytes()
