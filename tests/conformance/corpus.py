@@ -182,7 +182,8 @@ PART_FEATURES: dict[str, tuple[list[Column], str, tuple[str, ...], str]] = {
                            "", ("DELETE FROM {table} WHERE id % 7 = 0 OR id BETWEEN 100 AND 140",), ""),
     "projection": ([("k", "UInt32", "toUInt32(number % 13)"), ("v", "Float64", "number / 3")],
                    ", PROJECTION by_k (SELECT k, sum(v) GROUP BY k), PROJECTION ordered (SELECT * ORDER BY k), "
-                   "PROJECTION by_v INDEX v TYPE basic", (), ""),
+                   "PROJECTION by_v INDEX v TYPE basic, PROJECTION stats (SELECT k % 4, uniq(v), uniqExact(k), "
+                   "quantile(0.5)(v), countIf(v > 10), argMax(id, v) GROUP BY k % 4)", (), ""),
     # Packed part storage: each part is one `data.packed` archive of its files.
     "packed": ([("s", "String", "toString(number)"), ("a", "Array(LowCardinality(String))", "[toString(number % 3)]"),
                 ("n", "Nullable(Float32)", "if(number % 4 = 0, NULL, number / 4)")], "", (),

@@ -97,7 +97,8 @@ def test_packed_parts_are_read_and_checked(made, case, tmp_path):
 @pytest.mark.parametrize("case", [c for c in CASES if c.feature == "projection"], ids=lambda c: c.id)
 def test_parts_with_projections_are_checked_and_merged(made, case, tmp_path):
     """Parts with projections: we read their base columns (above); CHECK covers the `<name>.proj`
-    directories; a merge builds both projections (normal and aggregate) again, and ClickHouse checks
+    directories; a merge builds the projections (normal, aggregate of sums and of uniq, quantile and
+    argMax states, offsets) again, and ClickHouse checks
     the merged part and answers from its projections what it answers from its own parts."""
     table = made.made[case.id]
     assert all({"by_k.proj", "ordered.proj"} <= {p.name for p in part.iterdir()} for part in table.parts)
@@ -132,8 +133,11 @@ def test_parts_with_projections_are_checked_and_merged(made, case, tmp_path):
             sess.query(f"ALTER TABLE {target} ATTACH PART '{part.name}'")
     check = corpus.query_text(sess, f"CHECK TABLE {target} SETTINGS check_query_single_value_result = 1").split()
     assert check == ["1"]
-    query = "SELECT k, round(sum(v), 6) FROM {} GROUP BY k ORDER BY k SETTINGS force_optimize_projection = 1"
-    assert corpus.query_text(sess, query.format(target)) == corpus.query_text(sess, query.format(case.table))
+    for query in ("SELECT k, round(sum(v), 6) FROM {} GROUP BY k ORDER BY k",
+                  "SELECT k % 4, uniq(v), uniqExact(k), quantile(0.5)(v), countIf(v > 10), argMax(id, v) FROM {} "
+                  "GROUP BY k % 4 ORDER BY k % 4"):
+        query += " SETTINGS force_optimize_projection = 1"
+        assert corpus.query_text(sess, query.format(target)) == corpus.query_text(sess, query.format(case.table))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
