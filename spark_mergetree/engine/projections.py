@@ -225,12 +225,13 @@ def _aggregate_table(projection: Projection, rows: pa.Table, column_types: Mappi
 # order rows reach a state (see `_interleaved_states`).
 _INTERLEAVED = frozenset(("count", "sum", "sumKahan", "sumWithOverflow", "avg", "sumCount", "avgWeighted",
                           "min", "max", "any", "anyLast"))
-_ONE_BYTE_KEYS = ("UInt8", "Int8", "Bool")
+_ONE_BYTE_KEYS = ("UInt8", "Int8", "Bool")  # and Enum8
 
 
 def _interleaved(call: aggregates.Aggregate, keys: Sequence[aggregates.Element]) -> bool:
     state = call.state
-    return (len(keys) == 1 and keys[0].type in _ONE_BYTE_KEYS and state.function in _INTERLEAVED
+    key_type = keys[0].type if len(keys) == 1 else ""
+    return ((key_type in _ONE_BYTE_KEYS or key_type.startswith("Enum8(")) and state.function in _INTERLEAVED
             and all(not isinstance(a, FixedString) and (value_width(a) or 99) <= 8 for a in state.arguments))
 
 

@@ -28,7 +28,8 @@ PROJECTIONS = {
                "groupArray(k), varPop(v), stddevSampStable(v), covarPop(v, k), sumKahan(v)", "toStartOfHour(ts), s"),
     "by_flag": ("f, sum(v), avg(v), any(id), anyLast(id), min(v), max(v), argMin(id, k), sumKahan(v), count(), "
                 "sum(k), max(b), anyLast(s), groupArray(id)", "f"),
-    "by_null": ("nk, count(), sum(k), min(b), countIf(nk = 1)", "nk"),
+    "by_enum": ("e, sum(v), any(id), avg(v), count()", "e"),
+    "by_null": ("nk, count(), sum(k), min(b), countIf(nk = 1), sum(v), any(id), anyLast(s)", "nk"),
     "totals": ("count(), max(v), sum(id), minIf(k, b > 3)", ""),
     "sets": ("s, uniq(id), uniqExact(k), uniqHLL12(k), uniqCombined(id), uniqCombined64(s), groupUniqArray(k), "
              "uniqIf(id, k > 3), uniqExact(b), uniq(s, k), groupUniqArray(3)(s)", "s"),
@@ -38,14 +39,15 @@ PROJECTIONS = {
 # arrays sorted.
 SET_ORDER_DIFFERS = {"sets"}
 CREATE = """CREATE TABLE t (ts DateTime('UTC'), id UInt64, k UInt32, v Float64, b Nullable(Float64), s String,
-    nk Nullable(UInt8), f UInt8, {projections})
+    nk Nullable(UInt8), f UInt8, e Enum8('x' = -3, 'y' = 5), {projections})
     ENGINE = MergeTree ORDER BY id
     SETTINGS index_granularity = 64, compress_primary_key = 0, allow_nullable_key = 1, {kind}"""
 KINDS = {"Wide": "min_bytes_for_wide_part = 0, compress_marks = 0", "Compact": "min_bytes_for_wide_part = 1000000000"}
 ROWS = ("SELECT toDateTime('2024-03-01 00:00:00', 'UTC') + (number * 7919) % 20000 AS ts, number + {offset} AS id, "
         "toUInt32((number * 7) % 13) AS k, (number + {offset}) / 3 AS v, "
         "if(number % 5 = 0, NULL, (number % 17) / 4) AS b, toString((number * 31) % 4) AS s, "
-        "if(number % 3 = 0, NULL, toUInt8(number % 2)) AS nk, toUInt8((number * 13) % 3) AS f FROM numbers({rows})")
+        "if(number % 3 = 0, NULL, toUInt8(number % 2)) AS nk, toUInt8((number * 13) % 3) AS f, "
+        "CAST(if(number % 7 < 3, 'x', 'y'), 'Enum8(\\'x\\' = -3, \\'y\\' = 5)') AS e FROM numbers({rows})")
 INSERTS = ((0, 700), (700, 400))
 
 
