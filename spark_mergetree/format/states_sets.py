@@ -657,12 +657,14 @@ def _sketch_pieces(spec: _Spec, sketch: _Sketch, kinds: np.ndarray, keys: np.nda
     else:
         head = _byte_piece(kinds.astype(np.uint8))
     counted = ~large
-    image_rows = np.zeros((len(kinds), sketch.image_len), np.uint8)
-    image_rows[large] = images
+    # (the images of the large sets only, in group order: a dense row per group would hold an image
+    # of tens of kilobytes for every small set too)
+    image_offsets = np.zeros(len(kinds) + 1, np.int64)
+    np.cumsum(large.astype(np.int64) * sketch.image_len, out=image_offsets[1:])
     width = sketch.key_width
     stored = keys.astype(f"<u{width}")
     return concat_rows([head, _keep(_counts_piece(ends), counted), _fixed_piece(stored, ends),
-                        _keep(_fixed_piece(image_rows, np.arange(1, len(kinds) + 1)), large)])
+                        (np.ascontiguousarray(images, np.uint8).reshape(-1), image_offsets)])
 
 
 def _sketch_states(spec: _Spec, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
@@ -722,7 +724,9 @@ def _sketch_combine(spec: _Spec, states: pa.Array, starts: np.ndarray) -> pa.Bin
         image = data[offsets[state] + 1:offsets[state + 1]]
         k.hll_registers(image, sketch.precision, sketch.hash_bits, registers[row])
     group_starts = np.asarray(starts, np.int64)
-    bound = len(group_starts)
+    # The groups that may end large: holding a large state, or more keys in all than a medium set holds.
+    held = np.where(large, max(sketch.medium_max, 16) + 1, counts)
+    bound = int((np.add.reduceat(held, group_starts) > max(sketch.medium_max, 16)).sum()) if n else 0
     out_kinds, kept, ends, images = k.combined_merge(kinds, keys, hlls.astype(np.uint64), np.cumsum(counts), registers,
                                                      group_starts, sketch.medium_max, sketch.precision,
                                                      sketch.hash_bits, sketch.image_len, bound)
