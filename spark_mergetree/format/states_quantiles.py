@@ -45,6 +45,7 @@ import pyarrow as pa
 from spark_mergetree.errors import CorruptPartError
 from spark_mergetree.format import states_quantiles_compiled as kernels
 from spark_mergetree.format.aggregate_states import state_layout
+from spark_mergetree.format.skip_index_writer import int_hash64
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows, fixed_bytes
 from spark_mergetree.format.types import (
     AggregateFunction,
@@ -336,18 +337,6 @@ def _timing_combine(dt: AggregateFunction, states: pa.BinaryArray, starts: np.nd
 
 # --- quantileDeterministic ----------------------------------------------------------------------
 
-def _int_hash64(values: np.ndarray) -> np.ndarray:
-    """ClickHouse's intHash64 (Murmur3's 64-bit finalizer)."""
-    x = values.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(33)
-        x *= np.uint64(0xFF51AFD7ED558CCD)
-        x ^= x >> np.uint64(33)
-        x *= np.uint64(0xC4CEB9FE1A85EC53)
-        x ^= x >> np.uint64(33)
-    return x
-
-
 def _pair_width(width: int) -> int:
     """sizeof(std::pair<T, UInt32>): the hash follows the value at the value's alignment."""
     return 16 if width == 8 else 8
@@ -367,7 +356,7 @@ def _deterministic_bytes(source: np.ndarray, values: np.ndarray, hashes: np.ndar
 def _deterministic_states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray,
                           n: int) -> pa.BinaryArray:
     data, width, counted = _value_bytes(dt.arguments[0], arguments[0])
-    hashes = (_int_hash64(_storage(dt.arguments[1], arguments[1])) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    hashes = (int_hash64(_storage(dt.arguments[1], arguments[1]).astype(np.uint64)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     rows = np.flatnonzero(counted)
     bounds = _bounds(rows, starts)
     slots = _slots(bounds, kernels.RESERVOIR_CAPACITY)

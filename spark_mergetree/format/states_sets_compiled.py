@@ -184,6 +184,23 @@ def _rotl(x, b):
 
 
 @njit(cache=True)
+def _sip_rounds(v0, v1, v2, v3, rounds):
+    """`rounds` SipRounds of the state (v0, v1, v2, v3)."""
+    for _ in range(rounds):
+        v0 += v1
+        v1 = _rotl(v1, 13) ^ v0
+        v0 = _rotl(v0, 32)
+        v2 += v3
+        v3 = _rotl(v3, 16) ^ v2
+        v0 += v3
+        v3 = _rotl(v3, 21) ^ v0
+        v2 += v1
+        v1 = _rotl(v1, 17) ^ v2
+        v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
+@njit(cache=True)
 def siphash128_rows(data, offsets):
     """ClickHouse's SipHash-2-4 with 128-bit output (zero keys, one finalisation) of each string:
     (v0 ^ v1, v2 ^ v3) per row, the key's low and high UInt64."""
@@ -205,30 +222,10 @@ def siphash128_rows(data, offsets):
                 tail = size - 8 * words
                 m = _load_le(data, s + 8 * words, tail) | (np.uint64(size & 0xFF) << np.uint64(56))
             v3 ^= m
-            for _ in range(2):
-                v0 += v1
-                v1 = _rotl(v1, 13) ^ v0
-                v0 = _rotl(v0, 32)
-                v2 += v3
-                v3 = _rotl(v3, 16) ^ v2
-                v0 += v3
-                v3 = _rotl(v3, 21) ^ v0
-                v2 += v1
-                v1 = _rotl(v1, 17) ^ v2
-                v2 = _rotl(v2, 32)
+            v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 2)
             v0 ^= m
         v2 ^= np.uint64(0xFF)
-        for _ in range(4):
-            v0 += v1
-            v1 = _rotl(v1, 13) ^ v0
-            v0 = _rotl(v0, 32)
-            v2 += v3
-            v3 = _rotl(v3, 16) ^ v2
-            v0 += v3
-            v3 = _rotl(v3, 21) ^ v0
-            v2 += v1
-            v1 = _rotl(v1, 17) ^ v2
-            v2 = _rotl(v2, 32)
+        v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 4)
         low[i] = v0 ^ v1
         high[i] = v2 ^ v3
     return low, high
@@ -1014,29 +1011,9 @@ def siphash64_words(words):
         for j in range(w + 1):
             m = words[i, j] if j < w else (np.uint64((8 * w) & 0xFF) << np.uint64(56))
             v3 ^= m
-            for _ in range(2):
-                v0 += v1
-                v1 = _rotl(v1, 13) ^ v0
-                v0 = _rotl(v0, 32)
-                v2 += v3
-                v3 = _rotl(v3, 16) ^ v2
-                v0 += v3
-                v3 = _rotl(v3, 21) ^ v0
-                v2 += v1
-                v1 = _rotl(v1, 17) ^ v2
-                v2 = _rotl(v2, 32)
+            v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 2)
             v0 ^= m
         v2 ^= np.uint64(0xFF)
-        for _ in range(4):
-            v0 += v1
-            v1 = _rotl(v1, 13) ^ v0
-            v0 = _rotl(v0, 32)
-            v2 += v3
-            v3 = _rotl(v3, 16) ^ v2
-            v0 += v3
-            v3 = _rotl(v3, 21) ^ v0
-            v2 += v1
-            v1 = _rotl(v1, 17) ^ v2
-            v2 = _rotl(v2, 32)
+        v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 4)
         out[i] = v0 ^ v1 ^ v2 ^ v3
     return out
