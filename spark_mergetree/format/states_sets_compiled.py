@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from spark_mergetree.format.cityhash_compiled import _cityhash64, _hash16
+from spark_mergetree.format.cityhash_compiled import _fetch as _load_le
 
 _M32 = np.uint64(0xFFFFFFFF)
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -109,14 +110,6 @@ def crc_words_array(words):
             c = crc32c_u64(c, words[i, j])
         out[i] = c
     return out
-
-
-@njit(cache=True)
-def _load_le(data, p, width):
-    value = np.uint64(0)
-    for i in range(width):
-        value |= np.uint64(data[p + i]) << np.uint64(8 * i)
-    return value
 
 
 @njit(cache=True)
