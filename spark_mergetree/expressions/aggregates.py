@@ -107,12 +107,37 @@ def column_name(expr: Expr, text: str) -> str:
 
 def _columns_nullable(expr: Expr, schema: dict[str, str]) -> bool:
     if isinstance(expr, Column):
-        return schema.get(expr.name, "").startswith("Nullable(")
+        return schema.get(expr.name, "").removeprefix("LowCardinality(").startswith("Nullable(")
     if isinstance(expr, (IsNull, IsNotNull, Literal)):
         return False
     children = [getattr(expr, name) for name in ("left", "right", "arg", "expr") if hasattr(expr, name)]
     children += list(getattr(expr, "args", ()))
     return any(_columns_nullable(c, schema) for c in children if isinstance(c, Expr))
+
+
+def _low_cardinality(expr: Expr, schema: dict[str, str]) -> bool:
+    """Whether ClickHouse's type of `expr` is LowCardinality: a LowCardinality column, or a function
+    or comparison whose one argument that is not a constant is (ClickHouse then computes it once per
+    dictionary value); not AND, OR or a NULL test."""
+    if isinstance(expr, Column):
+        return schema.get(expr.name, "").startswith("LowCardinality(")
+    if isinstance(expr, Compare):
+        operands = [expr.left, expr.right]
+    elif isinstance(expr, Not):
+        operands = [expr.arg]
+    elif isinstance(expr, Func):
+        operands = list(expr.args)
+    else:
+        return False
+    varying = [o for o in operands if not isinstance(o, Literal)]
+    return len(varying) == 1 and _low_cardinality(varying[0], schema)
+
+
+def _typed(type_text: str, parsed: Expr, schema: dict[str, str]) -> str:
+    """`type_text` as LowCardinality where ClickHouse's type of `parsed` is."""
+    if type_text.startswith("LowCardinality(") or not _low_cardinality(parsed, schema):
+        return type_text
+    return f"LowCardinality({type_text})"
 
 
 def _number_type(expr: Expr) -> str | None:
@@ -159,9 +184,10 @@ def element(text: str, schema: dict[str, str], condition: bool = False) -> Eleme
     if isinstance(parsed, _CONDITIONS) and condition:
         # (NULL conditions count as false, as ClickHouse's -If takes them; the type keeps Nullable)
         nullable = _columns_nullable(parsed, schema)
-        return Element(column_name(parsed, text), "Nullable(UInt8)" if nullable else "UInt8", expr)
+        return Element(column_name(parsed, text), _typed("Nullable(UInt8)" if nullable else "UInt8", parsed, schema),
+                       expr)
     if isinstance(expr, (Column, Func)) and expr.type is not None:
-        return Element(column_name(parsed, text), expr.type, expr)
+        return Element(column_name(parsed, text), _typed(expr.type, parsed, schema), expr)
     arithmetic = arithmetic_type(expr) if isinstance(expr, Func) else None
     if arithmetic is not None:
         nullable = _columns_nullable(parsed, schema)
@@ -198,7 +224,8 @@ def aggregate(text: str, schema: dict[str, str]) -> Aggregate:
 
 def values(element: Element, table: pa.Table) -> pa.Array:
     """The element's value for every row of `table` (a condition's as UInt8, NULL as 0)."""
-    if element.type in ("UInt8", "Nullable(UInt8)") and not isinstance(element.expr, (Column, Func)):
+    if element.type.removeprefix("LowCardinality(").startswith(("UInt8", "Nullable(UInt8)")) \
+            and not isinstance(element.expr, (Column, Func)):
         return pa.array(np.asarray(evaluate(element.expr, table)).astype(np.uint8))
     result = evaluate_value(element.expr, table)
     if isinstance(element.expr, Func) and element.expr.name in _ARITHMETIC:

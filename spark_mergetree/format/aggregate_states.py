@@ -46,13 +46,14 @@ from spark_mergetree.format.types import (
     DateTime64,
     Decimal,
     FixedString,
+    LowCardinality,
     Map,
     Nullable,
     Primitive,
     contains_type,
 )
 
-__all__ = ["StateLayout", "nullable_flag", "state_layout", "state_lengths", "empty_state", "require_known_states", "created_version"]
+__all__ = ["StateLayout", "nullable_flag", "value_type", "state_layout", "state_lengths", "empty_state", "require_known_states", "created_version"]
 
 Step = tuple[int, int, int]
 
@@ -83,9 +84,19 @@ _SAME_STATE = {"quantilesDeterministic": "quantileDeterministic", "quantiles": "
 # the quantiles forms, whose result is an array, not for the quantile ones, whose result may be NULL).
 _NULLABLE_FLAG = {**dict.fromkeys(("uniq", "uniqHLL12", "uniqExact", "quantiles", "quantilesExact", "quantilesTDigest",
                                    "quantilesTiming", "quantilesTimingWeighted"), True),
+                  "deltaSum": True,
                   **dict.fromkeys(("min", "max", "any", "anyLast", "argMin", "argMax", "sum", "avg", "avgWeighted",
                                    "uniqCombined", "uniqCombined64", "quantile", "quantileExact", "quantileTDigest",
-                                   "quantileTiming", "quantileTimingWeighted"), False)}
+                                   "quantileTiming", "quantileTimingWeighted", "sumKahan", "sumWithOverflow",
+                                   "groupBitAnd", "groupBitOr", "groupBitXor", "groupBitmap", "anyHeavy", "groupConcat",
+                                   "entropy", "quantileBFloat16", "simpleLinearRegression", "boundingRatio",
+                                   *(f"{m}{kind}" for m in ("var", "stddev") for kind in ("Pop", "Samp", "PopStable",
+                                                                                         "SampStable")),
+                                   "skewPop", "skewSamp", "kurtPop", "kurtSamp", "covarPop", "covarSamp", "corr",
+                                   "covarPopStable", "covarSampStable", "corrStable"), False)}
+# Functions that skip the rows whose argument is NULL and write no flag: their state of Nullable
+# arguments is the one of the values (measured).
+_NULLS_SKIPPED = frozenset(("groupArray", "groupUniqArray", "groupArrayLast", "topK", "sumCount"))
 # The reservoir sampler's state of no rows: capacity 8192, no values, and its random generator's
 # initial state written as text.
 _EMPTY_RESERVOIR = (8192).to_bytes(8, "little") + bytes(8) + b"\x1c" + b"6364136223846793005 0 123459"
@@ -213,14 +224,15 @@ def nullable_flag(dt: AggregateFunction) -> bool | None | str:
     """How states of `dt` with Nullable arguments begin (measured in ClickHouse 26.9): True, a flag
     byte always 1 and then the function's state of the rows whose arguments are not NULL; False, a
     flag byte 1 when there was such a row, then that state, else the flag 0 alone; None, no flag
-    (count of a Nullable value counts the values; when only -If's condition is Nullable, the
+    (count of a Nullable value counts the values, groupArray and a few others keep only the values;
+    when only -If's condition is Nullable, the
     functions whose flag is not always set take a NULL condition as false and write no flag);
     "unknown" for functions whose handling of NULLs is not known here."""
-    args = dt.arguments
+    args = tuple(value_type(a) for a in dt.arguments)
     conditional = dt.function.endswith("If") and len(args) >= 1
     base = dt.function.removesuffix("If") if conditional else dt.function
     valued = args[:-1] if conditional else args
-    if base == "count" and not conditional:
+    if (base == "count" and not conditional) or base in _NULLS_SKIPPED:
         return None
     always = True if base == "count" else _NULLABLE_FLAG.get(base)
     if always is None:
@@ -237,8 +249,15 @@ def state_layout(dt: AggregateFunction) -> StateLayout | None:
     return None if found is None else StateLayout(*found)
 
 
+def value_type(argument: DataType) -> DataType:
+    """The type a state keeps of an argument: LowCardinality's inner type (a function of a
+    LowCardinality column has the state of the same function of the values, measured)."""
+    return argument.inner if isinstance(argument, LowCardinality) else argument
+
+
 def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
             version: int | None) -> tuple[tuple[Step, ...], bytes] | None:
+    args = tuple(value_type(a) for a in args)
     # Versioned states: sumMap's array form, and the deterministic reservoir (26.x writes version 1).
     if version is not None and not (version == 1 and (name in ("sumMap", "minMap", "maxMap") and len(args) >= 2
                                                       or _SAME_STATE.get(name, name) == "quantileDeterministic")):

@@ -6,6 +6,7 @@ with ClickHouse's bytes; `combined_states` combines consecutive states group by 
 ClickHouse's merge of states does. The families (states_simple: count, sums, values kept and
 moments; states_sets: distinct counts; states_quantiles: quantiles) see arguments without NULLs
 and groups with rows. Here:
+- LowCardinality arguments are their values (the same states), decoded here;
 - Nullable arguments (`nullable_flag`, measured in ClickHouse 26.9): rows with a NULL argument are
   left out; a flag byte comes first where ClickHouse writes one: always 1 for the functions whose
   result is never NULL (uniq, count, quantiles, ...), else 1 only when a row was added (and the
@@ -25,7 +26,7 @@ import pyarrow.compute as pc
 
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.format import states_quantiles, states_sets, states_simple
-from spark_mergetree.format.aggregate_states import empty_state, nullable_flag, state_layout
+from spark_mergetree.format.aggregate_states import empty_state, nullable_flag, state_layout, value_type
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows
 from spark_mergetree.format.types import AggregateFunction, DataType, Nullable, Primitive
 from spark_mergetree.format.values import string_buffers
@@ -37,7 +38,7 @@ _FAMILIES = (states_simple, states_sets, states_quantiles)
 
 def _conditional(dt: AggregateFunction) -> bool:
     """Whether `dt` is a function with the -If combinator (its last argument the UInt8 condition)."""
-    last = dt.arguments[-1] if dt.arguments else None
+    last = value_type(dt.arguments[-1]) if dt.arguments else None
     inner = last.inner if isinstance(last, Nullable) else last
     return dt.function.endswith("If") and inner == Primitive("UInt8") and state_layout(dt) is not None
 
@@ -51,7 +52,13 @@ def _without_nulls(dt: AggregateFunction) -> AggregateFunction:
 
 
 def _plain(t: DataType) -> DataType:
+    """An argument's type as the families see it: without LowCardinality and Nullable."""
+    t = value_type(t)
     return t.inner if isinstance(t, Nullable) else t
+
+
+def _has_nullable(dt: AggregateFunction) -> bool:
+    return any(isinstance(value_type(a), Nullable) for a in dt.arguments)
 
 
 def _builder(dt: AggregateFunction) -> StateBuilder | None:
@@ -73,7 +80,7 @@ def why_not_buildable(dt: AggregateFunction) -> str | None:
     """Why states of `dt` cannot be built here (None when they can)."""
     if state_layout(dt) is None:
         return f"the layout of {dt.to_clickhouse()}'s states is not known"
-    if any(isinstance(a, Nullable) for a in dt.arguments) and nullable_flag(dt) not in (True, False, None):
+    if _has_nullable(dt) and nullable_flag(dt) not in (True, False, None):
         return f"how {dt.function} treats NULL arguments is not known"
     if _builder(_core(dt)) is None:
         return f"building states of {dt.to_clickhouse()} from rows is not supported"
@@ -135,6 +142,7 @@ def states_of_rows(dt: AggregateFunction, arguments: Sequence[pa.Array | pa.Chun
     its type is Nullable; groups start at `starts`, in the order ClickHouse adds their rows)."""
     _require(dt)
     arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arguments]
+    arrays = [a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in arrays]
     starts = np.asarray(starts, np.int64)
     keep = np.ones(n, bool)
     conditional = _conditional(_without_nulls(dt))
@@ -151,7 +159,7 @@ def states_of_rows(dt: AggregateFunction, arguments: Sequence[pa.Array | pa.Chun
     kept_arguments = [a.filter(pa.array(keep)) if kept_n < n else a for a in valued]
     kept_starts = _kept_starts(starts, keep)
     states = _with_empty_groups(core, kept_starts, kept_n, lambda s: builder.states(core, kept_arguments, s, kept_n))
-    flag = nullable_flag(dt) if any(isinstance(a, Nullable) for a in dt.arguments) else None
+    flag = nullable_flag(dt) if _has_nullable(dt) else None
     if flag is None:
         return states
     added = np.diff(np.append(kept_starts, kept_n)) > 0
@@ -170,7 +178,7 @@ def combined_states(dt: AggregateFunction, states: pa.Array | pa.ChunkedArray, s
     core = _core(dt)
     builder = _builder(core)
     assert builder is not None
-    flag = nullable_flag(dt) if any(isinstance(a, Nullable) for a in dt.arguments) else None
+    flag = nullable_flag(dt) if _has_nullable(dt) else None
     if flag is None:
         return builder.combine(core, column, starts) if n else pa.array([], pa.binary())
     offsets, data = string_buffers(column)

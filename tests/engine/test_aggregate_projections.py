@@ -29,6 +29,10 @@ PROJECTIONS = {
     "by_flag": ("f, sum(v), avg(v), any(id), anyLast(id), min(v), max(v), argMin(id, k), sumKahan(v), count(), "
                 "sum(k), max(b), anyLast(s), groupArray(id)", "f"),
     "by_enum": ("e, sum(v), any(id), avg(v), count()", "e"),
+    "by_lc": ("lc, count(), uniq(nlc), uniqExact(lc), min(lc), any(nlc), groupArray(nlc), countIf(nlc = 'a3'), "
+              "max(nlc)", "lc"),
+    "by_lower": ("upper(nlc), count(), countIf(length(lc) > 0), countIf(NOT (lc = '1')), min(cityHash64(lc))",
+                 "upper(nlc)"),
     "by_null": ("nk, count(), sum(k), min(b), countIf(nk = 1), sum(v), any(id), anyLast(s)", "nk"),
     "totals": ("count(), max(v), sum(id), minIf(k, b > 3)", ""),
     "sets": ("s, uniq(id), uniqExact(k), uniqHLL12(k), uniqCombined(id), uniqCombined64(s), groupUniqArray(k), "
@@ -39,7 +43,8 @@ PROJECTIONS = {
 # arrays sorted.
 SET_ORDER_DIFFERS = {"sets"}
 CREATE = """CREATE TABLE t (ts DateTime('UTC'), id UInt64, k UInt32, v Float64, b Nullable(Float64), s String,
-    nk Nullable(UInt8), f UInt8, e Enum8('x' = -3, 'y' = 5), {projections})
+    nk Nullable(UInt8), f UInt8, e Enum8('x' = -3, 'y' = 5),
+    lc LowCardinality(String), nlc LowCardinality(Nullable(String)), {projections})
     ENGINE = MergeTree ORDER BY id
     SETTINGS index_granularity = 64, compress_primary_key = 0, allow_nullable_key = 1, {kind}"""
 KINDS = {"Wide": "min_bytes_for_wide_part = 0, compress_marks = 0", "Compact": "min_bytes_for_wide_part = 1000000000"}
@@ -47,7 +52,9 @@ ROWS = ("SELECT toDateTime('2024-03-01 00:00:00', 'UTC') + (number * 7919) % 200
         "toUInt32((number * 7) % 13) AS k, (number + {offset}) / 3 AS v, "
         "if(number % 5 = 0, NULL, (number % 17) / 4) AS b, toString((number * 31) % 4) AS s, "
         "if(number % 3 = 0, NULL, toUInt8(number % 2)) AS nk, toUInt8((number * 13) % 3) AS f, "
-        "CAST(if(number % 7 < 3, 'x', 'y'), 'Enum8(\\'x\\' = -3, \\'y\\' = 5)') AS e FROM numbers({rows})")
+        "CAST(if(number % 7 < 3, 'x', 'y'), 'Enum8(\\'x\\' = -3, \\'y\\' = 5)') AS e, "
+        "toLowCardinality(toString(number % 6)) AS lc, if(number % 4 = 0, NULL, concat('a', toString(number % 9))) AS nlc "
+        "FROM numbers({rows})")
 INSERTS = ((0, 700), (700, 400))
 
 
