@@ -134,17 +134,18 @@ def _aggregation(projection: Projection, column_types: Mapping[str, str]) -> _Ag
 
 @functools.lru_cache(maxsize=256)  # (asked for every part written, and by every merge of the table)
 def _understood(projection: Projection, typed_columns: tuple[tuple[str, str], ...]) -> _Aggregation:
+    # ClickHouse's projection part holds the GROUP BY elements first, in their order (selected or
+    # not), then the aggregates in select order; aliases name nothing (GROUP BY may use them).
     schema = dict(typed_columns)
     if projection.order_by:
-        raise UnsupportedError("an aggregate projection with ORDER BY is not supported")
-    keys = [aggregates.element(text, schema) for text in projection.group_by]
+        raise UnsupportedError("an aggregate projection with ORDER BY is not supported (ClickHouse refuses it too)")
+    selected = [aggregates.split_alias(text) for text in projection.select]
+    aliases = {alias: text for text, alias in selected if alias}
+    keys = [aggregates.element(aliases.get(text.strip("`"), text), schema) for text in projection.group_by]
     types = {key.name: key.type for key in keys}
     calls: list[aggregates.Aggregate] = []
-    columns: list[tuple[str, str]] = []
-    for text in projection.select:
-        key = _selected_key(text, schema, set(types))
-        if key is not None:
-            columns.append((key, types[key]))
+    for text, _ in selected:
+        if _selected_key(text, schema, set(types)) is not None:
             continue
         if split_call(text) is None:
             raise UnsupportedError(f"{text} is selected outside GROUP BY")
@@ -153,10 +154,7 @@ def _understood(projection: Projection, typed_columns: tuple[tuple[str, str], ..
         if reason is not None:
             raise UnsupportedError(f"aggregate {text}: {reason}")
         calls.append(call)
-        columns.append((call.name, call.state.to_clickhouse()))
-    missing = [name for name in types if name not in {n for n, _ in columns}]
-    if missing:
-        raise UnsupportedError(f"GROUP BY {', '.join(missing)}: not in the select list")
+    columns = [(key.name, key.type) for key in keys] + [(call.name, call.state.to_clickhouse()) for call in calls]
     return _Aggregation(tuple(keys), tuple(calls), tuple(columns))
 
 
@@ -348,7 +346,10 @@ def projection_columns(projection: Projection, stored: Sequence[str]) -> list[st
     if not projection.is_aggregate:
         return projection.columns(stored) + ([PARENT_OFFSET] if projection.stores_offsets else [])
     texts = list(projection.group_by)
-    for text in projection.select:
+    for written in projection.select:
+        text, alias = aggregates.split_alias(written)
+        if alias in texts:
+            texts.remove(alias)  # (a GROUP BY of an alias reads what the aliased expression reads)
         call = split_call(text)
         texts += [t for t in (call[1][-1] if call is not None else (text,)) if t != "*"]
     wanted = {name for text in texts for name in columns_of(parse_expression(text))}

@@ -13,6 +13,7 @@ writes it. Whatever cannot be named, typed or computed exactly is refused by nam
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -194,6 +195,16 @@ def element(text: str, schema: dict[str, str], condition: bool = False) -> Eleme
         return Element(column_name(parsed, text), f"Nullable({arithmetic})" if nullable else arithmetic, expr)
     raise UnsupportedError(f"{text}: only columns, the functions of keys this version evaluates"
                            + (" and conditions" if condition else "") + " are supported here")
+
+
+_ALIASED = re.compile(r"^(.*\S)\s+AS\s+(`?)([A-Za-z_][A-Za-z0-9_]*)\2\s*$", re.IGNORECASE | re.DOTALL | re.ASCII)
+
+
+def split_alias(text: str) -> tuple[str, str | None]:
+    """A select element without its alias (`sum(v) AS total` is ('sum(v)', 'total')): a projection's
+    columns are named by their expressions, not by aliases."""
+    match = _ALIASED.match(text.strip())
+    return (match.group(1), match.group(3)) if match else (text, None)
 
 
 def aggregate(text: str, schema: dict[str, str]) -> Aggregate:

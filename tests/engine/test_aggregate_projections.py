@@ -1,5 +1,5 @@
 """Aggregate projections as ClickHouse users declare them: GROUP BY expressions and Nullable keys,
-no GROUP BY at all, -If conditions, Nullable arguments, and the functions whose states we build
+keys not selected or selected after the aggregates, aliases, no GROUP BY at all, -If conditions, Nullable arguments, and the functions whose states we build
 (format/state_builders.py). Our inserted and merged parts carry them under ClickHouse's column
 names and types; ClickHouse (chdb) attaches the parts, CHECK TABLE passes, and a query that must use
 the projection (force_optimize_projection) returns what the same query over ClickHouse's own rows
@@ -31,6 +31,8 @@ PROJECTIONS = {
     "by_enum": ("e, sum(v), any(id), avg(v), count()", "e"),
     "by_lc": ("lc, count(), uniq(nlc), uniqExact(lc), min(lc), any(nlc), groupArray(nlc), countIf(nlc = 'a3'), "
               "max(nlc)", "lc"),
+    "aliased": ("max(v) AS top, count() AS n, toString(k) AS ks", "ks, f"),
+    "reordered": ("count(), max(v), k", "k"),
     "by_lower": ("upper(nlc), count(), countIf(length(lc) > 0), countIf(NOT (lc = '1')), min(cityHash64(lc))",
                  "upper(nlc)"),
     "by_null": ("nk, count(), sum(k), min(b), countIf(nk = 1), sum(v), any(id), anyLast(s)", "nk"),
@@ -81,6 +83,11 @@ def _rows(data: pa.Table, sort_lists: bool = False) -> list[tuple]:
     return sorted(zip(*columns), key=repr)
 
 
+# A projection ClickHouse 26.9 writes but answers no query from (its aliases, a GROUP BY element not
+# selected): its parts are compared byte for byte only.
+NOT_USED = {"aliased"}
+
+
 def _query(name: str, table: str) -> str:
     select, group = PROJECTIONS[name]
     return f"SELECT {select} FROM {table}" + (f" GROUP BY {group}" if group else "")
@@ -89,7 +96,7 @@ def _query(name: str, table: str) -> str:
 def _uses_projections(sess, table: str, merged: bool = False) -> None:
     """Each projection answers its query over `table` (ClickHouse refuses otherwise), with what it
     answers from the projections of ClickHouse's own parts of the same rows (`t`)."""
-    for name in PROJECTIONS:
+    for name in (p for p in PROJECTIONS if p not in NOT_USED):
         settings = f" SETTINGS force_optimize_projection = 1, preferred_optimize_projection_name = '{name}'"
         explain = sess.query(f"EXPLAIN projections = 1 {_query(name, table)}{settings}", "TabSeparatedRaw").bytes().decode()
         assert name in explain, explain
@@ -215,8 +222,7 @@ def test_projections_that_cannot_be_built_are_refused_by_name(tmp_path) -> None:
                                ("p (SELECT k, max(reverse(s)) GROUP BY k)", "reverse"),
                                ("p (SELECT k, sum(v * k * s) GROUP BY k)", "v \\* k \\* s"),
                                ("p (SELECT k, sum(v) GROUP BY k ORDER BY k)", "ORDER BY"),
-                               ("p (SELECT s, sum(v) GROUP BY k)", "s is selected outside GROUP BY"),
-                               ("p (SELECT sum(v) GROUP BY k)", "GROUP BY k: not in the select list")):
+                               ("p (SELECT s, sum(v) GROUP BY k)", "s is selected outside GROUP BY")):
         with pytest.raises(UnsupportedError, match=rf"'p': .*{reason}"):
             MergeTreeTable.create(tmp_path / "x", columns, "k", projections=[projection])
         assert not (tmp_path / "x").exists()
