@@ -1,0 +1,220 @@
+"""States of the bitwise, bitmap, -Map and ordered-series aggregate functions, built from rows and
+combined.
+
+This family (see format/state_rows.py for the contract) owns:
+- groupBitAnd, groupBitOr, groupBitXor: the value in its own type, combined byte by byte;
+- groupBitmap: a small set of up to 32 distinct values in the order they came, then a roaring
+  bitmap in CRoaring's portable serialization (containers as ClickHouse leaves them: see
+  `_bitmap_builder`);
+- sumMap (the Map form and the versioned array form), minMap and maxMap (the versioned array form):
+  the keys sorted, each with its values widened to 64 bits;
+- deltaSum (rows in order; states merged by their first and last values), boundingRatio (the
+  leftmost and rightmost points), simpleLinearRegression (a count and four Float64 sums).
+
+Every state is ClickHouse 26.9's bytes for the same rows (or states) in the same order
+(tests/format/test_states_bits_maps.py compares them with chdb's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from spark_mergetree.format import states_bits_maps_compiled as kernels
+from spark_mergetree.format import states_simple_compiled as simple_kernels
+from spark_mergetree.format.aggregate_states import state_layout
+from spark_mergetree.format.state_rows import StateBuilder, concat_rows, fixed_bytes, group_sizes
+from spark_mergetree.format.states_simple import _as_float64, _kind, _moment_float
+from spark_mergetree.format.types import AggregateFunction, DataType, Primitive
+from spark_mergetree.format.values import fixed_storage, string_buffers
+
+__all__ = ["builder"]
+
+Piece = tuple[np.ndarray, np.ndarray]  # (bytes, offsets n+1): one piece of each state
+
+# The numpy type of the numbers these functions take (128-bit integers are (n, 2) uint64 words).
+_NUMPY = {"Int8": "<i1", "Int16": "<i2", "Int32": "<i4", "Int64": "<i8", "UInt8": "<u1", "UInt16": "<u2",
+          "UInt32": "<u4", "UInt64": "<u8", "Bool": "<u1", "Float32": "<f4", "Float64": "<f8"}
+_WIDE = ("Int128", "UInt128", "Int256", "UInt256")
+
+
+def _plain_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
+def _storage_rows(dt: DataType, arr: pa.Array) -> np.ndarray:
+    """Each value's bytes as ClickHouse keeps them: (n, width) uint8."""
+    storage = np.ascontiguousarray(fixed_storage(dt, _plain_array(arr), "an aggregate function's argument"))
+    return storage.view(np.uint8).reshape(len(arr), int(dt.width or 0))  # type: ignore[attr-defined]
+
+
+def _numbers(dt: Primitive, arr: pa.Array) -> np.ndarray:
+    rows = _storage_rows(dt, arr)
+    return np.ascontiguousarray(rows).view(_NUMPY[dt.name]).reshape(-1)
+
+
+def _state_buffers(states: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    return string_buffers(_plain_array(states))
+
+
+def _fixed_states(column: pa.Array, width: int) -> np.ndarray:
+    """States of `width` bytes each: (n, width) uint8."""
+    offsets, data = _state_buffers(column)
+    n = len(offsets) - 1
+    if not n:
+        return np.zeros((0, width), np.uint8)
+    return data[(offsets[:-1, None] + np.arange(width)).reshape(-1)].reshape(n, width)
+
+
+def _rows_piece(rows: np.ndarray) -> Piece:
+    """One state per row of a 2-D array: its little-endian bytes."""
+    flat = np.ascontiguousarray(rows).view(np.uint8).reshape(-1)
+    width = rows.itemsize * int(np.prod(rows.shape[1:]))
+    return flat, np.arange(len(rows) + 1, dtype=np.int64) * width
+
+
+# ---------------------------------------------------------------------------------------------
+# groupBitAnd / groupBitOr / groupBitXor: the value's bytes, and-ed, or-ed or xor-ed.
+
+_BITWISE = {"groupBitAnd": np.bitwise_and, "groupBitOr": np.bitwise_or, "groupBitXor": np.bitwise_xor}
+
+
+def _bitwise_builder(operation: np.ufunc, argument: DataType) -> StateBuilder:
+    def reduced(rows: np.ndarray, starts: np.ndarray) -> pa.BinaryArray:
+        if not len(starts):
+            return pa.array([], pa.binary())
+        return concat_rows([_rows_piece(operation.reduceat(rows, starts, axis=0))])
+
+    def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
+        return reduced(_storage_rows(argument, arguments[0]), starts)
+
+    def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
+        return reduced(_fixed_states(column, int(argument.width or 0)), starts)  # type: ignore[attr-defined]
+
+    return StateBuilder(states, combine)
+
+
+# ---------------------------------------------------------------------------------------------
+# deltaSum: the sum of rises, the first and the last value (in the argument's type), a `seen` byte.
+
+
+def _delta_sum_builder(argument: Primitive) -> StateBuilder:
+    wide = argument.name in _WIDE
+    signed = argument.name.startswith("Int")
+    width = int(argument.width or 0)
+    dtype = None if wide else np.dtype(_NUMPY[argument.name])
+
+    def pieces(values: np.ndarray, seen: np.ndarray) -> pa.BinaryArray:
+        return concat_rows([_rows_piece(values), fixed_bytes(seen.astype(np.uint8))])
+
+    def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
+        if wide:
+            words = np.ascontiguousarray(_storage_rows(argument, arguments[0])).view("<u8").reshape(n, 2)
+            values = kernels.delta_sums_wide(words, starts.astype(np.int64), n, signed)
+        else:
+            sums, firsts, lasts = kernels.delta_sums(_numbers(argument, arguments[0]), starts.astype(np.int64), n)
+            values = np.stack([sums, firsts, lasts], axis=1)
+        return pieces(values, np.ones(len(starts), np.uint8))
+
+    def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
+        rows = np.ascontiguousarray(_fixed_states(column, 3 * width + 1))
+        seen = np.ascontiguousarray(rows[:, -1])
+        if wide:
+            words = np.ascontiguousarray(rows[:, :-1]).view("<u8")
+            merged, merged_seen = kernels.delta_merges_wide(words, seen, starts.astype(np.int64), signed)
+            return pieces(merged, merged_seen)
+        assert dtype is not None
+        values = np.ascontiguousarray(rows[:, :-1]).view(dtype)
+        merged_sums, merged_firsts, merged_lasts, merged_seen = kernels.delta_merges(
+            np.ascontiguousarray(values[:, 0]), np.ascontiguousarray(values[:, 1]), np.ascontiguousarray(values[:, 2]),
+            seen, starts.astype(np.int64))
+        return pieces(np.stack([merged_sums, merged_firsts, merged_lasts], axis=1), merged_seen)
+
+    return StateBuilder(states, combine)
+
+
+# ---------------------------------------------------------------------------------------------
+# boundingRatio: an `empty` byte, then (when 0) the leftmost and rightmost points as Float64.
+
+
+def _bounding_ratio_builder(x_type: DataType, y_type: DataType) -> StateBuilder:
+    def pieces(empty: np.ndarray, points: np.ndarray) -> pa.BinaryArray:
+        held = empty == 0
+        point_offsets = np.zeros(len(empty) + 1, np.int64)
+        np.cumsum(held * 32, out=point_offsets[1:])
+        flat = np.ascontiguousarray(points[held], "<f8").view(np.uint8).reshape(-1)
+        return concat_rows([fixed_bytes(empty.astype(np.uint8)), (flat, point_offsets)])
+
+    def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
+        x = np.ascontiguousarray(_as_float64(x_type, _kind(x_type), _plain_array(arguments[0])))  # type: ignore[arg-type]
+        y = np.ascontiguousarray(_as_float64(y_type, _kind(y_type), _plain_array(arguments[1])))  # type: ignore[arg-type]
+        empty, points = kernels.bounding_points(x, y, np.zeros(n, np.uint8), x, y, starts.astype(np.int64), False)
+        return pieces(empty, points)
+
+    def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
+        offsets, data = _state_buffers(column)
+        n = len(offsets) - 1
+        empty = np.ascontiguousarray(data[offsets[:-1]]) if n else np.zeros(0, np.uint8)
+        begins = np.where(empty == 0, offsets[:-1] + 1, 0)
+        points = data[np.minimum(begins[:, None] + np.arange(32), max(len(data) - 1, 0)).reshape(-1)] if n \
+            else np.zeros(0, np.uint8)
+        floats = np.ascontiguousarray(points).view("<f8").reshape(n, 4)
+        columns = [np.ascontiguousarray(floats[:, c]) for c in range(4)]
+        merged_empty, merged = kernels.bounding_points(columns[0], columns[1], empty, columns[2], columns[3],
+                                                       starts.astype(np.int64), True)
+        return pieces(merged_empty, merged)
+
+    return StateBuilder(states, combine)
+
+
+# ---------------------------------------------------------------------------------------------
+# simpleLinearRegression: a UInt64 count, then sums of x, y, x*x and x*y (Float64, row after row).
+
+
+def _linear_regression_builder(x_type: DataType, y_type: DataType) -> StateBuilder:
+    def pieces(counts: np.ndarray, sums: np.ndarray) -> pa.BinaryArray:
+        return concat_rows([fixed_bytes(counts.astype("<u8")), _rows_piece(np.ascontiguousarray(sums, "<f8"))])
+
+    def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
+        x = _moment_float(x_type, _kind(x_type), _plain_array(arguments[0]), "<f8")  # type: ignore[arg-type]
+        y = _moment_float(y_type, _kind(y_type), _plain_array(arguments[1]), "<f8")  # type: ignore[arg-type]
+        with np.errstate(all="ignore"):  # infinities and NaN are summed as they are
+            columns = np.stack([x, y, x * x, x * y], axis=1).astype(np.float64)
+        sums = simple_kernels.sequential_sums(np.ascontiguousarray(columns), starts.astype(np.int64), n, True)
+        return pieces(group_sizes(starts, n), sums)
+
+    def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
+        rows = np.ascontiguousarray(_fixed_states(column, 40))
+        n = len(rows)
+        counts = rows[:, :8].copy().view("<u8").reshape(-1)
+        sums = np.ascontiguousarray(rows[:, 8:]).view("<f8").reshape(n, 4)
+        merged_counts = np.add.reduceat(counts, starts) if len(starts) else np.zeros(0, np.uint64)
+        merged = simple_kernels.sequential_sums(np.ascontiguousarray(sums), starts.astype(np.int64), n, True)
+        return pieces(merged_counts, merged)
+
+    return StateBuilder(states, combine)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def builder(dt: AggregateFunction) -> StateBuilder | None:
+    """The builder of `dt`'s states when this family knows them (see the module's docstring)."""
+    arguments = dt.arguments
+    if dt.parameters or state_layout(dt) is None or any(a.custom_name is not None for a in arguments):
+        return None
+    name = dt.function
+    if dt.version is not None:
+        return None
+    if name in _BITWISE:
+        return _bitwise_builder(_BITWISE[name], arguments[0])
+    if name == "deltaSum" and isinstance(arguments[0], Primitive):
+        return _delta_sum_builder(arguments[0])
+    if name in ("boundingRatio", "simpleLinearRegression") and all(_kind(a) is not None for a in arguments):
+        maker = _bounding_ratio_builder if name == "boundingRatio" else _linear_regression_builder
+        return maker(arguments[0], arguments[1])
+    return None

@@ -1,0 +1,191 @@
+"""format/states_bits_maps.py against chdb: the states it builds from groups of rows, and the states
+it combines, must be ClickHouse's bytes (`<f>State` over the same rows in the same order, and
+`<f>MergeState` over a column of states in order, states of no rows among them).
+
+Each case fills a chdb MergeTree table with random values (edge values, ties, runs of consecutive
+values) in groups of rows, reads its part back with this package's reader (so the arguments are in
+the Arrow form the builders get), and compares every function's states per group, then the
+combination of chdb's states of sub-groups."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_mergetree.format.part_reader import PartReader
+from spark_mergetree.format.states_bits_maps import builder
+from spark_mergetree.format.types import AggregateFunction, parse_type, to_arrow
+from spark_mergetree.storage.part_store import PartStore
+from spark_mergetree.storage.policy import StoragePolicy
+from tests.format.chdb_util import active_part_dirs, close_session, open_session
+from tests.format.test_states_simple import _values
+
+ROWS = 400
+
+
+@pytest.fixture(scope="module")
+def ch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    sess = open_session(tmp_path_factory.mktemp("states_bits_maps"))
+    yield sess
+    close_session()
+
+
+def _groups(rng: random.Random, rows: int) -> tuple[list[int], list[int]]:
+    """A group and a sub-group number per row (groups of 1 to 60 rows, sub-groups within them)."""
+    groups: list[int] = []
+    subs: list[int] = []
+    g = 0
+    while len(groups) < rows:
+        size = rng.choice([1, 2, 3, rng.randint(1, 60)])
+        sub = 0
+        for k in range(size):
+            if k and rng.random() < 0.3:
+                sub += 1
+            groups.append(g)
+            subs.append(sub)
+        g += 1
+    return groups[:rows], subs[:rows]
+
+
+_table_number = 0
+
+
+def _fill(ch: object, seed: int, columns: dict[str, tuple[str, list[str]]], rows: int = ROWS
+          ) -> tuple[str, pa.Table, np.ndarray]:
+    """A chdb table of `rows` rows: i (order), g and sub (group, sub-group) and `columns` (type, one
+    SQL literal per row); our reader's Arrow table of it, and the start of each group."""
+    global _table_number
+    _table_number += 1
+    table = f"t{_table_number}"
+    groups, subs = _groups(random.Random(seed), rows)
+    body = ", ".join(f"`{name}` {type_text}" for name, (type_text, _) in columns.items())
+    ch.query(f"CREATE TABLE {table} (i UInt32, g UInt32, sub UInt32, {body}) ENGINE = MergeTree ORDER BY i "  # type: ignore[attr-defined]
+             "SETTINGS min_bytes_for_wide_part = 0")
+    selects = [f"arrayElement([{', '.join(map(str, groups))}], number + 1)",
+               f"arrayElement([{', '.join(map(str, subs))}], number + 1)"]
+    for type_text, literals in columns.values():
+        selects.append(f"arrayElement(CAST([{', '.join(literals)}] AS Array({type_text})), number + 1)")
+    ch.query(f"INSERT INTO {table} SELECT toUInt32(number), {', '.join(selects)} FROM numbers({rows})")  # type: ignore[attr-defined]
+    [part] = active_part_dirs(ch, table)  # type: ignore[arg-type]
+    read = PartReader(PartStore(StoragePolicy.single(part.parent)), part.name, str(part)).read()
+    g = np.asarray(read.column("g"))
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]).astype(np.int64)
+    return table, read, starts
+
+
+def _hex_rows(ch: object, sql: str) -> list[list[str]]:
+    text = ch.query(sql + " SETTINGS max_threads = 1, optimize_aggregation_in_order = 0", "TSV").bytes().decode()  # type: ignore[attr-defined]
+    return [line.split("\t") for line in text.splitlines()]
+
+
+def _check(ch: object, seed: int, columns: dict[str, tuple[str, list[str]]],
+           calls: list[tuple[str, tuple[str, ...]]], rows: int = ROWS,
+           compare: Callable[[list[str]], list[str]] = lambda states: states) -> None:
+    """Each call (function, argument columns): our states of each group equal chdb's, and our
+    combination of chdb's states of sub-groups equals chdb's merge of them."""
+    table, read, starts = _fill(ch, seed, columns, rows)
+    n = read.num_rows
+    for number, (function, argument_columns) in enumerate(calls):
+        arg_types = ", ".join(columns[c][0] for c in argument_columns)
+        created = ch.query(f"SELECT toTypeName({function}State({', '.join(f'`{c}`' for c in argument_columns)})) "  # type: ignore[attr-defined]
+                           f"FROM {table}", "TSV").bytes().decode().strip()
+        dt = parse_type(created)
+        assert isinstance(dt, AggregateFunction)
+        built = builder(dt)
+        assert built is not None, dt.to_clickhouse()
+        sql_args = ", ".join(f"`{c}`" for c in argument_columns)
+        expected = [r[1] for r in _hex_rows(ch, f"SELECT g, hex({function}State({sql_args})) FROM {table} GROUP BY g ORDER BY g")]
+        ours = built.states(dt, [read.column(c).combine_chunks() for c in argument_columns], starts, n)
+        assert compare([s.hex().upper() for s in ours.to_pylist()]) == compare(expected), f"{function}({arg_types})"
+
+        state_table = f"{table}_states{number}"
+        ch.query(f"CREATE TABLE {state_table} (g UInt32, sub UInt32, st {dt.to_clickhouse()}) ENGINE = MergeTree "  # type: ignore[attr-defined]
+                 f"ORDER BY (g, sub) AS SELECT g, sub + 1, {function}State({sql_args}) FROM {table} GROUP BY g, sub")
+        no_rows = ", ".join(f"CAST([] AS Array({columns[c][0]}))" for c in argument_columns)
+        ch.query(f"INSERT INTO {state_table} SELECT g, if(g % 2, 0, 1000), arrayReduce('{function}State', "  # type: ignore[attr-defined]
+                 f"{no_rows}) FROM (SELECT DISTINCT g FROM {table} WHERE g % 3 = 0 UNION ALL SELECT 100000)")
+        ch.query(f"OPTIMIZE TABLE {state_table} FINAL")  # type: ignore[attr-defined]
+        parts = _hex_rows(ch, f"SELECT g, hex(st) FROM {state_table} ORDER BY g, sub")
+        merged = [r[1] for r in _hex_rows(ch, f"SELECT g, hex({function}MergeState(st)) "
+                                               f"FROM {state_table} GROUP BY g ORDER BY g")]
+        state_groups = np.array([int(r[0]) for r in parts])
+        state_starts = np.flatnonzero(np.r_[True, state_groups[1:] != state_groups[:-1]]).astype(np.int64)
+        column = pa.array([bytes.fromhex(r[1]) for r in parts], pa.binary())
+        combined = built.combine(dt, column, state_starts)
+        assert compare([s.hex().upper() for s in combined.to_pylist()]) == compare(merged), f"{function}({arg_types}) combined"
+
+
+def _scalars(seed: int, type_text: str) -> list[str]:
+    return _values(random.Random(seed), type_text)
+
+
+def _rising(seed: int, type_text: str) -> list[str]:
+    """Values that mostly rise (with resets, repeats and edge values): a counter's series."""
+    rng = random.Random(seed)
+    pool = _values(rng, type_text)
+    out = []
+    level = 0
+    for k in range(ROWS):
+        level = 0 if rng.random() < 0.05 else level + rng.choice([0, 1, 2, 5])
+        out.append(pool[k] if rng.random() < 0.2 else f"'{level}'")
+    return out
+
+
+_BIT_TYPES = ["Int8", "UInt8", "Int16", "UInt16", "Int32", "UInt32", "Int64", "UInt64", "Int128", "UInt128", "Bool"]
+
+
+@pytest.mark.parametrize("type_text", _BIT_TYPES)
+def test_bitwise(ch: object, type_text: str) -> None:
+    columns = {"x": (type_text, _scalars(_BIT_TYPES.index(type_text), type_text))}
+    _check(ch, 1, columns, [(f, ("x",)) for f in ("groupBitAnd", "groupBitOr", "groupBitXor")])
+
+
+_DELTA_TYPES = ["Int8", "UInt8", "Int16", "UInt16", "Int32", "UInt32", "Int64", "UInt64", "Int128", "UInt128",
+                "Float32", "Float64"]
+
+
+@pytest.mark.parametrize("type_text", _DELTA_TYPES)
+def test_delta_sum(ch: object, type_text: str) -> None:
+    """deltaSum over rows in order, and merges by first and last values (rises, resets, equal ends)."""
+    seed = 100 + _DELTA_TYPES.index(type_text)
+    columns = {"x": (type_text, _rising(seed, type_text)), "r": (type_text, _scalars(seed, type_text))}
+    _check(ch, seed, columns, [("deltaSum", ("x",)), ("deltaSum", ("r",))])
+
+
+_POINT_PAIRS = [("Float64", "Float64"), ("Int32", "Float32"), ("UInt8", "Int64"), ("Int128", "UInt128"),
+                ("Bool", "UInt64"), ("Float32", "Int8")]
+
+
+@pytest.mark.parametrize("pair", _POINT_PAIRS)
+def test_bounding_ratio(ch: object, pair: tuple[str, str]) -> None:
+    seed = 200 + _POINT_PAIRS.index(pair)
+    columns = {"x": (pair[0], _scalars(seed, pair[0])), "y": (pair[1], _scalars(seed + 50, pair[1]))}
+    _check(ch, seed, columns, [("boundingRatio", ("x", "y")), ("boundingRatio", ("y", "x"))])
+
+
+_REGRESSION_PAIRS = [("Float64", "Float64"), ("Int32", "Float32"), ("UInt64", "Int8"), ("Int128", "UInt128"),
+                     ("Decimal(9, 2)", "Float64"), ("Decimal(38, 10)", "Decimal(18, 4)"), ("Bool", "UInt16")]
+
+
+@pytest.mark.parametrize("pair", _REGRESSION_PAIRS)
+def test_simple_linear_regression(ch: object, pair: tuple[str, str]) -> None:
+    seed = 300 + _REGRESSION_PAIRS.index(pair)
+    columns = {"x": (pair[0], _scalars(seed, pair[0])), "y": (pair[1], _scalars(seed + 50, pair[1]))}
+    _check(ch, seed, columns, [("simpleLinearRegression", ("x", "y"))])
+
+
+@pytest.mark.parametrize("text", ["groupBitOr, Int128", "deltaSum, Float32", "boundingRatio, Int8, Float64",
+                                  "simpleLinearRegression, Decimal(9, 2), Int8"])
+def test_no_groups(text: str) -> None:
+    """No rows: no states, and no states to combine."""
+    dt = parse_type(f"AggregateFunction({text})")
+    assert isinstance(dt, AggregateFunction)
+    built = builder(dt)
+    assert built is not None
+    no_rows = [pa.array([], to_arrow(a)) for a in dt.arguments]
+    assert len(built.states(dt, no_rows, np.zeros(0, np.int64), 0)) == 0
+    assert len(built.combine(dt, pa.array([], pa.binary()), np.zeros(0, np.int64))) == 0
