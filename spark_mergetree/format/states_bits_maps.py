@@ -6,8 +6,8 @@ This family (see format/state_rows.py for the contract) owns:
 - groupBitmap: a small set of up to 32 distinct values in the order they came, then a roaring
   bitmap in CRoaring's portable serialization (containers as ClickHouse leaves them: see
   `_bitmap_builder`);
-- sumMap (the Map form and the versioned array form), minMap and maxMap (the versioned array form):
-  the keys sorted, each with its values widened to 64 bits;
+- sumMap, minMap and maxMap of a key array and value arrays (the versioned state): the keys
+  sorted, each with its values widened to 64 bits (sumMap of a Map is not built: see `builder`);
 - deltaSum (rows in order; states merged by their first and last values), boundingRatio (the
   leftmost and rightmost points), simpleLinearRegression (a count and four Float64 sums).
 
@@ -21,14 +21,16 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format import states_bits_maps_compiled as kernels
 from spark_mergetree.format import states_simple_compiled as simple_kernels
 from spark_mergetree.format.aggregate_states import state_layout
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows, fixed_bytes, group_sizes
 from spark_mergetree.format.states_simple import _as_float64, _kind, _moment_float
-from spark_mergetree.format.types import AggregateFunction, DataType, Primitive
-from spark_mergetree.format.values import fixed_storage, string_buffers
+from spark_mergetree.format.types import AggregateFunction, DataType, DateTime, Primitive
+from spark_mergetree.format.values import encode_varuints, fixed_storage, list_parts, string_buffers
 
 __all__ = ["builder"]
 
@@ -49,7 +51,7 @@ def _plain_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 def _storage_rows(dt: DataType, arr: pa.Array) -> np.ndarray:
     """Each value's bytes as ClickHouse keeps them: (n, width) uint8."""
     storage = np.ascontiguousarray(fixed_storage(dt, _plain_array(arr), "an aggregate function's argument"))
-    return storage.view(np.uint8).reshape(len(arr), int(dt.width or 0))  # type: ignore[attr-defined]
+    return storage.view(np.uint8).reshape(len(arr), storage.itemsize * int(np.prod(storage.shape[1:])))
 
 
 def _numbers(dt: Primitive, arr: pa.Array) -> np.ndarray:
@@ -200,6 +202,156 @@ def _linear_regression_builder(x_type: DataType, y_type: DataType) -> StateBuild
 
 
 # ---------------------------------------------------------------------------------------------
+# sumMap, minMap, maxMap: per group, a map from key to values, kept sorted by key (keys compared as
+# ClickHouse's Field: -0 and 0 one key, every NaN one key after all numbers, strings byte by byte;
+# the key first seen is the one kept); each value widened to Int64, UInt64 or Float64, summed (in
+# the order the entries came) or the smallest / largest kept (a NaN only until a number comes).
+
+_TEMPORAL = {"Date": "<u2", "Date32": "<i4"}
+
+
+def _key_dtype(dt: DataType) -> str | None:
+    """The numpy type of a numeric or temporal key (None: a String, kept as its bytes)."""
+    if isinstance(dt, Primitive):
+        return _NUMPY.get(dt.name) or _TEMPORAL.get(dt.name)
+    return "<u4" if isinstance(dt, DateTime) else "<i8"
+
+
+def _widened(dtype: str) -> str:
+    return {"f": "<f8", "i": "<i8", "u": "<u8"}[np.dtype(dtype).kind]
+
+
+class _Entries:
+    """Entries of -Map states or rows, in the order ClickHouse adds them: the group of each, its key
+    (`key_rows` (n, width) uint8 for numbers, else `key_offsets` into `key_data`) and its values
+    (one array per value column, widened)."""
+
+    def __init__(self, groups: np.ndarray, key_rows: np.ndarray | None, key_offsets: np.ndarray | None,
+                 key_data: np.ndarray | None, values: list[np.ndarray]) -> None:
+        self.groups = groups
+        self.key_rows = key_rows
+        self.key_offsets = key_offsets
+        self.key_data = key_data
+        self.values = values
+
+
+def _key_ranks(key_dtype: str | None, entries: _Entries) -> np.ndarray:
+    """Each entry's key as a dense rank in ClickHouse's order of keys (equal keys, equal ranks)."""
+    if not len(entries.groups):
+        return np.zeros(0, np.int64)
+    if key_dtype is None:
+        assert entries.key_offsets is not None and entries.key_data is not None
+        binary = pa.Array.from_buffers(pa.large_binary(), len(entries.key_offsets) - 1,
+                                       [None, pa.py_buffer(np.ascontiguousarray(entries.key_offsets, np.int64)),
+                                        pa.py_buffer(np.ascontiguousarray(entries.key_data))])
+        return np.asarray(pc.rank(binary, sort_keys="ascending", tiebreaker="dense"), np.int64)
+    assert entries.key_rows is not None
+    keys = np.ascontiguousarray(entries.key_rows).view(key_dtype).reshape(-1)
+    if keys.dtype.kind == "f":
+        keys = np.where(keys == 0, 0.0, keys.astype(np.float64))  # -0 is 0; NaNs are one key, last
+    return np.unique(keys, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def _map_states(function: str, key_dtype: str | None, entries: _Entries, groups: int) -> pa.BinaryArray:
+    """One -Map state per group of the entries."""
+    n = len(entries.groups)
+    order = np.lexsort((np.arange(n), _key_ranks(key_dtype, entries), entries.groups)) if n else np.zeros(0, np.int64)
+    sorted_groups = entries.groups[order]
+    ranks = _key_ranks(key_dtype, entries)[order]
+    new_key = np.ones(n, bool)
+    new_key[1:] = (sorted_groups[1:] != sorted_groups[:-1]) | (ranks[1:] != ranks[:-1])
+    segment_starts = np.flatnonzero(new_key).astype(np.int64)
+    firsts = order[segment_starts]
+    if key_dtype is not None:
+        assert entries.key_rows is not None
+        key_piece: Piece = _rows_piece(entries.key_rows[firsts])
+    else:
+        assert entries.key_offsets is not None and entries.key_data is not None
+        lengths = entries.key_offsets[firsts + 1] - entries.key_offsets[firsts]
+        key_piece = _with_lengths(_gather(entries.key_data, entries.key_offsets[firsts], lengths))
+    pieces = [key_piece]
+    for values in entries.values:
+        ordered = np.ascontiguousarray(values[order])
+        if not len(segment_starts):
+            result = ordered[:0]
+        elif function == "sumMap" and ordered.dtype.kind == "f":
+            result = kernels.first_then_sums(ordered, segment_starts, n)
+        elif function == "sumMap":
+            result = np.add.reduceat(ordered, segment_starts)
+        else:
+            mode = simple_kernels.SMALLEST if function == "minMap" else simple_kernels.LARGEST
+            result = ordered[simple_kernels.pick_rows(ordered, np.ones(n, bool), segment_starts, n, mode)]
+        pieces.append(fixed_bytes(result))
+    segments = concat_rows(pieces)
+    segment_offsets, segment_data = string_buffers(segments)
+    counts = np.bincount(sorted_groups[segment_starts], minlength=groups).astype(np.int64)
+    first_segments = np.zeros(groups + 1, np.int64)
+    np.cumsum(counts, out=first_segments[1:])
+    return concat_rows([encode_varuints(counts.astype(np.uint64)), (segment_data, segment_offsets[first_segments])])
+
+
+def _gather(data: np.ndarray, begins: np.ndarray, lengths: np.ndarray) -> Piece:
+    """data[begins[i]:begins[i] + lengths[i]] for each i, back to back: a piece."""
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    index = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(begins - offsets[:-1], lengths)
+    return data[index], offsets
+
+
+def _with_lengths(strings: Piece) -> Piece:
+    """Each string after its varuint length, as one piece."""
+    data, offsets = strings
+    joined = concat_rows([encode_varuints(np.diff(offsets).astype(np.uint64)), (data, offsets)])
+    joined_offsets, joined_data = string_buffers(joined)
+    return joined_data, joined_offsets
+
+
+def _map_builder(function: str, key_type: DataType, value_types: Sequence[Primitive]) -> StateBuilder:
+    key_dtype = _key_dtype(key_type)
+    key_width = np.dtype(key_dtype).itemsize if key_dtype is not None else 0
+    widened = [_widened(_NUMPY[v.name]) for v in value_types]
+
+    def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
+        lengths, keys = list_parts(_plain_array(arguments[0]))
+        value_columns = []
+        for argument in arguments[1:]:
+            value_lengths, values = list_parts(_plain_array(argument))
+            if not np.array_equal(value_lengths, lengths):
+                raise SchemaMismatchError(f"{function}: sizes of keys and values arrays do not match")
+            value_columns.append(values)
+        row_groups = np.repeat(np.arange(len(starts), dtype=np.int64), group_sizes(starts, n))
+        groups = np.repeat(row_groups, lengths)
+        values = [_numbers(v, _plain_array(c)).astype(w) for v, c, w in zip(value_types, value_columns, widened, strict=True)]
+        keys = _plain_array(keys)
+        if key_dtype is not None:
+            entries = _Entries(groups, _storage_rows(key_type, keys), None, None, values)
+        else:
+            key_offsets, key_data = string_buffers(keys)
+            entries = _Entries(groups, None, key_offsets, key_data, values)
+        return _map_states(function, key_dtype, entries, len(starts))
+
+    def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
+        offsets, data = _state_buffers(column)
+        n = len(offsets) - 1
+        state_of, key_starts, key_lengths = kernels.map_entries(data, offsets[:-1].astype(np.int64), key_width,
+                                                                8 * len(widened))
+        state_groups = np.repeat(np.arange(len(starts), dtype=np.int64), group_sizes(starts, n))
+        groups = state_groups[state_of]
+        value_starts = key_starts + key_lengths
+        values = [np.ascontiguousarray(data[(value_starts[:, None] + 8 * c + np.arange(8)).reshape(-1)]).view(w)
+                  for c, w in enumerate(widened)]
+        if key_dtype is not None:
+            key_rows = data[(key_starts[:, None] + np.arange(key_width)).reshape(-1)].reshape(-1, key_width)
+            entries = _Entries(groups, key_rows, None, None, values)
+        else:
+            key_data, key_offsets = _gather(data, key_starts, key_lengths)
+            entries = _Entries(groups, None, key_offsets, key_data, values)
+        return _map_states(function, key_dtype, entries, len(starts))
+
+    return StateBuilder(states, combine)
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def builder(dt: AggregateFunction) -> StateBuilder | None:
@@ -208,6 +360,15 @@ def builder(dt: AggregateFunction) -> StateBuilder | None:
     if dt.parameters or state_layout(dt) is None or any(a.custom_name is not None for a in arguments):
         return None
     name = dt.function
+    if name in ("sumMap", "minMap", "maxMap"):
+        if dt.version is None:
+            # sumMap of a Map is the -Map combinator over sum: its keys are written in the order of
+            # its hash table, not sorted (not built here).
+            return None
+        key, values = arguments[0].inner, [a.inner for a in arguments[1:]]  # type: ignore[attr-defined]
+        if not all(isinstance(v, Primitive) and v.name in _NUMPY for v in values):
+            return None
+        return _map_builder(name, key, values)
     if dt.version is not None:
         return None
     if name in _BITWISE:

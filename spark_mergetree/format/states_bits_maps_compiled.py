@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from spark_mergetree.format.compiled import lazy_njit
+from spark_mergetree.format.states_simple_compiled import added
 
 # ---------------------------------------------------------------------------------------------
 # deltaSum: (sum, first, last, seen), in the argument's own type.
@@ -197,3 +198,71 @@ def bounding_points(x: np.ndarray, y: np.ndarray, empty: np.ndarray, right_x: np
             out_empty[g] = 0
             out[g, 0], out[g, 1], out[g, 2], out[g, 3] = lx, ly, rx, ry
     return out_empty, out
+
+
+# ---------------------------------------------------------------------------------------------
+# sumMap / minMap / maxMap: a varuint count of entries, each a key then its 64-bit values.
+
+
+@lazy_njit
+def map_entries(data: np.ndarray, begins: np.ndarray, key_width: int, value_bytes: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The entries of -Map states starting at data[begins[s]]: (state of each entry, where its key
+    starts, the key's length). A key is `key_width` bytes, or (0) a varuint length then its bytes;
+    its `value_bytes` of values follow it."""
+    total = 0
+    counts = np.zeros(len(begins), np.int64)
+    for s in range(len(begins)):
+        at = begins[s]
+        count = 0
+        shift = 0
+        while True:
+            byte = data[at]
+            at += 1
+            count |= (np.int64(byte) & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        counts[s] = count
+        total += count
+    states = np.empty(total, np.int64)
+    key_starts = np.empty(total, np.int64)
+    key_lengths = np.empty(total, np.int64)
+    e = 0
+    for s in range(len(begins)):
+        at = begins[s]
+        while data[at] >= 0x80:
+            at += 1
+        at += 1
+        for _ in range(counts[s]):
+            length = key_width
+            if key_width == 0:
+                length = 0
+                shift = 0
+                while True:
+                    byte = data[at]
+                    at += 1
+                    length |= (np.int64(byte) & 0x7F) << shift
+                    shift += 7
+                    if byte < 0x80:
+                        break
+            states[e] = s
+            key_starts[e] = at
+            key_lengths[e] = length
+            at += length + value_bytes
+            e += 1
+    return states, key_starts, key_lengths
+
+
+@lazy_njit
+def first_then_sums(values: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - compiled
+    """Per segment, its first value (as it is: -0 stays) plus each later one in turn, the added
+    value's NaN winning (sumMap's Field sums: an entry's first value is kept, not added to 0)."""
+    out = np.zeros(len(starts), values.dtype)
+    for g in range(len(starts)):
+        end = starts[g + 1] if g + 1 < len(starts) else n
+        total = values[starts[g]]
+        for i in range(starts[g] + 1, end):
+            total = added(total, values[i])
+        out[g] = total
+    return out
