@@ -352,6 +352,75 @@ def _map_builder(function: str, key_type: DataType, value_types: Sequence[Primit
 
 
 # ---------------------------------------------------------------------------------------------
+# groupBitmap: see states_bits_maps_compiled for the small set, the roaring containers and which
+# form ClickHouse writes each container in.
+
+
+def _bitmap_values(argument: Primitive, arr: pa.Array) -> np.ndarray:
+    """Each value as ClickHouse's bitmap keeps it (cast to UInt32, or UInt64 for 64-bit types)."""
+    numbers = _numbers(argument, arr)
+    if numbers.dtype.itemsize == 8:
+        return numbers.view(np.uint64)
+    return (numbers.astype(np.int64) & 0xFFFFFFFF).astype(np.uint64)
+
+
+def _bitmap_builder(argument: Primitive) -> StateBuilder:
+    width = int(argument.width or 0)
+    signed = argument.name.startswith("Int")
+    wide = width == 8
+
+    def written(group_large: np.ndarray, small_values: np.ndarray, small_offsets: np.ndarray, item_groups: np.ndarray,
+                item_values: np.ndarray, item_sequence: np.ndarray, item_kinds: np.ndarray) -> pa.BinaryArray:
+        keys = (item_values >> np.uint64(16)).astype(np.int64)
+        order = np.lexsort((item_sequence, keys, item_groups))
+        lows = (item_values & np.uint64(0xFFFF)).astype(np.int64)
+        folded = kernels.bitmap_fold(item_groups[order], keys[order], item_sequence[order], item_kinds[order], lows[order])
+        data, offsets = kernels.bitmap_states(group_large, small_values, small_offsets, width, *folded, wide)
+        return pa.Array.from_buffers(pa.large_binary(), len(group_large), [None, pa.py_buffer(offsets), pa.py_buffer(data)]) \
+            .cast(pa.binary())
+
+    def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
+        values = _bitmap_values(argument, _plain_array(arguments[0]))
+        groups = np.repeat(np.arange(len(starts), dtype=np.int64), group_sizes(starts, n))
+        order = np.lexsort((np.arange(n), values, groups))
+        distinct = np.ones(n, bool)
+        distinct[1:] = (groups[order][1:] != groups[order][:-1]) | (values[order][1:] != values[order][:-1])
+        firsts = order[distinct]  # each group's distinct values, the row where each came first
+        counts = np.bincount(groups[firsts], minlength=len(starts))
+        large = counts > kernels.SMALL_SET
+        small_rows = np.sort(firsts[~large[groups[firsts]]])
+        small_offsets = np.zeros(len(starts) + 1, np.int64)
+        np.cumsum(np.where(large, 0, counts), out=small_offsets[1:])
+        items = firsts[large[groups[firsts]]]  # sorted by group and value: one add of each
+        return written(large, values[small_rows], small_offsets, groups[items], values[items],
+                       np.zeros(len(items), np.int64), np.zeros(len(items), np.int64))
+
+    def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
+        offsets, data = _state_buffers(column)
+        n = len(offsets) - 1
+        large, begins, _, small_values, small_offsets = kernels.bitmap_state_parts(data, offsets[:-1].astype(np.int64),
+                                                                                   width, signed)
+        (group_large, kept_values, kept_offsets, op_groups, op_states, op_offsets, added,
+         sequence) = kernels.bitmap_merge_plan(starts.astype(np.int64), large, small_values, small_offsets)
+        add_ops = np.repeat(sequence, np.diff(op_offsets))
+        large_states = np.flatnonzero(large)
+        owners, keys, kinds, lows, container_offsets = kernels.bitmap_containers(data, begins[large_states], wide)
+        op_of_state = np.full(n, -1, np.int64)
+        unions = op_states >= 0
+        op_of_state[op_states[unions]] = sequence[unions]
+        container_ops = op_of_state[large_states[owners]]
+        cards = np.diff(container_offsets)
+        union_values = (np.repeat(keys, cards).astype(np.uint64) << np.uint64(16)) | lows.astype(np.uint64)
+        union_ops = np.repeat(container_ops, cards)
+        return written(group_large, kept_values, kept_offsets,
+                       np.concatenate([op_groups[add_ops], op_groups[union_ops]]),
+                       np.concatenate([added, union_values]), np.concatenate([add_ops, union_ops]),
+                       np.concatenate([np.zeros(len(added), np.int64), np.repeat(kinds, cards)]))
+
+    return StateBuilder(states, combine)
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def builder(dt: AggregateFunction) -> StateBuilder | None:
@@ -373,6 +442,8 @@ def builder(dt: AggregateFunction) -> StateBuilder | None:
         return None
     if name in _BITWISE:
         return _bitwise_builder(_BITWISE[name], arguments[0])
+    if name == "groupBitmap" and isinstance(arguments[0], Primitive):
+        return _bitmap_builder(arguments[0])
     if name == "deltaSum" and isinstance(arguments[0], Primitive):
         return _delta_sum_builder(arguments[0])
     if name in ("boundingRatio", "simpleLinearRegression") and all(_kind(a) is not None for a in arguments):
