@@ -235,11 +235,12 @@ class _Entries:
         self.values = values
 
 
-def _key_ranks(key_dtype: str | None, entries: _Entries) -> np.ndarray:
-    """Each entry's key as a dense rank in ClickHouse's order of keys (equal keys, equal ranks)."""
-    if not len(entries.groups):
-        return np.zeros(0, np.int64)
+def _key_order(key_dtype: str | None, entries: _Entries) -> np.ndarray:
+    """Each entry's key as numbers in ClickHouse's order of keys: integers as they are, floats with
+    -0 as 0 (NaNs sort last), strings as their dense rank."""
     if key_dtype is None:
+        if not len(entries.groups):
+            return np.zeros(0, np.int64)
         assert entries.key_offsets is not None and entries.key_data is not None
         binary = pa.Array.from_buffers(pa.large_binary(), len(entries.key_offsets) - 1,
                                        [None, pa.py_buffer(np.ascontiguousarray(entries.key_offsets, np.int64)),
@@ -247,19 +248,20 @@ def _key_ranks(key_dtype: str | None, entries: _Entries) -> np.ndarray:
         return np.asarray(pc.rank(binary, sort_keys="ascending", tiebreaker="dense"), np.int64)
     assert entries.key_rows is not None
     keys = np.ascontiguousarray(entries.key_rows).view(key_dtype).reshape(-1)
-    if keys.dtype.kind == "f":
-        keys = np.where(keys == 0, 0.0, keys.astype(np.float64))  # -0 is 0; NaNs are one key, last
-    return np.unique(keys, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return np.where(keys == 0, 0.0, keys.astype(np.float64)) if keys.dtype.kind == "f" else keys
 
 
 def _map_states(function: str, key_dtype: str | None, entries: _Entries, groups: int) -> pa.BinaryArray:
     """One -Map state per group of the entries."""
     n = len(entries.groups)
-    order = np.lexsort((np.arange(n), _key_ranks(key_dtype, entries), entries.groups)) if n else np.zeros(0, np.int64)
+    keys = _key_order(key_dtype, entries)
+    order = np.lexsort((keys, entries.groups)) if n else np.zeros(0, np.int64)  # stable: entries in order
     sorted_groups = entries.groups[order]
-    ranks = _key_ranks(key_dtype, entries)[order]
+    sorted_keys = keys[order]
     new_key = np.ones(n, bool)
-    new_key[1:] = (sorted_groups[1:] != sorted_groups[:-1]) | (ranks[1:] != ranks[:-1])
+    new_key[1:] = (sorted_groups[1:] != sorted_groups[:-1]) | (sorted_keys[1:] != sorted_keys[:-1])
+    if sorted_keys.dtype.kind == "f":  # every NaN is one key
+        new_key[1:] &= ~(np.isnan(sorted_keys[1:]) & np.isnan(sorted_keys[:-1]))
     segment_starts = np.flatnonzero(new_key).astype(np.int64)
     firsts = order[segment_starts]
     if key_dtype is not None:

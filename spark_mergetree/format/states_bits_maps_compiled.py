@@ -535,6 +535,7 @@ def bitmap_fold(groups: np.ndarray, keys: np.ndarray, sequence: np.ndarray, kind
     of runs) and its values sorted, with offsets."""
     n = len(groups)
     words = np.zeros(1024, np.uint64)
+    touched = np.zeros(1024, np.int64)  # the words holding values, so that sparse containers cost little
     out_groups = np.zeros(n, np.int64)
     out_keys = np.zeros(n, np.int64)
     out_kinds = np.zeros(n, np.int64)
@@ -549,9 +550,9 @@ def bitmap_fold(groups: np.ndarray, keys: np.ndarray, sequence: np.ndarray, kind
         end = i
         while end < n and groups[end] == groups[i] and keys[end] == keys[i]:
             end += 1
-        words[:] = 0
         kind = 0
         card = 0
+        count = 0
         j = i
         while j < end:
             op_end = j
@@ -561,6 +562,9 @@ def bitmap_fold(groups: np.ndarray, keys: np.ndarray, sequence: np.ndarray, kind
             for k in range(j, op_end):
                 word = lows[k] >> 6
                 bit = np.uint64(1) << np.uint64(lows[k] & 63)
+                if not words[word]:
+                    touched[count] = word
+                    count += 1
                 if not words[word] & bit:
                     words[word] |= bit
                     card += 1
@@ -581,17 +585,18 @@ def bitmap_fold(groups: np.ndarray, keys: np.ndarray, sequence: np.ndarray, kind
             elif kind == BITSET or other == BITSET:
                 kind = BITSET
             else:
-                kind = _efficient(card, _runs_of(words))
+                kind = _efficient(card, _runs_of(words, touched[:count]))
             j = op_end
-        runs = _runs_of(words)
+        runs = _runs_of(words, touched[:count])
         if kind == ARRAY:
             kind = RUNS if 2 + 4 * runs < 2 * card else ARRAY
         elif kind == BITSET:
             kind = RUNS if 2 + 4 * runs < 8192 else BITSET
         else:
             kind = _efficient(card, runs)
-        for word in range(1024):
+        for word in np.sort(touched[:count]):
             bits = words[word]
+            words[word] = 0
             bit = 0
             while bits:
                 if bits & np.uint64(1):
@@ -612,14 +617,14 @@ def bitmap_fold(groups: np.ndarray, keys: np.ndarray, sequence: np.ndarray, kind
 
 
 @lazy_njit
-def _runs_of(words: np.ndarray) -> int:  # pragma: no cover - compiled
-    """The number of runs of consecutive set bits in a 65536-bit container."""
+def _runs_of(words: np.ndarray, touched: np.ndarray) -> int:  # pragma: no cover - compiled
+    """The number of runs of consecutive set bits in a container (its words holding values listed
+    in `touched`)."""
     runs = 0
-    previous_high = np.uint64(0)
-    for word in range(1024):
+    for word in touched:
         bits = words[word]
+        previous_high = words[word - 1] >> np.uint64(63) if word > 0 else np.uint64(0)
         starts = bits & ~((bits << np.uint64(1)) | previous_high)
-        previous_high = bits >> np.uint64(63)
         while starts:
             starts &= starts - np.uint64(1)
             runs += 1
