@@ -38,6 +38,7 @@ from spark_mergetree.expressions.predicate import (
     evaluate_value,
     parse_expression,
 )
+from spark_mergetree.format.aggregate_states import created_version
 from spark_mergetree.format.types import AggregateFunction, parse_type
 
 _COMPARE_NAMES = {"=": "equals", "!=": "notEquals", "<": "less", "<=": "lessOrEquals", ">": "greater",
@@ -225,8 +226,9 @@ def aggregate(text: str, schema: dict[str, str]) -> Aggregate:
         if not isinstance(value, Literal):
             raise UnsupportedError(f"{text}: parameter {parameter} is not a constant")
         parameter_names.append(_literal_name(value.value, text))
-    state = parse_type("AggregateFunction(" + ", ".join(
-        [function + (f"({', '.join(parameter_names)})" if parameter_names else ""), *(e.type for e in elements)]) + ")")
+    # (with the state version ClickHouse's CREATE gives: `AggregateFunction(1, sumMap, ...)`)
+    state = created_version(parse_type("AggregateFunction(" + ", ".join(
+        [function + (f"({', '.join(parameter_names)})" if parameter_names else ""), *(e.type for e in elements)]) + ")"))
     assert isinstance(state, AggregateFunction)
     name = function + (f"({', '.join(parameter_names)})" if parameters else "") + \
         f"({', '.join(e.name for e in elements)})"

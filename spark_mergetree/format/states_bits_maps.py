@@ -28,7 +28,7 @@ from spark_mergetree.format import states_bits_maps_compiled as kernels
 from spark_mergetree.format import states_simple_compiled as simple_kernels
 from spark_mergetree.format.aggregate_states import state_layout
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows, fixed_bytes, group_sizes
-from spark_mergetree.format.states_simple import _as_float64, _kind, _moment_float
+from spark_mergetree.format.states_simple import as_float64, moment_float, value_kind
 from spark_mergetree.format.types import AggregateFunction, DataType, DateTime, Primitive
 from spark_mergetree.format.values import encode_varuints, fixed_storage, list_parts, string_buffers
 
@@ -152,8 +152,8 @@ def _bounding_ratio_builder(x_type: DataType, y_type: DataType) -> StateBuilder:
         return concat_rows([fixed_bytes(empty.astype(np.uint8)), (flat, point_offsets)])
 
     def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
-        x = np.ascontiguousarray(_as_float64(x_type, _kind(x_type), _plain_array(arguments[0])))  # type: ignore[arg-type]
-        y = np.ascontiguousarray(_as_float64(y_type, _kind(y_type), _plain_array(arguments[1])))  # type: ignore[arg-type]
+        x = np.ascontiguousarray(as_float64(x_type, value_kind(x_type), _plain_array(arguments[0])))  # type: ignore[arg-type]
+        y = np.ascontiguousarray(as_float64(y_type, value_kind(y_type), _plain_array(arguments[1])))  # type: ignore[arg-type]
         empty, points = kernels.bounding_points(x, y, np.zeros(n, np.uint8), x, y, starts.astype(np.int64), False)
         return pieces(empty, points)
 
@@ -182,8 +182,8 @@ def _linear_regression_builder(x_type: DataType, y_type: DataType) -> StateBuild
         return concat_rows([fixed_bytes(counts.astype("<u8")), _rows_piece(np.ascontiguousarray(sums, "<f8"))])
 
     def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
-        x = _moment_float(x_type, _kind(x_type), _plain_array(arguments[0]), "<f8")  # type: ignore[arg-type]
-        y = _moment_float(y_type, _kind(y_type), _plain_array(arguments[1]), "<f8")  # type: ignore[arg-type]
+        x = moment_float(x_type, value_kind(x_type), _plain_array(arguments[0]), "<f8")  # type: ignore[arg-type]
+        y = moment_float(y_type, value_kind(y_type), _plain_array(arguments[1]), "<f8")  # type: ignore[arg-type]
         with np.errstate(all="ignore"):  # infinities and NaN are summed as they are
             columns = np.stack([x, y, x * x, x * y], axis=1).astype(np.float64)
         sums = simple_kernels.sequential_sums(np.ascontiguousarray(columns), starts.astype(np.int64), n, True)
@@ -448,7 +448,7 @@ def builder(dt: AggregateFunction) -> StateBuilder | None:
         return _bitmap_builder(arguments[0])
     if name == "deltaSum" and isinstance(arguments[0], Primitive):
         return _delta_sum_builder(arguments[0])
-    if name in ("boundingRatio", "simpleLinearRegression") and all(_kind(a) is not None for a in arguments):
+    if name in ("boundingRatio", "simpleLinearRegression") and all(value_kind(a) is not None for a in arguments):
         maker = _bounding_ratio_builder if name == "boundingRatio" else _linear_regression_builder
         return maker(arguments[0], arguments[1])
     return None

@@ -80,7 +80,7 @@ class _Kind:
     signed: bool = False
 
 
-def _kind(dt: DataType) -> _Kind | None:
+def value_kind(dt: DataType) -> _Kind | None:
     """How values of `dt` are kept and compared; None for a type this family builds no state of."""
     if dt.custom_name is not None:
         return None
@@ -415,7 +415,7 @@ def _count_builder() -> StateBuilder:
     return StateBuilder(states, combine)
 
 
-def _as_float64(dt: DataType, kind: _Kind, arr: pa.Array) -> np.ndarray:
+def as_float64(dt: DataType, kind: _Kind, arr: pa.Array) -> np.ndarray:
     """Each value as ClickHouse's static_cast<Float64> gives it (a Decimal's unscaled integer)."""
     values = _row_values(dt, kind, arr)
     assert values.rows is not None
@@ -458,7 +458,7 @@ def _kahan_builder(dt_argument: DataType, kind: _Kind) -> StateBuilder:
     """sumKahan over numbers: a Float64 sum and its compensation."""
 
     def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
-        return _float_pairs(kernels.kahan_sums(_as_float64(dt_argument, kind, arguments[0]), starts.astype(np.int64), n))
+        return _float_pairs(kernels.kahan_sums(as_float64(dt_argument, kind, arguments[0]), starts.astype(np.int64), n))
 
     def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
         offsets, data = _state_buffers(column)
@@ -541,13 +541,13 @@ def _avg_weighted_builder(value: tuple[DataType, _Kind], weight: tuple[DataType,
 # Moments.
 
 
-def _moment_float(dt: DataType, kind: _Kind, arr: pa.Array, dtype: str) -> np.ndarray:
+def moment_float(dt: DataType, kind: _Kind, arr: pa.Array, dtype: str) -> np.ndarray:
     """A value as the moments add it: Float32 stays, a Decimal (and a DateTime64, measured) is its
     unscaled integer as Float64 divided by 10^scale as Float64, anything else static_cast to
     `dtype`."""
     if kind.order == dtype:
         return _numbers(dt, kind, arr)
-    as_float = _as_float64(dt, kind, arr)
+    as_float = as_float64(dt, kind, arr)
     if isinstance(dt, Decimal):
         return as_float / _power_of_ten(dt.scale, dt.width)
     if isinstance(dt, DateTime64):
@@ -570,7 +570,7 @@ def _moments_builder(arguments: Sequence[tuple[DataType, _Kind]], columns: str) 
     power = {"var": 2, "skew": 3, "kurt": 4}.get(columns)
 
     def states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
-        x = _moment_float(*arguments[0], arrays[0], dtype)
+        x = moment_float(*arguments[0], arrays[0], dtype)
         parts = [np.ones(n, dtype), x]
         with np.errstate(all="ignore"):  # infinities and NaN are summed as they are
             if power is not None:
@@ -580,7 +580,7 @@ def _moments_builder(arguments: Sequence[tuple[DataType, _Kind]], columns: str) 
                     product = product * x
                     parts.append(product)
             else:
-                y = _moment_float(*arguments[1], arrays[1], dtype)
+                y = moment_float(*arguments[1], arrays[1], dtype)
                 parts += [y, x * y] + ([x * x, y * y] if columns == "corr" else [])
         return _float_rows(_float_sums(np.stack(parts, axis=1).astype(dtype), starts, n, False))
 
@@ -603,8 +603,8 @@ def _stable_builder(arguments: Sequence[tuple[DataType, _Kind]], marginal: bool)
     paired = len(arguments) == 2
 
     def states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
-        left = np.ascontiguousarray(_moment_float(*arguments[0], arrays[0], "<f8"))
-        right = np.ascontiguousarray(_moment_float(*arguments[1], arrays[1], "<f8")) if paired else left
+        left = np.ascontiguousarray(moment_float(*arguments[0], arrays[0], "<f8"))
+        right = np.ascontiguousarray(moment_float(*arguments[1], arrays[1], "<f8")) if paired else left
         counts, moments = kernels.welford(left, right, starts.astype(np.int64), n, paired, marginal)
         return concat_rows([_counts_piece(counts), _flat_piece(moments)])
 
@@ -723,7 +723,7 @@ def builder(dt: AggregateFunction) -> StateBuilder | None:
     name = dt.function
     if name == "count":
         return _count_builder()
-    kinds = [_kind(a) for a in arguments]
+    kinds = [value_kind(a) for a in arguments]
     if not arguments or any(k is None for k in kinds):
         return None
     typed = [(a, k) for a, k in zip(arguments, kinds, strict=True) if k is not None]

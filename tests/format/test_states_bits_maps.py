@@ -345,10 +345,9 @@ def test_group_bitmap_bitsets(ch: object, type_text: str) -> None:
     _check(ch, 700, {"x": (type_text, values)}, [("groupBitmap", ("x",))], rows=rows, largest=12000)
 
 
-# (sumMap, minMap and maxMap are not in it: expressions/aggregates.py names their state type without
-# the version ClickHouse gives it, AggregateFunction(1, sumMap, ...), and refuses the projection.)
 _PROJECTION = ("s, groupBitAnd(k), groupBitOr(k), groupBitXor(id), groupBitmap(k), groupBitmap(id), deltaSum(v), "
-               "deltaSum(k), boundingRatio(id, v), simpleLinearRegression(v, k), groupBitmapIf(k, k > 3)")
+               "deltaSum(k), boundingRatio(id, v), simpleLinearRegression(v, k), groupBitmapIf(k, k > 3), "
+               "sumMap(ks, vs), minMap(ks, vs), maxMap(ks, vs)")
 _CREATE = ("CREATE TABLE t (id UInt64, k UInt32, v Float64, s String, ks Array(UInt16), vs Array(Float64), "
            f"PROJECTION p (SELECT {_PROJECTION} GROUP BY s)) ENGINE = MergeTree ORDER BY id "
            "SETTINGS index_granularity = 64, min_bytes_for_wide_part = 0, compress_marks = 0, compress_primary_key = 0")
