@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.engine import merge_stream
+from spark_mergetree.engine import merge_stream, projection_merge
 from spark_mergetree.errors import InvalidOptionError, UnsupportedError
 from spark_mergetree.expressions.ddl import format_attach, parse_create
 from spark_mergetree.format.part_reader import PartReader
@@ -165,17 +165,29 @@ def test_inserted_and_merged_projections_are_clickhouses(tmp_path, engine, mode,
     close_session()
 
 
+@pytest.mark.parametrize("runs", (False, True))
 @pytest.mark.parametrize("mode", ("rebuild", "ignore"))
-def test_streaming_merges_build_the_same_projections(tmp_path, monkeypatch, mode) -> None:
+def test_streaming_merges_build_the_same_projections(tmp_path, monkeypatch, mode, runs) -> None:
     """A merge streaming blocks of few rows (the engine's windows of whole keys) gives the same
-    projections: rebuilt ones are built from the merged part's rows, whichever way it was written."""
+    projections: rebuilt ones are built from the merged part's rows, whichever way it was written;
+    with `runs`, every projection is built from runs of them (projection_merge.py: bounded memory)."""
     monkeypatch.setattr(merge_stream, "READ_BLOCK_ROWS", 16)
+    if runs:
+        monkeypatch.setattr(projection_merge, "RUN_BYTES", 1)
     sess, data_dir, ours = _tables(tmp_path, "ReplacingMergeTree", mode, "Wide")
     sess.query("SYSTEM START MERGES t")
     sess.query("OPTIMIZE TABLE t FINAL")
     (merged,) = ours.optimize(final=True)
     (theirs,) = active_part_dirs(sess, "t")
-    assert _projection_files(ours.path / merged) == _projection_files(theirs)
+    assert ours.check().ok
+    if runs:  # (runs cut the rows into other granules; the same rows, which ClickHouse answers from)
+        for name in PROJECTIONS:
+            assert _projection_rows(ours.path / merged, name) == _projection_rows(theirs, name), name
+        sess.query("CREATE TABLE merged AS t")
+        attach_and_check(sess, "merged", [ours.path / merged])
+        _uses_projections(sess, "merged", stale=mode == "ignore")
+    else:
+        assert _projection_files(ours.path / merged) == _projection_files(theirs)
     close_session()
 
 
