@@ -241,3 +241,24 @@ def test_create_accepts_the_modes_clickhouse_accepts(tmp_path, mode) -> None:
     (part,) = table.parts()
     assert (table.path / part.name / "p.proj" / "count.txt").read_text() == "2"
     assert f"deduplicate_merge_projection_mode = '{mode}'" in format_attach(table.definition)
+
+
+def test_mutations_of_such_tables(tmp_path) -> None:
+    """ALTER UPDATE builds the projections from the rewritten part's rows, ClickHouse's bytes; a
+    lightweight DELETE is refused by both (lightweight_mutation_projection_mode = 'throw', the default:
+    the engine changes nothing there)."""
+    sess, _, ours = _tables(tmp_path, "VersionedCollapsingMergeTree", "rebuild", "Wide")
+    sess.query("SYSTEM START MERGES t")
+    sess.query("ALTER TABLE t UPDATE v = v + 1000 WHERE s = '2' SETTINGS mutations_sync = 2")
+    ours.update({"v": "v + 1000"}, where="s = '2'")
+    theirs = active_part_dirs(sess, "t")
+    mine = sorted(ours.path / part.name for part in ours.parts())
+    assert [p.name for p in mine] == [p.name for p in theirs]
+    for their_part, our_part in zip(theirs, mine, strict=True):
+        assert _projection_files(our_part) == _projection_files(their_part), our_part.name
+    with pytest.raises(Exception, match="lightweight_mutation_projection_mode"):
+        sess.query("DELETE FROM t WHERE k = 1")
+    with pytest.raises(UnsupportedError, match="lightweight_mutation_projection_mode"):
+        ours.delete(where="k = 1")
+    close_session()
+
