@@ -167,6 +167,8 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
             rows = engines.collapse(meta.merging_engine, rows, meta.sorting_key, meta.column_types, final=False)
             if not rows.num_rows:
                 continue
+            # ClickHouse builds the projections from the merged block, in the part's order.
+            arrived, order = rows, None
         partition = None
         if key.is_partitioned:
             values = [pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(group.values, key.result_types)]

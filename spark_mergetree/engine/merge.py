@@ -336,7 +336,15 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
     else in memory (engine/projections.py; a projection of offsets always, from the sources'
     projection parts with their offsets translated by the merge's order: `_offset_rows`, which holds
     the projection's columns and 8 bytes per merged row); parts holding a projection this version cannot build
-    (`unmergeable_projections`) are not merged: the merged part would lack it."""
+    (`unmergeable_projections`) are not merged: the merged part would lack it.
+
+    A table whose engine combines rows does with its projections what its setting
+    deduplicate_merge_projection_mode says, as ClickHouse's merges do: 'drop' (and 'throw', for
+    parts holding projections from before ClickHouse refused them) writes the merged part without
+    projections; 'rebuild' builds every projection from the merged part's rows, in its order, as an
+    insert of those rows would (a projection of offsets gets their offsets 0, 1, 2, ...); 'ignore'
+    merges the sources' projection parts as for a plain MergeTree, but for a projection of offsets,
+    which is rebuilt (the sources' offsets may point at rows the merge combined away)."""
     for reader in readers:
         lost = unmergeable_projections(reader, meta)
         if lost:
@@ -344,30 +352,80 @@ def merge_parts(readers: Sequence[PartReader], meta: TableMetadata, spill_dir: s
                 f"{reader.location}: holds projection(s) {', '.join(lost)} this version cannot build "
                 "(the projections of the table's statement this version builds are merged); merging the part would lose them: "
                 "merge it in ClickHouse")
-    offsets: list[np.ndarray] | None = [] if any(p.stores_offsets for p in meta.projections) else None
-    files = _merge_rows(readers, meta, spill_dir, offsets)
-    merged = _merged_projections(readers, meta, spill_dir) if spill_dir is not None else {}
+    mode = meta.merge_projection_mode
+    if mode in ("drop", "throw"):
+        files = _merge_rows(readers, meta, spill_dir)
+    elif mode is not None:
+        files = _merge_rows(readers, meta, spill_dir)
+        merged = _merged_part_reader(files)
+        offsets = np.arange(files.rows, dtype=np.uint64)
+        files = _with_projections(files, [merged] if mode == "rebuild" else readers, [merged], offsets, meta, spill_dir)
+    else:
+        collected: list[np.ndarray] | None = [] if any(p.stores_offsets for p in meta.projections) else None
+        files = _merge_rows(readers, meta, spill_dir, collected)
+        files = _with_projections(files, readers, readers, collected[0] if collected else None, meta, spill_dir)
+    return meta.with_merged_ttl(files, [_ttl_of(reader, meta) for reader in readers])
+
+
+def _with_projections(files: PartFiles, sources: Sequence[PartReader], offset_sources: Sequence[PartReader],
+                      merged_offsets: np.ndarray | None, meta: TableMetadata, spill_dir: str | None) -> PartFiles:
+    """The merged part's files with the table's projections added: built from `sources`' projection
+    parts and rows, a projection of offsets from `offset_sources`' (their rows' offsets in the merged
+    part: `merged_offsets`, per row of those sources in order)."""
+    merged = _merged_projections(sources, meta, spill_dir) if spill_dir is not None else {}
 
     def source_rows(projection: Projection, names: list[str]) -> pa.Table:
         # Sources in order, each one's rows as its projection part holds them: sorted stably by a
         # normal projection's key (ties keep that order), an aggregate projection's states combined
         # group by group, as ClickHouse's merge of the sources' projection parts does. A source
         # without the projection (or with deleted rows) gives its rows, in the part's order.
-        held = [reader.projection_reader(projection.name) if projection.name in reader.projections
-                and reader.existing_rows == reader.rows else None for reader in readers]
         if projection.stores_offsets:
-            assert offsets is not None
-            return _offset_rows(readers, held, names, offsets[0], meta)
+            assert merged_offsets is not None
+            held_offsets = [_held_projection(reader, projection) for reader in offset_sources]
+            return _offset_rows(offset_sources, held_offsets, names, merged_offsets, meta)
+        held = [_held_projection(reader, projection) for reader in sources]
         if projection.is_aggregate:
             wanted = projections.state_columns(projection, meta.column_types)
             if all(h is not None and set(wanted) <= {n for n, _ in h.columns} for h in held):
                 return pa.concat_tables([h.read(wanted) for h in held if h is not None])
-            return pa.concat_tables([r.read(names, None, meta.column_types) for r in readers])
+            return pa.concat_tables([r.read(names, None, meta.column_types) for r in sources])
         return pa.concat_tables([(h if h is not None and set(names) <= {n for n, _ in h.columns} else r)
-                                 .read(names, None, meta.column_types) for h, r in zip(held, readers)])
+                                 .read(names, None, meta.column_types) for h, r in zip(held, sources)])
 
-    files = meta.add_projections(files, source_rows, merged)
-    return meta.with_merged_ttl(files, [_ttl_of(reader, meta) for reader in readers])
+    return meta.add_projections(files, source_rows, merged)
+
+
+def _held_projection(reader: PartReader, projection: Projection) -> PartReader | None:
+    """A source's part of `projection`, when it holds it whole (no row of the source deleted)."""
+    if projection.name in reader.projections and reader.existing_rows == reader.rows:
+        return reader.projection_reader(projection.name)
+    return None
+
+
+class _PartFilesSource:
+    """A part's files not yet stored (PartFiles), as a source a PartReader reads."""
+
+    def __init__(self, files: PartFiles) -> None:
+        self.files = files.files
+
+    def list_files(self, part: str) -> list[str]:
+        return list(self.files)
+
+    def read_file(self, part: str, name: str) -> bytes:
+        return bytes(self.files[name])
+
+    def read_range(self, part: str, name: str, start: int, end: int, verify: bool = True) -> bytes | memoryview:
+        return memoryview(self.files[name])[start:end]
+
+    def file_size(self, part: str, name: str) -> int:
+        return len(self.files[name])
+
+
+def _merged_part_reader(files: PartFiles) -> PartReader:
+    """A reader of the merge's result, before it is stored: projections rebuilt from the merged
+    rows read them from it (the merge's row-combining paths, in memory or streaming, need not
+    hand them over). The name is a stand-in: nothing read here depends on it."""
+    return PartReader(_PartFilesSource(files), "merged_0_0_0", "the merged part")
 
 
 def _ttl_of(reader: PartReader, meta: TableMetadata) -> bytes | None:
@@ -429,7 +487,10 @@ def _merged_projections(readers: Sequence[PartReader], meta: TableMetadata, spil
 
 
 def unmergeable_projections(reader: PartReader, meta: TableMetadata) -> list[str]:
-    """The projections a part holds that a merge could not build again (a merge would lose them)."""
+    """The projections a part holds that a merge could not build again (a merge would lose them;
+    none when the table's merges drop every projection, as ClickHouse's do)."""
+    if meta.merge_projection_mode in ("drop", "throw"):
+        return []
     buildable = {p.name for p in meta.projections}
     return [name for name in reader.projections if name not in buildable]
 

@@ -165,6 +165,15 @@ class TableMetadata:
         return engine_of(self.definition)
 
     @cached_property
+    def merge_projection_mode(self) -> str | None:
+        """What merges do to the projections of a table whose engine combines rows: its setting
+        deduplicate_merge_projection_mode ('throw', ClickHouse's default, when absent; engine/merge.py
+        says what each value does). None for a plain MergeTree, whose merges merge them."""
+        if self.merging_engine is None:
+            return None
+        return str(dict(self.definition.settings).get("deduplicate_merge_projection_mode", "throw"))
+
+    @cached_property
     def sorting_key(self) -> list[str]:
         """The order rows are stored in: ORDER BY, plus the version of VersionedCollapsingMergeTree
         (ClickHouse appends it to the sorting key; the primary key stays ORDER BY's)."""
@@ -218,7 +227,8 @@ class TableMetadata:
         """Name → why, for declared projections this version cannot write (parts holding them are
         not merged: the result would lose them)."""
         return {p.name: reason for p in self._declared_projections
-                if (reason := projections.why_unbuildable(p, self.column_types, self.merging_engine is not None))}
+                if (reason := projections.why_unbuildable(p, self.column_types, self.merging_engine is not None,
+                                                          self.merge_projection_mode))}
 
     def of_projection(self, projection: Projection) -> TableMetadata:
         """A normal projection's part described as a table's: its columns (codecs kept), ordered by
@@ -369,7 +379,8 @@ class TableMetadata:
         from spark_mergetree.format.serialization import default_column
 
         _ = self.order_by, self.primary_key, self.partition_key, self.writer_settings, self.merging_engine
-        projections.check_declared(self._declared_projections, self.column_types, self.merging_engine is not None)
+        projections.check_declared(self._declared_projections, self.column_types, self.merging_engine is not None,
+                                   self.merge_projection_mode)
         for name, type_text in self.columns:
             require_known_states(name, parse_type(type_text))
         probe = pa.table({name: default_column(parse_type(type_text), 2) for name, type_text in self.columns})

@@ -70,10 +70,19 @@ def declared_projections(indexes: Sequence[str]) -> list[Projection]:
     return [p for text in indexes if (p := parse_projection(text)) is not None]
 
 
-def why_unbuildable(projection: Projection, column_types: dict[str, str], merging_engine: bool) -> str | None:
-    """Why parts of this version cannot carry `projection` (None when they can)."""
-    if merging_engine:
-        return "projections on engines that combine rows in merges are not supported"
+# The values of the table setting deduplicate_merge_projection_mode under which ClickHouse lets a
+# table whose engine combines rows in merges have projections (engine/merge.py: what each does).
+MERGE_PROJECTION_MODES = ("drop", "rebuild", "ignore")
+
+
+def why_unbuildable(projection: Projection, column_types: dict[str, str], merging_engine: bool,
+                    merge_projection_mode: str | None = None) -> str | None:
+    """Why parts of this version cannot carry `projection` (None when they can). `merging_engine`:
+    the table's engine combines rows in merges; `merge_projection_mode`: then its setting
+    deduplicate_merge_projection_mode (None: ClickHouse's default, 'throw')."""
+    if merging_engine and merge_projection_mode not in MERGE_PROJECTION_MODES:
+        return ("ClickHouse refuses projections on engines that combine rows in merges unless the table setting "
+                "deduplicate_merge_projection_mode is 'drop', 'rebuild' or 'ignore' (the default 'throw' refuses them)")
     if projection.is_aggregate:
         return _why_not_aggregate(projection, column_types)
     if not projection.order_by:
@@ -96,14 +105,15 @@ def why_unbuildable(projection: Projection, column_types: dict[str, str], mergin
     return None
 
 
-def check_declared(projections: Sequence[Projection], column_types: dict[str, str], merging_engine: bool) -> None:
+def check_declared(projections: Sequence[Projection], column_types: dict[str, str], merging_engine: bool,
+                   merge_projection_mode: str | None = None) -> None:
     """A new table's projections must all be buildable (UnsupportedError naming the one that is not)."""
     seen: set[str] = set()
     for projection in projections:
         if projection.name in seen:
             raise SchemaMismatchError(f"projection {projection.name!r} is declared twice")
         seen.add(projection.name)
-        reason = why_unbuildable(projection, column_types, merging_engine)
+        reason = why_unbuildable(projection, column_types, merging_engine, merge_projection_mode)
         if reason is not None:
             raise UnsupportedError(f"projection {projection.name!r}: {reason}")
 

@@ -48,6 +48,13 @@ UNDERSTOOD_SETTINGS: dict[str, tuple[str, int]] = {
     "parts_to_throw_insert": ("uint", 0),
     "max_delay_to_insert": ("uint", 0),
     "merge_selecting_sleep_ms": ("uint", 0),
+    # What merges of a table whose engine combines rows do to its projections (engine/merge.py);
+    # with the default 'throw' ClickHouse refuses projections on such tables.
+    "deduplicate_merge_projection_mode": ("choice", 0),
+}
+# The values a setting of kind "choice" takes, as ClickHouse spells them.
+SETTING_CHOICES: dict[str, tuple[str, ...]] = {
+    "deduplicate_merge_projection_mode": ("ignore", "throw", "drop", "rebuild"),
 }
 # These only steer ClickHouse's own background work and inserts on the same table (merges, TTL,
 # throttling); they are written into the statement and have no effect on what this package does.
@@ -802,6 +809,12 @@ def check_settings(settings: Mapping[str, object]) -> dict[str, str]:
         kind, minimum = rule
         if kind == "codec":
             out[name] = parse_codec(str(value)).setting  # only codecs this package also reads
+            continue
+        if kind == "choice":
+            if str(value) not in SETTING_CHOICES[name]:
+                raise InvalidOptionError(f"setting {name!r} must be one of {', '.join(SETTING_CHOICES[name])}, "
+                                         f"got {value!r}")
+            out[name] = str(value)
             continue
         if kind == "bool":
             text = str(value).strip().lower()
