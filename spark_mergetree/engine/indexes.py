@@ -94,7 +94,7 @@ def add_projection(table: MergeTreeTable, declaration: str) -> None:
     meta = table.metadata
     if any(p.name == projection.name for p in declared_projections(table.definition.indexes)):
         raise SchemaMismatchError(f"table {table.path} already has a projection named {projection.name!r}")
-    check_declared([projection], meta.column_types, meta.merging_engine is not None)
+    check_declared([projection], meta.column_types, meta.merging_engine is not None, meta.merge_projection_mode)
     table.replace_definition(replace(table.definition, indexes=table.definition.indexes + (text,)))
 
 
