@@ -49,6 +49,7 @@ from spark_mergetree.expressions.ddl import (
     quote_identifier,
     split_call,
 )
+from spark_mergetree.expressions.functions import needs_ordering_map
 from spark_mergetree.expressions.key_condition import key_columns_for
 from spark_mergetree.expressions.predicate import columns_of, parse_expression
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
@@ -192,6 +193,41 @@ def _group_starts(keys: Sequence[pa.Array], n: int) -> np.ndarray:
     return np.flatnonzero(changes).astype(np.int64)
 
 
+def _ranks(array: pa.Array, type_text: str) -> tuple[np.ndarray, int] | None:
+    """Each row's rank among the key's distinct values in ClickHouse's order (NULL last) and the
+    number of ranks; None for the types whose equality or order Arrow's dictionaries do not give as
+    ClickHouse's (floats: -0.0 and 0.0, NaNs; Enum and UUID order)."""
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pa.types.is_floating(array.type) or needs_ordering_map(type_text) or pa.types.is_nested(array.type):
+        return None
+    encoded = array.dictionary_encode()
+    distinct = len(encoded.dictionary)
+    rank_of = np.empty(distinct + 1, np.int64)
+    rank_of[np.asarray(pc.array_sort_indices(encoded.dictionary))] = np.arange(distinct)
+    rank_of[distinct] = distinct
+    return rank_of[np.asarray(encoded.indices.fill_null(distinct))], distinct + 1
+
+
+def _ranked_order(keys: Sequence[pa.Array], types: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows in the order of their GROUP BY keys (stable) and where each group starts, from one
+    integer per row combining the keys' ranks (a hash of each key instead of comparisons of rows:
+    several times faster than sorting the rows by the keys); None where `_ranks` declines or the
+    ranks do not fit 62 bits."""
+    codes = np.zeros(len(keys[0]), np.int64)
+    span = 1
+    for array, type_text in zip(keys, types, strict=True):
+        ranked = _ranks(array, type_text)
+        if ranked is None or span * ranked[1] >= 1 << 62:
+            return None
+        codes = codes * ranked[1] + ranked[0]
+        span *= ranked[1]
+    order = np.argsort(codes, kind="stable")
+    in_order = codes[order]
+    starts = np.flatnonzero(np.append(True, in_order[1:] != in_order[:-1])).astype(np.int64)
+    return order, starts
+
+
 def _aggregate_table(projection: Projection, rows: pa.Table, column_types: Mapping[str, str]
                      ) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
     """An aggregate projection's rows (one per group, sorted by the GROUP BY elements), its columns
@@ -209,9 +245,16 @@ def _aggregate_table(projection: Projection, rows: pa.Table, column_types: Mappi
     keyed = pa.table({k.name: _combined(rows.column(k.name)) if of_states else aggregates.values(k, rows)
                       for k in aggregation.keys}) if aggregation.keys else pa.table({"_": pa.nulls(n)})
     types = {k.name: k.type for k in aggregation.keys}
-    order = sort_indices(key, keyed, types) if key and n > 1 else pa.array(np.arange(n, dtype=np.uint64))
-    sorted_keys = [_combined(keyed.column(k.name)).take(order) for k in aggregation.keys]
-    starts = _group_starts(sorted_keys, n)
+    ranked = _ranked_order([_combined(keyed.column(k.name)) for k in aggregation.keys], list(types.values())) \
+        if key and n > 1 else None
+    if ranked is not None:
+        order = pa.array(ranked[0])
+        starts = ranked[1]
+        sorted_keys = [_combined(keyed.column(k.name)).take(order) for k in aggregation.keys]
+    else:
+        order = sort_indices(key, keyed, types) if key and n > 1 else pa.array(np.arange(n, dtype=np.uint64))
+        sorted_keys = [_combined(keyed.column(k.name)).take(order) for k in aggregation.keys]
+        starts = _group_starts(sorted_keys, n)
     arrays: dict[str, pa.Array] = {k.name: column.take(pa.array(starts)) for k, column in
                                    zip(aggregation.keys, sorted_keys, strict=True)}
     for call in aggregation.calls:
