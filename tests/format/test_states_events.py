@@ -1,0 +1,275 @@
+"""States of retention, windowFunnel, sequenceMatch, sequenceCount, the -Distinct forms, entropy,
+quantileBFloat16, groupConcat and topK, built from rows and combined, compared byte for byte with
+chdb 26.9's.
+
+Built states: chdb aggregates the same rows with GROUP BY in one thread (rows added in order).
+Combined states: chdb makes a state per (group, part) and merges each group's states in part order
+with -MergeState in one thread; our combine of the same state bytes must give the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from spark_mergetree.errors import UnsupportedError
+from spark_mergetree.format.aggregate_states import state_layout
+from spark_mergetree.format.states_events import builder
+from spark_mergetree.format.types import AggregateFunction, parse_type
+from tests.format.chdb_util import close_session, open_session
+
+V = "((number * 7919) % 6007)"
+W = "((number * 31) % 13)"
+VALUES = {
+    "UInt8": f"toUInt8({V} % 256)",
+    "Int8": f"toInt8(toInt32({V} % 251) - 125)",
+    "UInt16": f"toUInt16({V})",
+    "Int16": f"toInt16(toInt32({V}) - 3000)",
+    "UInt32": f"toUInt32({V} * 100003)",
+    "Int32": f"toInt32({V}) - 3000",
+    "UInt64": f"{V} * 1000000007",
+    "Int64": f"toInt64({V}) - 3000",
+    "Float32": f"if({V} = 3, nan, toFloat32({V} * 0.25 - 100))",
+    "Float64": f"if({V} = 5, -0., if({V} = 6, nan, {V} * 0.37 - 3))",
+    "Bool": f"{V} % 2 = 1",
+    "Date": f"toDate({V})",
+    "Date32": f"toDate32(toInt32({V}) - 2000)",
+    "String": f"if({V} % 7 = 0, '', toString({V}))",
+    "FixedString(3)": f"toFixedString(leftPad(toString({V} % 1000), 3, '0'), 3)",
+    "Decimal(9, 2)": f"toDecimal32({V}, 2) - 20",
+    "Decimal(18, 3)": f"toDecimal64({V}, 3)",
+}
+# A few values repeated (for the maps and topK): the same types over fewer distinct values.
+FEW = {name: expr.replace(V, W) for name, expr in VALUES.items()}
+SIZES = [1, 2, 15, 16, 17, 40, 700]
+PART_SIZES = [[3, 1, 30, 200, 17], [20, 14, 2, 700, 0], [1, 16, 500, 4, 40]]
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield open_session(tmp_path_factory.mktemp("states_events"))
+    close_session()
+
+
+def _query(session: Any, sql: str) -> str:
+    return session.query(sql, "TabSeparatedRaw").bytes().decode()
+
+
+def _group_of(sizes: list[int]) -> tuple[str, np.ndarray, int]:
+    """The group key of `number` for consecutive groups of `sizes` rows, their starts, the row count."""
+    bounds = np.cumsum(sizes)
+    key = "multiIf(" + ", ".join(f"number < {b}, {i}" for i, b in enumerate(bounds[:-1])) + f", {len(sizes) - 1})"
+    return key, np.concatenate([[0], bounds[:-1]]).astype(np.int64), int(bounds[-1])
+
+
+def _arrow(session: Any, exprs: list[str], types: tuple[str, ...], n: int) -> list[pa.Array]:
+    columns = ", ".join(f"CAST({e} AS {t}) AS a{i}" for i, (e, t) in enumerate(zip(exprs, types, strict=True)))
+    raw = session.query(f"SELECT {columns} FROM numbers({n}) SETTINGS max_threads = 1", "Arrow").bytes()
+    table = ipc.open_file(pa.py_buffer(raw)).read_all()
+    arrays = []
+    for i, type_text in enumerate(types):
+        arr = table.column(f"a{i}").combine_chunks()
+        if type_text.startswith("DateTime") and pa.types.is_integer(arr.type):
+            arr = arr.cast(pa.int64()).cast(pa.timestamp("s", tz="UTC"))
+        arrays.append(arr)
+    return arrays
+
+
+def _split(function: str) -> tuple[str, str]:
+    name, _, params = function.partition("(")
+    return name, "(" + params if params else ""
+
+
+def _type(function: str, types: tuple[str, ...]) -> AggregateFunction:
+    parsed = parse_type(f"AggregateFunction({function}, {', '.join(types)})")
+    assert isinstance(parsed, AggregateFunction)
+    return parsed
+
+
+def _chdb_states(session: Any, function: str, exprs: list[str], types: tuple[str, ...], sizes: list[int]) -> list[bytes]:
+    key, _, n = _group_of(sizes)
+    name, params = _split(function)
+    args = ", ".join(f"CAST({e} AS {t})" for e, t in zip(exprs, types, strict=True))
+    text = _query(session, f"SELECT hex({name}State{params}({args})) FROM numbers({n}) GROUP BY {key} AS g ORDER BY g "
+                           "SETTINGS max_threads = 1")
+    return [bytes.fromhex(line) for line in text.split("\n") if line]
+
+
+def _check_built(session: Any, function: str, exprs: list[str], types: tuple[str, ...], sizes: list[int]) -> None:
+    dt = _type(function, types)
+    made = builder(dt)
+    assert made is not None, dt.to_clickhouse()
+    _, starts, n = _group_of(sizes)
+    ours = made.states(dt, _arrow(session, exprs, types, n), starts, n).to_pylist()
+    theirs = _chdb_states(session, function, exprs, types, sizes)
+    assert len(ours) == len(theirs) == len(sizes)
+    for size, mine, clickhouse in zip(sizes, ours, theirs, strict=True):
+        assert mine == clickhouse, f"{function}({types}) over {size} rows: {mine.hex()} != {clickhouse.hex()}"
+
+
+def _check_combined(session: Any, function: str, exprs: list[str], types: tuple[str, ...],
+                    part_sizes: list[list[int]] = PART_SIZES) -> None:
+    """States per (group, part) made by chdb, merged per group in part order, against our combine."""
+    dt = _type(function, types)
+    made = builder(dt)
+    assert made is not None
+    name, params = _split(function)
+    merge_params = params
+    groups = len(part_sizes[0])
+    rows = []  # (part, group, rows) in the order numbers are laid out
+    for part, sizes in enumerate(part_sizes):
+        for group, size in enumerate(sizes):
+            rows.append((part, group, size))
+    bounds = np.cumsum([r[2] for r in rows])
+    n = int(bounds[-1])
+    part_key = "multiIf(" + ", ".join(f"number < {b}, {p}" for b, (p, _, _) in zip(bounds[:-1], rows[:-1], strict=True)) \
+        + f", {rows[-1][0]})"
+    group_key = "multiIf(" + ", ".join(f"number < {b}, {g}" for b, (_, g, _) in zip(bounds[:-1], rows[:-1], strict=True)) \
+        + f", {rows[-1][1]})"
+    args = ", ".join(f"CAST({e} AS {t})" for e, t in zip(exprs, types, strict=True))
+    # The states go through a table (written, then read back) as a merge of parts reads them.
+    session.query("DROP TABLE IF EXISTS parts_states")
+    session.query(f"CREATE TABLE parts_states (g UInt32, p UInt32, s {dt.to_clickhouse()}) ENGINE = MergeTree "
+                  "ORDER BY (g, p)")
+    session.query(f"INSERT INTO parts_states SELECT {group_key} AS g, {part_key} AS p, {name}State{params}({args}) "
+                  f"FROM numbers({n}) GROUP BY g, p SETTINGS max_threads = 1")
+    text = _query(session, "SELECT g, hex(s) FROM parts_states ORDER BY g, p")
+    states = [bytes.fromhex(line.split("\t")[1]) for line in text.split("\n") if line]
+    keys = [int(line.split("\t")[0]) for line in text.split("\n") if line]
+    merged = _query(session, f"SELECT g, hex({name}MergeState{merge_params}(s)) FROM (SELECT g, s FROM parts_states "
+                             "ORDER BY g, p) GROUP BY g ORDER BY g SETTINGS max_threads = 1")
+    theirs = [bytes.fromhex(line.split("\t")[1]) for line in merged.split("\n") if line]
+    starts = np.searchsorted(np.array(keys), np.arange(groups)).astype(np.int64)
+    ours = made.combine(dt, pa.array(states, pa.binary()), starts).to_pylist()
+    assert len(ours) == len(theirs)
+    for g, (mine, clickhouse) in enumerate(zip(ours, theirs, strict=True)):
+        assert mine == clickhouse, f"{function}({types}) group {g}: {mine.hex()} != {clickhouse.hex()}"
+
+
+# ---------------------------------------------------------------------------------------- retention
+
+def test_retention(session: Any) -> None:
+    conditions = [f"{V} % 3 = 0", f"{V} % 5 = 1", f"{V} % 7 = 2", "number % 11 = 4"]
+    for k in (2, 4):
+        types = ("UInt8",) * k
+        _check_built(session, "retention", conditions[:k], types, SIZES)
+        _check_combined(session, "retention", conditions[:k], types)
+
+
+# ------------------------------------------------------------------------------------------- events
+
+STAMPS = {"UInt8": f"toUInt8({W} * 3)", "UInt16": f"toUInt16({V})", "UInt32": f"toUInt32({V} * 100003)",
+          "UInt64": f"{V} * 1000000007", "Date": f"toDate({V})", "DateTime('UTC')": f"toDateTime({V} * 1000, 'UTC')"}
+EVENTS = [("windowFunnel(10)", 2), ("windowFunnel(100, 'strict_order')", 3), ("windowFunnel(5, 'strict_deduplication')", 2),
+          ("windowFunnel(50, 'strict_increase', 'strict_order')", 3), ("sequenceMatch('(?1)(?2)')", 2),
+          ("sequenceCount('(?1).*(?2)')", 3), ("sequenceMatch('(?1)(?t>10)(?2)')", 3)]
+
+
+def _event_exprs(stamp: str, conditions: int) -> list[str]:
+    # Conditions met by some rows, by several at once, and by none; timestamps that repeat and go back.
+    return [STAMPS[stamp], *[f"({V} + {i}) % {i + 2} = 0" for i in range(conditions)]]
+
+
+@pytest.mark.parametrize("stamp", list(STAMPS))
+@pytest.mark.parametrize(("function", "conditions"), EVENTS)
+def test_events(session: Any, function: str, conditions: int, stamp: str) -> None:
+    types = (stamp, *("UInt8",) * conditions)
+    exprs = _event_exprs(stamp, conditions)
+    _check_built(session, function, exprs, types, SIZES)
+    _check_combined(session, function, exprs, types)
+
+
+def test_sorted_input_keeps_sorted_flag(session: Any) -> None:
+    exprs = ["toUInt32(number)", "number % 2 = 0", "number % 3 = 1"]
+    types = ("UInt32", "UInt8", "UInt8")
+    _check_built(session, "windowFunnel(10)", exprs, types, SIZES)
+    _check_built(session, "sequenceCount('(?1)(?2)')", exprs, types, SIZES)
+
+
+def test_strict_once_is_not_built() -> None:
+    """'strict_once' adds a row number to each event: a layout not known, so not built."""
+    assert builder(_type("windowFunnel(10, 'strict_once')", ("UInt32", "UInt8", "UInt8"))) is None
+
+
+# ------------------------------------------------------------------------------------------ Distinct
+
+DISTINCT_TYPES = {"sumDistinct": ["UInt8", "Int16", "UInt32", "Int64", "UInt64", "Float32", "Float64", "Bool"],
+                  "countDistinct": ["UInt16", "Int32", "Float64", "String"],
+                  "avgDistinct": ["Int8", "UInt64", "Float32"],
+                  "uniqExactDistinct": ["UInt32", "String", "Int64"]}
+_DISTINCT = [(f, t) for f, ts in DISTINCT_TYPES.items() for t in ts]
+
+
+@pytest.mark.parametrize(("function", "type_text"), _DISTINCT)
+def test_distinct(session: Any, function: str, type_text: str) -> None:
+    assert state_layout(_type(function, (type_text,))) is not None
+    _check_built(session, function, [VALUES[type_text]], (type_text,), [*SIZES, 5000])
+    _check_combined(session, function, [VALUES[type_text]], (type_text,))
+
+
+# ------------------------------------------------------------------------------------- counting maps
+
+ENTROPY_TYPES = ["UInt8", "Int16", "UInt32", "Int64", "UInt64", "Float32", "Float64", "Bool", "Date", "String",
+                 "Decimal(9, 2)", "Decimal(18, 3)"]
+BFLOAT_TYPES = ["UInt8", "Int8", "UInt16", "Int32", "UInt64", "Int64", "Float32", "Float64", "Date"]
+
+
+@pytest.mark.parametrize("type_text", ENTROPY_TYPES)
+def test_entropy(session: Any, type_text: str) -> None:
+    for values in (VALUES, FEW):
+        _check_built(session, "entropy", [values[type_text]], (type_text,), [*SIZES, 3000])
+        _check_combined(session, "entropy", [values[type_text]], (type_text,))
+
+
+@pytest.mark.parametrize("function", ["quantileBFloat16", "quantilesBFloat16(0.1, 0.9)"])
+@pytest.mark.parametrize("type_text", BFLOAT_TYPES)
+def test_bfloat16(session: Any, function: str, type_text: str) -> None:
+    for values in (VALUES, FEW):
+        _check_built(session, function, [values[type_text]], (type_text,), [*SIZES, 3000])
+        _check_combined(session, function, [values[type_text]], (type_text,))
+
+
+# --------------------------------------------------------------------------------------- groupConcat
+
+CONCAT_TYPES = ["String", "FixedString(3)", "UInt8", "Int16", "UInt64", "Int64", "Bool", "Date", "Date32"]
+
+
+@pytest.mark.parametrize("function", ["groupConcat", "groupConcat(', ')", "groupConcat('|')"])
+@pytest.mark.parametrize("type_text", CONCAT_TYPES)
+def test_group_concat(session: Any, function: str, type_text: str) -> None:
+    _check_built(session, function, [VALUES[type_text]], (type_text,), SIZES)
+    _check_combined(session, function, [VALUES[type_text]], (type_text,))
+
+
+def test_group_concat_of_floats_is_not_built() -> None:
+    assert builder(_type("groupConcat", ("Float64",))) is None
+
+
+# ---------------------------------------------------------------------------------------------- topK
+
+TOPK_TYPES = ["UInt8", "Int32", "UInt64", "Float64", "Date", "String", "FixedString(3)", "Decimal(9, 2)"]
+
+
+@pytest.mark.parametrize("function", ["topK", "topK(5)", "topK(2)"])
+@pytest.mark.parametrize("type_text", TOPK_TYPES)
+def test_topk(session: Any, function: str, type_text: str) -> None:
+    reserved = 3 * int(function[5:-1] or 10) if "(" in function else 30
+    sizes = [s for s in SIZES if s <= reserved]
+    exprs = [FEW[type_text].replace("% 13", f"% {min(13, reserved)}")]
+    _check_built(session, function, exprs, (type_text,), [*sizes, 200])
+    parts = [[min(s, reserved) for s in sizes] for sizes in PART_SIZES]
+    _check_combined(session, function, exprs, (type_text,), parts)
+
+
+def test_topk_refuses_groups_it_cannot_replay(session: Any) -> None:
+    dt = _type("topK(2)", ("UInt32",))
+    made = builder(dt)
+    assert made is not None
+    values = pa.array(np.arange(20, dtype=np.uint32))
+    with pytest.raises(UnsupportedError, match="topK"):
+        made.states(dt, [values], np.array([0], np.int64), 20)
