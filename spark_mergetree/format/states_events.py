@@ -17,24 +17,35 @@ What each keeps (every rule measured against chdb 26.9):
   rows meeting some condition add one. `sorted` is 0 as soon as an event is added, also by a merge,
   which appends the other state's events (sorting happens only when the result is computed).
 - -Distinct: a HashSet of the distinct values (HashSetWithStackMemory, 16 cells to start):
-  numbers by their bits (DefaultHash: intHash64 of the bits zero-extended; 0.0 and -0.0 distinct),
-  strings by ClickHouse's CRC32 string hash; serialized in cell order (the zero key first). A
-  merge inserts the other set's keys in its serialized order (a number set is read into a table
-  sized for its count first; a string set is read key by key).
+  numbers by their bits (DefaultHash: intHash64 of the bits zero-extended; 0.0 and -0.0 distinct,
+  NaN one value), strings by ClickHouse's CRC32 string hash; serialized in cell order (the zero
+  key first). A merge reads each state into a table (a number set sized for its count first, a
+  string set key by key from 16 cells), then inserts that table's keys in its cell order.
 - `entropy`: a HashMap of value → UInt64 count (HashCRC32, 16 cells to start) of numbers and Date
-  as themselves, of any other value as the SipHash-128 of its bytes; `quantileBFloat16`: the same
-  of BFloat16 values (the value cast to Float32, its high 16 bits; NaN skipped). Both serialized
-  in cell order; a merge adds the other map's counts key by key in its serialized order.
-- `groupConcat`: the text of the values joined, the delimiter before each value but the first that
-  finds the text still empty; a merge appends a non-empty state's text the same way.
-- `topK(N)`: ClickHouse's SpaceSaving of capacity 3N: (value, varuint count, varuint error)
-  counters, most counted first, then its map of evicted counts (nextPowerOf2(18N) varuints, all 0
-  while nothing was evicted). Built exactly for groups of at most 3N distinct values; merged
-  exactly when no state is full and the merged counters fit a 23-element insertion sort or tie
-  nowhere (ClickHouse sorts them with pdqsort). Larger groups are refused (UnsupportedError).
+  as themselves (NaN skipped), of a String as the SipHash-128 of (its size + 1 as UInt64, its
+  bytes, a zero byte), of a Decimal as the SipHash-128 of its bytes; `quantileBFloat16`: the same
+  of BFloat16 values (the value cast to Float32, its high 16 bits; NaN skipped), the key its own
+  hash. Both serialized in cell order; a merge reads each state into a table (quantileBFloat16's
+  sized for its count first, entropy's key by key from 16 cells), then adds that table's counts
+  in its cell order.
+- `groupConcat`: the text of the values joined, the delimiter before each value but those that
+  find the text still empty; a merge appends a non-empty state's text the same way. Built for
+  String, FixedString, integers up to 64 bits, Bool, Date and Date32 (whose text Arrow writes as
+  ClickHouse does); floats, date-times and the other types are not (their text is ClickHouse's own).
+- `topK(N)`: ClickHouse 26.9's SpaceSaving of capacity 3N: counters (value, count, error) kept in
+  order of first appearance and counted in place; written as miniselect's Floyd-Rivest partial
+  sort of them (the first 3N selected, then libc++'s std::sort, most counted first), then the
+  alpha map of evicted counts (nextPowerOf2(18N) varuints, all 0 until an eviction). A merge copies
+  the first state's counters as read (in serialized order), then adds each other state's counts to
+  the same values' or appends them. Reproduced exactly while a group (or a merge) holds fewer than
+  max(64, 6N) distinct values (past that ClickHouse truncates its list, evicting into the alpha
+  map) and the written counters are fewer than 24 or none tie (libc++ sorts 24 or more by
+  introsort); the other groups are refused (UnsupportedError naming topK), as are states holding
+  evictions.
 
 Every built state is ClickHouse's bytes (GROUP BY in one thread, rows in order); every combined
-state is the bytes of ClickHouse's merge of the states left to right into a fresh state.
+state is the bytes of ClickHouse's merge, into a fresh state left to right, of the states as a
+part holds them (written once: a state read back and written again may come out in another order).
 """
 
 from __future__ import annotations
@@ -59,7 +70,13 @@ from spark_mergetree.format.types import (
     LowCardinality,
     Primitive,
 )
-from spark_mergetree.format.values import coerce, encode_classic, encode_varuints, fixed_storage, string_buffers
+from spark_mergetree.format.values import (
+    coerce,
+    encode_classic,
+    encode_varuints,
+    fixed_storage,
+    string_buffers,
+)
 
 __all__ = ["builder"]
 
@@ -257,7 +274,8 @@ def _event_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.
         chosen = met[:, ::-1]
         if _strict_order(dt):
             codes = np.append(codes, np.uint8(0))
-            chosen = np.concatenate([chosen, ~met.any(axis=1)[:, None]], axis=1)
+            none_met = np.asarray(~met.any(axis=1), bool)
+            chosen = np.concatenate([chosen, none_met[:, None]], axis=1)
         rows, columns = np.nonzero(chosen)
         event = codes[columns][:, None]
         stamp = _u64(stamps)[rows]
@@ -325,7 +343,7 @@ class _Keys:
 
     def zeros(self) -> np.ndarray:
         if self.fixed is not None:
-            return ~self.fixed.any(axis=1)
+            return np.asarray(~self.fixed.any(axis=1), bool)
         assert self.offsets is not None
         return np.diff(self.offsets) == 0
 
@@ -379,8 +397,8 @@ def _replay(table: _Table, keys: _Keys, starts: np.ndarray, n: int) -> tuple[np.
 def _replay_merge(table: _Table, keys: _Keys, counts: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The keys of each group's states inserted key by key, state by state, into a fresh table."""
     hashes = table.hash_keys(keys)
-    return _events_kernels().set_merge_in_order(keys.ids, hashes[keys.ids], keys.zeros()[keys.ids], np.cumsum(counts),
-                                                starts, _INITIAL_DEGREE, _BIG_UNTIL)
+    return _sets().set_merge(keys.ids, hashes[keys.ids], keys.zeros()[keys.ids], np.cumsum(counts), starts,
+                             _INITIAL_DEGREE, _BIG_UNTIL, 0, table.read_reserves, 0)
 
 
 def _key_pieces(table: _Table, keys: _Keys, order: np.ndarray, ends: np.ndarray) -> list[Piece]:
@@ -504,10 +522,10 @@ def _entropy_width(dt: DataType) -> int:
 
 def _map_table(dt: AggregateFunction) -> _Table:
     if dt.function == "entropy" and not _entropy_width(_plain(dt.arguments[0])):
-        return _Table(16, _low_word, True)
+        return _Table(16, _low_word, False)
     if dt.function != "entropy":
         return _Table(2, _identity, True)  # BFloat16 keys are their own hash
-    return _Table(_entropy_width(_plain(dt.arguments[0])), _crc_hash, True)
+    return _Table(_entropy_width(_plain(dt.arguments[0])), _crc_hash, False)
 
 
 def _map_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
@@ -576,11 +594,11 @@ def _joined(pieces_offsets: np.ndarray, data: np.ndarray, starts: np.ndarray, de
     lengths = np.diff(pieces_offsets)
     groups = _group_of(starts, n)
     # Whether the text is still empty before each piece: no earlier piece of the group was non-empty.
-    filled = np.cumsum(lengths > 0)
-    before = filled - (lengths > 0)
-    group_first = np.concatenate([[0], filled])[starts][groups] if n else np.zeros(0, np.int64)
-    empty_before = before == group_first
-    delimited = ~empty_before
+    nonempty = (lengths > 0).astype(np.int64)
+    filled = np.cumsum(nonempty)
+    before: np.ndarray = filled - nonempty
+    group_first: np.ndarray = np.concatenate([[0], filled])[starts][groups] if n else np.zeros(0, np.int64)
+    delimited: np.ndarray = before != group_first
     if skip_empty:
         delimited &= lengths > 0
     width = len(delimiter)
@@ -655,20 +673,39 @@ def _topk_pieces(dt: AggregateFunction, keys: _Keys, order: np.ndarray, counts: 
     counter_bytes = concat_rows([(np.ascontiguousarray(key_data), key_offsets), _varuint_piece(counts),
                                  _varuint_piece(errors)])
     c_offsets, c_data = _buffers(counter_bytes)
+    # The alpha map (all 0: nothing evicted) of the capacity; a merge of states without counters
+    # never sized its SpaceSaving, so writes none.
     alpha = _alpha_size(_reserved(dt))
     alpha_bytes = np.frombuffer(bytes(encode_varuints(np.array([alpha], np.uint64))[0]) + bytes(alpha), np.uint8)
+    sized = sizes > 0
+    alpha_lengths = np.where(sized, len(alpha_bytes), 1)
+    alpha_offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(alpha_lengths, out=alpha_offsets[1:])
+    alpha_data = np.zeros(int(alpha_offsets[-1]), np.uint8)
+    starts_sized = alpha_offsets[:-1][sized]
+    alpha_data[(starts_sized[:, None] + np.arange(len(alpha_bytes))).reshape(-1)] = np.tile(alpha_bytes, len(starts_sized))
     group_bounds = c_offsets[np.concatenate([[0], ends]).astype(np.int64)]
-    return concat_rows([_varuint_piece(sizes), (c_data, group_bounds),
-                        (np.tile(alpha_bytes, len(sizes)), np.arange(len(sizes) + 1, dtype=np.int64) * len(alpha_bytes))])
+    return concat_rows([_varuint_piece(sizes), (c_data, group_bounds), (alpha_data, alpha_offsets)])
+
+
+def _truncation(dt: AggregateFunction) -> int:
+    """How many counters make ClickHouse's SpaceSaving truncate its list (evicting into the alpha map)."""
+    return max(64, 2 * _reserved(dt))
+
+
+def _topk_refused(dt: AggregateFunction, group: int, why: str) -> UnsupportedError:
+    return UnsupportedError(f"topK states of group {group} are not built: {why} (ClickHouse's evictions into its alpha "
+                            f"map, and libc++'s order of tied counters past 23, are not reproduced; topK({_reserved(dt) // 3}) "
+                            f"is built for groups of fewer than {_truncation(dt)} distinct values)")
 
 
 def _topk_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
     keys = _topk_keys(_plain(dt.arguments[0]), arrays[0])
-    order, counts, ends, overflow = _events_kernels().topk_build(keys.ids, starts, n, keys.count(), _reserved(dt))
-    if overflow >= 0:
-        raise UnsupportedError(f"topK states of more than {_reserved(dt)} distinct values in a group (group {overflow}) "
-                               "are not built: ClickHouse's evictions are not reproduced")
-    return _topk_pieces(dt, keys, order, counts, np.zeros(len(order), np.uint64), ends)
+    order, counts, errors, ends, refused = _events_kernels().topk_build(keys.ids, starts, n, keys.count(), _reserved(dt),
+                                                                        _truncation(dt))
+    if refused >= 0:
+        raise _topk_refused(dt, int(refused), "too many distinct values, or tied counters past 23")
+    return _topk_pieces(dt, keys, order, counts, errors, ends)
 
 
 def _topk_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) -> pa.BinaryArray:
@@ -676,20 +713,21 @@ def _topk_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) -
     arg = _plain(dt.arguments[0])
     width = _topk_kept_as_number(arg)
     parsed = _events_kernels().parse_topk(data, offsets[:-1], offsets[1:], width)
-    sizes, key_starts, key_lengths, counts, errors, alphas, bad = parsed
+    sizes, key_starts, key_lengths, counts, errors, _alphas, bad, evicted = parsed
     if bad >= 0:
         raise _corrupt(dt, int(bad))
+    if evicted.any():
+        state = int(np.argmax(evicted))
+        raise _topk_refused(dt, int(np.searchsorted(starts, state, side="right") - 1), "a state holds evictions")
     key_offsets = np.zeros(len(key_lengths) + 1, np.int64)
     np.cumsum(key_lengths, out=key_offsets[1:])
     picks = np.repeat(key_starts - key_offsets[:-1], key_lengths) + np.arange(int(key_offsets[-1]), dtype=np.int64)
     key_data = np.ascontiguousarray(data[picks])
     keys = _fixed_keys(key_data.reshape(-1, width)) if width else _string_keys(key_offsets, key_data)
-    capacity = _reserved(dt)
     order, merged_counts, merged_errors, ends, refused = _events_kernels().topk_merge(
-        keys.ids, counts, errors, np.cumsum(sizes), starts, keys.count(), capacity)
+        keys.ids, counts, errors, np.cumsum(sizes), starts, keys.count(), _reserved(dt), _truncation(dt))
     if refused >= 0:
-        raise UnsupportedError(f"merging topK states of group {refused} is not supported: a state is full or the merged "
-                               "counters tie past ClickHouse's insertion sort (its pdqsort order is not reproduced)")
+        raise _topk_refused(dt, int(refused), "the merged counters reach the truncation, or tie past 23")
     return _topk_pieces(dt, keys, order, merged_counts, merged_errors, ends)
 
 

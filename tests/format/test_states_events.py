@@ -138,8 +138,10 @@ def _check_combined(session: Any, function: str, exprs: list[str], types: tuple[
                   "ORDER BY (g, p)")
     session.query(f"INSERT INTO parts_states SELECT {group_key} AS g, {part_key} AS p, {name}State{params}({args}) "
                   f"FROM numbers({n}) GROUP BY g, p SETTINGS max_threads = 1")
-    text = _query(session, "SELECT g, hex(s) FROM parts_states ORDER BY g, p")
-    states = [bytes.fromhex(line.split("\t")[1]) for line in text.split("\n") if line]
+    # The bytes the parts hold: serialized once (reading the table back would show them re-serialized).
+    text = _query(session, f"SELECT {group_key} AS g, {part_key} AS p, hex({name}State{params}({args})) FROM numbers({n}) "
+                           "GROUP BY g, p ORDER BY g, p SETTINGS max_threads = 1")
+    states = [bytes.fromhex(line.split("\t")[2]) for line in text.split("\n") if line]
     keys = [int(line.split("\t")[0]) for line in text.split("\n") if line]
     merged = _query(session, f"SELECT g, hex({name}MergeState{merge_params}(s)) FROM (SELECT g, s FROM parts_states "
                              "ORDER BY g, p) GROUP BY g ORDER BY g SETTINGS max_threads = 1")
@@ -266,10 +268,41 @@ def test_topk(session: Any, function: str, type_text: str) -> None:
     _check_combined(session, function, exprs, (type_text,), parts)
 
 
-def test_topk_refuses_groups_it_cannot_replay(session: Any) -> None:
-    dt = _type("topK(2)", ("UInt32",))
+def test_topk_refuses_groups_it_cannot_replay() -> None:
+    """Past 2 * 3N (at least 64) distinct values ClickHouse truncates its counters into the alpha map;
+    24 or more written counters that tie are ordered by libc++'s introsort: both refused."""
+    dt = _type("topK", ("UInt32",))
     made = builder(dt)
     assert made is not None
-    values = pa.array(np.arange(20, dtype=np.uint32))
-    with pytest.raises(UnsupportedError, match="topK"):
-        made.states(dt, [values], np.array([0], np.int64), 20)
+    for distinct in (30, 64):
+        values = pa.array(np.arange(distinct, dtype=np.uint32))
+        with pytest.raises(UnsupportedError, match="topK"):
+            made.states(dt, [values], np.array([0], np.int64), distinct)
+    # 30 counters of distinct counts: one order whatever the sort
+    values = pa.array(np.repeat(np.arange(30, dtype=np.uint32), np.arange(1, 31)))
+    state = made.states(dt, [values], np.array([0], np.int64), len(values)).to_pylist()[0]
+    assert state[0] == 30 and state[1:5] == (29).to_bytes(4, "little") and state[5] == 30
+
+
+@pytest.mark.parametrize("type_text", ["UInt32", "String"])
+def test_topk_past_capacity(session: Any, type_text: str) -> None:
+    """More distinct values than 3N (but fewer than the truncation): the written counters are the
+    3N first of ClickHouse's partial sort."""
+    expr = [f"CAST((number * 7) % 40 AS {type_text})"]
+    _check_built(session, "topK(5)", expr, (type_text,), [100, 39, 63, 20])
+    _check_combined(session, "topK(5)", expr, (type_text,), [[30, 10, 5], [40, 2, 50], [9, 39, 1]])
+
+
+def test_combining_states_of_no_rows() -> None:
+    """Merging only states of no rows gives the fresh state ClickHouse writes (measured)."""
+    cases = {("topK(2)", ("UInt8",)): b"\0\0", ("windowFunnel(10)", ("UInt32", "UInt8", "UInt8")): b"\x01" + bytes(8),
+             ("sequenceCount('(?1)')", ("UInt32", "UInt8")): b"\x01" + bytes(8), ("entropy", ("String",)): b"\0",
+             ("groupConcat(',')", ("String",)): b"\0", ("retention", ("UInt8", "UInt8")): bytes(4),
+             ("sumDistinct", ("UInt32",)): b"\0", ("quantileBFloat16", ("Float64",)): b"\0"}
+    for (function, types), fresh in cases.items():
+        dt = _type(function, types)
+        made = builder(dt)
+        assert made is not None
+        empty = state_layout(dt).empty  # type: ignore[union-attr]
+        combined = made.combine(dt, pa.array([empty, empty], pa.binary()), np.array([0], np.int64)).to_pylist()
+        assert combined == [fresh], function
