@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import UnsupportedError
-from spark_mergetree.format import states_quantiles, states_sets, states_simple
+from spark_mergetree.format import states_events, states_quantiles, states_sets, states_simple
 from spark_mergetree.format.aggregate_states import empty_state, nullable_flag, state_layout
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows
 from spark_mergetree.format.types import AggregateFunction, DataType, Nullable, Primitive
@@ -32,7 +32,7 @@ from spark_mergetree.format.values import string_buffers
 
 __all__ = ["why_not_buildable", "states_of_rows", "combined_states"]
 
-_FAMILIES = (states_simple, states_sets, states_quantiles)
+_FAMILIES = (states_simple, states_sets, states_quantiles, states_events)
 
 
 def _conditional(dt: AggregateFunction) -> bool:

@@ -306,3 +306,57 @@ def test_combining_states_of_no_rows() -> None:
         empty = state_layout(dt).empty  # type: ignore[union-attr]
         combined = made.combine(dt, pa.array([empty, empty], pa.binary()), np.array([0], np.int64)).to_pylist()
         assert combined == [fresh], function
+
+
+# ------------------------------------------------------------------------------------- end to end
+
+PROJECTED = ("retention(c1, c2), windowFunnel(3600)(ts, c1, c2), sequenceCount('(?1)(?2)')(ts, c1, c2), "
+             "sequenceMatch('(?1)(?t>100)(?2)')(ts, c1, c2), sumDistinct(k), avgDistinct(v), uniqExactDistinct(id), "
+             "entropy(k), entropy(s), quantileBFloat16(0.5)(v), quantilesBFloat16(0.1, 0.9)(k), "
+             "groupConcat(',')(k), groupConcat(s), topK(5)(k), topK(s)")
+PROJECTED_ROWS = ("SELECT toDateTime('2024-03-01 00:00:00', 'UTC') + (number * 7919) % 20000 AS ts, number + {offset} AS id, "
+                  "toUInt32((number * 7) % 13) AS k, (number + {offset}) / 3 AS v, toString((number * 31) % 4) AS s, "
+                  "toUInt8(k % 3 = 1) AS c1, toUInt8(k % 4 = 2) AS c2 FROM numbers({rows})")
+
+
+def test_projections_of_inserts_and_merges_are_clickhouses(tmp_path: Any) -> None:
+    """A table with an aggregate projection of these functions, filled by the same inserts in chdb
+    and here: the projection's files are ClickHouse's byte for byte after the inserts and after
+    OPTIMIZE FINAL, and ClickHouse answers from our merged part as from its own."""
+    from spark_mergetree import MergeTreeTable
+    from spark_mergetree.expressions.ddl import parse_create
+    from tests.format.chdb_util import attach_and_check, make_chdb_table, paired_part_dirs
+
+    create = (f"CREATE TABLE t (ts DateTime('UTC'), id UInt64, k UInt32, v Float64, s String, c1 UInt8, c2 UInt8, "
+              f"PROJECTION ev (SELECT s, {PROJECTED} GROUP BY s)) ENGINE = MergeTree ORDER BY id "
+              "SETTINGS index_granularity = 64, min_bytes_for_wide_part = 0")
+    sess, data_dir = make_chdb_table(tmp_path, create)
+    try:
+        sess.query("SYSTEM STOP MERGES t")
+        statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+        ours = MergeTreeTable.new(tmp_path / "ours", parse_create(statement), {"auto_merge": False})
+        ours.write_directory()
+        for offset, rows in ((0, 700), (700, 400)):
+            rows_sql = PROJECTED_ROWS.format(offset=offset, rows=rows)
+            sess.query("INSERT INTO t " + rows_sql)
+            ours.insert(ipc.open_file(pa.py_buffer(sess.query(rows_sql, "Arrow").bytes())).read_all())
+
+        def same(theirs: Any, mine: Any) -> None:
+            files = sorted(f.name for f in (theirs / "ev.proj").iterdir() if f.suffix in (".bin", ".idx")) + ["columns.txt"]
+            assert files
+            for name in files:
+                assert (mine / "ev.proj" / name).read_bytes() == (theirs / "ev.proj" / name).read_bytes(), name
+
+        for theirs, mine in paired_part_dirs(data_dir, ours):
+            same(theirs, mine)
+        ours.optimize(final=True)
+        (part,) = ours.parts()
+        sess.query("SYSTEM START MERGES t")
+        sess.query("OPTIMIZE TABLE t FINAL")
+        same(data_dir / "all_1_2_1", ours.path / part.name)
+        sess.query("CREATE TABLE merged AS t")
+        attach_and_check(sess, "merged", [ours.path / part.name])
+        query = f"SELECT s, {PROJECTED} FROM {{}} GROUP BY s ORDER BY s SETTINGS force_optimize_projection = 1"
+        assert _query(sess, query.format("merged")) == _query(sess, query.format("t"))
+    finally:
+        close_session()
