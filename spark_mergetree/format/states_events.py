@@ -22,16 +22,18 @@ What each keeps (every rule measured against chdb 26.9):
   key first). A merge reads each state into a table (a number set sized for its count first, a
   string set key by key from 16 cells), then inserts that table's keys in its cell order.
 - `entropy`: a HashMap of value → UInt64 count (HashCRC32, 16 cells to start) of numbers and Date
-  as themselves (NaN skipped), of a String as the SipHash-128 of (its size + 1 as UInt64, its
-  bytes, a zero byte), of a Decimal as the SipHash-128 of its bytes; `quantileBFloat16`: the same
+  and Int128 as themselves (NaN skipped), of a String as the SipHash-128 of (its size + 1 as
+  UInt64, its bytes, a zero byte), of a Decimal or UInt128 as the SipHash-128 of its bytes; `quantileBFloat16`: the same
   of BFloat16 values (the value cast to Float32, its high 16 bits; NaN skipped), the key its own
   hash. Both serialized in cell order; a merge reads each state into a table (quantileBFloat16's
   sized for its count first, entropy's key by key from 16 cells), then adds that table's counts
   in its cell order.
 - `groupConcat`: the text of the values joined, the delimiter before each value but those that
   find the text still empty; a merge appends a non-empty state's text the same way. Built for
-  String, FixedString, integers up to 64 bits, Bool, Date and Date32 (whose text Arrow writes as
-  ClickHouse does); floats, date-times and the other types are not (their text is ClickHouse's own).
+  String, FixedString, integers (128/256-bit too), Bool ('true'/'false'), Date, Date32, DateTime
+  (in its time zone) and Decimal up to 38 digits (trailing zeros dropped), whose text Arrow writes
+  as ClickHouse does; floats, DateTime64, UUID, Decimal256 and the other types are not (their text
+  is ClickHouse's own).
 - `topK(N)`: ClickHouse 26.9's SpaceSaving of capacity 3N: counters (value, count, error) kept in
   order of first appearance and counted in place; written as miniselect's Floyd-Rivest partial
   sort of them (the first 3N selected, then libc++'s std::sort, most counted first), then the
@@ -515,9 +517,15 @@ def _as_float32(dt: DataType, raw: np.ndarray) -> np.ndarray:
 
 def _entropy_width(dt: DataType) -> int:
     """Width of the values entropy keeps as themselves (0: it keeps their 128-bit hashes)."""
-    if isinstance(dt, Primitive) and dt.custom_name is None and dt.name in (*_INTEGERS, "Float32", "Float64", "Bool", "Date"):
+    if isinstance(dt, Primitive) and dt.custom_name is None and dt.name in (*_INTEGERS, "Float32", "Float64", "Bool", "Date",
+                                                                          "Int128"):
         return int(dt.width or 0)
     return 0
+
+
+def _hashed_wide(dt: DataType) -> bool:
+    """UInt128, which entropy keeps as the SipHash-128 of its bytes (Int128 it keeps as itself)."""
+    return isinstance(dt, Primitive) and dt.custom_name is None and dt.name == "UInt128"
 
 
 def _map_table(dt: AggregateFunction) -> _Table:
@@ -580,8 +588,15 @@ def _texts(dt: DataType, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         text = pc.if_else(pc.not_equal(arr.cast(pa.uint8()), 0), "true", "false")
     elif isinstance(dt, Primitive) and dt.name in ("Date", "Date32"):
         text = coerce(dt, arr, "argument").cast(pa.date32()).cast(pa.string())
+    elif isinstance(dt, DateTime):
+        # The time in the column's time zone (ClickHouse's text of a DateTime)
+        stamps = coerce(dt, arr, "argument").cast(pa.timestamp("s", tz=dt.timezone or "UTC"))
+        text = pc.strftime(stamps, format="%Y-%m-%d %H:%M:%S")
     else:
         text = coerce(dt, arr, "argument").cast(pa.string())
+        if isinstance(dt, Decimal) and dt.scale:
+            # ClickHouse writes a Decimal without trailing zeros (and without the point when none is left)
+            text = pc.replace_substring_regex(pc.replace_substring_regex(text, r"(\.\d*?)0+$", r"\1"), r"\.$", "")
     offsets, data = string_buffers(text)
     return np.asarray(offsets, np.int64), np.ascontiguousarray(data, np.uint8)
 
@@ -745,8 +760,11 @@ def _stamp(dt: DataType) -> bool:
 
 def _concat_text(dt: DataType) -> bool:
     """Types whose text groupConcat is built for (floats, date-times and others are not)."""
-    return _is_string(dt) or (isinstance(dt, FixedString) and dt.custom_name is None) or (
-        isinstance(dt, Primitive) and dt.custom_name is None and dt.name in (*_INTEGERS, "Bool", "Date", "Date32"))
+    if isinstance(dt, Decimal):
+        return dt.custom_name is None and dt.precision <= 38  # (Decimal256's text differs in places: not built)
+    return _is_string(dt) or (isinstance(dt, (FixedString, DateTime)) and dt.custom_name is None) or (
+        isinstance(dt, Primitive) and dt.custom_name is None and dt.name in (*_INTEGERS, "Bool", "Date", "Date32", "Int128",
+                                                                             "UInt128", "Int256", "UInt256"))
 
 
 _FAMILIES: dict[str, tuple[Any, Any]] = {
@@ -773,7 +791,7 @@ def _buildable(dt: AggregateFunction) -> bool:
         return _concat_text(args[0]) and _delimiter(dt) != b"\xff"
     if name == "entropy":
         return not isinstance(args[0], DateTime) and (bool(_entropy_width(args[0])) or _is_string(args[0])
-                                                       or isinstance(args[0], Decimal))
+                                                       or isinstance(args[0], Decimal) or _hashed_wide(args[0]))
     return True
 
 

@@ -43,6 +43,16 @@ VALUES = {
     "FixedString(3)": f"toFixedString(leftPad(toString({V} % 1000), 3, '0'), 3)",
     "Decimal(9, 2)": f"toDecimal32({V}, 2) - 20",
     "Decimal(18, 3)": f"toDecimal64({V}, 3)",
+    "Decimal(38, 5)": f"toDecimal128({V} / 7, 5) - 1",
+    "Decimal(50, 10)": f"toDecimal256({V} / 3, 10) - 100",
+    "Int128": f"toInt128({V}) - 3000",
+    "UInt128": f"toUInt128({V}) * 1000000007",
+    "UInt256": f"toUInt256({V}) * 1000000007",
+    "Int256": f"toInt256({V}) - 3000",
+    "DateTime('UTC')": f"toDateTime({V} * 1000, 'UTC')",
+    "DateTime('Asia/Kolkata')": f"toDateTime({V} * 100000, 'Asia/Kolkata')",
+    "DateTime64(3, 'UTC')": f"toDateTime64({V}, 3, 'UTC')",
+    "UUID": f"reinterpretAsUUID(concat(reinterpretAsString(cityHash64({V})), reinterpretAsString(cityHash64({V} + 1))))",
 }
 # A few values repeated (for the maps and topK): the same types over fewer distinct values.
 FEW = {name: expr.replace(V, W) for name, expr in VALUES.items()}
@@ -74,8 +84,14 @@ def _arrow(session: Any, exprs: list[str], types: tuple[str, ...], n: int) -> li
     arrays = []
     for i, type_text in enumerate(types):
         arr = table.column(f"a{i}").combine_chunks()
-        if type_text.startswith("DateTime") and pa.types.is_integer(arr.type):
+        if type_text.startswith("DateTime(") and pa.types.is_integer(arr.type):
             arr = arr.cast(pa.int64()).cast(pa.timestamp("s", tz="UTC"))
+        if hasattr(arr, "storage"):  # UUID: the extension's RFC 4122 bytes
+            arr = arr.storage
+        if type_text.endswith(("128", "256")) and pa.types.is_fixed_size_binary(arr.type):
+            signed = type_text.startswith("Int")
+            arr = pa.array([int.from_bytes(v, "little", signed=signed) for v in arr.to_pylist()],
+                           pa.decimal256(76 if type_text.endswith("256") else 39, 0))
         arrays.append(arr)
     return arrays
 
@@ -217,8 +233,8 @@ def test_distinct(session: Any, function: str, type_text: str) -> None:
 # ------------------------------------------------------------------------------------- counting maps
 
 ENTROPY_TYPES = ["UInt8", "Int16", "UInt32", "Int64", "UInt64", "Float32", "Float64", "Bool", "Date", "String",
-                 "Decimal(9, 2)", "Decimal(18, 3)"]
-BFLOAT_TYPES = ["UInt8", "Int8", "UInt16", "Int32", "UInt64", "Int64", "Float32", "Float64", "Date"]
+                 "Decimal(9, 2)", "Decimal(18, 3)", "Int128", "UInt128"]
+BFLOAT_TYPES = ["UInt8", "Int8", "UInt16", "Int32", "UInt64", "Int64", "Float32", "Float64", "Date", "Bool"]
 
 
 @pytest.mark.parametrize("type_text", ENTROPY_TYPES)
@@ -238,7 +254,8 @@ def test_bfloat16(session: Any, function: str, type_text: str) -> None:
 
 # --------------------------------------------------------------------------------------- groupConcat
 
-CONCAT_TYPES = ["String", "FixedString(3)", "UInt8", "Int16", "UInt64", "Int64", "Bool", "Date", "Date32"]
+CONCAT_TYPES = ["String", "FixedString(3)", "UInt8", "Int16", "UInt64", "Int64", "Bool", "Date", "Date32", "Int128", "UInt128",
+                "UInt256", "Int256", "Decimal(9, 2)", "Decimal(18, 3)", "Decimal(38, 5)", "DateTime('UTC')", "DateTime('Asia/Kolkata')"]
 
 
 @pytest.mark.parametrize("function", ["groupConcat", "groupConcat(', ')", "groupConcat('|')"])
@@ -248,13 +265,16 @@ def test_group_concat(session: Any, function: str, type_text: str) -> None:
     _check_combined(session, function, [VALUES[type_text]], (type_text,))
 
 
-def test_group_concat_of_floats_is_not_built() -> None:
-    assert builder(_type("groupConcat", ("Float64",))) is None
+def test_group_concat_of_other_types_is_not_built() -> None:
+    """Floats, DateTime64, UUID, Decimal256 and the other types: their text is ClickHouse's own."""
+    for type_text in ("Float64", "Float32", "DateTime64(3, 'UTC')", "UUID", "Decimal(50, 10)", "Array(UInt8)"):
+        assert builder(_type("groupConcat", (type_text,))) is None, type_text
 
 
 # ---------------------------------------------------------------------------------------------- topK
 
-TOPK_TYPES = ["UInt8", "Int32", "UInt64", "Float64", "Date", "String", "FixedString(3)", "Decimal(9, 2)"]
+TOPK_TYPES = ["UInt8", "Int32", "UInt64", "Float64", "Date", "String", "FixedString(3)", "Decimal(9, 2)", "Bool", "Int128",
+              "UInt256", "DateTime('UTC')", "DateTime64(3, 'UTC')", "UUID", "Date32"]
 
 
 @pytest.mark.parametrize("function", ["topK", "topK(5)", "topK(2)"])
