@@ -39,11 +39,10 @@ What each keeps (every rule measured against chdb 26.9):
   sort of them (the first 3N selected, then libc++'s std::sort, most counted first), then the
   alpha map of evicted counts (nextPowerOf2(18N) varuints, all 0 until an eviction). A merge copies
   the first state's counters as read (in serialized order), then adds each other state's counts to
-  the same values' or appends them. Reproduced exactly while a group (or a merge) holds fewer than
-  max(64, 6N) distinct values (past that ClickHouse truncates its list, evicting into the alpha
-  map) and the written counters are fewer than 24 or none tie (libc++ sorts 24 or more by
-  introsort); the other groups are refused (UnsupportedError naming topK), as are states holding
-  evictions.
+  the same values' or appends them. Reproduced exactly (libc++'s introsort order of tied counters
+  too) while a group, or a merge, holds fewer than max(64, 6N) distinct values; at that many
+  ClickHouse truncates its list, evicting into the alpha map: those groups are refused
+  (UnsupportedError naming topK), as are states holding evictions.
 
 Every built state is ClickHouse's bytes (GROUP BY in one thread, rows in order); every combined
 state is the bytes of ClickHouse's merge, into a fresh state left to right, of the states as a
@@ -710,8 +709,8 @@ def _truncation(dt: AggregateFunction) -> int:
 
 def _topk_refused(dt: AggregateFunction, group: int, why: str) -> UnsupportedError:
     return UnsupportedError(f"topK states of group {group} are not built: {why} (ClickHouse's evictions into its alpha "
-                            f"map, and libc++'s order of tied counters past 23, are not reproduced; topK({_reserved(dt) // 3}) "
-                            f"is built for groups of fewer than {_truncation(dt)} distinct values)")
+                            f"map are not reproduced; topK({_reserved(dt) // 3}) is built for groups of fewer than "
+                            f"{_truncation(dt)} distinct values)")
 
 
 def _topk_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
@@ -719,7 +718,7 @@ def _topk_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.n
     order, counts, errors, ends, refused = _events_kernels().topk_build(keys.ids, starts, n, keys.count(), _reserved(dt),
                                                                         _truncation(dt))
     if refused >= 0:
-        raise _topk_refused(dt, int(refused), "too many distinct values, or tied counters past 23")
+        raise _topk_refused(dt, int(refused), "too many distinct values")
     return _topk_pieces(dt, keys, order, counts, errors, ends)
 
 
@@ -742,7 +741,7 @@ def _topk_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) -
     order, merged_counts, merged_errors, ends, refused = _events_kernels().topk_merge(
         keys.ids, counts, errors, np.cumsum(sizes), starts, keys.count(), _reserved(dt), _truncation(dt))
     if refused >= 0:
-        raise _topk_refused(dt, int(refused), "the merged counters reach the truncation, or tie past 23")
+        raise _topk_refused(dt, int(refused), "the merged counters reach the truncation")
     return _topk_pieces(dt, keys, order, merged_counts, merged_errors, ends)
 
 

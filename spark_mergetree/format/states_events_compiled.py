@@ -1,11 +1,13 @@
-"""Compiled kernels of format/states_events.py: ClickHouse's SpaceSaving (topK) replayed counter by
-counter, and the parser of its states.
+"""Compiled kernels of format/states_events.py: ClickHouse 26.9's SpaceSaving (topK) replayed
+counter by counter, and the parser of its states.
 
-SpaceSaving keeps a list of counters (key, count, error), most counted first: a key counted again
-moves ahead past every counter it now beats (count greater, or equal with a smaller error); a new
-key is appended. A merge into a state adds the other's counters from its last to its first, then
-sorts the list (pdqsort, which below 24 counters is an insertion sort, so stable) and keeps the
-capacity's first. Keys are given as ids (equal keys, equal ids).
+SpaceSaving keeps its counters (key, count, error) in order of first appearance, counting them in
+place. Writing a state partially sorts a copy, most counted first (a greater count, or an equal
+one with a smaller error): miniselect's Floyd-Rivest selection of the first `capacity`, then
+libc++'s std::sort of them (its introsort: sorting networks up to 5 elements, insertion sort below
+24, median of three or Tukey's ninther past 128, partitions with equals on the right or, next to an
+equal pivot, on the left). Both algorithms are replayed step by step, so ties come out in
+ClickHouse's order. Keys are given as ids (equal keys, equal ids).
 """
 
 from __future__ import annotations
@@ -79,43 +81,201 @@ def _sort3(ids, counts, errors, x, y, z):
 
 
 @lazy_njit
-def _sort_front(ids, counts, errors, first, length):
-    """libc++'s std::sort of `length` counters from `first` (most counted first): sorting networks
-    for 2 to 5, insertion below 24. Returns False when longer and two counters tie (libc++'s
-    introsort order of ties is not reproduced)."""
-    if length < 2:
-        return True
-    if length == 2:
-        if _beats(counts, errors, first + 1, first):
-            _swap(ids, counts, errors, first, first + 1)
-        return True
-    if length <= 5:
-        _sort3(ids, counts, errors, first, first + 1, first + 2)
-        for last in range(first + 3, first + length):
-            # __sort4 / __sort5: the next element sunk into the sorted front
-            p = last
-            while p > first and _beats(counts, errors, p, p - 1):
-                _swap(ids, counts, errors, p - 1, p)
-                p -= 1
-        return True
-    for i in range(first + 1, first + length):
+def _sink(ids, counts, errors, first, last):
+    """Insertion sort of [first, last) by adjacent swaps (stable: a counter moves past those it beats)."""
+    for i in range(first + 1, last):
         p = i
         while p > first and _beats(counts, errors, p, p - 1):
             _swap(ids, counts, errors, p - 1, p)
             p -= 1
-    if length < _INSERTION_SORT_LIMIT:
+
+
+@lazy_njit
+def _small_sort(ids, counts, errors, first, last):
+    """libc++'s sorting networks of 2 to 5 elements (__sort2 to __sort5: __sort3, then each next one
+    sunk into place)."""
+    length = last - first
+    if length == 2:
+        if _beats(counts, errors, first + 1, first):
+            _swap(ids, counts, errors, first, first + 1)
+        return
+    _sort3(ids, counts, errors, first, first + 1, first + 2)
+    for i in range(first + 3, last):
+        p = i
+        while p > first and _beats(counts, errors, p, p - 1):
+            _swap(ids, counts, errors, p - 1, p)
+            p -= 1
+
+
+@lazy_njit
+def _insertion_incomplete(ids, counts, errors, first, last):
+    """libc++'s __insertion_sort_incomplete: gives up (False) after moving 8 elements."""
+    length = last - first
+    if length < 2:
         return True
-    for i in range(first + 1, first + length):
-        if counts[i] == counts[i - 1] and errors[i] == errors[i - 1]:
-            return False
+    if length <= 5:
+        _small_sort(ids, counts, errors, first, last)
+        return True
+    _sort3(ids, counts, errors, first, first + 1, first + 2)
+    moved = 0
+    for i in range(first + 3, last):
+        if _beats(counts, errors, i, i - 1):
+            p = i
+            while p > first and _beats(counts, errors, p, p - 1):
+                _swap(ids, counts, errors, p - 1, p)
+                p -= 1
+            moved += 1
+            if moved == 8:
+                return i + 1 == last
     return True
+
+
+@lazy_njit
+def _move(ids, counts, errors, to, frm):
+    ids[to] = ids[frm]
+    counts[to] = counts[frm]
+    errors[to] = errors[frm]
+
+
+@lazy_njit
+def _partition_right(ids, counts, errors, first, last, pid, pc, pe):
+    """libc++'s __partition_with_equals_on_right of [first, last) around the pivot (pid, pc, pe)
+    taken out of `first`. Returns (the pivot's position, whether the range was already partitioned)."""
+    begin = first
+    first += 1
+    while counts[first] > pc or (counts[first] == pc and errors[first] < pe):
+        first += 1
+    if begin == first - 1:
+        while first < last:
+            last -= 1
+            if counts[last] > pc or (counts[last] == pc and errors[last] < pe):
+                break
+    else:
+        last -= 1
+        while not (counts[last] > pc or (counts[last] == pc and errors[last] < pe)):
+            last -= 1
+    already = first >= last
+    while first < last:
+        _swap(ids, counts, errors, first, last)
+        first += 1
+        while counts[first] > pc or (counts[first] == pc and errors[first] < pe):
+            first += 1
+        last -= 1
+        while not (counts[last] > pc or (counts[last] == pc and errors[last] < pe)):
+            last -= 1
+    pivot = first - 1
+    if begin != pivot:
+        _move(ids, counts, errors, begin, pivot)
+    ids[pivot], counts[pivot], errors[pivot] = pid, pc, pe
+    return pivot, already
+
+
+@lazy_njit
+def _partition_left(ids, counts, errors, first, last, pid, pc, pe):
+    """libc++'s __partition_with_equals_on_left. Returns where the greater part starts."""
+    begin = first
+    if pc > counts[last - 1] or (pc == counts[last - 1] and pe < errors[last - 1]):
+        first += 1
+        while not (pc > counts[first] or (pc == counts[first] and pe < errors[first])):
+            first += 1
+    else:
+        first += 1
+        while first < last and not (pc > counts[first] or (pc == counts[first] and pe < errors[first])):
+            first += 1
+    if first < last:
+        last -= 1
+        while pc > counts[last] or (pc == counts[last] and pe < errors[last]):
+            last -= 1
+    while first < last:
+        _swap(ids, counts, errors, first, last)
+        first += 1
+        while not (pc > counts[first] or (pc == counts[first] and pe < errors[first])):
+            first += 1
+        last -= 1
+        while pc > counts[last] or (pc == counts[last] and pe < errors[last]):
+            last -= 1
+    pivot = first - 1
+    if begin != pivot:
+        _move(ids, counts, errors, begin, pivot)
+    ids[pivot], counts[pivot], errors[pivot] = pid, pc, pe
+    return first
+
+
+@lazy_njit
+def _introsort(ids, counts, errors, first, last, depth):
+    """libc++'s std::sort (its __introsort, LLVM 17 and later): most counted first. Its recursion on
+    the left part (the right part continued in the same frame) is a stack here, the left part
+    first. Returns False when it would fall back to heap sort (not reproduced)."""
+    stack = np.empty((2 * depth + 2, 4), np.int64)
+    top = 0
+    stack[0, 0], stack[0, 1], stack[0, 2], stack[0, 3] = first, last, depth, 1
+    top = 1
+    while top > 0:
+        top -= 1
+        first, last, depth, leftmost = stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3] == 1
+        while True:
+            length = last - first
+            if length < 2:
+                break
+            if length <= 5:
+                _small_sort(ids, counts, errors, first, last)
+                break
+            if length < _INSERTION_SORT_LIMIT:
+                _sink(ids, counts, errors, first, last)
+                break
+            if depth == 0:
+                return False
+            depth -= 1
+            half = length // 2
+            if length > 128:
+                _sort3(ids, counts, errors, first, first + half, last - 1)
+                _sort3(ids, counts, errors, first + 1, first + half - 1, last - 2)
+                _sort3(ids, counts, errors, first + 2, first + half + 1, last - 3)
+                _sort3(ids, counts, errors, first + half - 1, first + half, first + half + 1)
+                _swap(ids, counts, errors, first, first + half)
+            else:
+                _sort3(ids, counts, errors, first + half, first, last - 1)
+            pid, pc, pe = ids[first], counts[first], errors[first]
+            if not leftmost and not _beats(counts, errors, first - 1, first):
+                first = _partition_left(ids, counts, errors, first, last, pid, pc, pe)
+                continue
+            pivot, already = _partition_right(ids, counts, errors, first, last, pid, pc, pe)
+            if already:
+                left_done = _insertion_incomplete(ids, counts, errors, first, pivot)
+                if _insertion_incomplete(ids, counts, errors, pivot + 1, last):
+                    if left_done:
+                        break
+                    last = pivot
+                    continue
+                if left_done:
+                    first = pivot + 1
+                    continue
+            # the left part now (as the recursive call), the right part after it
+            if top + 2 > len(stack):
+                return False
+            stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3] = pivot + 1, last, depth, 0
+            top += 1
+            last = pivot
+    return True
+
+
+@lazy_njit
+def _sort_front(ids, counts, errors, first, length):
+    """libc++'s std::sort of `length` counters from `first`, most counted first. False when not
+    reproduced (its heap sort fallback)."""
+    depth = 0
+    n = length
+    while n > 1:
+        n >>= 1
+        depth += 1
+    return _introsort(ids, counts, errors, first, first + length, 2 * depth)
 
 
 @lazy_njit
 def _written(ids, counts, errors, first, size, capacity):
     """SpaceSaving::write: the counters partially sorted (miniselect's Floyd-Rivest partial sort:
     selection of the first `capacity`, then std::sort of them). Returns how many are written, or
-    -1 when the order is not reproduced."""
+    -1 when the order is not reproduced (libc++'s heap sort fallback)."""
     keep = min(size, capacity)
     if keep == 0:
         return 0

@@ -289,19 +289,25 @@ def test_topk(session: Any, function: str, type_text: str) -> None:
 
 
 def test_topk_refuses_groups_it_cannot_replay() -> None:
-    """Past 2 * 3N (at least 64) distinct values ClickHouse truncates its counters into the alpha map;
-    24 or more written counters that tie are ordered by libc++'s introsort: both refused."""
+    """At 2 * 3N (at least 64) distinct values ClickHouse truncates its counters, evicting into the
+    alpha map: refused."""
     dt = _type("topK", ("UInt32",))
     made = builder(dt)
     assert made is not None
-    for distinct in (30, 64):
-        values = pa.array(np.arange(distinct, dtype=np.uint32))
-        with pytest.raises(UnsupportedError, match="topK"):
-            made.states(dt, [values], np.array([0], np.int64), distinct)
-    # 30 counters of distinct counts: one order whatever the sort
-    values = pa.array(np.repeat(np.arange(30, dtype=np.uint32), np.arange(1, 31)))
-    state = made.states(dt, [values], np.array([0], np.int64), len(values)).to_pylist()[0]
-    assert state[0] == 30 and state[1:5] == (29).to_bytes(4, "little") and state[5] == 30
+    values = pa.array(np.arange(64, dtype=np.uint32))
+    with pytest.raises(UnsupportedError, match="topK"):
+        made.states(dt, [values], np.array([0], np.int64), 64)
+    assert len(made.states(dt, [values[:63]], np.array([0], np.int64), 63).to_pylist()[0]) > 30 * 6
+
+
+@pytest.mark.parametrize("function", ["topK", "topK(8)", "topK(50)"])
+def test_topk_sorts_many_tied_counters_as_libcxx(session: Any, function: str) -> None:
+    """Written counters of 24 and more, with many ties: libc++'s introsort order (median of three,
+    Tukey's ninther past 128, partitions with equals on either side)."""
+    distinct = 63 if function != "topK(50)" else 299
+    expr = [f"toUInt32(((number * 7919) % {distinct * 3} % {distinct}) * 11)"]
+    _check_built(session, function, expr, ("UInt32",), [200, 60, 500, 31, 1000])
+    _check_combined(session, function, expr, ("UInt32",), [[30, 10, 50], [40, 2, 100], [9, 39, 150]])
 
 
 @pytest.mark.parametrize("type_text", ["UInt32", "String"])
