@@ -35,14 +35,19 @@ What each keeps (every rule measured against chdb 26.9):
   as ClickHouse does; floats, DateTime64, UUID, Decimal256 and the other types are not (their text
   is ClickHouse's own).
 - `topK(N)`: ClickHouse 26.9's SpaceSaving of capacity 3N: counters (value, count, error) kept in
-  order of first appearance and counted in place; written as miniselect's Floyd-Rivest partial
-  sort of them (the first 3N selected, then libc++'s std::sort, most counted first), then the
-  alpha map of evicted counts (nextPowerOf2(18N) varuints, all 0 until an eviction). A merge copies
-  the first state's counters as read (in serialized order), then adds each other state's counts to
-  the same values' or appends them. Reproduced exactly (libc++'s introsort order of tied counters
-  too) while a group, or a merge, holds fewer than max(64, 6N) distinct values; at that many
-  ClickHouse truncates its list, evicting into the alpha map: those groups are refused
-  (UnsupportedError naming topK), as are states holding evictions.
+  order of first appearance and counted in place; a value new once 3N are kept starts at the count
+  of the alpha map at its hash (HashCRC32 of a number, the CRC32 string hash of other values'
+  bytes): count alpha + 1, error alpha. At max(64, 6N) counters the list is truncated: the 3N first
+  by ClickHouse's order selected (miniselect's Floyd-Rivest nth_element), each other one's count
+  less its error added to the alpha map (capped at 2^32 - 1). Written: the counters partially
+  sorted (Floyd-Rivest selection of the first 3N, then libc++'s std::sort of them; the order puts
+  a greater count less error first, then a greater count), then the alpha map (nextPowerOf2(18N)
+  varuints). A merge copies the first state with counters (its counters as serialized, its alpha
+  map); into each next one it raises the merged counters by that state's largest alpha when the
+  state is full, adds its counters (less that alpha) to the same values' or appends them (plus the
+  merged largest alpha when the merged list is full), adds the alpha maps, then truncates. All
+  reproduced step by step (ties come out in ClickHouse's order); refused (UnsupportedError naming
+  topK) only past N = 100, where ClickHouse truncates more than 601 counters by sampling them.
 
 Every built state is ClickHouse's bytes (GROUP BY in one thread, rows in order); every combined
 state is the bytes of ClickHouse's merge, into a fresh state left to right, of the states as a
@@ -677,7 +682,9 @@ def _topk_keys(dt: DataType, arr: pa.Array) -> _Keys:
 
 
 def _topk_pieces(dt: AggregateFunction, keys: _Keys, order: np.ndarray, counts: np.ndarray, errors: np.ndarray,
-                 ends: np.ndarray) -> pa.BinaryArray:
+                 ends: np.ndarray, alphas: np.ndarray | None = None, alpha_groups: np.ndarray | None = None) -> pa.BinaryArray:
+    """States of counters `order` (with `counts` and `errors`), group g's ending at ends[g], each
+    with its alpha map: zeros, but `alphas[i]` for group alpha_groups[i]."""
     sizes = np.diff(np.concatenate([[0], ends]))
     if keys.fixed is not None:
         key_data, key_offsets = keys.fixed[order].reshape(-1), np.arange(len(order) + 1, dtype=np.int64) * keys.fixed.shape[1]
@@ -687,19 +694,36 @@ def _topk_pieces(dt: AggregateFunction, keys: _Keys, order: np.ndarray, counts: 
     counter_bytes = concat_rows([(np.ascontiguousarray(key_data), key_offsets), _varuint_piece(counts),
                                  _varuint_piece(errors)])
     c_offsets, c_data = _buffers(counter_bytes)
-    # The alpha map (all 0: nothing evicted) of the capacity; a merge of states without counters
-    # never sized its SpaceSaving, so writes none.
-    alpha = _alpha_size(_reserved(dt))
-    alpha_bytes = np.frombuffer(bytes(encode_varuints(np.array([alpha], np.uint64))[0]) + bytes(alpha), np.uint8)
-    sized = sizes > 0
-    alpha_lengths = np.where(sized, len(alpha_bytes), 1)
-    alpha_offsets = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(alpha_lengths, out=alpha_offsets[1:])
-    alpha_data = np.zeros(int(alpha_offsets[-1]), np.uint8)
-    starts_sized = alpha_offsets[:-1][sized]
-    alpha_data[(starts_sized[:, None] + np.arange(len(alpha_bytes))).reshape(-1)] = np.tile(alpha_bytes, len(starts_sized))
     group_bounds = c_offsets[np.concatenate([[0], ends]).astype(np.int64)]
-    return concat_rows([_varuint_piece(sizes), (c_data, group_bounds), (alpha_data, alpha_offsets)])
+    return concat_rows([_varuint_piece(sizes), (c_data, group_bounds), _alpha_piece(dt, sizes, alphas, alpha_groups)])
+
+
+def _alpha_piece(dt: AggregateFunction, sizes: np.ndarray, alphas: np.ndarray | None,
+                 alpha_groups: np.ndarray | None) -> Piece:
+    """Each group's alpha map: its size then its varuints (all 0 but for the groups that evicted,
+    alphas[i] for group alpha_groups[i]); a merge of states without counters never sized its
+    SpaceSaving, so writes a size 0 alone. (As large as the written maps: no group's is dense for
+    nothing.)"""
+    alpha = _alpha_size(_reserved(dt))
+    sized = sizes > 0
+    written = np.zeros((int(sized.sum()), alpha), np.uint64)
+    if alphas is not None and alpha_groups is not None and len(alpha_groups):
+        written[(np.cumsum(sized) - 1)[alpha_groups]] = alphas
+    values, value_offsets = encode_varuints(written.reshape(-1))
+    rows = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(np.where(sized, alpha, 0), out=rows[1:])
+    header = _varuint_piece(np.where(sized, alpha, 0).astype(np.uint64))
+    joined = concat_rows([header, (values, value_offsets[rows])])
+    offsets, data = _buffers(joined)
+    return data, offsets
+
+
+def _topk_hashes(keys: _Keys) -> np.ndarray:
+    """The hash SpaceSaving files a key under (its alpha map cell): HashCRC32 of a number's bits,
+    ClickHouse's CRC32 string hash of other values' bytes."""
+    if keys.fixed is not None:
+        return _crc_hash(keys)
+    return _string_hash(keys)
 
 
 def _truncation(dt: AggregateFunction) -> int:
@@ -708,41 +732,48 @@ def _truncation(dt: AggregateFunction) -> int:
 
 
 def _topk_refused(dt: AggregateFunction, group: int, why: str) -> UnsupportedError:
-    return UnsupportedError(f"topK states of group {group} are not built: {why} (ClickHouse's evictions into its alpha "
-                            f"map are not reproduced; topK({_reserved(dt) // 3}) is built for groups of fewer than "
-                            f"{_truncation(dt)} distinct values)")
+    return UnsupportedError(f"topK states of group {group} are not built: {why} (ClickHouse's truncation of more than "
+                            "601 counters samples them first, which is not reproduced: topK(N) past N = 100)")
 
 
 def _topk_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
     keys = _topk_keys(_plain(dt.arguments[0]), arrays[0])
-    order, counts, errors, ends, refused = _events_kernels().topk_build(keys.ids, starts, n, keys.count(), _reserved(dt),
-                                                                        _truncation(dt))
+    order, counts, errors, ends, alphas, alpha_groups, refused = _events_kernels().topk_build(
+        keys.ids, _topk_hashes(keys), starts, n, keys.count(), _reserved(dt), _truncation(dt), _alpha_size(_reserved(dt)))
     if refused >= 0:
-        raise _topk_refused(dt, int(refused), "too many distinct values")
-    return _topk_pieces(dt, keys, order, counts, errors, ends)
+        raise _topk_refused(dt, int(refused), "the counters reach the truncation past 601")
+    return _topk_pieces(dt, keys, order, counts, errors, ends, alphas, alpha_groups)
 
 
 def _topk_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) -> pa.BinaryArray:
     offsets, data = _buffers(states)
     arg = _plain(dt.arguments[0])
     width = _topk_kept_as_number(arg)
-    parsed = _events_kernels().parse_topk(data, offsets[:-1], offsets[1:], width)
-    sizes, key_starts, key_lengths, counts, errors, _alphas, bad, evicted = parsed
+    kernels = _events_kernels()
+    parsed = kernels.parse_topk(data, offsets[:-1], offsets[1:], width)
+    sizes, key_starts, key_lengths, counts, errors, alpha_sizes, bad, evicted, alpha_begins = parsed
     if bad >= 0:
         raise _corrupt(dt, int(bad))
-    if evicted.any():
-        state = int(np.argmax(evicted))
-        raise _topk_refused(dt, int(np.searchsorted(starts, state, side="right") - 1), "a state holds evictions")
+    alpha_size = _alpha_size(_reserved(dt))
+    wrong = (sizes > 0) & (alpha_sizes != alpha_size)
+    if wrong.any():  # (ClickHouse refuses to read such a state)
+        raise _corrupt(dt, int(np.argmax(wrong)))
+    holding = np.nonzero(evicted)[0]
+    alphas = kernels.read_alphas(data, alpha_begins[holding], alpha_sizes[holding]) if len(holding) \
+        else np.zeros((0, alpha_size), np.uint64)
+    state_alpha = np.full(len(sizes), -1, np.int64)
+    state_alpha[holding] = np.arange(len(holding))
     key_offsets = np.zeros(len(key_lengths) + 1, np.int64)
     np.cumsum(key_lengths, out=key_offsets[1:])
     picks = np.repeat(key_starts - key_offsets[:-1], key_lengths) + np.arange(int(key_offsets[-1]), dtype=np.int64)
     key_data = np.ascontiguousarray(data[picks])
     keys = _fixed_keys(key_data.reshape(-1, width)) if width else _string_keys(key_offsets, key_data)
-    order, merged_counts, merged_errors, ends, refused = _events_kernels().topk_merge(
-        keys.ids, counts, errors, np.cumsum(sizes), starts, keys.count(), _reserved(dt), _truncation(dt))
+    order, merged_counts, merged_errors, ends, merged_alphas, alpha_groups, refused = kernels.topk_merge(
+        keys.ids, counts, errors, _topk_hashes(keys), np.cumsum(sizes), starts, keys.count(), _reserved(dt),
+        _truncation(dt), state_alpha, alphas)
     if refused >= 0:
-        raise _topk_refused(dt, int(refused), "the merged counters reach the truncation")
-    return _topk_pieces(dt, keys, order, merged_counts, merged_errors, ends)
+        raise _topk_refused(dt, int(refused), "the merged counters reach the truncation past 601")
+    return _topk_pieces(dt, keys, order, merged_counts, merged_errors, ends, merged_alphas, alpha_groups)
 
 
 # ------------------------------------------------------------------------------------------ builder

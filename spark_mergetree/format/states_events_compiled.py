@@ -2,8 +2,9 @@
 counter by counter, and the parser of its states.
 
 SpaceSaving keeps its counters (key, count, error) in order of first appearance, counting them in
-place. Writing a state partially sorts a copy, most counted first (a greater count, or an equal
-one with a smaller error): miniselect's Floyd-Rivest selection of the first `capacity`, then
+place, truncating them into its alpha map of evicted counts when they reach a target. Writing a
+state partially sorts a copy (a greater count less error first, then a greater count):
+miniselect's Floyd-Rivest selection of the first `capacity`, then
 libc++'s std::sort of them (its introsort: sorting networks up to 5 elements, insertion sort below
 24, median of three or Tukey's ninther past 128, partitions with equals on the right or, next to an
 equal pivot, on the left). Both algorithms are replayed step by step, so ties come out in
@@ -16,13 +17,23 @@ import numpy as np
 
 from spark_mergetree.format.compiled import lazy_njit
 
+_MAX_ALPHA = np.uint64(0xFFFFFFFF)  # SpaceSaving caps its alpha counts at UInt32's maximum
 _INSERTION_SORT_LIMIT = 24  # libc++'s std::sort sorts fewer elements by insertion
 
 
 @lazy_njit
+def _above(count_a, error_a, count_b, error_b):
+    """ClickHouse's Counter::operator>: a greater guaranteed count (count less error), or the same
+    one with a greater count."""
+    sure_a = count_a - error_a
+    sure_b = count_b - error_b
+    return sure_a > sure_b or (sure_a == sure_b and count_a > count_b)
+
+
+@lazy_njit
 def _beats(counts, errors, a, b):
-    """Counter a before counter b: more counted, or as counted with a smaller error."""
-    return counts[a] > counts[b] or (counts[a] == counts[b] and errors[a] < errors[b])
+    """Counter a before counter b (`_above`)."""
+    return _above(counts[a], errors[a], counts[b], errors[b])
 
 
 @lazy_njit
@@ -143,25 +154,25 @@ def _partition_right(ids, counts, errors, first, last, pid, pc, pe):
     taken out of `first`. Returns (the pivot's position, whether the range was already partitioned)."""
     begin = first
     first += 1
-    while counts[first] > pc or (counts[first] == pc and errors[first] < pe):
+    while _above(counts[first], errors[first], pc, pe):
         first += 1
     if begin == first - 1:
         while first < last:
             last -= 1
-            if counts[last] > pc or (counts[last] == pc and errors[last] < pe):
+            if _above(counts[last], errors[last], pc, pe):
                 break
     else:
         last -= 1
-        while not (counts[last] > pc or (counts[last] == pc and errors[last] < pe)):
+        while not (_above(counts[last], errors[last], pc, pe)):
             last -= 1
     already = first >= last
     while first < last:
         _swap(ids, counts, errors, first, last)
         first += 1
-        while counts[first] > pc or (counts[first] == pc and errors[first] < pe):
+        while _above(counts[first], errors[first], pc, pe):
             first += 1
         last -= 1
-        while not (counts[last] > pc or (counts[last] == pc and errors[last] < pe)):
+        while not (_above(counts[last], errors[last], pc, pe)):
             last -= 1
     pivot = first - 1
     if begin != pivot:
@@ -174,25 +185,25 @@ def _partition_right(ids, counts, errors, first, last, pid, pc, pe):
 def _partition_left(ids, counts, errors, first, last, pid, pc, pe):
     """libc++'s __partition_with_equals_on_left. Returns where the greater part starts."""
     begin = first
-    if pc > counts[last - 1] or (pc == counts[last - 1] and pe < errors[last - 1]):
+    if _above(pc, pe, counts[last - 1], errors[last - 1]):
         first += 1
-        while not (pc > counts[first] or (pc == counts[first] and pe < errors[first])):
+        while not (_above(pc, pe, counts[first], errors[first])):
             first += 1
     else:
         first += 1
-        while first < last and not (pc > counts[first] or (pc == counts[first] and pe < errors[first])):
+        while first < last and not (_above(pc, pe, counts[first], errors[first])):
             first += 1
     if first < last:
         last -= 1
-        while pc > counts[last] or (pc == counts[last] and pe < errors[last]):
+        while _above(pc, pe, counts[last], errors[last]):
             last -= 1
     while first < last:
         _swap(ids, counts, errors, first, last)
         first += 1
-        while not (pc > counts[first] or (pc == counts[first] and pe < errors[first])):
+        while not (_above(pc, pe, counts[first], errors[first])):
             first += 1
         last -= 1
-        while pc > counts[last] or (pc == counts[last] and pe < errors[last]):
+        while _above(pc, pe, counts[last], errors[last]):
             last -= 1
     pivot = first - 1
     if begin != pivot:
@@ -203,7 +214,7 @@ def _partition_left(ids, counts, errors, first, last, pid, pc, pe):
 
 @lazy_njit
 def _introsort(ids, counts, errors, first, last, depth):
-    """libc++'s std::sort (its __introsort, LLVM 17 and later): most counted first. Its recursion on
+    """libc++'s std::sort (its __introsort, LLVM 17 and later), in ClickHouse's counter order. Its recursion on
     the left part (the right part continued in the same frame) is a stack here, the left part
     first. Returns False when it would fall back to heap sort (not reproduced)."""
     stack = np.empty((2 * depth + 2, 4), np.int64)
@@ -261,7 +272,7 @@ def _introsort(ids, counts, errors, first, last, depth):
 
 @lazy_njit
 def _sort_front(ids, counts, errors, first, length):
-    """libc++'s std::sort of `length` counters from `first`, most counted first. False when not
+    """libc++'s std::sort of `length` counters from `first` in ClickHouse's counter order. False when not
     reproduced (its heap sort fallback)."""
     depth = 0
     n = length
@@ -286,85 +297,181 @@ def _written(ids, counts, errors, first, size, capacity):
 
 
 @lazy_njit
-def topk_build(ids, starts, n, keys, capacity, target):
-    """Each group's SpaceSaving (counters appended in order of first appearance, counted in place)
-    as written. Groups reaching `target` distinct keys (ClickHouse truncates them, evicting into
-    its alpha map) or whose written order is not reproduced are refused. Returns (ids, counts,
-    errors, ends per group, the first refused group or -1)."""
+def _truncate(ids, counts, errors, key_hash, first, size, capacity, alpha):
+    """SpaceSaving's truncation once its list reaches the target: the first `capacity` counters
+    selected in place (miniselect's Floyd-Rivest nth_element), each other one's count less its
+    error added to the alpha map at its hash. Returns the new size. (Lists of more than 601
+    counters would take miniselect's sampling step: not reproduced; the caller refuses them.)"""
+    _select(ids[first:first + size], counts[first:first + size], errors[first:first + size], 0, size - 1, capacity)
+    mask = np.uint64(len(alpha) - 1)
+    for i in range(first + capacity, first + size):
+        cell = np.int64(key_hash[ids[i]] & mask)
+        alpha[cell] = min(alpha[cell] + counts[i] - errors[i], _MAX_ALPHA)
+    return capacity
+
+
+@lazy_njit
+def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size):
+    """Each group's SpaceSaving as written: counters appended in order of first appearance and
+    counted in place; past `capacity` counters a new key starts from the alpha map's count at its
+    hash (count alpha + 1, error alpha); at `target` counters the list is truncated (`_truncate`).
+    Returns (ids, counts, errors, ends per group, the alpha maps of the groups that evicted (one
+    row each), which groups those are, the first refused group or -1)."""
     groups = len(starts)
     slot_of = np.full(keys, -1, np.int64)
     out_ids = np.empty(n, np.int64)
     out_counts = np.zeros(n, np.uint64)
     out_errors = np.zeros(n, np.uint64)
     ends = np.zeros(groups, np.int64)
+    alpha = np.zeros(alpha_size, np.uint64)
+    alphas = np.zeros((0, alpha_size), np.uint64)
+    alpha_groups = np.zeros(0, np.int64)
     at = 0
     for g in range(groups):
         stop = starts[g + 1] if g + 1 < groups else n
         size = 0
+        evicted = False
         for r in range(starts[g], stop):
             key = ids[r]
             slot = slot_of[key]
-            if slot < 0:
-                if size + 1 >= target:
-                    return out_ids[:at], out_counts[:at], out_errors[:at], ends, g
-                slot_of[key] = size
-                out_ids[at + size] = key
-                out_counts[at + size] = 1
-                size += 1
-            else:
+            if slot >= 0:
                 out_counts[at + slot] += 1
+                continue
+            prior = np.uint64(0)
+            if size >= capacity:
+                prior = alpha[np.int64(key_hash[key] & np.uint64(alpha_size - 1))]
+            slot_of[key] = size
+            out_ids[at + size] = key
+            out_counts[at + size] = prior + np.uint64(1)
+            out_errors[at + size] = prior
+            size += 1
+            if size >= target:
+                if size > 601:
+                    return out_ids[:at], out_counts[:at], out_errors[:at], ends, alphas, alpha_groups, g
+                for i in range(at, at + size):
+                    slot_of[out_ids[i]] = -1
+                size = _truncate(out_ids, out_counts, out_errors, key_hash, at, size, capacity, alpha)
+                for i in range(size):
+                    slot_of[out_ids[at + i]] = i
+                evicted = True
         for i in range(at, at + size):
             slot_of[out_ids[i]] = -1
         kept = _written(out_ids, out_counts, out_errors, at, size, capacity)
         if kept < 0:
-            return out_ids[:at], out_counts[:at], out_errors[:at], ends, g
+            return out_ids[:at], out_counts[:at], out_errors[:at], ends, alphas, alpha_groups, g
         at += kept
         ends[g] = at
-    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, -1
+        if evicted:
+            grown = np.zeros((len(alphas) + 1, alpha_size), np.uint64)
+            grown[:len(alphas)] = alphas
+            grown[len(alphas)] = alpha
+            alphas = grown
+            alpha_groups = np.append(alpha_groups, g)
+            alpha[:] = 0
+    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, alphas, alpha_groups, -1
 
 
 @lazy_njit
-def topk_merge(ids, counts, errors, state_ends, group_starts, keys, capacity, target):
-    """Each group's states merged left to right into a fresh SpaceSaving and written: the first
-    state copied, then each other's counters added to the same keys' or appended, in serialized
-    order. States with evictions (a non-zero alpha map: refused by the caller) and merges
-    reaching `target` counters are not reproduced. Returns (ids, counts, errors, ends per group,
-    the first refused group or -1)."""
+def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, capacity, target, state_alpha, alphas):
+    """Each group's states merged left to right into a fresh SpaceSaving, then written. States
+    without counters are skipped; the first one is copied (its counters in serialized order, its
+    alpha map); into each other one, when full, the merged counters are raised by the largest alpha
+    m2 of the other (its counters lowered by it), counters of new keys start from the merged one's
+    largest alpha m1 (when full), the alpha maps are added (capped), and the list is truncated at
+    `target` counters. State s's alpha map is alphas[state_alpha[s]] (-1: all 0). Returns (ids,
+    counts, errors, ends per group, the alpha maps of the groups holding evictions (a row each),
+    which groups those are, the first refused group or -1)."""
     groups = len(group_starts)
     states = len(state_ends)
+    alpha_size = alphas.shape[1]
     slot_of = np.full(keys, -1, np.int64)
     room = len(ids) + 1
     out_ids = np.empty(room, np.int64)
     out_counts = np.zeros(room, np.uint64)
     out_errors = np.zeros(room, np.uint64)
     ends = np.zeros(groups, np.int64)
+    alpha = np.zeros(alpha_size, np.uint64)
+    kept_alphas = np.zeros((0, alpha_size), np.uint64)
+    alpha_groups = np.zeros(0, np.int64)
     at = 0
     for g in range(groups):
         stop = group_starts[g + 1] if g + 1 < groups else states
         size = 0
+        alpha[:] = 0
         for s in range(group_starts[g], stop):
             lo = state_ends[s - 1] if s > 0 else 0
-            for j in range(lo, state_ends[s]):
-                slot = slot_of[ids[j]]
-                if slot >= 0:
-                    out_counts[at + slot] += counts[j]
-                    out_errors[at + slot] += errors[j]
-                else:
-                    if size + 1 >= target:
-                        return out_ids[:at], out_counts[:at], out_errors[:at], ends, g
-                    slot_of[ids[j]] = size
+            hi = state_ends[s]
+            if hi == lo:
+                continue
+            if size == 0:
+                for j in range(lo, hi):
                     out_ids[at + size] = ids[j]
                     out_counts[at + size] = counts[j]
                     out_errors[at + size] = errors[j]
+                    slot_of[ids[j]] = size
                     size += 1
+                if state_alpha[s] >= 0:
+                    alpha[:] = alphas[state_alpha[s]]
+                continue
+            m1 = np.uint64(0)
+            if size >= capacity:
+                m1 = alpha.max()
+            m2 = np.uint64(0)
+            if hi - lo >= capacity and state_alpha[s] >= 0:
+                m2 = alphas[state_alpha[s]].max()
+            if m2 > 0:
+                for i in range(at, at + size):
+                    out_counts[i] += m2
+                    out_errors[i] += m2
+            for j in range(lo, hi):
+                slot = slot_of[ids[j]]
+                if slot >= 0:
+                    out_counts[at + slot] += counts[j] - m2
+                    out_errors[at + slot] += errors[j] - m2
+                else:
+                    slot_of[ids[j]] = size
+                    out_ids[at + size] = ids[j]
+                    out_counts[at + size] = counts[j] + m1
+                    out_errors[at + size] = errors[j] + m1
+                    size += 1
+            if state_alpha[s] >= 0:
+                for i in range(alpha_size):
+                    alpha[i] = min(alpha[i] + alphas[state_alpha[s], i], _MAX_ALPHA)
+            if size >= target:
+                if size > 601:
+                    return out_ids[:at], out_counts[:at], out_errors[:at], ends, kept_alphas, alpha_groups, g
+                for i in range(at, at + size):
+                    slot_of[out_ids[i]] = -1
+                size = _truncate(out_ids, out_counts, out_errors, key_hash, at, size, capacity, alpha)
+                for i in range(size):
+                    slot_of[out_ids[at + i]] = i
         for i in range(at, at + size):
             slot_of[out_ids[i]] = -1
         kept = _written(out_ids, out_counts, out_errors, at, size, capacity)
         if kept < 0:
-            return out_ids[:at], out_counts[:at], out_errors[:at], ends, g
+            return out_ids[:at], out_counts[:at], out_errors[:at], ends, kept_alphas, alpha_groups, g
         at += kept
         ends[g] = at
-    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, -1
+        if alpha.max() > 0:
+            grown = np.zeros((len(kept_alphas) + 1, alpha_size), np.uint64)
+            grown[:len(kept_alphas)] = kept_alphas
+            grown[len(kept_alphas)] = alpha
+            kept_alphas = grown
+            alpha_groups = np.append(alpha_groups, g)
+    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, kept_alphas, alpha_groups, -1
+
+
+@lazy_njit
+def read_alphas(data, begins, sizes):
+    """The alpha maps (`sizes[i]` varuints from data[begins[i]]) of some states, a row each (all
+    of one size)."""
+    width = sizes[0] if len(sizes) else 0
+    out = np.zeros((len(begins), width), np.uint64)
+    for i in range(len(begins)):
+        p = begins[i]
+        for j in range(width):
+            out[i, j], p = _varuint(data, p, len(data))
+    return out
 
 
 @lazy_njit
@@ -389,7 +496,8 @@ def parse_topk(data, begins, ends, width):
     """topK states data[begins[i]:ends[i]]: a varuint count of counters, each a key (`width` bytes,
     or a varuint length and bytes when width is 0), a varuint count and error; then a varuint count
     of alpha varuints. Returns (counters per state, each key's start and length, counts, errors,
-    alpha sizes, the first bad state or -1, whether each state's alpha map holds evictions)."""
+    alpha sizes, the first bad state or -1, whether each state's alpha map holds evictions, where
+    each alpha map's varuints start)."""
     n = len(begins)
     bound = len(data) // 3 + 1
     sizes = np.zeros(n, np.int64)
@@ -399,12 +507,13 @@ def parse_topk(data, begins, ends, width):
     errors = np.zeros(bound, np.uint64)
     alphas = np.zeros(n, np.int64)
     evicted = np.zeros(n, np.bool_)
+    alpha_begins = np.zeros(n, np.int64)
     k = 0
     for i in range(n):
         end = ends[i]
         size, p = _varuint(data, begins[i], end)
         if p < 0 or np.int64(size) > (end - p) // 3 + 1:
-            return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted
+            return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted, alpha_begins
         for _ in range(np.int64(size)):
             if width:
                 length = width
@@ -412,31 +521,32 @@ def parse_topk(data, begins, ends, width):
                 length_u, p = _varuint(data, p, end)
                 length = np.int64(length_u)
                 if p < 0:
-                    return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted
+                    return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted, alpha_begins
             if p + length > end or k >= bound:
-                return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted
+                return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted, alpha_begins
             key_starts[k] = p
             key_lengths[k] = length
             p += length
             counts[k], p = _varuint(data, p, end)
             if p < 0:
-                return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted
+                return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted, alpha_begins
             errors[k], p = _varuint(data, p, end)
             if p < 0:
-                return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted
+                return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted, alpha_begins
             k += 1
         sizes[i] = size
         alpha, p = _varuint(data, p, end)
+        alpha_begins[i] = p
         if p < 0:
-            return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted
+            return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted, alpha_begins
         for _ in range(np.int64(alpha)):
             value, p = _varuint(data, p, end)
             if p < 0:
-                return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted
+                return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted, alpha_begins
             if value != 0:
                 evicted[i] = True
         if p != end:
-            return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted
+            return sizes, key_starts[:k], key_lengths[:k], counts[:k], errors[:k], alphas, i, evicted, alpha_begins
         alphas[i] = alpha
-    return sizes, key_starts[:k].copy(), key_lengths[:k].copy(), counts[:k].copy(), errors[:k].copy(), alphas, -1, evicted
+    return sizes, key_starts[:k].copy(), key_lengths[:k].copy(), counts[:k].copy(), errors[:k].copy(), alphas, -1, evicted, alpha_begins
 

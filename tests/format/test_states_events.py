@@ -289,15 +289,25 @@ def test_topk(session: Any, function: str, type_text: str) -> None:
 
 
 def test_topk_refuses_groups_it_cannot_replay() -> None:
-    """At 2 * 3N (at least 64) distinct values ClickHouse truncates its counters, evicting into the
-    alpha map: refused."""
-    dt = _type("topK", ("UInt32",))
+    """Past N = 100 ClickHouse truncates more than 601 counters at once, sampling them first
+    (miniselect): refused."""
+    dt = _type("topK(101)", ("UInt32",))
     made = builder(dt)
     assert made is not None
-    values = pa.array(np.arange(64, dtype=np.uint32))
+    values = pa.array(np.arange(700, dtype=np.uint32))
     with pytest.raises(UnsupportedError, match="topK"):
-        made.states(dt, [values], np.array([0], np.int64), 64)
-    assert len(made.states(dt, [values[:63]], np.array([0], np.int64), 63).to_pylist()[0]) > 30 * 6
+        made.states(dt, [values], np.array([0], np.int64), 700)
+    assert made.states(dt, [values[:605]], np.array([0], np.int64), 605).to_pylist()[0][:2] == b"\xaf\x02"  # 303
+
+
+@pytest.mark.parametrize(("function", "type_text"), [("topK(3)", "UInt32"), ("topK", "UInt64"), ("topK(5)", "String"),
+                                                     ("topK(20)", "Int16"), ("topK(4)", "Decimal(9, 2)")])
+def test_topk_evictions(session: Any, function: str, type_text: str) -> None:
+    """Groups of many distinct values: ClickHouse truncates its counters into the alpha map, and
+    new values start from it; merges raise the counters by the other state's largest alpha."""
+    expr = [f"CAST(if(number % 3 = 0, number % 7, (number * 7919) % 997) AS {type_text})"]
+    _check_built(session, function, expr, (type_text,), [5000, 300, 64, 65, 2000])
+    _check_combined(session, function, expr, (type_text,), [[3000, 10, 500], [4000, 200, 100], [900, 3000, 1]])
 
 
 @pytest.mark.parametrize("function", ["topK", "topK(8)", "topK(50)"])
