@@ -396,3 +396,22 @@ def test_projections_of_inserts_and_merges_are_clickhouses(tmp_path: Any) -> Non
         assert _query(sess, query.format("merged")) == _query(sess, query.format("t"))
     finally:
         close_session()
+
+
+@pytest.mark.parametrize(("function", "types", "exprs"), [
+    ("topKIf(3)", ("UInt32", "UInt8"), ["toUInt32(number % 17)", "number % 3 = 0"]),
+    ("entropyIf", ("String", "UInt8"), ["toString(number % 11)", "number % 4 != 1"]),
+    ("sumDistinctIf", ("Int64", "UInt8"), ["toInt64(number % 23) - 5", "number % 2 = 0"]),
+    ("groupConcatIf(',')", ("UInt16", "UInt8"), ["toUInt16(number)", "number % 5 = 0"]),
+    ("sequenceCountIf('(?1)(?2)')", ("UInt32", "UInt8", "UInt8", "UInt8"),
+     ["toUInt32(number % 50)", "number % 3 = 0", "number % 5 = 0", "number % 7 != 0"])])
+def test_conditional_forms_through_the_dispatcher(session: Any, function: str, types: tuple[str, ...],
+                                                  exprs: list[str]) -> None:
+    """The -If forms (state_builders applies the condition, then this family builds the state)."""
+    from spark_mergetree.format.state_builders import states_of_rows
+
+    dt = _type(function, types)
+    sizes = [1, 40, 300, 7]
+    _, starts, n = _group_of(sizes)
+    ours = states_of_rows(dt, _arrow(session, exprs, types, n), starts, n).to_pylist()
+    assert ours == _chdb_states(session, function, exprs, types, sizes)
