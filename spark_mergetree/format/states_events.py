@@ -46,8 +46,8 @@ What each keeps (every rule measured against chdb 26.9):
   map); into each next one it raises the merged counters by that state's largest alpha when the
   state is full, adds its counters (less that alpha) to the same values' or appends them (plus the
   merged largest alpha when the merged list is full), adds the alpha maps, then truncates. All
-  reproduced step by step (ties come out in ClickHouse's order); refused (UnsupportedError naming
-  topK) only past N = 100, where ClickHouse truncates more than 601 counters by sampling them.
+  replayed step by step (miniselect's sampling past 601 counters, libc++'s introsort and its heap
+  sort fallback), so ties come out in ClickHouse's order, for any N and group.
 
 Every built state is ClickHouse's bytes (GROUP BY in one thread, rows in order); every combined
 state is the bytes of ClickHouse's merge, into a fresh state left to right, of the states as a
@@ -64,7 +64,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_mergetree.errors import CorruptPartError, UnsupportedError
+from spark_mergetree.errors import CorruptPartError
 from spark_mergetree.format.aggregate_states import state_layout
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows, fixed_bytes, group_ends
 from spark_mergetree.format.types import (
@@ -731,17 +731,10 @@ def _truncation(dt: AggregateFunction) -> int:
     return max(64, 2 * _reserved(dt))
 
 
-def _topk_refused(dt: AggregateFunction, group: int, why: str) -> UnsupportedError:
-    return UnsupportedError(f"topK states of group {group} are not built: {why} (ClickHouse's truncation of more than "
-                            "601 counters samples them first, which is not reproduced: topK(N) past N = 100)")
-
-
 def _topk_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
     keys = _topk_keys(_plain(dt.arguments[0]), arrays[0])
-    order, counts, errors, ends, alphas, alpha_groups, refused = _events_kernels().topk_build(
+    order, counts, errors, ends, alphas, alpha_groups = _events_kernels().topk_build(
         keys.ids, _topk_hashes(keys), starts, n, keys.count(), _reserved(dt), _truncation(dt), _alpha_size(_reserved(dt)))
-    if refused >= 0:
-        raise _topk_refused(dt, int(refused), "the counters reach the truncation past 601")
     return _topk_pieces(dt, keys, order, counts, errors, ends, alphas, alpha_groups)
 
 
@@ -768,11 +761,9 @@ def _topk_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) -
     picks = np.repeat(key_starts - key_offsets[:-1], key_lengths) + np.arange(int(key_offsets[-1]), dtype=np.int64)
     key_data = np.ascontiguousarray(data[picks])
     keys = _fixed_keys(key_data.reshape(-1, width)) if width else _string_keys(key_offsets, key_data)
-    order, merged_counts, merged_errors, ends, merged_alphas, alpha_groups, refused = kernels.topk_merge(
+    order, merged_counts, merged_errors, ends, merged_alphas, alpha_groups = kernels.topk_merge(
         keys.ids, counts, errors, _topk_hashes(keys), np.cumsum(sizes), starts, keys.count(), _reserved(dt),
         _truncation(dt), state_alpha, alphas)
-    if refused >= 0:
-        raise _topk_refused(dt, int(refused), "the merged counters reach the truncation past 601")
     return _topk_pieces(dt, keys, order, merged_counts, merged_errors, ends, merged_alphas, alpha_groups)
 
 

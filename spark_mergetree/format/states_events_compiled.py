@@ -44,34 +44,65 @@ def _swap(ids, counts, errors, a, b):
 
 
 @lazy_njit
-def _select(ids, counts, errors, left, right, k):
-    """miniselect's Floyd-Rivest selection loop (ranges of at most 600 elements: no sampling step),
-    its pivot held by reference to a position, as the C++ does."""
-    while right > left:
-        i = left
-        j = right
-        _swap(ids, counts, errors, left, k)
-        to_swap = _beats(counts, errors, left, right)
-        if to_swap:
-            _swap(ids, counts, errors, left, right)
-        pivot = left if to_swap else right
-        while i < j:
-            _swap(ids, counts, errors, i, j)
+def _select_step(ids, counts, errors, left, right, k):
+    """One partition of miniselect's Floyd-Rivest selection loop, its pivot held by reference to a
+    position, as the C++ does. Returns the new (left, right)."""
+    i = left
+    j = right
+    _swap(ids, counts, errors, left, k)
+    to_swap = _beats(counts, errors, left, right)
+    if to_swap:
+        _swap(ids, counts, errors, left, right)
+    pivot = left if to_swap else right
+    while i < j:
+        _swap(ids, counts, errors, i, j)
+        i += 1
+        j -= 1
+        while _beats(counts, errors, i, pivot):
             i += 1
+        while _beats(counts, errors, pivot, j):
             j -= 1
-            while _beats(counts, errors, i, pivot):
-                i += 1
-            while _beats(counts, errors, pivot, j):
-                j -= 1
-        if to_swap:
-            _swap(ids, counts, errors, left, j)
-        else:
-            j += 1
-            _swap(ids, counts, errors, right, j)
-        if j <= k:
-            left = j + 1
-        if k <= j:
-            right = j - 1
+    if to_swap:
+        _swap(ids, counts, errors, left, j)
+    else:
+        j += 1
+        _swap(ids, counts, errors, right, j)
+    if j <= k:
+        left = j + 1
+    if k <= j:
+        right = j - 1
+    return left, right
+
+
+@lazy_njit
+def _select(ids, counts, errors, left, right, k):
+    """miniselect's Floyd-Rivest selection loop: ranges of more than 601 elements first select in
+    a sample range around k (its recursion, a stack here), then partition."""
+    frames = np.empty((64, 3), np.int64)  # (left, right, whether its sample range was selected)
+    frames[0, 0], frames[0, 1], frames[0, 2] = left, right, 0
+    top = 1
+    while top > 0:
+        left, right, sampled = frames[top - 1, 0], frames[top - 1, 1], frames[top - 1, 2]
+        if right <= left:
+            top -= 1
+            continue
+        if right - left > 600 and sampled == 0:
+            frames[top - 1, 2] = 1
+            n = right - left + 1
+            i = k - left + 1
+            z = np.log(np.float64(n))
+            s = 0.5 * np.exp(2 * z / 3)
+            sd = 0.5 * np.sqrt(z * s * (n - s) / n)
+            if i < n // 2:
+                sd *= -1.0
+            new_left = max(left, np.int64(k - i * s / n + sd))
+            new_right = min(right, np.int64(k + (n - i) * s / n + sd))
+            frames[top, 0], frames[top, 1], frames[top, 2] = new_left, new_right, 0
+            top += 1
+            continue
+        left, right = _select_step(ids, counts, errors, left, right, k)
+        frames[top - 1, 0], frames[top - 1, 1], frames[top - 1, 2] = left, right, 0
+    return
 
 
 @lazy_njit
@@ -213,11 +244,89 @@ def _partition_left(ids, counts, errors, first, last, pid, pc, pe):
 
 
 @lazy_njit
+def _sift_down(ids, counts, errors, first, length, start):
+    """libc++'s __sift_down of the heap [first, first + length) from `start` (a position)."""
+    child = start - first
+    if length < 2 or (length - 2) // 2 < child:
+        return
+    child = 2 * child + 1
+    ci = first + child
+    if child + 1 < length and _beats(counts, errors, ci, ci + 1):
+        ci += 1
+        child += 1
+    if _beats(counts, errors, ci, start):
+        return
+    tid, tc, te = ids[start], counts[start], errors[start]
+    while True:
+        _move(ids, counts, errors, start, ci)
+        start = ci
+        if (length - 2) // 2 < child:
+            break
+        child = 2 * child + 1
+        ci = first + child
+        if child + 1 < length and _beats(counts, errors, ci, ci + 1):
+            ci += 1
+            child += 1
+        if _above(counts[ci], errors[ci], tc, te):
+            break
+    ids[start], counts[start], errors[start] = tid, tc, te
+
+
+@lazy_njit
+def _heap_sort(ids, counts, errors, first, last):
+    """libc++'s heap sort (introsort's fallback): __make_heap, then __sort_heap popping by Floyd's
+    sift down and sifting the moved last element up."""
+    n = last - first
+    for start in range((n - 2) // 2, -1, -1):
+        _sift_down(ids, counts, errors, first, n, first + start)
+    while n > 1:
+        tid, tc, te = ids[first], counts[first], errors[first]
+        hole = first
+        child = 0
+        ci = first
+        while True:
+            ci += child + 1
+            child = 2 * child + 1
+            if child + 1 < n and _beats(counts, errors, ci, ci + 1):
+                ci += 1
+                child += 1
+            _move(ids, counts, errors, hole, ci)
+            hole = ci
+            if child > (n - 2) // 2:
+                break
+        end = first + n - 1
+        if hole == end:
+            ids[hole], counts[hole], errors[hole] = tid, tc, te
+        else:
+            _move(ids, counts, errors, hole, end)
+            hole += 1
+            ids[end], counts[end], errors[end] = tid, tc, te
+            size = hole - first
+            if size > 1:
+                size = (size - 2) // 2
+                ptr = first + size
+                last_pos = hole - 1
+                if _beats(counts, errors, ptr, last_pos):
+                    uid, uc, ue = ids[last_pos], counts[last_pos], errors[last_pos]
+                    while True:
+                        _move(ids, counts, errors, last_pos, ptr)
+                        last_pos = ptr
+                        if size == 0:
+                            break
+                        size = (size - 1) // 2
+                        ptr = first + size
+                        if not _above(counts[ptr], errors[ptr], uc, ue):
+                            break
+                    ids[last_pos], counts[last_pos], errors[last_pos] = uid, uc, ue
+        n -= 1
+
+
+@lazy_njit
 def _introsort(ids, counts, errors, first, last, depth):
-    """libc++'s std::sort (its __introsort, LLVM 17 and later), in ClickHouse's counter order. Its recursion on
-    the left part (the right part continued in the same frame) is a stack here, the left part
-    first. Returns False when it would fall back to heap sort (not reproduced)."""
-    stack = np.empty((2 * depth + 2, 4), np.int64)
+    """libc++'s std::sort (its __introsort, LLVM 17 and later) in ClickHouse's counter order, heap
+    sort past its depth limit. Its recursion on the left part (the right part continued in the same
+    frame) is a stack here, the left part first."""
+    stack = np.empty((depth + 2, 4), np.int64)  # a push per level of depth at most
     top = 0
     stack[0, 0], stack[0, 1], stack[0, 2], stack[0, 3] = first, last, depth, 1
     top = 1
@@ -235,7 +344,8 @@ def _introsort(ids, counts, errors, first, last, depth):
                 _sink(ids, counts, errors, first, last)
                 break
             if depth == 0:
-                return False
+                _heap_sort(ids, counts, errors, first, last)
+                break
             depth -= 1
             half = length // 2
             if length > 128:
@@ -262,37 +372,31 @@ def _introsort(ids, counts, errors, first, last, depth):
                     first = pivot + 1
                     continue
             # the left part now (as the recursive call), the right part after it
-            if top + 2 > len(stack):
-                return False
             stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3] = pivot + 1, last, depth, 0
             top += 1
             last = pivot
-    return True
 
 
 @lazy_njit
 def _sort_front(ids, counts, errors, first, length):
-    """libc++'s std::sort of `length` counters from `first` in ClickHouse's counter order. False when not
-    reproduced (its heap sort fallback)."""
+    """libc++'s std::sort of `length` counters from `first` in ClickHouse's counter order."""
     depth = 0
     n = length
     while n > 1:
         n >>= 1
         depth += 1
-    return _introsort(ids, counts, errors, first, first + length, 2 * depth)
+    _introsort(ids, counts, errors, first, first + length, 2 * depth)
 
 
 @lazy_njit
 def _written(ids, counts, errors, first, size, capacity):
     """SpaceSaving::write: the counters partially sorted (miniselect's Floyd-Rivest partial sort:
-    selection of the first `capacity`, then std::sort of them). Returns how many are written, or
-    -1 when the order is not reproduced (libc++'s heap sort fallback)."""
+    selection of the first `capacity`, then std::sort of them). Returns how many are written."""
     keep = min(size, capacity)
     if keep == 0:
         return 0
     _select(ids[first:first + size], counts[first:first + size], errors[first:first + size], 0, size - 1, keep - 1)
-    if not _sort_front(ids, counts, errors, first, keep):
-        return -1
+    _sort_front(ids, counts, errors, first, keep)
     return keep
 
 
@@ -300,8 +404,7 @@ def _written(ids, counts, errors, first, size, capacity):
 def _truncate(ids, counts, errors, key_hash, first, size, capacity, alpha):
     """SpaceSaving's truncation once its list reaches the target: the first `capacity` counters
     selected in place (miniselect's Floyd-Rivest nth_element), each other one's count less its
-    error added to the alpha map at its hash. Returns the new size. (Lists of more than 601
-    counters would take miniselect's sampling step: not reproduced; the caller refuses them.)"""
+    error added to the alpha map at its hash. Returns the new size."""
     _select(ids[first:first + size], counts[first:first + size], errors[first:first + size], 0, size - 1, capacity)
     mask = np.uint64(len(alpha) - 1)
     for i in range(first + capacity, first + size):
@@ -316,7 +419,7 @@ def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size):
     counted in place; past `capacity` counters a new key starts from the alpha map's count at its
     hash (count alpha + 1, error alpha); at `target` counters the list is truncated (`_truncate`).
     Returns (ids, counts, errors, ends per group, the alpha maps of the groups that evicted (one
-    row each), which groups those are, the first refused group or -1)."""
+    row each), which groups those are)."""
     groups = len(starts)
     slot_of = np.full(keys, -1, np.int64)
     out_ids = np.empty(n, np.int64)
@@ -346,8 +449,6 @@ def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size):
             out_errors[at + size] = prior
             size += 1
             if size >= target:
-                if size > 601:
-                    return out_ids[:at], out_counts[:at], out_errors[:at], ends, alphas, alpha_groups, g
                 for i in range(at, at + size):
                     slot_of[out_ids[i]] = -1
                 size = _truncate(out_ids, out_counts, out_errors, key_hash, at, size, capacity, alpha)
@@ -356,10 +457,7 @@ def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size):
                 evicted = True
         for i in range(at, at + size):
             slot_of[out_ids[i]] = -1
-        kept = _written(out_ids, out_counts, out_errors, at, size, capacity)
-        if kept < 0:
-            return out_ids[:at], out_counts[:at], out_errors[:at], ends, alphas, alpha_groups, g
-        at += kept
+        at += _written(out_ids, out_counts, out_errors, at, size, capacity)
         ends[g] = at
         if evicted:
             grown = np.zeros((len(alphas) + 1, alpha_size), np.uint64)
@@ -368,7 +466,7 @@ def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size):
             alphas = grown
             alpha_groups = np.append(alpha_groups, g)
             alpha[:] = 0
-    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, alphas, alpha_groups, -1
+    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, alphas, alpha_groups
 
 
 @lazy_njit
@@ -380,7 +478,7 @@ def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, ca
     largest alpha m1 (when full), the alpha maps are added (capped), and the list is truncated at
     `target` counters. State s's alpha map is alphas[state_alpha[s]] (-1: all 0). Returns (ids,
     counts, errors, ends per group, the alpha maps of the groups holding evictions (a row each),
-    which groups those are, the first refused group or -1)."""
+    which groups those are)."""
     groups = len(group_starts)
     states = len(state_ends)
     alpha_size = alphas.shape[1]
@@ -438,8 +536,6 @@ def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, ca
                 for i in range(alpha_size):
                     alpha[i] = min(alpha[i] + alphas[state_alpha[s], i], _MAX_ALPHA)
             if size >= target:
-                if size > 601:
-                    return out_ids[:at], out_counts[:at], out_errors[:at], ends, kept_alphas, alpha_groups, g
                 for i in range(at, at + size):
                     slot_of[out_ids[i]] = -1
                 size = _truncate(out_ids, out_counts, out_errors, key_hash, at, size, capacity, alpha)
@@ -447,10 +543,7 @@ def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, ca
                     slot_of[out_ids[at + i]] = i
         for i in range(at, at + size):
             slot_of[out_ids[i]] = -1
-        kept = _written(out_ids, out_counts, out_errors, at, size, capacity)
-        if kept < 0:
-            return out_ids[:at], out_counts[:at], out_errors[:at], ends, kept_alphas, alpha_groups, g
-        at += kept
+        at += _written(out_ids, out_counts, out_errors, at, size, capacity)
         ends[g] = at
         if alpha.max() > 0:
             grown = np.zeros((len(kept_alphas) + 1, alpha_size), np.uint64)
@@ -458,7 +551,7 @@ def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, ca
             grown[len(kept_alphas)] = alpha
             kept_alphas = grown
             alpha_groups = np.append(alpha_groups, g)
-    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, kept_alphas, alpha_groups, -1
+    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, kept_alphas, alpha_groups
 
 
 @lazy_njit
