@@ -462,7 +462,7 @@ def _sum_u64(inverse: np.ndarray, weights: np.ndarray, count: int) -> np.ndarray
     return totals
 
 
-def _map_pieces(table: _Table, keys: _Keys, order: np.ndarray, ends: np.ndarray, totals: np.ndarray) -> list[Piece]:
+def _map_pieces(keys: _Keys, order: np.ndarray, ends: np.ndarray, totals: np.ndarray) -> list[Piece]:
     assert keys.fixed is not None
     counts = np.diff(np.concatenate([[0], ends]))
     items = np.concatenate([keys.fixed[order], totals.astype(_U64).view(np.uint8).reshape(-1, 8)], axis=1)
@@ -550,7 +550,7 @@ def _map_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.nd
                                     np.minimum(kept_starts, len(groups)), len(groups), _INITIAL_DEGREE, _BIG_UNTIL, 0) \
         if len(groups) else (np.zeros(0, np.int64), np.zeros(len(starts), np.int64))
     totals = _sum_by_pair(keys.ids, np.ones(len(groups), np.uint64), groups, order, ends, keys.count())
-    return concat_rows(_map_pieces(table, keys, order, ends, totals))
+    return concat_rows(_map_pieces(keys, order, ends, totals))
 
 
 def _map_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) -> pa.BinaryArray:
@@ -562,7 +562,7 @@ def _map_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) ->
     order, ends = _replay_merge(table, keys, counts, starts)
     item_groups = np.repeat(_group_of(starts, len(counts)), counts)
     totals = _sum_by_pair(keys.ids, weights, item_groups, order, ends, keys.count())
-    return concat_rows(_map_pieces(table, keys, order, ends, totals))
+    return concat_rows(_map_pieces(keys, order, ends, totals))
 
 
 def _sum_by_pair(ids: np.ndarray, weights: np.ndarray, groups: np.ndarray, order: np.ndarray, ends: np.ndarray,
@@ -643,7 +643,7 @@ def _concat_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np
 
 def _concat_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) -> pa.BinaryArray:
     offsets, data = _buffers(states)
-    counts, item_offsets, item_data = _parse_texts(dt, offsets, data)
+    _, item_offsets, item_data = _parse_texts(dt, offsets, data)
     return _joined(item_offsets, item_data, starts, _delimiter(dt), True)
 
 
@@ -733,8 +733,10 @@ def _truncation(dt: AggregateFunction) -> int:
 
 def _topk_states(dt: AggregateFunction, arrays: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
     keys = _topk_keys(_plain(dt.arguments[0]), arrays[0])
+    may_evict = int((group_ends(starts, n) - starts >= _truncation(dt)).sum())
     order, counts, errors, ends, alphas, alpha_groups = _events_kernels().topk_build(
-        keys.ids, _topk_hashes(keys), starts, n, keys.count(), _reserved(dt), _truncation(dt), _alpha_size(_reserved(dt)))
+        keys.ids, _topk_hashes(keys), starts, n, keys.count(), _reserved(dt), _truncation(dt), _alpha_size(_reserved(dt)),
+        may_evict)
     return _topk_pieces(dt, keys, order, counts, errors, ends, alphas, alpha_groups)
 
 
@@ -761,9 +763,12 @@ def _topk_combine(dt: AggregateFunction, states: pa.Array, starts: np.ndarray) -
     picks = np.repeat(key_starts - key_offsets[:-1], key_lengths) + np.arange(int(key_offsets[-1]), dtype=np.int64)
     key_data = np.ascontiguousarray(data[picks])
     keys = _fixed_keys(key_data.reshape(-1, width)) if width else _string_keys(key_offsets, key_data)
+    # The groups that may end holding evictions: holding an evicted state, or counters enough to truncate.
+    held = np.where(evicted, _truncation(dt), sizes)
+    may_evict = int((np.add.reduceat(held, starts) >= _truncation(dt)).sum()) if len(sizes) else 0
     order, merged_counts, merged_errors, ends, merged_alphas, alpha_groups = kernels.topk_merge(
         keys.ids, counts, errors, _topk_hashes(keys), np.cumsum(sizes), starts, keys.count(), _reserved(dt),
-        _truncation(dt), state_alpha, alphas)
+        _truncation(dt), state_alpha, alphas, may_evict)
     return _topk_pieces(dt, keys, order, merged_counts, merged_errors, ends, merged_alphas, alpha_groups)
 
 

@@ -414,7 +414,7 @@ def _truncate(ids, counts, errors, key_hash, first, size, capacity, alpha):
 
 
 @lazy_njit
-def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size):
+def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size, bound):
     """Each group's SpaceSaving as written: counters appended in order of first appearance and
     counted in place; past `capacity` counters a new key starts from the alpha map's count at its
     hash (count alpha + 1, error alpha); at `target` counters the list is truncated (`_truncate`).
@@ -427,8 +427,9 @@ def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size):
     out_errors = np.zeros(n, np.uint64)
     ends = np.zeros(groups, np.int64)
     alpha = np.zeros(alpha_size, np.uint64)
-    alphas = np.zeros((0, alpha_size), np.uint64)
-    alpha_groups = np.zeros(0, np.int64)
+    alphas = np.zeros((bound, alpha_size), np.uint64)  # (`bound`: the groups that may evict)
+    alpha_groups = np.zeros(bound, np.int64)
+    evictions = 0
     at = 0
     for g in range(groups):
         stop = starts[g + 1] if g + 1 < groups else n
@@ -460,17 +461,17 @@ def topk_build(ids, key_hash, starts, n, keys, capacity, target, alpha_size):
         at += _written(out_ids, out_counts, out_errors, at, size, capacity)
         ends[g] = at
         if evicted:
-            grown = np.zeros((len(alphas) + 1, alpha_size), np.uint64)
-            grown[:len(alphas)] = alphas
-            grown[len(alphas)] = alpha
-            alphas = grown
-            alpha_groups = np.append(alpha_groups, g)
+            alphas[evictions] = alpha
+            alpha_groups[evictions] = g
+            evictions += 1
             alpha[:] = 0
-    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, alphas, alpha_groups
+    return (out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, alphas[:evictions].copy(),
+            alpha_groups[:evictions].copy())
 
 
 @lazy_njit
-def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, capacity, target, state_alpha, alphas):
+def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, capacity, target, state_alpha, alphas,
+               bound):
     """Each group's states merged left to right into a fresh SpaceSaving, then written. States
     without counters are skipped; the first one is copied (its counters in serialized order, its
     alpha map); into each other one, when full, the merged counters are raised by the largest alpha
@@ -489,8 +490,9 @@ def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, ca
     out_errors = np.zeros(room, np.uint64)
     ends = np.zeros(groups, np.int64)
     alpha = np.zeros(alpha_size, np.uint64)
-    kept_alphas = np.zeros((0, alpha_size), np.uint64)
-    alpha_groups = np.zeros(0, np.int64)
+    kept_alphas = np.zeros((bound, alpha_size), np.uint64)  # (`bound`: the groups that may hold evictions)
+    alpha_groups = np.zeros(bound, np.int64)
+    evictions = 0
     at = 0
     for g in range(groups):
         stop = group_starts[g + 1] if g + 1 < groups else states
@@ -546,12 +548,11 @@ def topk_merge(ids, counts, errors, key_hash, state_ends, group_starts, keys, ca
         at += _written(out_ids, out_counts, out_errors, at, size, capacity)
         ends[g] = at
         if alpha.max() > 0:
-            grown = np.zeros((len(kept_alphas) + 1, alpha_size), np.uint64)
-            grown[:len(kept_alphas)] = kept_alphas
-            grown[len(kept_alphas)] = alpha
-            kept_alphas = grown
-            alpha_groups = np.append(alpha_groups, g)
-    return out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, kept_alphas, alpha_groups
+            kept_alphas[evictions] = alpha
+            alpha_groups[evictions] = g
+            evictions += 1
+    return (out_ids[:at].copy(), out_counts[:at].copy(), out_errors[:at].copy(), ends, kept_alphas[:evictions].copy(),
+            alpha_groups[:evictions].copy())
 
 
 @lazy_njit
