@@ -4,8 +4,9 @@ and what every family shares: NULLs, the -If combinator and groups left without 
 `states_of_rows` gives, for rows grouped consecutively (format/state_rows.py), one state per group
 with ClickHouse's bytes; `combined_states` combines consecutive states group by group, as
 ClickHouse's merge of states does. The families (states_simple: count, sums, values kept and
-moments; states_sets: distinct counts; states_quantiles: quantiles) see arguments without NULLs
-and groups with rows. Here:
+moments; states_sets: distinct counts; states_quantiles: quantiles; states_bits_maps: bits,
+bitmaps, -Map sums, deltaSum, regressions; states_events: funnels, retention, -Distinct sets,
+entropy, topK, groupConcat) see arguments without NULLs and groups with rows. Here:
 - LowCardinality arguments are their values (the same states), decoded here;
 - Nullable arguments (`nullable_flag`, measured in ClickHouse 26.9): rows with a NULL argument are
   left out; a flag byte comes first where ClickHouse writes one: always 1 for the functions whose
@@ -25,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import UnsupportedError
-from spark_mergetree.format import states_bits_maps, states_quantiles, states_sets, states_simple
+from spark_mergetree.format import states_bits_maps, states_events, states_quantiles, states_sets, states_simple
 from spark_mergetree.format.aggregate_states import empty_state, nullable_flag, state_layout, value_type
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows
 from spark_mergetree.format.types import AggregateFunction, DataType, Nullable, Primitive
@@ -33,7 +34,7 @@ from spark_mergetree.format.values import string_buffers
 
 __all__ = ["why_not_buildable", "states_of_rows", "combined_states"]
 
-_FAMILIES = (states_simple, states_sets, states_quantiles, states_bits_maps)
+_FAMILIES = (states_simple, states_sets, states_quantiles, states_bits_maps, states_events)
 
 
 def _conditional(dt: AggregateFunction) -> bool:
