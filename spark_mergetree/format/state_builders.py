@@ -26,7 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.errors import UnsupportedError
-from spark_mergetree.format import states_bits_maps, states_events, states_quantiles, states_sets, states_simple
+from spark_mergetree.format import (
+    states_bits_maps,
+    states_events,
+    states_quantiles,
+    states_sets,
+    states_simple,
+)
 from spark_mergetree.format.aggregate_states import empty_state, nullable_flag, state_layout, value_type
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows
 from spark_mergetree.format.types import AggregateFunction, DataType, Nullable, Primitive
