@@ -176,14 +176,15 @@ def arithmetic_type(expr: Func) -> str | None:
 
 
 def element(text: str, schema: dict[str, str], condition: bool = False) -> Element:
-    """A GROUP BY element or an aggregate's argument (`condition`: -If's last one, a condition)."""
+    """A GROUP BY element or an aggregate's argument (`condition`: -If's last one, a condition; a
+    condition elsewhere, e.g. retention's, must be of columns that are not Nullable)."""
     try:
         parsed = parse_expression(text)
         expr = bind(parsed, schema)
     except (ExpressionError, UnsupportedError) as error:
         raise UnsupportedError(f"{text}: {error}") from None
     # (named from the tree as written: binding rewrites comparisons with constants)
-    if isinstance(parsed, _CONDITIONS) and condition:
+    if isinstance(parsed, _CONDITIONS) and (condition or not _columns_nullable(parsed, schema)):
         # (NULL conditions count as false, as ClickHouse's -If takes them; the type keeps Nullable)
         nullable = _columns_nullable(parsed, schema)
         return Element(column_name(parsed, text), _typed("Nullable(UInt8)" if nullable else "UInt8", parsed, schema),
@@ -199,6 +200,9 @@ def element(text: str, schema: dict[str, str], condition: bool = False) -> Eleme
 
 
 _ALIASED = re.compile(r"^(.*\S)\s+AS\s+(`?)([A-Za-z_][A-Za-z0-9_]*)\2\s*$", re.IGNORECASE | re.DOTALL | re.ASCII)
+
+
+_DISTINCT = re.compile(r"^DISTINCT\s+(.+)$", re.IGNORECASE | re.DOTALL)
 
 
 def split_alias(text: str) -> tuple[str, str | None]:
@@ -218,6 +222,11 @@ def aggregate(text: str, schema: dict[str, str]) -> Aggregate:
     arguments = lists[-1]
     if function == "count" and arguments == ("*",):
         arguments = ()
+    distinct = _DISTINCT.match(arguments[0]) if function.lower() == "count" and len(arguments) == 1 else None
+    if function == "countDistinct" or distinct:
+        # ClickHouse computes a distinct count as its count_distinct_implementation, uniqExact by
+        # default, and names and types the column so: `count(DISTINCT s)` is `uniqExact(s)`.
+        function, arguments = "uniqExact", ((distinct.group(1),) if distinct else arguments)
     elements = tuple(element(a, schema, condition=function.endswith("If") and i == len(arguments) - 1)
                      for i, a in enumerate(arguments))
     parameter_names = []

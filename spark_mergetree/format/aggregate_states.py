@@ -442,6 +442,8 @@ def _events(name: str, args: tuple[DataType, ...], params: tuple[str, ...]) -> t
     of the conditions it met."""
     if not params or len(args) < 2 or not all(_number(a, ("UInt8",)) for a in args[1:]):
         return None
+    if name == "windowFunnel" and any("strict_once" in p for p in params[1:]):
+        return None  # (its events carry a UInt64 row number too: a layout not known here)
     stamp = args[0]
     width: int | None = 4 if isinstance(stamp, DateTime) and _plain(stamp) else 2 if _number(stamp, ("Date",)) else \
         _fixed_width(stamp) if _number(stamp, ("UInt8", "UInt16", "UInt32", "UInt64")) else None

@@ -31,6 +31,9 @@ PROJECTIONS = {
     "by_enum": ("e, sum(v), any(id), avg(v), count()", "e"),
     "by_lc": ("lc, count(), uniq(nlc), uniqExact(lc), min(lc), any(nlc), groupArray(nlc), countIf(nlc = 'a3'), "
               "max(nlc)", "lc"),
+    "events": ("s, countDistinct(k), count(DISTINCT id), retention(k > 3, k < 5), windowFunnel(3600)(ts, k = 1, k = 2), "
+               "sumDistinct(k), topK(3)(k), entropy(k), sequenceCount('(?1)(?2)')(ts, k = 1, k = 2), deltaSum(id), "
+               "groupBitOr(k), groupBitmap(k)", "s"),
     "aliased": ("max(v) AS top, count() AS n, toString(k) AS ks", "ks, f"),
     "reordered": ("count(), max(v), k", "k"),
     "by_lower": ("upper(nlc), count(), countIf(length(lc) > 0), countIf(NOT (lc = '1')), min(cityHash64(lc))",
@@ -43,7 +46,7 @@ PROJECTIONS = {
 # Projections whose merged states hold ClickHouse's sets with their cells in another order (uniqExact,
 # groupUniqArray of numbers, uniqCombined's hash set): merged, they are compared by their answers,
 # arrays sorted.
-SET_ORDER_DIFFERS = {"sets"}
+SET_ORDER_DIFFERS = {"sets", "events"}
 CREATE = """CREATE TABLE t (ts DateTime('UTC'), id UInt64, k UInt32, v Float64, b Nullable(Float64), s String,
     nk Nullable(UInt8), f UInt8, e Enum8('x' = -3, 'y' = 5),
     lc LowCardinality(String), nlc LowCardinality(Nullable(String)), {projections})
