@@ -21,6 +21,7 @@ from spark_mergetree.format.aggregate_states import state_layout
 from spark_mergetree.format.states_events import builder
 from spark_mergetree.format.types import AggregateFunction, parse_type
 from tests.format.chdb_util import close_session, open_session
+from tests.format.state_groups import arrow_of, group_of
 
 V = "((number * 7919) % 6007)"
 W = "((number * 31) % 13)"
@@ -69,32 +70,6 @@ def _query(session: Any, sql: str) -> str:
     return session.query(sql, "TabSeparatedRaw").bytes().decode()
 
 
-def _group_of(sizes: list[int]) -> tuple[str, np.ndarray, int]:
-    """The group key of `number` for consecutive groups of `sizes` rows, their starts, the row count."""
-    bounds = np.cumsum(sizes)
-    key = "multiIf(" + ", ".join(f"number < {b}, {i}" for i, b in enumerate(bounds[:-1])) + f", {len(sizes) - 1})"
-    return key, np.concatenate([[0], bounds[:-1]]).astype(np.int64), int(bounds[-1])
-
-
-def _arrow(session: Any, exprs: list[str], types: tuple[str, ...], n: int) -> list[pa.Array]:
-    columns = ", ".join(f"CAST({e} AS {t}) AS a{i}" for i, (e, t) in enumerate(zip(exprs, types, strict=True)))
-    raw = session.query(f"SELECT {columns} FROM numbers({n}) SETTINGS max_threads = 1", "Arrow").bytes()
-    table = ipc.open_file(pa.py_buffer(raw)).read_all()
-    arrays = []
-    for i, type_text in enumerate(types):
-        arr = table.column(f"a{i}").combine_chunks()
-        if type_text.startswith("DateTime(") and pa.types.is_integer(arr.type):
-            arr = arr.cast(pa.int64()).cast(pa.timestamp("s", tz="UTC"))
-        if hasattr(arr, "storage"):  # UUID: the extension's RFC 4122 bytes
-            arr = arr.storage
-        if type_text.endswith(("128", "256")) and pa.types.is_fixed_size_binary(arr.type):
-            signed = type_text.startswith("Int")
-            arr = pa.array([int.from_bytes(v, "little", signed=signed) for v in arr.to_pylist()],
-                           pa.decimal256(76 if type_text.endswith("256") else 39, 0))
-        arrays.append(arr)
-    return arrays
-
-
 def _split(function: str) -> tuple[str, str]:
     name, _, params = function.partition("(")
     return name, "(" + params if params else ""
@@ -107,7 +82,7 @@ def _type(function: str, types: tuple[str, ...]) -> AggregateFunction:
 
 
 def _chdb_states(session: Any, function: str, exprs: list[str], types: tuple[str, ...], sizes: list[int]) -> list[bytes]:
-    key, _, n = _group_of(sizes)
+    key, _, n = group_of(sizes)
     name, params = _split(function)
     args = ", ".join(f"CAST({e} AS {t})" for e, t in zip(exprs, types, strict=True))
     text = _query(session, f"SELECT hex({name}State{params}({args})) FROM numbers({n}) GROUP BY {key} AS g ORDER BY g "
@@ -119,8 +94,8 @@ def _check_built(session: Any, function: str, exprs: list[str], types: tuple[str
     dt = _type(function, types)
     made = builder(dt)
     assert made is not None, dt.to_clickhouse()
-    _, starts, n = _group_of(sizes)
-    ours = made.states(dt, _arrow(session, exprs, types, n), starts, n).to_pylist()
+    _, starts, n = group_of(sizes)
+    ours = made.states(dt, arrow_of(session, exprs, types, n), starts, n).to_pylist()
     theirs = _chdb_states(session, function, exprs, types, sizes)
     assert len(ours) == len(theirs) == len(sizes)
     for size, mine, clickhouse in zip(sizes, ours, theirs, strict=True):
@@ -358,8 +333,8 @@ def test_conditional_forms_through_the_dispatcher(session: Any, function: str, t
 
     dt = _type(function, types)
     sizes = [1, 40, 300, 7]
-    _, starts, n = _group_of(sizes)
-    ours = states_of_rows(dt, _arrow(session, exprs, types, n), starts, n).to_pylist()
+    _, starts, n = group_of(sizes)
+    ours = states_of_rows(dt, arrow_of(session, exprs, types, n), starts, n).to_pylist()
     assert ours == _chdb_states(session, function, exprs, types, sizes)
 
 

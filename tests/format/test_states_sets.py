@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pytest
 
 from spark_mergetree.errors import CorruptPartError
@@ -29,6 +28,7 @@ from spark_mergetree.format.aggregate_states import state_layout
 from spark_mergetree.format.states_sets import builder
 from spark_mergetree.format.types import AggregateFunction, parse_type
 from tests.format.chdb_util import close_session, open_session
+from tests.format.state_groups import arrow_of, group_of
 
 # A value with repeats (and zero at number 0): the rows of each type below are made of it.
 V = "((number * 7919) % 6007)"
@@ -78,35 +78,8 @@ def _query(session: Any, sql: str) -> str:
     return session.query(sql, "TabSeparatedRaw").bytes().decode()
 
 
-def _group_of(sizes: list[int]) -> tuple[str, np.ndarray, int]:
-    """The group key of `number` for consecutive groups of `sizes` rows, their starts, the row count."""
-    bounds = np.cumsum(sizes)
-    key = "multiIf(" + ", ".join(f"number < {b}, {i}" for i, b in enumerate(bounds[:-1])) + f", {len(sizes) - 1})"
-    return key, np.concatenate([[0], bounds[:-1]]).astype(np.int64), int(bounds[-1])
-
-
-def _arrow(session: Any, exprs: list[str], types: tuple[str, ...], n: int) -> list[pa.Array]:
-    """The values of `exprs` over numbers(n), in order, as the Arrow arrays the writer is given."""
-    columns = ", ".join(f"CAST({e} AS {t}) AS a{i}" for i, (e, t) in enumerate(zip(exprs, types, strict=True)))
-    raw = session.query(f"SELECT {columns} FROM numbers({n}) SETTINGS max_threads = 1", "Arrow").bytes()
-    table = ipc.open_file(pa.py_buffer(raw)).read_all()
-    arrays = []
-    for i, type_text in enumerate(types):
-        arr = table.column(f"a{i}").combine_chunks()
-        if hasattr(arr, "storage"):  # UUID: the extension's RFC 4122 bytes
-            arr = arr.storage
-        if type_text.startswith("DateTime(") and pa.types.is_integer(arr.type):
-            arr = arr.cast(pa.int64()).cast(pa.timestamp("s", tz="UTC"))
-        if type_text.endswith(("128", "256")) and pa.types.is_fixed_size_binary(arr.type):
-            signed = type_text.startswith("Int")
-            arr = pa.array([int.from_bytes(v, "little", signed=signed) for v in arr.to_pylist()],
-                           pa.decimal256(76 if type_text.endswith("256") else 39, 0))
-        arrays.append(arr)
-    return arrays
-
-
 def _chdb_states(session: Any, function: str, exprs: list[str], types: tuple[str, ...], sizes: list[int]) -> list[bytes]:
-    key, _, n = _group_of(sizes)
+    key, _, n = group_of(sizes)
     name, _, params = function.partition("(")
     state = f"{name}State{'(' + params if params else ''}"
     args = ", ".join(f"CAST({e} AS {t})" for e, t in zip(exprs, types, strict=True))
@@ -125,9 +98,9 @@ def _build(session: Any, function: str, types: tuple[str, ...], sizes: list[int]
     dt = _type(function, types)
     made = builder(dt)
     assert made is not None, dt.to_clickhouse()
-    _, starts, n = _group_of(sizes)
+    _, starts, n = group_of(sizes)
     exprs = [TYPES[t] if i == 0 else TYPES[t].replace(V, f"(({V} * 31) % 577)") for i, t in enumerate(types)]
-    ours = made.states(dt, _arrow(session, exprs, types, n), starts, n).to_pylist()
+    ours = made.states(dt, arrow_of(session, exprs, types, n), starts, n).to_pylist()
     return ours, _chdb_states(session, function, exprs, types, sizes)
 
 
@@ -168,10 +141,10 @@ def test_large_sets(session: Any, function: str, type_text: str) -> None:
     dt = _type(function, (type_text,))
     made = builder(dt)
     assert made is not None
-    _, starts, n = _group_of(sizes)
+    _, starts, n = group_of(sizes)
     expr = "number * 1000000007" if type_text == "UInt64" else "toString(number * 7)" if type_text == "String" \
         else "toInt32(number * 7) - 1000000"
-    ours = made.states(dt, _arrow(session, [expr], (type_text,), n), starts, n).to_pylist()
+    ours = made.states(dt, arrow_of(session, [expr], (type_text,), n), starts, n).to_pylist()
     theirs = _chdb_states(session, function, [expr], (type_text,), sizes)
     assert ours == theirs
     if function == "uniq":
@@ -216,13 +189,13 @@ def test_combined_states_are_clickhouses_merge(session: Any, function: str, type
     parts: list[list[bytes]] = []
     offset = 0
     for sizes in PART_SIZES:
-        key, starts, n = _group_of(sizes)
+        key, starts, n = group_of(sizes)
         expr = TYPES[type_text].replace("number", f"(number + {offset})")
         name, _, params = function.partition("(")
         state = f"{name}State{'(' + params if params else ''}"
         session.query(f"INSERT INTO agg SELECT {key} AS g, {state}(CAST({expr} AS {type_text})) FROM numbers({n}) "
                       "GROUP BY g SETTINGS max_threads = 1")
-        built.append(made.states(dt, _arrow(session, [expr], (type_text,), n), starts, n).to_pylist())
+        built.append(made.states(dt, arrow_of(session, [expr], (type_text,), n), starts, n).to_pylist())
         parts.append(_table_states(session, "agg", "WHERE _part = (SELECT max(name) FROM system.parts "
                                                    "WHERE table = 'agg' AND active)"))
         offset += n // 2  # the parts overlap in half of their values
@@ -262,8 +235,8 @@ def test_large_exact_sets_combine_to_the_same_set(session: Any) -> None:
     made = builder(dt)
     assert made is not None
     sizes = [30000, 30000, 150000]
-    _, starts, n = _group_of(sizes)
-    arrays = _arrow(session, ["number % 190000"], ("UInt64",), n)
+    _, starts, n = group_of(sizes)
+    arrays = arrow_of(session, ["number % 190000"], ("UInt64",), n)
     states = made.states(dt, arrays, starts, n)
     combined = made.combine(dt, states, np.array([0], np.int64)).to_pylist()
     assert _finalized(session, dt, combined) == ["190000"]
