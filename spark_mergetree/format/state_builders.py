@@ -19,7 +19,7 @@ entropy, topK, groupConcat) see arguments without NULLs and groups with rows. He
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -107,7 +107,8 @@ def _kept_starts(starts: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return before[starts]
 
 
-def _with_empty_groups(dt: AggregateFunction, starts: np.ndarray, n: int, build) -> pa.BinaryArray:  # type: ignore[no-untyped-def]
+def _with_empty_groups(dt: AggregateFunction, starts: np.ndarray, n: int,
+                       build: Callable[[np.ndarray], pa.BinaryArray]) -> pa.BinaryArray:
     """`build(nonempty_starts)`'s states for the groups with rows, the state of no rows for the others."""
     sizes = np.diff(np.append(starts, n))
     full = sizes > 0
