@@ -371,8 +371,8 @@ def _layout(name: str, args: tuple[DataType, ...], params: tuple[str, ...],
         # The value held (as min/max hold one), then its UInt64 counter.
         held = _single_value(one)
         return (held[0] + ((SKIP, 8, 0),), held[1] + bytes(8)) if held is not None else None
-    if name == "sumMap" or (name in ("minMap", "maxMap") and version == 1):
-        return _sum_map(args, version)
+    if name in ("sumMap", "minMap", "maxMap"):
+        return _sum_map(name, args, version)
     return None
 
 
@@ -468,19 +468,35 @@ def _quantile(name: str, arg: DataType) -> tuple[tuple[Step, ...], bytes] | None
             (WHEN, 3, 1), (TIMING_LARGE, _TIMING_COUNTERS, _TIMING_COUNTERS * 8)), b"\x01\0\0"
 
 
-def _sum_map(args: tuple[DataType, ...], version: int | None) -> tuple[tuple[Step, ...], bytes] | None:
-    """sumMap of a Map or (versioned) of a key array and value arrays: a count of entries, each a key
-    then its sums, every sum widened to 64 bits."""
+# The Map form is ClickHouse's -Map combinator over sum, min or max (measured in 26.9): its keys are
+# integers up to 64 bits, Bool, Date, DateTime or strings (it refuses floats, Date32, DateTime64);
+# each key's nested state follows it: sum's (Int64/UInt64/Float64, a 128/256-bit integer's sum in
+# its own width), or min's/max's, a flag byte (always 1: a key is there because a value came) then
+# the value in its own type.
+_MAP_COMBINATOR_KEYS = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Bool", "Date")
+
+
+def _sum_map(name: str, args: tuple[DataType, ...], version: int | None) -> tuple[tuple[Step, ...], bytes] | None:
+    """sumMap, minMap, maxMap of a Map (the -Map combinator) or (versioned) of a key array and value
+    arrays: a count of entries, each a key then its values (the array form: every value widened to 8
+    bytes)."""
     if len(args) == 1 and isinstance(args[0], Map) and version is None:
-        keys, values = args[0].key, [args[0].value]
-    elif version == 1 and all(isinstance(a, Array) for a in args):
-        keys, values = args[0].inner, [a.inner for a in args[1:]]  # type: ignore[attr-defined]
+        keys, value = args[0].key, args[0].value
+        key_ok = _is_string(keys) or _number(keys, _MAP_COMBINATOR_KEYS) or (isinstance(keys, DateTime) and _plain(keys))
+        if not key_ok or not _number(value):
+            return None
+        width = int(value.width or 0)  # type: ignore[attr-defined]
+        nested = max(8, width) if name == "sumMap" else 1 + width
+        key = ((STRING, 0, 0),) if _is_string(keys) else ((SKIP, int(_temporal_or_number(keys) or 0), 0),)
+        return ((LOOP, 2, 0), *key, (SKIP, nested, 0)), b"\0"
+    if version == 1 and all(isinstance(a, Array) for a in args):
+        key_type, values = args[0].inner, [a.inner for a in args[1:]]  # type: ignore[attr-defined]
     else:
         return None
-    key = ((STRING, 0, 0),) if _is_string(keys) else ((SKIP, w, 0),) if (w := _temporal_or_number(keys)) else None
-    if key is None or not values or not all(_number(v) for v in values):
+    items = ((STRING, 0, 0),) if _is_string(key_type) else ((SKIP, w, 0),) if (w := _temporal_or_number(key_type)) else None
+    if items is None or not values or not all(_number(v) for v in values):
         return None
-    return ((LOOP, 2, 0), *key, (SKIP, 8 * len(values), 0)), b"\0"
+    return ((LOOP, 2, 0), *items, (SKIP, 8 * len(values), 0)), b"\0"
 
 
 def _unknown(dt: DataType) -> bool:

@@ -17,7 +17,7 @@ Every state is ClickHouse 26.9's bytes for the same rows (or states) in the same
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,7 @@ from spark_mergetree.format import states_simple_compiled as simple_kernels
 from spark_mergetree.format.aggregate_states import state_layout
 from spark_mergetree.format.state_rows import StateBuilder, concat_rows, fixed_bytes, group_sizes
 from spark_mergetree.format.states_simple import as_float64, moment_float, value_kind
+from spark_mergetree.format.states_simple import builder as simple_builder
 from spark_mergetree.format.types import AggregateFunction, DataType, DateTime, Primitive
 from spark_mergetree.format.values import encode_varuints, fixed_storage, list_parts, string_buffers
 
@@ -354,6 +355,135 @@ def _map_builder(function: str, key_type: DataType, value_types: Sequence[Primit
 
 
 # ---------------------------------------------------------------------------------------------
+# sumMap, minMap, maxMap of a Map: ClickHouse's -Map combinator over sum, min or max. Per state, a
+# varuint count of keys, then each key (as the key's type writes it; a String with its varuint
+# length) followed by its nested state (sum: Int64, UInt64 or Float64, a 128/256-bit sum in its own
+# width; min/max: a flag byte, always 1, then the value in its own type). The keys come in the order
+# of the libc++ std::unordered_map ClickHouse keeps them in (replayed by
+# states_bits_maps_compiled.node_map_ranks): rows add their entries in order; a merge reads each
+# state into a table of its own and adds that table's keys to the group's table in its order.
+# Each key's nested state is the nested function's state of its values in the order they came
+# (states_simple builds it), or the merge of its states in the order of the states.
+
+# Keys of the -Map combinator (the key types of format/aggregate_states.py's layout ClickHouse
+# takes: no floats, Date32 or DateTime64) and DateTime.
+_MAP_KEY_TYPES = {"Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Bool", "Date", "String"}
+
+
+class _MapKeys:
+    """Keys of entries as ids (equal keys, equal ids), each id's libc++ hash, and the bytes each key
+    is written as: `rows` (n, width) uint8 for integers, else strings (`offsets` into `data`)."""
+
+    def __init__(self, key_type: DataType, rows: np.ndarray | None, offsets: np.ndarray | None = None,
+                 data: np.ndarray | None = None) -> None:
+        self.rows, self.offsets, self.data = rows, offsets, data
+        if rows is None:
+            assert offsets is not None and data is not None
+            encoded = pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1,
+                                            [None, pa.py_buffer(np.ascontiguousarray(offsets, np.int64)),
+                                             pa.py_buffer(np.ascontiguousarray(data))]).dictionary_encode()
+            self.ids = np.asarray(encoded.indices, np.int64) if len(offsets) > 1 else np.zeros(0, np.int64)
+            distinct_offsets, distinct_data = string_buffers(encoded.dictionary)
+            self.hashes = kernels.libcxx_string_hashes(np.ascontiguousarray(distinct_data, np.uint8),
+                                                       np.ascontiguousarray(distinct_offsets, np.int64))
+            return
+        width = rows.shape[1]
+        signed = isinstance(key_type, Primitive) and key_type.name.startswith("Int")
+        numbers = np.ascontiguousarray(rows).view(f"<{'i' if signed else 'u'}{width}").reshape(-1)
+        # std::hash of an integer is its value as a 64-bit size_t (a signed one sign-extended).
+        widened = numbers.astype(np.int64).view(np.uint64) if signed else numbers.astype(np.uint64)
+        self.hashes, inverse = np.unique(widened, return_inverse=True)
+        self.ids = inverse.astype(np.int64).reshape(-1)
+
+    def written(self, entries: np.ndarray) -> Piece:
+        """The bytes of the keys of `entries`, one piece each."""
+        if self.rows is not None:
+            return _rows_piece(self.rows[entries])
+        assert self.offsets is not None and self.data is not None
+        lengths = self.offsets[entries + 1] - self.offsets[entries]
+        return _with_lengths(_gather(self.data, self.offsets[entries], lengths))
+
+
+def _node_map_states(keys: _MapKeys, ranks: np.ndarray, nested_states: Callable[[np.ndarray, np.ndarray], pa.Array],
+                     entry_groups: np.ndarray, groups: int) -> pa.BinaryArray:
+    """One state per group from entries whose keys take places `ranks` (numbered across groups in
+    written order); `nested_states(order, starts)` gives the nested state of each key from the
+    entries in `order` cut at `starts`."""
+    n = len(ranks)
+    order = np.argsort(ranks, kind="stable")
+    new_key = np.ones(n, bool)
+    new_key[1:] = ranks[order][1:] != ranks[order][:-1]
+    segment_starts = np.flatnonzero(new_key).astype(np.int64)
+    firsts = order[segment_starts]
+    nested = nested_states(order, segment_starts) if n else pa.array([], pa.binary())
+    nested_offsets, nested_data = string_buffers(nested)
+    segments = concat_rows([keys.written(firsts), (nested_data, nested_offsets)])
+    segment_offsets, segment_data = string_buffers(segments)
+    counts = np.bincount(entry_groups[firsts], minlength=groups).astype(np.int64)
+    first_segments = np.zeros(groups + 1, np.int64)
+    np.cumsum(counts, out=first_segments[1:])
+    return concat_rows([encode_varuints(counts.astype(np.uint64)), (segment_data, segment_offsets[first_segments])])
+
+
+def _node_map_builder(function: str, key_type: DataType, value_type: Primitive) -> StateBuilder | None:
+    nested_type = AggregateFunction(function[:-3], (value_type,))
+    nested = simple_builder(nested_type)
+    if nested is None:
+        return None
+    strings = isinstance(key_type, Primitive) and key_type.name == "String"
+    key_width = 0 if strings else np.dtype(_key_dtype(key_type)).itemsize
+    # A sum is 8 bytes (a 128/256-bit integer's its own width); min/max: a flag byte, then the value.
+    value_width = int(value_type.width or 0)
+    nested_width = max(8, value_width) if function == "sumMap" else 1 + value_width
+
+    def states(dt: AggregateFunction, arguments: Sequence[pa.Array], starts: np.ndarray, n: int) -> pa.BinaryArray:
+        lengths, entries = list_parts(_plain_array(arguments[0]))
+        key_column = _plain_array(entries.field(0))
+        if strings:
+            offsets, data = string_buffers(key_column)
+            keys = _MapKeys(key_type, None, offsets, data)
+        else:
+            keys = _MapKeys(key_type, _storage_rows(key_type, key_column))
+        values = _plain_array(entries.field(1))
+        sizes = group_sizes(starts, n)
+        entry_groups = np.repeat(np.repeat(np.arange(len(starts), dtype=np.int64), sizes), lengths)
+        group_entries = np.bincount(entry_groups, minlength=len(starts))
+        entry_starts = np.zeros(len(starts), np.int64)
+        np.cumsum(group_entries[:-1], out=entry_starts[1:])
+        ranks = kernels.node_map_ranks(keys.ids, keys.hashes, entry_starts, len(entry_groups), len(keys.hashes))
+
+        def nested_states(order: np.ndarray, segment_starts: np.ndarray) -> pa.Array:
+            return nested.states(nested_type, [values.take(pa.array(order))], segment_starts, len(order))
+
+        return _node_map_states(keys, ranks, nested_states, entry_groups, len(starts))
+
+    def combine(dt: AggregateFunction, column: pa.BinaryArray, starts: np.ndarray) -> pa.BinaryArray:
+        offsets, data = _state_buffers(column)
+        n = len(offsets) - 1
+        state_of, key_starts, key_lengths = kernels.map_entries(data, offsets[:-1].astype(np.int64), key_width,
+                                                                nested_width)
+        state_ends = np.searchsorted(state_of, np.arange(n), side="right").astype(np.int64)
+        if strings:
+            key_data, key_offsets = _gather(data, key_starts, key_lengths)
+            keys = _MapKeys(key_type, None, key_offsets, key_data)
+        else:
+            keys = _MapKeys(key_type, data[(key_starts[:, None] + np.arange(key_width)).reshape(-1)].reshape(-1, key_width))
+        ranks = kernels.node_map_merge_ranks(keys.ids, keys.hashes, state_ends, starts.astype(np.int64),
+                                             len(keys.hashes))
+        value_starts = key_starts + key_lengths
+
+        def nested_states(order: np.ndarray, segment_starts: np.ndarray) -> pa.Array:
+            nested_data, nested_offsets = _gather(data, value_starts[order], np.full(len(order), nested_width, np.int64))
+            held = pa.Array.from_buffers(pa.large_binary(), len(order), [None, pa.py_buffer(nested_offsets),
+                                                                         pa.py_buffer(np.ascontiguousarray(nested_data))])
+            return nested.combine(nested_type, held.cast(pa.binary()), segment_starts)
+
+        state_groups = np.repeat(np.arange(len(starts), dtype=np.int64), group_sizes(starts, n))
+        return _node_map_states(keys, ranks, nested_states, state_groups[state_of], len(starts))
+
+    return StateBuilder(states, combine)
+
+# ---------------------------------------------------------------------------------------------
 # groupBitmap: see states_bits_maps_compiled for the small set, the roaring containers and which
 # form ClickHouse writes each container in.
 
@@ -432,10 +562,12 @@ def builder(dt: AggregateFunction) -> StateBuilder | None:
         return None
     name = dt.function
     if name in ("sumMap", "minMap", "maxMap"):
-        if dt.version is None:
-            # sumMap of a Map is the -Map combinator over sum: its keys are written in the order of
-            # its hash table, not sorted (not built here).
-            return None
+        if dt.version is None:  # the -Map combinator over sum, min or max of a Map's values
+            key, value = arguments[0].key, arguments[0].value  # type: ignore[attr-defined]
+            if not (isinstance(key, (Primitive, DateTime)) and (isinstance(key, DateTime) or key.name in _MAP_KEY_TYPES)
+                    and isinstance(value, Primitive)):
+                return None
+            return _node_map_builder(name, key, value)
         key, values = arguments[0].inner, [a.inner for a in arguments[1:]]  # type: ignore[attr-defined]
         if not all(isinstance(v, Primitive) and v.name in _NUMPY for v in values):
             return None

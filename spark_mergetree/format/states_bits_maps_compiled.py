@@ -805,3 +805,345 @@ def bitmap_states(large: np.ndarray, small_values: np.ndarray, small_offsets: np
             else:
                 _bitmap_bytes(first, last, keys, kinds, cards, runs, values, offsets, out, place, True)
     return out, state_offsets
+
+
+# ---------------------------------------------------------------------------------------------
+# sumMap, minMap, maxMap of a Map (the -Map combinator): ClickHouse keeps a state's keys in a
+# std::unordered_map of libc++ (the C++ library ClickHouse is built with) and writes them in its
+# iteration order. That table is a singly linked list of nodes behind a "before begin" node, and an
+# array of buckets, each pointing at the node *before* the bucket's first node (or nothing):
+# - a key's hash is std::hash: an integer's value sign-extended to 64 bits; a string's CityHash-like
+#   hash (`libcxx_string_hashes`); its bucket is hash & (count - 1) for a power of two, else
+#   hash % count;
+# - a new key goes first in the list when its bucket is empty (the bucket then points at the
+#   "before begin" node, and the bucket of the node that was first at the new node), else right
+#   after the node its bucket points at (first among its bucket's nodes);
+# - before adding the key that would make size > bucket count (the first key too), the buckets
+#   grow to max(2 * count + 1, size + 1) rounded up to a prime (to 2 from nothing): 2, 5, 11, 23,
+#   47, 97, 197, ...; the list is then walked once, each node kept where it is when its bucket is
+#   the previous node's or still empty (which then points at the previous node), else moved to
+#   the front of its bucket's nodes.
+# A table below: `following` (node -> next node, -1 none; index `head` is the "before begin" node),
+# `hashes` per node, `buckets` (-1 empty) and `meta` = [size, bucket count].
+
+_K0 = np.uint64(0xC3A5C85C97CB3127)
+_K1 = np.uint64(0xB492B66FBE98F273)
+_K2 = np.uint64(0x9AE16A3B2F90404F)
+_K3 = np.uint64(0xC949D7C7509E6557)
+_MIX = np.uint64(0x9DDFEA08EB382D69)
+
+
+@lazy_njit
+def _word(data: np.ndarray, at: int, width: int) -> np.uint64:  # pragma: no cover - compiled
+    value = np.uint64(0)
+    for i in range(width):
+        value |= np.uint64(data[at + i]) << np.uint64(8 * i)
+    return value
+
+
+@lazy_njit
+def _rotated(value: np.uint64, shift: int) -> np.uint64:  # pragma: no cover - compiled
+    if shift == 0:
+        return value
+    return (value >> np.uint64(shift)) | (value << np.uint64(64 - shift))
+
+
+@lazy_njit
+def _mixed(value: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    return value ^ (value >> np.uint64(47))
+
+
+@lazy_njit
+def _pair_hash(u: np.uint64, v: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    a = (u ^ v) * _MIX
+    a ^= a >> np.uint64(47)
+    b = (v ^ a) * _MIX
+    b ^= b >> np.uint64(47)
+    return b * _MIX
+
+
+@lazy_njit
+def _weak_pair(data: np.ndarray, at: int, a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragma: no cover - compiled
+    """A 16-byte hash of data[at:at + 32] with seeds a and b."""
+    w = _word(data, at, 8)
+    a += w
+    b = _rotated(b + a + _word(data, at + 24, 8), 21)
+    c = a
+    a += _word(data, at + 8, 8)
+    a += _word(data, at + 16, 8)
+    b += _rotated(a, 44)
+    return a + _word(data, at + 24, 8), b + c
+
+
+@lazy_njit
+def _string_hash(data: np.ndarray, s: int, n: int) -> np.uint64:  # pragma: no cover - compiled
+    """libc++'s std::hash of the n bytes at data[s] (CityHash64 of 2011, with the fix that keeps
+    all 32 bits of the first word of a 4 to 8 byte string: measured in ClickHouse 26.9)."""
+    length = np.uint64(n)
+    if n == 0:
+        return _K2
+    if n <= 3:
+        y = np.uint64(np.uint32(data[s]) + (np.uint32(data[s + (n >> 1)]) << np.uint32(8)))
+        z = np.uint64(np.uint32(n) + (np.uint32(data[s + n - 1]) << np.uint32(2)))
+        return _mixed((y * _K2) ^ (z * _K3)) * _K2
+    if n <= 8:
+        return _pair_hash(length + (_word(data, s, 4) << np.uint64(3)), _word(data, s + n - 4, 4))
+    if n <= 16:
+        a = _word(data, s, 8)
+        b = _word(data, s + n - 8, 8)
+        return _pair_hash(a, _rotated(b + length, n & 63)) ^ b
+    if n <= 32:
+        a = _word(data, s, 8) * _K1
+        b = _word(data, s + 8, 8)
+        c = _word(data, s + n - 8, 8) * _K2
+        d = _word(data, s + n - 16, 8) * _K0
+        return _pair_hash(_rotated(a - b, 43) + _rotated(c, 30) + d, a + _rotated(b ^ _K3, 20) - c + length)
+    if n <= 64:
+        z = _word(data, s + 24, 8)
+        a = _word(data, s, 8) + (length + _word(data, s + n - 16, 8)) * _K0
+        b = _rotated(a + z, 52)
+        c = _rotated(a, 37)
+        a += _word(data, s + 8, 8)
+        c += _rotated(a, 7)
+        a += _word(data, s + 16, 8)
+        first_f = a + z
+        first_s = b + _rotated(a, 31) + c
+        a = _word(data, s + 16, 8) + _word(data, s + n - 32, 8)
+        z += _word(data, s + n - 8, 8)
+        b = _rotated(a + z, 52)
+        c = _rotated(a, 37)
+        a += _word(data, s + n - 24, 8)
+        c += _rotated(a, 7)
+        a += _word(data, s + n - 16, 8)
+        second_f = a + z
+        second_s = b + _rotated(a, 31) + c
+        r = _mixed((first_f + second_s) * _K2 + (second_f + first_s) * _K0)
+        return _mixed(r * _K0 + first_s) * _K2
+    x = _word(data, s + n - 40, 8)
+    y = _word(data, s + n - 16, 8) + _word(data, s + n - 56, 8)
+    z = _pair_hash(_word(data, s + n - 48, 8) + length, _word(data, s + n - 24, 8))
+    v0, v1 = _weak_pair(data, s + n - 64, length, z)
+    w0, w1 = _weak_pair(data, s + n - 32, y + _K1, x)
+    x = x * _K1 + _word(data, s, 8)
+    left = (n - 1) & ~63
+    at = s
+    while True:
+        x = _rotated(x + y + v0 + _word(data, at + 8, 8), 37) * _K1
+        y = _rotated(y + v1 + _word(data, at + 48, 8), 42) * _K1
+        x ^= w1
+        y += v0 + _word(data, at + 40, 8)
+        z = _rotated(z + w0, 33) * _K1
+        v0, v1 = _weak_pair(data, at, v1 * _K1, x + w0)
+        w0, w1 = _weak_pair(data, at + 32, z + w1, y + _word(data, at + 16, 8))
+        x, z = z, x
+        at += 64
+        left -= 64
+        if left == 0:
+            break
+    return _pair_hash(_pair_hash(v0, w0) + _mixed(y) * _K1 + z, _pair_hash(v1, w1) + x)
+
+
+@lazy_njit
+def libcxx_string_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """libc++'s std::hash of each string data[offsets[i]:offsets[i + 1]]."""
+    out = np.empty(len(offsets) - 1, np.uint64)
+    for i in range(len(out)):
+        out[i] = _string_hash(data, offsets[i], offsets[i + 1] - offsets[i])
+    return out
+
+
+@lazy_njit
+def _bucket_of(h: np.uint64, count: int) -> int:  # pragma: no cover - compiled
+    if count & (count - 1) == 0:
+        return np.int64(h & np.uint64(count - 1))
+    return np.int64(h % np.uint64(count))
+
+
+@lazy_njit
+def _prime_from(n: int) -> int:  # pragma: no cover - compiled
+    """The smallest prime >= n (n >= 2)."""
+    while True:
+        d = 2
+        prime = True
+        while d * d <= n:
+            if n % d == 0:
+                prime = False
+                break
+            d += 1
+        if prime:
+            return n
+        n += 1
+
+
+@lazy_njit
+def _relink(following: np.ndarray, hashes: np.ndarray, buckets: np.ndarray, meta: np.ndarray, head: int,
+            count: int) -> None:  # pragma: no cover - compiled
+    """The table's buckets remade for `count` buckets, nodes moved as libc++'s rehash moves them."""
+    buckets[:count] = -1
+    meta[1] = count
+    previous = head
+    node = following[head]
+    if node == -1:
+        return
+    bucket = _bucket_of(hashes[node], count)
+    buckets[bucket] = head
+    last_bucket = bucket
+    previous = node
+    node = following[node]
+    while node != -1:
+        bucket = _bucket_of(hashes[node], count)
+        if bucket == last_bucket:
+            previous = node
+        elif buckets[bucket] == -1:
+            buckets[bucket] = previous
+            previous = node
+            last_bucket = bucket
+        else:
+            following[previous] = following[node]
+            following[node] = following[buckets[bucket]]
+            following[buckets[bucket]] = node
+        node = following[previous]
+
+
+@lazy_njit
+def _link(following: np.ndarray, hashes: np.ndarray, buckets: np.ndarray, meta: np.ndarray, head: int,
+          node: int) -> None:  # pragma: no cover - compiled
+    """Adds node `node` (a key not in the table; its hash set) as libc++'s emplace does."""
+    size = meta[0]
+    count = meta[1]
+    if size + 1 > count:
+        wanted = max(2 * count + (0 if count > 2 and count & (count - 1) == 0 else 1), size + 1)
+        if wanted == 1:
+            wanted = 2
+        elif wanted & (wanted - 1):
+            wanted = _prime_from(wanted)
+        if wanted > count:
+            _relink(following, hashes, buckets, meta, head, wanted)
+        count = meta[1]
+    bucket = _bucket_of(hashes[node], count)
+    before = buckets[bucket]
+    if before == -1:
+        following[node] = following[head]
+        following[head] = node
+        buckets[bucket] = head
+        if following[node] != -1:
+            buckets[_bucket_of(hashes[following[node]], count)] = node
+    else:
+        following[node] = following[before]
+        following[before] = node
+    meta[0] = size + 1
+
+
+@lazy_njit
+def _new_table(capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """(following, hashes, buckets, meta, keys) of a table of up to `capacity` keys."""
+    return (np.full(capacity + 1, -1, np.int64), np.zeros(capacity, np.uint64), np.full(4 * capacity + 16, -1, np.int64),
+            np.zeros(2, np.int64), np.zeros(capacity, np.int64))
+
+
+@lazy_njit
+def _ranks(following: np.ndarray, head: int, node_rank: np.ndarray, base: int) -> int:  # pragma: no cover - compiled
+    """Numbers the table's nodes in iteration order from `base`; returns the next number."""
+    node = following[head]
+    while node != -1:
+        node_rank[node] = base
+        base += 1
+        node = following[node]
+    return base
+
+
+@lazy_njit
+def node_map_ranks(ids: np.ndarray, id_hashes: np.ndarray, starts: np.ndarray, n: int, distinct: int
+                   ) -> np.ndarray:  # pragma: no cover - compiled
+    """Keys (ids 0..distinct-1, hash of each id) added in order to one table per group of entries:
+    each entry's key's place in its table's iteration order, numbered across groups."""
+    largest = 0
+    for g in range(len(starts)):
+        largest = max(largest, (starts[g + 1] if g + 1 < len(starts) else n) - starts[g])
+    following, hashes, buckets, meta, keys = _new_table(largest)
+    head = largest
+    node_of = np.full(distinct, -1, np.int64)
+    node_rank = np.zeros(max(largest, 1), np.int64)
+    out = np.empty(n, np.int64)
+    base = 0
+    for g in range(len(starts)):
+        end = starts[g + 1] if g + 1 < len(starts) else n
+        meta[:] = 0
+        following[head] = -1
+        for e in range(starts[g], end):
+            key = ids[e]
+            if node_of[key] < 0:
+                node = meta[0]
+                node_of[key] = node
+                keys[node] = key
+                hashes[node] = id_hashes[key]
+                _link(following, hashes, buckets, meta, head, node)
+        base = _ranks(following, head, node_rank, base)
+        for e in range(starts[g], end):
+            out[e] = node_rank[node_of[ids[e]]]
+        for e in range(starts[g], end):
+            node_of[ids[e]] = -1
+    return out
+
+
+@lazy_njit
+def node_map_merge_ranks(ids: np.ndarray, id_hashes: np.ndarray, state_ends: np.ndarray, group_starts: np.ndarray,
+                         distinct: int) -> np.ndarray:  # pragma: no cover - compiled
+    """ClickHouse's merge of -Map states group by group: each state is read (its keys added in
+    written order to a new table), then its table's keys, in iteration order, are added to the
+    group's table, which starts empty. Keys of state s are entries state_ends[s - 1]:state_ends[s].
+    Returns each entry's key's place in its group's final iteration order, numbered across groups."""
+    states = len(state_ends)
+    n = state_ends[states - 1] if states else 0
+    largest_state = 0
+    largest_group = 0
+    for g in range(len(group_starts)):
+        last = group_starts[g + 1] if g + 1 < len(group_starts) else states
+        first_entry = state_ends[group_starts[g] - 1] if group_starts[g] > 0 else 0
+        largest_group = max(largest_group, state_ends[last - 1] - first_entry)
+    for s in range(states):
+        largest_state = max(largest_state, state_ends[s] - (state_ends[s - 1] if s > 0 else 0))
+    following, hashes, buckets, meta, keys = _new_table(largest_group)
+    head = largest_group
+    read_following, read_hashes, read_buckets, read_meta, read_keys = _new_table(largest_state)
+    read_head = largest_state
+    node_of = np.full(distinct, -1, np.int64)
+    read_of = np.full(distinct, -1, np.int64)
+    node_rank = np.zeros(max(largest_group, 1), np.int64)
+    out = np.empty(n, np.int64)
+    base = 0
+    for g in range(len(group_starts)):
+        last = group_starts[g + 1] if g + 1 < len(group_starts) else states
+        first_entry = state_ends[group_starts[g] - 1] if group_starts[g] > 0 else 0
+        meta[:] = 0
+        following[head] = -1
+        for s in range(group_starts[g], last):
+            lo = state_ends[s - 1] if s > 0 else 0
+            read_meta[:] = 0
+            read_following[read_head] = -1
+            for e in range(lo, state_ends[s]):
+                key = ids[e]
+                if read_of[key] < 0:
+                    node = read_meta[0]
+                    read_of[key] = node
+                    read_keys[node] = key
+                    read_hashes[node] = id_hashes[key]
+                    _link(read_following, read_hashes, read_buckets, read_meta, read_head, node)
+            at = read_following[read_head]
+            while at != -1:
+                key = read_keys[at]
+                if node_of[key] < 0:
+                    node = meta[0]
+                    node_of[key] = node
+                    keys[node] = key
+                    hashes[node] = id_hashes[key]
+                    _link(following, hashes, buckets, meta, head, node)
+                at = read_following[at]
+            for e in range(lo, state_ends[s]):
+                read_of[ids[e]] = -1
+        base = _ranks(following, head, node_rank, base)
+        for e in range(first_entry, state_ends[last - 1]):
+            out[e] = node_rank[node_of[ids[e]]]
+        for e in range(first_entry, state_ends[last - 1]):
+            node_of[ids[e]] = -1
+    return out

@@ -86,10 +86,12 @@ def _hex_rows(ch: object, sql: str) -> list[list[str]]:
 
 def _check(ch: object, seed: int, columns: dict[str, tuple[str, list[str]]],
            calls: list[tuple[str, tuple[str, ...]]], rows: int = ROWS, largest: int = 60,
-           grouping: tuple[list[int], list[int]] | None = None) -> str:
+           grouping: tuple[list[int], list[int]] | None = None, stored: bool = False) -> str:
     """Each call (function, argument columns): our states of each group equal chdb's, and our
     combination of chdb's states of sub-groups equals chdb's merge of them. Returns the table's name
-    (the states of call k are in table `<name>_states<k>`)."""
+    (the states of call k are in table `<name>_states<k>`). `stored`: the states combined are the
+    bytes of the states' part, not chdb's `hex` of them (which reads and writes each state again,
+    which for the -Map combinator reorders its keys)."""
     table, read, starts = _fill(ch, seed, columns, rows, largest, grouping)
     n = read.num_rows
     for number, (function, argument_columns) in enumerate(calls):
@@ -118,6 +120,11 @@ def _check(ch: object, seed: int, columns: dict[str, tuple[str, list[str]]],
         state_groups = np.array([int(r[0]) for r in parts])
         state_starts = np.flatnonzero(np.r_[True, state_groups[1:] != state_groups[:-1]]).astype(np.int64)
         column = pa.array([bytes.fromhex(r[1]) for r in parts], pa.binary())
+        if stored:
+            [part] = active_part_dirs(ch, state_table)  # type: ignore[arg-type]
+            stored_states = PartReader(PartStore(StoragePolicy.single(part.parent)), part.name, str(part)).read()
+            assert np.array_equal(np.asarray(stored_states.column("g")), state_groups)
+            column = stored_states.column("st").combine_chunks()
         combined = built.combine(dt, column, state_starts)
         assert [s.hex().upper() for s in combined.to_pylist()] == merged, f"{function}({arg_types}) combined"
     return table
@@ -234,18 +241,65 @@ def test_maps_of_arrays(ch: object, case: tuple[str, list[str]]) -> None:
     _check(ch, seed, columns, [(f, arguments) for f in ("sumMap", "minMap", "maxMap")])
 
 
-def test_sum_map_of_a_map_is_refused(ch: object) -> None:
-    """sumMap of a Map is the -Map combinator over sum: ClickHouse writes its keys in its hash
-    table's order (measured here: not sorted), which is not built, so such states are refused."""
+def _map_literals(seed: int, key_type: str, value_type: str, distinct: int) -> list[str]:
+    """A Map per row (0 to 8 entries, keys from a pool of `distinct`, a key repeated within a map
+    at times, empty maps among them)."""
+    rng = random.Random(seed)
+    values = _values(rng, value_type)
+    if key_type == "String":
+        keys = [repr("k" * rng.choice([0, 1, 3, 6, 8, 12, 20, 40, 70, 130, 200]) + str(k)) for k in range(distinct)]
+        keys[0] = "''"
+    else:
+        keys = [str(k) for k in rng.sample(range(-distinct if key_type.startswith("Int") else 0, 3 * distinct), distinct)]
+    out = []
+    for _ in range(ROWS):
+        entries = [f"CAST({rng.choice(keys)} AS {key_type}), {rng.choice(values)}" for _ in range(rng.choice([0, 1, 2, 3, rng.randint(0, 8)]))]
+        out.append(f"map({', '.join(entries)})" if entries else "map()")
+    return out
+
+
+_MAP_FORM_CASES = [("String", "UInt64", 40), ("String", "Float64", 400), ("UInt16", "UInt8", 30), ("Int8", "Int32", 200),
+                   ("Int64", "Float32", 600), ("UInt64", "Int64", 50), ("Date", "Float64", 300), ("DateTime('UTC')", "Int16", 20),
+                   ("UInt8", "Bool", 250), ("Int32", "UInt32", 1000)]
+
+
+@pytest.mark.parametrize("case", _MAP_FORM_CASES, ids=lambda case: f"{case[0]}-{case[1]}-{case[2]}")
+def test_maps_of_a_map(ch: object, case: tuple[str, str, int]) -> None:
+    """sumMap, minMap and maxMap of a Map (the -Map combinator over sum, min, max): keys in the order
+    of ClickHouse's std::unordered_map, in small groups and in large ones whose table grows, and
+    merged as ClickHouse merges them."""
+    key_type, value_type, distinct = case
+    seed = 500 + _MAP_FORM_CASES.index(case)
+    columns = {"m": (f"Map({key_type}, {value_type})", _map_literals(seed, key_type, value_type, distinct))}
+    _check(ch, seed, columns, [(f, ("m",)) for f in ("sumMap", "minMap", "maxMap")], largest=200, stored=True)
+
+
+def test_map_form_is_not_sorted(ch: object) -> None:
+    """The Map form's keys are not sorted: ClickHouse writes them in its hash table's order."""
+    dt = parse_type("AggregateFunction(sumMap, Map(UInt8, UInt8))")
+    assert isinstance(dt, AggregateFunction)
+    built = builder(dt)
+    assert built is not None
+    rows = pa.array([[(2, 1)], [(0, 1)], [(1, 1)], [(255, 1)], [(3, 1)]], pa.map_(pa.uint8(), pa.uint8()))
+    ours = built.states(dt, [rows], np.zeros(1, np.int64), 5).to_pylist()[0]
     state = ch.query("SELECT hex(sumMapState(m)) FROM (SELECT arrayJoin([map(toUInt8(2), toUInt8(1)), "  # type: ignore[attr-defined]
                      "map(0, 1), map(1, 1), map(255, 1), map(3, 1)]) AS m)", "TSVRaw").bytes().decode().strip()
-    keys = [bytes.fromhex(state)[1 + 9 * k] for k in range(5)]
+    assert ours.hex().upper() == state
+    keys = [ours[1 + 9 * k] for k in range(5)]
     assert sorted(keys) == [0, 1, 2, 3, 255] and keys != sorted(keys)
-    for text in ("sumMap, Map(UInt8, UInt8)", "sumMap, Map(String, Float64)", "minMap, Map(UInt8, UInt8)",
-                 "1, sumMapWithOverflow, Array(UInt8), Array(UInt8)"):
-        dt = parse_type(f"AggregateFunction({text})")
+
+
+def test_refused_map_forms(ch: object) -> None:
+    """Key types ClickHouse's -Map combinator refuses have no layout, and are not built."""
+    for key_type in ("Float64", "Float32", "Date32", "DateTime64(3)"):
+        with pytest.raises(Exception, match="not supported by combinator Map"):
+            ch.query(f"SELECT sumMapState(CAST(map(), 'Map({key_type}, UInt8)'))")  # type: ignore[attr-defined]
+        dt = parse_type(f"AggregateFunction(sumMap, Map({key_type}, UInt8))")
         assert isinstance(dt, AggregateFunction)
-        assert builder(dt) is None, text
+        assert builder(dt) is None
+    dt = parse_type("AggregateFunction(1, sumMapWithOverflow, Array(UInt8), Array(UInt8))")
+    assert isinstance(dt, AggregateFunction)
+    assert builder(dt) is None
 
 
 def test_map_sizes_must_match() -> None:
