@@ -444,3 +444,45 @@ def test_projection_of_these_functions(tmp_path: object) -> None:
     answer = sess.query(query.format("merged"), "TSV").bytes()
     assert answer == sess.query(query.format("t"), "TSV").bytes() and answer.count(b"\n") == 3
     close_session()
+
+
+_MAP_PROJECTION = "s, sumMap(m), minMap(m), maxMap(n), sumMap(n)"
+_MAP_CREATE = ("CREATE TABLE t (id UInt64, s String, m Map(String, UInt64), n Map(UInt16, Float64), "
+               f"PROJECTION p (SELECT {_MAP_PROJECTION} GROUP BY s)) ENGINE = MergeTree ORDER BY id "
+               "SETTINGS index_granularity = 64, min_bytes_for_wide_part = 0, compress_marks = 0, compress_primary_key = 0")
+_MAP_ROWS = ("SELECT number + {offset} AS id, toString(number % {groups} + {first}) AS s, "
+             "map(toString(number % 37), number, repeat('k', number % 90), number % 5, toString(number % 11), 7) AS m, "
+             "mapFromArrays(arrayMap(j -> toUInt16((number + j * 13) % 300), range(number % 5)), "
+             "arrayMap(j -> (number + j) / 7, range(number % 5))) AS n FROM numbers({rows})")
+
+
+def test_projection_of_maps(tmp_path: object) -> None:
+    """An aggregate projection of sumMap, minMap and maxMap of Map columns (each state's keys in
+    ClickHouse's hash table order): our inserted and merged parts hold ClickHouse's bytes, and
+    ClickHouse answers from them what it answers from its own."""
+    from spark_mergetree import MergeTreeTable
+    from spark_mergetree.expressions.ddl import parse_create
+    from tests.format.chdb_util import attach_and_check, make_chdb_table, paired_part_dirs
+
+    sess, data_dir = make_chdb_table(tmp_path, _MAP_CREATE)
+    sess.query("SYSTEM STOP MERGES t")
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    ours = MergeTreeTable.new(tmp_path / "ours", parse_create(statement), {"auto_merge": False})  # type: ignore[operator]
+    ours.write_directory()
+    for offset, rows, groups, first in ((0, 900, 3, 0), (900, 700, 2, 1)):  # group '0' merged from one state
+        rows_sql = _MAP_ROWS.format(offset=offset, rows=rows, groups=groups, first=first)
+        sess.query("INSERT INTO t " + rows_sql)
+        ours.insert(pa.ipc.open_file(pa.py_buffer(sess.query(rows_sql, "Arrow").bytes())).read_all())
+    for theirs, mine in paired_part_dirs(data_dir, ours):
+        assert _projection_files(mine) == _projection_files(theirs), mine.name
+    ours.optimize(final=True)
+    (part,) = ours.parts()
+    sess.query("SYSTEM START MERGES t")
+    sess.query("OPTIMIZE TABLE t FINAL")
+    assert _projection_files(ours.path / part.name) == _projection_files(data_dir / part.name)
+    sess.query("CREATE TABLE merged AS t")
+    attach_and_check(sess, "merged", [ours.path / part.name])
+    query = f"SELECT {_MAP_PROJECTION} FROM {{}} GROUP BY s ORDER BY s SETTINGS force_optimize_projection = 1"
+    answer = sess.query(query.format("merged"), "TSV").bytes()
+    assert answer == sess.query(query.format("t"), "TSV").bytes() and answer.count(b"\n") == 3
+    close_session()
