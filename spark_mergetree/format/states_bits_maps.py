@@ -7,7 +7,9 @@ This family (see format/state_rows.py for the contract) owns:
   bitmap in CRoaring's portable serialization (containers as ClickHouse leaves them: see
   `_bitmap_builder`);
 - sumMap, minMap and maxMap of a key array and value arrays (the versioned state): the keys
-  sorted, each with its values widened to 64 bits (sumMap of a Map is not built: see `builder`);
+  sorted, each with its values widened to 64 bits;
+- sumMap, minMap and maxMap of a Map (the -Map combinator over sum, min, max): the keys in the
+  order of ClickHouse's std::unordered_map, replayed, each with its nested state;
 - deltaSum (rows in order; states merged by their first and last values), boundingRatio (the
   leftmost and rightmost points), simpleLinearRegression (a count and four Float64 sums).
 
