@@ -190,7 +190,8 @@ def test_simple_linear_regression(ch: object, pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.parametrize("text", ["groupBitOr, Int128", "deltaSum, Float32", "boundingRatio, Int8, Float64",
-                                  "simpleLinearRegression, Decimal(9, 2), Int8"])
+                                  "simpleLinearRegression, Decimal(9, 2), Int8", "sumMap, Map(String, Float64)",
+                                  "maxMap, Map(Int16, UInt8)"])
 def test_no_groups(text: str) -> None:
     """No rows: no states, and no states to combine."""
     dt = parse_type(f"AggregateFunction({text})")
