@@ -14,6 +14,7 @@ from spark_mergetree.catalog import Catalog
 from spark_mergetree.errors import InvalidOptionError
 from spark_mergetree.expressions.ddl import (
     CLICKHOUSE_ONLY_SETTINGS,
+    SETTING_CHOICES,
     UNDERSTOOD_SETTINGS,
     build_definition,
     format_create,
@@ -82,6 +83,8 @@ def _boundary_values(name: str) -> list[object]:
         return [True, "false", "1", 2, "maybe"]
     if kind == "codec":
         return ["LZ4", "LZ4HC(12)", "ZSTD(22)", "NONE", "Delta, LZ4", "ZSTD(23)", "GZIP"]
+    if kind == "choice":
+        return [*SETTING_CHOICES[name], "sometimes", 1]
     return [minimum - 1, minimum, minimum + 1, 1023, 1024, "abc", "1.5", 2**64]
 
 
@@ -108,7 +111,7 @@ def test_clickhouse_started_on_the_root_loads_every_table_we_create(tmp_path: Pa
     columns = [("id", "UInt64")] + [(name, "String") for name in ODD_NAMES]
     catalog.create_table("db.names", columns, "id", partition_by="id % 2",
                          settings={"index_granularity": 16, "codec": "ZSTD(3)"})
-    sample = {"bool": True, "codec": "LZ4HC(9)"}
+    sample = {"bool": True, "codec": "LZ4HC(9)", "choice": "rebuild"}
     every_setting = {name: sample.get(kind, 1024 if name == "index_granularity_bytes" else max(minimum, 1))
                      for name, (kind, minimum) in ALL_SETTINGS.items()}
     catalog.create_table("db.settings", [("id", "UInt64")], "id", settings=every_setting)
