@@ -34,6 +34,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.harness import private_coordinator  # noqa: E402
 from spark_mergetree import MergeTreeTable  # noqa: E402
 from spark_mergetree.expressions.ddl import parse_create  # noqa: E402
 
@@ -116,6 +117,7 @@ def main() -> None:
     batches = (_rows(args.rows, 1), _rows(args.rows, 2))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        private_coordinator(work)  # (never the user's own coordinator)
         base_ours = ours(work, "none", batches, args.runs)
         base_theirs = theirs(work, "none", batches, args.runs)
         print(f"{args.rows:,} rows per insert; without projections: ours insert {base_ours[0]:.2f} s, merge "
