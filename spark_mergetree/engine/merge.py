@@ -90,17 +90,20 @@ def _segments(infos: list[PartInfo], reserved: Sequence[tuple[int, int]]) -> lis
 
 
 def fence_reserved(reserved: Mapping[str, Sequence[tuple[int, int]]], visible: Iterable[str], watermark: int,
-                   busy: bool) -> dict[str, list[tuple[int, int]]]:
+                   busy: bool, settled_below: int = 0) -> dict[str, list[tuple[int, int]]]:
     """`reserved` plus what a table without a commit lock cannot rule out (`TableLog.allocation_fence`):
     in every partition, blocks from `watermark` on and, when other transactions were running
-    (`busy`), every gap between the visible parts (a block there may be one of theirs)."""
+    (`busy`), every gap between the visible parts (a block there may be one of theirs), except
+    blocks below `settled_below`: the caller knows every block below it is committed or lost (every
+    transaction that was running when a fence at `settled_below` was taken has ended)."""
     out = {partition: list(ranges) for partition, ranges in reserved.items()}
     for partition_id, infos in by_partition(list(visible)).items():
         ranges = out.setdefault(partition_id, [])
         ranges.append((watermark, _NO_BLOCK))
         if busy:
-            ranges.extend((a.max_block + 1, b.min_block - 1) for a, b in zip(infos, infos[1:], strict=False)
-                          if b.min_block > a.max_block + 1)
+            ranges.extend((max(a.max_block + 1, settled_below), b.min_block - 1)
+                          for a, b in zip(infos, infos[1:], strict=False)
+                          if b.min_block > max(a.max_block + 1, settled_below))
     return out
 
 

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
 from spark_mergetree.engine import patch_merge
-from spark_mergetree.errors import TransactionError
+from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
-from spark_mergetree.txn import Transaction
+from spark_mergetree.txn import Transaction, TxnState
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
@@ -34,6 +34,14 @@ log = logging.getLogger(__name__)
 def begin_merge_transaction(table: MergeTreeTable) -> tuple[Transaction, dict[str, list[tuple[int, int]]], set[str]]:
     """(transaction, reserved blocks, visible parts), the first two taken together under the commit
     lock, where block numbers are allocated: every block below is committed, reserved, or lost."""
+    tx, reserved, visible, _ = _begin(table)
+    return tx, reserved, visible
+
+
+def _begin(table: MergeTreeTable, settled_below: int = 0
+           ) -> tuple[Transaction, dict[str, list[tuple[int, int]]], set[str], tuple[int, bool] | None]:
+    """`begin_merge_transaction`, with the allocation fence (None under a commit lock) and the gaps
+    below `settled_below` known not to hold a running transaction's block (see fence_reserved)."""
     table.adopt_directory_parts()  # a table ClickHouse wrote: its parts are what there is to merge
     with table.log.commit_lock():
         fence = table.log.allocation_fence(table.coordinator)
@@ -45,8 +53,8 @@ def begin_merge_transaction(table: MergeTreeTable) -> tuple[Transaction, dict[st
             tx.rollback()
             raise
     if fence is not None:
-        reserved = merging.fence_reserved(reserved, visible, *fence)
-    return tx, reserved, visible
+        reserved = merging.fence_reserved(reserved, visible, *fence, settled_below=settled_below)
+    return tx, reserved, visible, fence
 
 
 def part_stats(table: MergeTreeTable, parts: set[str]) -> dict[str, merging.PartStats]:
@@ -123,18 +131,26 @@ def _without_unmergeable(table: MergeTreeTable, visible: set[str], reserved: dic
     return kept, reserved
 
 
-def run_merges(table: MergeTreeTable, final: bool) -> list[str]:
+# How long OPTIMIZE FINAL waits for the merges and writes that were running when it began to end
+# (ClickHouse waits up to lock_acquire_timeout_for_background_operations, 120 s, for running merges),
+# and the pauses between its looks (doubling from the first to the second).
+FINAL_WAIT_SECONDS = 120.0
+FINAL_POLL_SECONDS = (0.02, 0.5)
+
+
+def run_merges(table: MergeTreeTable, final: bool, timeout: float | None = None) -> list[str]:
     """OPTIMIZE: one merge per partition with ≥ 2 parts (`final`: each partition down to one part,
-    as far as no reserved block splits it); return the new parts' names."""
+    see `run_final`); return the new parts' names."""
     table.check_same_table()
+    if final:
+        return run_final(table, FINAL_WAIT_SECONDS if timeout is None else timeout)
     created: list[str] = []
     done: set[str] = set()
     while True:
         tx, reserved, visible = begin_merge_transaction(table)
         try:
             rows = {p: table.reader(p).rows for p in visible}
-            candidates = [c for c in merging.select_merges(sorted(visible), rows, table.metadata, final=final,
-                                                           reserved=reserved)
+            candidates = [c for c in merging.select_merges(sorted(visible), rows, table.metadata, reserved=reserved)
                           if c.partition_id not in done]
         except BaseException:
             tx.rollback()
@@ -144,6 +160,94 @@ def run_merges(table: MergeTreeTable, final: bool) -> list[str]:
             return created
         created.append(merge_one(table, candidates[0], tx))
         done.add(candidates[0].partition_id)
+
+
+def run_final(table: MergeTreeTable, timeout: float) -> list[str]:
+    """OPTIMIZE FINAL: merge until every partition holds one part of the blocks allocated before the
+    call (`limit`); return the new parts' names. Parts of writes that allocate their blocks later
+    are merged in only where they sit beside those (no later write is waited for).
+
+    Merges running when it begins (in this process's background, merge workers, other processes,
+    `mergetree merge-daemon`) hold their sources' removal locks, or name their result in a pending
+    entry: a partition they touch waits (polling, up to `timeout` seconds) until they commit or
+    roll back, then merges their result with the rest. A block a running write holds splits a
+    partition (no merge spans it): that, too, is waited for, and after `timeout` the partition is
+    merged as far as its gaps allow (each run between them into one part). On an object store,
+    where a merge's allocation fence leaves a block no part takes and where any running transaction
+    makes every gap a possible block of its own (`fence_reserved`), gaps below `limit` count as
+    settled once every transaction that was running when the call began has ended."""
+    deadline = time.monotonic() + timeout
+    pause = FINAL_POLL_SECONDS[0]
+    created: list[str] = []
+    limit: int | None = None  # blocks below were allocated before the call
+    earlier: set[int] = set()  # object stores: transactions running when the call began
+    settled_below = 0
+    degraded: set[str] = set()  # partitions merged as far as their gaps allow, once the wait ran out
+    while True:
+        tx, reserved, visible, fence = _begin(table, settled_below)
+        try:
+            if limit is None:
+                limit = fence[0] if fence is not None else 1 + max(
+                    [PartInfo.parse(p).max_block for p in visible]
+                    + [b for ranges in reserved.values() for _, b in ranges], default=0)
+                if fence is not None and fence[1]:
+                    earlier = {info.tid for info in table.coordinator.running() if info.tid < tx.tid}
+            rows = {p: table.reader(p).rows for p in visible}
+            candidate, blocked = _final_step(visible, rows, reserved, limit, degraded)
+        except BaseException:
+            tx.rollback()
+            raise
+        if candidate is not None:
+            try:
+                created.append(merge_one(table, candidate, tx))
+            except SerializationError:
+                # A merge running elsewhere took (or removed) one of the parts first: wait for it.
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(2 * pause, FINAL_POLL_SECONDS[1])
+                continue
+            pause = FINAL_POLL_SECONDS[0]
+            continue
+        tx.rollback()
+        if not blocked:
+            return created
+        if fence is not None and settled_below < limit and not any(
+                table.coordinator.status(tid)[0] is TxnState.RUNNING for tid in earlier):
+            settled_below = limit  # every block below is committed or lost: gaps there are holes
+            continue
+        if time.monotonic() >= deadline:
+            log.warning("%s: OPTIMIZE FINAL waited %.0f s for running merges and writes; partition(s) %s "
+                        "are merged as far as the blocks those still hold allow", table.path, timeout,
+                        ", ".join(repr(p) for p in sorted(blocked)))
+            degraded.update(blocked)
+            continue
+        time.sleep(pause)
+        pause = min(2 * pause, FINAL_POLL_SECONDS[1])
+
+
+def _final_step(visible: set[str], rows: dict[str, int], reserved: dict[str, list[tuple[int, int]]], limit: int,
+                degraded: set[str]) -> tuple[merging.MergeCandidate | None, set[str]]:
+    """The next merge OPTIMIZE FINAL runs (None: none now) and the partitions whose parts below
+    `limit` are not yet one part but cannot merge into one now (a reserved block between or on them)."""
+    blocked: set[str] = set()
+    for partition_id, infos in sorted(merging.by_partition(sorted(visible)).items()):
+        if sum(1 for i in infos if i.min_block < limit) < 2:
+            continue  # done: one part of the blocks the call is about (and maybe later ones beside it)
+        segments = [s for s in merging._segments(infos, reserved.get(partition_id, ()))
+                    if any(i.min_block < limit for i in s)]
+        whole = len(segments) == 1 and sum(1 for i in segments[0] if i.min_block < limit) == sum(
+            1 for i in infos if i.min_block < limit)
+        if whole or partition_id in degraded:
+            for segment in segments:
+                if len(segment) >= 2:
+                    names = tuple(i.name for i in segment)
+                    return merging.MergeCandidate(partition_id, names, sum(rows[n] for n in names)), blocked
+            if whole:
+                continue
+        if partition_id not in degraded:
+            blocked.add(partition_id)
+    return None, blocked
 
 
 def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Transaction) -> str:

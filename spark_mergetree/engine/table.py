@@ -864,13 +864,20 @@ class MergeTreeTable:
 
     # ------------------------------------------------------------------ merges and upkeep
 
-    def optimize(self, final: bool = False) -> list[str]:
+    def optimize(self, final: bool = False, timeout: float | None = None) -> list[str]:
         """Merge parts, as ClickHouse's OPTIMIZE TABLE: one merge per partition with ≥ 2 parts
         (`final=True`: every partition down to one part). Returns the new parts' names.
 
-        Parts are never merged across a block number that a running transaction holds (an insert
-        between allocating its number and committing): such a partition merges up to that gap."""
-        return optimizing.run_merges(self, final=final)
+        With `final=True`, once it returns a fresh `open()` sees every partition as one part holding
+        all the rows committed before the call, on every backend: merges already running (this
+        process's background merges, merge workers, other processes, `mergetree merge-daemon`) are
+        waited for and their results merged in. Writes that commit while it runs may leave parts of
+        their own beside that one. Parts are never merged across a block number that a running
+        transaction holds (an insert between allocating its number and committing): OPTIMIZE FINAL
+        waits up to `timeout` seconds (default 120, as ClickHouse waits for running merges) for the
+        merges and writes that were running when it began to end, then merges such a partition up
+        to the blocks still held (a SerializationError if a running merge still holds its parts)."""
+        return optimizing.run_merges(self, final=final, timeout=timeout)
 
     def merge(self) -> list[str]:
         """Run, now and in this thread, the merges the background scheduler would run for this table

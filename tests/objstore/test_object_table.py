@@ -403,7 +403,9 @@ def test_a_merge_never_spans_the_block_of_an_insert_still_uploading(s3_bucket: s
     pending = Transaction(table.coordinator)
     staged = table.stage(rows(100, 100), transaction=pending)  # blocks allocated, uploaded, named by no entry
     table.insert(rows(200, 100))
-    table.optimize(final=True)
+    # OPTIMIZE FINAL waits (here 1 s) for the transactions running when it began, then merges up to
+    # the blocks they still hold.
+    table.optimize(final=True, timeout=1)
     table.commit_staged(staged, transaction=pending)
     pending.commit()
     visible = table.visible_parts()[1]
