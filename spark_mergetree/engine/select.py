@@ -20,7 +20,14 @@ from spark_mergetree.engine.patches import PatchSet
 from spark_mergetree.errors import MergeTreeError
 from spark_mergetree.expressions.key_condition import granule_ranges_of_parts, may_match_partitions
 from spark_mergetree.expressions.partition_key import PartitionKey
-from spark_mergetree.expressions.predicate import Expr, bind, columns_of, filter_table, parse_predicate
+from spark_mergetree.expressions.predicate import (
+    Expr,
+    bind,
+    check_evaluable,
+    columns_of,
+    filter_table,
+    parse_predicate,
+)
 from spark_mergetree.expressions.skip_index import (
     SkipIndex,
     bloom_may_match,
@@ -153,7 +160,9 @@ def bind_where(where: str | Expr | None, column_types: dict[str, str]) -> Expr |
     if where is None or (isinstance(where, str) and not where.strip()):
         return None
     expr = parse_predicate(where) if isinstance(where, str) else where
-    return bind(expr, column_types)
+    bound = bind(expr, column_types)
+    check_evaluable(bound)  # an unknown function fails here, before any part is read
+    return bound
 
 
 def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partition_key: PartitionKey,

@@ -20,7 +20,15 @@ from sqlglot.tokens import Token, TokenType
 
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, UnsupportedError
 from spark_mergetree.expressions.functions import type_info
-from spark_mergetree.expressions.predicate import Column, Func, bind, columns_of, parse_expression
+from spark_mergetree.expressions.predicate import (
+    Column,
+    Func,
+    bind,
+    check_syntax,
+    columns_of,
+    parse_expression,
+    syntax_error_message,
+)
 from spark_mergetree.format.aggregate_states import created_version
 from spark_mergetree.format.compression_codecs import parse_codec, parse_column_codec
 from spark_mergetree.format.types import Array, Tuple, parse_type
@@ -157,7 +165,7 @@ class TableDefinition:
         for column in self.columns:
             if column.name == name:
                 return column
-        raise ExpressionError(f"table {self.name!r} has no column {name!r}; columns: {', '.join(self.schema)}")
+        raise ExpressionError(f"{_table_label(self.name)} has no column {name!r}; columns: {', '.join(self.schema)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,7 +182,7 @@ def _tokenize(text: str) -> list[Token]:
     try:
         return list(ClickHouse().tokenize(text))
     except SqlglotError as error:
-        raise ExpressionError(f"cannot read statement: {error}") from None
+        raise ExpressionError(syntax_error_message(text, error)) from None
 
 
 def _word(token: Token) -> str | None:
@@ -543,7 +551,7 @@ def parse_create(text: str) -> TableDefinition:
     if peek_word() == "ON" and peek_word(1) == "CLUSTER":
         raise UnsupportedError("ON CLUSTER is not supported")
     if position >= len(tokens) or tokens[position].token_type != TokenType.L_PAREN:
-        raise UnsupportedError(f"table {name!r}: the statement needs an explicit column list (CREATE ... AS is not supported)")
+        raise UnsupportedError(f"{_table_label(name)}: the statement needs an explicit column list (CREATE ... AS is not supported)")
     close = _matching_paren(tokens, position)
     columns: list[ColumnDefinition] = []
     indexes: list[str] = []
@@ -551,16 +559,16 @@ def parse_create(text: str) -> TableDefinition:
         word = _first_word(tokens[begin])
         if word in _TABLE_ELEMENT_WORDS or word == "PRIMARY":
             if word == "PRIMARY":
-                raise UnsupportedError(f"table {name!r}: PRIMARY KEY inside the column list is not supported; put it after ENGINE")
+                raise UnsupportedError(f"{_table_label(name)}: PRIMARY KEY inside the column list is not supported; put it after ENGINE")
             indexes.append(_span_text(text, tokens, begin, end))
         else:
             columns.append(_parse_column(text, tokens, begin, end))
     if not columns:
-        raise ExpressionError(f"table {name!r} has no columns")
+        raise ExpressionError(f"{_table_label(name)} has no columns")
     seen: set[str] = set()
     for column in columns:
         if column.name in seen:
-            raise ExpressionError(f"table {name!r}: column {column.name!r} is defined twice")
+            raise ExpressionError(f"{_table_label(name)}: column {column.name!r} is defined twice")
         seen.add(column.name)
 
     clause_starts: list[tuple[int, int, str]] = []  # (keyword start, body start, clause)
@@ -581,35 +589,35 @@ def parse_create(text: str) -> TableDefinition:
         index += 1
     if clause_starts and clause_starts[0][0] != close + 1:
         stray = tokens[close + 1]
-        raise ExpressionError(f"table {name!r}: unexpected {stray.text!r} at offset {stray.start}")
+        raise ExpressionError(f"{_table_label(name)}: unexpected {stray.text!r} at offset {stray.start}")
     bodies: dict[str, tuple[int, int]] = {}
     for number, (_keyword_start, body_start, clause) in enumerate(clause_starts):
         stop = clause_starts[number + 1][0] if number + 1 < len(clause_starts) else len(tokens)
         if clause in bodies:
-            raise ExpressionError(f"table {name!r}: {clause.replace('_', ' ').upper()} given twice")
+            raise ExpressionError(f"{_table_label(name)}: {clause.replace('_', ' ').upper()} given twice")
         bodies[clause] = (body_start, stop)
     if "as" in bodies:
-        raise UnsupportedError(f"table {name!r}: CREATE TABLE ... AS is not supported")
+        raise UnsupportedError(f"{_table_label(name)}: CREATE TABLE ... AS is not supported")
     if "engine" not in bodies:
-        raise ExpressionError(f"table {name!r}: the statement has no ENGINE clause")
+        raise ExpressionError(f"{_table_label(name)}: the statement has no ENGINE clause")
 
     engine_begin, engine_end = bodies["engine"]
     if engine_begin < engine_end and tokens[engine_begin].token_type == TokenType.EQ:
         engine_begin += 1
     if engine_begin >= engine_end:
-        raise ExpressionError(f"table {name!r}: ENGINE names no engine")
+        raise ExpressionError(f"{_table_label(name)}: ENGINE names no engine")
     engine = tokens[engine_begin].text
     if engine not in SUPPORTED_ENGINES:
-        raise UnsupportedError(f"table {name!r}: engine {engine} is not supported (supported: {', '.join(SUPPORTED_ENGINES)})")
+        raise UnsupportedError(f"{_table_label(name)}: engine {engine} is not supported (supported: {', '.join(SUPPORTED_ENGINES)})")
     engine_args: tuple[str, ...] = ()
     if engine_end - engine_begin > 1:
         if (tokens[engine_begin + 1].token_type != TokenType.L_PAREN
                 or _matching_paren(tokens, engine_begin + 1) != engine_end - 1):
-            raise ExpressionError(f"table {name!r}: cannot read ENGINE = {_span_text(text, tokens, engine_begin, engine_end)}")
+            raise ExpressionError(f"{_table_label(name)}: cannot read ENGINE = {_span_text(text, tokens, engine_begin, engine_end)}")
         engine_args = tuple(_span_text(text, tokens, begin, end)
                             for begin, end in _split_top_level(tokens, engine_begin + 2, engine_end - 1))
         if engine == "MergeTree" and engine_args:
-            raise UnsupportedError(f"table {name!r}: {engine} with engine arguments (the old syntax) is not supported")
+            raise UnsupportedError(f"{_table_label(name)}: {engine} with engine arguments (the old syntax) is not supported")
 
     def body_text(clause: str) -> str | None:
         if clause not in bodies:
@@ -621,17 +629,18 @@ def parse_create(text: str) -> TableDefinition:
     explicit_primary_key = "primary_key" in bodies
     primary_key = _key_elements(text, tokens, *bodies["primary_key"]) if explicit_primary_key else order_by
     if "order_by" not in bodies and not explicit_primary_key:
-        raise ExpressionError(f"table {name!r}: a MergeTree table needs ORDER BY (use ORDER BY tuple() for none)")
+        raise ExpressionError(f"{_table_label(name)}: a MergeTree table needs ORDER BY (use ORDER BY tuple() for none)")
     if not order_by and explicit_primary_key:
         order_by = primary_key
     if tuple(order_by[: len(primary_key)]) != tuple(primary_key):
-        raise ExpressionError(f"table {name!r}: PRIMARY KEY {primary_key} must be a prefix of ORDER BY {order_by}")
+        raise ExpressionError(f"{_table_label(name)}: PRIMARY KEY ({', '.join(primary_key)}) must be a prefix of "
+                              f"ORDER BY ({', '.join(order_by)})")
 
     settings: dict[str, str] = {}
     if "settings" in bodies:
         for begin, end in _split_top_level(tokens, *bodies["settings"]):
             if end - begin < 3 or tokens[begin + 1].token_type != TokenType.EQ:
-                raise ExpressionError(f"table {name!r}: bad setting {_span_text(text, tokens, begin, end)!r}; expected name = value")
+                raise ExpressionError(f"{_table_label(name)}: bad setting {_span_text(text, tokens, begin, end)!r}; expected name = value")
             key = tokens[begin].text
             value_token = tokens[begin + 2]
             settings[key] = value_token.text if end - begin == 3 and value_token.token_type == TokenType.STRING else _span_text(
@@ -640,7 +649,7 @@ def parse_create(text: str) -> TableDefinition:
     if "comment" in bodies:
         begin, end = bodies["comment"]
         if end - begin != 1 or tokens[begin].token_type != TokenType.STRING:
-            raise ExpressionError(f"table {name!r}: COMMENT needs one string")
+            raise ExpressionError(f"{_table_label(name)}: COMMENT needs one string")
         comment = tokens[begin].text
 
     partition_by = body_text("partition_by")
@@ -667,7 +676,7 @@ def _check_key_columns(definition: TableDefinition) -> None:
             for column in sorted(columns_of(parse_expression(expression))):
                 if column not in known:
                     raise ExpressionError(
-                        f"table {definition.name!r}: {what} {expression!r} uses unknown column {column!r}; "
+                        f"{_table_label(definition.name)}: {what} {expression!r} uses unknown column {column!r}; "
                         f"columns: {', '.join(known)}"
                     )
 
@@ -771,6 +780,12 @@ def format_create(defn: TableDefinition, *, with_uuid: bool = False, if_not_exis
     return head + "\n" + _body(defn)
 
 
+def _table_label(name: str | None) -> str:
+    """How messages name a table: `_` is the placeholder name of statements made from options and of
+    Atomic metadata files (`ATTACH TABLE _ UUID ...`), which is no name to show a user."""
+    return "the table" if name in (None, "", "_") else f"table {name!r}"
+
+
 def key_clause(key: str | Sequence[str] | None, what: str) -> str | None:
     """A key clause's text from a column, an expression, "(a, b)", or a list of those (None: absent)."""
     if key is None:
@@ -779,10 +794,13 @@ def key_clause(key: str | Sequence[str] | None, what: str) -> str | None:
         text = key.strip()
         if not text:
             raise ExpressionError(f"{what} is an empty string; use tuple() for no key")
+        check_syntax(text, what)
         return text
     parts = [str(item).strip() for item in key]
     if any(not part for part in parts):
         raise ExpressionError(f"{what} {list(key)!r} contains an empty expression")
+    for part in parts:
+        check_syntax(part, what)
     if not parts:
         return "tuple()"
     return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"

@@ -300,7 +300,7 @@ def parse_expression(text: str) -> Expr:
                                        "'...' strings are supported")
         trees = _DIALECT.parser().parse(tokens, text)
     except SqlglotError as error:
-        raise ExpressionError(f"cannot parse expression {text!r}: {error}") from None
+        raise ExpressionError(syntax_error_message(text, error)) from None
     if len(trees) != 1 or trees[0] is None:
         raise ExpressionError(f"expected one expression, got {text!r}")
     tree = trees[0]
@@ -310,6 +310,66 @@ def parse_expression(text: str) -> Expr:
     if negated_ranges != marked:  # an sqlglot without the hook this relies on
         raise UnsupportedError(f"NOT BETWEEN in {text!r}: write (x < a OR x > b) instead")
     return _convert(tree, text)
+
+
+def syntax_error_message(text: str, error: Exception) -> str:
+    """One sentence saying what is wrong in `text` and where (1-based character position), in our
+    words: sqlglot's own messages name its classes and carry terminal colour codes."""
+    unclosed = _unclosed_quote(text)
+    if unclosed is not None:
+        return f"cannot parse {text!r}: the quote {text[unclosed]} at position {unclosed + 1} is never closed"
+    found = getattr(error, "errors", None) or []
+    if not found:
+        return f"cannot parse {text!r}: it is not a ClickHouse/SQL expression"
+    first = found[0]
+    description = str(first.get("description") or "")
+    highlight = str(first.get("highlight") or "")
+    line, column = int(first.get("line") or 1), int(first.get("col") or 0)
+    line_start = sum(len(piece) + 1 for piece in text.split("\n")[: line - 1])
+    position = max(1, line_start + column - len(highlight) + 1)
+    at_end = not str(first.get("end_context") or "").strip()
+    where = f"{highlight!r} at position {position}"
+    if description.startswith("Expecting "):
+        wanted = description[len("Expecting "):].strip()
+        if at_end:
+            return f"cannot parse {text!r}: a {wanted!r} is missing at its end, after {where}"
+        return f"cannot parse {text!r}: a {wanted!r} is expected near {where}"
+    if description.startswith("Required keyword"):
+        if at_end:
+            return f"cannot parse {text!r}: it ends too early, after {where}, where an operand is missing"
+        return f"cannot parse {text!r}: an operand is missing near {where}"
+    return f"cannot parse {text!r}: unexpected {where}"
+
+
+def _unclosed_quote(text: str) -> int | None:
+    """The index of a quote ('...', "...", `...`) that `text` opens and never closes, or None."""
+    quote: str | None = None
+    opened = 0
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if quote is None:
+            if char in "'\"`":
+                quote, opened = char, index
+        elif char == "\\":
+            index += 1
+        elif char == quote:
+            if text[index + 1 : index + 2] == quote:
+                index += 1  # a doubled quote stands for itself
+            else:
+                quote = None
+        index += 1
+    return opened if quote is not None else None
+
+
+def check_syntax(text: str, what: str) -> None:
+    """ExpressionError naming `what` (an option: "order_by") when `text` is not one expression."""
+    try:
+        trees = _DIALECT.parser().parse(_DIALECT.tokenize(text), text)
+    except SqlglotError as error:
+        raise ExpressionError(f"{what}: {syntax_error_message(text, error)}") from None
+    if len(trees) != 1 or trees[0] is None:
+        raise ExpressionError(f"{what}: expected one expression, got {text!r}")
 
 
 def parse_predicate(text: str) -> Expr:
@@ -441,6 +501,9 @@ def _convert(node: Any, source: str) -> Expr:
             raise UnsupportedError(f"LIKE needs a constant string pattern in {source!r}")
         like_parts(pattern.value)  # refuses what ClickHouse refuses, before anything is read
         return Like(_convert(node.this, source), pattern.value, isinstance(node, exp.ILike))
+    if isinstance(node, exp.RegexpLike) or (isinstance(node, exp.Anonymous) and node.name == "match"):
+        raise UnsupportedError(f"RLIKE (REGEXP, match()) in {source!r} is not supported: regular expressions are "
+                               "not evaluated here; use LIKE, startsWith() or endsWith(), or filter in Spark")
     if isinstance(node, exp.StartsWith):
         prefix = _convert(node.expression, source)
         if not isinstance(prefix, Literal) or not isinstance(prefix.value, str):
@@ -607,6 +670,24 @@ def bind(expr: Expr, schema: Mapping[str, str]) -> Expr:
         args = tuple(bind(arg, schema) for arg in expr.args)
         return Func(expr.name, args, _function_type(expr.name, args))
     raise ExpressionError(f"cannot bind {to_sql(expr)}")
+
+
+def evaluable_functions() -> frozenset[str]:
+    """The functions a condition may call (the others are refused before anything is read)."""
+    return frozenset(SUPPORTED_FUNCTIONS | STRING_FUNCTIONS | set(_PC_ARITHMETIC) | {"negate"})
+
+
+def check_evaluable(expr: Expr) -> None:
+    """UnsupportedError naming the first function of `expr` that evaluation does not know, so that a
+    condition fails when it is planned rather than when its rows are read."""
+    known = evaluable_functions()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Func) and node.name not in known:
+            raise UnsupportedError(f"function {node.name}() in {to_sql(node)} cannot be evaluated in a condition "
+                                   f"(supported: {', '.join(sorted(known))})")
+        stack.extend(_children(node))
 
 
 def _describe(expr: Expr) -> str:

@@ -42,7 +42,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructField, StructType
 
-from spark_mergetree.errors import InvalidOptionError, TableNotFoundError, TransactionError
+from spark_mergetree.errors import (
+    InvalidOptionError,
+    SchemaMismatchError,
+    TableNotFoundError,
+    TransactionError,
+)
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
 from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, OPEN_COST_BYTES, ReadOptions, WriteOptions
@@ -55,6 +60,7 @@ from spark_mergetree.spark.types import (
     key_columns,
     spark_arrow_schema,
     spark_schema,
+    spark_type,
     to_table_arrow,
 )
 
@@ -64,9 +70,13 @@ SOURCE_NAME = "mergetree"
 def _parse_where(text: str | None) -> Any:
     if text is None:
         return None
+    from spark_mergetree.errors import ExpressionError, UnsupportedError
     from spark_mergetree.expressions.predicate import parse_predicate
 
-    return parse_predicate(text)
+    try:
+        return parse_predicate(text)
+    except (ExpressionError, UnsupportedError) as error:
+        raise InvalidOptionError(f"option 'where': {error}") from None
 
 
 class MergeTreeDataSource(DataSource):
@@ -121,8 +131,7 @@ class MergeTreeDataSource(DataSource):
         if not adapter.table_exists(ref):
             non_nullable = key_columns(opts.order_by, opts.partition_by, opts.primary_key) & set(schema.fieldNames())
             columns = clickhouse_columns(schema, non_nullable)
-            check_writable(adapter.new_table_schema(columns, *table_options, engine=opts.engine), schema,
-                           opts.merge_schema)
+            _check_storable(schema, columns, adapter.new_table_schema(columns, *table_options, engine=opts.engine))
             ref = adapter.create_table(ref, columns, *table_options, opts.catalog, engine=opts.engine,
                                        projections=opts.projections)
         # Also after a create: a concurrent first writer may have created the table differently.
@@ -135,6 +144,25 @@ class MergeTreeDataSource(DataSource):
             table_arrow = _written_schema(ref, schema)
         return MergeTreeWriter(ref, table_arrow, "overwrite" if overwrite else "append", uuid.uuid4().hex,
                                opts.stage_rows, opts.partition_overwrite_mode, opts.transaction)
+
+
+def _check_storable(schema: StructType, columns: list[tuple[str, str]], table_arrow: pa.Schema) -> None:
+    """A new table's columns must read back as the DataFrame's types: SchemaMismatchError naming the
+    first column whose Spark type has no ClickHouse type of its own (a VARIANT would become a
+    Tuple of its two binary parts) and saying what to write instead."""
+    ch_types = dict(columns)
+    for spark_field in schema.fields:
+        table_field = table_arrow.field(spark_field.name)
+        try:
+            check_writable(pa.schema([table_field]), StructType([spark_field]), False)
+        except SchemaMismatchError:
+            name, simple = spark_field.name, spark_field.dataType.simpleString()
+            advice = (f"write JSON text instead, e.g. to_json({name}) AS {name}, which is stored as String"
+                      if simple == "variant" else f"cast {name} to a type the table can hold")
+            raise SchemaMismatchError(
+                f"column {name!r} of Spark type {simple} cannot be stored in a new MergeTree table: it would be "
+                f"stored as {ch_types[name]} and read back as {spark_type(table_field.type, name).simpleString()}; "
+                f"{advice}") from None
 
 
 def _written_schema(ref: adapter.TableRef, incoming: StructType) -> pa.Schema:

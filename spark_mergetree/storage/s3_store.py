@@ -55,7 +55,8 @@ class S3Bucket(Bucket):
         if isinstance(error, (NoCredentialsError, PartialCredentialsError)):
             return StorageError(f"{url}: no usable credentials ({error}); set AWS_ACCESS_KEY_ID and "
                                 "AWS_SECRET_ACCESS_KEY, a profile (AWS_PROFILE) or an instance role, or pass the "
-                                "access_key_id and secret_access_key options")
+                                "access_key_id and secret_access_key storage options (Spark: the options "
+                                "s3.access_key_id and s3.secret_access_key)")
         if isinstance(error, EndpointConnectionError):
             return StorageError(f"{url}: cannot reach the storage endpoint ({error})")
         if isinstance(error, ClientError):
@@ -76,7 +77,7 @@ class S3Bucket(Bucket):
             if code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "301",
                         "IllegalLocationConstraintException"):
                 return StorageError(f"{url}: wrong region for bucket {bucket!r} ({code}: {message}); set the "
-                                    "region option or AWS_DEFAULT_REGION")
+                                    "region storage option (Spark: s3.region) or AWS_DEFAULT_REGION")
             return StorageError(f"{url}: {code or status}: {message}")
         if isinstance(error, BotoCoreError):
             return StorageError(f"{url}: {error}")
