@@ -22,6 +22,7 @@ from tqdm import tqdm
 from spark_mergetree.engine import background
 from spark_mergetree.engine.table import MergeTreeTable
 from spark_mergetree.errors import MergeTreeError
+from spark_mergetree.jvm import JAR_PATH, extension_jar, submit_confs, submit_line
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.object_store import is_object_url, parse_object_url
 
@@ -414,6 +415,22 @@ def catalog_detach(cat: Catalog, name: str) -> None:
 def catalog_attach(cat: Catalog, name: str) -> None:
     """ATTACH TABLE a detached table."""
     cat.attach_table(name)
+
+
+@main.command("spark-submit-args")
+@click.option("--spark-defaults", is_flag=True,
+              help="Print spark-defaults.conf lines (also a Databricks cluster's Spark config) instead.")
+def spark_submit_args(spark_defaults: bool) -> None:
+    """Print, in one line, the spark-submit arguments that load the session extension (column
+    pruning, Spark's filters pruning): `spark-submit $(mergetree spark-submit-args) job.py`."""
+    jar = extension_jar()
+    if jar is None:
+        raise click.ClickException(f"{JAR_PATH} is not built: run scripts/build-jvm in the source checkout, "
+                                   "or install a wheel built with it")
+    if spark_defaults:
+        click.echo("\n".join(f"{key} {value}" for key, value in submit_confs(jar).items()))
+    else:
+        click.echo(submit_line(jar))
 
 
 def run() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "spark_mergetree"
 
 LEVEL = {
-    "errors": 0, "fileops": 1, "recovery": 1, "format": 2, "storage": 3, "txn": 4, "expressions": 4, "engine": 5,
+    "errors": 0, "fileops": 1, "recovery": 1, "jvm": 1, "format": 2, "storage": 3, "txn": 4, "expressions": 4, "engine": 5,
     "catalog": 6, "spark": 7, "cli": 7, "__main__": 8, "__init__": 8,
 }
 

@@ -8,40 +8,50 @@ DataFrames, and Spark's pushed filters pruning partitions and granules safely (d
 PySpark has it: Python filter pushdown (4.1+) and the Unix-socket transport to Python workers (4.1+:
 no ~40 ms TCP stall per task).
 
-All of these are static settings: they take effect in a session started from the builder.
+All of these are static settings: they take effect in a session started from the builder. Where
+the JVM already runs without a SparkContext (spark-submit starts it before the Python script; a
+session of this process was stopped), `spark.jars` no longer reaches the driver's class path, so
+`configure` also adds the jar to the running driver's class loader. Where a SparkContext already
+runs without the extension, nothing can add it: `configure` warns, with the exact arguments.
+The jar, its build and those arguments are in `spark_mergetree/jvm.py` (no pyspark there).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import subprocess
-import tempfile
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
-from spark_mergetree.errors import UnsupportedError
+from spark_mergetree.jvm import (
+    EXTENSION_CLASS,
+    JAR_NAME,
+    JAR_PATH,
+    PUSHDOWN_CONF,
+    SUBMIT_ARGS_COMMAND,
+    UNIX_SOCKET_CONF,
+    build_extension,
+    extension_jar,
+    has_unix_socket_workers,
+    submit_line,
+)
 
-EXTENSION_CLASS = "spark_mergetree.spark.MergeTreeExtensions"
-JAR_NAME = "spark-mergetree-extensions.jar"
-JAR_PATH = Path(__file__).resolve().parent.parent / "jars" / JAR_NAME
+__all__ = ["ENABLED_CONF", "ENABLE_HINT", "EXTENSION_CLASS", "JAR_NAME", "JAR_PATH", "PUSHDOWN_CONF",
+           "UNIX_SOCKET_CONF", "build_extension", "configure", "extension_jar"]
+
 # Runtime switch of the rule (a session with the extension can turn it off and on per query).
 ENABLED_CONF = "spark.mergetree.extension.enabled"
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-UNIX_SOCKET_CONF = "spark.python.unix.domain.socket.enabled"
+
+
+def _start_with() -> str:
+    """How to start an application whose JVM is started elsewhere: the exact arguments, one line."""
+    return f"start the application with `{submit_line(JAR_PATH)}` (`{SUBMIT_ARGS_COMMAND}` prints them)"
+
 
 ENABLE_HINT = (
     "format('mergetree') reads every column of the table and cannot prune by Spark's filters in this "
-    "session: start it with spark_mergetree.configure(SparkSession.builder) (or spark.jars=<"
-    f"{JAR_NAME}> and spark.sql.extensions={EXTENSION_CLASS}; docs/spark.md, 'Column pruning and "
-    "pushed filters')")
-
-
-def extension_jar() -> Path | None:
-    """The built extension jar shipped in the package, if it was built (scripts/build-jvm)."""
-    return JAR_PATH if JAR_PATH.is_file() else None
+    "session: create the session with spark_mergetree.configure(SparkSession.builder), or, for a session "
+    f"that was running before that, {_start_with()} (docs/spark.md, 'Column pruning and pushed filters')")
 
 
 def configure(builder: Any, *, extension: bool = True, filter_pushdown: bool = True,
@@ -51,9 +61,13 @@ def configure(builder: Any, *, extension: bool = True, filter_pushdown: bool = T
 
         spark = spark_mergetree.configure(SparkSession.builder.master("local[2]")).getOrCreate()
 
-    `spark.jars` and `spark.sql.extensions` keep the values already set and get ours appended. A
-    Spark Connect client of a server started elsewhere cannot set these (static) settings: the
-    server must be started with them (docs/spark.md, "Spark Connect").
+    `spark.jars` and `spark.sql.extensions` keep the values already set and get ours appended. In a
+    spark-submit job (the JVM runs, no SparkContext yet) the jar is also added to the driver's
+    class loader, so the session the builder creates loads the extension. A SparkContext already
+    running without the extension (a pyspark shell, a notebook) cannot take it: a warning says so,
+    with the spark-submit arguments that start one with it. A Spark Connect client of a server
+    started elsewhere cannot set these (static) settings either: the server must be started with
+    them (docs/spark.md, "Spark Connect").
     """
     options = _builder_options(builder)
     if extension:
@@ -68,9 +82,45 @@ def configure(builder: Any, *, extension: bool = True, filter_pushdown: bool = T
             if filter_pushdown and PUSHDOWN_CONF not in options:
                 # Safe with the extension only: each scan then plans its own read.
                 builder = builder.config(PUSHDOWN_CONF, "true")
-    if unix_socket and UNIX_SOCKET_CONF not in options and _has_unix_socket_workers():
+            _add_to_running_jvm(jar)
+    if unix_socket and UNIX_SOCKET_CONF not in options and has_unix_socket_workers():
         builder = builder.config(UNIX_SOCKET_CONF, "true")
     return builder
+
+
+def _add_to_running_jvm(jar: Path) -> None:
+    """Make a JVM that is already running load the extension in the session about to be created.
+
+    Spark puts `spark.jars` on the driver's class path only when it starts the JVM. spark-submit
+    starts it before the Python script runs (and leaves PYSPARK_GATEWAY_PORT for it); a session
+    stopped in this process leaves its JVM behind. The SparkContext created later still ships the
+    jar to executors, but the driver resolves `spark.sql.extensions` through its context class
+    loader, a `MutableURLClassLoader` in a JVM started by spark-submit: the jar goes there.
+    """
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # a Spark Connect-only client: no JVM here
+        return
+    if SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return  # no JVM yet: the builder starts one with spark.jars on the driver's class path
+    SparkContext._ensure_initialized()  # connects to the running JVM (starts none)
+    jvm = SparkContext._jvm
+    assert jvm is not None
+    active = SparkContext._active_spark_context
+    if active is not None:
+        extensions = active.getConf().get("spark.sql.extensions") or ""
+        if EXTENSION_CLASS not in [name.strip() for name in extensions.split(",")]:
+            warnings.warn(
+                "a SparkContext is already running without the mergetree session extension, and its static "
+                "settings cannot change: stop it (spark.stop()) before creating the session from "
+                f"configure(builder), or {_start_with()}", stacklevel=3)
+        return
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        loader.addURL(jvm.java.io.File(str(jar)).toURI().toURL())
+    except Exception:  # py4j's: a loader without addURL (a JVM not started by spark-submit)
+        warnings.warn("the running JVM's class loader does not take the mergetree session extension's jar: "
+                      f"{_start_with()}", stacklevel=3)
 
 
 def _builder_options(builder: Any) -> dict[str, str]:
@@ -81,43 +131,3 @@ def _builder_options(builder: Any) -> dict[str, str]:
 def _append(current: str | None, value: str) -> str:
     items = [item.strip() for item in (current or "").split(",") if item.strip()]
     return ",".join(items if value in items else items + [value])
-
-
-def _has_unix_socket_workers() -> bool:
-    """Whether this PySpark's Python workers can talk to the JVM over a Unix socket (4.1+)."""
-    spec = importlib.util.find_spec("pyspark.daemon")
-    if spec is None or not spec.origin:
-        return False
-    try:
-        return "PYTHON_UNIX_DOMAIN_ENABLED" in Path(spec.origin).read_text()
-    except OSError:
-        return False
-
-
-# --------------------------------------------------------------------------------------- building
-
-
-def build_extension(sources: Path, jar: Path = JAR_PATH, javac: str = "javac") -> Path:
-    """Compile the Java sources under `sources` against the installed PySpark's jars into `jar`.
-
-    Plain `javac --release 17`: the classes it needs (spark-catalyst, spark-sql, scala-library)
-    ship in the pyspark wheel, and a jar compiled against one PySpark 4.x runs on the others.
-    """
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.origin:
-        raise UnsupportedError("building the mergetree extension needs pyspark installed")
-    spark_jars = Path(spec.origin).parent / "jars"
-    java_files = sorted(str(path) for path in sources.rglob("*.java"))
-    if not java_files:
-        raise UnsupportedError(f"no Java sources under {sources}")
-    with tempfile.TemporaryDirectory(prefix="mergetree-jvm-") as classes:
-        subprocess.run([javac, "--release", "17", "-nowarn", "-cp", f"{spark_jars}/*", "-d", classes, *java_files],
-                       check=True)
-        jar.parent.mkdir(parents=True, exist_ok=True)
-        partial = jar.with_name(jar.name + ".tmp")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: spark-mergetree\n\n")
-            for path in sorted(Path(classes).rglob("*.class")):
-                archive.write(path, path.relative_to(classes).as_posix())
-        os.replace(partial, jar)
-    return jar
