@@ -1,7 +1,7 @@
 """The `mergetree` command line (also `python -m spark_mergetree`), built on click.
 
 Table commands take a table directory (ours, or a ClickHouse data directory with
-`--create-statement`): `parts`, `head`, `check`, `optimize`, `explain`, `cleanup`; and
+`--create-statement`): `parts`, `head`, `check`, `optimize`, `explain`, `cleanup`, `clone`; and
 `merge-daemon`, background merges of tables and catalogs as a service.
 """
 
@@ -163,6 +163,18 @@ def cleanup(table_dir: str) -> None:
     """Delete parts no snapshot needs; finish or roll back interrupted transactions."""
     removed = MergeTreeTable.open(table_dir).cleanup()
     click.echo(f"removed {len(removed)} old parts" + (": " + ", ".join(removed) if removed else ""))
+
+
+@main.command()
+@_table_argument
+@_statement_option
+@click.argument("destination")
+def clone(table_dir: str, create_statement: str | None, destination: str) -> None:
+    """Copy a table into a new directory (or object-store prefix) as a new table with an id of its
+    own: its current rows, hard-linked on one file system, copied on the server in object storage.
+    (A directory copied with `cp -a` becomes a new table only on its first write.)"""
+    copy = _open(table_dir, create_statement).clone(destination)
+    click.echo(f"cloned {table_dir} into {copy.path}")
 
 
 @main.command()

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from spark_mergetree.engine import background, clickhouse_ddl
+from spark_mergetree.engine import clone as cloning
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine import table as table_module
@@ -564,6 +565,15 @@ class ObjectStoreTable(MergeTreeTable):
     # Staged mutations (stage, then rename into place: Spark's distributed DELETE/UPDATE) cannot run
     # here; `delete` and `update` above write under final names instead.
     supports_mutations = False
+
+    def clone(self, destination: str | os.PathLike[str]) -> ObjectStoreTable:
+        """A new table at `destination` (a new prefix in the same bucket) holding this table's rows as
+        they are now, every object copied on the server, under a new UUID and table id
+        (engine/clone.py). A prefix copied by other tools is refused writes; this is the way to copy."""
+        location = cloning.clone_object(self, str(destination), default_object_coordinator)
+        own_default = self.coordinator.url == default_object_coordinator(self.location)
+        return type(self).open_at(location.url, coordinator=None if own_default else self._coordinator,
+                                  storage_options=self.storage_options)
 
     def drop_data(self) -> None:
         """Delete every object of the table (its parts, log and metadata)."""

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from spark_mergetree.engine import background, clickhouse_ddl, engines, staging
 from spark_mergetree.engine import check as checking
+from spark_mergetree.engine import clone as cloning
 from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import indexes as indexing
 from spark_mergetree.engine import insert as inserting
@@ -953,6 +954,14 @@ class MergeTreeTable:
         clickhouse_ddl.warn_if_clickhouse_sees_other_parts(str(self.path), self.store.list_parts(),
                                                           self.visible_parts()[1])
         return clickhouse_ddl.attach_statement(self.definition, name, self.uuid, clickhouse_ddl.local_disk(str(self.path)))
+
+    def clone(self, destination: str | os.PathLike[str]) -> MergeTreeTable:
+        """A new table at `destination` (a new directory) holding this table's rows as they are
+        now: the parts one snapshot sees, hard-linked where the destination is on the same file
+        system (else copied), under a new UUID and a table id of its own, so writes to either never
+        affect the other (engine/clone.py). The supported way to copy a table: a directory copied
+        by `cp -a` becomes a table of its own only on its first write."""
+        return type(self).open(cloning.clone_local(self, destination), coordinator=self._coordinator)
 
     def drop_data(self) -> None:
         """Delete the table's data on every disk of its storage policy, then the table directory

@@ -1,7 +1,8 @@
 """ObjectTableLog: the commit log of a table in object storage, written once and never renamed.
 
 Objects under `<table>/_mergetree/log/` (format_spec/transactions.md, "Tables in object storage"):
-  table.json           {"table_id", "coordinator"}: written once (put-if-absent) by the first writer
+  table.json           {"table_id", "coordinator", "location"}: written once (put-if-absent) by the
+                       first writer; a table whose table.json names another URL is a copy (`bind`)
   <seq>.json           entries numbered 0, 1, 2, ... with no gaps, each taken by put-if-absent:
                        {tid, coordinator, added, removed}. A transaction that changes its mind
                        writes another entry; its last one (highest seq) counts.
@@ -131,15 +132,30 @@ class ObjectTableLog(TableLog):
         return self._identity
 
     def bind(self, coordinator_url: str) -> str:
+        """Bind the table to a coordinator (the first writer's `table.json` wins); return its id.
+
+        `table.json` records the table's URL. Object storage has no rename, so a table whose
+        `table.json` names another URL was copied there (or copied and deleted, which is a move):
+        it still carries the original's id, and its writes would change the original's state at the
+        coordinator, so it is refused before anything is written; `MergeTreeTable.clone` (`mergetree
+        clone`) makes a copy with an id of its own."""
         identity = self.identity()
         if identity is None:
-            proposal = {"format": FORMAT_VERSION, "table_id": self._table_id, "coordinator": coordinator_url}
+            proposal = {"format": FORMAT_VERSION, "table_id": self._table_id, "coordinator": coordinator_url,
+                        "location": self.location.url}
             try:
                 self._bucket.put(self._key("table.json"), json.dumps(proposal).encode(), if_absent=True)
             except PreconditionFailed:
                 pass
             identity = self.identity()
             assert identity is not None
+        recorded = identity.get("location")
+        if recorded is not None and recorded != self.location.url:
+            raise TransactionError(
+                f"table {self.location.url} was copied from {recorded} ({self.log_location.child('table.json').url} "
+                "names that location), so it shares that table's id at the coordinator and cannot be written: "
+                f"delete it and make the copy with `mergetree clone {recorded} {self.location.url}` "
+                "(MergeTreeTable.clone), which gives the copy an id of its own")
         if identity["coordinator"] != coordinator_url:
             raise TransactionError(
                 f"table {self.table_dir} is coordinated by {identity['coordinator']}, not by "
@@ -449,6 +465,8 @@ class ObjectTableLog(TableLog):
         * objects no entry names, last written `orphan_seconds` ago (uploads a crash interrupted:
           parts are uploaded before their entry is written, so a younger one may still be named);
         * proposals of transactions that ended (the parts they alone named go as such objects)."""
+        if self.identity() is not None:
+            self.bind(coordinator.url)  # a copy's cleanup is refused before it deletes anything
         state = self._state()
         entries = self._latest(state)
         floor = coordinator.min_running_snapshot()

@@ -1,7 +1,9 @@
 """TableLog: a table's commit log in `<table>/_mergetree/log/`, and which parts a snapshot sees.
 
 Files (see format_spec/transactions.md):
-  table.json         {"table_id": uuid, "coordinator": url}: written once, binds the table
+  table.json         {"table_id": uuid, "coordinator": url, "location": dir, "inode": n}: binds the
+                     table to a coordinator and its id to its directory (see `bind`: a copy of the
+                     directory gets an id of its own on its first write, a renamed one keeps it)
   <tid>.json         one entry per transaction that touched the table:
                      {tid, coordinator, added, removed, csn, commit_time}; csn null = pending
   checkpoint.json    the folded state of older entries: part -> [created, removed, removed_time]
@@ -43,6 +45,7 @@ from spark_mergetree.fileops import Subdirectories, fsync_dir, write_file_atomic
 from spark_mergetree.format.part_info import PartInfo, uncovered_parts
 from spark_mergetree.format.patch_part import PATCH_PART_PREFIX
 from spark_mergetree.recovery import RecoveryReport
+from spark_mergetree.txn.connect import coordinator_from_url
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 
 LOG_DIRECTORY = Path("_mergetree") / "log"
@@ -211,12 +214,19 @@ class TableLog:
     def bind(self, coordinator_url: str) -> str:
         """Bind the table to a coordinator (first writer wins); return the table id.
 
+        The id names the table's state at the coordinator (removal records, block numbers), so it
+        belongs to one directory: `table.json` records the directory's path and inode number. A
+        directory renamed on its file system keeps its inode and its id (the new path is recorded);
+        a copy (`cp -a`, a restored backup) has another inode and gets a new id here, before it
+        writes anything (`_rekey_copy`), as ClickHouse gives an attached copy its own UUID.
+
         Raises TransactionError if the table belongs to another coordinator.
         """
         identity = self.identity()
         if identity is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            proposal = {"format": FORMAT_VERSION, "table_id": str(uuid.uuid4()), "coordinator": coordinator_url}
+            proposal = {"format": FORMAT_VERSION, "table_id": str(uuid.uuid4()), "coordinator": coordinator_url,
+                        **self._placement()}
             write_file_atomically(self.directory / "table.json", json.dumps(proposal).encode(), replace=False)
             identity = self.identity()
             assert identity is not None
@@ -224,7 +234,81 @@ class TableLog:
             raise TransactionError(
                 f"table {self.table_dir} is coordinated by {identity['coordinator']}, not by "
                 f"{coordinator_url}: one transaction cannot span tables of different coordinators")
+        if self._verdict(identity, self._placement()) != "same":
+            identity = self._rebind_location(coordinator_url)
         return identity["table_id"]
+
+    def _placement(self) -> dict[str, Any]:
+        """Where this log's table is: its resolved directory and that directory's inode number
+        (a rename keeps the inode; a copy has a new one). The device number is left out: it
+        differs between the NFS clients of one directory and may change when a disk is mounted again."""
+        try:
+            inode: int | None = os.stat(self.table_dir).st_ino
+        except FileNotFoundError:
+            inode = None
+        return {"location": str(self.table_dir.resolve()), "inode": inode}
+
+    def _verdict(self, identity: dict[str, Any], here: dict[str, Any]) -> str:
+        """"same" (the directory the id was bound in), "moved" (renamed: same inode, another path),
+        "copied" (another directory: a copy, or a restored backup) or "unrecorded" (bound by a
+        version that did not record the location)."""
+        if "location" not in identity:
+            return "unrecorded"
+        if identity.get("inode") != here["inode"]:
+            return "copied"
+        if identity["location"] == here["location"]:
+            return "same"
+        # Same inode number, another path: a rename, unless the recorded directory still holds the
+        # table under the same id (a copy on another file system that drew the same inode number).
+        original = Path(identity["location"])
+        try:
+            if not os.path.samefile(original, self.table_dir):
+                recorded = json.loads((original / LOG_DIRECTORY / "table.json").read_bytes())
+                if recorded.get("table_id") == identity["table_id"]:
+                    return "copied"
+        except (OSError, ValueError):
+            pass
+        return "moved"
+
+    def _rebind_location(self, coordinator_url: str) -> dict[str, Any]:
+        """Record where the table is now, under the log's exclusive lock (the first process to get
+        it decides; the others find the new record): a renamed table (or one bound before locations
+        were recorded) keeps its id; a copy gets a new one."""
+        with self._lock(exclusive=True):
+            identity = self.identity()
+            assert identity is not None
+            here = self._placement()
+            verdict = self._verdict(identity, here)
+            if verdict == "same":
+                return identity
+            updated = {**identity, **here}
+            if verdict == "copied":
+                updated["table_id"] = str(uuid.uuid4())
+                updated["copied_from"] = {"table_id": identity["table_id"], "location": identity["location"]}
+                self._disown_copied_transactions(coordinator_url)
+            write_file_atomically(self.directory / "table.json", json.dumps(updated).encode())
+            return updated
+
+    def _disown_copied_transactions(self, coordinator_url: str) -> None:
+        """A copy takes the original's committed changes only: entries of transactions that
+        committed are finalized; those still running in the original, or aborted, are rolled back
+        here with the directories they alone added (their outcome is the original's, not the
+        copy's); their staged proposals are dropped (recovery deletes what they staged). Called
+        under the exclusive lock, before the copy gets its id."""
+        pending = [entry for entry in self.entries() if entry.csn is None]
+        proposals = self.staged()
+        if not pending and not proposals:
+            return
+        coordinator = coordinator_from_url(coordinator_url)
+        for entry in pending:
+            state, csn = coordinator.status(entry.tid)
+            if state is TxnState.COMMITTED and csn is not None:
+                self._finalize_locked(entry.tid, csn)
+            else:
+                self.discard(entry.tid, delete_added_parts=True)
+        for path, _ in proposals:
+            self.drop_staged(path)
+        self._sync_log()
 
     @property
     def table_id(self) -> str:
