@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+import pyarrow as pa
 from tqdm import tqdm
 
 from spark_mergetree.engine import background
@@ -101,23 +102,40 @@ def head(table_dir: str, create_statement: str | None, rows: int, where: str | N
     """Show the first rows (in part order)."""
     table = _open(table_dir, create_statement)
     names = [c.strip() for c in columns.split(",")] if columns else None
+    pieces = []
     shown = 0
     for batch in table.to_batches(names, where):
         piece = batch.slice(0, rows - shown)
         if piece.num_rows:
-            click.echo(piece.to_pandas().to_string(index=False, header=shown == 0) if _has_pandas()
-                       else str(piece.to_pylist()))
+            pieces.append(piece)
         shown += piece.num_rows
         if shown >= rows:
             break
+    schema = table.schema if names is None else pa.schema([table.schema.field(name) for name in names])
+    for line in text_table(schema.names, [row for piece in pieces for row in piece.to_pylist()]):
+        click.echo(line)
+    click.echo(f"({shown} row{'' if shown == 1 else 's'})")
 
 
-def _has_pandas() -> bool:
-    try:
-        import pandas  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def text_table(names: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """Rows as an aligned text table: a header, a rule, one line per row; numbers right-aligned,
+    NULL for None, long values cut to 60 characters."""
+    cells = [[_cell(row[name]) for name in names] for row in rows]
+    numeric = [bool(rows) and all(isinstance(row[name], (int, float)) or row[name] is None for row in rows)
+               for name in names]
+    widths = [max([len(name)] + [len(line[i]) for line in cells]) for i, name in enumerate(names)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(value.rjust(width) if right else value.ljust(width)
+                         for value, width, right in zip(values, widths, numeric, strict=True)).rstrip()
+
+    return [line(list(names)), "  ".join("-" * width for width in widths)] + [line(values) for values in cells]
+
+
+def _cell(value: Any) -> str:
+    text = "NULL" if value is None else str(value)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 @main.command()
@@ -139,9 +157,7 @@ def check(table_dir: str, create_statement: str | None) -> None:
 def optimize(table_dir: str, create_statement: str | None, final: bool) -> None:
     """Merge parts (like OPTIMIZE TABLE [FINAL])."""
     table = _open(table_dir, create_statement)
-    with tqdm(desc="merging", unit="merge", file=sys.stderr) as bar:
-        created = table.optimize(final=final)
-        bar.update(len(created))
+    created = table.optimize(final=final, progress=None)  # a bar with its total on a terminal only
     for name in created:
         click.echo(f"merged into {name}")
     if not created:

@@ -24,7 +24,7 @@ def test_table_commands(tmp_path):
     assert "2 parts checked: all files match" in invoke("check", str(table.path))
     assert "1 of 2 parts" in invoke("explain", str(table.path), "id = 3")
     head = invoke("head", str(table.path), "-n", "3", "--where", "id >= 12", "--columns", "id")
-    assert head.split() == ["id", "12", "13", "14"]
+    assert head.splitlines() == ["id", "--", "12", "13", "14", "(3 rows)"]
     assert "merged into all_1_2_1" in invoke("optimize", "--final", str(table.path))
     (table.path / "all_1_2_1" / "count.txt").write_text("21")
     result = CliRunner().invoke(main, ["check", str(table.path)])

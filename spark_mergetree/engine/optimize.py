@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spark_mergetree.engine import insert as inserting
@@ -138,12 +140,14 @@ FINAL_WAIT_SECONDS = 120.0
 FINAL_POLL_SECONDS = (0.02, 0.5)
 
 
-def run_merges(table: MergeTreeTable, final: bool, timeout: float | None = None) -> list[str]:
+def run_merges(table: MergeTreeTable, final: bool, timeout: float | None = None,
+               on_merge: Callable[[int], None] | None = None) -> list[str]:
     """OPTIMIZE: one merge per partition with ≥ 2 parts (`final`: each partition down to one part,
-    see `run_final`); return the new parts' names."""
+    see `run_final`); return the new parts' names. `on_merge(n)` is called after each merge of `n`
+    parts (progress reporting)."""
     table.check_same_table()
     if final:
-        return run_final(table, FINAL_WAIT_SECONDS if timeout is None else timeout)
+        return run_final(table, FINAL_WAIT_SECONDS if timeout is None else timeout, on_merge)
     created: list[str] = []
     done: set[str] = set()
     while True:
@@ -160,9 +164,28 @@ def run_merges(table: MergeTreeTable, final: bool, timeout: float | None = None)
             return created
         created.append(merge_one(table, candidates[0], tx))
         done.add(candidates[0].partition_id)
+        if on_merge is not None:
+            on_merge(len(candidates[0].parts))
 
 
-def run_final(table: MergeTreeTable, timeout: float) -> list[str]:
+def run_merges_showing_progress(table: MergeTreeTable, final: bool, timeout: float | None,
+                                progress: bool | None) -> list[str]:
+    """`run_merges` with a progress bar on stderr (`progress`: True, or None for "when stderr is a
+    terminal"; False: none): parts merged of the parts to merge with `final`, else merges run of
+    the partitions with parts to merge."""
+    if progress is False:
+        return run_merges(table, final, timeout)
+    from tqdm import tqdm  # only here: every process that opens a table imports this module
+
+    sizes = [len(infos) for infos in merging.by_partition(sorted(table.visible_parts()[1])).values()
+             if len(infos) >= 2]
+    total, unit = (sum(sizes), "part") if final else (len(sizes), "merge")
+    with tqdm(total=total, unit=unit, desc="optimize final" if final else "optimize", file=sys.stderr,
+              disable=None if progress is None else False) as bar:
+        return run_merges(table, final, timeout, on_merge=lambda parts: bar.update(parts if final else 1))
+
+
+def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], None] | None = None) -> list[str]:
     """OPTIMIZE FINAL: merge until every partition holds one part of the blocks allocated before the
     call (`limit`); return the new parts' names. Parts of writes that allocate their blocks later
     are merged in only where they sit beside those (no later write is waited for).
@@ -208,6 +231,8 @@ def run_final(table: MergeTreeTable, timeout: float) -> list[str]:
                 pause = min(2 * pause, FINAL_POLL_SECONDS[1])
                 continue
             pause = FINAL_POLL_SECONDS[0]
+            if on_merge is not None:
+                on_merge(len(candidate.parts))
             continue
         tx.rollback()
         if not blocked:

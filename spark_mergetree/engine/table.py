@@ -865,7 +865,8 @@ class MergeTreeTable:
 
     # ------------------------------------------------------------------ merges and upkeep
 
-    def optimize(self, final: bool = False, timeout: float | None = None) -> list[str]:
+    def optimize(self, final: bool = False, timeout: float | None = None, *,
+                 progress: bool | None = False) -> list[str]:
         """Merge parts, as ClickHouse's OPTIMIZE TABLE: one merge per partition with ≥ 2 parts
         (`final=True`: every partition down to one part). Returns the new parts' names.
 
@@ -877,8 +878,12 @@ class MergeTreeTable:
         transaction holds (an insert between allocating its number and committing): OPTIMIZE FINAL
         waits up to `timeout` seconds (default 120, as ClickHouse waits for running merges) for the
         merges and writes that were running when it began to end, then merges such a partition up
-        to the blocks still held (a SerializationError if a running merge still holds its parts)."""
-        return optimizing.run_merges(self, final=final, timeout=timeout)
+        to the blocks still held (a SerializationError if a running merge still holds its parts).
+
+        `progress=True` draws a bar on stderr: parts merged of the parts to merge (`final`), or
+        merges run of the partitions that have parts to merge; `None`: only when stderr is a
+        terminal; `False` (the default): none."""
+        return optimizing.run_merges_showing_progress(self, final, timeout, progress)
 
     def merge(self) -> list[str]:
         """Run, now and in this thread, the merges the background scheduler would run for this table
