@@ -158,6 +158,24 @@ def s3_server() -> Iterator[object]:
     server.close()
 
 
+@pytest.fixture
+def latency_proxy() -> Iterator[object]:
+    """A factory `latency_proxy(upstream, delay=0.02)` of HTTP proxies on 127.0.0.1 that add `delay`
+    seconds to every request (tests/latency_proxy.py); each stops with the test (or by itself)."""
+    from tests.latency_proxy import LatencyProxy
+
+    made: list[LatencyProxy] = []
+
+    def make(upstream: str, delay: float = 0.02, lifetime: float = 300.0, max_requests: int = 200_000
+             ) -> LatencyProxy:
+        made.append(LatencyProxy(upstream, delay, lifetime=lifetime, max_requests=max_requests))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()
+
+
 @pytest.fixture(scope="session")
 def s3_server_with_auth() -> Iterator[object]:
     """A second moto S3 server that checks credentials (IAM), for access-denied paths."""
