@@ -61,9 +61,9 @@ def spark_jars() -> Path:
     for candidate in candidates:
         if any(candidate.glob("spark-catalyst_*.jar")):
             return candidate
-    raise ExtensionBuildError("building the mergetree session extension needs Spark's jars to compile against, "
-                              f"and this Python ({sys.executable}) imports no pyspark (nor is SPARK_HOME set): "
-                              f"install {INSTALL_HINT}")
+    raise ExtensionBuildError("building the mergetree session extension needs Spark's jars to compile against: "
+                              f"no pyspark is importable here ({sys.executable}; pip's isolated build environments "
+                              f"have none) and SPARK_HOME is not set; install {INSTALL_HINT}")
 
 
 def build_extension(sources: Path = SOURCES, jar: Path = JAR_PATH, javac: str = "javac") -> Path:
