@@ -29,6 +29,7 @@ from spark_mergetree.expressions.predicate import (
     Func,
     HasToken,
     In,
+    IsNaN,
     IsNotNull,
     IsNull,
     Like,
@@ -47,8 +48,8 @@ from spark_mergetree.expressions.predicate import (
 from spark_mergetree.expressions.sort_key import key_element_arrays, key_element_types, sort_indices
 
 __all__ = [
-    "And", "Column", "ColumnDefinition", "Compare", "Contains", "EndsWith", "Expr", "Func", "HasToken", "In", "IsNotNull",
-    "IsNull", "Like", "Literal", "Not", "Or", "PartitionGroup", "PartitionKey", "StartsWith", "TableDefinition",
+    "And", "Column", "ColumnDefinition", "Compare", "Contains", "EndsWith", "Expr", "Func", "HasToken", "In", "IsNaN",
+    "IsNotNull", "IsNull", "Like", "Literal", "Not", "Or", "PartitionGroup", "PartitionKey", "StartsWith", "TableDefinition",
     "between", "bind", "columns_of", "evaluate", "filter_table", "format_attach", "format_create",
     "granule_ranges", "key_columns_for", "may_match_minmax", "may_match_partition", "parse_create",
     "parse_predicate", "evaluate_value", "key_element_arrays", "key_element_types", "sort_indices",

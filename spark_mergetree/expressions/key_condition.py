@@ -37,6 +37,7 @@ from spark_mergetree.expressions.predicate import (
     Fixed,
     Func,
     In,
+    IsNaN,
     Like,
     Literal,
     Not,
@@ -62,6 +63,10 @@ class KeyBounds:
     hi: pa.Array
     known: np.ndarray  # bool per granule; False means unbounded there
     type: str | None  # ClickHouse type string of the expression's values, when known
+    # The bounds are a min/max that leaves NaN out (ClickHouse's minmax indexes do, unless every value
+    # is NaN): a granule may also hold NaNs, which compare false with everything but `!=`. Bounds from
+    # the sorted primary index never do: NaN sorts last, so it lies between two marks only if one is NaN.
+    nan_hidden: bool = False
 
 
 def _strip_types(expr: Expr) -> Expr:
@@ -124,7 +129,7 @@ class _Evaluator:
                 return None
             if target.name == "intDiv" and constant is not None and constant < 0:
                 lo, hi = hi, lo  # dividing by a negative number reverses the order
-            return KeyBounds(lo, hi, inner.known & _valid(lo) & _valid(hi), _result_type_text(lo))
+            return KeyBounds(lo, hi, inner.known & _valid(lo) & _valid(hi), _result_type_text(lo), inner.nan_hidden)
         return None
 
     def scalar(self, value: object, key: KeyBounds) -> pa.Scalar | None:
@@ -159,7 +164,7 @@ class _Evaluator:
             inner = expr.arg
             # Push NOT inwards where SQL's three-valued logic allows it exactly, so that the
             # comparisons underneath can still use key functions (which only bound "may be true").
-            if isinstance(inner, Compare) and inner.op in _NEGATED:
+            if isinstance(inner, Compare) and inner.op in _NEGATED and not self._hides_nan(inner):
                 return self.evaluate(Compare(_NEGATED[inner.op], inner.left, inner.right))
             if isinstance(inner, Not):
                 return self.evaluate(inner.arg)
@@ -179,9 +184,20 @@ class _Evaluator:
             return self._compare(expr)
         if isinstance(expr, In):
             return self._in(expr)
+        if isinstance(expr, IsNaN):
+            return self._is_nan(expr)
         if isinstance(expr, (StartsWith, Like)):
             return self._prefix(expr)
         return self.unknown()
+
+    def _hides_nan(self, expr: Compare) -> bool:
+        """Whether either side's bounds may leave out NaNs: NOT (x <= v) holds for a NaN, x > v does
+        not, so NOT cannot be pushed into such a comparison."""
+        for side in (expr.left, expr.right):
+            key = None if isinstance(side, Literal) else self.bounds_of(side)
+            if key is not None and key.nan_hidden:
+                return True
+        return False
 
     def _through_key_function(self, column: Column, values: list[object]) -> tuple[Func, list[object]] | None:
         """A key element f(column) with f non-decreasing, and f of each value (for conditions on the column)."""
@@ -249,7 +265,20 @@ class _Evaluator:
             may_true, may_false = _mask(pc.greater_equal(hi, value)), _mask(pc.less(lo, value))
         else:
             return self.unknown()
+        if key.nan_hidden:
+            # A NaN the bounds leave out makes `x op v` false, and `x != v` true.
+            if op == "!=":
+                may_true = self.all(True)
+            else:
+                may_false = self.all(True)
         return may_true | ~known, may_false | ~known
+
+    def _is_nan(self, expr: IsNaN) -> tuple[np.ndarray, np.ndarray]:
+        key = self.bounds_of(expr.expr)
+        if key is None or key.nan_hidden or not pa.types.is_floating(key.lo.type):
+            return self.unknown()
+        # Known bounds of a float key are numbers (NaN bounds are unknown): no NaN lies between them.
+        return ~key.known, self.all(True)
 
     def _in(self, expr: In) -> tuple[np.ndarray, np.ndarray]:
         key = self.bounds_of(expr.expr)
@@ -280,6 +309,8 @@ class _Evaluator:
         first_above_hi = np.searchsorted(ordered, hi, side="right")
         may_true = first_above_hi > first_at_or_above_lo
         single = _mask(pc.and_(pc.equal(key.lo, key.hi), pc.is_in(key.lo, value_set=values)))
+        if key.nan_hidden:
+            single = self.all(False)  # a hidden NaN is in no list
         return may_true | ~known, ~single | ~known
 
     def _prefix(self, expr: StartsWith | Like) -> tuple[np.ndarray, np.ndarray]:
@@ -490,7 +521,7 @@ def _single_bounds(values: Mapping[Expr, Sequence[tuple[object, object]]],
         lo, hi = both.slice(0, len(pairs)), both.slice(len(pairs))
         if type_text is not None and needs_ordering_map(type_text):
             lo, hi = orderable(lo, type_text), orderable(hi, type_text)
-        bounds[key] = KeyBounds(lo, hi, _valid(lo) & _valid(hi), type_text)
+        bounds[key] = KeyBounds(lo, hi, _valid(lo) & _valid(hi), type_text, pa.types.is_floating(lo.type))
     return bounds
 
 

@@ -147,6 +147,13 @@ class IsNotNull(Expr):
 
 
 @dataclass(frozen=True)
+class IsNaN(Expr):
+    """ClickHouse's isNaN(x): true for a float NaN, false for every other value, NULL for NULL."""
+
+    expr: Expr
+
+
+@dataclass(frozen=True)
 class Func(Expr):
     """A function call by its ClickHouse name, e.g. Func('toYYYYMM', (Column('d'),))."""
 
@@ -239,7 +246,7 @@ def _children(expr: Expr) -> tuple[Expr, ...]:
         return (expr.arg,)
     if isinstance(expr, Func):
         return expr.args
-    if isinstance(expr, (IsNull, IsNotNull, Like, StartsWith, EndsWith, Contains, HasToken, Fixed)):
+    if isinstance(expr, (IsNull, IsNotNull, IsNaN, Like, StartsWith, EndsWith, Contains, HasToken, Fixed)):
         return (expr.expr,)
     return ()
 
@@ -580,6 +587,8 @@ def _function(name: str, args: tuple[Expr, ...], source: str) -> Expr:
         return IsNull(args[0])
     if name == "isNotNull" and len(args) == 1:
         return IsNotNull(args[0])
+    if name == "isNaN" and len(args) == 1:
+        return IsNaN(args[0])
     if name in ("today", "yesterday") and not args:
         day = dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=name == "yesterday")
         return Literal(day)
@@ -647,7 +656,7 @@ def bind(expr: Expr, schema: Mapping[str, str]) -> Expr:
         return type(expr)(tuple(bind(arg, schema) for arg in expr.args))
     if isinstance(expr, Not):
         return Not(bind(expr.arg, schema))
-    if isinstance(expr, (IsNull, IsNotNull)):
+    if isinstance(expr, (IsNull, IsNotNull, IsNaN)):
         return type(expr)(bind(expr.expr, schema))
     if isinstance(expr, Fixed):
         return Fixed(bind(expr.expr, schema), expr.value)
@@ -748,6 +757,8 @@ def to_sql(expr: Expr) -> str:
         return f"{to_sql(expr.expr)} IS NULL"
     if isinstance(expr, IsNotNull):
         return f"{to_sql(expr.expr)} IS NOT NULL"
+    if isinstance(expr, IsNaN):
+        return f"isNaN({to_sql(expr.expr)})"
     if isinstance(expr, Fixed):
         return f"({to_sql(expr.expr)} IS NOT NULL) = {_literal_sql(expr.value)}"
     if isinstance(expr, Like):
@@ -880,6 +891,11 @@ def _eval(expr: Expr, table: pa.Table) -> pa.Array | pa.Scalar:
         return pc.is_null(_as_array(_eval(expr.expr, table), table.num_rows))
     if isinstance(expr, IsNotNull):
         return pc.is_valid(_as_array(_eval(expr.expr, table), table.num_rows))
+    if isinstance(expr, IsNaN):
+        value = _as_array(_eval(expr.expr, table), table.num_rows)
+        if pa.types.is_floating(value.type):
+            return pc.is_nan(value)
+        return pc.if_else(pc.is_valid(value), pa.scalar(False), pa.scalar(None, pa.bool_()))
     if isinstance(expr, Fixed):
         valid = pc.is_valid(_as_array(_eval(expr.expr, table), table.num_rows))
         return pc.if_else(valid, pa.scalar(expr.value), pa.scalar(None, pa.bool_()))

@@ -166,7 +166,7 @@ def minmax_may_match(index: SkipIndex, types: Sequence[str], bounds: Sequence[tu
             lo, hi = orderable(lo, type_text), orderable(hi, type_text)
         else:
             hi = _top_for_nulls(lo, hi)
-        keyed[Column(column)] = KeyBounds(lo, hi, _valid(lo) & _valid(hi), type_text)
+        keyed[Column(column)] = KeyBounds(lo, hi, _valid(lo) & _valid(hi), type_text, pa.types.is_floating(lo.type))
     may_true, _ = _Evaluator(keyed, count).evaluate(predicate)
     return np.asarray(may_true, dtype=bool)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 from collections.abc import Iterable
 
 import pyarrow as pa
@@ -43,6 +44,7 @@ else:
     _COMPARISONS = {
         EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=",
     }
+_NEGATED = {"=": "!=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
 def _literal_ok(value: object, column_type: pa.DataType) -> bool:
@@ -63,44 +65,88 @@ def _literal_ok(value: object, column_type: pa.DataType) -> bool:
     return isinstance(value, (bool, int, float, str, decimal.Decimal, dt.date))
 
 
-def _convert(f: Filter, schema: pa.Schema) -> p.Expr | None:
+def _is_nan(value: object) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _spark_compare(op: str, column: p.Column, value: object, floating: bool) -> p.Expr | None:
+    """Spark's `column op value` for a non-NULL constant, in the engine's (ClickHouse's) terms.
+
+    Spark orders a float NaN above every number and equal to itself; ClickHouse's comparisons are
+    false for NaN (but `!=`, true). So on a float column `x > v` is `x > v OR isNaN(x)`, `x = NaN` is
+    `isNaN(x)`, and comparisons a NaN constant makes (nearly) always true are not used (None).
+    """
+    if floating and _is_nan(value):
+        if op in ("=", ">="):
+            return p.IsNaN(column)  # only NaN equals NaN, and nothing is above it
+        if op == "!=":
+            return p.Not(p.IsNaN(column))
+        return None  # x < NaN, x <= NaN: every number; x > NaN: nothing (not worth pruning on)
+    compared = p.Compare(op, column, p.Literal(_plain(value)))
+    if floating and op in (">", ">="):
+        return p.Or((compared, p.IsNaN(column)))
+    return compared
+
+
+def _convert(f: Filter, schema: pa.Schema, negated: bool = False) -> p.Expr | None:
+    """The filter (or, `negated`, its NOT) in the engine's terms, with Spark's semantics: NaN is
+    equal to itself and above every number, NOT (x <=> v) holds for NULL, NULL in a comparison
+    makes it NULL. NOT is pushed down to the leaves, so that every leaf keeps Spark's meaning."""
     if isinstance(f, Not):
-        inner = _convert(f.child, schema)
-        return None if inner is None else p.Not(inner)
+        return _convert(f.child, schema, not negated)
     attribute: tuple[str, ...] = getattr(f, "attribute", ())
     if len(attribute) != 1 or schema.get_field_index(attribute[0]) < 0:
         return None  # nested struct fields and unknown names are left to Spark
     name = attribute[0]
     column_type = schema.field(name).type
+    floating = pa.types.is_floating(column_type)
     column = p.Column(name)
     if isinstance(f, IsNull):
-        return p.IsNull(column)
+        return p.IsNotNull(column) if negated else p.IsNull(column)
     if isinstance(f, IsNotNull):
-        return p.IsNotNull(column)
+        return p.IsNull(column) if negated else p.IsNotNull(column)
     if type(f) in _COMPARISONS:
         value = getattr(f, "value", None)
         if not _literal_ok(value, column_type):
             return None
-        return p.Compare(_COMPARISONS[type(f)], column, p.Literal(_plain(value)))
+        op = _COMPARISONS[type(f)]
+        # Spark's order is total over non-NULL values (NaN last): NOT (x < v) is x >= v, NOT (x = v) is x != v.
+        return _spark_compare(_NEGATED[op] if negated else op, column, value, floating)
     if isinstance(f, EqualNullSafe):
         if f.value is None:
-            return p.IsNull(column)
+            return p.IsNotNull(column) if negated else p.IsNull(column)
         if not _literal_ok(f.value, column_type):
             return None
-        return p.Compare("=", column, p.Literal(_plain(f.value)))
+        if not negated:
+            return _spark_compare("=", column, f.value, floating)
+        differs = _spark_compare("!=", column, f.value, floating)
+        return None if differs is None else p.Or((differs, p.IsNull(column)))  # NULL <=> v is false
     if isinstance(f, In):
         values = list(f.value)
         non_null = [v for v in values if v is not None]
         if not non_null or not all(_literal_ok(v, column_type) for v in non_null):
             return None
-        return p.In(column, tuple(p.Literal(_plain(v)) for v in non_null))
+        numbers = [v for v in non_null if not (floating and _is_nan(v))]
+        has_nan = len(numbers) < len(non_null)
+        listed = p.In(column, tuple(p.Literal(_plain(v)) for v in numbers)) if numbers else None
+        if negated:
+            if len(non_null) < len(values):
+                return None  # x NOT IN (..., NULL) is never true: nothing to keep, left to Spark
+            terms: list[p.Expr] = [t for t in (None if listed is None else p.Not(listed),
+                                 p.Not(p.IsNaN(column)) if has_nan else None) if t is not None]
+            return terms[0] if len(terms) == 1 else p.And(tuple(terms))
+        terms = [t for t in (listed, p.IsNaN(column) if has_nan else None) if t is not None]
+        return terms[0] if len(terms) == 1 else p.Or(tuple(terms))
     if pa.types.is_string(column_type) and isinstance(getattr(f, "value", None), str):
+        matched: p.Expr | None = None
         if isinstance(f, StringStartsWith):
-            return p.StartsWith(column, f.value)
-        if isinstance(f, StringEndsWith):
-            return p.EndsWith(column, f.value)
-        if isinstance(f, StringContains):
-            return p.Contains(column, f.value)
+            matched = p.StartsWith(column, f.value)
+        elif isinstance(f, StringEndsWith):
+            matched = p.EndsWith(column, f.value)
+        elif isinstance(f, StringContains):
+            matched = p.Contains(column, f.value)
+        if matched is not None:
+            return p.Not(matched) if negated else matched  # NULL stays NULL either way
     return None
 
 
