@@ -140,7 +140,9 @@ def dynamic_text(structure: DynamicStructure, struct: pa.StructArray, where: str
             if field.null_count != len(field):  # types beyond max_types: each value carries its type
                 texts.append(binary_values_text(field.cast(pa.binary()), where, where))
             continue
-        texts.append(value_text(dt, field, where, nested_text(where)))
+        text = value_text(dt, field, where, nested_text(where))
+        # (a Map's or Tuple's text of a row another variant holds is not NULL: `{}`)
+        texts.append(pc.if_else(field.is_valid(), text, pa.nulls(len(text), pa.string())) if field.null_count else text)
     return pc.coalesce(*texts) if texts else pa.nulls(len(struct), pa.string())
 
 

@@ -268,7 +268,9 @@ def new_table_schema(columns: Sequence[tuple[str, str]], order_by: str | None, p
         clause = str(error).split(":", 1)[0]
         option = {"ORDER BY": "order_by", "PRIMARY KEY": "primary_key", "PARTITION BY": "partition_by"}[clause]
         raise UnsupportedError(f"option {option!r}: {str(error).split(':', 1)[1].strip()}") from None
-    return metadata.arrow_schema
+    from spark_mergetree.spark.types import mark_objects
+
+    return mark_objects(metadata.arrow_schema, metadata.columns)
 
 
 def check_table_options(ref: TableRef, order_by: str | None, partition_by: str | None, primary_key: str | None,
@@ -493,7 +495,11 @@ def read(ref: TableRef, tasks: Sequence[Any], columns: list[str], where: Any) ->
 
 
 def table_schema(ref: TableRef) -> pa.Schema:
-    return open_table(ref).schema
+    """The table's Arrow schema, its Dynamic and JSON columns marked (spark/types.py OBJECT_MARK)."""
+    from spark_mergetree.spark.types import mark_objects
+
+    table = open_table(ref)
+    return mark_objects(table.schema, table.metadata.columns)
 
 
 def defaulted_columns(ref: TableRef) -> set[str]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Iterable
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -37,6 +38,66 @@ from pyspark.sql.types import (
 )
 
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.values import combine
+from spark_mergetree.spark.variant import (
+    dynamic_to_text,
+    dynamic_to_variant,
+    is_variant_arrow,
+    texts_to_dynamic,
+    texts_to_variant,
+    variant_to_texts,
+)
+
+# Field metadata that adapter.table_schema puts on a table's Dynamic and JSON columns (b"Dynamic",
+# b"JSON"): their Arrow types (binary, string) do not say what they hold.
+OBJECT_MARK = b"spark_mergetree.object"
+
+
+def _object_type() -> DataType:
+    """Spark's VARIANT where PySpark carries it through a Python data source's Arrow batches (4.0+),
+    else the values' JSON text."""
+    try:
+        from pyspark.sql.types import VariantType
+
+        to_arrow_type(VariantType())
+        return VariantType()
+    except (ImportError, TypeError, ValueError, NotImplementedError, AssertionError):
+        return StringType()
+    except Exception:  # noqa: BLE001 - PySpark's own "unsupported type" error classes
+        return StringType()
+
+
+# The Spark type of a Dynamic or JSON column (spark/variant.py converts the values both ways).
+OBJECT_TYPE = _object_type()
+
+
+def mark_objects(schema: pa.Schema, columns: Iterable[tuple[str, str]]) -> pa.Schema:
+    """A table's Arrow schema with its Dynamic and JSON columns (`columns`: name, ClickHouse type)
+    marked by OBJECT_MARK."""
+    from spark_mergetree.format.types import Dynamic, Json, Nullable, parse_type
+
+    kinds = {}
+    for name, type_text in columns:
+        dt = parse_type(type_text)
+        dt = dt.inner if isinstance(dt, Nullable) else dt
+        if isinstance(dt, (Dynamic, Json)):
+            kinds[name] = b"Dynamic" if isinstance(dt, Dynamic) else b"JSON"
+    if not kinds:
+        return schema
+    return pa.schema([f.with_metadata({**(f.metadata or {}), OBJECT_MARK: kinds[f.name]}) if f.name in kinds else f
+                      for f in schema], metadata=schema.metadata)
+
+
+def _object_kind(field: pa.Field) -> bytes | None:
+    return (field.metadata or {}).get(OBJECT_MARK)
+
+
+def field_spark_type(field: pa.Field) -> DataType:
+    """The Spark type of a table column (a marked Dynamic or JSON column: OBJECT_TYPE)."""
+    if _object_kind(field) is not None:
+        return OBJECT_TYPE
+    return spark_type(field.type, field.name)
+
 
 # Spark's widest decimal; wider exact integers (Int128, UInt256, Decimal(>38)) are read as text.
 _SPARK_MAX_PRECISION = 38
@@ -82,7 +143,7 @@ def spark_type(arrow_type: pa.DataType, column: str) -> DataType:
 
 
 def spark_schema(arrow_schema: pa.Schema) -> StructType:
-    return StructType([StructField(f.name, spark_type(f.type, f.name), f.nullable) for f in arrow_schema])
+    return StructType([StructField(f.name, field_spark_type(f), f.nullable) for f in arrow_schema])
 
 
 # PySpark 4.0 spells "timestamps as UTC instants" `timestamp_utc=True`; 4.1+ `timezone="UTC"`.
@@ -104,7 +165,12 @@ def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     arrays = []
     for target_field in target:
         column = batch.column(batch.schema.get_field_index(target_field.name))
-        if column.type != target_field.type:
+        if is_variant_arrow(target_field.type):
+            column = (dynamic_to_variant(column, target_field.type, target_field.name) if pa.types.is_binary(column.type)
+                      else texts_to_variant(column, target_field.type, target_field.name))
+        elif pa.types.is_binary(column.type) and pa.types.is_string(target_field.type):
+            column = dynamic_to_text(column, target_field.name)  # (only a Dynamic column reads binary as text)
+        elif column.type != target_field.type:
             if _needs_text(column.type, target_field.type):
                 column = column.cast(pa.string())
             elif pa.types.is_timestamp(column.type) or pa.types.is_duration(column.type):
@@ -125,7 +191,7 @@ def check_readable_columns(table_schema: pa.Schema, requested: StructType) -> No
                 f"column {field.name!r} of the requested schema is not in the table; "
                 f"table columns: {table_schema.names}"
             )
-        expected = spark_type(table_schema.field(index).type, field.name)
+        expected = field_spark_type(table_schema.field(index))
         if expected != field.dataType:
             raise SchemaMismatchError(
                 f"column {field.name!r}: requested Spark type {field.dataType.simpleString()}, but the table "
@@ -156,6 +222,9 @@ def clickhouse_columns(schema: StructType, non_nullable: set[str]) -> list[tuple
     arrow = spark_arrow_schema(schema)
     columns = []
     for spark_field, arrow_field in zip(schema.fields, arrow, strict=True):
+        if spark_field.dataType == OBJECT_TYPE and is_variant_arrow(arrow_field.type):
+            columns.append((spark_field.name, "Dynamic"))  # any value, as a variant holds
+            continue
         try:
             ch_type = from_arrow(arrow_field.type, arrow_field.nullable and spark_field.name not in non_nullable)
         except (SchemaMismatchError, UnsupportedError) as error:
@@ -186,13 +255,15 @@ def check_writable(table_schema: pa.Schema, incoming: StructType, merge_schema: 
             parts.append(f"non-nullable table columns {missing_required} are missing from the DataFrame")
         raise SchemaMismatchError(
             "DataFrame schema does not match the table: " + "; ".join(parts)
-            + f". Table columns: {[f'{f.name} {spark_type(f.type, f.name).simpleString()}' for f in table_schema]}"
+            + f". Table columns: {[f'{f.name} {field_spark_type(f).simpleString()}' for f in table_schema]}"
         )
     for spark_field in incoming.fields:
         if spark_field.name not in table_names:
             continue
         table_field = table_schema.field(spark_field.name)
-        expected = spark_type(table_field.type, table_field.name)
+        expected = field_spark_type(table_field)
+        if _object_kind(table_field) is not None and isinstance(spark_field.dataType, StringType):
+            continue  # JSON text of the values
         if not _castable(spark_field.dataType, expected):
             raise SchemaMismatchError(
                 f"column {spark_field.name!r}: DataFrame type {spark_field.dataType.simpleString()} does not "
@@ -242,7 +313,10 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
             arrays.append(pa.nulls(batch.num_rows, table_field.type))
             continue
         column = batch.column(index)
-        if pa.types.is_binary(column.type) and pa.types.is_string(table_field.type):
+        kind = _object_kind(table_field)
+        if kind is not None:
+            column = _object_column(column, kind, table_field)
+        elif pa.types.is_binary(column.type) and pa.types.is_string(table_field.type):
             # Same layout; ClickHouse Strings are arbitrary bytes, so no UTF-8 check on the way in.
             column = column.view(pa.string())
         if column.type != table_field.type:
@@ -263,6 +337,20 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
             )
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=table_schema)
+
+
+def _object_column(column: pa.Array, kind: bytes, table_field: pa.Field) -> pa.Array:
+    """A Dynamic or JSON column of a write batch (Spark variants, or JSON text) → the table's Arrow
+    form of it: JSON text for a JSON column, binary Dynamic values for a Dynamic column."""
+    column = combine(column)
+    if is_variant_arrow(column.type):
+        texts = variant_to_texts(column, table_field.name)
+    elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        texts = column.cast(pa.string())
+    else:
+        raise SchemaMismatchError(f"column {table_field.name!r} ({kind.decode()}): cannot store {column.type} values; "
+                                  "give variants or JSON text")
+    return texts_to_dynamic(texts, table_field.name) if kind == b"Dynamic" else texts
 
 
 def _cast(column: pa.Array, target: pa.DataType) -> pa.Array:
