@@ -106,10 +106,14 @@ def has_unix_socket_workers() -> bool:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.origin:
         return False
+    daemon = os.path.join(os.path.dirname(spec.origin), "daemon.py")
+    # Through the loader: Python workers import pyspark from pyspark.zip.
+    get_data = getattr(spec.loader, "get_data", None)
     try:
-        return "PYTHON_UNIX_DOMAIN_ENABLED" in (Path(spec.origin).parent / "daemon.py").read_text()
+        source = get_data(daemon) if get_data is not None else Path(daemon).read_bytes()
     except OSError:
         return False
+    return b"PYTHON_UNIX_DOMAIN_ENABLED" in source
 
 
 def submit_confs(jar: Path, unix_socket: bool | None = None) -> dict[str, str]:
