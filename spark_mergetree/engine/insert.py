@@ -19,9 +19,11 @@ import pyarrow as pa
 
 from spark_mergetree.engine import engines
 from spark_mergetree.engine.metadata import TableMetadata
+from spark_mergetree.engine.progress import progress_bar
 from spark_mergetree.engine.projections import PARENT_OFFSET, with_offsets
 from spark_mergetree.errors import ExpressionError, SchemaMismatchError, UnsupportedError
 from spark_mergetree.expressions.ddl import ColumnDefinition, Projection
+from spark_mergetree.expressions.partition_key import PartitionGroup
 from spark_mergetree.expressions.predicate import bind, evaluate_value, parse_expression
 from spark_mergetree.format.compact_writer import encode_part
 from spark_mergetree.format.conform import conform_column
@@ -31,6 +33,8 @@ from spark_mergetree.format.serialization import default_column
 from spark_mergetree.format.types import Array, Map, Tuple, is_nullable, parse_type, to_arrow
 
 STAGING_PREFIX = "staged_"
+# An insert of more rows than this (or of several parts) draws progress when asked to.
+PROGRESS_MIN_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -142,16 +146,28 @@ def _selected(rows: pa.Table, order: np.ndarray | None, _projection: Projection,
 
 
 def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Callable[[str, PartFiles], None],
-                          tag: str, part_name: Callable[[str], str] | None = None) -> list[StagedPart]:
+                          tag: str, part_name: Callable[[str], str] | None = None, *,
+                          progress: bool | None = False) -> list[StagedPart]:
     """Split `table` (conformed) by partition and write each group as one sorted part.
 
     `write_part(name, PartFiles)` places a part's files (storage's job); it is called as soon as a
     part is encoded, so it may upload in the background while the next part is encoded.
-    `part_name(partition_id)` names a part (default: a staged name from `tag`).
+    `part_name(partition_id)` names a part (default: a staged name from `tag`). `progress` (True;
+    None: on a terminal) draws rows written of the total on stderr after each part, when the rows
+    make more than one part or more than PROGRESS_MIN_ROWS.
     """
+    groups = meta.partition_key.group_rows(table)
+    worth_showing = len(groups) > 1 or table.num_rows > PROGRESS_MIN_ROWS
+    with progress_bar(table.num_rows, "row", "insert", progress if worth_showing else False) as advance:
+        return _write_groups(meta, table, groups, write_part, tag, part_name, advance)
+
+
+def _write_groups(meta: TableMetadata, table: pa.Table, groups: list[PartitionGroup],
+                  write_part: Callable[[str, PartFiles], None], tag: str, part_name: Callable[[str], str] | None,
+                  advance: Callable[[int], None]) -> list[StagedPart]:
     staged = []
     key = meta.partition_key
-    for number, group in enumerate(key.group_rows(table)):
+    for number, group in enumerate(groups):
         if len(key.elements):
             order = meta.sort_order(table, group.row_indices)
             positions = np.asarray(group.row_indices)
@@ -166,6 +182,7 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
         if meta.merging_engine is not None:  # ClickHouse's optimize_on_insert: the block merged as a part would be
             rows = engines.collapse(meta.merging_engine, rows, meta.sorting_key, meta.column_types, final=False)
             if not rows.num_rows:
+                advance(len(group.row_indices))
                 continue
             # ClickHouse builds the projections from the merged block, in the part's order.
             arrived, order = rows, None
@@ -180,4 +197,5 @@ def write_partition_parts(meta: TableMetadata, table: pa.Table, write_part: Call
         name = part_name(group.partition_id) if part_name is not None else f"{STAGING_PREFIX}{tag}_{number}"
         write_part(name, files)
         staged.append(StagedPart(name, group.partition_id, rows.num_rows, files.size, tag))
+        advance(len(group.row_indices))
     return staged

@@ -260,10 +260,11 @@ class ObjectStoreTable(MergeTreeTable):
             raise TableNotFoundError(f"the table at {self.location.url} was re-created (UUID {self.uuid} → "
                                      f"{current}) after this handle opened it; open it again")
 
-    def stage(self, data: Any, tag: str | None = None, *,
-              transaction: Transaction | None = None) -> list[inserting.StagedPart]:
+    def stage(self, data: Any, tag: str | None = None, *, transaction: Transaction | None = None,
+              progress: bool | None = False) -> list[inserting.StagedPart]:
         """Write rows as parts under their final keys (one per partition), invisible until a
-        committed entry names them (`commit_staged`). Block numbers come from the coordinator."""
+        committed entry names them (`commit_staged`). Block numbers come from the coordinator.
+        `progress`: as `insert`'s (a part counts once encoded; its upload may still run)."""
         rows = inserting.conform(inserting.to_arrow_table(data), self.metadata)
         if rows.num_rows == 0:
             return []
@@ -289,7 +290,8 @@ class ObjectStoreTable(MergeTreeTable):
             uploads.append(parts_pool.submit(self.parts_store.write_part, part, files.files, files_pool))
 
         try:
-            staged = inserting.write_partition_parts(self.metadata, rows, upload, tag or inserting.new_tag(), name)
+            staged = inserting.write_partition_parts(self.metadata, rows, upload, tag or inserting.new_tag(), name,
+                                                     progress=progress)
         finally:
             for future in uploads:
                 future.exception()  # wait for every upload, also when encoding failed
@@ -331,13 +333,13 @@ class ObjectStoreTable(MergeTreeTable):
         return names
 
     def _write(self, data: Any, mode: WriteMode, partition_overwrite_mode: PartitionOverwriteMode,
-               transaction: Transaction | None) -> list[str]:
+               transaction: Transaction | None, progress: bool | None = False) -> list[str]:
         own = transaction is None
         tx = transaction if transaction is not None else Transaction(self.coordinator)
         try:
             if mode == "append":
                 background.throttle(self, tx.visible_parts(self.log))
-            staged = self.stage(data, transaction=tx)
+            staged = self.stage(data, transaction=tx, progress=progress)
             names = self.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode,
                                        transaction=tx)
             if own:

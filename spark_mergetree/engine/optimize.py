@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
 from spark_mergetree.engine import patch_merge
+from spark_mergetree.engine.progress import progress_bar
 from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
@@ -175,14 +175,11 @@ def run_merges_showing_progress(table: MergeTreeTable, final: bool, timeout: flo
     the partitions with parts to merge."""
     if progress is False:
         return run_merges(table, final, timeout)
-    from tqdm import tqdm  # only here: every process that opens a table imports this module
-
     sizes = [len(infos) for infos in merging.by_partition(sorted(table.visible_parts()[1])).values()
              if len(infos) >= 2]
     total, unit = (sum(sizes), "part") if final else (len(sizes), "merge")
-    with tqdm(total=total, unit=unit, desc="optimize final" if final else "optimize", file=sys.stderr,
-              disable=None if progress is None else False) as bar:
-        return run_merges(table, final, timeout, on_merge=lambda parts: bar.update(parts if final else 1))
+    with progress_bar(total, unit, "optimize final" if final else "optimize", progress) as advance:
+        return run_merges(table, final, timeout, on_merge=lambda parts: advance(parts if final else 1))
 
 
 def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], None] | None = None) -> list[str]:

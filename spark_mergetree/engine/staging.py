@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 
 def stage(table: MergeTreeTable, data: Any, tag: str | None = None, *,
-          transaction: Transaction | None = None) -> list[inserting.StagedPart]:
-    """Write rows as staged parts, one per partition, owned by `transaction` or else the job `tag`."""
+          transaction: Transaction | None = None, progress: bool | None = False) -> list[inserting.StagedPart]:
+    """Write rows as staged parts, one per partition, owned by `transaction` or else the job `tag`
+    (`progress`: see `inserting.write_partition_parts`)."""
     table.check_same_table()
     rows = inserting.conform(inserting.to_arrow_table(data), table.metadata)
     if rows.num_rows == 0:
@@ -39,7 +40,7 @@ def stage(table: MergeTreeTable, data: Any, tag: str | None = None, *,
         table.store.write_part(name, files.files, files.boundaries)
 
     try:
-        parts = inserting.write_partition_parts(table.metadata, rows, write, unique)
+        parts = inserting.write_partition_parts(table.metadata, rows, write, unique, progress=progress)
         if transaction is None and table.log.job_ended(owner):
             # The job gave up while this task wrote (discard_staged marks it ended before it lists
             # what to delete): whichever came second removes these parts.

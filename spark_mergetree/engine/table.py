@@ -679,15 +679,16 @@ class MergeTreeTable:
                 "opened it, possibly with another schema; reopen it with MergeTreeTable.open")
         self._statement_text = text
 
-    def stage(self, data: Any, tag: str | None = None, *,
-              transaction: Transaction | None = None) -> list[inserting.StagedPart]:
+    def stage(self, data: Any, tag: str | None = None, *, transaction: Transaction | None = None,
+              progress: bool | None = False) -> list[inserting.StagedPart]:
         """Write rows as invisible staged parts, one per partition (executor side in Spark).
 
         A staged part has an owner that keeps cleanup away from it: `transaction` (its parts are
         garbage once it ends), or else the write job `tag` (letters and digits, one per Spark
         job; registered in the table's log each time it stages, and ended by `discard_staged`).
+        `progress`: as `insert`'s.
         """
-        return staging.stage(self, data, tag, transaction=transaction)
+        return staging.stage(self, data, tag, transaction=transaction, progress=progress)
 
     def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
         """End the write job `tag`: delete its staged parts except `keep` (leftovers of failed or
@@ -723,37 +724,43 @@ class MergeTreeTable:
         return committing.commit(self, staged, write_mode, partition_overwrite_mode, tx, own)
 
     def _write(self, data: Any, mode: WriteMode, partition_overwrite_mode: PartitionOverwriteMode,
-               transaction: Transaction | None) -> list[str]:
+               transaction: Transaction | None, progress: bool | None = False) -> list[str]:
         own = transaction is None
         tx = transaction if transaction is not None else Transaction(self.coordinator)
         try:
             if mode == "append":
                 background.throttle(self, tx.visible_parts(self.log))
-            staged = self.stage(data, transaction=tx)
+            staged = self.stage(data, transaction=tx, progress=progress)
         except BaseException:
             if own:
                 tx.rollback()
             raise
         return committing.commit(self, staged, mode, partition_overwrite_mode, tx, own)
 
-    def insert(self, data: Any, *, transaction: Transaction | None = None) -> list[str]:
+    def insert(self, data: Any, *, transaction: Transaction | None = None,
+               progress: bool | None = False) -> list[str]:
         """Insert rows (pyarrow Table/RecordBatch(es), pandas DataFrame): one part per partition.
 
         Visible atomically when this returns (or when `transaction` commits). Returns part names.
+        `progress=True` draws rows written of the total on stderr, after each part, when the rows make
+        more than one part or more than a million rows; `None`: only when stderr is a terminal;
+        `False` (the default): none.
         """
-        return self._write(data, "append", "static", transaction)
+        return self._write(data, "append", "static", transaction, progress)
 
     def overwrite(self, data: Any, *, partition_overwrite_mode: PartitionOverwriteMode = "static",
-                  transaction: Transaction | None = None, partitions_only: bool | None = None) -> list[str]:
+                  transaction: Transaction | None = None, partitions_only: bool | None = None,
+                  progress: bool | None = False) -> list[str]:
         """Replace the table's rows atomically; with `partition_overwrite_mode="dynamic"` only the
         partitions present in `data` (Spark's spelling; ClickHouse's REPLACE PARTITION).
-        `partitions_only=True` is the deprecated spelling of `partition_overwrite_mode="dynamic"`."""
+        `partitions_only=True` is the deprecated spelling of `partition_overwrite_mode="dynamic"`.
+        `progress`: as `insert`'s."""
         if partitions_only is not None:
             warnings.warn('overwrite(partitions_only=...) is deprecated; use partition_overwrite_mode="dynamic"',
                           DeprecationWarning, stacklevel=2)
             partition_overwrite_mode = "dynamic" if partitions_only else "static"
         _check_modes("overwrite", partition_overwrite_mode)
-        return self._write(data, "overwrite", partition_overwrite_mode, transaction)
+        return self._write(data, "overwrite", partition_overwrite_mode, transaction, progress)
 
     # ------------------------------------------------------------------ mutations
 
