@@ -90,3 +90,21 @@ def test_a_late_configure_prints_the_arguments_that_prune(tmp_path: Path) -> Non
     assert columns == ["a"]
     assert "already running without the mergetree session extension" not in err
     assert "spark_mergetree.configure(" not in err
+
+
+def test_spark_submit_args_command(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from spark_mergetree.cli import main
+
+    jar = jvm.ensure_extension()
+    line = CliRunner().invoke(main, ["spark-submit-args"])
+    assert line.exit_code == 0 and line.output.count("\n") == 1
+    assert shlex.split(line.output)[:4] == ["--jars", str(jar), "--conf", f"spark.sql.extensions={jvm.EXTENSION_CLASS}"]
+    defaults = CliRunner().invoke(main, ["spark-submit-args", "--spark-defaults"])
+    assert defaults.exit_code == 0
+    assert defaults.output.splitlines()[:3] == [f"spark.jars {jar}", f"spark.sql.extensions {jvm.EXTENSION_CLASS}",
+                                                f"{jvm.PUSHDOWN_CONF} true"]
+    monkeypatch.setattr(jvm, "JAR_PATH", tmp_path / "missing.jar")  # a package installed without the jar
+    missing = CliRunner().invoke(main, ["spark-submit-args"])
+    assert missing.exit_code != 0 and "is not built: run scripts/build-jvm" in missing.output
