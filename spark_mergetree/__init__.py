@@ -15,6 +15,7 @@ Packages, highest first; a package imports only from the ones below it (tests/te
     storage/      where part bytes live: disks, volumes, layouts (plain, JBOD, RAID)
     format/       the bytes of one part, as ClickHouse writes them
     fileops.py    durable file operations; errors.py  the one error hierarchy
+    jvm.py        the Spark session extension's jar: its build, the spark-submit arguments (stdlib only)
 """
 
 from __future__ import annotations

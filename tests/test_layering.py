@@ -7,6 +7,7 @@
             storage/         where part bytes live (uses format/'s helpers, never the reverse)
               format/        the bytes of a part
                 fileops.py   file operations every layer uses; recovery.py, the recovery report
+                jvm.py       the session extension's jar and its build (standard library only)
                   errors.py  the one error hierarchy
 
 A module imports only from its own package or from packages below it; packages on the same
