@@ -138,9 +138,42 @@ def test_filters_translate_for_pruning_and_drop_what_is_unsafe() -> None:
         p.Compare(">", p.Column("id"), p.Literal(3)),
         p.In(p.Column("id"), (p.Literal(1), p.Literal(2))),
         p.StartsWith(p.Column("s"), "ab"),
-        p.Not(p.IsNull(p.Column("s"))),
+        p.IsNotNull(p.Column("s")),  # NOT is pushed to the leaves
     ))
     assert to_predicate([EqualTo(("id",), 2.5)], schema) is None
+
+
+def test_float_filters_keep_sparks_nan_semantics() -> None:
+    """Spark: NaN = NaN, NaN above every number; NOT (x <=> v) holds for NULL (tests/spark/
+    test_pushdown_semantics.py checks the rows)."""
+    from pyspark.sql.datasource import (
+        EqualNullSafe,
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        LessThan,
+        Not,
+    )
+
+    schema = pa.schema([pa.field("x", pa.float64()), pa.field("n", pa.int32())])
+    x, nan = p.Column("x"), float("nan")
+
+    def one(f):
+        return to_predicate([f], schema)
+
+    assert one(GreaterThan(("x",), 5.0)) == p.Or((p.Compare(">", x, p.Literal(5.0)), p.IsNaN(x)))
+    assert one(Not(LessThan(("x",), 5.0))) == p.Or((p.Compare(">=", x, p.Literal(5.0)), p.IsNaN(x)))
+    assert one(Not(GreaterThan(("x",), 5.0))) == p.Compare("<=", x, p.Literal(5.0))
+    assert one(EqualTo(("x",), nan)) == p.IsNaN(x)
+    assert one(GreaterThanOrEqual(("x",), nan)) == p.IsNaN(x)
+    assert one(LessThan(("x",), nan)) is None
+    assert one(In(("x",), [1.0, nan])) == p.Or((p.In(x, (p.Literal(1.0),)), p.IsNaN(x)))
+    assert one(Not(In(("x",), [1.0, None]))) is None  # NOT IN with a NULL keeps no row
+    assert one(Not(EqualNullSafe(("n",), 3))) == p.Or((p.Compare("!=", p.Column("n"), p.Literal(3)),
+                                                       p.IsNull(p.Column("n"))))
+    assert one(Not(EqualNullSafe(("n",), None))) == p.IsNotNull(p.Column("n"))
+    assert one(Not(Not(GreaterThan(("n",), 3)))) == p.Compare(">", p.Column("n"), p.Literal(3))
 
 
 def test_nanosecond_timestamps_truncate_to_microseconds() -> None:

@@ -1,6 +1,6 @@
 """Pushed filters prune only what Spark's own semantics drop: random Spark predicates over a table of
-every common type with NaN, infinities, -0.0 and NULLs, with minmax, set and bloom_filter skip indexes,
-a float sorting key and partitions, against the same rows in Parquet.
+every common type with NaN, infinities, -0.0 and NULLs, with minmax, set, bloom_filter, tokenbf_v1 and
+ngrambf_v1 skip indexes, a float sorting key and partitions, against the same rows in Parquet.
 
 The reference is the Parquet copy read without Parquet's own filter pushdown, which drops NaN rows
 (`x = double('NaN')` finds nothing through it: row-group statistics leave NaN out too).
@@ -43,6 +43,9 @@ STATEMENT = """CREATE TABLE t (
     INDEX i_n n TYPE set(4) GRANULARITY 1,
     INDEX i_s s TYPE set(4) GRANULARITY 1,
     INDEX i_sb s TYPE bloom_filter GRANULARITY 1,
+    INDEX i_st s TYPE tokenbf_v1(256, 2, 0) GRANULARITY 1,
+    INDEX i_sn s TYPE ngrambf_v1(2, 256, 2, 0) GRANULARITY 1,
+    INDEX i_nb n TYPE bloom_filter GRANULARITY 1,
     INDEX i_m m TYPE minmax GRANULARITY 2,
     INDEX i_ts ts TYPE minmax GRANULARITY 1)
 ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY (k, id)
