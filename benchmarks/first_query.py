@@ -1,6 +1,6 @@
 """First queries: what a new Spark application's first read and first write cost above warm ones.
 
-    python benchmarks/first_query.py [--rows 1000000] [--sessions 3]
+    python benchmarks/first_query.py [--rows 1000000] [--sessions 3] [--chart PATH | --chart ''] [--chart-from-docs]
 
 A table of `rows` rows (id, value, name; ORDER BY id) is written once by the engine, with a Parquet
 copy. Then, for each of `sessions` rounds, three new Python processes (each a new JVM and new
@@ -14,7 +14,10 @@ Python workers, as a user's new notebook or job gets) run one kind of source eac
 Each process runs, after the JVM's own first job (spark.range, not counted): a key-range read of
 1,000 rows (twice) and a 1,000-row append (twice). The first of each pair pays what only a first
 query pays; the second is warm. The report prints medians over rounds of first, warm and
-first - warm per kind, and mergetree's first-query cost above the floor's.
+first - warm per kind, and mergetree's first-query cost above the floor's, and draws first - warm
+as a bar chart (`--chart`, by default docs/img/first_query.png, the chart of docs/spark.md, "First
+queries"; `--chart ''`: none). `--chart-from-docs` only draws the chart of the figures in that doc's
+table, without measuring.
 """
 
 from __future__ import annotations
@@ -29,11 +32,32 @@ import tempfile
 import time
 from pathlib import Path
 
+import charts
 from harness import REPO_ROOT, local_session, private_coordinator
 
 sys.path.insert(0, str(REPO_ROOT))
 
 KINDS = ("parquet", "floor", "mergetree")
+LABELS = {"read": "key range of 1,000 rows", "write": "append of 1,000 rows"}
+CHART = charts.IMAGES / "first_query.png"
+DOC = REPO_ROOT / "docs" / "spark.md"
+
+
+def write_chart(path: Path, title: str, extra: dict[tuple[str, str], float]) -> None:
+    """First - warm seconds by (action, kind) as bars, at `path`."""
+    names = {"parquet": "Parquet", "floor": "Python-source floor", "mergetree": "mergetree"}
+    charts.grouped_bars(path, title, [LABELS[action] for action in ("read", "write")],
+                        {names[kind]: [extra[(action, kind)] for action in ("read", "write")] for kind in KINDS})
+
+
+def chart_from_docs(path: Path) -> None:
+    """The chart of the figures docs/spark.md shows ("First queries"), without measuring."""
+    action = {label: action for action, label in LABELS.items()}
+    extra = {(action[label], kind): charts.seconds(cell)
+             for label, *cells in charts.markdown_table(DOC, "| first query above a warm one |")
+             for kind, cell in zip(KINDS, cells, strict=True)}
+    write_chart(path, "benchmarks/first_query.py: a new application's first query, seconds above a warm one "
+                "(1,000,000-row table, medians of 2 new applications, docs/spark.md)", extra)
 
 
 def _read(spark, kind: str, work: Path, low: int):  # type: ignore[no-untyped-def]
@@ -90,7 +114,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=3)
     parser.add_argument("--one", choices=KINDS, help=argparse.SUPPRESS)  # a child process's kind
     parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--chart", default=str(CHART), help="PNG of first - warm ('' for none)")
+    parser.add_argument("--chart-from-docs", action="store_true", help="only draw the chart of docs/spark.md's figures")
     args = parser.parse_args()
+    if args.chart_from_docs:
+        chart_from_docs(Path(args.chart or CHART))
+        return
     if args.one:
         work = Path(args.work)
         private_coordinator(work)
@@ -126,7 +155,7 @@ def main() -> None:
     print(f"{'':34}{'first s':>9}{'warm s':>9}{'first - warm':>14}")
     extra: dict[tuple[str, str], float] = {}
     for action in ("read", "write"):
-        label = "key range of 1,000 rows" if action == "read" else "append of 1,000 rows"
+        label = LABELS[action]
         for kind in KINDS:
             first = statistics.median(r[f"{action} first"] for r in results[kind])
             warm = statistics.median(r[f"{action} warm"] for r in results[kind])
@@ -135,6 +164,9 @@ def main() -> None:
     for action in ("read", "write"):
         print(f"first {action}: mergetree pays {extra[(action, 'mergetree')] - extra[(action, 'floor')]:.2f} s "
               f"above the Python-source floor's first-query cost of {extra[(action, 'floor')]:.2f} s")
+    if args.chart:
+        write_chart(Path(args.chart), f"benchmarks/first_query.py: a new application's first query, seconds above "
+                    f"a warm one ({args.rows:,}-row table, medians of {args.sessions} new applications)", extra)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -2,6 +2,7 @@
 same data, in one SparkSession set up with spark_mergetree.configure (the session extension).
 
     python benchmarks/spark.py [--rows 10000000] [--runs 3] [--dir /tmp/mergetree-benchmark] [--profile]
+                               [--chart docs/img/spark_benchmark.png | --chart ''] [--chart-from-docs]
 
 Data: `rows` rows of (id long, ts long, value double, name string), written as Parquet and as a
 mergetree table ORDER BY id (merged into one part), plus the same rows as a partitioned table of many
@@ -21,6 +22,10 @@ a minute between runs (Spark kills idle workers after 60 s). The report prints s
 ratios mergetree / floor and mergetree / Parquet. Key ranges are Spark filters (`.filter(...)`),
 which prune granules through pushed filters when the extension is on. `--profile` runs the
 mergetree reads once more under cProfile inside the Python workers and prints the top functions.
+
+The run ends by drawing its figures as a bar chart (`--chart`, by default docs/img/spark_benchmark.png,
+the chart of docs/spark.md, "Performance"; `--chart ''`: none). `--chart-from-docs` only draws the
+chart of the figures in that doc's table, without measuring.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import charts
 from harness import (  # benchmarks/ is the script's directory
     REPO_ROOT,
     local_session,
@@ -72,13 +78,37 @@ class Report:
                   f"{mergetree / parquet:>10.2f}  {notes}")
 
 
+CHART = charts.IMAGES / "spark_benchmark.png"
+DOC = REPO_ROOT / "docs" / "spark.md"
+
+
+def write_chart(path: Path, title: str, rows: list[tuple[str, float, float, float | None]]) -> None:
+    """The measurements (name, Parquet s, mergetree s, floor s) as bars, at `path`."""
+    charts.grouped_bars(path, title, [name for name, *_ in rows],
+                        {"Parquet": [row[1] for row in rows], "Python-source floor": [row[3] for row in rows],
+                         "mergetree": [row[2] for row in rows]})
+
+
+def chart_from_docs(path: Path) -> None:
+    """The chart of the figures docs/spark.md shows (its "Performance" table), without measuring."""
+    rows = [(name, charts.seconds(parquet), charts.seconds(mergetree), charts.seconds(floor))
+            for name, parquet, mergetree, floor, *_ in charts.markdown_table(DOC, "| | Parquet | mergetree | floor |")]
+    write_chart(path, "benchmarks/spark.py: 10,000,000 rows, local[2] on 2 cores, warm medians of 3 (docs/spark.md)",
+                rows)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", default="/tmp/mergetree-benchmark")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--chart", default=str(CHART), help="PNG of the results ('' for none)")
+    parser.add_argument("--chart-from-docs", action="store_true", help="only draw the chart of docs/spark.md's figures")
     args = parser.parse_args(argv)
+    if args.chart_from_docs:
+        chart_from_docs(Path(args.chart or CHART))
+        return 0
     root = Path(args.dir)
     private_coordinator(root)  # before the session: its workers inherit it
     shutil.rmtree(root, ignore_errors=True)
@@ -163,8 +193,12 @@ def main(argv: list[str]) -> int:
     assert many_count == p_count
     report.add(f"key range, {parts_many} parts", p_range, many_range, f_range, "")
 
-    report.print(f"{rows:,} rows, warm, median of {args.runs} runs, local[2], "
-                 f"{'with' if extension_jar() else 'WITHOUT'} the session extension")
+    title = (f"{rows:,} rows, warm, median of {args.runs} runs, local[2], "
+             f"{'with' if extension_jar() else 'WITHOUT'} the session extension")
+    report.print(title)
+    if args.chart:
+        write_chart(Path(args.chart), f"benchmarks/spark.py: {title}",
+                    [(name, parquet, mergetree, floor) for name, parquet, mergetree, floor, _ in report.rows])
     if args.profile:
         mergetree.selectExpr(*full_scan).collect()
         spark.sparkContext.show_profiles()

@@ -79,6 +79,12 @@ def test_doc_paths_are_writable_by_a_user(doc: Path) -> None:
     assert not re.search(r"(?<![.\w])/data/", doc.read_text()), f"{doc.name}: paths under /data need root: write ./data/..."
 
 
+@pytest.mark.parametrize("doc", _doc_files(), ids=lambda path: path.name)
+def test_doc_images_exist(doc: Path) -> None:
+    for image in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", doc.read_text()):
+        assert (doc.parent / image).is_file(), f"{doc.name}: {image} is missing"
+
+
 @pytest.mark.parametrize("doc", [d for d in _doc_files() if any(b.not_run is None for b in python_blocks(d.read_text()))],
                          ids=lambda path: path.name)
 def test_doc_python_examples_run_in_order(doc: Path, spark, tmp_path: Path) -> None:
