@@ -360,18 +360,27 @@ class ObjectStoreTable(MergeTreeTable):
         result name, its level raised past any name the log or the bucket already holds (a merge
         that failed after its upload): a name is never reused, so no cleanup of a failed merge can
         delete a later one's part. A failure before the entry names it deletes the upload."""
+        name = self.merged_part_name(candidate)
+        named = False
+        try:
+            self.parts_store.write_part(name, files.files, _upload_pool("files"))
+            tx.add_parts(self.log, [name])
+            named = True
+        finally:
+            if not named:
+                self.parts_store.remove(name)
+        return name
+
+    def write_part(self, name: str, files: PartFiles) -> None:
+        self.parts_store.write_part(name, files.files, _upload_pool("files"))
+
+    def merged_part_name(self, candidate: MergeCandidate) -> str:
+        """The candidate's result name, its level raised past any name the log or the bucket already
+        holds (see `publish_merged`)."""
         info = PartInfo.parse(candidate.result_name)
         taken = set(self.log.versions(None)[1]) | {name for entry in self.log.entries() for name in entry.added}
         while info.name in taken or self.parts_store.exists(info.name):
             info = replace(info, level=info.level + 1)
-        named = False
-        try:
-            self.parts_store.write_part(info.name, files.files, _upload_pool("files"))
-            tx.add_parts(self.log, [info.name])
-            named = True
-        finally:
-            if not named:
-                self.parts_store.remove(info.name)
         return info.name
 
     def part_bytes(self, part: str) -> int:
@@ -567,6 +576,7 @@ class ObjectStoreTable(MergeTreeTable):
     # Staged mutations (stage, then rename into place: Spark's distributed DELETE/UPDATE) cannot run
     # here; `delete` and `update` above write under final names instead.
     supports_mutations = False
+    parts_written_in_place = True
 
     def clone(self, destination: str | os.PathLike[str]) -> ObjectStoreTable:
         """A new table at `destination` (a new prefix in the same bucket) holding this table's rows as

@@ -182,29 +182,48 @@ def run_merges_showing_progress(table: MergeTreeTable, final: bool, timeout: flo
         return run_merges(table, final, timeout, on_merge=lambda parts: advance(parts if final else 1))
 
 
-def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], None] | None = None) -> list[str]:
-    """OPTIMIZE FINAL: merge until every partition holds one part of the blocks allocated before the
-    call (`limit`); return the new parts' names. Parts of writes that allocate their blocks later
-    are merged in only where they sit beside those (no later write is waited for).
+RoundRunner = Callable[[Transaction, list[merging.MergeCandidate]], list[str]]
+
+
+def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], None] | None = None, *,
+              where: str | None = None, run_round: RoundRunner | None = None) -> list[str]:
+    """OPTIMIZE FINAL: merge until every partition (where `where` may match) holds one part of the
+    blocks allocated before the call (`limit`); return the new parts' names. Parts of writes that
+    allocate their blocks later are merged in only where they sit beside those (no later write is
+    waited for).
+
+    It works in rounds: a round is one transaction that takes the removal locks of the merges it
+    chose from a fresh snapshot and commits their results together; then the next round plans again
+    from what that left. `run_round(tx, merges)` runs a round's merges (their locks taken, their
+    data versions set) wherever it likes and commits them in `tx` (Spark: one task per merge), or
+    raises with `tx` rolled back; it gets every merge ready at once. Without it, a round is one
+    merge, run in this process.
 
     Merges running when it begins (in this process's background, merge workers, other processes,
     `mergetree merge-daemon`) hold their sources' removal locks, or name their result in a pending
-    entry: a partition they touch waits (polling, up to `timeout` seconds) until they commit or
-    roll back, then merges their result with the rest. A block a running write holds splits a
-    partition (no merge spans it): that, too, is waited for, and after `timeout` the partition is
-    merged as far as its gaps allow (each run between them into one part). On an object store,
-    where a merge's allocation fence leaves a block no part takes and where any running transaction
-    makes every gap a possible block of its own (`fence_reserved`), gaps below `limit` count as
-    settled once every transaction that was running when the call began has ended."""
+    entry: a partition they touch waits (polling, up to `timeout` seconds, while the other
+    partitions go on merging) until they commit or roll back, then merges their result with the
+    rest; one still holding it after `timeout` fails the call with SerializationError naming the
+    partition and the transaction holding it (what was merged by then stays merged). A block a
+    running write holds splits a partition (no merge spans it): that, too, is waited for, and after
+    `timeout` the partition is merged as far as its gaps allow (each run between them into one
+    part). On an object store, where a merge's allocation fence leaves a block no part takes and
+    where any running transaction makes every gap a possible block of its own (`fence_reserved`),
+    gaps below `limit` count as settled once every transaction that was running when the call
+    began has ended."""
     deadline = time.monotonic() + timeout
     pause = FINAL_POLL_SECONDS[0]
     created: list[str] = []
     limit: int | None = None  # blocks below were allocated before the call
     earlier: set[int] = set()  # object stores: transactions running when the call began
+    wanted: set[str] | None = None  # the partitions `where` may match
     settled_below = 0
     degraded: set[str] = set()  # partitions merged as far as their gaps allow, once the wait ran out
+    held: dict[str, str] = {}  # partition -> why its parts could not be locked (until the next pause)
+    runner = run_round if run_round is not None else (lambda tx, merges: [merge_locked(table, merges[0], tx)])
     while True:
         tx, reserved, visible, fence = _begin(table, settled_below)
+        refused: tuple[str, str] | None = None
         try:
             if limit is None:
                 limit = fence[0] if fence is not None else 1 + max(
@@ -212,24 +231,36 @@ def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], N
                     + [b for ranges in reserved.values() for _, b in ranges], default=0)
                 if fence is not None and fence[1]:
                     earlier = {info.tid for info in table.coordinator.running() if info.tid < tx.tid}
+                if where is not None:
+                    wanted = matching_partitions(table, where, tx)
+            if wanted is not None:
+                visible = {p for p in visible if PartInfo.parse(p).partition_id in wanted}
             rows = {p: table.reader(p).rows for p in visible}
-            candidate, blocked = _final_step(visible, rows, reserved, limit, degraded)
+            ready, blocked = _final_step(visible, rows, reserved, limit, degraded, set(held))
+            batch = ready if run_round is not None else ready[:1]
+            refused = _lock(table, tx, batch)
+            if refused is None:
+                batch = [patch_merge.with_data_version(table, merge) for merge in batch]
         except BaseException:
             tx.rollback()
             raise
-        if candidate is not None:
+        if refused is not None:  # a merge running elsewhere holds (or removed) that partition's parts
+            held[refused[0]] = refused[1]
+            continue
+        if batch:
             try:
-                created.append(merge_one(table, candidate, tx))
-            except SerializationError:
-                # A merge running elsewhere took (or removed) one of the parts first: wait for it.
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(pause)
-                pause = min(2 * pause, FINAL_POLL_SECONDS[1])
+                created.extend(runner(tx, batch))
+            except SerializationError as error:  # lost a race to a merge running elsewhere: wait for it
+                tx.rollback()
+                held.update((merge.partition_id, str(error)) for merge in batch)
                 continue
+            except BaseException:
+                tx.rollback()
+                raise
             pause = FINAL_POLL_SECONDS[0]
             if on_merge is not None:
-                on_merge(len(candidate.parts))
+                for merge in batch:
+                    on_merge(len(merge.parts))
             continue
         tx.rollback()
         if not blocked:
@@ -239,6 +270,10 @@ def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], N
             settled_below = limit  # every block below is committed or lost: gaps there are holes
             continue
         if time.monotonic() >= deadline:
+            if held:
+                raise SerializationError(f"{table.path}: OPTIMIZE FINAL waited {timeout:g} s for partition(s) "
+                                         + "; ".join(f"{p!r}, still held by a merge running elsewhere ({why})"
+                                                     for p, why in sorted(held.items())))
             log.warning("%s: OPTIMIZE FINAL waited %.0f s for running merges and writes; partition(s) %s "
                         "are merged as far as the blocks those still hold allow", table.path, timeout,
                         ", ".join(repr(p) for p in sorted(blocked)))
@@ -246,30 +281,52 @@ def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], N
             continue
         time.sleep(pause)
         pause = min(2 * pause, FINAL_POLL_SECONDS[1])
+        held.clear()  # look at those partitions again
+
+
+def matching_partitions(table: MergeTreeTable, where: str, tx: Transaction) -> set[str]:
+    """The partitions (of the parts `tx` sees) where the predicate `where` may hold."""
+    plan = table.plan_read(None, where, transaction=tx)
+    return {p.partition_id for p in plan.parts if p.pruned_by != "partition"}
+
+
+def _lock(table: MergeTreeTable, tx: Transaction, merges: list[merging.MergeCandidate]) -> tuple[str, str] | None:
+    """Take the removal locks of `merges`' sources in `tx`; None, or (the partition, the reason)
+    when another transaction holds or removed one of them (`tx` is rolled back then)."""
+    for merge in merges:
+        try:
+            tx.remove_parts(table.log, merge.parts)
+        except SerializationError as error:
+            tx.rollback()
+            return merge.partition_id, str(error)
+    return None
 
 
 def _final_step(visible: set[str], rows: dict[str, int], reserved: dict[str, list[tuple[int, int]]], limit: int,
-                degraded: set[str]) -> tuple[merging.MergeCandidate | None, set[str]]:
-    """The next merge OPTIMIZE FINAL runs (None: none now) and the partitions whose parts below
-    `limit` are not yet one part but cannot merge into one now (a reserved block between or on them)."""
+                degraded: set[str], held: set[str]) -> tuple[list[merging.MergeCandidate], set[str]]:
+    """The merges OPTIMIZE FINAL can run now, disjoint, and the partitions whose parts below
+    `limit` are not yet one part but cannot merge into one now (a reserved block between or on
+    them, or `held`: a merge running elsewhere holds their parts)."""
+    ready: list[merging.MergeCandidate] = []
     blocked: set[str] = set()
     for partition_id, infos in sorted(merging.by_partition(sorted(visible)).items()):
         if sum(1 for i in infos if i.min_block < limit) < 2:
             continue  # done: one part of the blocks the call is about (and maybe later ones beside it)
+        if partition_id in held:
+            blocked.add(partition_id)
+            continue
         segments = [s for s in merging._segments(infos, reserved.get(partition_id, ()))
                     if any(i.min_block < limit for i in s)]
         whole = len(segments) == 1 and sum(1 for i in segments[0] if i.min_block < limit) == sum(
             1 for i in infos if i.min_block < limit)
-        if whole or partition_id in degraded:
-            for segment in segments:
-                if len(segment) >= 2:
-                    names = tuple(i.name for i in segment)
-                    return merging.MergeCandidate(partition_id, names, sum(rows[n] for n in names)), blocked
-            if whole:
-                continue
-        if partition_id not in degraded:
+        if not whole and partition_id not in degraded:
             blocked.add(partition_id)
-    return None, blocked
+            continue
+        for segment in segments:
+            if len(segment) >= 2:
+                names = tuple(i.name for i in segment)
+                ready.append(merging.MergeCandidate(partition_id, names, sum(rows[n] for n in names)))
+    return ready, blocked
 
 
 def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Transaction) -> str:
@@ -279,6 +336,15 @@ def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Tran
         # before writing anything.
         tx.remove_parts(table.log, candidate.parts)
         candidate = patch_merge.with_data_version(table, candidate)
+    except BaseException:
+        tx.rollback()
+        raise
+    return merge_locked(table, candidate, tx)
+
+
+def merge_locked(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Transaction) -> str:
+    """`merge_one` once `tx` holds the candidate's removal locks (its data version set)."""
+    try:
         with patch_merge.merge_sources(table, candidate.parts) as readers, \
                 merging.merged_part(readers, table.metadata) as files:
             result = table.publish_merged(candidate, files, tx)
@@ -319,11 +385,14 @@ def publish_part(table: MergeTreeTable, result: str, files: PartFiles, tx: Trans
 # ------------------------------------------------------------------ merges spread over processes
 #
 # A distributed OPTIMIZE (Spark's `spark_mergetree.optimize`): the driver takes one transaction,
-# chooses disjoint groups of parts and takes their removal locks (`plan_group_merges`); each group's
-# merged part is written by another process under a write job's staged name (`stage_group_merge`),
-# as Spark's write tasks stage theirs; the driver then names and renames one staged result per group
-# and commits them all at once (`commit_group_merges`). A task attempt that failed or was duplicated
-# leaves a staged directory nobody publishes: `discard_staged` deletes it with the job's end.
+# chooses disjoint groups of parts and takes their removal locks (`plan_group_merges`, or a round
+# of `run_final`) and names each group's result (`group_result_names`); each group's merged part is
+# written by another process (`stage_group_merge`): on a local table under a write job's staged
+# name, as Spark's write tasks stage theirs, in object storage under its result name (a duplicate
+# attempt writes the same bytes there). The driver then names (and renames) one result per group
+# and commits them all at once (`commit_group_merges`). A task attempt that failed or was
+# duplicated leaves a staged directory nobody publishes: `discard_staged` deletes it with the job's
+# end (in object storage, `cleanup()` deletes uploads no entry names).
 
 
 def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
@@ -331,14 +400,14 @@ def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
     """The transaction and the groups a distributed OPTIMIZE merges, their removal locks taken.
 
     `final`: every partition (where `where` may match) merges all its parts into one (as far as no
-    reserved block splits it); otherwise each partition with ≥ 2 parts merges in runs of up to
-    `max_parts_to_merge` adjacent parts. With no group, the transaction is already rolled back."""
+    reserved block splits it; `run_final` waits and merges until one part is left); otherwise each
+    partition with ≥ 2 parts merges in runs of up to `max_parts_to_merge` adjacent parts. With no
+    group, the transaction is already rolled back."""
     table.check_same_table()
     tx, reserved, visible = begin_merge_transaction(table)
     try:
         if where is not None:
-            plan = table.plan_read(None, where, transaction=tx)
-            wanted = {p.partition_id for p in plan.parts if p.pruned_by != "partition"}
+            wanted = matching_partitions(table, where, tx)
             visible = {p for p in visible if PartInfo.parse(p).partition_id in wanted}
         rows = {p: table.reader(p).rows for p in visible}
         groups = merging.select_groups(sorted(visible), rows, table.metadata, final=final, reserved=reserved)
@@ -353,12 +422,24 @@ def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
     return tx, groups
 
 
-def stage_group_merge(table: MergeTreeTable, group: merging.MergeCandidate, tag: str) -> inserting.StagedPart:
-    """Merge one group's parts into a staged part of the write job `tag` (any process)."""
-    table.log.register_job(tag)
-    name = f"{inserting.STAGING_PREFIX}{tag}_{uuid.uuid4().hex[:12]}_0"
+def group_result_names(table: MergeTreeTable, groups: list[merging.MergeCandidate]) -> list[str]:
+    """The name each group's merged part is published under (chosen by the driver, once)."""
+    return [table.merged_part_name(group) for group in groups]
+
+
+def stage_group_merge(table: MergeTreeTable, group: merging.MergeCandidate, tag: str,
+                      result_name: str | None = None) -> inserting.StagedPart:
+    """Merge one group's parts (any process): on a local table into a staged part of the write job
+    `tag`; in object storage under `result_name` (from `group_result_names`), its final key."""
+    if table.parts_written_in_place:
+        if result_name is None:
+            raise ValueError(f"{table.path}: a merged part in object storage is written under its result name")
+        name = result_name
+    else:
+        table.log.register_job(tag)
+        name = f"{inserting.STAGING_PREFIX}{tag}_{uuid.uuid4().hex[:12]}_0"
     with patch_merge.merge_sources(table, group.parts) as readers, merging.merged_part(readers, table.metadata) as files:
-        table.store.write_part(name, files.files, files.boundaries)
+        table.write_part(name, files)
         return inserting.StagedPart(name, group.partition_id, int(files.rows), files.size, tag)
 
 
@@ -366,19 +447,25 @@ def commit_group_merges(table: MergeTreeTable, tx: Transaction, groups: list[mer
                         staged: list[inserting.StagedPart]) -> list[str]:
     """Publish one staged result per group (`staged[i]` merges `groups[i]`) and commit them in `tx`;
     return the new parts' names. On failure nothing is left: the transaction rolls back."""
+    in_place = table.parts_written_in_place
+    names = [part.name for part in staged] if in_place else [group.result_name for group in groups]
     placed: set[str] = set()
     try:
         missing = [part.name for part in staged if not table.store.exists(part.name)]
         if missing:
             raise TransactionError(f"{table.path}: staged merge result(s) {', '.join(missing)} no longer exist "
                                    "(a cleanup removes the parts of jobs idle past the staged-part lifetime)")
-        with table.log.commit_lock():
-            for group in groups:
-                table.log.claim_name(group.result_name, tx.coordinator, tx.tid)
-            tx.add_parts(table.log, [group.result_name for group in groups])
-            for group, part in zip(groups, staged, strict=True):
-                table.store.rename_part(part.name, group.result_name)
-                placed.add(part.name)
+        if in_place:  # written under their names already: naming them in the log publishes them
+            tx.add_parts(table.log, names)
+            placed.update(names)
+        else:
+            with table.log.commit_lock():
+                for name in names:
+                    table.log.claim_name(name, tx.coordinator, tx.tid)
+                tx.add_parts(table.log, names)
+                for name, part in zip(names, staged, strict=True):
+                    table.store.rename_part(part.name, name)
+                    placed.add(part.name)
         tx.commit()
     except BaseException:
         if tx.state == "unknown":
@@ -388,4 +475,4 @@ def commit_group_merges(table: MergeTreeTable, tx: Transaction, groups: list[mer
             if part.name not in placed:
                 table.store.remove_part(part.name, missing_ok=True)
         raise
-    return [group.result_name for group in groups]
+    return names

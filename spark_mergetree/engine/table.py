@@ -214,6 +214,8 @@ class MergeTreeTable:
 
     #: Whether `delete`/`update` work on this kind of table (engine/mutations.py).
     supports_mutations = True
+    #: Whether a part is written under its final name (object stores) rather than staged and renamed.
+    parts_written_in_place = False
 
     def __init__(self, path: str | os.PathLike[str], metadata: TableMetadata,
                  coordinator: Coordinator | None = None) -> None:
@@ -897,6 +899,14 @@ class MergeTreeTable:
         (ClickHouse's simple merge selector; see docs) until it finds nothing more; return the new
         parts' names. Each merge is a transaction."""
         return background.merge_until_settled(self)
+
+    def write_part(self, name: str, files: PartFiles) -> None:
+        """Write a part's files under `name` (not visible until a transaction names it)."""
+        self.store.write_part(name, files.files, files.boundaries)
+
+    def merged_part_name(self, candidate: MergeCandidate) -> str:
+        """The name a merge of `candidate` publishes its result under."""
+        return candidate.result_name
 
     def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
         """Write a merged part and name it in `tx` (which removes its sources); return its name.

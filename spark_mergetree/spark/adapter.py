@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -710,33 +710,64 @@ def finish(handle: Any, commit_it: bool) -> None:
 
 @dataclass
 class MergeJob:
-    """A distributed OPTIMIZE in progress on the driver (not sent to tasks: `groups` and `tag` are)."""
+    """A distributed OPTIMIZE (or one round of OPTIMIZE FINAL) in progress on the driver (not sent
+    to tasks: `groups`, `names` and `tag` are)."""
 
     transaction: Any
     groups: list[Any]
     tag: str
+    names: list[str] = field(default_factory=list)  # each group's result name
+
+
+def _merge_job(table: Any, tx: Any, groups: list[Any]) -> MergeJob:
+    """The job merging `groups` in `tx` (their removal locks taken): a tag for the staged results and
+    the names they are published under. On failure `tx` is rolled back."""
+    from spark_mergetree.engine import insert as inserting
+    from spark_mergetree.engine import optimize as optimizing
+
+    tag = inserting.new_tag()
+    try:
+        names = optimizing.group_result_names(table, groups)
+        if groups and not table.parts_written_in_place:
+            table.log.register_job(tag)
+    except BaseException:
+        tx.rollback()
+        raise
+    return MergeJob(tx, groups, tag, names)
 
 
 def plan_merges(ref: TableRef, where: str | None, final: bool) -> MergeJob:
-    from spark_mergetree.engine import insert as inserting
     from spark_mergetree.engine import optimize as optimizing
 
     table = open_table(ref)
     tx, groups = optimizing.plan_group_merges(table, where, final)
-    tag = inserting.new_tag()
-    if groups:
-        try:
-            table.log.register_job(tag)
-        except BaseException:
-            tx.rollback()
-            raise
-    return MergeJob(tx, groups, tag)
+    return _merge_job(table, tx, groups)
 
 
-def stage_merge(ref: TableRef, group: Any, tag: str) -> Any:
+def optimize_final(ref: TableRef, where: str | None, timeout: float | None,
+                   run_job: Callable[[MergeJob], list[tuple[str, str, int, int]]]) -> list[str]:
+    """OPTIMIZE FINAL in rounds (`engine/optimize.py run_final`): each round's merges are one job
+    (`run_job(job)` returns one staged result per group, in order), committed in the round's
+    transaction; return the new parts' names."""
     from spark_mergetree.engine import optimize as optimizing
 
-    return optimizing.stage_group_merge(open_table(ref), group, tag)
+    table = open_table(ref)
+
+    def run_round(tx: Any, groups: list[Any]) -> list[str]:
+        job = _merge_job(table, tx, groups)
+        try:
+            return commit_merges(ref, job, run_job(job))
+        finally:
+            end_merges(ref, job)
+
+    return optimizing.run_final(table, optimizing.FINAL_WAIT_SECONDS if timeout is None else timeout,
+                                where=where, run_round=run_round)
+
+
+def stage_merge(ref: TableRef, group: Any, tag: str, result_name: str | None = None) -> Any:
+    from spark_mergetree.engine import optimize as optimizing
+
+    return optimizing.stage_group_merge(open_table(ref), group, tag, result_name)
 
 
 def commit_merges(ref: TableRef, job: MergeJob, staged: Sequence[tuple[str, str, int, int]]) -> list[str]:

@@ -114,7 +114,7 @@ def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
     return str(local_path(path)), None
 
 
-def _storage(options: Mapping[str, str], path: str) -> tuple[tuple[str, str], ...]:
+def storage_options(options: Mapping[str, str], path: str) -> tuple[tuple[str, str], ...]:
     """The storage options of the table's cloud (`s3.*`, `gcs.*`, `azure.*`), checked, as sorted
     (name, value) pairs without their prefix (picklable, hashable). Another cloud's options are
     refused, naming them and the table's URL."""
@@ -171,7 +171,7 @@ class ReadOptions:
             pushdown=parse_bool(options, "pushdown", True),
             snapshot=parse_int(options, "snapshot", None),
             transaction=_transaction(options, "snapshot"),
-            storage=_storage(options, path),
+            storage=storage_options(options, path),
             final=parse_bool(options, "final", False),
         )
 
@@ -242,7 +242,7 @@ class WriteOptions:
             merge_schema=parse_bool(options, "merge_schema", False),
             stage_rows=parse_int(options, "stage_rows", DEFAULT_STAGE_ROWS, minimum=1) or DEFAULT_STAGE_ROWS,
             transaction=_transaction(options),
-            storage=_storage(options, path),
+            storage=storage_options(options, path),
         )
 
 

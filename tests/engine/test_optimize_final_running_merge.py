@@ -2,12 +2,11 @@
 `mergetree merge-daemon`, another writer's background merge): it waits for that merge and merges
 its result with the rest, so every partition is one part once it returns, on local disks, a RAID
 policy and an object store (moto S3 on 127.0.0.1). The running merge is made deterministic: a forked
-process takes the merge's removal locks (or also names its result in its pending entry) and holds
-them until the test lets it finish."""
+process (tests/running_merge.py) takes the merge's removal locks (or also names its result in its
+pending entry) and holds them until the test lets it finish."""
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from pathlib import Path
 
@@ -17,11 +16,10 @@ import pyarrow.compute as pc
 import pytest
 
 from spark_mergetree import MergeTreeTable
-from spark_mergetree.engine import merge as merging
 from spark_mergetree.engine import optimize as optimizing
 from spark_mergetree.errors import SerializationError
+from tests.running_merge import HeldMerge
 
-FORK = multiprocessing.get_context("fork")
 SCHEMA = [("id", "UInt64"), ("name", "String")]
 SETTINGS: dict[str, object] = {"auto_merge": False, "index_granularity": 256}  # the test's merges only
 
@@ -51,34 +49,6 @@ def _create(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str
     return url
 
 
-def _running_merge(url: str, parts: list[str], publish_first: bool, started: object, finish: object,
-                   outcome: object) -> None:
-    """A merge of `parts` in this (forked) process that holds its removal locks (and, with
-    `publish_first`, its pending entry naming the result) until `finish` is set, then commits."""
-    try:
-        table = MergeTreeTable.open(url)
-        tx, _, _ = optimizing.begin_merge_transaction(table)
-        candidate = merging.MergeCandidate("all", tuple(parts), sum(table.reader(p).rows for p in parts))
-        tx.remove_parts(table.log, candidate.parts)
-
-        def write() -> None:
-            with merging.merged_part([table.reader(p) for p in parts], table.metadata) as files:
-                table.publish_merged(candidate, files, tx)
-
-        if publish_first:
-            write()
-        started.set()  # type: ignore[attr-defined]
-        if not finish.wait(120):  # type: ignore[attr-defined]
-            raise TimeoutError("never told to finish")
-        if not publish_first:
-            write()
-        tx.commit()
-        outcome.put("committed")  # type: ignore[attr-defined]
-    except BaseException as error:  # noqa: BLE001 - reported to the test
-        outcome.put(repr(error))  # type: ignore[attr-defined]
-        raise
-
-
 @pytest.mark.parametrize("publish_first", [False, True], ids=["locked", "published"])
 @pytest.mark.parametrize("backend", ["local", "raid5", "s3"])
 def test_optimize_final_waits_for_a_merge_running_in_another_process(
@@ -87,11 +57,7 @@ def test_optimize_final_waits_for_a_merge_running_in_another_process(
     table = MergeTreeTable.open(url)
     parts = sorted(table.visible_parts()[1])
     assert len(parts) == 3
-    started, finish, outcome = FORK.Event(), FORK.Event(), FORK.Queue()
-    merger = FORK.Process(target=_running_merge, args=(url, parts[:2], publish_first, started, finish, outcome))
-    merger.start()
-    try:
-        assert started.wait(60), "the merge did not start"
+    with HeldMerge(url, parts[:2], publish_first) as merge:
         result: dict[str, object] = {}
 
         def optimize() -> None:
@@ -105,15 +71,9 @@ def test_optimize_final_waits_for_a_merge_running_in_another_process(
         # While the merge holds its parts, OPTIMIZE FINAL neither returns nor fails: it waits.
         optimizer.join(1.0)
         assert optimizer.is_alive(), result
-        finish.set()
-        assert outcome.get(timeout=60) == "committed"
+        assert merge.finish() == "committed"
         optimizer.join(60)
         assert not optimizer.is_alive()
-    finally:
-        finish.set()
-        merger.join(60)
-        if merger.is_alive():
-            merger.terminate()
     assert "error" not in result, result
     fresh = MergeTreeTable.open(url)
     visible = sorted(fresh.visible_parts()[1])
@@ -124,14 +84,16 @@ def test_optimize_final_waits_for_a_merge_running_in_another_process(
 def test_optimize_final_gives_up_on_a_merge_that_outlasts_its_timeout(tmp_path: Path,
                                                                       request: pytest.FixtureRequest) -> None:
     """The wait is bounded: a merge still holding the parts after `timeout` seconds fails OPTIMIZE
-    FINAL with SerializationError (as ClickHouse's OPTIMIZE FINAL times out), changing nothing."""
+    FINAL with SerializationError naming the partition and the merge's transaction (as ClickHouse's
+    OPTIMIZE FINAL times out), changing nothing."""
     url = _create("local", tmp_path, request)
     table = MergeTreeTable.open(url)
     parts = sorted(table.visible_parts()[1])
     tx, _, _ = optimizing.begin_merge_transaction(table)
     tx.remove_parts(table.log, parts[:2])  # a merge that has begun (in this process, for the test)
     try:
-        with pytest.raises(SerializationError):
+        with pytest.raises(SerializationError, match=rf"partition\(s\) 'all', still held by a merge running "
+                                                     rf"elsewhere \(.*transaction {tx.tid} holds its removal lock"):
             table.optimize(final=True, timeout=0.3)
         assert sorted(MergeTreeTable.open(url).visible_parts()[1]) == parts
     finally:

@@ -77,8 +77,8 @@ def test_optimize_that_loses_to_an_overwrite_leaves_nothing(spark, tmp_path: Pat
     table = _table(tmp_path / "t", 3)
     rival = Transaction(table.coordinator)
     rival.remove_parts(table.log, [p.name for p in table.parts() if p.partition_id == "202401"])
-    with pytest.raises(spark_mergetree.SerializationError):
-        spark_mergetree.optimize(spark, str(table.path), final=True)
+    with pytest.raises(spark_mergetree.SerializationError):  # (final=True waits for it: test_optimize_final_spark.py)
+        spark_mergetree.optimize(spark, str(table.path))
     rival.rollback()
     assert len(table.parts()) == 9
     table.cleanup()
