@@ -8,11 +8,13 @@ Spark Connect alike (checked by running them, tests/spark/test_variant_columns.p
 Reads: a Dynamic value (its type's binary encoding, then the value: format/dynamic.py) becomes a
 variant of the same value. Integers up to Int64/UInt32, Float32/64, Bool and String values are
 encoded column by column; every other type goes through its JSON text (`binary_values_text`, what
-ClickHouse's JSON output prints) and PySpark's own encoder of JSON text (`VariantUtils.parse_json`,
-one row at a time). A JSON column's text goes through the same encoder. NULL stays NULL.
+ClickHouse's JSON output prints) and format/variant_binary.py's column-wise encoder, which gives the
+bytes PySpark's `VariantUtils.parse_json` gives (the few rows it leaves go through parse_json
+itself). A JSON column's text goes through the same encoder. NULL stays NULL.
 
-Writes: a variant's JSON text (PySpark's `VariantUtils.to_json`) is what is stored: into a JSON
-column as that text, into a Dynamic column as the value ClickHouse's insert of the same JSON text
+Writes: a variant's JSON text (as PySpark's `VariantUtils.to_json` prints it; column-wise by
+format/variant_binary.py, to_json itself for DECIMAL16, dates, timestamps and binaries) is what is
+stored: into a JSON column as that text, into a Dynamic column as the value ClickHouse's insert of the same JSON text
 stores (format/json_infer.py types it: integers Int64, fractions Float64, strings String or a date,
 arrays Array(...), objects JSON). Text (a string column) is taken the same way.
 
@@ -36,7 +38,8 @@ from spark_mergetree.format.json_text import value_text
 from spark_mergetree.format.row_binary import interleave_chunks
 from spark_mergetree.format.type_codes import DEFAULT_MAX_TYPES
 from spark_mergetree.format.types import Dynamic, Json, Primitive
-from spark_mergetree.format.values import string_buffers
+from spark_mergetree.format.values import combine, string_buffers
+from spark_mergetree.format.variant_binary import json_to_variant, variant_to_json
 
 __all__ = ["is_variant_arrow", "texts_to_variant", "dynamic_to_variant", "dynamic_to_text",
            "variant_to_texts", "texts_to_dynamic"]
@@ -72,12 +75,30 @@ def _variant_struct(values: pa.Array, metadata: pa.Array, valid: np.ndarray | No
 
 
 def texts_to_variant(texts: pa.Array, target: pa.DataType, column: str) -> pa.StructArray:
-    """JSON texts (NULL: a NULL variant) → variants, encoded by PySpark's own JSON → Variant builder."""
+    """JSON texts (NULL: a NULL variant) → variants, byte for byte as PySpark's own JSON → Variant
+    builder makes them: column-wise (format/variant_binary.py), the rows it leaves (see there)
+    through PySpark's `VariantUtils.parse_json`, which also raises the error of a text it refuses."""
+    texts = combine(texts)
+    values, metadata, fallback = json_to_variant(texts)
+    if fallback.any():
+        rows = np.flatnonzero(fallback)
+        slow_values, slow_metadata = _parse_rows(texts.take(pa.array(rows)), rows, column)
+        index = np.arange(len(texts))
+        index[rows] = len(texts) + np.arange(len(rows))
+        take = pa.array(index)
+        values = pa.concat_arrays([values, slow_values]).take(take)
+        metadata = pa.concat_arrays([metadata, slow_metadata]).take(take)
+    valid = np.asarray(texts.is_valid(), dtype=bool)
+    return _variant_struct(values, metadata, valid, target)
+
+
+def _parse_rows(texts: pa.Array, rows: np.ndarray, column: str) -> tuple[pa.Array, pa.Array]:
+    """PySpark's `parse_json` of each text (a NULL: an empty value); `rows` number them in errors."""
     from pyspark.sql.variant_utils import VariantUtils
 
     values: list[bytes] = []
     metadata: list[bytes] = []
-    for row, text in enumerate(texts.to_pylist()):
+    for row, text in zip(rows.tolist(), texts.to_pylist(), strict=True):
         if text is None:
             values.append(b"")
             metadata.append(_EMPTY_METADATA)
@@ -89,8 +110,7 @@ def texts_to_variant(texts: pa.Array, target: pa.DataType, column: str) -> pa.St
                                       f"variant holds: {error}") from None
         values.append(value)
         metadata.append(meta)
-    valid = np.asarray(texts.is_valid(), dtype=bool)
-    return _variant_struct(pa.array(values, pa.binary()), pa.array(metadata, pa.binary()), valid, target)
+    return pa.array(values, pa.binary()), pa.array(metadata, pa.binary())
 
 
 def _scalar_values(name: str, field: pa.Array) -> pa.Array | None:
@@ -220,21 +240,27 @@ def _json_utils() -> Any:
 
 
 def variant_to_texts(variants: pa.StructArray, column: str) -> pa.Array:
-    """Spark variants → their JSON text (PySpark's `VariantUtils.to_json`); NULL stays NULL."""
+    """Spark variants → their JSON text as PySpark's `VariantUtils.to_json` prints it (floats as
+    `_Float` says); NULL stays NULL. Column-wise (format/variant_binary.py); the rows it leaves
+    (DECIMAL16, dates, timestamps, binaries, UUIDs, malformed bytes) through `to_json` itself."""
+    valid = np.asarray(variants.is_valid(), dtype=bool)
+    value = variants.field("value")
+    metadata = variants.field("metadata")
+    texts, fallback = variant_to_json(value, metadata, valid)
+    if not fallback.any():
+        return texts
+    rows = np.flatnonzero(fallback)
     utils = _json_utils()
-    value = variants.field("value").to_pylist()
-    metadata = variants.field("metadata").to_pylist()
-    valid = variants.is_valid().to_pylist()
-    texts: list[str | None] = []
-    for row, (v, m, ok) in enumerate(zip(value, metadata, valid, strict=True)):
-        if not ok:
-            texts.append(None)
-            continue
+    slow: list[str] = []
+    for row, v, m in zip(rows.tolist(), value.take(pa.array(rows)).to_pylist(), metadata.take(pa.array(rows)).to_pylist(),
+                         strict=True):
         try:
-            texts.append(utils.to_json(v, m))
+            slow.append(utils.to_json(v, m))
         except Exception as error:  # noqa: BLE001 - a malformed variant
             raise SchemaMismatchError(f"column {column!r}: row {row}: not a Spark variant: {error}") from None
-    return pa.array(texts, pa.string())
+    index = np.arange(len(texts))
+    index[rows] = len(texts) + np.arange(len(rows))
+    return pa.concat_arrays([texts, pa.array(slow, pa.string())]).take(pa.array(index))
 
 
 def texts_to_dynamic(texts: pa.Array, column: str) -> pa.Array:
