@@ -36,6 +36,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 COORDINATOR_ENV = "SPARK_MERGETREE_COORDINATOR"
 CONNECT_OPTION = "--spark-connect"
 SPARK_ONLY_OPTION = "--spark-only"
+EXHAUSTIVE_OPTION = "--exhaustive"
 _SESSION_DIR: Path | None = None
 _SAVED_ENV: dict[str, str | None] = {}
 
@@ -45,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run only the tests that use the `spark` fixture, against a local Spark Connect server")
     parser.addoption(SPARK_ONLY_OPTION, action="store_true", default=False,
                      help="run only the tests that use the `spark` fixture")
+    parser.addoption(EXHAUSTIVE_OPTION, action="store_true", default=False,
+                     help="run the whole of every corpus, seed list and example count, not the default run's "
+                          "fixed sample (tests/budget.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -67,8 +71,12 @@ def pytest_configure(config: pytest.Config) -> None:
     global _SESSION_DIR
     _SESSION_DIR = Path(tempfile.mkdtemp(prefix="mergetree-tests-")).resolve()
     (_SESSION_DIR / "home").mkdir()
-    for name, value in (("HOME", str(_SESSION_DIR / "home")),
-                        (COORDINATOR_ENV, (_SESSION_DIR / "coordinator").as_uri())):
+    settings = [("HOME", str(_SESSION_DIR / "home")), (COORDINATOR_ENV, (_SESSION_DIR / "coordinator").as_uri())]
+    if config.getoption(EXHAUSTIVE_OPTION):
+        from tests.budget import ENV
+
+        settings.append((ENV, "1"))  # in the environment: Spark's workers and test subprocesses see it too
+    for name, value in settings:
         _SAVED_ENV[name] = os.environ.get(name)
         os.environ[name] = value
 

@@ -26,6 +26,7 @@ from spark_mergetree import MergeTreeTable
 from spark_mergetree.errors import SerializationError
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn import LocalCoordinator, Transaction
+from tests.budget import exhaustive, scaled
 
 FORK = multiprocessing.get_context("fork")
 PARTITIONS = (0, 1)
@@ -149,6 +150,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert parts <= clickhouse_active(on_disk) | {n for n in parts if n not in on_disk}
 
 
-ProtocolMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
+# The default run explores a fixed set of programs (derandomized: the same ones every run); an
+# exhaustive run (pytest --exhaustive) random ones, three times as many.
+ProtocolMachine.TestCase.settings = settings(max_examples=scaled(8, 25), stateful_step_count=25, deadline=None,
+                                             derandomize=not exhaustive(), database=None,
                                              suppress_health_check=list(HealthCheck))
 test_protocol_model = ProtocolMachine.TestCase

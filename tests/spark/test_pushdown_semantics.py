@@ -9,14 +9,13 @@ Spark's semantics differ from ClickHouse's where pruning can go wrong: NaN equal
 above every number (`x > 5` holds for NaN, `x = double('NaN')` finds it), minmax indexes leave NaN out
 of a granule's [min, max], and `NOT (x <=> v)` holds for NULL. Every predicate runs on its own scan
 (each has a plan of its own through the session extension) and as the two sides of a self-join of one
-view. `SPARK_MERGETREE_EXHAUSTIVE=1` runs ten times as many predicates.
+view. `pytest --exhaustive` runs ten times as many predicates.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
-import os
 import random
 
 import numpy as np
@@ -27,11 +26,12 @@ import pytest
 from spark_mergetree import MergeTreeTable
 from spark_mergetree.spark.filters import FILTER_PUSHDOWN
 from spark_mergetree.spark.session import ENABLED_CONF
+from tests.budget import scaled
 from tests.spark.settings import spark_settings
 
 pytestmark = pytest.mark.spark
 
-PREDICATES = 60 * (10 if os.environ.get("SPARK_MERGETREE_EXHAUSTIVE") else 1)
+PREDICATES = scaled(60, 600)
 PER_QUERY = 30  # predicates per UNION ALL query (each branch is a scan with its own plan)
 SEED = 20261128
 
