@@ -58,6 +58,7 @@ from spark_mergetree.spark.types import (
     clickhouse_columns,
     conform_batch,
     key_columns,
+    object_type,
     spark_arrow_schema,
     spark_schema,
     spark_type,
@@ -119,8 +120,8 @@ class MergeTreeDataSource(DataSource):
         if scan is None:
             _say_once(ENABLE_HINT)
         if scan == "pushdown" and opts.pushdown:
-            return MergeTreePushdownReader(ref, opts, schema, where)
-        return MergeTreeReader(ref, opts, schema, where)
+            return MergeTreePushdownReader(ref, opts, schema, where, table_arrow)
+        return MergeTreeReader(ref, opts, schema, where, table_arrow)
 
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
         # Every option and the DataFrame's schema are checked before a table is created.
@@ -209,8 +210,11 @@ class MergeTreeReader(DataSourceReader):
     the loaded DataFrame, whatever filters each scan has.
     """
 
-    def __init__(self, ref: TableRef, opts: ReadOptions, schema: StructType, where: Any) -> None:
+    def __init__(self, ref: TableRef, opts: ReadOptions, schema: StructType, where: Any,
+                 table_arrow: pa.Schema | None = None) -> None:
         self.ref = ref
+        # The table's columns that are or hold Dynamic and JSON values, marked (spark/types.py mark_objects).
+        self.objects = pa.schema([f for f in table_arrow or () if object_type(f) is not None])
         self.opts = opts
         self.schema = schema
         self.columns = schema.fieldNames()
@@ -267,10 +271,10 @@ class MergeTreeReader(DataSourceReader):
             pending.append(batch)
             pending_rows += batch.num_rows
             if pending_rows >= _BATCH_ROWS:
-                yield conform_batch(_combined(pending), self.target)
+                yield conform_batch(_combined(pending), self.target, self.objects)
                 pending, pending_rows = [], 0
         if pending:
-            yield conform_batch(_combined(pending), self.target)
+            yield conform_batch(_combined(pending), self.target, self.objects)
 
 
 # Rows per batch handed to Spark when parts are smaller than that.

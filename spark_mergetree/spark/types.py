@@ -9,6 +9,7 @@ come from format.types.from_arrow on Spark's Arrow rendering of the DataFrame sc
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Iterable
@@ -38,6 +39,17 @@ from pyspark.sql.types import (
 )
 
 from spark_mergetree.errors import SchemaMismatchError, UnsupportedError
+from spark_mergetree.format.types import (
+    Array,
+    Dynamic,
+    Json,
+    LowCardinality,
+    Map,
+    Nullable,
+    Tuple,
+    parse_type,
+)
+from spark_mergetree.format.types import DataType as CHType
 from spark_mergetree.format.values import combine
 from spark_mergetree.spark.variant import (
     dynamic_to_text,
@@ -48,8 +60,9 @@ from spark_mergetree.spark.variant import (
     variant_to_texts,
 )
 
-# Field metadata that adapter.table_schema puts on a table's Dynamic and JSON columns (b"Dynamic",
-# b"JSON"): their Arrow types (binary, string) do not say what they hold.
+# Field metadata that adapter.table_schema puts on a table's Dynamic and JSON columns and on the
+# Arrays, Maps and Tuples holding such values: the column's ClickHouse type (the Arrow types, binary
+# and string, do not say what they hold).
 OBJECT_MARK = b"spark_mergetree.object"
 
 
@@ -72,31 +85,71 @@ OBJECT_TYPE = _object_type()
 
 
 def mark_objects(schema: pa.Schema, columns: Iterable[tuple[str, str]]) -> pa.Schema:
-    """A table's Arrow schema with its Dynamic and JSON columns (`columns`: name, ClickHouse type)
-    marked by OBJECT_MARK."""
-    from spark_mergetree.format.types import Dynamic, Json, Nullable, parse_type
-
-    kinds = {}
-    for name, type_text in columns:
-        dt = parse_type(type_text)
-        dt = dt.inner if isinstance(dt, Nullable) else dt
-        if isinstance(dt, (Dynamic, Json)):
-            kinds[name] = b"Dynamic" if isinstance(dt, Dynamic) else b"JSON"
+    """A table's Arrow schema with its columns that are or hold Dynamic or JSON values (`columns`:
+    name, ClickHouse type) marked by OBJECT_MARK, whose value is the column's ClickHouse type."""
+    kinds = {name: type_text.encode() for name, type_text in columns if _holds_object(parse_type(type_text))}
     if not kinds:
         return schema
     return pa.schema([f.with_metadata({**(f.metadata or {}), OBJECT_MARK: kinds[f.name]}) if f.name in kinds else f
                       for f in schema], metadata=schema.metadata)
 
 
-def _object_kind(field: pa.Field) -> bytes | None:
-    return (field.metadata or {}).get(OBJECT_MARK)
+def _bare(dt: CHType) -> CHType:
+    while isinstance(dt, (Nullable, LowCardinality)):
+        dt = dt.inner
+    return dt
+
+
+def _holds_object(dt: CHType) -> bool:
+    """Whether `dt` is Dynamic or JSON (Nullable too), or an Array, Map or Tuple holding one, at any
+    depth (a ClickHouse Variant's JSON keeps the Variant's struct form)."""
+    dt = _bare(dt)
+    if isinstance(dt, (Dynamic, Json)):
+        return True
+    if isinstance(dt, Array):
+        return _holds_object(dt.inner)
+    if isinstance(dt, Map):
+        return _holds_object(dt.value)
+    if isinstance(dt, Tuple):
+        return any(_holds_object(element) for element in dt.elements)
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(type_text: bytes) -> CHType:
+    return parse_type(type_text.decode())
+
+
+def object_type(field: pa.Field) -> CHType | None:
+    """The ClickHouse type of a column that is or holds Dynamic or JSON values (None for others)."""
+    text = (field.metadata or {}).get(OBJECT_MARK)
+    return None if text is None else _parsed(text)
 
 
 def field_spark_type(field: pa.Field) -> DataType:
-    """The Spark type of a table column (a marked Dynamic or JSON column: OBJECT_TYPE)."""
-    if _object_kind(field) is not None:
-        return OBJECT_TYPE
+    """The Spark type of a table column (Dynamic and JSON values, at any depth of Array, Map and
+    Tuple: OBJECT_TYPE)."""
+    kind = object_type(field)
+    if kind is not None:
+        return _object_spark_type(kind, field.type, field.name)
     return spark_type(field.type, field.name)
+
+
+def _object_spark_type(dt: CHType, arrow_type: pa.DataType, column: str) -> DataType:
+    dt = _bare(dt)
+    if isinstance(dt, (Dynamic, Json)):
+        return OBJECT_TYPE
+    if not _holds_object(dt):
+        return spark_type(arrow_type, column)
+    if isinstance(dt, Array):
+        return ArrayType(_object_spark_type(dt.inner, arrow_type.value_type, column),
+                         containsNull=arrow_type.value_field.nullable)
+    if isinstance(dt, Map):
+        return MapType(spark_type(arrow_type.key_type, column), _object_spark_type(dt.value, arrow_type.item_type, column),
+                       valueContainsNull=arrow_type.item_field.nullable)
+    assert isinstance(dt, Tuple)
+    return StructType([StructField(arrow_type.field(i).name, _object_spark_type(element, arrow_type.field(i).type, column),
+                                   arrow_type.field(i).nullable) for i, element in enumerate(dt.elements)])
 
 
 # Spark's widest decimal; wider exact integers (Int128, UInt256, Decimal(>38)) are read as text.
@@ -160,26 +213,69 @@ def _needs_text(source: pa.DataType, target: pa.DataType) -> bool:
     return pa.types.is_decimal(source) and pa.types.is_string(target)
 
 
-def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """Select, order and cast the columns of `batch` to `target` in one vectorized step per column."""
+def conform_batch(batch: pa.RecordBatch, target: pa.Schema, table: pa.Schema | None = None) -> pa.RecordBatch:
+    """Select, order and cast the columns of `batch` to `target` in one vectorized step per column.
+    `table` (the table's schema, its Dynamic and JSON columns marked: mark_objects) says where
+    Dynamic and JSON values are nested in Arrays, Maps and Tuples (Spark's Arrow rendering of a
+    nested VARIANT does not tag it)."""
     arrays = []
     for target_field in target:
         column = batch.column(batch.schema.get_field_index(target_field.name))
-        if is_variant_arrow(target_field.type):
-            column = (dynamic_to_variant(column, target_field.type, target_field.name) if pa.types.is_binary(column.type)
-                      else texts_to_variant(column, target_field.type, target_field.name))
-        elif pa.types.is_binary(column.type) and pa.types.is_string(target_field.type):
-            column = dynamic_to_text(column, target_field.name)  # (only a Dynamic column reads binary as text)
-        elif column.type != target_field.type:
-            if _needs_text(column.type, target_field.type):
-                column = column.cast(pa.string())
-            elif pa.types.is_timestamp(column.type) or pa.types.is_duration(column.type):
-                # Spark keeps microseconds: DateTime64(7..9) / Time64(7..9) ticks are truncated, never rejected.
-                column = column.cast(target_field.type, safe=False)
-            else:
-                column = column.cast(target_field.type, safe=True)
+        kind = None
+        if table is not None and (index := table.get_field_index(target_field.name)) >= 0:
+            kind = object_type(table.field(index))
+        if kind is not None:
+            column = _objects_to_spark(combine(column), kind, target_field.type, target_field.name)
+        else:
+            column = _conform_column(column, target_field.type, target_field.name)
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _conform_column(column: pa.Array, target: pa.DataType, name: str) -> pa.Array:
+    if is_variant_arrow(target):
+        return (dynamic_to_variant(column, target, name) if pa.types.is_binary(column.type)
+                else texts_to_variant(column, target, name))
+    if pa.types.is_binary(column.type) and pa.types.is_string(target):
+        return dynamic_to_text(column, name)  # (only a Dynamic column reads binary as text)
+    if column.type == target:
+        return column
+    if _needs_text(column.type, target):
+        return column.cast(pa.string())
+    if pa.types.is_timestamp(column.type) or pa.types.is_duration(column.type):
+        # Spark keeps microseconds: DateTime64(7..9) / Time64(7..9) ticks are truncated, never rejected.
+        return column.cast(target, safe=False)
+    return column.cast(target, safe=True)
+
+
+def _mask(column: pa.Array) -> pa.Array | None:
+    return column.is_null() if column.null_count else None
+
+
+def _objects_to_spark(column: pa.Array, dt: CHType, target: pa.DataType, name: str) -> pa.Array:
+    """A column of ClickHouse type `dt` holding Dynamic or JSON values (binary Dynamic values, JSON
+    text) → Spark's Arrow form of it: each Array, Map and Tuple rebuilt around its children, the
+    Dynamic and JSON values of every row converted together (one column-wise pass per nesting)."""
+    dt = _bare(dt)
+    if isinstance(dt, (Dynamic, Json)):
+        if pa.types.is_struct(target):  # a variant (untagged where nested)
+            return (dynamic_to_variant(column, target, name) if pa.types.is_binary(column.type)
+                    else texts_to_variant(column, target, name))
+        return _conform_column(column, target, name)  # JSON text, where PySpark has no VARIANT
+    if not _holds_object(dt):
+        return _conform_column(column, target, name)
+    if isinstance(dt, Array):
+        values = _objects_to_spark(column.values, dt.inner, target.value_type, name)
+        return pa.ListArray.from_arrays(column.offsets, values, type=target, mask=_mask(column))
+    if isinstance(dt, Map):
+        keys = _conform_column(column.keys, target.key_type, name)
+        items = _objects_to_spark(column.items, dt.value, target.item_type, name)
+        return pa.MapArray.from_arrays(column.offsets, keys, items, type=target, mask=_mask(column))
+    assert isinstance(dt, Tuple)
+    fields = [target.field(i) for i in range(target.num_fields)]
+    children = [_objects_to_spark(child, element, field.type, name)
+                for child, element, field in zip(column.flatten(), dt.elements, fields, strict=True)]
+    return pa.StructArray.from_arrays(children, fields=fields, mask=_mask(column))
 
 
 def check_readable_columns(table_schema: pa.Schema, requested: StructType) -> None:
@@ -222,8 +318,10 @@ def clickhouse_columns(schema: StructType, non_nullable: set[str]) -> list[tuple
     arrow = spark_arrow_schema(schema)
     columns = []
     for spark_field, arrow_field in zip(schema.fields, arrow, strict=True):
-        if spark_field.dataType == OBJECT_TYPE and is_variant_arrow(arrow_field.type):
-            columns.append((spark_field.name, "Dynamic"))  # any value, as a variant holds
+        if _holds_variant(spark_field.dataType) and OBJECT_TYPE != StringType():
+            # A variant holds any value, as a Dynamic does (in an array, a map's values or a struct too).
+            columns.append((spark_field.name, _dynamic_holding(spark_field.dataType, arrow_field.type,
+                                                               arrow_field.nullable).to_clickhouse()))
             continue
         try:
             ch_type = from_arrow(arrow_field.type, arrow_field.nullable and spark_field.name not in non_nullable)
@@ -234,6 +332,38 @@ def clickhouse_columns(schema: StructType, non_nullable: set[str]) -> list[tuple
             ) from None
         columns.append((spark_field.name, ch_type.to_clickhouse()))
     return columns
+
+
+def _holds_variant(dt: DataType) -> bool:
+    if dt == OBJECT_TYPE:
+        return True
+    if isinstance(dt, ArrayType):
+        return _holds_variant(dt.elementType)
+    if isinstance(dt, MapType):
+        return _holds_variant(dt.valueType)
+    if isinstance(dt, StructType):
+        return any(_holds_variant(f.dataType) for f in dt.fields)
+    return False
+
+
+def _dynamic_holding(dt: DataType, arrow_type: pa.DataType, nullable: bool) -> CHType:
+    """The ClickHouse type of a new table's column of Spark type `dt` that is or holds a variant:
+    Dynamic for each variant, Array, Map and Tuple around them, the rest as from_arrow makes it."""
+    from spark_mergetree.format.types import from_arrow
+
+    if dt == OBJECT_TYPE:
+        return Dynamic()
+    if not _holds_variant(dt):
+        return from_arrow(arrow_type, nullable)
+    if isinstance(dt, ArrayType):
+        return Array(_dynamic_holding(dt.elementType, arrow_type.value_type, arrow_type.value_field.nullable))
+    if isinstance(dt, MapType):
+        return Map(from_arrow(arrow_type.key_type), _dynamic_holding(dt.valueType, arrow_type.item_type,
+                                                                      arrow_type.item_field.nullable))
+    assert isinstance(dt, StructType)
+    fields = [arrow_type.field(i) for i in range(arrow_type.num_fields)]
+    return Tuple(tuple(_dynamic_holding(f.dataType, a.type, a.nullable) for f, a in zip(dt.fields, fields, strict=True)),
+                 tuple(f.name for f in dt.fields))
 
 
 def check_writable(table_schema: pa.Schema, incoming: StructType, merge_schema: bool) -> list[str]:
@@ -262,7 +392,8 @@ def check_writable(table_schema: pa.Schema, incoming: StructType, merge_schema: 
             continue
         table_field = table_schema.field(spark_field.name)
         expected = field_spark_type(table_field)
-        if _object_kind(table_field) is not None and isinstance(spark_field.dataType, StringType):
+        kind = object_type(table_field)
+        if kind is not None and isinstance(_bare(kind), (Dynamic, Json)) and isinstance(spark_field.dataType, StringType):
             continue  # JSON text of the values
         if not _castable(spark_field.dataType, expected):
             raise SchemaMismatchError(
@@ -279,6 +410,8 @@ def _castable(source: DataType, target: DataType) -> bool:
     """Only widening, value-preserving conversions are accepted implicitly."""
     if source == target:
         return True
+    if target == OBJECT_TYPE and isinstance(source, StringType):
+        return True  # JSON text, into a Dynamic or JSON value inside an Array, Map or Tuple
     if isinstance(source, _INTEGRAL) and isinstance(target, _INTEGRAL):
         return _INTEGRAL.index(type(source)) <= _INTEGRAL.index(type(target))
     if isinstance(source, _INTEGRAL) and isinstance(target, DecimalType):
@@ -313,9 +446,13 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
             arrays.append(pa.nulls(batch.num_rows, table_field.type))
             continue
         column = batch.column(index)
-        kind = _object_kind(table_field)
+        kind = object_type(table_field)
         if kind is not None:
-            column = _object_column(column, kind, table_field)
+            try:
+                column = _object_column(combine(column), kind, table_field.type, table_field.name)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+                raise SchemaMismatchError(f"column {table_field.name!r}: cannot store {column.type} values as "
+                                          f"{kind.to_clickhouse()}: {error}") from None
         elif pa.types.is_binary(column.type) and pa.types.is_string(table_field.type):
             # Same layout; ClickHouse Strings are arbitrary bytes, so no UTF-8 check on the way in.
             column = column.view(pa.string())
@@ -339,18 +476,49 @@ def to_table_arrow(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=table_schema)
 
 
-def _object_column(column: pa.Array, kind: bytes, table_field: pa.Field) -> pa.Array:
-    """A Dynamic or JSON column of a write batch (Spark variants, or JSON text) → the table's Arrow
-    form of it: JSON text for a JSON column, binary Dynamic values for a Dynamic column."""
-    column = combine(column)
-    if is_variant_arrow(column.type):
-        texts = variant_to_texts(column, table_field.name)
-    elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        texts = column.cast(pa.string())
-    else:
-        raise SchemaMismatchError(f"column {table_field.name!r} ({kind.decode()}): cannot store {column.type} values; "
-                                  "give variants or JSON text")
-    return texts_to_dynamic(texts, table_field.name) if kind == b"Dynamic" else texts
+def _object_column(column: pa.Array, dt: CHType, table_type: pa.DataType, name: str, nested: bool = False
+                   ) -> pa.Array:
+    """A column of a write batch whose table type `dt` is or holds Dynamic or JSON (Spark variants,
+    or JSON text, where the table has those) → the table's Arrow form of it: JSON text for a JSON
+    value, binary Dynamic values for a Dynamic one, Arrays, Maps and Tuples rebuilt around them."""
+    bare = _bare(dt)
+    if isinstance(bare, (Dynamic, Json)):
+        if _is_variant_struct(column.type):
+            texts = variant_to_texts(column, name)
+        elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            texts = column.cast(pa.string())
+        else:
+            raise SchemaMismatchError(f"column {name!r} ({bare.family}): cannot store {column.type} values; "
+                                      "give variants or JSON text")
+        if isinstance(bare, Dynamic):
+            return texts_to_dynamic(texts, name)
+        if nested and not isinstance(dt, Nullable) and texts.null_count:
+            texts = texts.fill_null("{}")  # a JSON inside Array, Map or Tuple: NULL is the empty object
+        return texts
+    if not _holds_object(bare):
+        return column if column.type == table_type else _cast(column, table_type)
+    if isinstance(bare, Array) and pa.types.is_list(column.type):
+        values = _object_column(column.values, bare.inner, table_type.value_type, name, True)
+        return pa.ListArray.from_arrays(column.offsets, values, type=table_type, mask=_mask(column))
+    if isinstance(bare, Map) and pa.types.is_map(column.type):
+        keys = _cast(column.keys, table_type.key_type) if column.keys.type != table_type.key_type else column.keys
+        items = _object_column(column.items, bare.value, table_type.item_type, name, True)
+        return pa.MapArray.from_arrays(column.offsets, keys, items, type=table_type, mask=_mask(column))
+    if isinstance(bare, Tuple) and pa.types.is_struct(column.type) and column.type.num_fields == table_type.num_fields:
+        fields = [table_type.field(i) for i in range(table_type.num_fields)]
+        incoming = {column.type.field(i).name: child for i, child in enumerate(column.flatten())}
+        by_position = sorted(incoming) != sorted(f.name for f in fields)
+        children = [_object_column(column.flatten()[i] if by_position else incoming[field.name], element, field.type,
+                                   name, True)
+                    for i, (element, field) in enumerate(zip(bare.elements, fields, strict=True))]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=_mask(column))
+    raise SchemaMismatchError(f"column {name!r} ({dt.to_clickhouse()}): cannot store {column.type} values")
+
+
+def _is_variant_struct(arrow_type: pa.DataType) -> bool:
+    """Spark's Arrow form of a variant, tagged (a column) or not."""
+    return (pa.types.is_struct(arrow_type) and arrow_type.num_fields == 2
+            and sorted(arrow_type.field(i).name for i in range(2)) == ["metadata", "value"])
 
 
 def _cast(column: pa.Array, target: pa.DataType) -> pa.Array:
