@@ -19,6 +19,10 @@ stores (format/json_infer.py types it: integers Int64, fractions Float64, string
 arrays Array(...), objects JSON). Text (a string column) is taken the same way.
 
 Where PySpark has no VARIANT in its Arrow path, the columns read as that JSON text instead.
+
+Inside an Array, a Map or a Tuple (spark/types.py rebuilds the container around its converted
+children) a variant is the same struct, its `metadata` untagged in Spark's Arrow schema of reads
+(PySpark takes batches so typed) and tagged in the batches of writes.
 """
 
 from __future__ import annotations
