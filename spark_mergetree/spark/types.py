@@ -248,6 +248,13 @@ def _conform_column(column: pa.Array, target: pa.DataType, name: str) -> pa.Arra
     return column.cast(target, safe=True)
 
 
+def _offsets(column: pa.Array) -> pa.Array:
+    """A list's or map's offsets, unsliced (Arrow rebuilds a list from sliced offsets only without a
+    NULL mask)."""
+    offsets = column.offsets
+    return pa.array(offsets.to_numpy(zero_copy_only=False), offsets.type) if offsets.offset else offsets
+
+
 def _mask(column: pa.Array) -> pa.Array | None:
     return column.is_null() if column.null_count else None
 
@@ -266,11 +273,11 @@ def _objects_to_spark(column: pa.Array, dt: CHType, target: pa.DataType, name: s
         return _conform_column(column, target, name)
     if isinstance(dt, Array):
         values = _objects_to_spark(column.values, dt.inner, target.value_type, name)
-        return pa.ListArray.from_arrays(column.offsets, values, type=target, mask=_mask(column))
+        return pa.ListArray.from_arrays(_offsets(column), values, type=target, mask=_mask(column))
     if isinstance(dt, Map):
         keys = _conform_column(column.keys, target.key_type, name)
         items = _objects_to_spark(column.items, dt.value, target.item_type, name)
-        return pa.MapArray.from_arrays(column.offsets, keys, items, type=target, mask=_mask(column))
+        return pa.MapArray.from_arrays(_offsets(column), keys, items, type=target, mask=_mask(column))
     assert isinstance(dt, Tuple)
     fields = [target.field(i) for i in range(target.num_fields)]
     children = [_objects_to_spark(child, element, field.type, name)
@@ -499,11 +506,11 @@ def _object_column(column: pa.Array, dt: CHType, table_type: pa.DataType, name: 
         return column if column.type == table_type else _cast(column, table_type)
     if isinstance(bare, Array) and pa.types.is_list(column.type):
         values = _object_column(column.values, bare.inner, table_type.value_type, name, True)
-        return pa.ListArray.from_arrays(column.offsets, values, type=table_type, mask=_mask(column))
+        return pa.ListArray.from_arrays(_offsets(column), values, type=table_type, mask=_mask(column))
     if isinstance(bare, Map) and pa.types.is_map(column.type):
         keys = _cast(column.keys, table_type.key_type) if column.keys.type != table_type.key_type else column.keys
         items = _object_column(column.items, bare.value, table_type.item_type, name, True)
-        return pa.MapArray.from_arrays(column.offsets, keys, items, type=table_type, mask=_mask(column))
+        return pa.MapArray.from_arrays(_offsets(column), keys, items, type=table_type, mask=_mask(column))
     if isinstance(bare, Tuple) and pa.types.is_struct(column.type) and column.type.num_fields == table_type.num_fields:
         fields = [table_type.field(i) for i in range(table_type.num_fields)]
         incoming = {column.type.field(i).name: child for i, child in enumerate(column.flatten())}

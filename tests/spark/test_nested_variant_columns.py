@@ -147,3 +147,41 @@ def test_new_table_from_nested_variants_and_json_text(spark, tmp_path: Path) -> 
                         "td": {"a": 1, "d": 2.5}, "anj": [{"q": "r"}, None]}]
     finally:
         close_session()
+
+
+def test_conform_batch_converts_nested_values_of_sliced_batches() -> None:
+    """Without a session: a sliced batch (its lists and maps offset into their children, a NULL map)
+    becomes Spark's nested variants, and to_table_arrow turns them back into the table's form."""
+    import pyarrow as pa
+    from pyspark.sql.types import StructField, StructType
+
+    from spark_mergetree.spark.types import (
+        conform_batch,
+        field_spark_type,
+        mark_objects,
+        spark_arrow_schema,
+        to_table_arrow,
+    )
+    from spark_mergetree.spark.variant import texts_to_dynamic, variant_to_texts
+
+    types = [("ad", "Array(Dynamic)"), ("mj", "Map(String, Nullable(JSON))")]
+    table = mark_objects(pa.schema([pa.field("ad", pa.list_(pa.binary())),
+                                    pa.field("mj", pa.map_(pa.string(), pa.string()), nullable=True)]), types)
+    dynamic = texts_to_dynamic(pa.array(["0", '"a"', "1.5", None, '{"k":[1]}', "[true]"]), "ad")
+    ad = pa.ListArray.from_arrays(pa.array([0, 1, 3, 3, 6], pa.int32()), dynamic)
+    mj = pa.MapArray.from_arrays(pa.array([0, 1, 1, 2, 3], pa.int32()), pa.array(["a", "b", "c"]),
+                                 pa.array(['{"x":1}', None, '{"y":"z"}']), mask=pa.array([False, True, False, False]))
+    batch = pa.RecordBatch.from_arrays([ad, mj], schema=table).slice(1)
+    spark = StructType([StructField(f.name, field_spark_type(f), f.nullable) for f in table])
+    target = spark_arrow_schema(spark)
+    got = conform_batch(batch, target, table)
+    texts = [None if v is None else json.loads(v)
+             for v in variant_to_texts(got.column("ad").flatten(), "ad").to_pylist()]
+    assert got.column("ad").to_pylist()[1] == [] and texts == ['a', 1.5, None, {"k": [1]}, [True]]
+    assert got.column("mj").null_count == 1 and [None if m is None else len(m) for m in got.column("mj").to_pylist()] == [None, 1, 1]
+    maps = got.column("mj")
+    first, last = maps.offsets[0].as_py(), maps.offsets[-1].as_py()
+    assert variant_to_texts(maps.items.slice(first, last - first), "mj").to_pylist() == [None, '{"y":"z"}']
+    back = to_table_arrow(got, table)
+    assert back.column("ad").to_pylist() == batch.column("ad").to_pylist()
+    assert back.column("mj").to_pylist() == [None, [("b", None)], [("c", '{"y":"z"}')]]
