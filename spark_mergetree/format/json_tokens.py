@@ -217,7 +217,7 @@ def _whitespace(data: np.ndarray, pos: int, end: int) -> int:  # pragma: no cove
 
 
 @lazy_njit
-def _hex(data: np.ndarray, pos: int, end: int) -> int:  # pragma: no cover - compiled
+def hex_digits(data: np.ndarray, pos: int, end: int) -> int:  # pragma: no cover - compiled
     """The 4 hex digits at `pos` as a number, -1 when they are not."""
     if pos + 4 > end:
         return -1
@@ -278,7 +278,7 @@ def _string(data: np.ndarray, pos: int, end: int, out: np.ndarray, at: int) -> t
         elif e == 116:
             code = 9
         elif e == 117:
-            code = _hex(data, pos, end)
+            code = hex_digits(data, pos, end)
             if code < 0:
                 return -1, at, 0
             pos += 4
@@ -287,7 +287,7 @@ def _string(data: np.ndarray, pos: int, end: int, out: np.ndarray, at: int) -> t
             if 0xD800 <= code <= 0xDBFF:
                 if pos + 6 > end or data[pos] != 92 or data[pos + 1] != 117:
                     return -1, at, 0
-                low = _hex(data, pos + 2, end)
+                low = hex_digits(data, pos + 2, end)
                 if not 0xDC00 <= low <= 0xDFFF:
                     return -1, at, 0
                 pos += 6

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_mergetree.format.compiled import lazy_njit
+from spark_mergetree.format.json_tokens import hex_digits
 from spark_mergetree.format.values import string_buffers
 
 __all__ = ["json_to_variant", "variant_to_json", "EMPTY_METADATA"]
@@ -76,25 +77,6 @@ def _int_size(value):  # pragma: no cover - compiled
     if value <= 0xFFFF:
         return 2
     return 3
-
-
-@lazy_njit
-def _hex4(data, i, end):  # pragma: no cover - compiled
-    if i + 4 > end:
-        return -1
-    v = 0
-    for k in range(4):
-        c = data[i + k]
-        if 48 <= c <= 57:
-            d = c - 48
-        elif 97 <= c <= 102:
-            d = c - 87
-        elif 65 <= c <= 70:
-            d = c - 55
-        else:
-            return -1
-        v = v * 16 + d
-    return v
 
 
 @lazy_njit
@@ -150,14 +132,14 @@ def _unescape(data, i, end, buf, at):  # pragma: no cover - compiled
         elif e == 116:
             buf[at] = 9
         elif e == 117:
-            cp = _hex4(data, i, end)
+            cp = hex_digits(data, i, end)
             if cp < 0:
                 return -1, 0
             i += 4
             if 0xD800 <= cp <= 0xDBFF:
                 if i + 6 > end or data[i] != 92 or data[i + 1] != 117:
                     return -1, 0
-                low = _hex4(data, i + 2, end)
+                low = hex_digits(data, i + 2, end)
                 if low < 0xDC00 or low > 0xDFFF:
                     return -1, 0
                 i += 6
