@@ -51,7 +51,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "fixed sample (tests/budget.py)")
 
 
+def _long_files_first(items: list[pytest.Item]) -> None:
+    """Files of Spark tests and files marked `long` first, the rest after, each file's tests in their
+    order: pytest-xdist (scripts/test) hands files to its processes in this order, so the long ones
+    start early and the short ones fill in at the end instead of one long file running alone last."""
+    long_files = {item.path for item in items
+                  if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("long")}
+    items.sort(key=lambda item: item.path not in long_files)  # (stable)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _long_files_first(items)
     if not (config.getoption(CONNECT_OPTION) or config.getoption(SPARK_ONLY_OPTION)):
         return
     def runs_on_the_session(item: pytest.Item) -> bool:

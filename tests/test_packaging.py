@@ -20,6 +20,8 @@ import pytest
 
 from spark_mergetree import jvm
 
+pytestmark = pytest.mark.long  # a minute or more: scheduled early (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parent.parent
 JAR = "spark_mergetree/jars/spark-mergetree-extensions.jar"
 EXTENSION_CLASS_FILE = "spark_mergetree/spark/MergeTreeExtensions.class"

@@ -23,6 +23,8 @@ from spark_mergetree.errors import TooManyPartsError
 from spark_mergetree.format.part_info import PartInfo
 from tests.engine.test_concurrency import COLUMNS, batch, directories, ids_of
 
+pytestmark = pytest.mark.long  # a minute or more: scheduled early (tests/conftest.py)
+
 SPAWN = multiprocessing.get_context("spawn")
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -27,6 +28,8 @@ from spark_mergetree.errors import SerializationError
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn import LocalCoordinator, Transaction
 from tests.budget import exhaustive, scaled
+
+pytestmark = pytest.mark.long  # a minute or more: scheduled early (tests/conftest.py)
 
 FORK = multiprocessing.get_context("fork")
 PARTITIONS = (0, 1)

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.budget import scaled
 from tests.torture import TortureConfig, run_torture
+
+pytestmark = pytest.mark.long  # a minute or more: scheduled early (tests/conftest.py)
 
 
 def test_torture_with_the_local_coordinator(tmp_path: Path) -> None:

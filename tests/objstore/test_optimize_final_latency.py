@@ -20,6 +20,8 @@ from spark_mergetree.format.part_info import PartInfo
 from tests.budget import scaled
 from tests.latency_proxy import LatencyProxy
 
+pytestmark = pytest.mark.long  # a minute or more: scheduled early (tests/conftest.py)
+
 SCHEMA = [("id", "UInt64"), ("d", "Date"), ("name", "String")]
 DELAY = 0.02  # seconds added to each request (real object stores answer slower than this)
 TRIALS = {"s3": scaled(1, 5), "gs": 1, "abfss": 1}  # pytest --exhaustive: five trials on s3

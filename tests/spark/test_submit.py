@@ -17,7 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from spark_mergetree import jvm
+
+pytestmark = pytest.mark.long  # a minute or more: scheduled early (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
