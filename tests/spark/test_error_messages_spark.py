@@ -12,8 +12,10 @@ pytestmark = pytest.mark.spark
 
 
 def _last_line(error: BaseException) -> str:
-    """The line of a Spark failure a user reads: the last of its text but Spark's SQLSTATE line."""
-    lines = [line for line in str(error).splitlines() if line.strip() and not line.strip().startswith("SQLSTATE")]
+    """The line of a Spark failure a user reads: the last of its text but Spark's SQLSTATE line (and,
+    on Spark Connect, the server's JVM stack trace the client appends)."""
+    text = str(error).split("\nJVM stacktrace:")[0]
+    lines = [line for line in text.splitlines() if line.strip() and not line.strip().startswith("SQLSTATE")]
     return lines[-1]
 
 
