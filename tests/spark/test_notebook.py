@@ -21,6 +21,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from spark_mergetree.spark.filters import FILTER_PUSHDOWN
+
 pytestmark = pytest.mark.spark
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
@@ -78,6 +80,15 @@ def test_quickstart_notebook_executes_and_prints_its_saved_outputs(spark, tmp_pa
     outputs = [o for cell in _code_cells(ran) for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs), "the pruning plot was not drawn"
+    if not FILTER_PUSHDOWN:
+        # PySpark 4.0 pushes no filter to Python data sources: its scans read every row (the notebook
+        # says pruning by Spark's filters needs 4.1+); everything else it prints is the same.
+        def unpruned(text: str) -> str:
+            return re.sub(r"the scan read +[\d,]+", "the scan read N", text)
+
+        assert [unpruned(_text(cell)) for cell in _code_cells(ran)] == [
+            unpruned(_text(cell)) for cell in _code_cells(saved)]
+        return
     assert [_text(cell) for cell in _code_cells(ran)] == [_text(cell) for cell in _code_cells(saved)]
     text = "".join(_text(cell) for cell in _code_cells(ran))
     # Spark's filter read whole granules of the key range, not the table (1024 rows a granule).
