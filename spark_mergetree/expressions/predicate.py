@@ -289,11 +289,22 @@ class _Dialect(ClickHouse):
 _DIALECT = _Dialect()
 
 
-@functools.lru_cache(maxsize=1024)
+# now(), today() and yesterday() become constants when the text is read: such texts are read anew
+# each time (a cached tree would keep the time of its first reading in a long-lived process).
+_CLOCK_FUNCTIONS = re.compile(r"\b(now|today|yesterday)\s*\(", re.IGNORECASE)
+
+
 def parse_expression(text: str) -> Expr:
     """Parse one ClickHouse/SQL scalar expression (a WHERE condition or a key element).
 
-    Trees are immutable, so the same text (a key element parsed for every part) is parsed once."""
+    Trees are immutable, so the same text (a key element parsed for every part) is parsed once,
+    unless it reads the clock."""
+    if _CLOCK_FUNCTIONS.search(text):
+        return _parse(text)
+    return _parse_once(text)
+
+
+def _parse(text: str) -> Expr:
     if not text or not text.strip():
         raise ExpressionError("empty expression")
     try:
@@ -317,6 +328,9 @@ def parse_expression(text: str) -> Expr:
     if negated_ranges != marked:  # an sqlglot without the hook this relies on
         raise UnsupportedError(f"NOT BETWEEN in {text!r}: write (x < a OR x > b) instead")
     return _convert(tree, text)
+
+
+_parse_once = functools.lru_cache(maxsize=1024)(_parse)
 
 
 def syntax_error_message(text: str, error: Exception) -> str:
