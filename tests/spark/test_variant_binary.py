@@ -12,11 +12,10 @@ import struct
 import numpy as np
 import pyarrow as pa
 import pytest
+from pyspark.sql.variant_utils import VariantUtils  # in every supported PySpark (4.0 to 4.3)
 
 from spark_mergetree.errors import SchemaMismatchError
 from spark_mergetree.format.variant_binary import EMPTY_METADATA, json_to_variant, variant_to_json
-
-VariantUtils = pytest.importorskip("pyspark.sql.variant_utils").VariantUtils
 
 _NUMBERS = ["0", "1", "-1", "127", "128", "-128", "-129", "32767", "32768", "-32769", str(2**31 - 1), str(2**31),
             str(-2**31 - 1), str(2**63 - 1), str(-2**63), str(2**63), str(-2**63 - 1), str(10**30), str(10**38 - 1),
