@@ -9,7 +9,6 @@ import warnings
 from decimal import Decimal
 from pathlib import Path
 
-import chdb
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
@@ -18,7 +17,7 @@ from spark_mergetree import MergeTreeTable
 from spark_mergetree.cli import main
 from spark_mergetree.errors import FormatError, UnsupportedError
 from spark_mergetree.format.part_reader import PartReader
-from tests.format.chdb_util import close_session, make_chdb_table
+from tests.format.chdb_util import close_session, connect_at, make_chdb_table
 
 SCHEMA = [("d", "Date"), ("id", "UInt64"), ("name", "LowCardinality(String)"),
           ("price", "Decimal(18, 4)"), ("note", "Nullable(String)")]
@@ -37,7 +36,7 @@ def _rows(start: int, count: int, day: str = "2024-03-01") -> pa.Table:
 
 def _clickhouse_rows(work: Path, statement: str) -> tuple[list[tuple], str]:
     """Rows of the attached table as ClickHouse returns them, and what an INSERT into it says."""
-    connection = chdb.connect(f"file:{work}")
+    connection = connect_at(work)
     cursor = connection.cursor()
     try:
         cursor.execute(statement)
@@ -150,7 +149,7 @@ def test_a_clickhouse_table_with_nested_columns_is_opened_by_its_create_statemen
     rows = table.to_arrow().sort_by("id")
     table.insert(rows)
     ddl = table.clickhouse_ddl("default.spans")
-    connection = chdb.connect(f"file:{tmp_path / 'chdb'}")
+    connection = connect_at(tmp_path / "chdb")
     cursor = connection.cursor()
     try:
         cursor.execute(ddl)
@@ -187,7 +186,7 @@ def test_a_table_with_non_adaptive_marks_is_read_and_written(tmp_path: Path) -> 
     assert table.to_arrow(where="id BETWEEN 450 AND 460").sort_by("id")["s"].to_pylist() == [str(i) for i in range(450, 461)]
     table.insert(rows)
     table.optimize(final=True)
-    connection = chdb.connect(f"file:{tmp_path / 'chdb'}")
+    connection = connect_at(tmp_path / "chdb")
     cursor = connection.cursor()
     try:
         cursor.execute(table.clickhouse_ddl("default.fixed"))

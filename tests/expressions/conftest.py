@@ -20,9 +20,7 @@ class ClickHouse:
         self.start()
 
     def start(self) -> None:
-        # chdb runs one embedded server per process: close whatever another helper left open.
-        chdb_util.close_session()
-        self.session = chdb_session.Session(str(self.root))
+        self.session = chdb_util.session_at(self.root)
 
     def stop(self) -> None:
         if self.session is not None:

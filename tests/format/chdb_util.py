@@ -27,17 +27,32 @@ def close_session() -> None:
             _open_session = None
 
 
+def session_at(root: Path | str | None) -> chdb_session.Session:
+    """The one chdb session of this process, on ``root`` (in memory if None). chdb runs one embedded
+    server per process, so a session on another path needs the old one closed: every test opens its
+    sessions here, and the session an earlier test left open is closed first."""
+    global _open_session
+    close_session()
+    sess = chdb_session.Session(str(root)) if root is not None else chdb_session.Session()
+    _open_session = sess
+    return sess
+
+
+def connect_at(root: Path | str):
+    """A DB-API connection to chdb on ``root``, after closing the session an earlier test left open
+    (the same one-server-per-process rule as session_at). The caller closes it."""
+    import chdb
+
+    close_session()
+    return chdb.connect(f"file:{root}")
+
+
 def open_session(tmp_path: Path | str, setup: Iterable[str] = ()) -> chdb_session.Session:
     """A fresh chdb session on ``<tmp_path>/chdb`` (tables made there before stay), after running
     the ``setup`` statements. Only one session is open at a time: the previous one is closed."""
-    global _open_session
     root = Path(tmp_path) / "chdb"
     root.mkdir(parents=True, exist_ok=True)
-    # chdb runs one embedded server per process: a session on another path needs the old one closed.
-    if _open_session is not None:
-        close_session()
-    sess = chdb_session.Session(str(root))
-    _open_session = sess
+    sess = session_at(root)
     for statement in setup:
         sess.query(statement)
     return sess

@@ -156,7 +156,7 @@ def test_a_mutation_in_a_rolled_back_transaction_leaves_nothing(s3_bucket: str) 
 
 
 def test_clickhouse_reads_a_mutated_s3_table_in_place(s3_bucket: str) -> None:
-    from chdb import session
+    from tests.format.chdb_util import session_at
 
     url = f"s3://{s3_bucket}/seen"
     table = MergeTreeTable.create(url, SCHEMA, order_by="id", partition_by="toYYYYMM(d)",
@@ -166,7 +166,7 @@ def test_clickhouse_reads_a_mutated_s3_table_in_place(s3_bucket: str) -> None:
     table.update({"value": -1.0}, "id < 300")
     table.cleanup()  # the replaced versions: ClickHouse reads every part under the prefix
     ours = table.to_arrow(["id", "value", "name"]).sort_by("id")
-    chdb = session.Session()
+    chdb = session_at(None)
     try:
         chdb.query(table.clickhouse_ddl("default.seen", credentials=True))
         text = str(chdb.query("SELECT id, value, name FROM default.seen ORDER BY id", "TSV"))
@@ -180,7 +180,7 @@ def test_clickhouse_reads_a_mutated_s3_table_in_place(s3_bucket: str) -> None:
 def test_clickhouse_reads_an_azure_table_in_place(azure_server, monkeypatch) -> None:
     """abfss://: a plain `azure` object-storage disk over the container's prefix (Azurite here,
     reached through the connection string of the environment); the same rows after a DELETE."""
-    from chdb import session
+    from tests.format.chdb_util import session_at
 
     from tests.cloud_servers import StoreUnderTest
 
@@ -194,7 +194,7 @@ def test_clickhouse_reads_an_azure_table_in_place(azure_server, monkeypatch) -> 
     statement = table.clickhouse_ddl("default.azure_seen", credentials=True)
     assert "object_storage_type = 'azure'" in statement and "account_key = " in statement
     assert "account_key" not in table.clickhouse_ddl("default.azure_seen")  # the server's own identity
-    chdb = session.Session()
+    chdb = session_at(None)
     try:
         chdb.query(statement)
         text = str(chdb.query("SELECT id, name FROM default.azure_seen ORDER BY id", "TSV"))

@@ -42,7 +42,7 @@ def test_spark_write_read_pushdown_overwrite(spark, s3_server, s3_bucket: str) -
 
 
 def clickhouse_rows(table: MergeTreeTable, bucket: str) -> list[tuple[object, ...]]:
-    from chdb import session
+    from tests.format.chdb_util import session_at
     from click.testing import CliRunner
 
     from spark_mergetree.cli import main
@@ -51,7 +51,7 @@ def clickhouse_rows(table: MergeTreeTable, bucket: str) -> list[tuple[object, ..
     printed = CliRunner().invoke(main, ["clickhouse-ddl", table.path, "--name", "default.spark_written",
                                         "--with-credentials"])
     assert printed.exit_code == 0 and printed.output == statement, printed.output
-    chdb = session.Session()
+    chdb = session_at(None)
     try:
         chdb.query(statement)
         text = str(chdb.query("SELECT id, k, v FROM default.spark_written", "TSV"))

@@ -152,12 +152,9 @@ def test_move_keeps_cut_points(tmp_path: Path) -> None:
 def test_clickhouse_part_through_parity_raid_and_back(tmp_path: Path, layout: str, n_disks: int) -> None:
     """A part ClickHouse wrote, striped over raid5 (raid6), read with one disk (two disks) lost,
     exported and attached back."""
-    from chdb import session
+    from tests.format.chdb_util import session_at
 
-    from tests.format.chdb_util import close_session
-
-    close_session()  # chdb serves one path per process: end any session an earlier test left open
-    s = session.Session(str(tmp_path / "ch"))
+    s = session_at(tmp_path / "ch")
     s.query("CREATE TABLE t (id UInt64, name String) ENGINE = MergeTree ORDER BY id "
             "SETTINGS min_bytes_for_wide_part = 0")
     s.query("INSERT INTO t SELECT number, concat('n', toString(number)) FROM numbers(200000)")
