@@ -10,7 +10,8 @@ Files (see format_spec/transactions.md):
   .lock              flock: shared for readers; exclusive for publishing parts (naming them in a
                      pending entry, then renaming them into place), checkpoint, recover, cleanup
   ../jobs/<tag>.json a write job that stages parts with no transaction yet (a Spark job): while it
-                     is registered and recently active, its staged directories are not garbage
+                     is registered and its driver's lease runs (see `register_job`), its staged
+                     directories are not garbage; `<tag>.ended` marks a job that ended
 
 The log also decides who owns a part directory: a part directory no entry names is garbage
 (but for the patch parts of ClickHouse's lightweight UPDATEs, `patch-…`: ClickHouse's, never in
@@ -35,7 +36,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,8 +63,10 @@ _JOB_STAGED = re.compile(r"^(?:tmp_)?staged_([0-9A-Za-z]+)_")
 _JOB_TAG = re.compile(r"(?!t\d+$)[0-9A-Za-z]{1,64}", re.ASCII)
 _TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp)[_-]")
 JOBS_DIRECTORY = Path("_mergetree") / "jobs"
-# Seconds after its last activity that a registered write job (and its staged parts) counts as
-# abandoned: a Spark job has no process that lives from its first task to its commit.
+# How long the mark of an ended job stays (a late task of it that starts meanwhile stages
+# nothing), and, for a job registered with no lease (the engine's `stage(tag=...)` used by hand),
+# the seconds after its last staging that it counts as abandoned. A job its driver registered with
+# a lease (every Spark job) lives exactly as long as the lease, however long it runs.
 STAGED_LIFETIME = 3600.0
 # Locks this thread holds, per log directory: [exclusive, depth]. flock locks belong to an open
 # file, so a nested acquisition through another descriptor would wait for itself.
@@ -635,17 +638,18 @@ class TableLog:
                     report.deleted_directories.append(name)
             path.unlink(missing_ok=True)
         states: dict[int, TxnState] = {}
-        for name in sorted(self.directories.names()):
-            if name in named or not self._is_garbage(name, coordinator, states, job_lifetime):
-                continue
-            self.directories.remove(name)
-            if name not in report.deleted_directories:
-                report.deleted_directories.append(name)
-        self._forget_finished_jobs(job_lifetime)
+        with LeaseStates(coordinator) as leases:
+            for name in sorted(self.directories.names()):
+                if name in named or not self._is_garbage(name, coordinator, states, job_lifetime, leases):
+                    continue
+                self.directories.remove(name)
+                if name not in report.deleted_directories:
+                    report.deleted_directories.append(name)
+            self._forget_finished_jobs(job_lifetime, leases)
         return report
 
     def _is_garbage(self, name: str, coordinator: Coordinator, states: dict[int, TxnState],
-                    job_lifetime: float) -> bool:
+                    job_lifetime: float, leases: LeaseStates) -> bool:
         """Whether a directory the log does not name has no live owner (the caller holds the lock)."""
         owned = _TRANSACTION_STAGED.match(name)
         if owned:
@@ -655,7 +659,7 @@ class TableLog:
             return states[tid] is not TxnState.RUNNING
         job = _JOB_STAGED.match(name)
         if job:
-            return not self.job_alive(job.group(1), job_lifetime)
+            return not self.job_alive(job.group(1), job_lifetime, leases)
         if name.startswith(PATCH_PART_PREFIX):
             return False  # a lightweight UPDATE's patch part: ClickHouse's (see the module docstring)
         # A part name no entry names, a deletion that was interrupted, or a write into a tmp_
@@ -667,24 +671,36 @@ class TableLog:
     def _job_path(self, tag: str) -> Path:
         return self.table_dir / JOBS_DIRECTORY / f"{tag}.json"
 
-    def register_job(self, tag: str) -> None:
-        """Record that job `tag` is staging parts now (again); its staged directories are kept while
-        it is registered and was active within the job lifetime."""
+    def register_job(self, tag: str, leases: Sequence[tuple[str, int]] = ()) -> None:
+        """Record that job `tag` stages parts.
+
+        Its driver registers it first with `leases`: (coordinator URL, tid) of a transaction it
+        holds open while the job runs (`txn/job_lease.py` for a Spark job; a distributed OPTIMIZE or
+        mutation names the transaction it commits in). The job's staged directories are then kept
+        exactly as long as one of them runs at its coordinator: a driver that died, or a job that
+        ended, leaves garbage, a long job loses nothing. A task staging for it (no `leases`) keeps
+        that record. A job no driver registered with a lease is kept while it staged within
+        `STAGED_LIFETIME` (each task's staging renews it)."""
         if not _JOB_TAG.fullmatch(tag):
             raise InvalidOptionError(f"job tag {tag!r} must be 1 to 64 letters and digits, and not "
                                      "t<number> (the names of transaction-owned parts)")
         if self.job_ended(tag):
-            raise TransactionError(f"write job {tag!r} of {self.table_dir} has ended (it gave up, or idled past "
-                                   "its lifetime): a late task of it stages nothing")
+            raise TransactionError(f"write job {tag!r} of {self.table_dir} has ended (it committed, gave up, or "
+                                   "its driver is gone): a late task of it stages nothing")
+        record: dict[str, Any] = {"tag": tag, "active": time.time()}
+        if leases:
+            record["leases"] = [{"coordinator": url, "tid": int(tid)} for url, tid in leases]
+        elif (self._job_record(tag) or {}).get("leases"):
+            return  # its driver's lease keeps it
         path = self._job_path(tag)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_file_atomically(path, json.dumps({"tag": tag, "active": time.time()}).encode(),
-                              sync_directory=False)
+        write_file_atomically(path, json.dumps(record).encode(), sync_directory=False)
 
     def end_job(self, tag: str) -> None:
         """The job committed or gave up: whatever it staged and did not publish is garbage. A mark
         that it ended stays for the job lifetime, so a task of it still running (Spark does not wait
-        for them when a job fails) cannot register it again, and removes what it stages after."""
+        for them when a job fails, nor for a speculative attempt when it commits) cannot register
+        it again, and removes what it stages after."""
         ended = self._job_path(tag).with_suffix(".ended")
         ended.parent.mkdir(parents=True, exist_ok=True)
         ended.touch()
@@ -694,22 +710,45 @@ class TableLog:
         """Whether job `tag` ended (`end_job`) within the job lifetime."""
         return self._job_path(tag).with_suffix(".ended").exists()
 
-    def job_alive(self, tag: str, lifetime: float = STAGED_LIFETIME) -> bool:
-        try:
-            active = float(json.loads(self._job_path(tag).read_bytes())["active"])
-        except FileNotFoundError:
-            return False
-        except (ValueError, KeyError, TypeError):
-            return True  # torn by a crash while being rewritten: let the lifetime of its file decide
-        return time.time() - active < lifetime
+    def job_registered(self, tag: str) -> bool:
+        """Whether job `tag` is registered and has not ended (what its lease holder watches)."""
+        return not self.job_ended(tag) and self._job_path(tag).exists()
 
-    def _forget_finished_jobs(self, lifetime: float) -> None:
+    def _job_record(self, tag: str) -> dict[str, Any] | None:
+        """The job's registration; None if there is none, {} if it cannot be read."""
+        try:
+            record = json.loads(self._job_path(tag).read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def job_alive(self, tag: str, lifetime: float = STAGED_LIFETIME, leases: LeaseStates | None = None) -> bool:
+        """Whether job `tag` may still publish what it staged: registered, and one of its leases
+        runs at its coordinator (`leases` caches their states), or, with no lease, it staged within
+        `lifetime` seconds."""
+        record = self._job_record(tag)
+        if record is None:
+            return False
+        held = record.get("leases")
+        if held:
+            if leases is None:
+                with LeaseStates(None) as own:
+                    return own.any_running(held)
+            return leases.any_running(held)
+        try:
+            return time.time() - float(record["active"]) < lifetime
+        except (KeyError, TypeError, ValueError):
+            return True  # unreadable: kept, as a file being written by another version would be
+
+    def _forget_finished_jobs(self, lifetime: float, leases: LeaseStates) -> None:
         try:
             tags = [p.stem for p in (self.table_dir / JOBS_DIRECTORY).glob("*.json")]
         except FileNotFoundError:
             return
         for tag in tags:
-            if not self.job_alive(tag, lifetime):
+            if not self.job_alive(tag, lifetime, leases):
                 self.end_job(tag)
         now = time.time()
         for mark in (self.table_dir / JOBS_DIRECTORY).glob("*.ended"):
@@ -817,6 +856,42 @@ class TableLog:
             if drop and identity is not None:
                 coordinator.forget_removals(identity["table_id"], drop)
             return sorted(drop)
+
+
+class LeaseStates:
+    """Whether job leases run, asked once per (coordinator, tid) during one recovery or cleanup. A
+    lease at the cleaner's own coordinator is asked there; one at another URL through a coordinator
+    opened for it (closed at the end). The coordinator's errors propagate: nothing is deleted for a
+    job whose driver's liveness cannot be told."""
+
+    def __init__(self, coordinator: Coordinator | None) -> None:
+        self._coordinators: dict[str, Coordinator] = {coordinator.url: coordinator} if coordinator else {}
+        self._opened: list[Coordinator] = []
+        self._states: dict[tuple[str, int], bool] = {}
+
+    def running(self, url: str, tid: int) -> bool:
+        key = (url, tid)
+        if key not in self._states:
+            coordinator = self._coordinators.get(url)
+            if coordinator is None:
+                coordinator = self._coordinators[url] = coordinator_from_url(url)
+                self._opened.append(coordinator)
+            self._states[key] = coordinator.status(tid)[0] is TxnState.RUNNING
+        return self._states[key]
+
+    def any_running(self, leases: Iterable[Any]) -> bool:
+        try:
+            pairs = [(str(lease["coordinator"]), int(lease["tid"])) for lease in leases]
+        except (KeyError, TypeError, ValueError):
+            return True  # unreadable: kept
+        return any(self.running(url, tid) for url, tid in pairs)
+
+    def __enter__(self) -> LeaseStates:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for coordinator in self._opened:
+            coordinator.close()
 
 
 TableLike = str | os.PathLike[str] | TableLog

@@ -1,0 +1,177 @@
+"""A write job's lease: a process on the job's driver that keeps a transaction open at the
+coordinator for as long as the job runs, so the coordinator can tell whether the job is alive.
+
+A Spark job stages parts from its tasks long before its `commit()` publishes them, and no Python
+process of Spark's lives from the first to the second: the planner that makes the writer and the
+process that runs `commit()` are short-lived workers of the driver's JVM. So the planner starts
+this keeper (`start`), detached from the worker, and waits until it has registered the job in the
+table's log with its lease (`TableLog.register_job(tag, leases=...)`): a transaction it began and
+never commits. The coordinator ties that transaction's life to the keeper's, as it does every
+owner's (a flock, a ZooKeeper session, an object-store lease it renews). Cleanup keeps the job's
+staged directories while the lease runs, however long the job takes, and deletes them once it
+does not.
+
+The keeper ends the lease and exits when the job ended (its commit or abort ends it:
+`discard_staged`), or when the driver process it watches is gone (the driver died: nothing will
+publish what the job staged). Every `RENEW_SECONDS` it swaps its transaction for a new one (the
+registration names both while they overlap), so a long job does not hold back the snapshot horizon
+below which cleanup deletes removed parts.
+
+Run as `python -m spark_mergetree.txn.job_lease <table dir> <coordinator url> <tag> <driver pid>`;
+it says `ready <tid>` (or `error <message>`) on its standard output, then nothing more there.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spark_mergetree.errors import TransactionError
+from spark_mergetree.txn.connect import coordinator_from_url
+from spark_mergetree.txn.coordinator import Coordinator
+from spark_mergetree.txn.table_log import TableLog
+
+POLL_SECONDS = 1.0  # how often the keeper looks at the job and the driver
+RENEW_SECONDS = 300.0  # how long one lease transaction lives before it is swapped for a new one
+READY_TIMEOUT = 60.0  # how long `start` waits for the keeper to register the job
+
+
+def process_start(pid: int) -> str | None:
+    """What identifies process `pid` across pid reuse: its start time in clock ticks (Linux), ""
+    where /proc does not tell (the pid alone then), None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()[19]
+
+
+def driver_process() -> int:
+    """The process whose life a job's driver is: the nearest ancestor running `java` (the Spark
+    driver's JVM, parent of the Python worker daemon that forked this planner), else the parent."""
+    pid = os.getppid()
+    for _ in range(16):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        if stat[stat.index("(") + 1:stat.rindex(")")] == "java":
+            return pid
+        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if pid <= 1:
+            break
+    return os.getppid()
+
+
+def start(table_dir: str | os.PathLike[str], coordinator_url: str, tag: str, *, driver: int | None = None,
+          timeout: float = READY_TIMEOUT) -> int:
+    """Start the keeper of job `tag`'s lease (watching process `driver`, by default the Spark
+    driver this process belongs to) and return its tid once the job is registered with it.
+
+    Raises TransactionError naming the table and the cause if the keeper cannot register the job
+    within `timeout` seconds (it is then stopped)."""
+    driver = driver_process() if driver is None else driver
+    command = [sys.executable, "-m", "spark_mergetree.txn.job_lease", os.fspath(table_dir), coordinator_url, tag,
+               str(driver)]
+    keeper = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
+    assert keeper.stdout is not None
+    line = b""
+    deadline = time.monotonic() + timeout
+    while not line.endswith(b"\n") and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([keeper.stdout], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(keeper.stdout.fileno(), 4096)
+        if not chunk:
+            break
+        line += chunk
+    keeper.stdout.close()
+    word, _, rest = line.decode(errors="replace").strip().partition(" ")
+    if word == "ready":
+        return int(rest)
+    if keeper.poll() is None:
+        keeper.kill()
+    keeper.wait(timeout=10)
+    cause = rest if word == "error" else (f"it exited with status {keeper.returncode}" if line == b""
+                                          and keeper.returncode else f"no answer within {timeout:g} s")
+    raise TransactionError(f"write job {tag} of {table_dir}: the process holding its lease at coordinator "
+                           f"{coordinator_url} could not start: {cause}")
+
+
+def hold(table_dir: str, coordinator_url: str, tag: str, driver: int) -> int:
+    """The keeper's life: begin the lease, register the job, watch, end the lease. Returns the exit status."""
+    driver_started = process_start(driver)
+    log = TableLog(table_dir)
+    try:
+        coordinator = coordinator_from_url(coordinator_url)
+        tid = coordinator.begin().tid
+    except Exception as error:  # noqa: BLE001 - reported to the planner, which raises it
+        print(f"error {type(error).__name__}: {error}", flush=True)
+        return 1
+    try:
+        try:
+            if driver_started is None:
+                raise TransactionError(f"the driver process {driver} is not running")
+            log.register_job(tag, leases=[(coordinator_url, tid)])
+        except Exception as error:  # noqa: BLE001 - reported to the planner, which raises it
+            print(f"error {type(error).__name__}: {error}", flush=True)
+            return 1
+        print(f"ready {tid}", flush=True)
+        _quiet_stdout()
+        renewed = time.monotonic()
+        while log.job_registered(tag) and process_start(driver) == driver_started:
+            time.sleep(POLL_SECONDS)
+            if time.monotonic() - renewed >= RENEW_SECONDS:
+                tid = _renew(log, coordinator, coordinator_url, tag, tid)
+                renewed = time.monotonic()
+        return 0
+    finally:
+        try:
+            coordinator.abort(tid)
+        finally:
+            coordinator.close()
+
+
+def _renew(log: TableLog, coordinator: Coordinator, url: str, tag: str, tid: int) -> int:
+    """Swap lease `tid` for a new transaction: the registration names both before the old one ends."""
+    fresh = coordinator.begin().tid
+    try:
+        log.register_job(tag, leases=[(url, fresh), (url, tid)])
+    except TransactionError:  # the job ended meanwhile: the watch loop sees it
+        coordinator.abort(fresh)
+        return tid
+    coordinator.abort(tid)
+    try:
+        log.register_job(tag, leases=[(url, fresh)])
+    except TransactionError:
+        pass  # ended meanwhile: the registration is gone or dead either way
+    return fresh
+
+
+def _quiet_stdout() -> None:
+    """Nothing more goes to the pipe the planner stopped reading."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5:
+        print("usage: python -m spark_mergetree.txn.job_lease <table dir> <coordinator url> <tag> <driver pid>",
+              file=sys.stderr)
+        sys.exit(2)
+    sys.exit(hold(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
