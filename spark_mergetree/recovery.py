@@ -16,6 +16,10 @@ class RecoveryReport:
     finalized: list[int] = field(default_factory=list)  # committed: their pending entries got their csn
     rolled_back: list[int] = field(default_factory=list)  # dead or aborted: entries and parts deleted
     deleted_directories: list[str] = field(default_factory=list)  # directories nothing owned any more
+    # Part directories no entry names, kept (never deleted): another writer's, such as a ClickHouse
+    # server's INSERT or merge on the same directory; `MergeTreeTable.adopt_directory_parts` takes
+    # them in.
+    foreign_parts: list[str] = field(default_factory=list)
     # A catalog root (format_spec/catalog.md): half-done DDL, symlinks, drops.
     removed_temporary_files: list[Path] = field(default_factory=list)
     removed_orphan_store_dirs: list[Path] = field(default_factory=list)

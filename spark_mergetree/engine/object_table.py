@@ -394,8 +394,9 @@ class ObjectStoreTable(MergeTreeTable):
 
     # ------------------------------------------------------------------ mutations
 
-    def adopt_directory_parts(self) -> None:
+    def adopt_directory_parts(self) -> list[str]:
         """Nothing: an object-store table's parts are those its log names, never a listing."""
+        return []
 
     def put_table_file(self, name: str, data: bytes) -> None:
         self.parts_store.bucket.put(self.location.child(name).key, data)

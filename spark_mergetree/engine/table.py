@@ -15,6 +15,7 @@ insert.py (writing staged parts), commit.py (publishing them: the commit protoco
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -56,6 +57,7 @@ from spark_mergetree.engine.metadata import (
 )
 from spark_mergetree.engine.patches import PatchSet
 from spark_mergetree.errors import (
+    FormatError,
     InvalidOptionError,
     SchemaMismatchError,
     TableExistsError,
@@ -91,6 +93,7 @@ SchemaLike: TypeAlias = "pa.Schema | Sequence[tuple[str, str]] | Mapping[str, st
 #: Table classes for locations that are URLs of remote stores, by canonical scheme (object_table.py
 #: registers ObjectStoreTable for "s3", "gs" and "abfss").
 URL_TABLES: dict[str, Any] = {}
+_log = logging.getLogger(__name__)
 
 
 def _url_table(path: str | os.PathLike[str]) -> Any:
@@ -421,15 +424,37 @@ class MergeTreeTable:
             raise UnsupportedError(f"{self.part_location(part)}: no patch part changes this part")
         return files
 
-    def adopt_directory_parts(self) -> None:
-        """A table ClickHouse wrote has parts but no log history: the log takes its data parts in
-        (TableLog.adopt) before the first write, merge or mutation binds it. Patch parts stay the
-        directory's (`patch_part_names`). A table no part can be written into (its TTL holds a rule
-        parts here cannot record) is refused first, leaving the directory as it is."""
+    def adopt_directory_parts(self) -> list[str]:
+        """Take into the log the data parts ClickHouse placed in the table's directory; return those
+        adopted. A table ClickHouse wrote has parts but no log history: the log takes them in
+        (TableLog.adopt) before the first write, merge or mutation binds it. A table with history
+        gets parts a ClickHouse server on the same directory inserted or merged since (parts no
+        entry names: TableLog.adopt_foreign, in a commit of their own; a merge's or mutation's
+        replaces the parts it covers, as ClickHouse loads them). Parts that do not open as parts of
+        this table, or that the log cannot take in (outdated, or covering parts it removed), are
+        kept as they are and logged. Patch parts stay the directory's (`patch_part_names`). A table
+        no part can be written into (its TTL holds a rule parts here cannot record) is refused
+        first, leaving the directory as it is."""
         if self.metadata.ttl_refusal is not None:
             raise UnsupportedError(f"table {self.metadata.definition.name!r}: {self.metadata.ttl_refusal}")
         if not self.log.has_history():
-            self.log.adopt(self.directory_parts())
+            parts = self.directory_parts()
+            return sorted(parts) if self.log.adopt(parts) else []
+        foreign = self.log.foreign_parts()
+        if not foreign:
+            return []
+        readable, unreadable = [], []
+        for name in foreign:
+            try:
+                self.reader(name)
+                readable.append(name)
+            except (FormatError, OSError) as error:
+                unreadable.append(f"{name} ({error})")
+        adopted, kept = self.log.adopt_foreign(self.coordinator, readable) if readable else ([], [])
+        if kept or unreadable:
+            _log.warning("%s: part(s) the table's log does not name are kept in place, not adopted: %s", self.path,
+                         ", ".join(kept + unreadable))
+        return adopted
 
     def visible_parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None
                       ) -> tuple[int | None, set[str]]:
@@ -930,9 +955,12 @@ class MergeTreeTable:
 
     def cleanup(self) -> list[str]:
         """Delete parts no snapshot can see and that are older than `old_parts_lifetime` seconds;
-        finish or roll back transactions interrupted by crashes. Returns deleted part names."""
+        finish or roll back transactions interrupted by crashes. Returns deleted part names. Parts
+        the log does not name (a ClickHouse server's inserts into the same directory) are never
+        deleted: they are adopted first (`adopt_directory_parts`)."""
         if self.log.identity() is None:
             return []
+        self.adopt_directory_parts()
         removed = self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")))
         with self._readers_lock:
             for name in removed:

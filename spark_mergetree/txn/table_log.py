@@ -13,10 +13,17 @@ Files (see format_spec/transactions.md):
                      is registered and its driver's lease runs (see `register_job`), its staged
                      directories are not garbage; `<tag>.ended` marks a job that ended
 
-The log also decides who owns a part directory: a part directory no entry names is garbage
-(but for the patch parts of ClickHouse's lightweight UPDATEs, `patch-…`: ClickHouse's, never in
-the log, never deleted by it; reads take them from the directory, engine/patches.py);
-`staged_t<tid>_*` directories belong to transaction `tid` (garbage once it is not running);
+The log also decides who owns a part directory. A part directory no entry names is another
+writer's: a ClickHouse server on the same directory (a catalog root, or a table attached to it)
+inserts `all_N_N_0` parts and merges, and its data is never ours to delete. Recovery and cleanup
+keep such parts and report them (`RecoveryReport.foreign_parts`); `adopt_foreign` takes them into
+the log in a commit of their own. None of our own leftovers looks like one: publishing names a
+part before its rename, rolling back deletes directories before the entry, and cleanup deletes a
+part's directory before it drops the part from the checkpoint. The patch parts of ClickHouse's
+lightweight UPDATEs (`patch-…`) are ClickHouse's too, never in the log, never deleted by it; reads
+take them from the directory (engine/patches.py). ClickHouse's temporaries (`tmp_insert_…`,
+`tmp_merge_…`, an INSERT or merge in flight) are left to it; ours (`tmp_<part>`, `delete_tmp_…`)
+are garbage. `staged_t<tid>_*` directories belong to transaction `tid` (garbage once it is not running);
 `staged_<tag>_*` directories belong to the registered job `tag`. It never finds or deletes a
 directory itself: it is given a `PartDirectories` (the engine's, over the table's storage; by
 default the table directory's own subdirectories) and asks it to.
@@ -61,7 +68,9 @@ _PART_DIRECTORY = re.compile(r"^[0-9A-Za-z-]+_\d+_\d+_\d+(?:_\d+)?$", re.ASCII)
 _TRANSACTION_STAGED = re.compile(r"^(?:tmp_)?staged_t(\d+)_", re.ASCII)
 _JOB_STAGED = re.compile(r"^(?:tmp_)?staged_([0-9A-Za-z]+)_")
 _JOB_TAG = re.compile(r"(?!t\d+$)[0-9A-Za-z]{1,64}", re.ASCII)
-_TEMPORARY_DIRECTORY = re.compile(r"^(?:tmp|delete_tmp)[_-]")
+# Our own temporaries: a part written as `tmp_<part>` before its rename, and a deletion renamed to
+# `delete_tmp_…` first. ClickHouse's (`tmp_insert_<part>`, `tmp_merge_…`, `tmp_mut_…`) are not ours.
+_TEMPORARY_DIRECTORY = re.compile(r"^(?:delete_tmp_|tmp_[0-9A-Za-z-]+_\d+_\d+_\d+(?:_\d+)?$)", re.ASCII)
 JOBS_DIRECTORY = Path("_mergetree") / "jobs"
 # How long the mark of an ended job stays (a late task of it that starts meanwhile stages
 # nothing), and, for a job registered with no lease (the engine's `stage(tag=...)` used by hand),
@@ -213,6 +222,67 @@ class TableLog:
                                    identity["coordinator"] if identity else None)
             fsync_dir(self.directory)
         return True
+
+    def foreign_parts(self) -> list[str]:
+        """Part directories no entry, proposal or the checkpoint names: another writer's (a ClickHouse
+        server's INSERT or merge on the same directory), kept until `adopt_foreign` takes them in."""
+        with self._lock(exclusive=False):
+            named = self._named_parts()
+            for entry in self.entries():
+                named.update(entry.removed)
+            for _, staged in self.staged():
+                named.update(staged.added)
+            return sorted(name for name in self.directories.names() if name not in named and _is_foreign_part(name))
+
+    def adopt_foreign(self, coordinator: Coordinator, names: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Take parts another writer placed in a table with history (`foreign_parts`) into the log,
+        as ClickHouse would load them; return (adopted, kept).
+
+        A part no live part of the log covers is adopted; one that covers live parts (a ClickHouse
+        merge or mutation of them) replaces them. The rest are kept as they are, untouched: parts
+        that a live or another foreign part covers (outdated: ClickHouse removes them itself), and
+        parts covering one the log removed or a running transaction names (histories that
+        diverged). The adoption is a commit of its own at the coordinator whose entry is written
+        finalized under the exclusive lock, so no reader sees it half done, and never pending: a
+        pending entry that rolled back would delete the parts, which are not ours to delete. A crash
+        between the commit and the entry leaves the parts unnamed, to be adopted again."""
+        if not self.has_history():
+            raise TransactionError(f"{self.table_dir}: the log has no history; adopt() takes a ClickHouse table in")
+        table_id = self.bind(coordinator.url)
+        with self._lock(exclusive=True):
+            _floor, versions, entries = self._folded_state()
+            busy: set[str] = set()
+            for entry, csn in self._resolve(entries, coordinator, None):
+                if csn is not None:
+                    self._fold(versions, entry, csn)
+                else:
+                    busy.update(entry.added + entry.removed)
+            for _, staged in self.staged():
+                busy.update(staged.added + staged.removed)
+            on_disk = self.directories.names()
+            candidates = sorted({n for n in names if n in on_disk and _is_foreign_part(n)} - set(versions) - busy)
+            live = [name for name, version in versions.items() if version.removed is None]
+            adopted, kept, replaced = [], [], set()
+            for name in candidates:
+                info = PartInfo.parse(name)
+                covering = [o for o in live + candidates if o != name and PartInfo.parse(o).contains(info)]
+                covered = [o for o in list(versions) + sorted(busy) if info.contains(PartInfo.parse(o))]
+                if covering or any(o in busy or versions[o].removed is not None for o in covered):
+                    kept.append(name)
+                else:
+                    adopted.append(name)
+                    replaced.update(covered)
+            if not adopted:
+                return [], kept
+            tid = coordinator.begin().tid
+            try:
+                csn = coordinator.commit(tid, [(table_id, name) for name in sorted(replaced)],
+                                         [str(self.table_dir)])
+            except SerializationError:
+                return [], kept + adopted  # a transaction of ours replaces a part they cover: next time
+            entry = LogEntry(tid, coordinator.url, tuple(adopted), tuple(sorted(replaced)), csn, time.time())
+            write_file_atomically(self._entry_path(tid), entry.to_json())
+        return adopted, kept
 
     def bind(self, coordinator_url: str) -> str:
         """Bind the table to a coordinator (first writer wins); return the table id.
@@ -640,7 +710,12 @@ class TableLog:
         states: dict[int, TxnState] = {}
         with LeaseStates(coordinator) as leases:
             for name in sorted(self.directories.names()):
-                if name in named or not self._is_garbage(name, coordinator, states, job_lifetime, leases):
+                if name in named:
+                    continue
+                if _is_foreign_part(name):
+                    report.foreign_parts.append(name)
+                    continue
+                if not self._is_garbage(name, coordinator, states, job_lifetime, leases):
                     continue
                 self.directories.remove(name)
                 if name not in report.deleted_directories:
@@ -660,11 +735,11 @@ class TableLog:
         job = _JOB_STAGED.match(name)
         if job:
             return not self.job_alive(job.group(1), job_lifetime, leases)
-        if name.startswith(PATCH_PART_PREFIX):
-            return False  # a lightweight UPDATE's patch part: ClickHouse's (see the module docstring)
-        # A part name no entry names, a deletion that was interrupted, or a write into a tmp_
-        # directory of no staged part: publishing names a part under this lock before it exists.
-        return bool(_PART_DIRECTORY.match(name) or _TEMPORARY_DIRECTORY.match(name))
+        if name.startswith(PATCH_PART_PREFIX) or _is_foreign_part(name):
+            return False  # ClickHouse's (see the module docstring)
+        # A deletion that was interrupted, or a write into a tmp_ directory of no staged part:
+        # publishing names a part under this lock before it exists.
+        return bool(_TEMPORARY_DIRECTORY.match(name))
 
     # ---- write jobs (staged parts with no transaction yet) --------------------------------------
 
@@ -810,7 +885,12 @@ class TableLog:
         if name in checkpointed:
             raise TransactionError(f"part {name!r} of {self.table_dir} is already in the table's log")
         if self.directories.exists(name):
-            self.directories.remove(name)  # named by nobody: garbage of a crash
+            # Named by no entry: another writer's part (a ClickHouse server's merge of the same
+            # parts, say), never ours to replace.
+            raise SerializationError(f"part {name!r} of {self.table_dir} exists and the table's log does not name it "
+                                     "(another writer, such as a ClickHouse server on the same directory, placed it); "
+                                     "adopt_directory_parts() takes it in")
+
 
     def recover(self, coordinator: Coordinator, job_lifetime: float = STAGED_LIFETIME) -> RecoveryReport:
         """Finalize entries whose transaction committed; roll back aborted or dead ones with the
@@ -849,9 +929,12 @@ class TableLog:
                     if version.removed is not None and version.removed <= horizon
                     and now - (version.removed_time or 0.0) >= retention_seconds]
             floor = max((removed for name in drop if (removed := versions[name].removed) is not None), default=None)
-            self._checkpoint_locked(drop=drop, floor=floor)
+            # Directories first: a crash in between leaves the checkpoint naming parts that are gone
+            # (the next cleanup drops them), never a part directory no entry names, which is
+            # another writer's (see the module docstring).
             for name in drop:
                 self.directories.remove(name)
+            self._checkpoint_locked(drop=drop, floor=floor)
             identity = self.identity()
             if drop and identity is not None:
                 coordinator.forget_removals(identity["table_id"], drop)
@@ -897,6 +980,12 @@ class LeaseStates:
 TableLike = str | os.PathLike[str] | TableLog
 """How transactions name a table: its directory, or its `TableLog` (which knows where its part
 directories live; the engine passes that)."""
+
+
+def _is_foreign_part(name: str) -> bool:
+    """Whether a directory the log does not name is a data part's (another writer's: see the module
+    docstring), not a staged part, a temporary or a lightweight UPDATE's patch part."""
+    return bool(_PART_DIRECTORY.match(name)) and not name.startswith(("staged_", PATCH_PART_PREFIX))
 
 
 def table_dir_of(table: TableLike) -> Path | str:

@@ -385,9 +385,11 @@ def test_the_log_finds_and_deletes_part_directories_only_through_its_owner(coord
     loser.add_parts(log, ["all_2_2_0"])
     write_part(elsewhere, "all_2_2_0")
     loser.rollback()  # deletes what its entry named, where the owner keeps it
-    write_part(elsewhere, "all_9_9_0")  # named by nobody: garbage
-    write_part(table, "all_9_9_0")  # not a directory of this owner: never touched
+    write_part(elsewhere, "delete_tmp_all_7_7_0_ab12")  # an interrupted deletion: garbage
+    write_part(elsewhere, "all_9_9_0")  # named by nobody: another writer's part (ClickHouse's), kept
+    write_part(table, "delete_tmp_all_8_8_0_ab12")  # not a directory of this owner: never touched
     report = log.recover(coordinator)
-    assert sorted(report.deleted_directories) == sorted(["all_9_9_0", f"staged_t{loser.tid}_b"])
-    assert part_directories(elsewhere) == {"all_1_1_0"}
-    assert "all_9_9_0" in part_directories(table)
+    assert sorted(report.deleted_directories) == sorted(["delete_tmp_all_7_7_0_ab12", f"staged_t{loser.tid}_b"])
+    assert report.foreign_parts == ["all_9_9_0"]
+    assert part_directories(elsewhere) == {"all_1_1_0", "all_9_9_0"}
+    assert "delete_tmp_all_8_8_0_ab12" in part_directories(table)
