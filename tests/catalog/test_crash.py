@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,29 +70,53 @@ def _assert_consistent(root: Path, journal: Path) -> Catalog:
 class Launcher:
     """The warm launcher process of ddl_worker.py: forks workers on request."""
 
+    #: How long a line the test waits for may take, and how many other lines may come first: a
+    #: worker that never opens its catalog (it died, or hangs) fails the test instead of hanging it.
+    EXPECT_SECONDS = 60.0
+    EXPECT_LINES = 10_000
+
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         self.process = subprocess.Popen([sys.executable, str(WORKER)], env=env, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, bufsize=1)
         self._pending: list[str] = []
+        self._unread = b""
 
     def _send(self, line: str) -> None:
         assert self.process.stdin is not None
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
 
+    def _next_line(self, deadline: float, prefix: str) -> str:
+        """The launcher's next output line, read from its pipe without blocking past `deadline`."""
+        assert self.process.stdout is not None
+        descriptor = self.process.stdout.fileno()
+        while b"\n" not in self._unread:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([descriptor], [], [], left)[0]:
+                raise AssertionError(f"no line {prefix!r} from the launcher within {self.EXPECT_SECONDS:.0f} s "
+                                     f"(a worker never got ready, or the launcher hangs); lines seen meanwhile: "
+                                     f"{self._pending[-5:]}")
+            chunk = os.read(descriptor, 65536)
+            assert chunk, f"the launcher died (exit status {self.process.poll()}) before printing {prefix!r}"
+            self._unread += chunk
+        line, _, self._unread = self._unread.partition(b"\n")
+        return line.decode().strip()
+
     def expect(self, prefix: str) -> str:
-        """The next line starting with ``prefix`` (other lines are kept for later)."""
+        """The next line starting with ``prefix`` (other lines are kept for later), within
+        EXPECT_SECONDS and EXPECT_LINES lines; an AssertionError naming what was awaited otherwise."""
         for index, line in enumerate(self._pending):
             if line.startswith(prefix):
                 return self._pending.pop(index)
-        assert self.process.stdout is not None
-        while True:
-            line = self.process.stdout.readline()
-            assert line, "the launcher died"
+        deadline = time.monotonic() + self.EXPECT_SECONDS
+        for _ in range(self.EXPECT_LINES):
+            line = self._next_line(deadline, prefix)
             if line.startswith(prefix):
-                return line.strip()
-            self._pending.append(line.strip())
+                return line
+            self._pending.append(line)
+        raise AssertionError(f"no line {prefix!r} from the launcher among its next {self.EXPECT_LINES} lines "
+                             f"(the last: {self._pending[-5:]})")
 
     def spawn(self, root: Path, journal: Path, seed: int) -> int:
         self._send(f"spawn {root} {journal} {seed}")
@@ -103,10 +129,46 @@ class Launcher:
         self._pending = [line for line in self._pending if line != f"ready {pid}"]
 
     def close(self) -> None:
-        """End the launcher; it kills any worker still running."""
+        """End the launcher; it kills any worker still running (killed itself after 30 s)."""
         assert self.process.stdin is not None
         self.process.stdin.close()
-        self.process.wait(30)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(30)
+            raise
+
+
+def test_waiting_for_a_worker_that_never_gets_ready_fails_in_bounded_time(tmp_path: Path) -> None:
+    """A worker that dies before opening its catalog (here: its root is a file) never prints `ready`:
+    the wait for it ends with an error naming what it waited for, not a hung test run."""
+    not_a_directory = tmp_path / "root"
+    not_a_directory.write_text("a file")
+    launcher = Launcher()
+    outcome: list[BaseException | str] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(launcher.expect(f"ready {pid}"))
+        except BaseException as error:  # the outcome is what the test checks
+            outcome.append(error)
+
+    try:
+        pid = launcher.spawn(not_a_directory, tmp_path / "journal", 1)
+        launcher.EXPECT_SECONDS = 3.0  # (after the launcher's warm start)
+        started = time.monotonic()
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(30)
+        assert not waiter.is_alive(), "the wait for a worker that never gets ready did not end"
+        assert time.monotonic() - started < 20
+        (error,) = outcome
+        assert isinstance(error, AssertionError) and f"no line 'ready {pid}'" in str(error)
+        launcher._send(f"reap {pid}")
+        assert launcher.expect(f"status {pid} ") == f"status {pid} -1"  # it exited by itself
+    finally:
+        launcher.close()
 
 
 def test_sigkill_during_ddl_leaves_consistent_catalog(tmp_path: Path) -> None:
