@@ -17,11 +17,24 @@ unknown one is present at most once; partition 9 holds exactly one whole version
 than the last acknowledged one; sum(a) + sum(b) = 0 in every snapshot readers took and at the end;
 no two visible parts of a partition overlap; `check()` passes; after cleanup no directory is left
 that no visible part owns; ClickHouse (chdb) on the same root returns the same rows.
+
+History clients (`clients`): transactions of random reads and writes over db.s0, db.s1 (set objects:
+rows (k, v), each transaction appends unique values to keys and reads keys whole) and db.reg
+(registers: a partition per key holding a short list, read and overwritten with one more value),
+journalled as they happen (begin with tid and snapshot, every read with what it returned, every
+write before it is made, the outcome with the csn). After the run the journals become a history
+(tests/history.py): unknown outcomes are resolved through the coordinator, a final transaction reads
+every table whole, and the checker looks for the anomalies snapshot isolation forbids.
+
+Coordinators: local files, ZooKeeper (stopped and started: `outage_*`), or the object store
+(`objstore`: a moto S3 server behind a latency proxy that adds `latency` seconds to every request and
+spikes of `spike_latency` at the outage intervals); tables are local in every case.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import random
@@ -52,6 +65,13 @@ class TortureConfig:
     outage_interval: tuple[float, float] = (4.0, 8.0)  # seconds between coordinator outages
     outage_length: tuple[float, float] = (0.3, 1.5)
     seed: int = 1
+    clients: int = 0  # history clients (see the module's docstring)
+    overwriters: int = 1
+    objstore: bool = False  # the object-store coordinator, behind a latency proxy
+    latency: float = 0.005  # seconds added to every object-store request
+    spike_latency: float = 0.25  # seconds per request during a latency spike
+    max_transactions: int | None = None  # stop the workload early once clients committed or failed this many
+    maintenance_pause: tuple[float, float] = (0.0, 0.2)  # seconds between optimize / cleanup calls
 
 
 @dataclass
@@ -61,11 +81,22 @@ class TortureReport:
     outages: int = 0
     invariants_checked: int = 0
     violations: list[str] = field(default_factory=list)
+    transactions: int = 0  # history transactions checked (clients' and the final read)
+    outcomes: dict[str, int] = field(default_factory=dict)  # ok / fail / unknown
+    anomalies: dict[str, int] = field(default_factory=dict)
+    history_check: str = ""
+    checker_seconds: float = 0.0
 
     def __str__(self) -> str:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
+        history = ""
+        if self.transactions:
+            outcomes = ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items()))
+            found = ", ".join(f"{k} {v}" for k, v in sorted(self.anomalies.items())) or "none"
+            history = (f"; history: {self.transactions} transactions ({outcomes}), anomalies: {found} "
+                       f"(checked in {self.checker_seconds:.1f} s)")
         return (f"operations: {ops}; kill -9: {self.kills}; coordinator outages: {self.outages}; "
-                f"invariants checked: {self.invariants_checked}; violations: {len(self.violations)}")
+                f"invariants checked: {self.invariants_checked}; violations: {len(self.violations)}{history}")
 
 
 # ------------------------------------------------------------------------------------ workers
@@ -80,6 +111,10 @@ class Journal:
 
 
 def _coordinator(url: str) -> Any:
+    if url.startswith("s3://"):
+        from spark_mergetree.txn.object_store import ObjectStoreCoordinator
+
+        return ObjectStoreCoordinator(url)
     if url.startswith("zk://"):
         from spark_mergetree.txn.zookeeper import ZooKeeperCoordinator
 
@@ -114,8 +149,13 @@ def _classify(error: BaseException) -> str:
     return "e"
 
 
+_INCARNATION = 0  # which spawn of the harness this worker process is (history values are unique by it)
+
+
 def _run_worker(role: str, body: Callable[[Journal, random.Random, Any], None], directory: str, url: str,
-                seed: int) -> None:
+                seed: int, incarnation: int = 0) -> None:
+    global _INCARNATION
+    _INCARNATION = incarnation
     journal = Journal(Path(directory) / f"{role}-{os.getpid()}.journal")
     try:
         deadline = time.monotonic() + 30
@@ -193,8 +233,9 @@ def _transfer(root: Locations, journal: Journal, rng: random.Random, coordinator
         journal.write("a", ident, 1)
 
 
-def _maintenance(root: Locations, journal: Journal, rng: random.Random, coordinator: Any, job: str) -> None:
-    tables = [_open(root, name, coordinator) for name in ("main", "a", "b")]
+def _maintenance(root: Locations, journal: Journal, rng: random.Random, coordinator: Any, job: str,
+                 pause: tuple[float, float] = (0.0, 0.2)) -> None:
+    tables = [_open(root, name, coordinator) for name in ("main", "a", "b", *SET_TABLES)]
     while True:
         table = rng.choice(tables)
         try:
@@ -208,7 +249,7 @@ def _maintenance(root: Locations, journal: Journal, rng: random.Random, coordina
                 journal.write("e", table.path.name, _describe(error))
             continue
         journal.write("a", job, 0)
-        time.sleep(rng.uniform(0.0, 0.2))
+        time.sleep(rng.uniform(*pause))
 
 
 def _reader(root: Locations, journal: Journal, rng: random.Random, coordinator: Any) -> None:
@@ -242,11 +283,210 @@ def _reader(root: Locations, journal: Journal, rng: random.Random, coordinator: 
         time.sleep(rng.uniform(0.0, 0.1))
 
 
+
+SET_TABLES = ("s0", "s1")
+REGISTER_TABLE = "reg"
+REGISTERS = 6
+REGISTER_WINDOW = 4  # values a register keeps
+EPOCH_SECONDS = 5.0  # set keys move on every epoch, so each key gets a bounded number of values
+KEYS_PER_EPOCH = 6
+
+
+def _set_key(rng: random.Random) -> int:
+    return int(time.time() / EPOCH_SECONDS) * KEYS_PER_EPOCH + rng.randrange(KEYS_PER_EPOCH)
+
+
+def _client(root: Locations, journal: Journal, rng: random.Random, coordinator: Any, incarnation: int) -> None:
+    """Random transactions over the set tables and the registers, every step journalled (`H` lines)."""
+    from spark_mergetree.txn import Transaction
+
+    tables = {name: _open(root, name, coordinator) for name in (*SET_TABLES, REGISTER_TABLE)}
+
+    def note(*event: object) -> None:
+        journal.write("H", json.dumps(event, separators=(",", ":")))
+
+    counter = 0
+    while True:
+        counter += 1
+        local = f"{incarnation}.{counter}"
+        values = iter(range((incarnation * 1_000_000 + counter) * 16, (incarnation * 1_000_000 + counter + 1) * 16))
+        plan = _plan(rng)
+        tx = None
+        try:
+            tx = Transaction(coordinator)
+            note("b", local, tx.tid, tx.snapshot)
+            for step in plan:
+                kind, name, key = step
+                table = tables[name]
+                if kind == "r":
+                    got = table.to_arrow(["v"], where=f"k = {key}", transaction=tx).column("v").to_pylist()
+                    note("op", local, ["r", name, key, sorted(got)])
+                elif kind == "a":
+                    value = next(values)
+                    note("op", local, ["a", name, key, value])
+                    table.insert(pa.table({"k": pa.array([key], pa.uint64()), "v": pa.array([value], pa.uint64())}),
+                                 transaction=tx)
+                else:  # a register: read it, then overwrite it with one more value
+                    rows = table.to_arrow(["pos", "v"], where=f"k = {key}", transaction=tx)
+                    current = [v for _, v in sorted(zip(rows.column("pos").to_pylist(), rows.column("v").to_pylist()))]
+                    note("op", local, ["rr", name, key, current])
+                    if kind == "rw":
+                        new = ([*current, next(values)])[-REGISTER_WINDOW:]
+                        note("op", local, ["w", name, key, new])
+                        table.overwrite(pa.table({"k": pa.array([key] * len(new), pa.uint64()),
+                                                  "pos": pa.array(range(len(new)), pa.uint64()),
+                                                  "v": pa.array(new, pa.uint64())}),
+                                        partition_overwrite_mode="dynamic", transaction=tx)
+        except Exception as error:  # noqa: BLE001
+            kind = _classify(error)
+            if tx is not None:
+                with contextlib.suppress(Exception):
+                    tx.rollback()
+            note("f", local, type(error).__name__)
+            if kind == "e":
+                journal.write("e", _describe(error))
+            continue
+        try:
+            csn = tx.commit()
+        except Exception as error:  # noqa: BLE001
+            kind = _classify(error)
+            note("u" if kind == "u" else "f", local, type(error).__name__)
+            if kind == "e":
+                journal.write("e", _describe(error))
+            continue
+        note("c", local, csn)
+
+
+def _plan(rng: random.Random) -> list[tuple[str, str, int]]:
+    """One transaction's steps: (r | a | rr | rw, table, key)."""
+    roll = rng.random()
+    steps: list[tuple[str, str, int]] = []
+    if roll < 0.3:  # read only: keys of both set tables, sometimes a register
+        for _ in range(rng.randint(2, 3)):
+            steps.append(("r", rng.choice(SET_TABLES), _set_key(rng)))
+        if rng.random() < 0.3:
+            steps.append(("rr", REGISTER_TABLE, rng.randrange(REGISTERS)))
+    elif roll < 0.85:  # reads and appends on the set tables, often the same key in both tables
+        for _ in range(rng.randint(1, 3)):
+            key, table, what = _set_key(rng), rng.choice(SET_TABLES), rng.random()
+            if what < 0.35:
+                steps.append(("r", table, key))
+            elif what < 0.7:
+                steps.append(("a", table, key))
+            elif what < 0.9:
+                steps += [("a", name, key) for name in SET_TABLES]
+            else:
+                steps += [("a", table, key), ("a", table, key)]
+            if rng.random() < 0.3:
+                steps.append(("r", rng.choice(SET_TABLES), key))
+    else:  # registers: read-modify-write, sometimes two registers, sometimes with an append
+        first = rng.randrange(REGISTERS)
+        steps.append(("rw", REGISTER_TABLE, first))
+        if rng.random() < 0.25:
+            steps.append(("rw", REGISTER_TABLE, (first + rng.randrange(1, REGISTERS)) % REGISTERS))
+        if rng.random() < 0.3:
+            steps.append(("a", rng.choice(SET_TABLES), _set_key(rng)))
+    return steps
+
+
+def _seed_registers(locations: Locations, url: str, journals: Path) -> None:
+    """Give every register a first version (a register written over nothing would conflict with nobody)."""
+    from spark_mergetree.txn import Transaction
+
+    journal = Journal(journals / "client-setup.journal")
+    coordinator = _coordinator(url)
+    table = _open(locations, REGISTER_TABLE, coordinator)
+    with Transaction(coordinator) as tx:
+        journal.write("H", json.dumps(["b", "setup", tx.tid, tx.snapshot]))
+        for key in range(REGISTERS):
+            journal.write("H", json.dumps(["op", "setup", ["w", REGISTER_TABLE, key, [key + 1]]]))
+            table.overwrite(pa.table({"k": pa.array([key], pa.uint64()), "pos": pa.array([0], pa.uint64()),
+                                      "v": pa.array([key + 1], pa.uint64())}),
+                            partition_overwrite_mode="dynamic", transaction=tx)
+    journal.write("H", json.dumps(["c", "setup", tx.csn]))
+    coordinator.close()
+
+
+def _history(journals: Path, coordinator: Any, locations: Locations) -> list[Any]:
+    """The clients' journals as a history; unknown outcomes asked of the coordinator; then a final
+    transaction that reads every table whole."""
+    from spark_mergetree.txn import Transaction, TxnState
+    from tests.history import Txn
+
+    txns: dict[str, Any] = {}
+    for path in sorted(journals.glob("client*.journal")):
+        process = path.stem
+        for line in path.read_text().splitlines():
+            if not line.startswith("H "):
+                continue
+            event = json.loads(line[2:])
+            local = event[1]
+            if event[0] == "b":
+                txns[local] = Txn(len(txns), process, [], "unknown", tid=event[2], snapshot=event[3])
+                continue
+            txn = txns.get(local)
+            if txn is None:
+                continue
+            if event[0] == "op":
+                op = event[2]
+                txn.ops.append((op[0], op[1], op[2], tuple(op[3]) if isinstance(op[3], list) else op[3]))
+            elif event[0] == "c":
+                txn.outcome, txn.csn = "ok", event[2]
+            elif event[0] == "f":
+                txn.outcome = "fail"
+            elif event[0] == "u":
+                txn.outcome = "unknown"
+    history = list(txns.values())
+    for txn in history:
+        if txn.outcome == "unknown" and txn.tid is not None:
+            try:
+                state, csn = coordinator.status(txn.tid)
+            except Exception:  # noqa: BLE001 - stays unknown
+                continue
+            txn.resolved = "committed" if state is TxnState.COMMITTED else (
+                "aborted" if state is TxnState.ABORTED else None)
+            if csn is not None:
+                txn.csn = csn
+    tables = {name: _open(locations, name, coordinator) for name in (*SET_TABLES, REGISTER_TABLE)}
+    keys = {(op[1], op[2]) for txn in history for op in txn.ops}
+    with Transaction(coordinator) as tx:
+        final = Txn(len(history), "final", [], "ok", tid=tx.tid, snapshot=tx.snapshot, final=True)
+        for name in SET_TABLES:
+            rows = tables[name].to_arrow(["k", "v"], transaction=tx)
+            per_key: dict[int, list[int]] = {}
+            for k, v in zip(rows.column("k").to_pylist(), rows.column("v").to_pylist()):
+                per_key.setdefault(k, []).append(v)
+            for key in sorted(set(per_key) | {k for t, k in keys if t == name}):
+                final.ops.append(("r", name, key, tuple(sorted(per_key.get(key, ())))))
+        rows = tables[REGISTER_TABLE].to_arrow(["k", "pos", "v"], transaction=tx)
+        registers: dict[int, list[tuple[int, int]]] = {}
+        for k, pos, v in zip(*(rows.column(c).to_pylist() for c in ("k", "pos", "v"))):
+            registers.setdefault(k, []).append((pos, v))
+        for key in sorted(registers):
+            final.ops.append(("rr", REGISTER_TABLE, key, tuple(v for _, v in sorted(registers[key]))))
+    history.append(final)
+    return history
+
+
+def _clients_done(journals: Path) -> int:
+    """Client transactions that ended (committed, failed or unknown) so far."""
+    done = 0
+    for path in journals.glob("client*.journal"):
+        with open(path, "rb") as handle:
+            data = handle.read()
+        done += data.count(b'H ["c"') + data.count(b'H ["f"') + data.count(b'H ["u"')
+    return done
+
+
 # ------------------------------------------------------------------------------------ harness
 
 
 @contextlib.contextmanager
 def _coordinator_service(config: TortureConfig, directory: Path) -> Iterator[tuple[str, Any]]:
+    if config.objstore:
+        with _object_store_service(config) as service:
+            yield service
+        return
     if not config.zookeeper:
         yield (directory / "coordinator").resolve().as_uri(), None
         return
@@ -260,6 +500,36 @@ def _coordinator_service(config: TortureConfig, directory: Path) -> Iterator[tup
         server.close()
 
 
+@contextlib.contextmanager
+def _object_store_service(config: TortureConfig) -> Iterator[tuple[str, Any]]:
+    """A moto S3 server behind a latency proxy; the object-store coordinator's URL. Every process of
+    the run (forked after this) reaches the server through the proxy (AWS_ENDPOINT_URL)."""
+    from spark_mergetree.txn.object_store import ObjectStoreCoordinator
+    from tests.latency_proxy import LatencyProxy
+    from tests.s3_server import S3Server
+
+    server = S3Server().start()
+    saved: dict[str, str | None] = {}
+    proxy = None
+    try:
+        proxy = LatencyProxy(server.endpoint, delay=config.latency, lifetime=config.seconds + 900,
+                             max_requests=10**9)
+        environment = dict(server.environment(), AWS_ENDPOINT_URL=proxy.endpoint)
+        saved = {name: os.environ.get(name) for name in environment}
+        os.environ.update(environment)
+        bucket = server.bucket()
+        yield ObjectStoreCoordinator.url_for(f"s3://{bucket}/torture", lease=3.0), proxy
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if proxy is not None:
+            proxy.close()
+        server.close()
+
+
 def _setup(root: Path, url: str) -> Locations:
     from spark_mergetree.catalog import Catalog
 
@@ -270,8 +540,12 @@ def _setup(root: Path, url: str) -> Locations:
                          settings=settings)
     for name in ("a", "b"):
         catalog.create_table(f"db.{name}", [("id", "UInt64"), ("amount", "Int64")], "id", settings=settings)
+    for name in SET_TABLES:
+        catalog.create_table(f"db.{name}", [("k", "UInt64"), ("v", "UInt64")], "(k, v)", settings=settings)
+    catalog.create_table(f"db.{REGISTER_TABLE}", [("k", "UInt64"), ("pos", "UInt64"), ("v", "UInt64")], "pos",
+                         partition_by="k", settings=settings)
     out = {}
-    for name in ("main", "a", "b"):
+    for name in ("main", "a", "b", *SET_TABLES, REGISTER_TABLE):
         info = catalog.table_info(f"db.{name}")
         out[name] = (str(info.data_path), info.statement)
     return out
@@ -287,20 +561,28 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
     rng = random.Random(config.seed)
     with _coordinator_service(config, directory) as (url, server):
         locations = _setup(root, url)
+        if config.clients:
+            _seed_registers(locations, url, journals)
         roles: dict[str, Callable[[Journal, random.Random, Any], None]] = {}
+        for k in range(config.clients):
+            roles[f"client{k}"] = lambda j, r, c: _client(locations, j, r, c, _INCARNATION)
         for k in range(config.writers):
             roles[f"writer{k}"] = lambda j, r, c, k=k: _writer(locations, j, r, c, k)
         for k in range(config.transfers):
             roles[f"transfer{k}"] = lambda j, r, c: _transfer(locations, j, r, c)
         for k in range(config.readers):
             roles[f"reader{k}"] = lambda j, r, c: _reader(locations, j, r, c)
-        roles["overwriter"] = lambda j, r, c: _overwriter(locations, j, r, c)
-        roles["optimizer"] = lambda j, r, c: _maintenance(locations, j, r, c, "optimize")
-        roles["cleaner"] = lambda j, r, c: _maintenance(locations, j, r, c, "cleanup")
+        if config.overwriters:
+            roles["overwriter"] = lambda j, r, c: _overwriter(locations, j, r, c)
+        roles["optimizer"] = lambda j, r, c: _maintenance(locations, j, r, c, "optimize", config.maintenance_pause)
+        roles["cleaner"] = lambda j, r, c: _maintenance(locations, j, r, c, "cleanup", config.maintenance_pause)
+
+        spawned = [0]
 
         def spawn(role: str) -> multiprocessing.process.BaseProcess:
+            spawned[0] += 1
             process = FORK.Process(target=_run_worker, args=(role, roles[role], str(journals), url,
-                                                             rng.randrange(1 << 30)), daemon=True)
+                                                             rng.randrange(1 << 30), spawned[0]), daemon=True)
             process.start()
             return process
 
@@ -308,10 +590,15 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
         deadline = time.monotonic() + config.seconds
         next_kill = time.monotonic() + rng.uniform(*config.kill_interval)
         next_outage = time.monotonic() + rng.uniform(*config.outage_interval)
+        next_count = time.monotonic() + 2.0
         try:
             while time.monotonic() < deadline:
                 time.sleep(0.05)
                 now = time.monotonic()
+                if config.max_transactions is not None and now >= next_count:
+                    next_count = now + 2.0
+                    if _clients_done(journals) >= config.max_transactions:
+                        break
                 if now >= next_kill:
                     victim = rng.choice([r for r in roles if not r.startswith("reader")])
                     os.kill(processes[victim].pid, signal.SIGKILL)
@@ -320,9 +607,14 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
                     report.kills += 1
                     next_kill = now + rng.uniform(*config.kill_interval)
                 if server is not None and now >= next_outage:
-                    server.stop()
-                    time.sleep(rng.uniform(*config.outage_length))
-                    server.start()
+                    if config.objstore:  # a latency spike: every request slow for a while
+                        server.delay = config.spike_latency
+                        time.sleep(rng.uniform(*config.outage_length))
+                        server.delay = config.latency
+                    else:
+                        server.stop()
+                        time.sleep(rng.uniform(*config.outage_length))
+                        server.start()
                     report.outages += 1
                     next_outage = time.monotonic() + rng.uniform(*config.outage_interval)
         finally:
@@ -331,7 +623,8 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
                     os.kill(process.pid, signal.SIGKILL)
                 process.join()
         log(f"workload done: {report.kills} kills, {report.outages} outages; verifying")
-        _verify(root, locations, url, journals, report)
+        _verify(root, locations, url, journals, report, history_path=directory / "history.jsonl"
+                if config.clients else None)
     return report
 
 
@@ -354,7 +647,8 @@ def _outcomes(lines: list[list[str]]) -> dict[int, str]:
     return states
 
 
-def _verify(root: Path, locations: Locations, url: str, journals: Path, report: TortureReport) -> None:
+def _verify(root: Path, locations: Locations, url: str, journals: Path, report: TortureReport,
+            history_path: Path | None = None) -> None:
     from spark_mergetree.format.part_info import PartInfo
     from tests.catalog.chdb_runner import rows as tsv_rows
     from tests.catalog.chdb_runner import run_chdb
@@ -370,6 +664,8 @@ def _verify(root: Path, locations: Locations, url: str, journals: Path, report: 
     deadline = time.monotonic() + 60
     while coordinator.running() and time.monotonic() < deadline:
         time.sleep(0.2)  # sessions of killed processes expire
+    if history_path is not None:
+        _check_history(journals, coordinator, locations, history_path, report)
     tables = {name: _open(locations, name, coordinator) for name in ("main", "a", "b")}
     try:
         for table in tables.values():
@@ -458,3 +754,26 @@ def _verify(root: Path, locations: Locations, url: str, journals: Path, report: 
         ours = sorted(zip(sums[name].column("id").to_pylist(), sums[name].column("amount").to_pylist()))
         if [(int(r[0]), int(r[1])) for r in tsv_rows(text)] != ours:
             violations.append(f"ClickHouse returns other rows than we do for db.{name}")
+
+
+def _check_history(journals: Path, coordinator: Any, locations: Locations, path: Path,
+                   report: TortureReport) -> None:
+    from tests.history import check, save
+
+    try:
+        history = _history(journals, coordinator, locations)
+    except Exception as error:  # noqa: BLE001 - an unreadable table is the finding
+        report.violations.append(f"history: the final read failed: {_describe(error)}")
+        return
+    save(history, path)
+    started = time.monotonic()
+    result = check(history)
+    report.checker_seconds = time.monotonic() - started
+    report.transactions = len(history)
+    for txn in history:
+        report.outcomes[txn.outcome] = report.outcomes.get(txn.outcome, 0) + 1
+    report.anomalies = {kind: count for kind, count in result.counts.items() if count}
+    report.history_check = result.summary()
+    report.invariants_checked += 1
+    for examples in result.examples.values():
+        report.violations.extend(f"history: {anomaly}" for anomaly in examples)
