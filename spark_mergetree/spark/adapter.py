@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,11 @@ from spark_mergetree.txn.table_log import table_dir_of
 # the planner, every task and commit(): the way that works wherever confs are restricted.
 TXN_CONF = "spark.mergetree.transaction"
 TXN_OPTION = "transaction"
+# The coordinator of writes that name none (`configure(builder, coordinator=...)` sets it, or
+# `spark.conf.set`). Spark's Python processes are started with the driver JVM's environment, so a
+# SPARK_MERGETREE_COORDINATOR set in the user's os.environ after the session started never reaches
+# them; this session conf reaches the write tasks, which carry it to the job's commit().
+COORDINATOR_CONF = "spark.mergetree.coordinator"
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,18 @@ def current_txn_from_task() -> TxnContext | None:
     if context is None:
         return None
     return TxnContext.parse(context.getLocalProperty(TXN_CONF), f"session conf {TXN_CONF!r}")
+
+
+def session_coordinator_for_task(ref: TableRef) -> TableRef:
+    """`ref` with the coordinator of the session that runs this task's job (conf COORDINATOR_CONF)
+    when the options name none."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    url = context.getLocalProperty(COORDINATOR_CONF) if context is not None else None
+    if ref.coordinator or not url or not url.strip():
+        return ref
+    return replace(ref, coordinator=url.strip())
 
 
 def txn_for_task(explicit: TxnContext | None) -> TxnContext | None:
@@ -512,6 +529,20 @@ def defaulted_columns(ref: TableRef) -> set[str]:
 # --------------------------------------------------------------------------------------- writing
 
 
+def start_job(ref: TableRef, tag: str, txn: TxnContext | None) -> None:
+    """On the driver, as a write job begins: register it with a lease its driver holds while it
+    runs (txn/job_lease.py), at the transaction's coordinator or the table's, so cleanup keeps what
+    its tasks stage for exactly as long as the job can still publish it. A table in object storage
+    has no job registrations: its tasks upload under final keys, which `cleanup()` judges."""
+    if ref.in_object_store:
+        return
+    from spark_mergetree.txn import job_lease
+
+    table = open_table(ref)
+    url = txn.coordinator if txn is not None else table.coordinator.url
+    job_lease.start(table.log.table_dir, url, tag, wait=False)
+
+
 def stage(ref: TableRef, data: pa.Table, tag: str) -> list[Any]:
     return list(open_table(ref).stage(data, tag))
 
@@ -522,6 +553,7 @@ def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None,
     table = open_table(ref)
     if txn is None:
         return list(table.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode))
+    _check_coordinator_of_transaction(ref, table, txn)
     job = _JobTransaction(txn)
     # Recorded first, so the owner finds every proposal this job writes (refused once it ended).
     job.coordinator.add_staged_table(txn.tid, json.dumps(asdict(ref), sort_keys=True))
@@ -534,6 +566,26 @@ def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None,
         job.withdraw()
         raise
     return names
+
+
+def _check_coordinator_of_transaction(ref: TableRef, table: Any, txn: TxnContext) -> None:
+    """A job of a transaction on another coordinator than the table's is refused, saying how the
+    table came to be bound to the other one and what to do."""
+    identity = table.log.identity() if not ref.in_object_store else None
+    bound = identity["coordinator"] if identity is not None else None
+    if bound is None or bound == txn.coordinator:
+        return
+    from spark_mergetree.txn import COORDINATOR_ENV
+
+    raise TransactionError(
+        f"{ref.describe()} is coordinated by {bound}, but transaction {txn.tid} runs on {txn.coordinator}: a "
+        f"transaction cannot span coordinators. Spark's processes take their default coordinator from the "
+        f"environment the Spark driver started with (${COORDINATOR_ENV}, else ~/.spark_mergetree/coordinator), "
+        f"not from os.environ changed after the SparkSession started, so a write outside a transaction may have "
+        f"bound the table to that default. Name the coordinator of every write: "
+        f"spark_mergetree.configure(SparkSession.builder, coordinator=url), spark.conf.set({COORDINATOR_CONF!r}, "
+        f"url) or .option('coordinator', url), or set ${COORDINATOR_ENV} before the session starts; this table "
+        f"stays on its coordinator: open its transactions with transaction(spark, coordinator={bound!r})")
 
 
 def discard(ref: TableRef, tag: str, keep: Iterable[Any] = ()) -> None:
@@ -729,7 +781,7 @@ def _merge_job(table: Any, tx: Any, groups: list[Any]) -> MergeJob:
     try:
         names = optimizing.group_result_names(table, groups)
         if groups and not table.parts_written_in_place:
-            table.log.register_job(tag)
+            table.log.register_job(tag, leases=[(tx.coordinator.url, tx.tid)])  # alive while tx runs
     except BaseException:
         tx.rollback()
         raise
@@ -829,7 +881,7 @@ def plan_mutation(ref: TableRef, assignments: Mapping[str, Any] | None, where: A
     tx, parts, candidates = mutations.begin(table, mutation, owner)
     tag = inserting.new_tag()
     try:
-        table.log.register_job(tag)
+        table.log.register_job(tag, leases=[(tx.coordinator.url, tx.tid)])  # alive while tx runs
     except BaseException:
         if owner is None:
             tx.rollback()

@@ -35,6 +35,8 @@ from spark_mergetree.jvm import (
     has_unix_socket_workers,
     submit_line,
 )
+from spark_mergetree.spark.adapter import COORDINATOR_CONF
+from spark_mergetree.txn.connect import COORDINATOR_ENV
 
 __all__ = ["ENABLED_CONF", "ENABLE_HINT", "EXTENSION_CLASS", "JAR_NAME", "JAR_PATH", "PUSHDOWN_CONF",
            "UNIX_SOCKET_CONF", "build_extension", "configure", "extension_jar"]
@@ -55,7 +57,7 @@ ENABLE_HINT = (
 
 
 def configure(builder: Any, *, extension: bool = True, filter_pushdown: bool = True,
-              unix_socket: bool = True) -> Any:
+              unix_socket: bool = True, coordinator: str | None = None) -> Any:
     """Add mergetree's settings to a `SparkSession.builder` (classic, or a local Spark Connect
     server started by `.remote("local[...]")`) and return it:
 
@@ -68,8 +70,17 @@ def configure(builder: Any, *, extension: bool = True, filter_pushdown: bool = T
     with the spark-submit arguments that start one with it. A Spark Connect client of a server
     started elsewhere cannot set these (static) settings either: the server must be started with
     them (docs/spark.md, "Spark Connect").
+
+    `coordinator` (a coordinator URL; by default $SPARK_MERGETREE_COORDINATOR as this process has it
+    now) becomes the session conf `spark.mergetree.coordinator`, the coordinator of every write that
+    names none: Spark's own processes see only the environment the driver JVM started with. On a
+    session that already runs, `configure(SparkSession.builder, coordinator=url).getOrCreate()`
+    sets it (or `spark.conf.set("spark.mergetree.coordinator", url)`).
     """
     options = _builder_options(builder)
+    url = coordinator or os.environ.get(COORDINATOR_ENV)
+    if url and (coordinator or COORDINATOR_CONF not in options):
+        builder = builder.config(COORDINATOR_CONF, url)
     if extension:
         jar = extension_jar()
         if jar is None:

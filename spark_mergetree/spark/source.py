@@ -26,9 +26,9 @@ import math
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -143,7 +143,9 @@ class MergeTreeDataSource(DataSource):
             subset = StructType([schema[name] for name in new_columns])
             adapter.add_columns(ref, clickhouse_columns(subset, set()))
             table_arrow = _written_schema(ref, schema)
-        return MergeTreeWriter(ref, table_arrow, "overwrite" if overwrite else "append", uuid.uuid4().hex,
+        tag = uuid.uuid4().hex
+        adapter.start_job(ref, tag, opts.transaction)
+        return MergeTreeWriter(ref, table_arrow, "overwrite" if overwrite else "append", tag,
                                opts.stage_rows, opts.partition_overwrite_mode, opts.transaction)
 
 
@@ -402,6 +404,7 @@ class MergeTreeCommitMessage(WriterCommitMessage):
     attempt: int
     staged: list[Any]
     txn: TxnContext | None
+    coordinator: str | None = None  # the session's (conf COORDINATOR_CONF), when the options name none
 
 
 class MergeTreeWriter(DataSourceArrowWriter):
@@ -422,6 +425,7 @@ class MergeTreeWriter(DataSourceArrowWriter):
         context = TaskContext.get()
         assert context is not None, "write() runs in a Spark task"
         txn = adapter.txn_for_task(self.txn)
+        ref = adapter.session_coordinator_for_task(self.ref)
         staged: list[Any] = []
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
@@ -437,14 +441,14 @@ class MergeTreeWriter(DataSourceArrowWriter):
                 if pending_rows >= self.stage_rows:
                     if writing is not None:
                         staged += writing.result()
-                    writing = pool.submit(adapter.stage, self.ref, pa.Table.from_batches(pending, self.table_arrow),
+                    writing = pool.submit(adapter.stage, ref, pa.Table.from_batches(pending, self.table_arrow),
                                           self.tag)
                     pending, pending_rows = [], 0
             if pending:
-                staged += adapter.stage(self.ref, pa.Table.from_batches(pending, self.table_arrow), self.tag)
+                staged += adapter.stage(ref, pa.Table.from_batches(pending, self.table_arrow), self.tag)
             if writing is not None:
                 staged += writing.result()
-        return MergeTreeCommitMessage(context.partitionId(), context.attemptNumber(), staged, txn)
+        return MergeTreeCommitMessage(context.partitionId(), context.attemptNumber(), staged, txn, ref.coordinator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         chosen: dict[int, MergeTreeCommitMessage] = {}
@@ -455,14 +459,26 @@ class MergeTreeWriter(DataSourceArrowWriter):
         if len(contexts) > 1:
             raise TransactionError(f"tasks of one write disagree on the transaction: {sorted(map(str, contexts))}")
         txn = next(iter(contexts), None)
+        ref = self._ref_of(chosen.values())
         staged = [part for message in chosen.values() for part in message.staged]
         try:
-            adapter.commit(self.ref, staged, self.mode, txn, self.partition_overwrite_mode)
+            adapter.commit(ref, staged, self.mode, txn, self.partition_overwrite_mode)
         except BaseException:
-            adapter.discard(self.ref, self.tag)
+            adapter.discard(ref, self.tag)
             raise
-        # Parts of failed or duplicate attempts were staged under the same tag: drop them.
-        adapter.discard(self.ref, self.tag, keep=staged)
+        # The job is over: ending it drops what failed, duplicate or killed attempts staged under its
+        # tag (and their unfinished tmp_ directories), and what a late attempt stages after this.
+        adapter.discard(ref, self.tag, keep=staged)
+
+    def _ref_of(self, messages: Iterable[MergeTreeCommitMessage]) -> TableRef:
+        """The table's ref with the session's coordinator the tasks saw (the options' wins)."""
+        urls = {message.coordinator for message in messages if message.coordinator}
+        if self.ref.coordinator or not urls:
+            return self.ref
+        if len(urls) > 1:
+            raise TransactionError(f"tasks of one write saw different coordinators in {adapter.COORDINATOR_CONF!r}: "
+                                   f"{sorted(urls)}")
+        return replace(self.ref, coordinator=urls.pop())
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         adapter.discard(self.ref, self.tag)

@@ -78,16 +78,23 @@ def driver_process() -> int:
 
 
 def start(table_dir: str | os.PathLike[str], coordinator_url: str, tag: str, *, driver: int | None = None,
-          timeout: float = READY_TIMEOUT) -> int:
+          wait: bool = True, timeout: float = READY_TIMEOUT) -> int | None:
     """Start the keeper of job `tag`'s lease (watching process `driver`, by default the Spark
-    driver this process belongs to) and return its tid once the job is registered with it.
+    driver this process belongs to) and, with `wait`, return its tid once the job is registered
+    with it.
 
-    Raises TransactionError naming the table and the cause if the keeper cannot register the job
-    within `timeout` seconds (it is then stopped)."""
+    Without `wait` it returns None at once (a Spark write does not wait the half second the keeper
+    takes to start: its tasks' registrations, made meanwhile, are replaced by the keeper's, and a
+    keeper that fails says why on the standard error, Spark's driver log). With `wait`, raises
+    TransactionError naming the table and the cause if the keeper cannot register the job within
+    `timeout` seconds (it is then stopped)."""
     driver = driver_process() if driver is None else driver
     command = [sys.executable, "-m", "spark_mergetree.txn.job_lease", os.fspath(table_dir), coordinator_url, tag,
                str(driver)]
-    keeper = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
+    keeper = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if wait else subprocess.DEVNULL,
+                              start_new_session=True)
+    if not wait:
+        return None
     assert keeper.stdout is not None
     line = b""
     deadline = time.monotonic() + timeout
@@ -120,7 +127,7 @@ def hold(table_dir: str, coordinator_url: str, tag: str, driver: int) -> int:
         coordinator = coordinator_from_url(coordinator_url)
         tid = coordinator.begin().tid
     except Exception as error:  # noqa: BLE001 - reported to the planner, which raises it
-        print(f"error {type(error).__name__}: {error}", flush=True)
+        _report(tag, table_dir, error)
         return 1
     try:
         try:
@@ -128,12 +135,12 @@ def hold(table_dir: str, coordinator_url: str, tag: str, driver: int) -> int:
                 raise TransactionError(f"the driver process {driver} is not running")
             log.register_job(tag, leases=[(coordinator_url, tid)])
         except Exception as error:  # noqa: BLE001 - reported to the planner, which raises it
-            print(f"error {type(error).__name__}: {error}", flush=True)
+            _report(tag, table_dir, error)
             return 1
         print(f"ready {tid}", flush=True)
         _quiet_stdout()
         renewed = time.monotonic()
-        while log.job_registered(tag) and process_start(driver) == driver_started:
+        while log.job_leased(tag) and process_start(driver) == driver_started:
             time.sleep(POLL_SECONDS)
             if time.monotonic() - renewed >= RENEW_SECONDS:
                 tid = _renew(log, coordinator, coordinator_url, tag, tid)
@@ -160,6 +167,14 @@ def _renew(log: TableLog, coordinator: Coordinator, url: str, tag: str, tid: int
     except TransactionError:
         pass  # ended meanwhile: the registration is gone or dead either way
     return fresh
+
+
+def _report(tag: str, table_dir: str, error: Exception) -> None:
+    """A keeper that could not take its lease: one line for a waiting `start`, one on the standard
+    error for the driver's log."""
+    print(f"error {type(error).__name__}: {error}", flush=True)
+    print(f"spark_mergetree: the lease of write job {tag} of {table_dir} could not start: "
+          f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
 
 def _quiet_stdout() -> None:

@@ -10,8 +10,8 @@ Files (see format_spec/transactions.md):
   .lock              flock: shared for readers; exclusive for publishing parts (naming them in a
                      pending entry, then renaming them into place), checkpoint, recover, cleanup
   ../jobs/<tag>.json a write job that stages parts with no transaction yet (a Spark job): while it
-                     is registered and its driver's lease runs (see `register_job`), its staged
-                     directories are not garbage; `<tag>.ended` marks a job that ended
+                     is registered and its driver's lease (`<tag>.lease`) runs (see `register_job`),
+                     its staged directories are not garbage; `<tag>.ended` marks a job that ended
 
 The log also decides who owns a part directory. A part directory no entry names is another
 writer's: a ClickHouse server on the same directory (a catalog root, or a table attached to it)
@@ -753,9 +753,9 @@ class TableLog:
         holds open while the job runs (`txn/job_lease.py` for a Spark job; a distributed OPTIMIZE or
         mutation names the transaction it commits in). The job's staged directories are then kept
         exactly as long as one of them runs at its coordinator: a driver that died, or a job that
-        ended, leaves garbage, a long job loses nothing. A task staging for it (no `leases`) keeps
-        that record. A job no driver registered with a lease is kept while it staged within
-        `STAGED_LIFETIME` (each task's staging renews it)."""
+        ended, leaves garbage, a long job loses nothing. A task staging for it (no `leases`)
+        records its own activity beside the lease, never over it. A job no driver registered with a
+        lease is kept while it staged within `STAGED_LIFETIME` (each task's staging renews it)."""
         if not _JOB_TAG.fullmatch(tag):
             raise InvalidOptionError(f"job tag {tag!r} must be 1 to 64 letters and digits, and not "
                                      "t<number> (the names of transaction-owned parts)")
@@ -763,11 +763,10 @@ class TableLog:
             raise TransactionError(f"write job {tag!r} of {self.table_dir} has ended (it committed, gave up, or "
                                    "its driver is gone): a late task of it stages nothing")
         record: dict[str, Any] = {"tag": tag, "active": time.time()}
-        if leases:
-            record["leases"] = [{"coordinator": url, "tid": int(tid)} for url, tid in leases]
-        elif (self._job_record(tag) or {}).get("leases"):
-            return  # its driver's lease keeps it
         path = self._job_path(tag)
+        if leases:  # in a file of its own: a task's registration never replaces it
+            record["leases"] = [{"coordinator": url, "tid": int(tid)} for url, tid in leases]
+            path = path.with_suffix(".lease")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomically(path, json.dumps(record).encode(), sync_directory=False)
 
@@ -780,24 +779,28 @@ class TableLog:
         ended.parent.mkdir(parents=True, exist_ok=True)
         ended.touch()
         self._job_path(tag).unlink(missing_ok=True)
+        self._job_path(tag).with_suffix(".lease").unlink(missing_ok=True)
 
     def job_ended(self, tag: str) -> bool:
         """Whether job `tag` ended (`end_job`) within the job lifetime."""
         return self._job_path(tag).with_suffix(".ended").exists()
 
-    def job_registered(self, tag: str) -> bool:
-        """Whether job `tag` is registered and has not ended (what its lease holder watches)."""
-        return not self.job_ended(tag) and self._job_path(tag).exists()
+    def job_leased(self, tag: str) -> bool:
+        """Whether job `tag` is registered with a lease and has not ended (what its holder watches)."""
+        return not self.job_ended(tag) and self._job_path(tag).with_suffix(".lease").exists()
 
     def _job_record(self, tag: str) -> dict[str, Any] | None:
-        """The job's registration; None if there is none, {} if it cannot be read."""
-        try:
-            record = json.loads(self._job_path(tag).read_bytes())
-        except FileNotFoundError:
-            return None
-        except ValueError:
-            return {}
-        return record if isinstance(record, dict) else {}
+        """The job's registration (its driver's lease if it has one); None if there is none, {} if
+        it cannot be read."""
+        for path in (self._job_path(tag).with_suffix(".lease"), self._job_path(tag)):
+            try:
+                record = json.loads(path.read_bytes())
+            except FileNotFoundError:
+                continue
+            except ValueError:
+                return {}
+            return record if isinstance(record, dict) else {}
+        return None
 
     def job_alive(self, tag: str, lifetime: float = STAGED_LIFETIME, leases: LeaseStates | None = None) -> bool:
         """Whether job `tag` may still publish what it staged: registered, and one of its leases
@@ -819,10 +822,10 @@ class TableLog:
 
     def _forget_finished_jobs(self, lifetime: float, leases: LeaseStates) -> None:
         try:
-            tags = [p.stem for p in (self.table_dir / JOBS_DIRECTORY).glob("*.json")]
+            tags = {p.stem for p in (self.table_dir / JOBS_DIRECTORY).iterdir() if p.suffix in (".json", ".lease")}
         except FileNotFoundError:
             return
-        for tag in tags:
+        for tag in sorted(tags):
             if not self.job_alive(tag, lifetime, leases):
                 self.end_job(tag)
         now = time.time()
@@ -890,7 +893,6 @@ class TableLog:
             raise SerializationError(f"part {name!r} of {self.table_dir} exists and the table's log does not name it "
                                      "(another writer, such as a ClickHouse server on the same directory, placed it); "
                                      "adopt_directory_parts() takes it in")
-
 
     def recover(self, coordinator: Coordinator, job_lifetime: float = STAGED_LIFETIME) -> RecoveryReport:
         """Finalize entries whose transaction committed; roll back aborted or dead ones with the

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from spark_mergetree.errors import TransactionError
-from spark_mergetree.txn import Coordinator, TableLog, TxnState
-from spark_mergetree.txn import job_lease
+from spark_mergetree.txn import Coordinator, TableLog, TxnState, job_lease
 from spark_mergetree.txn.table_log import JOBS_DIRECTORY, STAGED_LIFETIME
 from tests.txn.conftest import write_part
 
@@ -41,13 +40,13 @@ def _stage_leftovers(table: Path, tag: str) -> list[str]:
     return names
 
 
-def _age_registration(table: Path, tag: str) -> dict:
+def _age_registration(table: Path, tag: str) -> None:
     """The job's registration as if its tasks last staged two hours ago (past the old lifetime)."""
     path = table / JOBS_DIRECTORY / f"{tag}.json"
     record = json.loads(path.read_bytes())
     record["active"] = time.time() - TWO_HOURS
     path.write_text(json.dumps(record))
-    return record
+    assert time.time() - record["active"] > STAGED_LIFETIME
 
 
 def _wait_until_ended(coordinator: Coordinator, tid: int, seconds: float = 60.0) -> TxnState:
@@ -69,10 +68,10 @@ def test_a_job_keeps_its_staged_parts_while_its_driver_lives_and_loses_them_when
         tid = job_lease.start(table, coordinator_url, "job1", driver=driver.pid)
         assert coordinator.status(tid)[0] is TxnState.RUNNING
         names = _stage_leftovers(table, "job1")
-        log.register_job("job1")  # a task staging for the job keeps its driver's lease
-        record = _age_registration(table, "job1")
-        assert record["leases"] == [{"coordinator": coordinator_url, "tid": tid}]
-        assert time.time() - record["active"] > STAGED_LIFETIME
+        log.register_job("job1")  # a task staging for the job: its driver's lease stays
+        _age_registration(table, "job1")
+        lease = json.loads((table / JOBS_DIRECTORY / "job1.lease").read_bytes())
+        assert lease["leases"] == [{"coordinator": coordinator_url, "tid": tid}]
 
         log.cleanup(coordinator)
         log.recover(coordinator)
