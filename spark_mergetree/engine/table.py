@@ -30,7 +30,7 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 import pyarrow as pa
 
-from spark_mergetree.engine import background, clickhouse_ddl, engines, staging
+from spark_mergetree.engine import background, clickhouse_ddl, engines, patch_versions, staging
 from spark_mergetree.engine import check as checking
 from spark_mergetree.engine import clone as cloning
 from spark_mergetree.engine import commit as committing
@@ -403,6 +403,21 @@ class MergeTreeTable:
         """The table's active patch parts, opened (refused if this version cannot apply them)."""
         return self.patch_set(self.patch_part_names())
 
+    def patches_at(self, snapshot: int | None) -> PatchSet:
+        """The patch parts a read at `snapshot` applies: those of UPDATEs our log saw by then
+        (engine/patch_versions.py); every active one for the latest state (None) and in a table our
+        log does not keep yet."""
+        names = self.patch_part_names()
+        if snapshot is None or not names or self.log.identity() is None:
+            return self.patch_set(names)
+        return self.patch_set(patch_versions.visible_at(self.store.list_parts(), patch_versions.recorded(self.path),
+                                                        snapshot))
+
+    def record_patches(self) -> None:
+        """Record when our log first saw each patch part in the directory (engine/patch_versions.py)."""
+        if self.patch_part_names() or (self.path / patch_versions.FILE).exists():
+            patch_versions.record(self.path, self.log, self.coordinator, self.store.list_parts())
+
     def refuse_if_patched(self, parts: Iterable[str], action: str) -> None:
         """UnsupportedError, before anything is written, if a patch part changes rows of one of
         `parts`: `action` (a rewrite that does not apply patches) would give their rows a data
@@ -437,6 +452,7 @@ class MergeTreeTable:
         first, leaving the directory as it is."""
         if self.metadata.ttl_refusal is not None:
             raise UnsupportedError(f"table {self.metadata.definition.name!r}: {self.metadata.ttl_refusal}")
+        self.record_patches()  # (before the adoption: a table ClickHouse wrote has its patches since csn 0)
         if not self.log.has_history():
             parts = self.directory_parts()
             return sorted(parts) if self.log.adopt(parts) else []
@@ -465,6 +481,8 @@ class MergeTreeTable:
             # Never written through a transaction: a ClickHouse-made table or an empty new one.
             return None, self.directory_parts()
         coordinator = self.coordinator
+        if snapshot is None:
+            self.record_patches()  # an UPDATE not seen yet commits now, before the latest snapshot
         csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
         return csn, self.log.snapshot(csn, coordinator)
 
@@ -503,10 +521,12 @@ class MergeTreeTable:
                   parts: set[str] | None = None,
                   target_rows: int = selecting.DEFAULT_TARGET_ROWS,
                   use_skip_indexes: bool = True) -> selecting.ReadPlan:
-        """Which parts and granule ranges a read touches, cut into ReadTasks of ~target_rows rows."""
+        """Which parts and granule ranges a read touches, cut into ReadTasks of ~target_rows rows.
+        With `parts` (a plan over parts chosen before), `snapshot` is the snapshot they were chosen
+        at: it decides which lightweight UPDATEs apply (`patches_at`)."""
         self._columns(columns)
         predicate = selecting.bind_where(where, self.metadata.column_types)
-        csn, visible = (None, parts) if parts is not None else self.visible_parts(
+        csn, visible = (snapshot, parts) if parts is not None else self.visible_parts(
             snapshot=snapshot, transaction=transaction)
         plan = selecting.ReadPlan(csn, str(where) if where is not None else None)
         meta = self.metadata
@@ -514,7 +534,7 @@ class MergeTreeTable:
                        key=lambda pair: (pair[0].partition_id, pair[0].min_block))
         infos = [info for info, _ in named]
         readers = [self.reader(name) for _, name in named]
-        patches = self.active_patches()
+        patches = self.patches_at(csn)
         # A skip index describes a column's values before the UPDATEs: it cannot rule out a patched granule.
         indexes = [index for index in meta.skip_indexes if not set(index.columns) & patches.columns]
         plan.parts = selecting.plan_parts(readers, infos, predicate, meta.partition_key, meta.primary_key_types,
@@ -665,8 +685,8 @@ class MergeTreeTable:
 
     def parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> list[PartSummary]:
         """The visible parts, like ClickHouse's system.parts."""
-        _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
-        patches = self.active_patches()
+        csn, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
+        patches = self.patches_at(csn)
         out = []
         for name in sorted(visible, key=lambda n: (PartInfo.parse(n).partition_id, PartInfo.parse(n).min_block)):
             info = PartInfo.parse(name)
@@ -680,8 +700,8 @@ class MergeTreeTable:
     def count(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> int:
         """Rows a read returns (rows a ClickHouse lightweight DELETE removed are not counted; a
         lightweight UPDATE changes no count, a DELETE in `lightweight_update_force` mode does)."""
-        _, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
-        patches = self.active_patches()
+        csn, visible = self.visible_parts(snapshot=snapshot, transaction=transaction)
+        patches = self.patches_at(csn)
         return sum(patches.existing_rows(self.reader(p), patches.for_part(p)) for p in visible)
 
     # ------------------------------------------------------------------ writing

@@ -423,7 +423,8 @@ def visible_rows(ref: TableRef, parts: PartSets) -> int:
 
 def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, parts: PartSets) -> PlannedRead:
     table = open_table(ref)
-    read_plan = table.plan_read(columns, where, parts=set(parts.known), target_rows=target_rows)
+    read_plan = table.plan_read(columns, where, parts=set(parts.known), snapshot=parts.snapshot,
+                                target_rows=target_rows)
     counted = [p for p in read_plan.parts if p.part in parts.visible]
     return PlannedRead(list(read_plan.tasks), sum(p.granules for p in counted),
                        sum(p.granules_read for p in counted))
@@ -431,7 +432,7 @@ def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, parts:
 
 def final_tasks(ref: TableRef, parts: PartSets, where: Any) -> list[list[Any]]:
     """The read tasks of a FINAL read over the parts a plan covers, in groups merged together."""
-    return open_table(ref).final_tasks(where, parts=set(parts.known))
+    return open_table(ref).final_tasks(where, parts=set(parts.known), snapshot=parts.snapshot)
 
 
 def read_final(ref: TableRef, tasks: Sequence[Any], columns: list[str], where: Any) -> Iterator[pa.RecordBatch]:
@@ -494,6 +495,18 @@ def visible_for_task(ref: TableRef, parts: PartSets, txn: TxnContext | None) -> 
             f"{ref.describe()}: transaction {txn.tid} sees parts {sorted(unplanned)[:5]} that did not exist when "
             "this DataFrame was planned; load it again inside the transaction")
     return visible
+
+
+def tasks_in_view(ref: TableRef, tasks: Sequence[Any], parts: PartSets, txn: TxnContext | None) -> list[Any]:
+    """A task's read tasks with the lightweight UPDATEs its view applies: inside a transaction, those
+    committed before its snapshot (engine `patches_at`), not the planning snapshot's."""
+    if txn is None or parts.time_travel:
+        return list(tasks)
+    table = open_table(ref)
+    if table.log.identity() is None:
+        return list(tasks)
+    patches = table.patches_at(txn.snapshot)
+    return [replace(task, patches=patches.for_part(task.part) if patches else ()) for task in tasks]
 
 
 def read(ref: TableRef, tasks: Sequence[Any], columns: list[str], where: Any) -> Iterator[pa.RecordBatch]:

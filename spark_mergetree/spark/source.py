@@ -260,8 +260,10 @@ class MergeTreeReader(DataSourceReader):
 
     def read(self, partition: MergeTreePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         _freeze_worker_heap(self.ref)
-        visible = adapter.visible_for_task(self.ref, partition.parts, adapter.txn_for_task(self.opts.transaction))
-        tasks = [task for task in partition.tasks if task.part in visible]
+        txn = adapter.txn_for_task(self.opts.transaction)
+        visible = adapter.visible_for_task(self.ref, partition.parts, txn)
+        tasks = adapter.tasks_in_view(self.ref, [task for task in partition.tasks if task.part in visible],
+                                      partition.parts, txn)
         # Batches of small parts are handed over together: Spark pays per batch, not per row only.
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
