@@ -276,14 +276,21 @@ class TableMetadata:
             raise UnsupportedError(f"table {self.definition.name!r}: {refusal}")
         return rules
 
-    def ttl_of(self, rows: Callable[[list[str]], pa.Table]) -> bytes | None:
-        """The `ttl.txt` of the table's TTL rules over a part's rows (`rows(names)`: those columns
-        of them; expressions/ttl.py), None when the table has no TTL."""
-        return ttl_file(self._writable_ttl_rules(), rows, self.column_types)
+    @property
+    def ttl_rules(self) -> list[TTLRule]:
+        """The table's TTL rules (UnsupportedError when parts written here could not record them)."""
+        return self._writable_ttl_rules()
 
-    def with_ttl(self, files: PartFiles, rows: Callable[[list[str]], pa.Table]) -> PartFiles:
+    def ttl_of(self, rows: Callable[[list[str]], pa.Table], expired_at: int | None = None) -> bytes | None:
+        """The `ttl.txt` of the table's TTL rules over a part's rows (`rows(names)`: those columns
+        of them; expressions/ttl.py), None when the table has no TTL. `expired_at`: the rows are
+        what a merge at that time kept (column rules count the values it did not reset)."""
+        return ttl_file(self._writable_ttl_rules(), rows, self.column_types, expired_at)
+
+    def with_ttl(self, files: PartFiles, rows: Callable[[list[str]], pa.Table],
+                 expired_at: int | None = None) -> PartFiles:
         """A finished part's files with its `ttl.txt` (`ttl_of`)."""
-        data = self.ttl_of(rows)
+        data = self.ttl_of(rows, expired_at)
         return files if data is None else files.with_file(TTL_FILE, data)
 
     def with_merged_ttl(self, files: PartFiles, sources: Sequence[bytes | None]) -> PartFiles:

@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spark_mergetree.engine import ttl_merge
 from spark_mergetree.engine.merge import SPILL_PREFIX, MergeCandidate
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.format.part_reader import PartReader
@@ -78,8 +79,15 @@ def with_data_version(table: MergeTreeTable, candidate: MergeCandidate) -> Merge
 
 @contextmanager
 def merge_sources(table: MergeTreeTable, parts: Sequence[str]) -> Iterator[list[PartReader]]:
-    """Readers of the parts a merge takes, in order: a part that patches change is read from a
-    temporary copy with them applied (valid inside the `with` block), any other from the table."""
+    """Readers of the parts a merge takes, in order (valid inside the `with` block): a part that
+    patches change is read from a temporary copy with them applied, then one whose TTL is due from a
+    copy without what the merge expires (engine/ttl_merge.py), any other from the table."""
+    with _patched_sources(table, parts) as readers, ttl_merge.expire_sources(table, readers) as kept:
+        yield kept
+
+
+@contextmanager
+def _patched_sources(table: MergeTreeTable, parts: Sequence[str]) -> Iterator[list[PartReader]]:
     patched = patched_parts(table, parts)
     if not patched:
         yield [table.reader(part) for part in parts]

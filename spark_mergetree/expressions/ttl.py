@@ -39,7 +39,7 @@ from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.predicate import bind, evaluate, evaluate_value, parse_expression
 from spark_mergetree.format.zones import local_instants, wall_clock
 
-__all__ = ["TTLRule", "ttl_rules", "ttl_times", "ttl_file", "TTL_FILE", "merged_ttl_file"]
+__all__ = ["TTLRule", "ttl_rules", "ttl_times", "ttl_file", "TTL_FILE", "merged_ttl_file", "expiring"]
 
 TTL_FILE = "ttl.txt"
 _HEADER = "ttl format version: 1\n"
@@ -175,8 +175,10 @@ def _calendar_moved(days: np.ndarray, unit: str, count: int) -> np.ndarray:
 
 
 def ttl_file(rules: Sequence[TTLRule], rows: Callable[[list[str]], pa.Table],
-             column_types: Mapping[str, str]) -> bytes | None:
-    """The `ttl.txt` of a part whose rows `rows(names)` gives (those columns), None without rules."""
+             column_types: Mapping[str, str], expired_at: int | None = None) -> bytes | None:
+    """The `ttl.txt` of a part whose rows `rows(names)` gives (those columns), None without rules.
+    `expired_at` (a merge that applied the TTL at that time): a column rule counts only the rows
+    whose values it kept, as ClickHouse's merge counts them (the reset ones hold defaults now)."""
     if not rules:
         return None
     needed = sorted({name for r in rules for text in (r.expression, r.condition or "")
@@ -189,10 +191,18 @@ def ttl_file(rules: Sequence[TTLRule], rows: Callable[[list[str]], pa.Table],
         if rule.condition is not None:  # only the rows the condition holds for (NULL: it does not)
             holds = evaluate(bind(parse_expression(rule.condition), dict(column_types)), table)
             times = times[np.asarray(holds.fill_null(False), bool)]
+        if expired_at is not None and rule.section == "columns":
+            times = times[(times == 0) | (times > expired_at)]
         nonzero = times[times != 0]
         infos[(rule.section, rule.column or rule.expression)] = (
             int(nonzero.min()) if len(nonzero) else 0, int(times.max()) if len(times) else 0)
     return _format(infos)
+
+
+def expiring(data: bytes | None, now: int, sections: Sequence[str] = ("table", "rows_where", "columns")) -> bool:
+    """Whether a part's `ttl.txt` says some of its rows expired by `now` under a rule of `sections`
+    (its least time is due: ClickHouse's merge then applies that rule to the part's rows)."""
+    return any(section in sections and 0 < low <= now for (section, _), (low, _high) in _parse(data).items())
 
 
 def merged_ttl_file(sources: Sequence[bytes | None]) -> bytes | None:
