@@ -72,9 +72,11 @@ def main() -> int:
         started = time.monotonic()
         try:
             report = run_torture(directory / "run", config)
+        except Exception as error:  # noqa: BLE001 - a round that breaks is a finding; the next one starts
+            report = TortureReport(violations=[f"round failed: {error!r}"[:3000]])
+        finally:
             if keep and (directory / "run" / "history.jsonl").exists():
                 shutil.copy(directory / "run" / "history.jsonl", keep / f"{backend}-round-{rounds + 1}.jsonl")
-        finally:
             shutil.rmtree(directory, ignore_errors=True)
         rounds += 1
         faults = "ZooKeeper restarts" if backend == "zookeeper" else (

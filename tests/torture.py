@@ -236,6 +236,8 @@ def _transfer(root: Locations, journal: Journal, rng: random.Random, coordinator
 def _maintenance(root: Locations, journal: Journal, rng: random.Random, coordinator: Any, job: str,
                  pause: tuple[float, float] = (0.0, 0.2)) -> None:
     tables = [_open(root, name, coordinator) for name in ("main", "a", "b", *SET_TABLES)]
+    if job == "cleanup":
+        tables.append(_open(root, REGISTER_TABLE, coordinator))
     while True:
         table = rng.choice(tables)
         try:
@@ -670,6 +672,8 @@ def _verify(root: Path, locations: Locations, url: str, journals: Path, report: 
     try:
         for table in tables.values():
             table.cleanup()
+        for name in (*SET_TABLES, REGISTER_TABLE):  # ClickHouse (below) loads these tables too
+            _open(locations, name, coordinator).cleanup()
         main_rows = tables["main"].to_arrow(["id", "p"])
     except Exception as error:  # noqa: BLE001 - an unreadable table is the finding
         violations.append(f"tables unreadable after the run: {error!r}")
