@@ -64,9 +64,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _long_files_first(items)
     if not (config.getoption(CONNECT_OPTION) or config.getoption(SPARK_ONLY_OPTION)):
         return
+    spark_layer = REPO_ROOT / "tests" / "spark"
+
     def runs_on_the_session(item: pytest.Item) -> bool:
-        # `own_session`: the test needs the shared session only to exist; it runs a session of its own.
-        return ("spark" in getattr(item, "fixturenames", ())
+        # The runs on Spark Connect and on the oldest PySpark re-run the Spark layer's own tests
+        # (tests/spark/); the documentation's and the storage backends' tests that drive Spark run
+        # once, on the newest PySpark. `own_session`: the test needs the shared session only to
+        # exist; it runs a session of its own (not through Connect).
+        return ("spark" in getattr(item, "fixturenames", ()) and item.path.is_relative_to(spark_layer)
                 and not (config.getoption(CONNECT_OPTION) and item.get_closest_marker("own_session")))
 
     selected = [item for item in items if runs_on_the_session(item)]
