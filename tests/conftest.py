@@ -260,3 +260,15 @@ def zookeeper() -> Iterator[object]:
     server = ZooKeeperServer().start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A Spark standalone cluster for one test module (tests/spark_cluster.py): a master on 127.0.0.1
+    and two one-core workers, on 127.0.0.1 and 127.0.0.2; every process it started (executors too)
+    is stopped by its pid at the end of the module."""
+    from tests.spark_cluster import SparkCluster
+
+    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    yield cluster
+    cluster.stop()

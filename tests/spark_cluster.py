@@ -196,7 +196,7 @@ class SparkCluster:
         except OSError:
             return []
 
-    def start(self, timeout: float = 90.0) -> SparkCluster:
+    def start(self, timeout: float = 180.0) -> SparkCluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.master = self._spawn("master", "127.0.0.1", [
             MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.webui_port)])
@@ -241,7 +241,7 @@ class SparkCluster:
                     found.append((pid, app, host))
         return found
 
-    def wait_for_executors(self, app_id: str, count: int, timeout: float = 60.0) -> list[tuple[int, str, str]]:
+    def wait_for_executors(self, app_id: str, count: int, timeout: float = 120.0) -> list[tuple[int, str, str]]:
         deadline = time.monotonic() + timeout
         while True:
             running = self.executors(app_id)
@@ -284,7 +284,7 @@ class Application:
 
     def __init__(self, name: str, directory: Path, *, master: str | None = None, remote: str | None = None,
                  confs: dict[str, str] | None = None, env: dict[str, str] | None = None,
-                 timeout: float = 120.0) -> None:
+                 timeout: float = 180.0) -> None:
         self.name = name
         self.log = directory / f"{name}.log"
         config = {"master": master, "remote": remote, "app_name": name, "confs": confs or {}}
@@ -328,7 +328,7 @@ class Application:
             raise ApplicationError(f"{self.name}: {what} failed:\n{answer['error']}")
         return answer["result"]
 
-    def call(self, function: str, timeout: float = 120.0, **kwargs: Any) -> Any:
+    def call(self, function: str, timeout: float = 180.0, **kwargs: Any) -> Any:
         with self._lock:
             assert self.process.stdin is not None
             self.process.stdin.write(json.dumps({"call": function, "kwargs": kwargs}) + "\n")
@@ -356,7 +356,7 @@ class ConnectServer:
     `start-connect-server.sh` runs it), with mergetree's settings (`mergetree spark-submit-args`),
     listening on 127.0.0.1 only."""
 
-    def __init__(self, cluster: SparkCluster, directory: Path, confs: dict[str, str], timeout: float = 120.0) -> None:
+    def __init__(self, cluster: SparkCluster, directory: Path, confs: dict[str, str], timeout: float = 180.0) -> None:
         from spark_mergetree import jvm
 
         self.port = free_port()
