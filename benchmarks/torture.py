@@ -41,6 +41,8 @@ def main() -> int:
     parser.add_argument("--transactions", type=int, default=None,
                         help="stop once the history clients ended this many transactions")
     parser.add_argument("--clients", type=int, default=3, help="history clients (0: the invariant-only mix)")
+    parser.add_argument("--log-clients", type=int, default=0,
+                        help="history clients on the transaction layer alone (dummy parts: many more transactions)")
     parser.add_argument("--writers", type=int, default=1)
     parser.add_argument("--transfers", type=int, default=1)
     parser.add_argument("--readers", type=int, default=0)
@@ -64,10 +66,10 @@ def main() -> int:
         seconds = max(10.0, min(args.round_seconds, deadline - time.monotonic()))
         left = None if args.transactions is None else args.transactions - totals.transactions
         config = TortureConfig(seconds=seconds, writers=args.writers, transfers=args.transfers, readers=args.readers,
-                               clients=args.clients, zookeeper=backend == "zookeeper", objstore=backend == "objstore",
+                               clients=args.clients, log_clients=args.log_clients, zookeeper=backend == "zookeeper", objstore=backend == "objstore",
                                seed=args.seed + rounds, kill_interval=tuple(args.kill_every), latency=args.latency,
                                outage_interval=(5.0, 12.0), max_transactions=left,
-                               maintenance_pause=(0.3, 1.0) if args.clients else (0.0, 0.2))
+                               maintenance_pause=(0.3, 1.0) if args.clients or args.log_clients else (0.0, 0.2))
         directory = Path(tempfile.mkdtemp(prefix="mergetree-torture-", dir=args.data_dir))
         started = time.monotonic()
         try:

@@ -66,6 +66,7 @@ class TortureConfig:
     outage_length: tuple[float, float] = (0.3, 1.5)
     seed: int = 1
     clients: int = 0  # history clients (see the module's docstring)
+    log_clients: int = 0  # history clients on the transaction layer alone (`_log_client`)
     overwriters: int = 1
     objstore: bool = False  # the object-store coordinator, behind a latency proxy
     latency: float = 0.005  # seconds added to every object-store request
@@ -391,6 +392,105 @@ def _plan(rng: random.Random) -> list[tuple[str, str, int]]:
     return steps
 
 
+LOG_TABLES = {"s0": "l0", "s1": "l1", REGISTER_TABLE: "lreg"}  # what the log clients call the tables
+LOG_VALUES = 10**15  # log clients' values: LOG_VALUES + block * 4 + the table's number
+
+
+def _log_value(name: str, block: int) -> int:
+    return LOG_VALUES + block * 4 + sorted(LOG_TABLES.values()).index(name)
+
+
+def _log_read(tx: Any, directory: Path, name: str, key: int) -> tuple[str | None, list[int]]:
+    """(a part of the key, the key's values): set tables hold one part per value, named
+    `<key>_<block>_<block>_0`; a register's part holds its list in the marker file."""
+    from tests.txn.conftest import MARKER
+
+    prefix = f"{key}_"
+    parts = sorted(p for p in tx.visible_parts(directory / name) if p.startswith(prefix))
+    if name != LOG_TABLES[REGISTER_TABLE]:
+        return None, sorted(_log_value(name, int(p.split("_")[1])) for p in parts)
+    values: list[int] = []
+    for part in parts:  # one, unless something is wrong: then the list read is garbage
+        values += json.loads((directory / name / part / MARKER).read_text())
+    return (parts[0] if len(parts) == 1 else None), values
+
+
+def _log_client(directory: Path, journal: Journal, rng: random.Random, coordinator: Any, incarnation: int) -> None:
+    """`_client`'s transactions on the transaction layer alone (much cheaper than real parts, so a
+    run reaches many more transactions): each table is a commit log of dummy parts
+    (tests/txn/conftest.py `publish`); an append publishes a part whose block number is the value,
+    a register write removes the register's part (first remover wins) and publishes the new list."""
+    from spark_mergetree.txn import Transaction
+    from tests.txn.conftest import publish
+
+    def note(*event: object) -> None:
+        journal.write("H", json.dumps(event, separators=(",", ":")))
+
+    counter = 0
+    while True:
+        counter += 1
+        local = f"L{incarnation}.{counter}"
+        tx = None
+        try:
+            tx = Transaction(coordinator)
+            note("b", local, tx.tid, tx.snapshot)
+            for kind, table, key in _plan(rng):
+                name = LOG_TABLES[table]
+                if kind == "r":
+                    note("op", local, ["r", name, key, _log_read(tx, directory, name, key)[1]])
+                elif kind == "a":
+                    block = tx.allocate_blocks(directory / name, 1)
+                    note("op", local, ["a", name, key, _log_value(name, block)])
+                    publish(tx, directory / name, f"{key}_{block}_{block}_0")
+                else:
+                    part, current = _log_read(tx, directory, name, key)
+                    note("op", local, ["rr", name, key, current])
+                    if kind == "rw":
+                        block = tx.allocate_blocks(directory / name, 1)
+                        new = [*current, _log_value(name, block)][-REGISTER_WINDOW:]
+                        note("op", local, ["w", name, key, new])
+                        if part is not None:
+                            tx.remove_parts(directory / name, [part])
+                        publish(tx, directory / name, f"{key}_{block}_{block}_0", json.dumps(new))  # type: ignore[arg-type]
+        except Exception as error:  # noqa: BLE001
+            if tx is not None:
+                with contextlib.suppress(Exception):
+                    tx.rollback()
+            note("f", local, type(error).__name__)
+            if _classify(error) == "e":
+                journal.write("e", _describe(error))
+            continue
+        try:
+            csn = tx.commit()
+        except Exception as error:  # noqa: BLE001
+            kind = _classify(error)
+            note("u" if kind == "u" else "f", local, type(error).__name__)
+            if kind == "e":
+                journal.write("e", _describe(error))
+            continue
+        note("c", local, csn)
+
+
+def _seed_log_registers(directory: Path, url: str, journals: Path) -> None:
+    from spark_mergetree.txn import Transaction
+    from tests.txn.conftest import publish
+
+    name = LOG_TABLES[REGISTER_TABLE]
+    for table in LOG_TABLES.values():
+        (directory / table).mkdir(parents=True, exist_ok=True)
+    journal = Journal(journals / "client-logsetup.journal")
+    coordinator = _coordinator(url)
+    with Transaction(coordinator) as tx:
+        journal.write("H", json.dumps(["b", "logsetup", tx.tid, tx.snapshot]))
+        for key in range(REGISTERS):
+            block = tx.allocate_blocks(directory / name, 1)
+            value = [_log_value(name, block)]
+            journal.write("H", json.dumps(["op", "logsetup", ["w", name, key, value]]))
+            publish(tx, directory / name, f"{key}_{block}_{block}_0", json.dumps(value))  # type: ignore[arg-type]
+    journal.write("H", json.dumps(["c", "logsetup", tx.csn]))
+    coordinator.close()
+
+
 def _seed_registers(locations: Locations, url: str, journals: Path) -> None:
     """Give every register a first version (a register written over nothing would conflict with nobody)."""
     from spark_mergetree.txn import Transaction
@@ -409,14 +509,14 @@ def _seed_registers(locations: Locations, url: str, journals: Path) -> None:
     coordinator.close()
 
 
-def _history(journals: Path, coordinator: Any, locations: Locations) -> list[Any]:
+def _history(journals: Path, coordinator: Any, locations: Locations, log_tables: Path | None = None) -> list[Any]:
     """The clients' journals as a history; unknown outcomes asked of the coordinator; then a final
     transaction that reads every table whole."""
     from spark_mergetree.txn import Transaction, TxnState
     from tests.history import Txn
 
     txns: dict[str, Any] = {}
-    for path in sorted(journals.glob("client*.journal")):
+    for path in sorted(journals.glob("*client*.journal")):
         process = path.stem
         for line in path.read_text().splitlines():
             if not line.startswith("H "):
@@ -466,18 +566,28 @@ def _history(journals: Path, coordinator: Any, locations: Locations) -> list[Any
             registers.setdefault(k, []).append((pos, v))
         for key in sorted(registers):
             final.ops.append(("rr", REGISTER_TABLE, key, tuple(v for _, v in sorted(registers[key]))))
+        if log_tables is not None:
+            for table, name in LOG_TABLES.items():
+                present = {int(p.split("_")[0]) for p in tx.visible_parts(log_tables / name)}
+                for key in sorted(present | {k for t, k in keys if t == name}):
+                    values = _log_read(tx, log_tables, name, key)[1]
+                    final.ops.append(("rr" if table == REGISTER_TABLE else "r", name, key, tuple(values)))
     history.append(final)
     return history
 
 
-def _clients_done(journals: Path) -> int:
-    """Client transactions that ended (committed, failed or unknown) so far."""
-    done = 0
-    for path in journals.glob("client*.journal"):
+def _clients_done(journals: Path, seen: dict[Path, tuple[int, int]]) -> int:
+    """Client transactions that ended (committed, failed or unknown) so far; `seen` keeps, per
+    journal, how far it was read and what it held, so each call reads only what was added."""
+    for path in journals.glob("*client*.journal"):
+        offset, done = seen.get(path, (0, 0))
         with open(path, "rb") as handle:
+            handle.seek(offset)
             data = handle.read()
-        done += data.count(b'H ["c"') + data.count(b'H ["f"') + data.count(b'H ["u"')
-    return done
+        end = data.rfind(b"\n") + 1  # a line being written is counted next time
+        data = data[:end]
+        seen[path] = (offset + end, done + data.count(b'H ["c"') + data.count(b'H ["f"') + data.count(b'H ["u"'))
+    return sum(done for _, done in seen.values())
 
 
 # ------------------------------------------------------------------------------------ harness
@@ -566,6 +676,10 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
         if config.clients:
             _seed_registers(locations, url, journals)
         roles: dict[str, Callable[[Journal, random.Random, Any], None]] = {}
+        if config.log_clients:
+            _seed_log_registers(directory / "logs", url, journals)
+        for k in range(config.log_clients):
+            roles[f"logclient{k}"] = lambda j, r, c: _log_client(directory / "logs", j, r, c, _INCARNATION)
         for k in range(config.clients):
             roles[f"client{k}"] = lambda j, r, c: _client(locations, j, r, c, _INCARNATION)
         for k in range(config.writers):
@@ -593,13 +707,14 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
         next_kill = time.monotonic() + rng.uniform(*config.kill_interval)
         next_outage = time.monotonic() + rng.uniform(*config.outage_interval)
         next_count = time.monotonic() + 2.0
+        counted: dict[Path, tuple[int, int]] = {}
         try:
             while time.monotonic() < deadline:
                 time.sleep(0.05)
                 now = time.monotonic()
                 if config.max_transactions is not None and now >= next_count:
                     next_count = now + 2.0
-                    if _clients_done(journals) >= config.max_transactions:
+                    if _clients_done(journals, counted) >= config.max_transactions:
                         break
                 if now >= next_kill:
                     victim = rng.choice([r for r in roles if not r.startswith("reader")])
@@ -626,7 +741,8 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
                 process.join()
         log(f"workload done: {report.kills} kills, {report.outages} outages; verifying")
         _verify(root, locations, url, journals, report, history_path=directory / "history.jsonl"
-                if config.clients else None)
+                if config.clients or config.log_clients else None, log_tables=directory / "logs"
+                if config.log_clients else None)
     return report
 
 
@@ -650,7 +766,7 @@ def _outcomes(lines: list[list[str]]) -> dict[int, str]:
 
 
 def _verify(root: Path, locations: Locations, url: str, journals: Path, report: TortureReport,
-            history_path: Path | None = None) -> None:
+            history_path: Path | None = None, log_tables: Path | None = None) -> None:
     from spark_mergetree.format.part_info import PartInfo
     from tests.catalog.chdb_runner import rows as tsv_rows
     from tests.catalog.chdb_runner import run_chdb
@@ -667,7 +783,7 @@ def _verify(root: Path, locations: Locations, url: str, journals: Path, report: 
     while coordinator.running() and time.monotonic() < deadline:
         time.sleep(0.2)  # sessions of killed processes expire
     if history_path is not None:
-        _check_history(journals, coordinator, locations, history_path, report)
+        _check_history(journals, coordinator, locations, history_path, report, log_tables)
     tables = {name: _open(locations, name, coordinator) for name in ("main", "a", "b")}
     try:
         for table in tables.values():
@@ -761,11 +877,11 @@ def _verify(root: Path, locations: Locations, url: str, journals: Path, report: 
 
 
 def _check_history(journals: Path, coordinator: Any, locations: Locations, path: Path,
-                   report: TortureReport) -> None:
+                   report: TortureReport, log_tables: Path | None = None) -> None:
     from tests.history import check, save
 
     try:
-        history = _history(journals, coordinator, locations)
+        history = _history(journals, coordinator, locations, log_tables)
     except Exception as error:  # noqa: BLE001 - an unreadable table is the finding
         report.violations.append(f"history: the final read failed: {_describe(error)}")
         return
