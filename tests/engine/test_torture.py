@@ -58,3 +58,21 @@ def test_history_with_the_object_store_coordinator_and_latency_has_no_anomalies(
     # transactions a second at best, a few on a loaded machine.
     report = _history_run(tmp_path, 33, least=30, objstore=True, latency=0.005, outage_interval=(4.0, 8.0))
     assert report.outages >= 2  # latency spikes
+
+
+def test_a_coordinator_without_first_committer_wins_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness and the checker together find a real bug: with removals neither locked nor
+    checked by the coordinator (patched before the workers fork), register writers overwrite the same
+    version (lost updates) and registers end up with several lists at once."""
+    import tests.torture
+    from spark_mergetree.txn.local import LocalCoordinator
+
+    commit = LocalCoordinator.commit
+    monkeypatch.setattr(LocalCoordinator, "commit", lambda self, tid, removals=(), tables=(): commit(self, tid, (), tables))
+    monkeypatch.setattr(LocalCoordinator, "lock_removal", lambda self, tid, table_id, part_name: None)
+    monkeypatch.setattr(tests.torture, "REGISTERS", 2)  # more transactions meet on each register
+    config = TortureConfig(seconds=scaled(15, 30), writers=0, transfers=0, readers=0, overwriters=0, clients=0,
+                           log_clients=3, seed=41, kill_interval=(3.0, 6.0), maintenance_pause=(0.5, 1.0))
+    report = run_torture(tmp_path / "run", config)
+    assert report.anomalies.get("lost-update", 0) >= 1, report.history_check
+    assert any(v.startswith("history: lost-update") for v in report.violations)
