@@ -18,7 +18,8 @@ registration names both while they overlap), so a long job does not hold back th
 below which cleanup deletes removed parts.
 
 Run as `python -m spark_mergetree.txn.job_lease <table dir> <coordinator url> <tag> <driver pid>`;
-it says `ready <tid>` (or `error <message>`) on its standard output, then nothing more there.
+it says `ready <tid>` (`ended <tag>` if the job ended before it started, or `error <message>`) on
+its standard output, then nothing more there.
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ def start(table_dir: str | os.PathLike[str], coordinator_url: str, tag: str, *, 
     word, _, rest = line.decode(errors="replace").strip().partition(" ")
     if word == "ready":
         return int(rest)
+    if word == "ended":  # the job ended before its keeper registered: nothing is staged to keep
+        keeper.wait(timeout=10)
+        return None
     if keeper.poll() is None:
         keeper.kill()
     keeper.wait(timeout=10)
@@ -134,6 +138,12 @@ def hold(table_dir: str, coordinator_url: str, tag: str, driver: int) -> int:
             if driver_started is None:
                 raise TransactionError(f"the driver process {driver} is not running")
             log.register_job(tag, leases=[(coordinator_url, tid)])
+        except TransactionError as error:
+            if log.job_ended(tag):  # a short job committed before its keeper started: nothing to hold
+                print(f"ended {tag}", flush=True)
+                return 0
+            _report(tag, table_dir, error)
+            return 1
         except Exception as error:  # noqa: BLE001 - reported to the planner, which raises it
             _report(tag, table_dir, error)
             return 1

@@ -118,3 +118,20 @@ def test_a_lease_cannot_start_for_a_driver_that_is_gone(coordinator_url: str, tm
                                                "is not running"):
         job_lease.start(tmp_path, coordinator_url, "job3", driver=driver.pid)
     assert not TableLog(tmp_path).job_alive("job3")
+
+
+def test_a_keeper_started_after_its_job_ended_exits_quietly(coordinator_url: str, tmp_path: Path) -> None:
+    """A short Spark write can commit before its keeper has started (the planner does not wait for
+    it): the keeper then has nothing to hold, and says nothing on the driver's log."""
+    TableLog(tmp_path).end_job("job4")
+    driver = _driver()
+    try:
+        command = [sys.executable, "-m", "spark_mergetree.txn.job_lease", str(tmp_path), coordinator_url, "job4",
+                   str(driver.pid)]
+        done = subprocess.run(command, capture_output=True, timeout=120)
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"ended job4\n", b"")
+        assert job_lease.start(tmp_path, coordinator_url, "job4", driver=driver.pid) is None
+    finally:
+        driver.kill()
+        driver.wait(timeout=30)
+    assert not TableLog(tmp_path).job_alive("job4")
