@@ -63,6 +63,7 @@ from spark_mergetree.format.types import Json, contains_type, parse_type, to_arr
 from spark_mergetree.txn import Transaction
 
 if TYPE_CHECKING:
+    from spark_mergetree.engine.metadata import TableMetadata
     from spark_mergetree.engine.table import MergeTreeTable
 
 MUTATION_FILE = "mutation_{}.txt"
@@ -224,6 +225,22 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation |
     if is_delete and exists is None and not touching and _mask_only(reader):
         return _with_mask(reader, table, column_of(ROW_EXISTS_COLUMN))
     names = [n for n, _ in meta.columns]
+    files = rewrite_in_granules(reader, meta, rows, columns, column_of)
+    # The projections reading an updated column (assigned, or one a patch part updates) are built again
+    # from the updated rows; the others are kept as the part holds them (ClickHouse's ALTER UPDATE
+    # rebuilds the first, links the others).
+    updated = set(assignments) | (patches.columns if touching else set())
+    unchanged = projections.kept_projection_parts(reader, meta.projections, names, updated)
+    files = meta.add_projections(files, projections.rows_in_place(column_of, rows), unchanged)
+    return meta.with_ttl(files, lambda names: pa.table({name: column_of(name) for name in names}))
+
+
+def rewrite_in_granules(reader: PartReader, meta: TableMetadata, rows: int, columns: list[tuple[str, str]],
+                        column_of: Callable[[str], pa.Array | pa.ChunkedArray]) -> PartFiles:
+    """A part written again from `column_of` (`rows` rows; `columns` as name, type) in its source's
+    granules, kind and partition: what a mutation and a TTL merge write in place of a part. It keeps
+    the source's kind, as ClickHouse's mutations keep it (whatever its size now)."""
+    names = [n for n, _ in meta.columns]
     keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
     key_table = pa.table({name: column_of(name) for name in names if name in keys})
     partition = None
@@ -232,16 +249,8 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation |
         values = reader.partition_values(key.result_types)
         partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
                                    key.result_types, key.columns)
-    # A mutated part keeps its source's kind, as ClickHouse's mutations keep it (whatever its size now).
-    files = write_part_by_column(reader.is_compact, rows, columns, column_of, meta.primary_key_values(key_table),
-                                 partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
-    # The projections reading an updated column (assigned, or one a patch part updates) are built again
-    # from the updated rows; the others are kept as the part holds them (ClickHouse's ALTER UPDATE
-    # rebuilds the first, links the others).
-    updated = set(assignments) | (patches.columns if touching else set())
-    unchanged = projections.kept_projection_parts(reader, meta.projections, names, updated)
-    files = meta.add_projections(files, projections.rows_in_place(column_of, rows), unchanged)
-    return meta.with_ttl(files, lambda names: pa.table({name: column_of(name) for name in names}))
+    return write_part_by_column(reader.is_compact, rows, columns, column_of, meta.primary_key_values(key_table),
+                                partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
 
 
 def beside_source(files: PartFiles) -> bool:

@@ -37,16 +37,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.engine.merge import SPILL_PREFIX
+from spark_mergetree.engine.mutations import rewrite_in_granules
 from spark_mergetree.errors import UnsupportedError
-from spark_mergetree.expressions.ddl import key_column_names
 from spark_mergetree.expressions.predicate import bind, evaluate, parse_expression
 from spark_mergetree.expressions.ttl import TTL_FILE, TTLRule, expiring, merged_ttl_file, ttl_file, ttl_times
-from spark_mergetree.format.compact_writer import write_part_by_column
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, PartReader
-from spark_mergetree.format.part_writer import PartitionValue
 from spark_mergetree.format.serialization import default_column
-from spark_mergetree.format.types import parse_type, to_arrow
+from spark_mergetree.format.types import parse_type
 from spark_mergetree.storage.part_store import PartStore
 from spark_mergetree.storage.policy import StoragePolicy
 
@@ -137,17 +135,8 @@ def rewritten(reader: PartReader, meta: TableMetadata, now: int) -> PartFiles:
             values = pc.if_else(pa.array(resets[name]), default_column(dt, len(values), stored_json=True), values)
         return values
 
-    keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
-    partition = None
-    key = meta.partition_key
-    if key.is_partitioned:
-        values = reader.partition_values(key.result_types)
-        partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
-                                   key.result_types, key.columns)
     columns = list(meta.columns) + hidden + [(ROW_EXISTS_COLUMN, "UInt8")]
-    files = write_part_by_column(reader.is_compact, reader.rows, columns, column_of,
-                                 meta.primary_key_values(pa.table({n: column_of(n) for n in names if n in keys})),
-                                 partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
+    files = rewrite_in_granules(reader, meta, reader.rows, columns, column_of)
     for name, reset in resets.items():
         dt = parse_type(meta.column_types[name])
         plain = plain.set_column(plain.schema.get_field_index(name), name,
