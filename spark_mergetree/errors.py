@@ -52,6 +52,12 @@ class SerializationError(TransactionError):
     """A transaction lost a conflict: another committed first on the same parts."""
 
 
+class AlreadyCommittedError(TransactionError):
+    """A commit recording an application version (a streaming query's micro-batch) was refused
+    because the table's log already holds that version or a later one: the batch was committed
+    before (a replay after a crash), so nothing was written again."""
+
+
 class TooManyPartsError(MergeTreeError, RuntimeError):
     """An insert was refused: a partition has `parts_to_throw_insert` active parts or more (merges
     are slower than inserts); names the partition and the counts. Nothing was written."""

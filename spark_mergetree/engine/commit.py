@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from spark_mergetree.engine import background
 from spark_mergetree.engine import select as selecting
 from spark_mergetree.engine.insert import StagedPart
-from spark_mergetree.errors import TransactionError
+from spark_mergetree.errors import AlreadyCommittedError, TransactionError
 from spark_mergetree.format.part_info import PartInfo
 
 if TYPE_CHECKING:
@@ -31,8 +31,13 @@ PARTITION_OVERWRITE_MODES: tuple[str, ...] = get_args(PartitionOverwriteMode)
 
 
 def commit(table: MergeTreeTable, staged: Sequence[StagedPart], mode: WriteMode,
-           partition_overwrite_mode: PartitionOverwriteMode, tx: Any, own: bool) -> list[str]:
+           partition_overwrite_mode: PartitionOverwriteMode, tx: Any, own: bool,
+           app_version: tuple[str, int] | None = None) -> list[str]:
     """Publish `staged` in `tx` (and commit it if `own`); return the final part names.
+
+    `app_version` (application id, version) is recorded with the changes (`Transaction.
+    record_app_version`); if the table's log already holds that version or a later one of the
+    application, nothing is published and AlreadyCommittedError is raised.
 
     On failure before the commit point the staged parts are deleted and the transaction (if
     owned) rolled back; an unknown outcome leaves everything for recovery. Once committed, it
@@ -40,7 +45,7 @@ def commit(table: MergeTreeTable, staged: Sequence[StagedPart], mode: WriteMode,
     """
     placed: set[str] = set()
     try:
-        finals = publish(table, staged, mode, partition_overwrite_mode, tx, placed)
+        finals = publish(table, staged, mode, partition_overwrite_mode, tx, placed, app_version)
         if own:
             tx.commit()
     except BaseException:
@@ -58,13 +63,24 @@ def commit(table: MergeTreeTable, staged: Sequence[StagedPart], mode: WriteMode,
 
 
 def publish(table: MergeTreeTable, staged: Sequence[StagedPart], mode: WriteMode,
-            partition_overwrite_mode: PartitionOverwriteMode, tx: Any, placed: set[str]) -> list[str]:
-    """Under the table's commit lock: removals, block numbers, the pending entry naming the
-    new parts, then their renames into place (names of renamed staged parts go into `placed`)."""
+            partition_overwrite_mode: PartitionOverwriteMode, tx: Any, placed: set[str],
+            app_version: tuple[str, int] | None = None) -> list[str]:
+    """Under the table's commit lock: the application version's check and record, removals, block
+    numbers, the pending entry naming the new parts, then their renames into place (names of
+    renamed staged parts go into `placed`)."""
     log = table.log
     table.adopt_directory_parts()
     table_id = log.bind(tx.coordinator.url)
     with log.commit_lock():
+        if app_version is not None:
+            # Under the lock: a second committer of the same version (a driver thought dead) waits
+            # for the first one's entry and finds it here once that committed.
+            app_id, version = app_version
+            done = log.app_version(app_id, tx.coordinator)
+            if done is not None and done >= version:
+                raise AlreadyCommittedError(f"{table.path}: application {app_id!r} already committed version "
+                                            f"{done} (asked to commit {version}); nothing was written again")
+            tx.record_app_version(log, app_id, version)
         visible = tx.visible_parts(log)
         removed: list[str] = []
         if mode == "overwrite" and partition_overwrite_mode == "static":

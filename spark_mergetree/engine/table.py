@@ -744,7 +744,8 @@ class MergeTreeTable:
 
     def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode | str = "append",
                       partition_overwrite_mode: PartitionOverwriteMode = "static",
-                      transaction: Transaction | None = None) -> list[str]:
+                      transaction: Transaction | None = None,
+                      app_version: tuple[str, int] | None = None) -> list[str]:
         """Make staged parts visible in one atomic step (driver side in Spark).
 
         Parts get block numbers and final names `<partition>_<n>_<n>_0`. `mode="overwrite"` also
@@ -752,6 +753,12 @@ class MergeTreeTable:
         the partitions the new data touches. Inside `transaction`, nothing is visible before it
         commits. Once the commit happened this never raises; a `CommitOutcomeUnknownError` leaves
         every directory in place for recovery to resolve.
+
+        `app_version=(app id, version)` records in the same commit that an application (a
+        streaming query) reached a version (a micro-batch id); `app_version(app id)` reads it back.
+        If the table already holds that version or a later one, nothing is published (the staged
+        parts are deleted) and AlreadyCommittedError is raised: a replayed batch commits nothing
+        twice.
         """
         if mode == "overwrite_partitions":
             warnings.warn('mode="overwrite_partitions" is deprecated; use mode="overwrite", '
@@ -768,7 +775,12 @@ class MergeTreeTable:
                 if own:
                     tx.rollback()
                 raise
-        return committing.commit(self, staged, write_mode, partition_overwrite_mode, tx, own)
+        return committing.commit(self, staged, write_mode, partition_overwrite_mode, tx, own, app_version)
+
+    def app_version(self, app_id: str) -> int | None:
+        """The greatest version application `app_id` committed into this table with
+        `commit_staged(app_version=...)` (a streaming query's last committed micro-batch), or None."""
+        return self.log.app_version(app_id, self.coordinator)
 
     def _write(self, data: Any, mode: WriteMode, partition_overwrite_mode: PartitionOverwriteMode,
                transaction: Transaction | None, progress: bool | None = False) -> list[str]:

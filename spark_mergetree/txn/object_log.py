@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from spark_mergetree.errors import TransactionError
+from spark_mergetree.errors import TransactionError, UnsupportedError
 from spark_mergetree.storage.object_store import Bucket, ObjectParts, ObjectUrl, PreconditionFailed
 from spark_mergetree.txn.connect import coordinator_from_url
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
@@ -288,8 +288,13 @@ class ObjectTableLog(TableLog):
         watermark = coordinator.allocate_blocks(self.bind(coordinator.url), 1)
         return watermark, bool(coordinator.running())
 
-    def write_pending(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str]) -> None:
+    def write_pending(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str],
+                      apps: Iterable[tuple[str, int]] = ()) -> None:
         """Append an entry naming what `tid` adds and removes (before the coordinator commits it)."""
+        if tuple(apps):
+            raise UnsupportedError(f"table {self.table_key()}: an object-store table's log does not record "
+                                   "application versions yet (exactly-once streaming writes need them); "
+                                   "stream into a table on a file system")
         self.bind(coordinator_url)
         body = self._change_body(tid, coordinator_url, added, removed)
         state = self._state(recheck=True)  # never a seq behind a checkpoint: its entry may be deleted

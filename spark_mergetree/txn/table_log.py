@@ -5,8 +5,11 @@ Files (see format_spec/transactions.md):
                      table to a coordinator and its id to its directory (see `bind`: a copy of the
                      directory gets an id of its own on its first write, a renamed one keeps it)
   <tid>.json         one entry per transaction that touched the table:
-                     {tid, coordinator, added, removed, csn, commit_time}; csn null = pending
-  checkpoint.json    the folded state of older entries: part -> [created, removed, removed_time]
+                     {tid, coordinator, added, removed, csn, commit_time}; csn null = pending;
+                     "apps": {app id: version} when the transaction also recorded that an
+                     application (a streaming query) reached a version (a micro-batch id)
+  checkpoint.json    the folded state of older entries: part -> [created, removed, removed_time],
+                     and "apps": each application's greatest committed version
   .lock              flock: shared for readers; exclusive for publishing parts (naming them in a
                      pending entry, then renaming them into place), checkpoint, recover, cleanup
   ../jobs/<tag>.json a write job that stages parts with no transaction yet (a Spark job): while it
@@ -107,12 +110,19 @@ class LogEntry:
     removed: tuple[str, ...]
     csn: int | None
     commit_time: float | None = None
+    # (application id, version) pairs the transaction recorded with its changes: a streaming
+    # query's id and the micro-batch it committed (as Delta's SetTransaction records a txn app id
+    # and version), so a replayed batch can tell it was committed. Committed exactly when the
+    # entry's transaction is.
+    apps: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": FORMAT_VERSION, "tid": self.tid, "coordinator": self.coordinator,
-                           "added": list(self.added), "removed": list(self.removed),
-                           "csn": self.csn, "commit_time": self.commit_time},
-                          indent=1).encode()
+        body: dict[str, Any] = {"format": FORMAT_VERSION, "tid": self.tid, "coordinator": self.coordinator,
+                                "added": list(self.added), "removed": list(self.removed),
+                                "csn": self.csn, "commit_time": self.commit_time}
+        if self.apps:
+            body["apps"] = dict(self.apps)
+        return json.dumps(body, indent=1).encode()
 
 
 @dataclass
@@ -395,7 +405,8 @@ class TableLog:
             return LogEntry(tid=int(raw["tid"]), coordinator=str(raw["coordinator"]),
                             added=tuple(raw["added"]), removed=tuple(raw["removed"]),
                             csn=None if raw["csn"] is None else int(raw["csn"]),
-                            commit_time=raw.get("commit_time"))
+                            commit_time=raw.get("commit_time"),
+                            apps=tuple((str(app), int(version)) for app, version in raw.get("apps", {}).items()))
         except (KeyError, TypeError, ValueError) as error:
             raise TransactionError(f"{path}: malformed log entry ({error!r})") from error
 
@@ -442,10 +453,13 @@ class TableLog:
 
     # ---- writing entries -----------------------------------------------------------------------
 
-    def write_pending(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str]) -> None:
-        """Durably record what `tid` adds and removes here, before the coordinator commits it."""
+    def write_pending(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str],
+                      apps: Iterable[tuple[str, int]] = ()) -> None:
+        """Durably record what `tid` adds and removes here (and the application versions it
+        records, see `LogEntry.apps`), before the coordinator commits it."""
         self.bind(coordinator_url)
-        entry = LogEntry(tid=tid, coordinator=coordinator_url, added=tuple(added), removed=tuple(removed), csn=None)
+        entry = LogEntry(tid=tid, coordinator=coordinator_url, added=tuple(added), removed=tuple(removed), csn=None,
+                         apps=tuple(apps))
         write_file_atomically(self._entry_path(tid), entry.to_json())
 
     def finalize(self, tid: int, csn: int, commit_time: float | None = None) -> None:
@@ -466,7 +480,7 @@ class TableLog:
         if entry.csn is not None:
             raise TransactionError(f"{path}: entry has csn {entry.csn}, cannot set {csn}")
         final = LogEntry(tid, entry.coordinator, entry.added, entry.removed, csn,
-                         commit_time if commit_time is not None else time.time())
+                         commit_time if commit_time is not None else time.time(), entry.apps)
         # No directory fsync: if the rename is lost in a crash, the pending version is still
         # there and resolves through the coordinator to the same csn.
         write_file_atomically(path, final.to_json(), sync_directory=False)
@@ -624,20 +638,53 @@ class TableLog:
             visible.difference_update(change.removed)
         return visible
 
+    def _checkpoint_apps(self) -> dict[str, int]:
+        """The application versions the checkpoint folded (see `LogEntry.apps`)."""
+        path = self.directory / "checkpoint.json"
+        try:
+            raw = self._read_json(path)
+        except FileNotFoundError:
+            return {}
+        try:
+            return {str(app): int(version) for app, version in raw.get("apps", {}).items()}
+        except (AttributeError, TypeError, ValueError) as error:
+            raise TransactionError(f"{path}: malformed checkpoint ({error!r})") from error
+
+    def app_version(self, app_id: str, coordinator: Coordinator | None) -> int | None:
+        """The greatest version application `app_id` recorded in a committed transaction of this
+        table (`LogEntry.apps`; a pending entry counts once its transaction committed), None if it
+        recorded none."""
+        with self._lock(exclusive=False):
+            apps = self._checkpoint_apps()
+            entries = [entry for entry in self.entries() if any(app == app_id for app, _ in entry.apps)]
+        best = apps.get(app_id)
+        for entry, csn in self._resolve(entries, coordinator, None):
+            if csn is None:
+                continue
+            for app, version in entry.apps:
+                if app == app_id and (best is None or version > best):
+                    best = version
+        return best
+
     # ---- maintenance ---------------------------------------------------------------------------
 
-    def _write_checkpoint(self, floor: int, versions: dict[str, PartVersion], url: str | None) -> None:
-        payload = {"format": FORMAT_VERSION, "coordinator": url, "floor": floor,
-                   "parts": {name: [v.created, v.removed, v.removed_time]
-                             for name, v in sorted(versions.items())}}
+    def _write_checkpoint(self, floor: int, versions: dict[str, PartVersion], url: str | None,
+                          apps: dict[str, int] | None = None) -> None:
+        payload: dict[str, Any] = {"format": FORMAT_VERSION, "coordinator": url, "floor": floor,
+                                   "parts": {name: [v.created, v.removed, v.removed_time]
+                                             for name, v in sorted(versions.items())}}
+        if apps:
+            payload["apps"] = dict(sorted(apps.items()))
         write_file_atomically(self.directory / "checkpoint.json", json.dumps(payload, indent=0).encode())
 
     def _checkpoint_locked(self, drop: Iterable[str] = (), floor: int | None = None) -> int:
         old_floor, versions = self._load_checkpoint()
+        apps = self._checkpoint_apps()
         folded = []
         for entry in self.entries():
             if entry.csn is not None:
                 self._fold(versions, entry, entry.csn)
+                _fold_apps(apps, entry)
                 folded.append(entry.tid)
         dropped = set(drop)
         if not folded and not dropped:
@@ -646,7 +693,7 @@ class TableLog:
             versions.pop(name, None)
         identity = self.identity()
         self._write_checkpoint(max(old_floor, floor if floor is not None else old_floor),
-                               versions, identity["coordinator"] if identity else None)
+                               versions, identity["coordinator"] if identity else None, apps)
         for tid in folded:
             self._entry_path(tid).unlink(missing_ok=True)
         fsync_dir(self.directory)
@@ -941,6 +988,11 @@ class TableLog:
             if drop and identity is not None:
                 coordinator.forget_removals(identity["table_id"], drop)
             return sorted(drop)
+
+
+def _fold_apps(apps: dict[str, int], entry: LogEntry) -> None:
+    for app, version in entry.apps:
+        apps[app] = max(version, apps.get(app, version))
 
 
 class LeaseStates:

@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from spark_mergetree.errors import InvalidOptionError, SerializationError, TransactionError
 from spark_mergetree.txn.connect import default_coordinator
@@ -35,7 +36,8 @@ class _TableChanges:
         self.removed: list[str] = []
         self.base: set[str] | None = None  # parts at the snapshot, cached: reads are repeatable
         self.adopted: list[Path] = []  # staged proposals taken in, deleted once decided
-        self.written: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # last pending entry written
+        self.apps: dict[str, int] = {}  # application versions recorded with the changes (LogEntry.apps)
+        self.written: tuple[Any, ...] | None = None  # last pending entry written
 
 
 class Transaction:
@@ -138,11 +140,27 @@ class Transaction:
         self._write_pending(changes)
 
     def _write_pending(self, changes: _TableChanges) -> None:
-        content = (tuple(changes.added), tuple(changes.removed))
+        content = (tuple(changes.added), tuple(changes.removed), tuple(sorted(changes.apps.items())))
         if changes.written == content:
             return
-        changes.log.write_pending(self.tid, self.coordinator.url, changes.added, changes.removed)
+        changes.log.write_pending(self.tid, self.coordinator.url, changes.added, changes.removed,
+                                  apps=content[2])
         changes.written = content
+
+    def record_app_version(self, table: TableLike, app_id: str, version: int) -> None:
+        """Record with this transaction's changes to `table` that application `app_id` (a streaming
+        query) reached `version` (a micro-batch id): committed exactly when the changes are, so
+        `TableLog.app_version` tells a replayed batch whether it was committed (Delta's txn app id
+        and version). Written into the pending entry now, if the transaction already has one, else
+        with its first part."""
+        self._require_writable()
+        if not isinstance(app_id, str) or not app_id or isinstance(version, bool) or not isinstance(version, int):
+            raise InvalidOptionError(f"an application version needs a non-empty id and an integer version, "
+                                     f"got {app_id!r}, {version!r}")
+        changes = self._table(table)
+        changes.apps[app_id] = version
+        if changes.written is not None:
+            self._write_pending(changes)
 
     def remove_parts(self, table: TableLike, names: Iterable[str]) -> None:
         """Remove visible parts, taking their removal locks now. If another transaction removed
@@ -208,7 +226,8 @@ class Transaction:
         visible: pending entries and added directories are removed.
         """
         self._require_running()
-        touched = {path: changes for path, changes in self._tables.items() if changes.added or changes.removed}
+        touched = {path: changes for path, changes in self._tables.items()
+                   if changes.added or changes.removed or changes.apps}
         if not touched:
             self.coordinator.abort(self.tid)
             self.state = "committed"
