@@ -581,6 +581,25 @@ def commit(ref: TableRef, staged: list[Any], mode: str, txn: TxnContext | None,
     return names
 
 
+def commit_batch(ref: TableRef, staged: list[Any], app_version: tuple[str, int]) -> bool:
+    """Append a streaming micro-batch's staged parts in one commit that also records
+    `app_version` (query id, batch id) in the table's log; False (nothing published, the staged
+    parts deleted) if the log holds that batch already: a replay after a crash."""
+    from spark_mergetree.errors import AlreadyCommittedError
+
+    try:
+        open_table(ref).commit_staged(staged, mode="append", app_version=app_version)
+    except AlreadyCommittedError:
+        return False
+    return True
+
+
+def committed_batch(ref: TableRef, app_id: str) -> int | None:
+    """The last micro-batch streaming query `app_id` committed into the table, or None."""
+    version: int | None = open_table(ref).app_version(app_id)
+    return version
+
+
 def _check_coordinator_of_transaction(ref: TableRef, table: Any, txn: TxnContext) -> None:
     """A job of a transaction on another coordinator than the table's is refused, saying how the
     table came to be bound to the other one and what to do."""

@@ -124,29 +124,42 @@ class MergeTreeDataSource(DataSource):
         return MergeTreeReader(ref, opts, schema, where, table_arrow)
 
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
-        # Every option and the DataFrame's schema are checked before a table is created.
         opts = WriteOptions.parse(self.options, overwrite)
-        ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator, opts.storage)
-        adapter.check_transaction(ref, opts.transaction)
-        table_options = (opts.order_by, opts.partition_by, opts.primary_key, opts.settings)
-        if not adapter.table_exists(ref):
-            non_nullable = key_columns(opts.order_by, opts.partition_by, opts.primary_key) & set(schema.fieldNames())
-            columns = clickhouse_columns(schema, non_nullable)
-            _check_storable(schema, columns, adapter.new_table_schema(columns, *table_options, engine=opts.engine))
-            ref = adapter.create_table(ref, columns, *table_options, opts.catalog, engine=opts.engine,
-                                       projections=opts.projections)
-        # Also after a create: a concurrent first writer may have created the table differently.
-        adapter.check_table_options(ref, *table_options, engine=opts.engine)
-        table_arrow = _written_schema(ref, schema)
-        new_columns = check_writable(table_arrow, schema, opts.merge_schema)
-        if new_columns:
-            subset = StructType([schema[name] for name in new_columns])
-            adapter.add_columns(ref, clickhouse_columns(subset, set()))
-            table_arrow = _written_schema(ref, schema)
+        ref, table_arrow = prepare_write(opts, schema)
         tag = uuid.uuid4().hex
         adapter.start_job(ref, tag, opts.transaction)
         return MergeTreeWriter(ref, table_arrow, "overwrite" if overwrite else "append", tag,
                                opts.stage_rows, opts.partition_overwrite_mode, opts.transaction)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 - the API's name
+        """`df.writeStream.format("mergetree")`: spark/streaming_sink.py."""
+        from spark_mergetree.spark.streaming_sink import stream_writer
+
+        return stream_writer(self.options, schema, overwrite)
+
+
+def prepare_write(opts: WriteOptions, schema: StructType) -> tuple[TableRef, pa.Schema]:
+    """The table a write goes to, created if absent, its columns added if `merge_schema` says so,
+    and the columns the write's batches carry. Every option and the DataFrame's schema are checked
+    before a table is created."""
+    ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator, opts.storage)
+    adapter.check_transaction(ref, opts.transaction)
+    table_options = (opts.order_by, opts.partition_by, opts.primary_key, opts.settings)
+    if not adapter.table_exists(ref):
+        non_nullable = key_columns(opts.order_by, opts.partition_by, opts.primary_key) & set(schema.fieldNames())
+        columns = clickhouse_columns(schema, non_nullable)
+        _check_storable(schema, columns, adapter.new_table_schema(columns, *table_options, engine=opts.engine))
+        ref = adapter.create_table(ref, columns, *table_options, opts.catalog, engine=opts.engine,
+                                   projections=opts.projections)
+    # Also after a create: a concurrent first writer may have created the table differently.
+    adapter.check_table_options(ref, *table_options, engine=opts.engine)
+    table_arrow = _written_schema(ref, schema)
+    new_columns = check_writable(table_arrow, schema, opts.merge_schema)
+    if new_columns:
+        subset = StructType([schema[name] for name in new_columns])
+        adapter.add_columns(ref, clickhouse_columns(subset, set()))
+        table_arrow = _written_schema(ref, schema)
+    return ref, table_arrow
 
 
 def _check_storable(schema: StructType, columns: list[tuple[str, str]], table_arrow: pa.Schema) -> None:
@@ -428,28 +441,7 @@ class MergeTreeWriter(DataSourceArrowWriter):
         assert context is not None, "write() runs in a Spark task"
         txn = adapter.txn_for_task(self.txn)
         ref = adapter.session_coordinator_for_task(self.ref)
-        staged: list[Any] = []
-        pending: list[pa.RecordBatch] = []
-        pending_rows = 0
-        # Parts are written in a background thread while the next rows arrive from the JVM; at
-        # most one chunk waits, which bounds memory to about two chunks.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mergetree-stage") as pool:
-            writing: Future[list[Any]] | None = None
-            for batch in iterator:
-                if not batch.num_rows:
-                    continue
-                pending.append(to_table_arrow(batch, self.table_arrow))
-                pending_rows += batch.num_rows
-                if pending_rows >= self.stage_rows:
-                    if writing is not None:
-                        staged += writing.result()
-                    writing = pool.submit(adapter.stage, ref, pa.Table.from_batches(pending, self.table_arrow),
-                                          self.tag)
-                    pending, pending_rows = [], 0
-            if pending:
-                staged += adapter.stage(ref, pa.Table.from_batches(pending, self.table_arrow), self.tag)
-            if writing is not None:
-                staged += writing.result()
+        staged = stage_batches(ref, self.table_arrow, self.stage_rows, self.tag, iterator)
         return MergeTreeCommitMessage(context.partitionId(), context.attemptNumber(), staged, txn, ref.coordinator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -484,6 +476,34 @@ class MergeTreeWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         adapter.discard(self.ref, self.tag)
+
+
+def stage_batches(ref: TableRef, table_arrow: pa.Schema, stage_rows: int, tag: str,
+                  iterator: Iterator[pa.RecordBatch]) -> list[Any]:
+    """A write task's rows (Spark's Arrow batches) cast to the table's columns and staged as parts
+    of job `tag`, every `stage_rows` rows; returns the staged parts."""
+    staged: list[Any] = []
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
+    # Parts are written in a background thread while the next rows arrive from the JVM; at
+    # most one chunk waits, which bounds memory to about two chunks.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mergetree-stage") as pool:
+        writing: Future[list[Any]] | None = None
+        for batch in iterator:
+            if not batch.num_rows:
+                continue
+            pending.append(to_table_arrow(batch, table_arrow))
+            pending_rows += batch.num_rows
+            if pending_rows >= stage_rows:
+                if writing is not None:
+                    staged += writing.result()
+                writing = pool.submit(adapter.stage, ref, pa.Table.from_batches(pending, table_arrow), tag)
+                pending, pending_rows = [], 0
+        if pending:
+            staged += adapter.stage(ref, pa.Table.from_batches(pending, table_arrow), tag)
+        if writing is not None:
+            staged += writing.result()
+    return staged
 
 
 def register(spark: Any) -> None:

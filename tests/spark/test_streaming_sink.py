@@ -1,0 +1,80 @@
+"""writeStream.format("mergetree"): one atomic commit per micro-batch, exactly once across a replay.
+
+The input is a directory of Parquet files read one file per micro-batch, so a batch id always
+covers the same rows. A replay is made as a driver that died between our commit and Spark's own
+commit log leaves it: the query's last entry in `<checkpoint>/commits/` is removed and the query
+restarted from its checkpoint, so Spark runs that batch id again with the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_mergetree import MergeTreeTable
+
+pytestmark = pytest.mark.spark
+
+WAIT_SECONDS = 120  # bound of every wait for a streaming query
+
+
+def _input(directory: Path, batches: int, rows: int) -> None:
+    """`batches` Parquet files of `rows` rows each: file b holds ids b*rows .. (b+1)*rows-1."""
+    for batch in range(batches):
+        pq.write_table(pa.table({"id": pa.array(range(batch * rows, (batch + 1) * rows), pa.int64()),
+                                 "batch": pa.array([batch] * rows, pa.int32())}),
+                       directory / f"b{batch:03d}.parquet")
+
+
+def _run_available_now(spark, source: Path, table: Path, checkpoint: Path) -> object:
+    stream = spark.readStream.schema("id long, batch int").option("maxFilesPerTrigger", 1).parquet(str(source))
+    query = (stream.writeStream.format("mergetree").option("checkpointLocation", str(checkpoint))
+             .option("order_by", "id").trigger(availableNow=True).start(str(table)))
+    finished = query.awaitTermination(WAIT_SECONDS)
+    assert finished, f"the streaming query into {table} did not finish within {WAIT_SECONDS} s"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def test_each_batch_commits_once_and_a_replayed_batch_commits_nothing(spark, tmp_path: Path) -> None:
+    source, table, checkpoint = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
+    source.mkdir()
+    _input(source, batches=2, rows=50)
+    query = _run_available_now(spark, source, table, checkpoint)
+    query_id = str(query.id)
+    merge_tree = MergeTreeTable.open(table)
+    assert merge_tree.app_version(query_id) == 1
+    entries = [json.loads(p.read_text()) for p in (table / "_mergetree" / "log").glob("0*.json")]
+    # One commit per micro-batch, each recording its batch id beside its parts.
+    assert sorted(entry["apps"][query_id] for entry in entries if "apps" in entry) == [0, 1]
+    # The driver "died" after our commit of batch 1 and before Spark's commit log: Spark replays it.
+    (checkpoint / "commits" / "1").unlink()
+    for crc in (checkpoint / "commits").glob(".1.crc"):
+        crc.unlink()
+    replay = _run_available_now(spark, source, table, checkpoint)
+    assert str(replay.id) == query_id and (checkpoint / "commits" / "1").exists()
+    rows = MergeTreeTable.open(table).to_arrow()
+    assert sorted(rows.column("id").to_pylist()) == list(range(100))
+    assert sorted(rows.column("batch").to_pylist()) == [0] * 50 + [1] * 50
+    # Nothing of the replay was left staged.
+    assert not [p.name for p in table.iterdir() if p.name.startswith(("staged_", "tmp_staged_"))]
+
+
+def test_complete_mode_is_refused_by_name(spark, tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    _input(source, batches=1, rows=10)
+    counts = spark.readStream.schema("id long, batch int").parquet(str(source)).groupBy("batch").count()
+    query = (counts.writeStream.format("mergetree").outputMode("complete")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+             .start(str(tmp_path / "t")))
+    deadline = time.monotonic() + WAIT_SECONDS
+    with pytest.raises(Exception, match=r"supports outputMode\('append'\) only: outputMode\('complete'\)"):
+        query.awaitTermination(WAIT_SECONDS)
+    assert time.monotonic() < deadline, "the refused query did not end"
+    assert not (tmp_path / "t").exists()  # refused before a table was created
