@@ -180,6 +180,7 @@ class SparkCluster:
         env["SPARK_DAEMON_MEMORY"] = DAEMON_MEMORY
         env["SPARK_LOG_DIR"] = str(self.directory / "logs")
         env["SPARK_WORKER_DIR"] = str(self.directory / f"{name}-work")
+        env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"  # no REST server on its fixed port 6066
         try:
             return subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], env=env, stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.directory)
