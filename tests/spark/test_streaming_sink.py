@@ -20,7 +20,7 @@ from spark_mergetree import MergeTreeTable
 
 pytestmark = pytest.mark.spark
 
-WAIT_SECONDS = 120  # bound of every wait for a streaming query
+WAIT_SECONDS = 300  # bound of every wait for a streaming query (a loaded 2-core machine is slow)
 
 
 def _input(directory: Path, batches: int, rows: int) -> None:
@@ -36,6 +36,8 @@ def _run_available_now(spark, source: Path, table: Path, checkpoint: Path) -> ob
     query = (stream.writeStream.format("mergetree").option("checkpointLocation", str(checkpoint))
              .option("order_by", "id").trigger(availableNow=True).start(str(table)))
     finished = query.awaitTermination(WAIT_SECONDS)
+    if not finished:
+        query.stop()
     assert finished, f"the streaming query into {table} did not finish within {WAIT_SECONDS} s"
     assert query.exception() is None, query.exception()
     return query
