@@ -305,10 +305,16 @@ class ObjectStoreTable(MergeTreeTable):
 
     def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode | str = "append",
                       partition_overwrite_mode: PartitionOverwriteMode = "static",
-                      transaction: Transaction | None = None) -> list[str]:
+                      transaction: Transaction | None = None,
+                      app_version: tuple[str, int] | None = None) -> list[str]:
         """Name staged parts in the log and commit (in `transaction` if given). `mode="overwrite"`
         removes every visible part (or, `partition_overwrite_mode="dynamic"`, those of the
-        partitions the new parts are in)."""
+        partitions the new parts are in). An object-store table's log records no application
+        versions yet: `app_version` is refused by name before anything is committed."""
+        if app_version is not None:
+            raise UnsupportedError(f"{self.path}: an object-store table's log does not record application "
+                                   "versions yet (exactly-once streaming writes need them); stream into a table "
+                                   "on a file system")
         write_mode = _check_modes(str(mode), partition_overwrite_mode)
         self.check_same_table()
         own = transaction is None
