@@ -21,13 +21,11 @@ per task partition id, and removes everything else the job staged.
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import sys
 import uuid
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -52,6 +50,8 @@ from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
 from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, OPEN_COST_BYTES, ReadOptions, WriteOptions
 from spark_mergetree.spark.session import ENABLE_HINT
+from spark_mergetree.spark.task_writes import freeze_worker_heap as _freeze_worker_heap
+from spark_mergetree.spark.task_writes import stage_batches
 from spark_mergetree.spark.types import (
     check_readable_columns,
     check_writable,
@@ -62,7 +62,6 @@ from spark_mergetree.spark.types import (
     spark_arrow_schema,
     spark_schema,
     spark_type,
-    to_table_arrow,
 )
 
 SOURCE_NAME = "mergetree"
@@ -132,10 +131,13 @@ class MergeTreeDataSource(DataSource):
                                opts.stage_rows, opts.partition_overwrite_mode, opts.transaction)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 - the API's name
-        """`df.writeStream.format("mergetree")`: spark/streaming_sink.py."""
-        from spark_mergetree.spark.streaming_sink import stream_writer
+        """`df.writeStream.format("mergetree")`: spark/streaming_sink.py. Every option is checked
+        before a table is created."""
+        from spark_mergetree.spark.streaming_sink import MergeTreeStreamWriter, stream_options
 
-        return stream_writer(self.options, schema, overwrite)
+        opts = stream_options(self.options, overwrite)
+        ref, table_arrow = prepare_write(opts, schema)
+        return MergeTreeStreamWriter(ref, table_arrow, opts.stage_rows)
 
 
 def prepare_write(opts: WriteOptions, schema: StructType) -> tuple[TableRef, pa.Schema]:
@@ -297,26 +299,6 @@ class MergeTreeReader(DataSourceReader):
 # Rows per batch handed to Spark when parts are smaller than that.
 _BATCH_ROWS = 1 << 16
 
-_heap_frozen = False
-
-
-def _freeze_worker_heap(ref: TableRef) -> None:
-    """Once per Python worker, at its first read or write: collect, then freeze (gc.freeze) the
-    objects alive, this package's and its imports' (sqlglot) included, with the table opened.
-
-    PySpark's daemon runs a full gc.collect() after every task of a reused worker; unfrozen, every
-    one of them traversed the ~70k objects these imports leave (a fifth of a full scan's CPU in the
-    workers). Frozen objects are skipped by later collections; they live as long as the worker
-    anyway (modules, the per-process table cache), and nothing is frozen that was garbage."""
-    global _heap_frozen
-    if _heap_frozen:
-        return
-    _heap_frozen = True
-    adapter.open_table(ref)  # the engine's modules, imported by the first open
-    gc.collect()
-    gc.freeze()
-
-
 def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
@@ -476,34 +458,6 @@ class MergeTreeWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         adapter.discard(self.ref, self.tag)
-
-
-def stage_batches(ref: TableRef, table_arrow: pa.Schema, stage_rows: int, tag: str,
-                  iterator: Iterator[pa.RecordBatch]) -> list[Any]:
-    """A write task's rows (Spark's Arrow batches) cast to the table's columns and staged as parts
-    of job `tag`, every `stage_rows` rows; returns the staged parts."""
-    staged: list[Any] = []
-    pending: list[pa.RecordBatch] = []
-    pending_rows = 0
-    # Parts are written in a background thread while the next rows arrive from the JVM; at
-    # most one chunk waits, which bounds memory to about two chunks.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mergetree-stage") as pool:
-        writing: Future[list[Any]] | None = None
-        for batch in iterator:
-            if not batch.num_rows:
-                continue
-            pending.append(to_table_arrow(batch, table_arrow))
-            pending_rows += batch.num_rows
-            if pending_rows >= stage_rows:
-                if writing is not None:
-                    staged += writing.result()
-                writing = pool.submit(adapter.stage, ref, pa.Table.from_batches(pending, table_arrow), tag)
-                pending, pending_rows = [], 0
-        if pending:
-            staged += adapter.stage(ref, pa.Table.from_batches(pending, table_arrow), tag)
-        if writing is not None:
-            staged += writing.result()
-    return staged
 
 
 def register(spark: Any) -> None:

@@ -2,7 +2,7 @@
 
 How a micro-batch goes:
 
-* Spark's planner calls `streamWriter` for every batch (and again in the process that runs the
+* Spark's planner calls `streamWriter` (spark/source.py) for every batch (and again in the process that runs the
   batch's `commit`): the options are checked, the table is created on the first batch, and the
   writer is cheap to make again.
 * Tasks stage their rows as invisible parts under a job tag of their own run and batch
@@ -31,12 +31,12 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
 
 from spark_mergetree.errors import InvalidOptionError, TransactionError, UnsupportedError
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef
 from spark_mergetree.spark.options import WriteOptions
+from spark_mergetree.spark.task_writes import freeze_worker_heap, stage_batches
 from spark_mergetree.storage.object_store import is_object_url
 
 # Options Spark's DataStreamWriter passes to the sink besides ours.
@@ -47,8 +47,9 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 RUN_ID_PROPERTY = "spark.jobGroup.id"  # each run of the query is its jobs' group
 
 
-def stream_writer(options: Any, schema: StructType, overwrite: bool) -> MergeTreeStreamWriter:
-    """The writer of one micro-batch; everything is checked before a table is created."""
+def stream_options(options: Any, overwrite: bool) -> WriteOptions:
+    """The write options of a streaming write, checked: append only, no `transaction`, a table on
+    a file system (spark/source.py `streamWriter` then prepares the table as a batch write does)."""
     if overwrite:
         raise InvalidOptionError(
             "writeStream.format('mergetree') supports outputMode('append') only: outputMode('complete') would "
@@ -65,10 +66,7 @@ def stream_writer(options: Any, schema: StructType, overwrite: bool) -> MergeTre
     if is_object_url(opts.path):
         raise UnsupportedError(f"writeStream.format('mergetree'): table {opts.path} is in object storage, whose "
                                "commit log does not record micro-batches yet; stream into a table on a file system")
-    from spark_mergetree.spark.source import prepare_write
-
-    ref, table_arrow = prepare_write(opts, schema)
-    return MergeTreeStreamWriter(ref, table_arrow, opts.stage_rows)
+    return opts
 
 
 @dataclass
@@ -101,9 +99,7 @@ class MergeTreeStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MergeTreeBatchMessage:
         from pyspark import TaskContext
 
-        from spark_mergetree.spark.source import _freeze_worker_heap, stage_batches
-
-        _freeze_worker_heap(self.ref)
+        freeze_worker_heap(self.ref)
         context = TaskContext.get()
         assert context is not None, "write() runs in a Spark task"
         query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
