@@ -180,9 +180,8 @@ def test_clickhouse_reads_a_mutated_s3_table_in_place(s3_bucket: str) -> None:
 def test_clickhouse_reads_an_azure_table_in_place(azure_server, monkeypatch) -> None:
     """abfss://: a plain `azure` object-storage disk over the container's prefix (Azurite here,
     reached through the connection string of the environment); the same rows after a DELETE."""
-    from tests.format.chdb_util import session_at
-
     from tests.cloud_servers import StoreUnderTest
+    from tests.format.chdb_util import session_at
 
     store = StoreUnderTest.make("abfss", azure_server, monkeypatch)
     table = MergeTreeTable.create(store.url("seen"), SCHEMA, order_by="id", partition_by="toYYYYMM(d)",

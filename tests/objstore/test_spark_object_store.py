@@ -42,10 +42,10 @@ def test_spark_write_read_pushdown_overwrite(spark, s3_server, s3_bucket: str) -
 
 
 def clickhouse_rows(table: MergeTreeTable, bucket: str) -> list[tuple[object, ...]]:
-    from tests.format.chdb_util import session_at
     from click.testing import CliRunner
 
     from spark_mergetree.cli import main
+    from tests.format.chdb_util import session_at
 
     statement = table.clickhouse_ddl("default.spark_written", credentials=True)
     printed = CliRunner().invoke(main, ["clickhouse-ddl", table.path, "--name", "default.spark_written",
