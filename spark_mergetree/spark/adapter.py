@@ -594,12 +594,6 @@ def commit_batch(ref: TableRef, staged: list[Any], app_version: tuple[str, int])
     return True
 
 
-def committed_batch(ref: TableRef, app_id: str) -> int | None:
-    """The last micro-batch streaming query `app_id` committed into the table, or None."""
-    version: int | None = open_table(ref).app_version(app_id)
-    return version
-
-
 def _check_coordinator_of_transaction(ref: TableRef, table: Any, txn: TxnContext) -> None:
     """A job of a transaction on another coordinator than the table's is refused, saying how the
     table came to be bound to the other one and what to do."""
