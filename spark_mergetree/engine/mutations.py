@@ -38,6 +38,7 @@ from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import projections
 from spark_mergetree.engine import select as selecting
+from spark_mergetree.engine.part_rewrite import rewrite_in_granules
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, SerializationError, UnsupportedError
 from spark_mergetree.expressions.ddl import key_column_names
 from spark_mergetree.expressions.predicate import (
@@ -53,17 +54,15 @@ from spark_mergetree.expressions.predicate import (
 )
 from spark_mergetree.fileops import escape_for_file_name
 from spark_mergetree.format.checksums import Checksums
-from spark_mergetree.format.compact_writer import write_part_by_column
 from spark_mergetree.format.part import CHECKSUMS_FILE, COLUMNS_FILE, COUNT_FILE, PartFiles, format_columns
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, SUBSTREAMS_FILE, PartReader
-from spark_mergetree.format.part_writer import PartitionValue, write_wide_part_by_column
+from spark_mergetree.format.part_writer import write_wide_part_by_column
 from spark_mergetree.format.serialization import default_column
-from spark_mergetree.format.types import Json, contains_type, parse_type, to_arrow
+from spark_mergetree.format.types import Json, contains_type, parse_type
 from spark_mergetree.txn import Transaction
 
 if TYPE_CHECKING:
-    from spark_mergetree.engine.metadata import TableMetadata
     from spark_mergetree.engine.table import MergeTreeTable
 
 MUTATION_FILE = "mutation_{}.txt"
@@ -233,24 +232,6 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation |
     unchanged = projections.kept_projection_parts(reader, meta.projections, names, updated)
     files = meta.add_projections(files, projections.rows_in_place(column_of, rows), unchanged)
     return meta.with_ttl(files, lambda names: pa.table({name: column_of(name) for name in names}))
-
-
-def rewrite_in_granules(reader: PartReader, meta: TableMetadata, rows: int, columns: list[tuple[str, str]],
-                        column_of: Callable[[str], pa.Array | pa.ChunkedArray]) -> PartFiles:
-    """A part written again from `column_of` (`rows` rows; `columns` as name, type) in its source's
-    granules, kind and partition: what a mutation and a TTL merge write in place of a part. It keeps
-    the source's kind, as ClickHouse's mutations keep it (whatever its size now)."""
-    names = [n for n, _ in meta.columns]
-    keys = key_column_names(names, meta.definition.order_by, meta.definition.partition_by, meta.definition.primary_key)
-    key_table = pa.table({name: column_of(name) for name in names if name in keys})
-    partition = None
-    key = meta.partition_key
-    if key.is_partitioned:
-        values = reader.partition_values(key.result_types)
-        partition = PartitionValue([pa.array([v], type=to_arrow(parse_type(t))) for v, t in zip(values, key.result_types)],
-                                   key.result_types, key.columns)
-    return write_part_by_column(reader.is_compact, rows, columns, column_of, meta.primary_key_values(key_table),
-                                partition, meta.writer_settings, np.asarray(reader.granule_rows, dtype=np.int64))
 
 
 def beside_source(files: PartFiles) -> bool:

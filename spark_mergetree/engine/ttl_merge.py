@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mergetree.engine.merge import SPILL_PREFIX
-from spark_mergetree.engine.mutations import rewrite_in_granules
+from spark_mergetree.engine.part_rewrite import rewrite_in_granules
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.expressions.predicate import bind, evaluate, parse_expression
 from spark_mergetree.expressions.ttl import TTL_FILE, TTLRule, expiring, merged_ttl_file, ttl_file, ttl_times
