@@ -9,9 +9,9 @@ process of its own and waits until it answers; `bucket()` creates a fresh bucket
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import uuid
+from pathlib import Path
 
 from tests.cloud_servers import LoopbackServer
 from tests.zookeeper_server import free_port
@@ -26,10 +26,12 @@ class S3Server(LoopbackServer):
 
     name = "moto_server"
 
-    def __init__(self, auth: bool = False) -> None:
-        """`auth`: moto checks every request's credentials (IAM), as S3 does: ours are unknown to it."""
+    def __init__(self, auth: bool = False, switch_interval: float | None = None) -> None:
+        """`auth`: moto checks every request's credentials (IAM), as S3 does: ours are unknown to it.
+        `switch_interval`: the server's thread switch interval (see tests/moto_serialized.py)."""
         super().__init__()
         self.auth = auth
+        self.switch_interval = switch_interval
         if auth:
             self.env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0")
 
@@ -39,9 +41,13 @@ class S3Server(LoopbackServer):
                 "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": REGION}
 
     def _command(self) -> list[str]:
-        executable = shutil.which("moto_server")
-        command = [executable] if executable else [sys.executable, "-m", "moto.server"]
-        return [*command, "-H", "127.0.0.1", "-p", str(self.port)]
+        # moto's server with its writes serialised (tests/moto_serialized.py: moto's conditional
+        # PUTs are not atomic on their own)
+        command = [sys.executable, str(Path(__file__).with_name("moto_serialized.py")), "-H", "127.0.0.1",
+                   "-p", str(self.port)]
+        if self.switch_interval is not None:
+            command += ["--switch-interval", repr(self.switch_interval)]
+        return command
 
     def _probe(self) -> str:
         return self.endpoint + "/moto-api/"
