@@ -897,3 +897,13 @@ def _check_history(journals: Path, coordinator: Any, locations: Locations, path:
     report.invariants_checked += 1
     for examples in result.examples.values():
         report.violations.extend(f"history: {anomaly}" for anomaly in examples)
+    # A tid names one transaction: two that got the same one share its log entries (a local log's
+    # <tid>.json) and its fate, which the checker can only report as other anomalies.
+    holders: dict[int, list[str]] = {}
+    for txn in history:
+        if txn.tid is not None:
+            holders.setdefault(txn.tid, []).append(txn.process)
+    for tid, processes in sorted(holders.items()):
+        if len(processes) > 1:
+            report.violations.append(f"history: the coordinator gave tid {tid} to {len(processes)} "
+                                     f"transactions ({', '.join(processes)})")
