@@ -181,6 +181,10 @@ class ObjectStoreCoordinator(Coordinator):
                     except OSError:
                         pass  # the next round tries again; a lease that lapses aborts the transaction
 
+    def _owned_now(self) -> set[int]:
+        with self._mutex:
+            return set(self._owned)
+
     def _alive(self, tid: int) -> bool:
         with self._mutex:
             if tid in self._owned:
@@ -219,15 +223,17 @@ class ObjectStoreCoordinator(Coordinator):
     def status(self, tid: int) -> tuple[TxnState, int | None]:
         record = self._record(tid)
         if record is None:
-            with self._mutex:
-                if tid in self._owned:
-                    return TxnState.RUNNING, None
             clock = self._clock()
             decided = clock.get("decided", {})
-            if tid > int(clock["ts"]):
-                return TxnState.ABORTED, None  # never begun
             if str(tid) in decided:
+                # Decided is committed, for the owner too: its commit may have failed after the
+                # decision (writing the record), and a reader may already have recorded it
+                # committed, so the owner must not take it for running and roll it back.
                 record = self._write_record(tid, self._committed_record(tid, int(decided[str(tid)])))
+            elif tid in self._owned_now():
+                return TxnState.RUNNING, None
+            elif tid > int(clock["ts"]):
+                return TxnState.ABORTED, None  # never begun
             elif self._alive(tid):
                 return TxnState.RUNNING, None
             else:

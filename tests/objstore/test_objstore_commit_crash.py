@@ -2,7 +2,8 @@
 forked writer just before its k-th request that changes the store during commit: the decision in
 clock.json, the record, clearing the decision, releasing the lease and staged prefix; or between
 finalizing the two tables' entries): after the lease lapses and recovery runs on both tables (what cleanup does), the
-transaction is visible in both tables or in neither, exactly as the coordinator's status says."""
+transaction is visible in both tables or in neither, exactly as the coordinator's status says.
+Also a writer that lives but whose record write fails after the decision."""
 
 from __future__ import annotations
 
@@ -90,3 +91,46 @@ def test_writer_death_at_every_commit_step(s3_bucket: str, tmp_path: Path) -> No
     # Deaths before the decision abort, deaths after it commit; the writer ran to the end at last.
     assert outcomes[-1][2] == 0 and outcomes[-1][3] == "committed"
     assert {o[3] for o in outcomes} == {"committed", "aborted"}
+
+
+def test_failed_record_write_after_the_decision(s3_bucket: str, tmp_path: Path) -> None:
+    """The commit's decision is in clock.json but writing its record fails (a store error): the
+    writer must not roll back what a reader may already have seen committed. Here a reader asks
+    for the transaction's fate just after the writer's record write failed (so it records the
+    decision as committed); then the writer's table entries must stay."""
+    url = ObjectStoreCoordinator.url_for(f"s3://{s3_bucket}/coordinator", lease=30.0)
+    writer, reader = ObjectStoreCoordinator(url), ObjectStoreCoordinator(url)
+    tables = [tmp_path / name for name in ("x", "y")]
+    try:
+        tx = Transaction(writer)
+        for number, table in enumerate(tables):
+            publish(tx, table, f"all_{tx.tid}_{tx.tid}_{number}")
+        bucket = writer._bucket
+        put = bucket.put
+        record_key = writer._record_key(tx.tid)
+        failed = []
+
+        def flaky_put(key, data, **kwargs):  # type: ignore[no-untyped-def]
+            if key == record_key and not failed:
+                failed.append(key)
+                raise OSError("injected: the record's PUT failed")
+            if key == record_key:
+                reader.status(tx.tid)  # a reader between the failure and the writer's next step
+            return put(key, data, **kwargs)
+
+        bucket.put = flaky_put  # type: ignore[method-assign]
+        try:
+            tx.commit()
+        except Exception:  # noqa: BLE001 - failing is allowed; disagreeing with the coordinator is not
+            pass
+        bucket.put = put  # type: ignore[method-assign]
+        assert failed
+        state, _ = reader.status(tx.tid)
+        probe = Transaction(reader)
+        seen = [f"all_{tx.tid}_{tx.tid}_{n}" in TableLog(table).snapshot(probe.snapshot, reader)
+                for n, table in enumerate(tables)]
+        probe.rollback()
+        assert seen == [state is TxnState.COMMITTED] * 2, (state, seen)
+    finally:
+        writer.close()
+        reader.close()
