@@ -89,11 +89,16 @@ def _upload_pool(kind: str) -> ThreadPoolExecutor:
         return pool
 
 
+def reachable_everywhere(coordinator_url: str) -> bool:
+    """Whether every machine reaching a bucket can share this coordinator (in object storage or zk://)."""
+    return is_object_url(coordinator_url) or coordinator_url.startswith(("zk://", "zookeeper://"))
+
+
 def default_object_coordinator(location: ObjectUrl) -> str:
     """The coordinator of an object-store table that names none: $SPARK_MERGETREE_COORDINATOR if it
-    is one every machine can reach (in object storage or zk://), else one under the table's own prefix."""
+    is one every machine can reach, else one under the table's own prefix."""
     url = os.environ.get(COORDINATOR_ENV, "")
-    if is_object_url(url) or url.startswith(("zk://", "zookeeper://")):
+    if reachable_everywhere(url):
         return url
     return location.child("_mergetree", "coordinator").url
 

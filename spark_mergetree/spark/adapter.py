@@ -114,7 +114,14 @@ def session_coordinator_for_task(ref: TableRef) -> TableRef:
     url = context.getLocalProperty(COORDINATOR_CONF) if context is not None else None
     if ref.coordinator or not url or not url.strip():
         return ref
-    return replace(ref, coordinator=url.strip())
+    from spark_mergetree.engine.object_table import reachable_everywhere
+
+    url = url.strip()
+    if ref.in_object_store and not reachable_everywhere(url):
+        # The session's coordinator is a default, as $SPARK_MERGETREE_COORDINATOR is: a local one
+        # does not apply to a table in object storage, which then uses the one under its prefix.
+        return ref
+    return replace(ref, coordinator=url)
 
 
 def txn_for_task(explicit: TxnContext | None) -> TxnContext | None:

@@ -25,7 +25,7 @@ its standard output, then nothing more there.
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import subprocess
 import sys
 import time
@@ -100,8 +100,7 @@ def start(table_dir: str | os.PathLike[str], coordinator_url: str, tag: str, *, 
     line = b""
     deadline = time.monotonic() + timeout
     while not line.endswith(b"\n") and (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([keeper.stdout], [], [], left)
-        if not ready:
+        if not _readable(keeper.stdout.fileno(), left):
             break
         chunk = os.read(keeper.stdout.fileno(), 4096)
         if not chunk:
@@ -121,6 +120,14 @@ def start(table_dir: str | os.PathLike[str], coordinator_url: str, tag: str, *, 
                                           and keeper.returncode else f"no answer within {timeout:g} s")
     raise TransactionError(f"write job {tag} of {table_dir}: the process holding its lease at coordinator "
                            f"{coordinator_url} could not start: {cause}")
+
+
+def _readable(descriptor: int, seconds: float) -> bool:
+    """Whether `descriptor` has something to read within `seconds` (a selector, not select(): a
+    process holding a thousand files, as a long-lived Spark worker may, has descriptors past its limit)."""
+    with selectors.DefaultSelector() as watch:
+        watch.register(descriptor, selectors.EVENT_READ)
+        return bool(watch.select(seconds))
 
 
 def hold(table_dir: str, coordinator_url: str, tag: str, driver: int) -> int:

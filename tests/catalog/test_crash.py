@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -67,6 +67,14 @@ def _assert_consistent(root: Path, journal: Path) -> Catalog:
     return catalog
 
 
+def _readable(descriptor: int, seconds: float) -> bool:
+    """Whether the pipe has something to read within `seconds` (a selector: select() refuses the
+    descriptors past 1023 a long test process reaches)."""
+    with selectors.DefaultSelector() as watch:
+        watch.register(descriptor, selectors.EVENT_READ)
+        return bool(watch.select(seconds))
+
+
 class Launcher:
     """The warm launcher process of ddl_worker.py: forks workers on request."""
 
@@ -93,7 +101,7 @@ class Launcher:
         descriptor = self.process.stdout.fileno()
         while b"\n" not in self._unread:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([descriptor], [], [], left)[0]:
+            if left <= 0 or not _readable(descriptor, left):
                 raise AssertionError(f"no line {prefix!r} from the launcher within {self.EXPECT_SECONDS:.0f} s "
                                      f"(a worker never got ready, or the launcher hangs); lines seen meanwhile: "
                                      f"{self._pending[-5:]}")

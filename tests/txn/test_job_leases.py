@@ -135,3 +135,20 @@ def test_a_keeper_started_after_its_job_ended_exits_quietly(coordinator_url: str
         driver.kill()
         driver.wait(timeout=30)
     assert not TableLog(tmp_path).job_alive("job4")
+
+
+def test_a_lease_starts_from_a_process_holding_many_files(coordinator_url: str, tmp_path: Path) -> None:
+    """A long-lived Spark worker may hold more than a thousand descriptors: the planner's wait for
+    the keeper must not depend on select()'s 1024 limit."""
+    held: list[int] = []
+    driver = _driver()
+    try:
+        while not held or held[-1] <= 1100:  # bounded: one descriptor more each time, until past 1100
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        tid = job_lease.start(tmp_path, coordinator_url, "job5", driver=driver.pid)
+        assert tid is not None and TableLog(tmp_path).job_leased("job5")
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+        driver.kill()
+        driver.wait(timeout=30)
