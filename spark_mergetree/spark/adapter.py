@@ -124,6 +124,17 @@ def session_coordinator_for_task(ref: TableRef) -> TableRef:
     return replace(ref, coordinator=url)
 
 
+def ref_with_tasks_coordinator(ref: TableRef, seen: Iterable[str | None], job: str) -> TableRef:
+    """On the driver, committing: `ref` with the session coordinator the tasks of `job` saw
+    (`session_coordinator_for_task`, carried in their commit messages); the options' coordinator wins."""
+    urls = {url for url in seen if url}
+    if ref.coordinator or not urls:
+        return ref
+    if len(urls) > 1:
+        raise TransactionError(f"tasks of {job} saw different coordinators in {COORDINATOR_CONF!r}: {sorted(urls)}")
+    return replace(ref, coordinator=urls.pop())
+
+
 def txn_for_task(explicit: TxnContext | None) -> TxnContext | None:
     """A task's transaction: the `transaction` option's, else its session's; they must agree."""
     return joined_txn(explicit, current_txn_from_task())

@@ -26,7 +26,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -448,13 +448,7 @@ class MergeTreeWriter(DataSourceArrowWriter):
 
     def _ref_of(self, messages: Iterable[MergeTreeCommitMessage]) -> TableRef:
         """The table's ref with the session's coordinator the tasks saw (the options' wins)."""
-        urls = {message.coordinator for message in messages if message.coordinator}
-        if self.ref.coordinator or not urls:
-            return self.ref
-        if len(urls) > 1:
-            raise TransactionError(f"tasks of one write saw different coordinators in {adapter.COORDINATOR_CONF!r}: "
-                                   f"{sorted(urls)}")
-        return replace(self.ref, coordinator=urls.pop())
+        return adapter.ref_with_tasks_coordinator(self.ref, (m.coordinator for m in messages), "one write")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         adapter.discard(self.ref, self.tag)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -142,13 +142,7 @@ class MergeTreeStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
                   flush=True)
 
     def _ref_of(self, messages: Any) -> TableRef:
-        urls = {message.coordinator for message in messages if message.coordinator}
-        if self.ref.coordinator or not urls:
-            return self.ref
-        if len(urls) > 1:
-            raise TransactionError(f"tasks of one micro-batch saw different coordinators in "
-                                   f"{adapter.COORDINATOR_CONF!r}: {sorted(urls)}")
-        return replace(self.ref, coordinator=urls.pop())
+        return adapter.ref_with_tasks_coordinator(self.ref, (m.coordinator for m in messages), "one micro-batch")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
         for message in messages:
