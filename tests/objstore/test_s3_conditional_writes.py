@@ -51,7 +51,7 @@ def test_one_compare_and_swap_wins(busy_s3_server: S3Server) -> None:
     for round_ in range(60):
         clients[0].put_object(Bucket=bucket, Key="clock", Body=b"start")
         etag = clients[0].head_object(Bucket=bucket, Key="clock")["ETag"]
-        winners.append(_race(lambda i: clients[i].put_object(Bucket=bucket, Key="clock", IfMatch=etag,
+        winners.append(_race(lambda i, etag=etag, round_=round_: clients[i].put_object(Bucket=bucket, Key="clock", IfMatch=etag,
                                                              Body=f"{round_}-{i}".encode())))
     assert winners == [1] * 60
 
@@ -59,7 +59,7 @@ def test_one_compare_and_swap_wins(busy_s3_server: S3Server) -> None:
 def test_one_put_if_absent_wins(busy_s3_server: S3Server) -> None:
     bucket = busy_s3_server.bucket()
     clients = [busy_s3_server.client() for _ in range(RACERS)]
-    winners = [_race(lambda i: clients[i].put_object(Bucket=bucket, Key=f"record-{round_}", IfNoneMatch="*",
+    winners = [_race(lambda i, round_=round_: clients[i].put_object(Bucket=bucket, Key=f"record-{round_}", IfNoneMatch="*",
                                                       Body=f"{i}".encode()))
                for round_ in range(60)]
     assert winners == [1] * 60
