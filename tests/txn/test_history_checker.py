@@ -7,7 +7,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -300,12 +299,9 @@ def test_histories_round_trip_through_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.long
-def test_100000_transactions_check_in_well_under_a_minute() -> None:
-    """Measured in CPU seconds (about 7 on one core): on a shared machine wall time is anyone's."""
+def test_a_clean_history_of_100000_transactions_is_checked_clean() -> None:
+    """The checker's answer on a history the size of a long run (its speed: benchmarks/history_check.py)."""
     history = simulate(100_000, 9)
-    started = time.process_time()
     result = check(history)
-    elapsed = time.process_time() - started
     assert result.counts == {}, result.report()
     assert result.stats["transactions"] == 100_001 and result.stats["edges"] > 500_000
-    assert elapsed < 30, f"checked in {elapsed:.1f} CPU seconds"
