@@ -73,6 +73,9 @@ class TortureConfig:
     spike_latency: float = 0.25  # seconds per request during a latency spike
     max_transactions: int | None = None  # stop the workload early once clients committed or failed this many
     maintenance_pause: tuple[float, float] = (0.0, 0.2)  # seconds between optimize / cleanup calls
+    # Coordinator outages the run must see: past `seconds`, it goes on (up to twice as long) until it
+    # has, as a restarted ZooKeeper's JVM can take seconds to come back on a loaded machine.
+    least_outages: int = 0
 
 
 @dataclass
@@ -709,12 +712,16 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
         next_count = time.monotonic() + 2.0
         counted: dict[Path, tuple[int, int]] = {}
         try:
-            while time.monotonic() < deadline:
+            while True:
                 time.sleep(0.05)
                 now = time.monotonic()
+                if now >= deadline and (report.outages >= config.least_outages
+                                        or now >= deadline + config.seconds):
+                    break
                 if config.max_transactions is not None and now >= next_count:
                     next_count = now + 2.0
-                    if _clients_done(journals, counted) >= config.max_transactions:
+                    if (_clients_done(journals, counted) >= config.max_transactions
+                            and report.outages >= config.least_outages):
                         break
                 if now >= next_kill:
                     victim = rng.choice([r for r in roles if not r.startswith("reader")])

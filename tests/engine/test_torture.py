@@ -23,7 +23,7 @@ def test_torture_with_the_local_coordinator(tmp_path: Path) -> None:
 
 def test_torture_with_zookeeper_outages(tmp_path: Path) -> None:
     report = run_torture(tmp_path / "run", TortureConfig(seconds=scaled(15, 60), writers=3, zookeeper=True, seed=12,
-                                                         outage_interval=(3.0, 6.0)))
+                                                         outage_interval=(3.0, 6.0), least_outages=2))
     assert report.operations["writer"] > 10 and report.outages >= 2
     assert report.violations == [], "\n".join(report.violations)
 
@@ -50,7 +50,7 @@ def test_history_with_the_local_coordinator_has_no_anomalies(tmp_path: Path) -> 
 
 
 def test_history_with_zookeeper_restarts_has_no_anomalies(tmp_path: Path) -> None:
-    report = _history_run(tmp_path, 32, zookeeper=True, outage_interval=(4.0, 8.0))
+    report = _history_run(tmp_path, 32, zookeeper=True, outage_interval=(4.0, 8.0), least_outages=2)
     assert report.outages >= 2
 
 
@@ -58,7 +58,7 @@ def test_history_with_the_object_store_coordinator_and_latency_has_no_anomalies(
     # Every begin and commit is a compare-and-swap of one object on a moto server: tens of
     # transactions a second at best, a few on a loaded machine; fewer kills, so that some finish.
     report = _history_run(tmp_path, 33, least=10, seconds=30, kill_interval=(2.0, 5.0), objstore=True, latency=0.005,
-                          outage_interval=(4.0, 8.0))
+                          outage_interval=(4.0, 8.0), least_outages=2)
     assert report.outages >= 2  # latency spikes
 
 
