@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -247,10 +248,12 @@ def select_merges(parts: Sequence[str], rows: Mapping[str, int], meta: TableMeta
 
 
 def select_groups(parts: Sequence[str], rows: Mapping[str, int], meta: TableMetadata, *, final: bool,
-                  reserved: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> list[MergeCandidate]:
+                  reserved: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+                  ttl_due: AbstractSet[str] = frozenset()) -> list[MergeCandidate]:
     """Disjoint merges to run side by side (a distributed OPTIMIZE): with `final`, each segment of a
-    partition (between reserved blocks) whole; otherwise runs of up to `max_parts_to_merge` adjacent
-    parts covering every segment of ≥ 2 parts."""
+    partition (between reserved blocks) whole, and a partition's lone part when it is in `ttl_due`
+    (its TTL is due: ClickHouse's FINAL merges it again); otherwise runs of up to
+    `max_parts_to_merge` adjacent parts covering every segment of ≥ 2 parts."""
     width = len(parts) if final else int(meta.setting("max_parts_to_merge"))
     out = []
     for partition_id, infos in sorted(by_partition(parts).items()):
@@ -259,7 +262,7 @@ def select_groups(parts: Sequence[str], rows: Mapping[str, int], meta: TableMeta
             runs = max(1, -(-count // width))  # as few runs as the width allows, of even sizes
             for number in range(runs):
                 run = segment[number * count // runs:(number + 1) * count // runs]
-                if len(run) >= 2:
+                if len(run) >= 2 or (final and len(infos) == 1 and run[0].name in ttl_due):
                     names = tuple(i.name for i in run)
                     out.append(MergeCandidate(partition_id, names, sum(rows[n] for n in names)))
     return out

@@ -16,11 +16,12 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
-from spark_mergetree.engine import patch_merge
+from spark_mergetree.engine import patch_merge, ttl_merge
 from spark_mergetree.engine.progress import progress_bar
 from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.format.part import PartFiles
@@ -220,6 +221,9 @@ def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], N
     settled_below = 0
     degraded: set[str] = set()  # partitions merged as far as their gaps allow, once the wait ran out
     held: dict[str, str] = {}  # partition -> why its parts could not be locked (until the next pause)
+    # Partitions whose single part this call merged again for its TTL: once is enough (a row whose
+    # time comes during the call waits for the next merge, as in ClickHouse).
+    ttl_merged: set[str] = set()
     runner = run_round if run_round is not None else (lambda tx, merges: [merge_locked(table, merges[0], tx)])
     while True:
         tx, reserved, visible, fence = _begin(table, settled_below)
@@ -236,7 +240,9 @@ def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], N
             if wanted is not None:
                 visible = {p for p in visible if PartInfo.parse(p).partition_id in wanted}
             rows = {p: table.reader(p).rows for p in visible}
-            ready, blocked = _final_step(visible, rows, reserved, limit, degraded, set(held))
+            singles = _lone_parts(visible, limit, ttl_merged)
+            due = ttl_merge.due_parts(table, singles) if singles else set()
+            ready, blocked = _final_step(visible, rows, reserved, limit, degraded, set(held), due)
             batch = ready if run_round is not None else ready[:1]
             refused = _lock(table, tx, batch)
             if refused is None:
@@ -258,6 +264,7 @@ def run_final(table: MergeTreeTable, timeout: float, on_merge: Callable[[int], N
                 tx.rollback()
                 raise
             pause = FINAL_POLL_SECONDS[0]
+            ttl_merged.update(merge.partition_id for merge in batch if len(merge.parts) == 1)
             if on_merge is not None:
                 for merge in batch:
                     on_merge(len(merge.parts))
@@ -302,15 +309,35 @@ def _lock(table: MergeTreeTable, tx: Transaction, merges: list[merging.MergeCand
     return None
 
 
+def _lone_parts(visible: set[str], limit: int, skip: set[str]) -> set[str]:
+    """The parts alone in their partition below `limit` (not in the partitions `skip`)."""
+    out = set()
+    for partition_id, infos in merging.by_partition(sorted(visible)).items():
+        below = [i for i in infos if i.min_block < limit]
+        if len(below) == 1 and partition_id not in skip:
+            out.add(below[0].name)
+    return out
+
+
 def _final_step(visible: set[str], rows: dict[str, int], reserved: dict[str, list[tuple[int, int]]], limit: int,
-                degraded: set[str], held: set[str]) -> tuple[list[merging.MergeCandidate], set[str]]:
+                degraded: set[str], held: set[str], ttl_due: AbstractSet[str] = frozenset()
+                ) -> tuple[list[merging.MergeCandidate], set[str]]:
     """The merges OPTIMIZE FINAL can run now, disjoint, and the partitions whose parts below
     `limit` are not yet one part but cannot merge into one now (a reserved block between or on
-    them, or `held`: a merge running elsewhere holds their parts)."""
+    them, or `held`: a merge running elsewhere holds their parts). A partition already one part
+    merges that part again when it is in `ttl_due` (its TTL is due: ClickHouse's FINAL merges a
+    single part again, which expires what its TTL says)."""
     ready: list[merging.MergeCandidate] = []
     blocked: set[str] = set()
     for partition_id, infos in sorted(merging.by_partition(sorted(visible)).items()):
-        if sum(1 for i in infos if i.min_block < limit) < 2:
+        below = [i for i in infos if i.min_block < limit]
+        if len(below) == 1 and below[0].name in ttl_due:
+            if partition_id in held:
+                blocked.add(partition_id)
+            else:
+                ready.append(merging.MergeCandidate(partition_id, (below[0].name,), rows[below[0].name]))
+            continue
+        if len(below) < 2:
             continue  # done: one part of the blocks the call is about (and maybe later ones beside it)
         if partition_id in held:
             blocked.add(partition_id)
@@ -410,7 +437,9 @@ def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
             wanted = matching_partitions(table, where, tx)
             visible = {p for p in visible if PartInfo.parse(p).partition_id in wanted}
         rows = {p: table.reader(p).rows for p in visible}
-        groups = merging.select_groups(sorted(visible), rows, table.metadata, final=final, reserved=reserved)
+        due = ttl_merge.due_parts(table, _lone_parts(visible, merging._NO_BLOCK, set())) if final else set()
+        groups = merging.select_groups(sorted(visible), rows, table.metadata, final=final, reserved=reserved,
+                                       ttl_due=due)
         groups = [patch_merge.with_data_version(table, group) for group in groups]
         if not groups:
             tx.rollback()

@@ -5,9 +5,9 @@ with TTL removes the rows whose row TTL (`TTL expr` / `expr DELETE`) is due, and
 `expr DELETE WHERE cond` rule is due for where `cond` holds; it sets every value whose column TTL
 (`c T TTL expr`) is due to the type's default; and it writes the merged part's `ttl.txt` over what
 it kept (a column rule counting the values it did not reset). Measured with chdb 26.9: `OPTIMIZE
-TABLE t FINAL` on parts whose `ttl.txt` times are due does all of that (and FINAL merges a single
-part again, which our OPTIMIZE does not do yet; nor do our background merges choose parts for
-their TTL, as ClickHouse's TTL merges do). A time of 0 never expires.
+TABLE t FINAL` on parts whose `ttl.txt` times are due does all of that, and FINAL merges a
+partition's single part again: our OPTIMIZE FINAL does so when that part's TTL is due
+(`due_parts`; engine/optimize.py). A time of 0 never expires.
 
 We do the same before the merge proper: each source whose `ttl.txt` says a row or column rule is
 due (its least time ≤ the merge's time) is written again, its rows in order, with the expired rows
@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,6 +64,22 @@ def _ttl_data(reader: PartReader, meta: TableMetadata) -> bytes | None:
 def due(reader: PartReader, meta: TableMetadata, now: int) -> bool:
     """Whether a merge at `now` expires rows or values of this source."""
     return expiring(_ttl_data(reader, meta), now, _ROW_SECTIONS)
+
+
+def has_ttl(meta: TableMetadata) -> bool:
+    """Whether the table has a TTL rule of any kind (table or column)."""
+    return bool(meta.definition.ttl) or any(c.ttl for c in meta.definition.columns)
+
+
+def due_parts(table: MergeTreeTable, parts: Iterable[str], now: int | None = None) -> set[str]:
+    """The parts among `parts` that a merge at `now` (default: the present) would change for their
+    TTL: rows or values expired (ClickHouse's `part_min_ttl` is due). OPTIMIZE FINAL merges such a
+    part again even when it is its partition's only one, as ClickHouse's FINAL does."""
+    meta = table.metadata
+    if not has_ttl(meta):
+        return set()
+    moment = int(time.time()) if now is None else now
+    return {part for part in parts if due(table.reader(part), meta, moment)}
 
 
 _ORDER = {"table": 0, "rows_where": 1, "group_by": 2, "columns": 3, "moves": 4, "recompression": 4}
@@ -159,7 +175,7 @@ def expire_sources(table: MergeTreeTable, readers: Sequence[PartReader], now: in
     out (valid inside the `with` block); the readers themselves when nothing is due."""
     meta = table.metadata
     moment = int(time.time()) if now is None else now
-    if not meta.definition.ttl and not any(c.ttl for c in meta.definition.columns):
+    if not has_ttl(meta):
         yield list(readers)
         return
     stale = [reader for reader in readers if due(reader, meta, moment)]

@@ -111,3 +111,84 @@ def test_a_due_group_by_rule_is_refused_before_writing(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedError, match=r"GROUP BY.*rows are due"):
         table.optimize(final=True)
     assert sorted(p.name for p in directory.iterdir()) == before
+
+
+def _clickhouse_final(tmp_path: Path, directory: Path, sources: list[str]) -> tuple[list[tuple], str]:
+    """The rows and the merged part's `ttl.txt` after chdb's OPTIMIZE FINAL over copies of `sources`
+    (a server of its own: one on this root would merge table t's parts itself)."""
+    _, copy = make_chdb_table(tmp_path / "copy", CREATE.format(name="c", ttl=TTL), ["SYSTEM STOP MERGES c"])
+    for name in sources:
+        shutil.copytree(directory / name, copy / "detached" / name)
+    sess = open_session(tmp_path / "copy")
+    try:
+        for name in sources:
+            sess.query(f"ALTER TABLE c ATTACH PART '{name}'")
+        sess.query("SYSTEM START MERGES c")
+        sess.query("OPTIMIZE TABLE c FINAL")
+        expected = _select(sess, "c")
+        (merged_path,) = sess.query("SELECT path FROM system.parts WHERE table = 'c' AND active",
+                                    "TabSeparatedRaw").bytes().decode().split()
+        return expected, (Path(merged_path) / TTL_FILE).read_text()
+    finally:
+        close_session()
+
+
+def test_optimize_final_merges_a_lone_part_whose_ttl_is_due_again(tmp_path: Path) -> None:
+    sess, directory = make_chdb_table(tmp_path, CREATE.format(name="t", ttl=TTL), ["SYSTEM STOP MERGES t"])
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    close_session()
+    table = _open(directory, statement)
+    table.insert(_rows(0, [0, 7, 14, 21, 28, 35, 42, 49, 2, 0.5]))
+    (source,) = table.visible_parts()[1]
+    expected, expected_ttl = _clickhouse_final(tmp_path, directory, [source])
+    assert len(expected) < 10
+
+    (merged,) = table.optimize(final=True)
+    assert merged == "all_1_1_1"  # the one part, merged again (ClickHouse's FINAL does the same)
+    assert _ours(table) == expected
+    assert (table.path / merged / TTL_FILE).read_text() == expected_ttl
+    assert table.optimize(final=True) == []  # nothing is due any more: the part stays
+    assert table.check().ok
+
+
+def test_optimize_final_leaves_a_lone_part_with_nothing_due(tmp_path: Path) -> None:
+    sess, directory = make_chdb_table(tmp_path, CREATE.format(name="t", ttl=TTL), ["SYSTEM STOP MERGES t"])
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    close_session()
+    table = _open(directory, statement)
+    table.insert(_rows(0, [0.01, 0.2, 0.5]))  # every time lies ahead
+    assert table.optimize(final=True) == []
+    assert table.visible_parts()[1] == {"all_1_1_0"}
+
+
+def test_a_lone_part_whose_rows_all_expired_becomes_an_empty_part(tmp_path: Path) -> None:
+    sess, directory = make_chdb_table(tmp_path, CREATE.format(name="t", ttl=TTL), ["SYSTEM STOP MERGES t"])
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    close_session()
+    table = _open(directory, statement)
+    table.insert(_rows(0, [40, 50, 60]))
+    expected, _ = _clickhouse_final(tmp_path, directory, ["all_1_1_0"])
+    assert expected == []
+    assert table.optimize(final=True) == ["all_1_1_1"]
+    assert _ours(table) == [] and table.reader("all_1_1_1").rows == 0
+    assert table.check().ok
+
+
+def test_a_distributed_final_plans_the_lone_part_whose_ttl_is_due(tmp_path: Path) -> None:
+    """The groups a distributed OPTIMIZE FINAL (Spark's) merges include a partition's lone part
+    whose TTL is due; staged and committed as its tasks do, it leaves what OPTIMIZE FINAL leaves."""
+    from spark_mergetree.engine import optimize as optimizing
+
+    sess, directory = make_chdb_table(tmp_path, CREATE.format(name="t", ttl=TTL), ["SYSTEM STOP MERGES t"])
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    close_session()
+    table = _open(directory, statement)
+    table.insert(_rows(0, [0, 7, 14, 21, 28, 35, 42, 49, 2, 0.5]))
+    tx, groups = optimizing.plan_group_merges(table, None, final=True)
+    assert [g.parts for g in groups] == [("all_1_1_0",)]
+    names = optimizing.group_result_names(table, groups)
+    staged = [optimizing.stage_group_merge(table, g, "job1", n) for g, n in zip(groups, names, strict=True)]
+    assert optimizing.commit_group_merges(table, tx, groups, staged) == ["all_1_1_1"]
+    assert [i for i, *_ in _ours(table)] == [0, 1, 3, 8, 9]
+    tx, groups = optimizing.plan_group_merges(table, None, final=True)
+    assert groups == []
