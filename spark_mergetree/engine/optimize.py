@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
-from spark_mergetree.engine import patch_merge, ttl_merge
+from spark_mergetree.engine import patch_merge, ttl_merge, ttl_selection
 from spark_mergetree.engine.progress import progress_bar
 from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.format.part import PartFiles
@@ -81,8 +81,11 @@ def merge_step(table: MergeTreeTable) -> str | None:
     tx, reserved, visible = begin_merge_transaction(table)
     try:
         visible, reserved = _without_unmergeable(table, visible, reserved)
-        candidates = merging.select_automatic(sorted(visible), part_stats(table, visible),
-                                              merging.SelectorSettings.of(table.metadata), reserved)
+        stats = part_stats(table, visible)
+        # ClickHouse tries its TTL merges first (engine/ttl_selection.py), its regular selector after.
+        due = ttl_selection.ttl_merge_for(table, visible, reserved, stats)
+        candidates = [due] if due is not None else merging.select_automatic(
+            sorted(visible), stats, merging.SelectorSettings.of(table.metadata), reserved)
     except BaseException:
         tx.rollback()
         raise

@@ -39,7 +39,7 @@ from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.predicate import bind, evaluate, evaluate_value, parse_expression
 from spark_mergetree.format.zones import local_instants, wall_clock
 
-__all__ = ["TTLRule", "ttl_rules", "ttl_times", "ttl_file", "TTL_FILE", "merged_ttl_file", "expiring"]
+__all__ = ["TTLRule", "ttl_rules", "ttl_times", "ttl_file", "TTL_FILE", "merged_ttl_file", "expiring", "ttl_infos"]
 
 TTL_FILE = "ttl.txt"
 _HEADER = "ttl format version: 1\n"
@@ -58,6 +58,7 @@ class TTLRule:
     expression: str  # as ClickHouse names it (intervals as toIntervalUnit(n))
     column: str | None = None  # a column TTL's column
     condition: str | None = None  # a `DELETE WHERE` rule's condition: only the rows it holds for count
+    target: str | None = None  # a move's `DISK 'd'` / `VOLUME 'v'`, a recompression's `CODEC(...)`
 
 
 def ttl_rules(table_ttl: str | None, column_ttls: Mapping[str, str]) -> list[TTLRule]:
@@ -72,9 +73,9 @@ def ttl_rules(table_ttl: str | None, column_ttls: Mapping[str, str]) -> list[TTL
         if re.search(r"\bGROUP\s+BY\b", rest, re.I | re.ASCII):
             rule = TTLRule("group_by", expression)  # (its times count every row)
         elif re.match(r"\s*(TO\s+DISK|TO\s+VOLUME)\b", rest, re.I | re.ASCII) and not where:
-            rule = TTLRule("moves", expression)
+            rule = TTLRule("moves", expression, target=re.sub(r"^\s*TO\s+", "", rest, flags=re.I).strip())
         elif re.match(r"\s*RECOMPRESS\b", rest, re.I | re.ASCII) and not where:
-            rule = TTLRule("recompression", expression)
+            rule = TTLRule("recompression", expression, target=re.sub(r"^\s*RECOMPRESS\s+", "", rest, flags=re.I).strip())
         elif re.fullmatch(r"\s*(DELETE\s*)?", rest[:where.start()] if where else rest, re.I | re.ASCII):
             rule = TTLRule("rows_where", expression, condition=rest[where.end():].strip()) if where else \
                 TTLRule("table", expression)
@@ -217,6 +218,11 @@ def merged_ttl_file(sources: Sequence[bytes | None]) -> bytes | None:
                 high = max(high, old_high)
             combined[key] = (low, high)
     return _format(combined) if combined else None
+
+
+def ttl_infos(data: bytes | None) -> dict[tuple[str, str], tuple[int, int]]:
+    """A part's `ttl.txt` read: (section, column or expression) -> (least non-zero time, greatest)."""
+    return _parse(data)
 
 
 def _parse(data: bytes | None) -> dict[tuple[str, str], tuple[int, int]]:
