@@ -3,7 +3,9 @@
 This mirrors ClickHouse's select executor: for every visible part, the partition value and minmax
 indexes decide whether the part can match at all; the sparse primary index then narrows the part
 to granule ranges; the ranges are split into `ReadTask`s of about `target_rows` rows (so one big
-part still spreads over every core); each task reads its ranges and filters rows exactly.
+part still spreads over every core); each task reads its ranges and filters rows exactly. When a
+normal projection reads fewer granules for the filter, the parts holding it are read through it
+instead (engine/projection_reads.py, ClickHouse's optimize_use_projections).
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 
+from spark_mergetree.engine import projection_reads
 from spark_mergetree.engine.patches import PatchSet
 from spark_mergetree.errors import MergeTreeError
+from spark_mergetree.expressions.ddl import Projection
 from spark_mergetree.expressions.key_condition import granule_ranges_of_parts, may_match_partitions
 from spark_mergetree.expressions.partition_key import PartitionKey
 from spark_mergetree.expressions.predicate import (
@@ -61,6 +65,11 @@ class ReadTask:
     ranges: tuple[GranuleRange, ...]
     rows: int
     patches: tuple[str, ...] = ()  # patch parts of lightweight UPDATEs that change the part's rows
+    # A normal projection of the part whose granules `ranges` are (engine/projection_reads.py); its
+    # rows are the part's. `fallback`: the part's own granules this task stands for, read instead
+    # where patches apply after all (a transaction's view seeing UPDATEs the plan did not).
+    projection: str | None = None
+    fallback: tuple[GranuleRange, ...] = ()
 
 
 @dataclass
@@ -72,8 +81,11 @@ class PartPlan:
     rows: int  # rows a read of the whole part returns (lightweight-deleted rows excluded)
     granules: int
     ranges: list[GranuleRange]
-    pruned_by: str | None = None  # 'partition', 'primary key' or 'index <name>' when the part is skipped whole
+    pruned_by: str | None = None  # 'partition', 'primary key', 'index <name>', 'projection <name>': skipped whole
     skipped_by_index: dict[str, int] = field(default_factory=dict)  # skip index → granules it dropped
+    projection: str | None = None  # read through this normal projection: `ranges` are its granules
+    projection_granules: int = 0  # granules of that projection part
+    own_ranges: list[GranuleRange] | None = None  # what the part's own indexes left, when a projection is read
 
     @property
     def granules_read(self) -> int:
@@ -88,6 +100,7 @@ class ReadPlan:
     where: str | None
     parts: list[PartPlan] = field(default_factory=list)
     tasks: list[ReadTask] = field(default_factory=list)
+    projection: str | None = None  # the normal projection the read goes through (None: the parts' own rows)
 
     @property
     def granules_total(self) -> int:
@@ -114,11 +127,23 @@ class ReadPlan:
         lines = [f"snapshot {self.snapshot}: {self.parts_read} of {len(self.parts)} parts, "
                  f"{self.granules_read} of {self.granules_total} granules"
                  + (f" for WHERE {self.where}" if self.where else "")]
+        if self.projection is not None:
+            held = [p for p in self.parts if p.projection is not None]
+            lines.append(f"  projection {self.projection}: {sum(p.granules_read for p in held)} of "
+                         f"{sum(p.projection_granules for p in held)} granules of its parts in {len(held)} parts "
+                         f"(their own indexes left {sum(_count(p.own_ranges or []) for p in held)}); "
+                         f"{len(self.parts) - len(held)} parts read without it")
         for p in self.parts:
             detail = f"skipped by {p.pruned_by}" if p.pruned_by else ", ".join(f"[{b}, {e})" for b, e in p.ranges)
             by_index = "".join(f"; index {name} skipped {count}" for name, count in p.skipped_by_index.items())
-            lines.append(f"  {p.part}: {p.granules_read}/{p.granules} granules  {detail}{by_index}")
+            via = "" if p.projection is None else \
+                f" of projection {p.projection} ({p.projection_granules} granules; own index: {_count(p.own_ranges or [])})"
+            lines.append(f"  {p.part}: {p.granules_read}/{p.granules} granules{via}  {detail}{by_index}")
         return "\n".join(lines)
+
+
+def _count(ranges: Sequence[GranuleRange]) -> int:
+    return sum(end - begin for begin, end in ranges)
 
 
 def active_parts(names: Iterable[str]) -> set[str]:
@@ -174,10 +199,24 @@ def plan_part(reader: PartReader, info: PartInfo, predicate: Expr | None, partit
 
 def plan_parts(readers: Sequence[PartReader], infos: Sequence[PartInfo], predicate: Expr | None, partition_key: PartitionKey,
                primary_key: Sequence[tuple[str, str]], skip_indexes: Sequence[SkipIndex] = (),
-               column_types: Mapping[str, str] | None = None) -> list[PartPlan]:
+               column_types: Mapping[str, str] | None = None, *, columns: Sequence[str] | None = None,
+               projections: Sequence[Projection] = ()) -> list[PartPlan]:
     """Prune parts by partition/minmax, then by their sparse primary indexes: each step evaluates
     the predicate once over all parts (or all their granules), not once per part. Then each skip
-    index the predicate can use drops the granules of the remaining ranges it rules out."""
+    index the predicate can use drops the granules of the remaining ranges it rules out. Then, with
+    `projections` (normal ones the read may use) and `columns` (those it returns), the parts holding
+    the projection that reads the fewest granules, if fewer than that, are planned through it
+    (projection_reads.py; `plan_projection` names it)."""
+    return plan_projection(readers, infos, predicate, partition_key, primary_key, skip_indexes, column_types,
+                           columns=columns, projections=projections)[0]
+
+
+def plan_projection(readers: Sequence[PartReader], infos: Sequence[PartInfo], predicate: Expr | None,
+                    partition_key: PartitionKey, primary_key: Sequence[tuple[str, str]],
+                    skip_indexes: Sequence[SkipIndex] = (), column_types: Mapping[str, str] | None = None, *,
+                    columns: Sequence[str] | None = None, projections: Sequence[Projection] = ()
+                    ) -> tuple[list[PartPlan], str | None]:
+    """`plan_parts`, and the projection the plan reads through (None: the parts' own rows)."""
     plans = [PartPlan(reader.part, info.partition_id, reader.existing_rows, reader.n_granules, [])
              for reader, info in zip(readers, infos, strict=True)]
     candidates = [i for i, reader in enumerate(readers) if reader.n_granules]
@@ -216,7 +255,12 @@ def plan_parts(readers: Sequence[PartReader], infos: Sequence[PartInfo], predica
                     plans[i].skipped_by_index[index.name] = before - plans[i].granules_read
                 if not plans[i].ranges:
                     plans[i].pruned_by = f"index {index.name}"
-    return plans
+    chosen = None
+    if predicate is not None and projections and column_types is not None and candidates:
+        names = list(columns) if columns is not None else list(column_types)
+        needed = set(names) | columns_of(predicate)
+        chosen = projection_reads.use_projections(plans, readers, predicate, needed, projections, dict(column_types))
+    return plans, chosen
 
 
 def _ranges_within(ranges: Sequence[GranuleRange], mask: np.ndarray) -> list[GranuleRange]:
@@ -288,10 +332,18 @@ def _is_string_type(type_text: str) -> bool:
     return type_text in ("String", "LowCardinality(String)") or type_text.startswith("FixedString(")
 
 
-def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows: int) -> list[ReadTask]:
+def split_tasks(reader: PartReader, ranges: Sequence[GranuleRange], target_rows: int,
+                projection: str | None = None, fallback: Sequence[GranuleRange] = ()) -> list[ReadTask]:
     """Cut a part's ranges into tasks of about `target_rows` rows, at granule boundaries (a task
     ends at the first granule that reaches a multiple of `target_rows` rows; one granule bigger than
-    that is a task of its own). Vectorised: a part may have millions of granules."""
+    that is a task of its own). Vectorised: a part may have millions of granules.
+
+    With `projection`, `ranges` are granules of that projection of the part; the first task carries
+    `fallback` (the part's own granules the tasks stand for, see ReadTask)."""
+    if projection is not None:
+        held = split_tasks(projection_reads.projection_reader(reader, projection), ranges, target_rows)
+        return [replace(task, projection=projection, fallback=tuple(fallback) if i == 0 else ())
+                for i, task in enumerate(held)]
     if not ranges:
         return []
     starts = reader.granule_starts
@@ -338,6 +390,15 @@ def read_task(reader: PartReader, task: ReadTask, columns: Sequence[str], predic
     needed = list(columns)
     if predicate is not None:
         needed += [c for c in sorted(columns_of(predicate)) if c not in needed]
+    projection = task.projection
+    if projection is not None:
+        if task.patches:
+            # A patch names rows by their place in the part: read the part's own granules instead.
+            if not task.fallback:
+                return schema.empty_table()
+            task = ReadTask(task.part, task.fallback, 0, task.patches)
+        else:
+            reader = projection_reads.projection_reader(reader, projection)
     if patches is not None and task.patches and patches.changes(task.patches, needed):
         table = patches.read(reader, task.ranges, needed, column_types, task.patches)
     else:

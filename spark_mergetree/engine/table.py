@@ -520,10 +520,12 @@ class MergeTreeTable:
                   snapshot: int | None = None, transaction: Transaction | None = None,
                   parts: set[str] | None = None,
                   target_rows: int = selecting.DEFAULT_TARGET_ROWS,
-                  use_skip_indexes: bool = True) -> selecting.ReadPlan:
+                  use_skip_indexes: bool = True, use_projections: bool = True) -> selecting.ReadPlan:
         """Which parts and granule ranges a read touches, cut into ReadTasks of ~target_rows rows.
         With `parts` (a plan over parts chosen before), `snapshot` is the snapshot they were chosen
-        at: it decides which lightweight UPDATEs apply (`patches_at`)."""
+        at: it decides which lightweight UPDATEs apply (`patches_at`). `use_projections=False` is
+        ClickHouse's `optimize_use_projections = 0`: never read through a normal projection (as
+        with UPDATE patches in the snapshot, where ClickHouse never does either)."""
         self._columns(columns)
         predicate = selecting.bind_where(where, self.metadata.column_types)
         csn, visible = (snapshot, parts) if parts is not None else self.visible_parts(
@@ -537,13 +539,16 @@ class MergeTreeTable:
         patches = self.patches_at(csn)
         # A skip index describes a column's values before the UPDATEs: it cannot rule out a patched granule.
         indexes = [index for index in meta.skip_indexes if not set(index.columns) & patches.columns]
-        plan.parts = selecting.plan_parts(readers, infos, predicate, meta.partition_key, meta.primary_key_types,
-                                          indexes if use_skip_indexes else [], meta.column_types)
+        projections = meta.projections if use_projections and not patches else []
+        plan.parts, plan.projection = selecting.plan_projection(
+            readers, infos, predicate, meta.partition_key, meta.primary_key_types,
+            indexes if use_skip_indexes else [], meta.column_types, columns=columns, projections=projections)
         for reader, part_plan in zip(readers, plan.parts, strict=True):
             touching = patches.for_part(reader.part) if patches else ()
             part_plan.rows = patches.existing_rows(reader, touching)
             plan.tasks.extend(replace(task, patches=touching)
-                              for task in selecting.split_tasks(reader, part_plan.ranges, target_rows))
+                              for task in selecting.split_tasks(reader, part_plan.ranges, target_rows,
+                                                                part_plan.projection, part_plan.own_ranges or ()))
         return plan
 
     def _patches_of(self, task: selecting.ReadTask) -> PatchSet | None:
@@ -569,7 +574,8 @@ class MergeTreeTable:
         the next chunk (of this part or the next) overlaps with whatever consumes the current one
         (Spark's transfer to the JVM)."""
         chunks = [replace(chunk, patches=task.patches) for task in tasks
-                  for chunk in selecting.split_tasks(self.reader(task.part), task.ranges, chunk_rows)]
+                  for chunk in selecting.split_tasks(self.reader(task.part), task.ranges, chunk_rows,
+                                                     task.projection, task.fallback)]
         if len(chunks) < 2:
             for chunk in chunks:
                 yield from self.read_task(chunk, columns, where).to_batches()
@@ -596,7 +602,7 @@ class MergeTreeTable:
         key_columns = {element.strip("`") for element in self.metadata.sorting_key}
         by_partition = set(self.metadata.partition_key.columns) <= key_columns
         plan = self.plan_read(None, where if by_partition else None, snapshot=snapshot, transaction=transaction,
-                              parts=parts, target_rows=1 << 62, use_skip_indexes=False)
+                              parts=parts, target_rows=1 << 62, use_skip_indexes=False, use_projections=False)
         groups: dict[str, list[selecting.ReadTask]] = {}
         for task in plan.tasks:
             groups.setdefault(PartInfo.parse(task.part).partition_id if by_partition else "", []).append(task)
@@ -635,12 +641,14 @@ class MergeTreeTable:
 
     def to_arrow(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
                  snapshot: int | None = None, transaction: Transaction | None = None,
-                 final: bool = False) -> pa.Table:
+                 final: bool = False, use_projections: bool = True) -> pa.Table:
         """Rows of the table (at a snapshot or in a transaction) as an Arrow table.
 
         `where` is a predicate in ClickHouse/SQL syntax; it prunes partitions and granules and then
         filters rows exactly. `final=True` reads as ClickHouse's `SELECT ... FINAL`: the rows the
         table's engine (ReplacingMergeTree, ...) leaves once every part of a partition is merged.
+        A filter on a normal projection's ORDER BY reads through it when that reads fewer granules
+        (`use_projections=False`: never; see `plan_read`).
         """
         if final:
             names = self._columns(columns)
@@ -649,7 +657,8 @@ class MergeTreeTable:
                 tables = list(pool.map(lambda tasks: self.read_final(tasks, names, where), groups))
             return pa.concat_tables(tables) if tables else pa.schema([self.schema.field(n) for n in names]).empty_table()
         names = self._columns(columns)
-        plan = self.plan_read(names, where, snapshot=snapshot, transaction=transaction)
+        plan = self.plan_read(names, where, snapshot=snapshot, transaction=transaction,
+                              use_projections=use_projections)
         schema = pa.schema([self.schema.field(n) for n in names])
         if not plan.tasks:
             return schema.empty_table()
@@ -667,21 +676,25 @@ class MergeTreeTable:
         return pa.concat_tables(tables)
 
     def to_batches(self, columns: Sequence[str] | None = None, where: str | Expr | None = None, *,
-                   snapshot: int | None = None, transaction: Transaction | None = None, final: bool = False
-                   ) -> Iterator[pa.RecordBatch]:
+                   snapshot: int | None = None, transaction: Transaction | None = None, final: bool = False,
+                   use_projections: bool = True) -> Iterator[pa.RecordBatch]:
         """Like to_arrow, one task at a time (bounded memory; `final=True`: a group of `final_tasks` at a time)."""
         names = self._columns(columns)
         if final:
             for tasks in self.final_tasks(where, snapshot=snapshot, transaction=transaction):
                 yield from self.read_final(tasks, names, where).to_batches()
             return
-        for task in self.plan_read(names, where, snapshot=snapshot, transaction=transaction).tasks:
+        for task in self.plan_read(names, where, snapshot=snapshot, transaction=transaction,
+                                   use_projections=use_projections).tasks:
             yield from self.read_task(task, names, where).to_batches()
 
     def explain(self, where: str | Expr | None = None, *, snapshot: int | None = None,
-                transaction: Transaction | None = None) -> selecting.ReadPlan:
-        """The parts and granule ranges a read with `where` would touch (print it for a summary)."""
-        return self.plan_read(None, where, snapshot=snapshot, transaction=transaction)
+                transaction: Transaction | None = None, columns: Sequence[str] | None = None,
+                use_projections: bool = True) -> selecting.ReadPlan:
+        """The parts and granule ranges a read of `columns` (default all) with `where` would touch,
+        and the projection it reads through, if any (print it for a summary)."""
+        return self.plan_read(columns, where, snapshot=snapshot, transaction=transaction,
+                              use_projections=use_projections)
 
     def parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None) -> list[PartSummary]:
         """The visible parts, like ClickHouse's system.parts."""
