@@ -87,7 +87,10 @@ class MergeTreeDataSource(DataSource):
         return SOURCE_NAME
 
     def _read_options(self) -> tuple[ReadOptions, TableRef]:
-        opts = ReadOptions.parse(self.options)
+        from spark_mergetree.spark.streaming_source import without_stream_options
+
+        # schema() serves readStream too, whose own options (streaming_source.py) it leaves alone.
+        opts = ReadOptions.parse(without_stream_options(self.options))
         ref = adapter.resolve(opts.path, opts.catalog, opts.create_statement, opts.coordinator, opts.storage)
         adapter.check_snapshot(ref, opts.snapshot)
         adapter.check_transaction(ref, opts.transaction)
@@ -105,6 +108,9 @@ class MergeTreeDataSource(DataSource):
         return spark_schema(arrow)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from spark_mergetree.spark.streaming_source import refuse_stream_options
+
+        refuse_stream_options(self.options)
         scan, schema = _scan_marker(schema)
         opts, ref = self._read_options()
         table_arrow = adapter.table_schema(ref)
@@ -138,6 +144,28 @@ class MergeTreeDataSource(DataSource):
         opts = stream_options(self.options, overwrite)
         ref, table_arrow = prepare_write(opts, schema)
         return MergeTreeStreamWriter(ref, table_arrow, opts.stage_rows)
+
+    def streamReader(self, schema: StructType) -> Any:  # noqa: N802 - the API's name
+        """`spark.readStream.format("mergetree")`: spark/streaming_source.py, which reads each
+        micro-batch's parts with this module's reader. Every option is checked here."""
+        from spark_mergetree.errors import UnsupportedError
+        from spark_mergetree.spark.streaming_source import MergeTreeStreamReader, StreamOptions
+
+        stream = StreamOptions.parse(self.options)
+        _, schema = _scan_marker(schema)
+        opts, ref = self._read_options()
+        if ref.in_object_store:
+            raise UnsupportedError(f"readStream.format('mergetree'): {ref.describe()} is in object storage, whose "
+                                   "log the stream source does not follow yet; stream from a table on a file system")
+        if not adapter.table_exists(ref):
+            raise TableNotFoundError(f"readStream.format('mergetree'): {ref.describe()} does not exist")
+        table_arrow = adapter.table_schema(ref)
+        check_readable_columns(table_arrow, schema)
+        where = _parse_where(opts.where)
+        if where is not None:
+            adapter.check_where(ref, where)
+        return MergeTreeStreamReader(ref, stream, MergeTreeReader(ref, opts, schema, where, table_arrow),
+                                     stream_partitions)
 
 
 def prepare_write(opts: WriteOptions, schema: StructType) -> tuple[TableRef, pa.Schema]:
@@ -294,6 +322,14 @@ class MergeTreeReader(DataSourceReader):
                 pending, pending_rows = [], 0
         if pending:
             yield conform_batch(_combined(pending), self.target, self.objects)
+
+
+def stream_partitions(reader: MergeTreeReader, tasks: list[Any], parts: adapter.PartSets) -> list[InputPartition]:
+    """The input partitions of a micro-batch's read tasks (spark/streaming_source.py), packed as a
+    batch read's are, for `reader`'s columns."""
+    open_rows = max(1, OPEN_COST_BYTES // _row_bytes(reader.target))
+    shares = _pack(tasks, parts, reader.target_rows, open_rows, None)
+    return [MergeTreePartition(i, share, parts) for i, share in enumerate(shares) if share]
 
 
 # Rows per batch handed to Spark when parts are smaller than that.
