@@ -406,6 +406,18 @@ class TableMetadata:
             raise UnsupportedError(
                 f"PARTITION BY: {self.definition.partition_by} cannot partition a table: its values cannot be "
                 f"compared ({error})") from None
+        self._check_move_targets()
+
+    def _check_move_targets(self) -> None:
+        """A TTL move's disk or volume must be in the table's storage policy (ClickHouse refuses the
+        CREATE otherwise: BAD_TTL_EXPRESSION)."""
+        from spark_mergetree.storage.policy import StoragePolicy
+
+        config = self.setting("storage_policy")
+        policy = StoragePolicy.from_dict(config) if config else StoragePolicy.single(".")
+        for rule in self._ttl[0]:
+            if rule.section == "moves" and rule.target is not None:
+                policy.move_target(rule.target)
 
     def with_definition(self, definition: TableDefinition) -> TableMetadata:
         return replace(self, definition=definition)

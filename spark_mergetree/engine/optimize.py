@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import merge as merging
-from spark_mergetree.engine import patch_merge, ttl_merge, ttl_selection
+from spark_mergetree.engine import patch_merge, ttl_merge, ttl_moves, ttl_selection
 from spark_mergetree.engine.progress import progress_bar
 from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.format.part import PartFiles
@@ -82,13 +82,17 @@ def merge_step(table: MergeTreeTable) -> str | None:
     try:
         visible, reserved = _without_unmergeable(table, visible, reserved)
         stats = part_stats(table, visible)
-        # ClickHouse tries its TTL merges first (engine/ttl_selection.py), its regular selector after.
+        # ClickHouse tries its TTL merges first (engine/ttl_selection.py), its regular selector after;
+        # parts a due TTL move sends to another volume move (engine/ttl_moves.py) before the latter.
         due = ttl_selection.ttl_merge_for(table, visible, reserved, stats)
-        candidates = [due] if due is not None else merging.select_automatic(
+        moves = ttl_moves.pending_moves(table, visible, int(time.time())) if due is None else []
+        candidates = [due] if due is not None else [] if moves else merging.select_automatic(
             sorted(visible), stats, merging.SelectorSettings.of(table.metadata), reserved)
     except BaseException:
         tx.rollback()
         raise
+    if moves:
+        return move_one(table, moves[0][0], tx)
     if not candidates:
         tx.rollback()
         return None
@@ -372,6 +376,23 @@ def merge_one(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Tran
     return merge_locked(table, candidate, tx)
 
 
+def move_one(table: MergeTreeTable, part: str, tx: Transaction) -> str:
+    """Move a part whose TTL move rule is due to that rule's volume, in `tx` (committed): its files,
+    copied as they are, become the part of the next level there, and the source is removed."""
+    try:
+        tx.remove_parts(table.log, [part])
+        info = PartInfo.parse(part)
+        result = merging.MergeCandidate(info.partition_id, (part,), table.reader(part).rows).result_name
+        publish_part(table, result, ttl_moves.copied(table, part), tx)
+        tx.commit()
+    except BaseException:
+        if tx.state == "unknown":
+            raise
+        tx.rollback()
+        raise
+    return result
+
+
 def merge_locked(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: Transaction) -> str:
     """`merge_one` once `tx` holds the candidate's removal locks (its data version set)."""
     try:
@@ -398,7 +419,7 @@ def publish_part(table: MergeTreeTable, result: str, files: PartFiles, tx: Trans
     """Write a part that replaces others in `tx` (a merge's, a mutation's) under a staged name, then
     name it `result` in `tx` and rename it under the commit lock; nothing is left if that fails."""
     staged_name = f"{inserting.STAGING_PREFIX}t{tx.tid}_merge_{uuid.uuid4().hex[:12]}"
-    table.store.write_part(staged_name, files.files, files.boundaries)
+    ttl_moves.write_staged(table, staged_name, files, int(time.time()))  # (on a due TTL move's volume)
     placed = False
     try:
         with table.log.commit_lock():

@@ -18,8 +18,8 @@ they are. The rewrite is column-wise (numpy masks over the rule's times, Arrow f
 
 Refused with a clear error, nothing written: a due `GROUP BY` rule (its aggregation is not done
 here) and a due column TTL of a column with a DEFAULT expression (ClickHouse resets to it). Move
-rules (`TO DISK`/`TO VOLUME`) and recompression change no row: they stay recorded in `ttl.txt` for
-ClickHouse, and the merged part is written where and how the table writes every part.
+rules (`TO DISK`/`TO VOLUME`) and recompression change no row: they are recorded in `ttl.txt`;
+engine/ttl_moves.py puts a part on a due move's volume.
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ this order, and only when none qualifies runs its regular selector:
 
 Each selector takes the due part with the earliest time as a centre and widens the run to the
 left and right over adjacent parts that are due too (and fit the caps: bytes
-`max_bytes_to_merge_at_max_space_in_pool`, rows `max_merged_rows`), never over a reserved block
-nor into a part a volume with `prefer_not_to_merge` holds. A run may be a single part: that part is
+`max_bytes_to_merge_at_max_space_in_pool`, rows `max_merged_rows`), never over a reserved block. A run may be a single part: that part is
 merged again (its expired rows and values go). The merge itself applies the TTL
 (engine/ttl_merge.py).
 
@@ -62,7 +61,7 @@ class TTLPart:
     min_ttl: int  # least non-zero row/column TTL time (0: none)
     max_ttl: int  # greatest row/column TTL time (0: none)
     recompress_ttl: int  # when its recompression would change its codec (0: never)
-    avoid: bool = False  # on a volume whose parts do not merge (prefer_not_to_merge)
+    avoid: bool = False  # on a volume whose parts do not merge (ClickHouse's prefer_not_to_merge; none here)
 
 
 def part_ttl(name: str, rows: int, size: int, data: bytes | None, recompress_ttl: int = 0,
@@ -167,21 +166,14 @@ def ttl_merge_for(table: MergeTreeTable, visible: set[str], reserved: Mapping[st
     if not ttl_merge.has_ttl(meta) or not visible:
         return None
     now = int(time.time())
-    avoid = _avoided_parts(table, visible)
     recompressing = any(rule.section == "recompression" for rule in meta.ttl_rules)
     parts = {}
     for name in visible:
         reader = table.reader(name)
         data = ttl_merge.ttl_data(reader, meta)
         recompress = ttl_merge.recompression_due_time(reader, meta, data, now) if recompressing else 0
-        parts[name] = part_ttl(name, stats[name].rows, stats[name].bytes, data, recompress, name in avoid)
+        parts[name] = part_ttl(name, stats[name].rows, stats[name].bytes, data, recompress)
     selector = merging.SelectorSettings.of(meta)
     return select_ttl_merge(str(table.path), parts, reserved, meta.definition.settings, max_parts=selector.max_parts,
                             max_bytes=selector.max_bytes, max_rows=selector.max_rows,
                             has_recompression=recompressing, now=now)
-
-
-def _avoided_parts(table: MergeTreeTable, visible: set[str]) -> set[str]:
-    """Parts on a volume with `prefer_not_to_merge` (ClickHouse's TTL selectors skip them)."""
-    finder = getattr(table, "parts_avoiding_merges", None)
-    return set(finder(visible)) if finder is not None else set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
@@ -314,3 +315,18 @@ class StoragePolicy:
             if v.free_fraction() >= self.move_factor:
                 return v
         return fitting[-1]
+
+    def move_target(self, target: str) -> Volume:
+        """The volume a TTL move rule's target (`DISK 'd'` or `VOLUME 'v'`) names: a disk's volume
+        for a disk. InvalidOptionError when the policy has no such disk or volume (ClickHouse
+        refuses such a TTL when the table is created, BAD_TTL_EXPRESSION)."""
+        found = re.fullmatch(r"\s*(DISK|VOLUME)\s+(?:'([^']*)'|\"([^\"]*)\"|`([^`]*)`)\s*", target, re.I)
+        if found is None:
+            raise InvalidOptionError(f"TTL ... TO {target}: expected DISK 'name' or VOLUME 'name'")
+        kind, name = found.group(1).upper(), next(g for g in found.groups()[1:] if g is not None)
+        for volume in self.volumes:
+            if (kind == "VOLUME" and volume.name == name) or (kind == "DISK" and any(d.name == name for d in volume.disks)):
+                return volume
+        have = [v.name for v in self.volumes] if kind == "VOLUME" else [d.name for v in self.volumes for d in v.disks]
+        raise InvalidOptionError(f"TTL ... TO {kind} '{name}': storage policy {self.name!r} has no {kind.lower()} "
+                                 f"{name!r} ({kind.lower()}s: {', '.join(have)})")
