@@ -397,7 +397,7 @@ def merge_locked(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: T
     """`merge_one` once `tx` holds the candidate's removal locks (its data version set)."""
     try:
         with patch_merge.merge_sources(table, candidate.parts) as readers, \
-                merging.merged_part(readers, table.metadata) as files:
+                merging.merged_part(readers, ttl_merge.merge_metadata(table, candidate.parts)) as files:
             result = table.publish_merged(candidate, files, tx)
         tx.commit()
     except BaseException:
@@ -491,7 +491,8 @@ def stage_group_merge(table: MergeTreeTable, group: merging.MergeCandidate, tag:
     else:
         table.log.register_job(tag)
         name = f"{inserting.STAGING_PREFIX}{tag}_{uuid.uuid4().hex[:12]}_0"
-    with patch_merge.merge_sources(table, group.parts) as readers, merging.merged_part(readers, table.metadata) as files:
+    with patch_merge.merge_sources(table, group.parts) as readers, \
+            merging.merged_part(readers, ttl_merge.merge_metadata(table, group.parts)) as files:
         table.write_part(name, files)
         return inserting.StagedPart(name, group.partition_id, int(files.rows), files.size, tag)
 

@@ -25,10 +25,12 @@ engine/ttl_moves.py puts a part on a due move's volume.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,10 +40,19 @@ import pyarrow.compute as pc
 
 from spark_mergetree.engine.merge import SPILL_PREFIX
 from spark_mergetree.engine.part_rewrite import rewrite_in_granules
-from spark_mergetree.errors import UnsupportedError
+from spark_mergetree.errors import InvalidOptionError, UnsupportedError
 from spark_mergetree.expressions.predicate import bind, evaluate, parse_expression
-from spark_mergetree.expressions.ttl import TTL_FILE, TTLRule, expiring, merged_ttl_file, ttl_file, ttl_times
-from spark_mergetree.format.part import PartFiles
+from spark_mergetree.expressions.ttl import (
+    TTL_FILE,
+    TTLRule,
+    expiring,
+    merged_ttl_file,
+    ttl_file,
+    ttl_infos,
+    ttl_times,
+)
+from spark_mergetree.format.compression_codecs import parse_codec
+from spark_mergetree.format.part import CODEC_FILE, PartFiles
 from spark_mergetree.format.part_reader import HIDDEN_COLUMNS, ROW_EXISTS_COLUMN, PartReader
 from spark_mergetree.format.serialization import default_column
 from spark_mergetree.format.types import parse_type
@@ -81,7 +92,8 @@ def due_parts(table: MergeTreeTable, parts: Iterable[str], now: int | None = Non
     if not has_ttl(meta):
         return set()
     moment = int(time.time()) if now is None else now
-    return {part for part in parts if due(table.reader(part), meta, moment)}
+    return {part for part in parts if due(table.reader(part), meta, moment)
+            or recompressing(table.reader(part), meta, moment)}
 
 
 _ORDER = {"table": 0, "rows_where": 1, "group_by": 2, "columns": 3, "moves": 4, "recompression": 4}
@@ -198,9 +210,60 @@ def expire_sources(table: MergeTreeTable, readers: Sequence[PartReader], now: in
         yield out
 
 
+def recompression_codec(meta: TableMetadata, data: bytes | None, now: int) -> str | None:
+    """The codec (`CODEC(...)`) of the recompression rule due for every row of a part whose
+    `ttl.txt` is `data` (the rule with the latest such time wins, as ClickHouse chooses), or None."""
+    infos = ttl_infos(data)
+    best: tuple[int, str] | None = None
+    for rule in meta.ttl_rules:
+        if rule.section != "recompression" or rule.target is None:
+            continue
+        high = infos.get(("recompression", rule.expression), (0, 0))[1]
+        if 0 < high <= now and (best is None or high >= best[0]):
+            best = (high, rule.target)
+    return None if best is None else best[1]
+
+
+def _same_codec(a: str, b: str) -> bool:
+    return re.sub(r"\s+", "", a).upper() == re.sub(r"\s+", "", b).upper()
+
+
 def recompression_due_time(reader: PartReader, meta: TableMetadata, data: bytes | None, now: int) -> int:
-    """When a TTL merge would recompress this part: 0 until one of its recompression rules is due
-    for all its rows (their greatest time passed) with a codec other than the part's; then the
-    least of its recompression rules' greatest times (as ClickHouse's recompression selector)."""
-    del reader, meta, data, now
-    return 0
+    """When a TTL merge would recompress this part: 0 unless a recompression rule is due for all
+    its rows with a codec other than the part's (`default_compression_codec.txt`); then the least
+    of its recompression rules' greatest times (ClickHouse's recompression selector's time)."""
+    codec = recompression_codec(meta, data, now)
+    if codec is None:
+        return 0
+    current = bytes(reader.source.read_file(reader.part, CODEC_FILE)).decode() if CODEC_FILE in reader.files else ""
+    if _same_codec(codec, current):
+        return 0
+    highs = [high for (section, _), (_, high) in ttl_infos(data).items() if section == "recompression" and high]
+    return min(highs, default=0)
+
+
+def recompressing(reader: PartReader, meta: TableMetadata, now: int) -> bool:
+    """Whether a merge at `now` would write this part with another codec (OPTIMIZE FINAL then
+    merges a lone part again, as ClickHouse's FINAL does)."""
+    return any(r.section == "recompression" for r in meta.ttl_rules) and bool(
+        recompression_due_time(reader, meta, ttl_data(reader, meta), now))
+
+
+def merge_metadata(table: MergeTreeTable, parts: Sequence[str], now: int | None = None) -> TableMetadata:
+    """The metadata a merge of `parts` writes its part with: the table's, with the codec of the
+    recompression rule due for every row of the sources (their `ttl.txt` combined, before the merge
+    expires any) as its default codec, as ClickHouse's merge picks it (columns with a CODEC clause
+    keep theirs)."""
+    meta = table.metadata
+    if not any(r.section == "recompression" for r in meta.ttl_rules):
+        return meta
+    moment = int(time.time()) if now is None else now
+    codec = recompression_codec(meta, merged_ttl_file([ttl_data(table.reader(p), meta) for p in parts]), moment)
+    if codec is None:
+        return meta
+    try:
+        setting = parse_codec(codec).setting
+    except InvalidOptionError as error:
+        raise UnsupportedError(f"TTL … RECOMPRESS {codec}: merges here write parts with one generic codec "
+                               f"(LZ4, LZ4HC, ZSTD, NONE), not this one ({error}); merge this table in ClickHouse") from None
+    return replace(meta, engine_settings={**meta.engine_settings, "codec": setting})
