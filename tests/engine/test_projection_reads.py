@@ -165,8 +165,9 @@ def _open(sess, directory: Path) -> MergeTreeTable:
     return MergeTreeTable.open(directory, create_statement=statement)
 
 
-def test_clickhouse_parts_read_through_their_projections_as_clickhouse_reads_them(tmp_path: Path) -> None:
-    sess, directory = make_chdb_table(tmp_path, CH_CREATE, CH_INSERTS)
+@pytest.mark.parametrize("layout", ["min_bytes_for_wide_part = 0", "min_bytes_for_wide_part = 1000000000"])
+def test_clickhouse_parts_read_through_their_projections_as_clickhouse_reads_them(tmp_path: Path, layout: str) -> None:
+    sess, directory = make_chdb_table(tmp_path, CH_CREATE.replace("min_bytes_for_wide_part = 0", layout), CH_INSERTS)
     try:
         table = _open(sess, directory)
         for columns, where in CH_READS:
