@@ -7,12 +7,14 @@ works on folded history too). What a commit did follows from the part names (for
 
 * an added part that covers no removed part holds rows nobody saw before: an INSERT (also an
   insert ClickHouse made in the same directory, adopted into the log);
-* an added part of a higher level that covers removed parts is a merge's result (a background
-  merge, OPTIMIZE, a TTL merge): its rows are the rows of the parts it replaces, already fed;
+* an added part named exactly as the merge of the removed parts it covers (their block range, the
+  next level: `PartInfo.merged`) is a merge's result (a background merge, OPTIMIZE, a TTL merge):
+  its rows are the rows of the parts it replaces, already fed;
 * anything else changes rows that were fed: a part rewritten at the same level under a new data
   version (a mutation: DELETE, UPDATE, or a MATERIALIZE INDEX/PROJECTION, whose rows are the same
-  but which the names cannot tell from an UPDATE), or a removed part that no added part covers
-  (an overwrite, a DELETE that emptied a part).
+  but which the names cannot tell from an UPDATE), a part covering removed parts and new blocks
+  (an overwrite names its new part so, as ClickHouse's loading then drops the old ones), or a
+  removed part that no added part covers (an overwrite, a DELETE that emptied a part).
 
 Cleanup deletes parts removed at or below the log's floor: a feed that resumes from a csn below the
 floor may have lost parts (a part inserted after the resume point and merged away since), so it is
@@ -85,11 +87,13 @@ def classify(csn: int, added: Iterable[str], removed: Iterable[str]) -> TableCom
             inserted.append(name)
             continue
         covered.update(sources)
-        if info.level > max(removed_infos[old].level for old in sources):
+        if info == PartInfo.merged(removed_infos[old] for old in sources):
             merged.append(name)
-        elif change is None:
+        elif change is None and info.level == max(removed_infos[old].level for old in sources):
             change = (f"it rewrites part {sorted(sources)[0]} as {name} (a mutation: DELETE, UPDATE, or an index or "
                       "projection materialized)")
+        elif change is None:  # new blocks beside the replaced ones: not what a merge of them is named
+            change = f"it replaces part(s) {sorted(sources)[:3]} with {name}, which holds other rows (an overwrite)"
     uncovered = sorted(set(removed_infos) - covered)
     if uncovered and change is None:
         change = (f"it removes part(s) {uncovered[:3]} that no part it adds replaces (an overwrite, a DELETE that "
