@@ -50,6 +50,7 @@ from spark_mergetree.errors import (
     SerializationError,
     TableExistsError,
     TableNotFoundError,
+    TransactionError,
     UnsupportedError,
 )
 from spark_mergetree.expressions.ddl import format_attach, parse_create
@@ -269,11 +270,19 @@ class ObjectStoreTable(MergeTreeTable):
               progress: bool | None = False) -> list[inserting.StagedPart]:
         """Write rows as parts under their final keys (one per partition), invisible until a
         committed entry names them (`commit_staged`). Block numbers come from the coordinator.
-        `progress`: as `insert`'s (a part counts once encoded; its upload may still run)."""
+        `progress`: as `insert`'s (a part counts once encoded; its upload may still run).
+
+        Without `transaction` the parts belong to the write job `tag` (a new one if None): it is
+        registered in the table's `_mergetree/jobs/` and each part is recorded there before its
+        upload, so `cleanup()` keeps them while the job lives (its driver's lease runs:
+        txn/job_lease.py), however long it takes, and deletes them once it is dead or ended."""
         rows = inserting.conform(inserting.to_arrow_table(data), self.metadata)
         if rows.num_rows == 0:
             return []
         table_id = self.log.bind(self.coordinator.url)
+        owner = None if transaction is not None else (tag or inserting.new_tag())
+        if owner is not None:
+            self.log.register_job(owner)
         free: list[int] = []
 
         def name(partition_id: str) -> str:
@@ -290,23 +299,52 @@ class ObjectStoreTable(MergeTreeTable):
         parts_pool, files_pool = _upload_pool("parts"), _upload_pool("files")
         uploads: list[Future[None]] = []
 
+        uploaded: list[str] = []
+
         def upload(part: str, files: Any) -> None:
+            if owner is not None:
+                self._object_log.record_staged(owner, part)  # before the upload: cleanup never sees it unowned
+            uploaded.append(part)
             # In the background: the next part is encoded while this one goes up.
             uploads.append(parts_pool.submit(self.parts_store.write_part, part, files.files, files_pool))
 
         try:
-            staged = inserting.write_partition_parts(self.metadata, rows, upload, tag or inserting.new_tag(), name,
-                                                     progress=progress)
-        finally:
+            try:
+                staged = inserting.write_partition_parts(self.metadata, rows, upload, owner or tag or inserting.new_tag(),
+                                                         name, progress=progress)
+            finally:
+                for future in uploads:
+                    future.exception()  # wait for every upload, also when encoding failed
             for future in uploads:
-                future.exception()  # wait for every upload, also when encoding failed
-        for future in uploads:
-            future.result()
+                future.result()
+            if owner is not None and self.log.job_ended(owner):
+                # The job ended (or was judged dead) while this task uploaded: whichever came
+                # second removes these parts.
+                raise TransactionError(f"write job {owner!r} ended while a task of it staged parts; they are removed")
+        except BaseException:
+            if owner is not None:
+                for part in uploaded:
+                    self.parts_store.remove(part)
+            raise
         return staged
 
+    @property
+    def _object_log(self) -> ObjectTableLog:
+        assert isinstance(self.log, ObjectTableLog)
+        return self.log
+
     def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
-        """Nothing to do at once: parts no committed entry names are deleted by `cleanup()`."""
-        return []
+        """End the write job `tag` (it committed, publishing `keep`, or gave up): delete the parts
+        it recorded except `keep` and those an entry names, and its records; return the deleted
+        names. A task of it still uploading removes what it uploads (see `stage`)."""
+        self.log.end_job(tag)  # first: a task finishing after the listing below sees it
+        recorded = self._object_log.job_parts(tag)
+        named = {name for entry in self.log.entries() for name in entry.added} | set(self.log.versions(None)[1])
+        removed = sorted(recorded - set(keep) - named)
+        for name in removed:
+            self.parts_store.remove(name)
+        self._object_log.forget_job_parts(tag, recorded)
+        return removed
 
     def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode | str = "append",
                       partition_overwrite_mode: PartitionOverwriteMode = "static",

@@ -27,6 +27,7 @@ from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn import Transaction, TxnState
+from spark_mergetree.txn.object_log import ObjectTableLog
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
@@ -440,10 +441,10 @@ def publish_part(table: MergeTreeTable, result: str, files: PartFiles, tx: Trans
 # of `run_final`) and names each group's result (`group_result_names`); each group's merged part is
 # written by another process (`stage_group_merge`): on a local table under a write job's staged
 # name, as Spark's write tasks stage theirs, in object storage under its result name (a duplicate
-# attempt writes the same bytes there). The driver then names (and renames) one result per group
-# and commits them all at once (`commit_group_merges`). A task attempt that failed or was
-# duplicated leaves a staged directory nobody publishes: `discard_staged` deletes it with the job's
-# end (in object storage, `cleanup()` deletes uploads no entry names).
+# attempt writes the same bytes there), recorded as the job's upload. The driver then names (and
+# renames) one result per group and commits them all at once (`commit_group_merges`). A task
+# attempt that failed or was duplicated leaves a staged part nobody publishes: `discard_staged`
+# deletes it with the job's end.
 
 
 def plan_group_merges(table: MergeTreeTable, where: str | None, final: bool
@@ -488,6 +489,10 @@ def stage_group_merge(table: MergeTreeTable, group: merging.MergeCandidate, tag:
         if result_name is None:
             raise ValueError(f"{table.path}: a merged part in object storage is written under its result name")
         name = result_name
+        # The job's upload, recorded first: cleanup keeps it while the job's lease runs.
+        table.log.register_job(tag)
+        if isinstance(table.log, ObjectTableLog):
+            table.log.record_staged(tag, name)
     else:
         table.log.register_job(tag)
         name = f"{inserting.STAGING_PREFIX}{tag}_{uuid.uuid4().hex[:12]}_0"

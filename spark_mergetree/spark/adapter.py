@@ -563,15 +563,13 @@ def defaulted_columns(ref: TableRef) -> set[str]:
 def start_job(ref: TableRef, tag: str, txn: TxnContext | None) -> None:
     """On the driver, as a write job begins: register it with a lease its driver holds while it
     runs (txn/job_lease.py), at the transaction's coordinator or the table's, so cleanup keeps what
-    its tasks stage for exactly as long as the job can still publish it. A table in object storage
-    has no job registrations: its tasks upload under final keys, which `cleanup()` judges."""
-    if ref.in_object_store:
-        return
+    its tasks stage for exactly as long as the job can still publish it (in object storage, the
+    uploads its tasks record in the table's `_mergetree/jobs/`)."""
     from spark_mergetree.txn import job_lease
 
     table = open_table(ref)
     url = txn.coordinator if txn is not None else table.coordinator.url
-    job_lease.start(table.log.table_dir, url, tag, wait=False)
+    job_lease.start(table.log.table_dir, url, tag, wait=False, storage_options=getattr(table, "storage_options", None))
 
 
 def stage(ref: TableRef, data: pa.Table, tag: str) -> list[Any]:
@@ -824,7 +822,7 @@ def _merge_job(table: Any, tx: Any, groups: list[Any]) -> MergeJob:
     tag = inserting.new_tag()
     try:
         names = optimizing.group_result_names(table, groups)
-        if groups and not table.parts_written_in_place:
+        if groups:
             table.log.register_job(tag, leases=[(tx.coordinator.url, tx.tid)])  # alive while tx runs
     except BaseException:
         tx.rollback()

@@ -17,28 +17,39 @@ publish what the job staged). Every `RENEW_SECONDS` it swaps its transaction for
 registration names both while they overlap), so a long job does not hold back the snapshot horizon
 below which cleanup deletes removed parts.
 
-Run as `python -m spark_mergetree.txn.job_lease <table dir> <coordinator url> <tag> <driver pid>`;
+A table in object storage registers its jobs in its `_mergetree/jobs/` objects (txn/object_log.py):
+the keeper takes the table's URL in place of its directory, and holds the lease the same way.
+
+Run as `python -m spark_mergetree.txn.job_lease <table dir or URL> <coordinator url> <tag> <driver pid>`;
 it says `ready <tid>` (`ended <tag>` if the job ended before it started, or `error <message>`) on
 its standard output, then nothing more there.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from spark_mergetree.errors import TransactionError
+from spark_mergetree.storage.object_base import is_object_url, parse_object_url
+from spark_mergetree.storage.object_store import ObjectParts
 from spark_mergetree.txn.connect import coordinator_from_url
 from spark_mergetree.txn.coordinator import Coordinator
+from spark_mergetree.txn.object_log import ObjectTableLog
 from spark_mergetree.txn.table_log import TableLog
 
 POLL_SECONDS = 1.0  # how often the keeper looks at the job and the driver
 RENEW_SECONDS = 300.0  # how long one lease transaction lives before it is swapped for a new one
 READY_TIMEOUT = 60.0  # how long `start` waits for the keeper to register the job
+# How `start` hands a keeper the storage options of a table in object storage (its environment only).
+STORAGE_OPTIONS_ENV = "SPARK_MERGETREE_JOB_STORAGE_OPTIONS"
 
 
 def process_start(pid: int) -> str | None:
@@ -79,7 +90,8 @@ def driver_process() -> int:
 
 
 def start(table_dir: str | os.PathLike[str], coordinator_url: str, tag: str, *, driver: int | None = None,
-          wait: bool = True, timeout: float = READY_TIMEOUT) -> int | None:
+          wait: bool = True, timeout: float = READY_TIMEOUT,
+          storage_options: Mapping[str, Any] | None = None) -> int | None:
     """Start the keeper of job `tag`'s lease (watching process `driver`, by default the Spark
     driver this process belongs to) and, with `wait`, return its tid once the job is registered
     with it.
@@ -88,12 +100,17 @@ def start(table_dir: str | os.PathLike[str], coordinator_url: str, tag: str, *, 
     takes to start: its tasks' registrations, made meanwhile, are replaced by the keeper's, and a
     keeper that fails says why on the standard error, Spark's driver log). With `wait`, raises
     TransactionError naming the table and the cause if the keeper cannot register the job within
-    `timeout` seconds (it is then stopped)."""
+    `timeout` seconds (it is then stopped). `storage_options`: how the keeper reaches a table in
+    object storage (its endpoint and credentials, when the environment does not say), handed to
+    it in its environment only."""
     driver = driver_process() if driver is None else driver
+    environment = dict(os.environ)
+    if storage_options:
+        environment[STORAGE_OPTIONS_ENV] = json.dumps(dict(storage_options))
     command = [sys.executable, "-m", "spark_mergetree.txn.job_lease", os.fspath(table_dir), coordinator_url, tag,
                str(driver)]
     keeper = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if wait else subprocess.DEVNULL,
-                              start_new_session=True)
+                              start_new_session=True, env=environment)
     if not wait:
         return None
     assert keeper.stdout is not None
@@ -130,10 +147,21 @@ def _readable(descriptor: int, seconds: float) -> bool:
         return bool(watch.select(seconds))
 
 
+def job_log(table_dir: str) -> TableLog:
+    """Where a table registers its write jobs: its log directory, or for a table in object storage
+    (an s3://, gs://, abfss:// URL; the store reached as the environment says) its
+    `_mergetree/jobs/` objects (txn/object_log.py)."""
+    if is_object_url(table_dir):
+        location = parse_object_url(table_dir)
+        options = os.environ.get(STORAGE_OPTIONS_ENV)
+        return ObjectTableLog(location, ObjectParts(location, json.loads(options) if options else None), table_id="")
+    return TableLog(table_dir)
+
+
 def hold(table_dir: str, coordinator_url: str, tag: str, driver: int) -> int:
     """The keeper's life: begin the lease, register the job, watch, end the lease. Returns the exit status."""
     driver_started = process_start(driver)
-    log = TableLog(table_dir)
+    log = job_log(table_dir)
     try:
         coordinator = coordinator_from_url(coordinator_url)
         tid = coordinator.begin().tid

@@ -9,6 +9,14 @@ Objects under `<table>/_mergetree/log/` (format_spec/transactions.md, "Tables in
   checkpoint-<seq>.json, _checkpoint.json: entries before seq folded, and a hint naming the newest;
                        cleanup deletes entries an hour-old checkpoint folded (`_delete_folded_entries`).
 
+Objects under `<table>/_mergetree/jobs/` (a write job that uploads parts before a commit names
+them: a Spark job's tasks): `<tag>.lease` (its driver's lease: transactions it holds open, renewed
+by txn/job_lease.py), `<tag>.json` (a task's registration; its age is the job's last activity),
+`<tag>/<part>` (one empty object per part a task of it uploads, written before the upload) and
+`<tag>.ended` (the job committed or gave up). While the job is alive (a lease runs, or without
+one it was active within the staged lifetime), cleanup keeps the parts it recorded however old;
+once it is dead or ended, they go at once unless an entry names them.
+
 No entry carries a csn: a transaction's fate lives at its coordinator only (the coordinator's
 record is the commit point), so entries never change after they are written. Readers find entries
 by reading `<seq>.json` for seq = 0, 1, ... until one is absent (no listing); entries, and the
@@ -27,16 +35,25 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from spark_mergetree.errors import TransactionError, UnsupportedError
+from spark_mergetree.errors import InvalidOptionError, TransactionError, UnsupportedError
 from spark_mergetree.storage.object_store import Bucket, ObjectParts, ObjectUrl, PreconditionFailed
 from spark_mergetree.txn.connect import coordinator_from_url
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
-from spark_mergetree.txn.table_log import CHECKPOINT_EVERY, FORMAT_VERSION, LogEntry, PartVersion, TableLog
+from spark_mergetree.txn.table_log import (
+    _JOB_TAG,
+    CHECKPOINT_EVERY,
+    FORMAT_VERSION,
+    STAGED_LIFETIME,
+    LeaseStates,
+    LogEntry,
+    PartVersion,
+    TableLog,
+)
 
 # What this process knows of each log (by log URL; entries never change) and fates of decided transactions
 # by (coordinator URL, tid).
@@ -460,6 +477,130 @@ class ObjectTableLog(TableLog):
             visible.difference_update(change.removed)
         return visible
 
+    # ---- write jobs: parts uploaded before a commit names them (see the module docstring)
+
+    def _job_key(self, name: str) -> str:
+        return self.location.child("_mergetree", "jobs", name).key
+
+    def register_job(self, tag: str, leases: Sequence[tuple[str, int]] = ()) -> None:
+        """Record that job `tag` uploads parts: its driver with `leases` (coordinator URL, tid of a
+        transaction it holds open while the job runs), a task without (its activity). Refused
+        (TransactionError) once the job ended."""
+        if not _JOB_TAG.fullmatch(tag):
+            raise InvalidOptionError(f"job tag {tag!r} must be 1 to 64 letters and digits, and not t<number>")
+        if self.job_ended(tag):
+            raise TransactionError(f"write job {tag!r} of {self.table_dir} has ended (it committed, gave up, or "
+                                   "its driver is gone): a late task of it uploads nothing that lasts")
+        record: dict[str, Any] = {"tag": tag}
+        if leases:
+            record["leases"] = [{"coordinator": url, "tid": int(tid)} for url, tid in leases]
+        self._bucket.put(self._job_key(f"{tag}.lease" if leases else f"{tag}.json"), json.dumps(record).encode())
+
+    def record_staged(self, tag: str, part: str) -> None:
+        """Record, before its upload, that job `tag` uploads part `part` (cleanup keeps it while the
+        job lives, and deletes it once the job is dead)."""
+        self._bucket.put(self._job_key(f"{tag}/{part}"), b"")
+
+    def end_job(self, tag: str) -> None:
+        """The job committed or gave up: mark it ended (a late task of it cannot register again) and
+        drop its registrations."""
+        self._bucket.put(self._job_key(f"{tag}.ended"), b"")
+        self._bucket.delete([self._job_key(f"{tag}.json"), self._job_key(f"{tag}.lease")])
+
+    def job_ended(self, tag: str) -> bool:
+        return self._exists(self._job_key(f"{tag}.ended"))
+
+    def job_leased(self, tag: str) -> bool:
+        """Whether job `tag` is registered with a lease and has not ended (what its holder watches)."""
+        return not self.job_ended(tag) and self._exists(self._job_key(f"{tag}.lease"))
+
+    def job_parts(self, tag: str) -> set[str]:
+        """The parts job `tag` recorded."""
+        prefix = self._job_key(f"{tag}/")
+        return {key[len(prefix):] for key in self._bucket.list_objects(prefix, delimiter=None)[0]}
+
+    def forget_job_parts(self, tag: str, parts: Iterable[str]) -> None:
+        self._bucket.delete([self._job_key(f"{tag}/{part}") for part in parts])
+
+    def job_alive(self, tag: str, lifetime: float = STAGED_LIFETIME, leases: LeaseStates | None = None) -> bool:
+        """Whether job `tag` may still publish what it uploaded: not ended, and one of its leases
+        runs at its coordinator, or (no lease) a task registered within `lifetime` seconds."""
+        jobs, now = self._jobs()
+        job = jobs.get(tag)
+        if job is None:
+            return False
+        if leases is None:
+            with LeaseStates(None) as own:
+                return self._alive(job, now, lifetime, own)
+        return self._alive(job, now, lifetime, leases)
+
+    def _exists(self, key: str) -> bool:
+        try:
+            self._bucket.age(key)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _jobs(self) -> tuple[dict[str, dict[str, Any]], float]:
+        """Every job with objects: tag -> {"lease", "task", "ended": key -> last-modified, "parts":
+        set}; and the server's time now (one LIST)."""
+        prefix = self._job_key("")
+        prefix = prefix if prefix.endswith("/") else prefix + "/"
+        times, now = self._bucket.list_with_times(prefix)
+        jobs: dict[str, dict[str, Any]] = {}
+        for key, modified in times.items():
+            rest = key[len(prefix):]
+            tag, slash, part = rest.partition("/")
+            if slash:
+                jobs.setdefault(tag, {"parts": set()})["parts"].add(part)
+                continue
+            tag, _, kind = rest.rpartition(".")
+            slot = {"lease": "lease", "json": "task", "ended": "ended"}.get(kind)
+            if slot is not None:
+                jobs.setdefault(tag, {"parts": set()})[slot] = (key, modified)
+        return jobs, now
+
+    def _alive(self, job: dict[str, Any], now: float, lifetime: float, leases: LeaseStates) -> bool:
+        if "ended" in job:
+            return False
+        if "lease" in job:
+            try:
+                record = json.loads(self._bucket.get(job["lease"][0]))
+            except FileNotFoundError:
+                record = None
+            except ValueError:
+                return True  # unreadable: kept, as one another version writes would be
+            if record is not None and record.get("leases"):
+                return leases.any_running(record["leases"])
+        if "task" in job:
+            return now - job["task"][1] < lifetime
+        # Part records only: a task records its parts after it registers, and a registration goes
+        # only with the job's end (or its death, judged here before): nothing is alive there.
+        return False
+
+    def _judge_jobs(self, coordinator: Coordinator, lifetime: float) -> tuple[set[str], set[str], list[str]]:
+        """(parts live jobs recorded, parts dead or ended jobs recorded, the job objects to delete
+        once those parts are gone: a dead job's registrations and records, an ended mark once it is
+        `lifetime` old). A dead job not yet ended is marked ended (a late task of it then removes
+        what it uploads)."""
+        jobs, now = self._jobs()
+        kept: set[str] = set()
+        abandoned: set[str] = set()
+        doomed_keys: list[str] = []
+        with LeaseStates(coordinator) as leases:
+            for tag, job in sorted(jobs.items()):
+                if self._alive(job, now, lifetime, leases):
+                    kept.update(job["parts"])
+                    continue
+                abandoned.update(job["parts"])
+                doomed_keys += [self._job_key(f"{tag}/{part}") for part in job["parts"]]
+                doomed_keys += [job[slot][0] for slot in ("lease", "task") if slot in job]
+                if "ended" not in job:
+                    self._bucket.put(self._job_key(f"{tag}.ended"), b"")  # a late task stages nothing that lasts
+                elif now - job["ended"][1] >= lifetime:
+                    doomed_keys.append(job["ended"][0])
+        return kept, abandoned, doomed_keys
+
     # ---- maintenance
 
     def cleanup(self, coordinator: Coordinator, retention_seconds: float = 0.0,
@@ -468,7 +609,9 @@ class ObjectTableLog(TableLog):
         * parts removed by a committed transaction before every running snapshot, `retention_seconds` ago;
         * parts of aborted transactions;
         * objects no entry names, last written `orphan_seconds` ago (uploads a crash interrupted:
-          parts are uploaded before their entry is written, so a younger one may still be named);
+          parts are uploaded before their entry is written, so a younger one may still be named),
+          except those a live write job recorded (kept however old), and at once those a dead or
+          ended job recorded; `orphan_seconds` is also the lifetime of a job without a lease;
         * proposals of transactions that ended (the parts they alone named go as such objects)."""
         if self.identity() is not None:
             self.bind(coordinator.url)  # a copy's cleanup is refused before it deletes anything
@@ -496,16 +639,20 @@ class ObjectTableLog(TableLog):
                     now - (version.removed_time or now) >= retention_seconds:
                 doomed.add(name)
                 removals.append(name)
+        kept, abandoned, job_objects = self._judge_jobs(coordinator, orphan_seconds)
         on_store = self.parts.part_names()
         server_now = on_store.pop("")
         for name, modified in on_store.items():
-            if name not in named and server_now - modified >= orphan_seconds:
+            if name in named or name in kept:
+                continue
+            if name in abandoned or server_now - modified >= orphan_seconds:
                 doomed.add(name)
         deleted = []
         for name in sorted(doomed):
             if name in on_store:
                 self.parts.remove(name)
                 deleted.append(name)
+        self._bucket.delete(job_objects)  # after the parts: a crash in between leaves them to judge again
         if removals:
             coordinator.forget_removals(self.bind(coordinator.url), removals)
         self._delete_folded_entries()
