@@ -19,7 +19,9 @@ they are. The rewrite is column-wise (numpy masks over the rule's times, Arrow f
 Refused with a clear error, nothing written: a due `GROUP BY` rule (its aggregation is not done
 here) and a due column TTL of a column with a DEFAULT expression (ClickHouse resets to it). Move
 rules (`TO DISK`/`TO VOLUME`) and recompression change no row: they are recorded in `ttl.txt`;
-engine/ttl_moves.py puts a part on a due move's volume.
+engine/ttl_moves.py puts a part on a due move's volume, and a merge past a recompression rule
+writes its part with that rule's codec (`merge_metadata`, as ClickHouse's merge chooses it).
+Which merges run for TTL in the background is engine/ttl_selection.py's.
 """
 
 from __future__ import annotations
