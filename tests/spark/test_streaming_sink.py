@@ -9,6 +9,10 @@ restarted from its checkpoint, so Spark runs that batch id again with the same r
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -116,3 +120,71 @@ def test_foreach_batch_transaction_on_the_outer_session_holds_the_batch_writes(s
     # Batch 0 is in both tables; batch 1's first write was rolled back with the transaction.
     for path in paths:
         assert sorted(MergeTreeTable.open(path).to_arrow().column("batch").to_pylist()) == [0] * 20, path
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("streaming_driver.py")  # a driver of its own, killed with SIGKILL
+KILL_BATCHES, KILL_ROWS = 3, 25
+
+
+def _foreach_driver(source: Path, tables: list[Path], checkpoint: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.Popen([sys.executable, str(DRIVER), str(source), str(tables[0]), str(checkpoint),
+                             str(tables[1])], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _committed_entries(table: Path) -> int:
+    count = 0
+    for entry in (table / "_mergetree" / "log").glob("0*.json"):
+        try:
+            body = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        count += bool(body.get("added")) and body.get("csn") is not None
+    return count
+
+
+def test_foreach_batch_with_transaction_spark_does_not_tear_batches_across_a_kill(tmp_path: Path) -> None:
+    """foreachBatch writing two tables inside `with transaction(spark)` (the session the query
+    started from): the driver is killed while batch 1 is between its two writes (table a's part is
+    staged for the transaction, table b's write runs), then restarted from its checkpoint. Both
+    tables hold the same rows, every input row among them: the batch is in both or in neither
+    (before the transaction joined the batch's session, table a held batch 1 and b did not)."""
+    source, checkpoint = tmp_path / "in", tmp_path / "ck"
+    tables = [tmp_path / "a", tmp_path / "b"]
+    source.mkdir()
+    for batch in range(KILL_BATCHES):
+        pq.write_table(pa.table({"id": pa.array(range(batch * KILL_ROWS, (batch + 1) * KILL_ROWS), pa.int64()),
+                                 "batch": pa.array([batch] * KILL_ROWS, pa.int32())}), source / f"b{batch}.parquet")
+    for table in tables:
+        MergeTreeTable.create(table, [("id", "Int64"), ("batch", "Int32")], "id", settings={"auto_merge": False})
+    driver = _foreach_driver(source, tables, checkpoint)
+    log_a = tables[0] / "_mergetree" / "log"
+    try:
+        deadline = time.monotonic() + WAIT_SECONDS
+        # Batch 0 committed in table a, then batch 1's write to a staged for its transaction.
+        while not (_committed_entries(tables[0]) >= 1 and list(log_a.glob("*.staged-*.json"))):
+            assert driver.poll() is None, f"the streaming driver exited with {driver.returncode} before batch 1"
+            assert time.monotonic() < deadline, f"batch 1 did not reach table a within {WAIT_SECONDS} s"
+            time.sleep(0.002)
+        os.killpg(driver.pid, signal.SIGKILL)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    after_kill = [sorted(MergeTreeTable.open(t).to_arrow().column("id").to_pylist()) for t in tables]
+    assert after_kill[0] == after_kill[1], "the kill left one batch in one table only"
+    restarted = _foreach_driver(source, tables, checkpoint)
+    try:
+        code = restarted.wait(timeout=WAIT_SECONDS)
+    finally:
+        if restarted.poll() is None:
+            os.killpg(restarted.pid, signal.SIGKILL)
+            restarted.wait(timeout=30)
+    assert code == 0, f"the restarted driver exited with {code}"
+    rows = [sorted(MergeTreeTable.open(t).to_arrow().column("id").to_pylist()) for t in tables]
+    assert rows[0] == rows[1], "the tables disagree after the restart"
+    # foreachBatch is at least once: a batch committed before Spark's commit log is written again.
+    assert set(rows[0]) == set(range(KILL_BATCHES * KILL_ROWS))
