@@ -81,6 +81,21 @@ def due(reader: PartReader, meta: TableMetadata, now: int) -> bool:
     return expiring(ttl_data(reader, meta), now, _ROW_SECTIONS)
 
 
+def merge_refusal(meta: TableMetadata, data: bytes | None, now: int) -> str | None:
+    """Why a merge at `now` of a part with `ttl.txt` `data` would be refused (see `expired`): a due
+    `GROUP BY` rule, or a due column TTL of a column with a DEFAULT expression; else None."""
+    infos = ttl_infos(data)
+    for (section, name), (low, _) in sorted(infos.items()):
+        if not 0 < low <= now:
+            continue
+        if section == "group_by":
+            return f"its TTL {name} GROUP BY … is due (merges here do not aggregate)"
+        column = next((c for c in meta.definition.columns if c.name == name), None) if section == "columns" else None
+        if column is not None and column.default_expression:
+            return f"its column {name!r} TTL is due and resets to a DEFAULT expression (not computed here)"
+    return None
+
+
 def has_ttl(meta: TableMetadata) -> bool:
     """Whether the table has a TTL rule of any kind (table or column)."""
     return bool(meta.definition.ttl) or any(c.ttl for c in meta.definition.columns)

@@ -26,6 +26,7 @@ merges): two such processes each postpone a partition on their own.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -45,7 +46,9 @@ MERGE_WITH_TTL_TIMEOUT = 14400
 MERGE_WITH_RECOMPRESSION_TTL_TIMEOUT = 14400
 _ROW_SECTIONS = ("table", "rows_where", "columns", "group_by")
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
+_reported: set[tuple[str, str]] = set()
 # (table path, kind, partition id) -> the time before which that partition's TTL merges of that
 # kind wait ("delete" or "recompress").
 _postponed: dict[tuple[str, str, str], float] = {}
@@ -61,7 +64,7 @@ class TTLPart:
     min_ttl: int  # least non-zero row/column TTL time (0: none)
     max_ttl: int  # greatest row/column TTL time (0: none)
     recompress_ttl: int  # when its recompression would change its codec (0: never)
-    avoid: bool = False  # on a volume whose parts do not merge (ClickHouse's prefer_not_to_merge; none here)
+    avoid: bool = False  # not merged for TTL here (a due rule merges here cannot apply: left to ClickHouse)
 
 
 def part_ttl(name: str, rows: int, size: int, data: bytes | None, recompress_ttl: int = 0,
@@ -170,10 +173,33 @@ def ttl_merge_for(table: MergeTreeTable, visible: set[str], reserved: Mapping[st
     parts = {}
     for name in visible:
         reader = table.reader(name)
-        data = ttl_merge.ttl_data(reader, meta)
+        data = _ttl_file(table, name)
         recompress = ttl_merge.recompression_due_time(reader, meta, data, now) if recompressing else 0
-        parts[name] = part_ttl(name, stats[name].rows, stats[name].bytes, data, recompress)
+        refusal = ttl_merge.merge_refusal(meta, data, now)
+        if refusal is not None and (str(table.path), name) not in _reported:
+            _reported.add((str(table.path), name))
+            log.info("%s: part %s is left to ClickHouse's TTL merges: %s", table.path, name, refusal)
+        parts[name] = part_ttl(name, stats[name].rows, stats[name].bytes, data, recompress, avoid=refusal is not None)
     selector = merging.SelectorSettings.of(meta)
     return select_ttl_merge(str(table.path), parts, reserved, meta.definition.settings, max_parts=selector.max_parts,
                             max_bytes=selector.max_bytes, max_rows=selector.max_rows,
                             has_recompression=recompressing, now=now)
+
+
+_TTL_FILES: dict[tuple[str, str], bytes | None] = {}  # (table, part) -> its ttl.txt: parts never change
+_TTL_FILES_KEPT = 100_000
+
+
+def _ttl_file(table: MergeTreeTable, part: str) -> bytes | None:
+    """A part's `ttl.txt`, read once per process (a GET per part and merge round would add up on
+    object storage)."""
+    key = (str(table.path), part)
+    with _lock:
+        if key in _TTL_FILES:
+            return _TTL_FILES[key]
+    data = ttl_merge.ttl_data(table.reader(part), table.metadata)
+    with _lock:
+        if len(_TTL_FILES) >= _TTL_FILES_KEPT:
+            _TTL_FILES.clear()
+        _TTL_FILES[key] = data
+    return data

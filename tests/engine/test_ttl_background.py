@@ -126,3 +126,15 @@ def test_the_selector_widens_the_earliest_due_part_over_due_neighbours_within_ca
     gone = select_ttl_merge("k5", parts, {}, {"ttl_only_drop_parts": "1"}, max_parts=2, max_bytes=0,
                             max_rows=0, has_recompression=False, now=far)
     assert gone is not None and gone.parts == ("all_1_1_0", "all_2_2_0")
+
+
+def test_a_part_whose_due_rule_merges_here_cannot_apply_is_left_to_clickhouse(tmp_path: Path) -> None:
+    ttl = "TTL d + INTERVAL 1 DAY GROUP BY id SET w = any(w)"
+    sess, directory = make_chdb_table(tmp_path, CREATE.format(name="t", ttl=ttl), ["SYSTEM STOP MERGES t"])
+    statement = sess.query("SHOW CREATE TABLE t", "TabSeparatedRaw").bytes().decode()
+    close_session()
+    table = _open(directory, statement)
+    table.insert(_rows(0, [0, 5]))
+    # The TTL selectors pass it over (no background merge fails on it again and again).
+    assert optimizing.merge_step(table) is None
+    assert table.visible_parts()[1] == {"all_1_1_0"}
