@@ -92,8 +92,11 @@ def pending_moves(table: MergeTreeTable, visible: Iterable[str], now: int) -> li
     out = []
     for part in sorted(visible):
         volume = destination(table, ttl_merge.ttl_data(table.reader(part), meta), now)
-        if volume is not None and table.store.open(part).volume is not volume:
-            out.append((part, volume))
+        if volume is None or table.store.open(part).volume is volume:
+            continue
+        if volume.max_data_part_size is not None and table.part_bytes(part) > volume.max_data_part_size:
+            continue  # it would not fit there (ClickHouse's reservation fails the same way): it stays
+        out.append((part, volume))
     return out
 
 

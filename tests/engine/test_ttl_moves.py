@@ -94,3 +94,14 @@ def test_a_move_to_a_disk_or_volume_the_policy_lacks_is_refused_at_create_as_cli
     with pytest.raises(InvalidOptionError, match=r"has no (disk|volume) 'nope'"):
         MergeTreeTable.new(tmp_path / "y", parse_create(statement), {"storage_policy": _policy(tmp_path)})
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_a_part_too_big_for_the_target_volume_stays(tmp_path: Path) -> None:
+    policy = _policy(tmp_path)
+    policy["volumes"][1]["max_data_part_size_bytes"] = 100  # smaller than any part
+    table = MergeTreeTable.new(tmp_path / "t", parse_create(CREATE.format(name="t", ttl="d + INTERVAL 5 DAY TO VOLUME 'slow'")),
+                               {"auto_merge": False, "storage_policy": policy})
+    table.write_directory()
+    table.insert(_rows(0, [6, 7]))
+    assert optimizing.merge_step(table) is None  # no move (and no endless round of them)
+    assert _volumes(table) == {"all_1_1_0": "fast"}
