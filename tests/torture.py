@@ -76,6 +76,7 @@ class TortureConfig:
     # Coordinator outages the run must see: past `seconds`, it goes on (up to twice as long) until it
     # has, as a restarted ZooKeeper's JVM can take seconds to come back on a loaded machine.
     least_outages: int = 0
+    least_transactions: int = 0  # the same for history clients' transactions (committed or failed)
 
 
 @dataclass
@@ -711,18 +712,20 @@ def run_torture(directory: Path, config: TortureConfig, log: Callable[[str], Non
         next_outage = time.monotonic() + rng.uniform(*config.outage_interval)
         next_count = time.monotonic() + 2.0
         counted: dict[Path, tuple[int, int]] = {}
+        done = 0
         try:
             while True:
                 time.sleep(0.05)
                 now = time.monotonic()
-                if now >= deadline and (report.outages >= config.least_outages
-                                        or now >= deadline + config.seconds):
-                    break
-                if config.max_transactions is not None and now >= next_count:
+                if (config.max_transactions is not None or config.least_transactions) and now >= next_count:
                     next_count = now + 2.0
-                    if (_clients_done(journals, counted) >= config.max_transactions
+                    done = _clients_done(journals, counted)
+                    if (config.max_transactions is not None and done >= config.max_transactions
                             and report.outages >= config.least_outages):
                         break
+                if now >= deadline and ((report.outages >= config.least_outages and done >= config.least_transactions)
+                                        or now >= deadline + config.seconds):
+                    break
                 if now >= next_kill:
                     victim = rng.choice([r for r in roles if not r.startswith("reader")])
                     os.kill(processes[victim].pid, signal.SIGKILL)
