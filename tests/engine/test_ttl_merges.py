@@ -62,25 +62,9 @@ def test_optimize_final_expires_rows_and_values_as_clickhouse_does(tmp_path: Pat
     table = _open(directory, statement)
     table.insert(_rows(0, [0, 7, 14, 21, 28, 35, 42, 49, 2, 0.5]))
     table.insert(_rows(100, [3, 11, 17, 24, 31, 38, 0, 19]))
-    # ClickHouse merges a copy of the same two parts (a server of its own: one on this root would
-    # merge table t's parts itself).
-    _, copy = make_chdb_table(tmp_path / "copy", CREATE.format(name="c", ttl=TTL), ["SYSTEM STOP MERGES c"])
     sources = sorted(p.name for p in directory.iterdir() if p.name.startswith("all_"))
     assert len(sources) == 2
-    for name in sources:
-        shutil.copytree(directory / name, copy / "detached" / name)
-    sess = open_session(tmp_path / "copy")
-    try:
-        for name in sources:
-            sess.query(f"ALTER TABLE c ATTACH PART '{name}'")
-        sess.query("SYSTEM START MERGES c")
-        sess.query("OPTIMIZE TABLE c FINAL")
-        expected = _select(sess, "c")
-        (merged_path,) = sess.query("SELECT path FROM system.parts WHERE table = 'c' AND active",
-                                    "TabSeparatedRaw").bytes().decode().split()
-        expected_ttl = (Path(merged_path) / TTL_FILE).read_text()
-    finally:
-        close_session()
+    expected, expected_ttl = _clickhouse_final(tmp_path, directory, sources)  # a copy of the same two parts
     assert len(expected) < 18  # ClickHouse did drop rows
     assert any(v == 0 for _, v, _, _ in expected)  # and reset values
 
