@@ -43,6 +43,7 @@ from spark_mergetree.expressions.ttl import TTL_FILE, TTLRule, merged_ttl_file, 
 from spark_mergetree.format import granularity
 from spark_mergetree.format.aggregate_states import require_known_states
 from spark_mergetree.format.compression_codecs import CodecChain, parse_codec, parse_column_codec
+from spark_mergetree.format.numpy_views import as_numpy
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_writer import WriterSettings
 from spark_mergetree.format.skip_index_writer import IndexSpec
@@ -350,7 +351,7 @@ class TableMetadata:
                 return None
         if self._already_sorted(keys):
             return None
-        return sort_indices(self.sorting_key, keys, self.column_types).to_numpy()
+        return as_numpy(sort_indices(self.sorting_key, keys, self.column_types))
 
     @cached_property
     def sorting_columns(self) -> set[str]:
@@ -367,7 +368,7 @@ class TableMetadata:
         if column.null_count or not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
                                      or pa.types.is_date(column.type) or pa.types.is_timestamp(column.type)):
             return False
-        values = column.to_numpy()
+        values = as_numpy(column)
         if len(self.sorting_key) == 1:
             return bool((values[1:] >= values[:-1]).all())
         # Strictly increasing first key: the later key columns cannot reorder anything.

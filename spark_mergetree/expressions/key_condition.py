@@ -47,6 +47,7 @@ from spark_mergetree.expressions.predicate import (
     scalar_like,
 )
 from spark_mergetree.expressions.sort_key import key_element_types
+from spark_mergetree.format.numpy_views import as_numpy
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ExpressionError, UnsupportedError,
                  OverflowError, ValueError, TypeError)
@@ -83,15 +84,15 @@ def _strip_types(expr: Expr) -> Expr:
 def _valid(array: pa.Array) -> np.ndarray:
     if array.null_count == 0 and not pa.types.is_floating(array.type):
         return np.ones(len(array), dtype=bool)
-    valid = np.asarray(array.is_valid())
+    valid = as_numpy(array.is_valid())
     if pa.types.is_floating(array.type):
         # NaN sorts after every number in ClickHouse keys; treat it as "unknown" rather than compare it.
-        valid = valid & ~np.asarray(pc.is_nan(array).fill_null(True))
+        valid = valid & ~as_numpy(pc.is_nan(array).fill_null(True))
     return valid
 
 
 def _mask(result: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(result.fill_null(False), dtype=bool)
+    return np.asarray(as_numpy(result.fill_null(False)), dtype=bool)
 
 
 class _Evaluator:
@@ -299,11 +300,11 @@ class _Evaluator:
         values = pa.array([s.as_py() for s in scalars], scalars[0].type)
         if values.type != key.lo.type:
             values = values.cast(key.lo.type)
-        ordered = np.sort(values.to_numpy(zero_copy_only=False))
+        ordered = np.sort(as_numpy(values))
         known = key.known
         fill = values[0]
-        lo = key.lo.fill_null(fill).to_numpy(zero_copy_only=False)
-        hi = key.hi.fill_null(fill).to_numpy(zero_copy_only=False)
+        lo = as_numpy(key.lo.fill_null(fill))
+        hi = as_numpy(key.hi.fill_null(fill))
         # A granule may hold a listed value iff some value lies in [lo, hi]: two binary searches.
         first_at_or_above_lo = np.searchsorted(ordered, lo, side="left")
         first_above_hi = np.searchsorted(ordered, hi, side="right")

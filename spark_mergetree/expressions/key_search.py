@@ -21,6 +21,7 @@ from spark_mergetree.errors import ExpressionError, UnsupportedError
 from spark_mergetree.expressions.functions import needs_ordering_map
 from spark_mergetree.expressions.literals import coerce_literal
 from spark_mergetree.expressions.predicate import And, Column, Compare, Expr, In, Literal, scalar_like
+from spark_mergetree.format.numpy_views import as_numpy
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
 _BOUNDING_OPS = frozenset(_FLIP)
@@ -60,7 +61,7 @@ def _searchable(array: pa.Array, type_text: str) -> np.ndarray | None:
         return None
     if not (pa.types.is_integer(array.type) or pa.types.is_date(array.type) or pa.types.is_timestamp(array.type)):
         return None
-    return array.to_numpy(zero_copy_only=False)
+    return as_numpy(array)
 
 
 def bound_constants(
@@ -75,7 +76,7 @@ def bound_constants(
         except _CONVERSION_ERRORS:
             continue
         if scalar.type == like.type and scalar.is_valid:
-            searchable.append((op, pa.array([scalar], type=like.type).to_numpy(zero_copy_only=False)[0]))
+            searchable.append((op, as_numpy(pa.array([scalar], type=like.type))[0]))
     return searchable
 
 

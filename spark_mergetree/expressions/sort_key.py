@@ -23,6 +23,7 @@ from spark_mergetree.expressions.predicate import (
     evaluate_value,
     parse_expression,
 )
+from spark_mergetree.format.numpy_views import as_numpy
 
 
 def key_element_types(elements: Sequence[str], schema: Mapping[str, str]) -> list[str | None]:
@@ -65,7 +66,7 @@ def _as_integers(only: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     kind = only.type
     if only.null_count or not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
         return None
-    return only.to_numpy(zero_copy_only=False) if isinstance(only, pa.Array) else only.to_numpy()
+    return as_numpy(only)
 
 
 def integer_key_values(elements: Sequence[str], table: pa.Table, schema: Mapping[str, str]) -> np.ndarray | None:

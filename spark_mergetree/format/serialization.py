@@ -26,6 +26,7 @@ from spark_mergetree.format.low_cardinality import (
     deserialize_low_cardinality,
     serialize_low_cardinality,
 )
+from spark_mergetree.format.numpy_views import as_numpy
 from spark_mergetree.format.sparse import default_cursors, read_sparse_positions, spread_sparse
 from spark_mergetree.format.streams import (
     DISCRIMINATORS,
@@ -123,7 +124,7 @@ def _serialize(dt: DataType, base: str, level: int, arr: pa.Array, bounds: np.nd
                column: str, out: dict[str, StreamBytes], states: dict[str, LowCardinalityState], last: bool,
                objects: ObjectWriter | None = None) -> None:
     if isinstance(dt, Nullable):
-        nulls = np.asarray(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(len(arr), np.uint8)
+        nulls = as_numpy(arr.is_null()).astype(np.uint8) if arr.null_count else np.zeros(len(arr), np.uint8)
         out[base + ".null"] = StreamBytes(nulls.tobytes(), bounds.copy())
         if isinstance(dt.inner, Json):  # (a NULL object is written as `{}` in the JSON's streams)
             _serialize(dt.inner, base, level, arr, bounds, string_sizes, column, out, states, last, objects)
@@ -184,7 +185,7 @@ def variant_discriminators(dt: Variant, arr: pa.Array) -> np.ndarray:
     """Each row's discriminator: the position of its set field in the struct, VARIANT_NULL for none."""
     discriminators = np.full(len(arr), VARIANT_NULL, np.uint8)
     for i, field in enumerate(arr.flatten()):
-        discriminators[np.asarray(field.is_valid(), dtype=bool)] = i
+        discriminators[as_numpy(field.is_valid())] = i
     return discriminators
 
 

@@ -20,6 +20,7 @@ from spark_mergetree.errors import CorruptPartError, SchemaMismatchError, Unsupp
 from spark_mergetree.format.aggregate_states import empty_state
 from spark_mergetree.format.compiled import lazy_njit
 from spark_mergetree.format.conform import fixed_bytes, uuid_text, with_validity
+from spark_mergetree.format.numpy_views import as_numpy
 from spark_mergetree.format.types import (
     AggregateFunction,
     DataType,
@@ -153,7 +154,7 @@ def _uuid_storage(arr: pa.Array, column: str) -> np.ndarray:
     else:
         offsets, data = string_buffers(arr)
         lengths = np.diff(offsets)
-        nulls = np.asarray(arr.is_null()) if arr.null_count else np.zeros(n, bool)
+        nulls = as_numpy(arr.is_null()) if arr.null_count else np.zeros(n, bool)
         bad = (lengths != 36) & ~nulls
         if bad.any():
             row = int(np.argmax(bad))
@@ -207,26 +208,26 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
                 raise SchemaMismatchError(f"column {column!r}: value at row {row} is out of range for {name}")
             return np.ascontiguousarray(words[:, :2])
         if name == "Date":
-            days = np.asarray(arr.fill_null(0).cast(pa.int32()) if arr.null_count else arr.cast(pa.int32()))
+            days = as_numpy(arr.fill_null(0).cast(pa.int32()) if arr.null_count else arr.cast(pa.int32()))
             if len(days) and (days.min() < 0 or days.max() > 65535):
                 row = int(np.argmax((days < 0) | (days > 65535)))
                 raise SchemaMismatchError(f"column {column!r}: row {row} is outside Date's range 1970-01-01..2149-06-06")
             return days.astype("<u2")
         if name == "Date32":
-            return np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int32())).astype("<i4")
+            return as_numpy((arr.fill_null(0) if arr.null_count else arr).cast(pa.int32())).astype("<i4")
         if name == "IPv6":
             return fixed_bytes(arr, 16)
         if name == "BFloat16":
             # The upper half of the float32: what ClickHouse keeps when it converts (toward zero).
-            bits = np.asarray(arr.fill_null(0) if arr.null_count else arr, dtype=np.float32).view("<u4")
+            bits = np.asarray(as_numpy(arr.fill_null(0) if arr.null_count else arr), dtype=np.float32).view("<u4")
             return (bits >> np.uint32(16)).astype("<u2")
         if name == "Bool":
-            return np.asarray(arr.fill_null(False) if arr.null_count else arr, dtype=bool).astype(np.uint8)
-        return np.asarray(arr.fill_null(0) if arr.null_count else arr)
+            return np.asarray(as_numpy(arr.fill_null(False) if arr.null_count else arr), dtype=bool).astype(np.uint8)
+        return as_numpy(arr.fill_null(0) if arr.null_count else arr)
     if isinstance(dt, FixedString):
         return fixed_bytes(arr, dt.length)
     if isinstance(dt, DateTime):
-        seconds = np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
+        seconds = as_numpy((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
         if len(seconds) and (seconds.min() < 0 or seconds.max() > 0xFFFFFFFF):
             row = int(np.argmax((seconds < 0) | (seconds > 0xFFFFFFFF)))
             raise SchemaMismatchError(f"column {column!r}: row {row} is outside DateTime's range 1970..2106")
@@ -256,10 +257,10 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
         position = pc.index_in(arr, value_set=names)
         unknown = pc.and_(pc.is_null(position), pc.is_valid(arr))
         if pc.any(unknown).as_py():
-            row = int(np.argmax(np.asarray(unknown)))
+            row = int(np.argmax(as_numpy(unknown)))
             raise SchemaMismatchError(f"column {column!r}: row {row} value {arr[row].as_py()!r} is not in {dt.to_clickhouse()}")
         # NULL maps to the Enum's first value, which is what ClickHouse stores under a NULL.
-        idx = np.asarray(position.fill_null(0))
+        idx = as_numpy(position.fill_null(0))
         return values[idx].astype("<i1" if dt.bits == 8 else "<i2")
     raise UnsupportedError(f"no fixed-width encoding for {dt.to_clickhouse()}")
 
@@ -267,7 +268,7 @@ def fixed_storage(dt: DataType, arr: pa.Array, column: str) -> np.ndarray:
 def _ticks_of(dt: DataType, arr: pa.Array, precision: int, column: str) -> np.ndarray:
     """Arrow timestamps/durations (NULL as 0) → int64 ticks of 10^-precision seconds, refusing finer values."""
     _, factor = datetime64_arrow_unit(precision)
-    ticks = np.asarray((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
+    ticks = as_numpy((arr.fill_null(0) if arr.null_count else arr).cast(pa.int64()))
     if factor != 1:
         if (ticks % factor).any():
             row = int(np.argmax(ticks % factor != 0))
@@ -411,7 +412,7 @@ def list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
         mask = arr.is_null() if arr.null_count else None
         arr = pa.ListArray.from_arrays(arr.offsets, arr.values, mask=mask)
     lengths = pc.list_value_length(arr)
-    lengths = np.asarray(lengths.fill_null(0) if lengths.null_count else lengths).astype(np.int64)
+    lengths = as_numpy(lengths.fill_null(0) if lengths.null_count else lengths).astype(np.int64)
     return lengths, arr.flatten()
 
 

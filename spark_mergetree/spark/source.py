@@ -48,6 +48,7 @@ from spark_mergetree.errors import (
 )
 from spark_mergetree.spark import adapter
 from spark_mergetree.spark.adapter import TableRef, TxnContext
+from spark_mergetree.spark.lazy_pandas import defer_pandas
 from spark_mergetree.spark.options import DEFAULT_TARGET_BYTES, OPEN_COST_BYTES, ReadOptions, WriteOptions
 from spark_mergetree.spark.session import ENABLE_HINT
 from spark_mergetree.spark.task_writes import freeze_worker_heap as _freeze_worker_heap
@@ -65,6 +66,10 @@ from spark_mergetree.spark.types import (
 )
 
 SOURCE_NAME = "mergetree"
+
+# Every Spark Python worker that runs this source imports this module first: pyarrow must not
+# import pandas in it before something uses pandas (spark/lazy_pandas.py).
+defer_pandas()
 
 
 def _parse_where(text: str | None) -> Any:
