@@ -58,3 +58,30 @@ def test_a_read_workers_code_path_imports_nothing_it_does_not_use(tmp_path: Path
     loaded = set(report["modules"])
     assert "spark_mergetree.engine.select" in loaded  # the worker did read through the engine
     assert [name for name in NOT_NEEDED if name in loaded] == []
+
+
+PANDAS_LATER = """
+import json, sys
+import numpy as np, pyarrow as pa
+from spark_mergetree.spark.lazy_pandas import defer_pandas
+
+defer_pandas()
+pa.array(np.arange(3)); pa.scalar(1, pa.int64())     # conversions that imported pandas before
+before = "pandas" in sys.modules
+import pandas as pd                                   # a user's pandas UDF in the same worker
+categories = pa.array(pd.Series(pd.Categorical(["a", "b", "a"])))
+floats = pa.array(pd.Series([1.0, float("nan")]), from_pandas=True)
+stamps = pa.Array.from_pandas(pd.Series(pd.to_datetime(["2020-01-01"]).tz_localize("UTC")))
+frame = pa.table({"x": [1, 2]}).to_pandas()
+print(json.dumps({"before": before, "categories": str(categories.type), "nulls": floats.null_count,
+                  "stamps": str(stamps.type), "frame": list(frame["x"])}))
+"""
+
+
+def test_pandas_imported_later_converts_as_without_the_deferral() -> None:
+    done = subprocess.run([sys.executable, "-c", PANDAS_LATER], capture_output=True, text=True, timeout=300,
+                          cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"before": False, "categories": "dictionary<values=large_string, indices=int8, ordered=0>",
+                      "nulls": 1, "stamps": "timestamp[us, tz=UTC]", "frame": [1, 2]}
