@@ -439,10 +439,11 @@ def visible_rows(ref: TableRef, parts: PartSets) -> int:
     return sum(table.reader(name).rows for name in parts.visible)
 
 
-def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, parts: PartSets) -> PlannedRead:
+def plan(ref: TableRef, columns: list[str], where: Any, target_rows: int, parts: PartSets,
+         use_projections: bool = True) -> PlannedRead:
     table = open_table(ref)
     read_plan = table.plan_read(columns, where, parts=set(parts.known), snapshot=parts.snapshot,
-                                target_rows=target_rows)
+                                target_rows=target_rows, use_projections=use_projections)
     counted = [p for p in read_plan.parts if p.part in parts.visible]
     return PlannedRead(list(read_plan.tasks), sum(p.granules for p in counted),
                        sum(p.granules_read for p in counted))

@@ -42,7 +42,10 @@ _FALSE = {"false", "0", "no", "off"}
 _LOCATION_OPTIONS = {"path", "catalog", "create_statement", "coordinator", TXN_OPTION} | {
     OPTION_PREFIXES[cloud] + key for cloud, keys in STORAGE_OPTION_KEYS.items() for key in keys}
 
-READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot", "final"}
+# `useProjections` (Spark lower-cases option keys): "false" never reads through a normal projection,
+# as ClickHouse's optimize_use_projections = 0.
+USE_PROJECTIONS = "useprojections"
+READ_OPTIONS = _LOCATION_OPTIONS | {"columns", "where", "target_rows", "pushdown", "snapshot", "final", USE_PROJECTIONS}
 
 # Options that shape a table when the first write creates it.
 CREATE_OPTIONS = {"order_by", "partition_by", "primary_key", "index_granularity", "codec", "engine", "projections"}
@@ -151,6 +154,7 @@ class ReadOptions:
     transaction: TxnContext | None = None
     storage: tuple[tuple[str, str], ...] = ()
     final: bool = False  # read as SELECT ... FINAL: the table engine's merge applied across parts
+    use_projections: bool = True  # a filter on a projection's key may read its granules (engine plan_read)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -173,6 +177,7 @@ class ReadOptions:
             transaction=_transaction(options, "snapshot"),
             storage=storage_options(options, path),
             final=parse_bool(options, "final", False),
+            use_projections=parse_bool(options, USE_PROJECTIONS, True),
         )
 
 

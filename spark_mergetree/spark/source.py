@@ -301,7 +301,7 @@ class MergeTreeReader(DataSourceReader):
         # tasks are then packed into partitions of about `target_rows` rows, counting a cost for
         # every part opened.
         split_rows = _balanced_target(self.target_rows, adapter.visible_rows(self.ref, parts), explicit)
-        planned = adapter.plan(self.ref, self.columns, prune, split_rows, parts)
+        planned = adapter.plan(self.ref, self.columns, prune, split_rows, parts, self.opts.use_projections)
         open_rows = max(1, OPEN_COST_BYTES // _row_bytes(self.target))
         shares = _pack(planned.tasks, parts, self.target_rows, open_rows, None if explicit else _cores())
         return [MergeTreePartition(i, share, parts) for i, share in enumerate(shares)]

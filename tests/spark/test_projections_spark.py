@@ -101,3 +101,42 @@ def test_a_filter_on_a_projection_key_reads_the_projections_granules(spark, tmp_
             if FILTER_PUSHDOWN:
                 assert scanned == sum(task.rows for task in through.tasks), where
                 assert plain_scanned == sum(task.rows for task in own.tasks) > scanned, where
+
+
+def test_use_projections_false_reads_the_parts_own_granules(spark, tmp_path) -> None:
+    """`option("useProjections", "false")` is ClickHouse's optimize_use_projections = 0: the same
+    filter on a projection's key reads the parts' own granules (more rows handed to Spark than by
+    default, the rows the engine's plan without projections names) and returns the same rows."""
+    import numpy as np
+    import pyarrow as pa
+
+    from spark_mergetree import MergeTreeTable
+    from spark_mergetree.errors import InvalidOptionError
+    from spark_mergetree.spark.filters import FILTER_PUSHDOWN
+    from tests.spark.test_pushdown import _collect_with_scan_rows, _mode
+
+    table = MergeTreeTable.create(tmp_path / "t", [("id", "UInt64"), ("k", "UInt32"), ("v", "Float64")], "id",
+                                  settings={"index_granularity": 128, "auto_merge": False},
+                                  projections=["PROJECTION by_k (SELECT * ORDER BY k)"])
+    rng = np.random.default_rng(11)
+    table.insert(pa.table({"id": np.arange(40_000, dtype=np.uint64),
+                           "k": rng.integers(0, 1000, 40_000).astype(np.uint32), "v": rng.random(40_000)}))
+    where = "k BETWEEN 20 AND 21"
+    with _mode(spark, "true", "true"):
+        through, through_scanned = _collect_with_scan_rows(
+            spark.read.format("mergetree").load(str(table.path)).filter(where))
+        own, own_scanned = _collect_with_scan_rows(
+            spark.read.format("mergetree").option("useProjections", "false").load(str(table.path)).filter(where))
+    expected = table.to_arrow(["id", "k", "v"], where=where, use_projections=False)
+    assert sorted(tuple(r) for r in through) == sorted(tuple(r) for r in own) == \
+        sorted(zip(*(c.to_pylist() for c in expected.columns)))
+    assert len(own) > 0
+    if FILTER_PUSHDOWN:
+        by_projection = table.explain(where, columns=["id", "k", "v"])
+        by_parts = table.explain(where, columns=["id", "k", "v"], use_projections=False)
+        assert by_projection.projection == "by_k" and by_parts.projection is None
+        assert through_scanned == sum(task.rows for task in by_projection.tasks) < own_scanned
+        assert own_scanned == sum(task.rows for task in by_parts.tasks)
+    with pytest.raises(Exception, match="useProjections|useprojections") as refused:
+        spark.read.format("mergetree").option("useProjections", "maybe").load(str(table.path)).collect()
+    assert "InvalidOptionError" in str(refused.value) or isinstance(refused.value, InvalidOptionError)
