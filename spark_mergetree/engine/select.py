@@ -155,7 +155,9 @@ def active_parts(names: Iterable[str]) -> set[str]:
 
 def patch_parts(names: Iterable[str]) -> set[str]:
     """The active patch parts of lightweight UPDATEs (`patch-...`) among `names` (engine/patches.py)."""
-    return {name for name in uncovered_parts(names) if name.startswith(PATCH_PART_PREFIX)}
+    # Only patch parts can cover patch parts (their partition ids start with the prefix): filtering
+    # first keeps this linear in a directory that holds many removed data parts (a stream's, until cleanup).
+    return uncovered_parts(name for name in names if name.startswith(PATCH_PART_PREFIX))
 
 
 _MUTATION_FILE = re.compile(r"mutation_([0-9]+)\.txt")
