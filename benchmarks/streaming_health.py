@@ -11,7 +11,8 @@ processingTime='1 second'. The table is ORDER BY (key, ts), PARTITION BY toYYYYM
 Each sample: the table's active parts (in all and per partition), its rows, the time of a key-range
 read and of a full count through the engine (`MergeTreeTable.to_arrow(where=...)`, `count()`) and
 through Spark (`spark.read.format("mergetree")`, the second of two runs: warm), and the durations of
-the micro-batches since the last sample from the query's progress (`triggerExecution`). At the end:
+the micro-batches since the last sample from the query's progress (`triggerExecution`); the minutes
+(and the times in the table) count from the first committed micro-batch. At the end:
 the table of samples, a summary (max active parts, parts at the end, read times in the first vs the
 last minute, batch duration p50/p90) and whether rows = batches x rows per batch exactly.
 """
@@ -114,15 +115,18 @@ def main() -> None:
     print(f"{'t s':>6} {'parts':>5} {'rows':>9} {'eng range':>9} {'eng count':>9} {'spk range':>9} "
           f"{'spk count':>9} {'batches':>7} {'batch p50':>9}  per partition", flush=True)
     try:
-        next_sample = started + args.every
+        next_sample = started + 1
         while time.monotonic() < deadline:
             time.sleep(max(0.0, min(next_sample, deadline) - time.monotonic()))
             if query.exception() is not None:
                 raise SystemExit(f"the query failed: {query.exception()}")
             s = sample(spark, table, started)
-            if s is None:
-                next_sample = time.monotonic() + 1
+            if s is None:  # no batch committed yet: the minutes count from the first one
+                started = time.monotonic()
+                deadline, next_sample = started + args.minutes * 60, started + 1
                 continue
+            if not samples:
+                next_sample = started  # then every `every` seconds from the first commit
             next_sample += args.every
             fresh = batch_seconds(query.recentProgress, seen)
             durations += [(s["t"], d) for d in fresh]
