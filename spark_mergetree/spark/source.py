@@ -63,6 +63,8 @@ from spark_mergetree.spark.types import (
     spark_arrow_schema,
     spark_schema,
     spark_type,
+    unscaled_columns,
+    with_unscaled,
 )
 
 SOURCE_NAME = "mergetree"
@@ -117,6 +119,7 @@ class MergeTreeDataSource(DataSource):
 
         refuse_stream_options(self.options)
         scan, schema = _scan_marker(schema)
+        schema, unscaled = unscaled_columns(schema)
         opts, ref = self._read_options()
         table_arrow = adapter.table_schema(ref)
         check_readable_columns(table_arrow, schema)
@@ -130,8 +133,8 @@ class MergeTreeDataSource(DataSource):
         if scan is None:
             _say_once(ENABLE_HINT)
         if scan == "pushdown" and opts.pushdown:
-            return MergeTreePushdownReader(ref, opts, schema, where, table_arrow)
-        return MergeTreeReader(ref, opts, schema, where, table_arrow)
+            return MergeTreePushdownReader(ref, opts, schema, where, table_arrow, unscaled)
+        return MergeTreeReader(ref, opts, schema, where, table_arrow, unscaled)
 
     def writer(self, schema: StructType, overwrite: bool) -> MergeTreeWriter:
         opts = WriteOptions.parse(self.options, overwrite)
@@ -261,8 +264,10 @@ class MergeTreeReader(DataSourceReader):
     """
 
     def __init__(self, ref: TableRef, opts: ReadOptions, schema: StructType, where: Any,
-                 table_arrow: pa.Schema | None = None) -> None:
+                 table_arrow: pa.Schema | None = None, unscaled: frozenset[str] = frozenset()) -> None:
         self.ref = ref
+        # Decimal columns Spark takes as their unscaled longs (the session extension's fast path).
+        self.unscaled = unscaled
         # The table's columns that are or hold Dynamic and JSON values, marked (spark/types.py mark_objects).
         self.objects = pa.schema([f for f in table_arrow or () if object_type(f) is not None])
         self.opts = opts
@@ -323,10 +328,16 @@ class MergeTreeReader(DataSourceReader):
             pending.append(batch)
             pending_rows += batch.num_rows
             if pending_rows >= _BATCH_ROWS:
-                yield conform_batch(_combined(pending), self.target, self.objects)
+                yield self._handed(_combined(pending))
                 pending, pending_rows = [], 0
         if pending:
-            yield conform_batch(_combined(pending), self.target, self.objects)
+            yield self._handed(_combined(pending))
+
+    def _handed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """A batch as Spark takes it: the read schema's types, decimals read as longs as longs."""
+        conformed = conform_batch(batch, self.target, self.objects)
+        unscaled = self.unscaled.intersection(self.columns) if self.unscaled else self.unscaled
+        return with_unscaled(conformed, unscaled) if unscaled else conformed
 
 
 def stream_partitions(reader: MergeTreeReader, tasks: list[Any], parts: adapter.PartSets) -> list[InputPartition]:

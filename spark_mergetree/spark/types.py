@@ -14,6 +14,7 @@ import inspect
 import re
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 from pyspark.sql.types import (
@@ -283,6 +284,44 @@ def _objects_to_spark(column: pa.Array, dt: CHType, target: pa.DataType, name: s
     children = [_objects_to_spark(child, element, field.type, name)
                 for child, element, field in zip(column.flatten(), dt.elements, fields, strict=True)]
     return pa.StructArray.from_arrays(children, fields=fields, mask=_mask(column))
+
+
+# Field metadata the session extension (jvm/src, ScanPerRelation) puts on a decimal column of
+# precision <= 18 it reads as its unscaled longs ("precision,scale"): Spark takes a long from Arrow
+# far more cheaply than it builds a Decimal, and the extension's MakeDecimal rebuilds the value.
+UNSCALED_MARKER = "spark_mergetree.unscaled"
+
+
+def unscaled_columns(schema: StructType) -> tuple[StructType, frozenset[str]]:
+    """The read schema with the decimals the extension reads as longs restored (what the table
+    holds, for every check and the plan), and the names of those columns."""
+    fields, names = [], set()
+    for field in schema.fields:
+        mark = field.metadata.get(UNSCALED_MARKER) if field.metadata else None
+        if mark is None:
+            fields.append(field)
+            continue
+        precision, scale = (int(part) for part in str(mark).split(","))
+        rest = {key: value for key, value in field.metadata.items() if key != UNSCALED_MARKER}
+        fields.append(StructField(field.name, DecimalType(precision, scale), field.nullable, rest or None))
+        names.add(field.name)
+    return (StructType(fields) if names else schema), frozenset(names)
+
+
+def with_unscaled(batch: pa.RecordBatch, names: frozenset[str]) -> pa.RecordBatch:
+    """`batch` with its decimal128 columns in `names` as their unscaled values (int64, NULLs kept):
+    the low 64 bits of each 128-bit value, exact for precision <= 18."""
+    arrays, fields = [], []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        if field.name in names:
+            n, offset = len(column), column.offset
+            words = np.frombuffer(column.buffers()[1], "<i8")[:2 * (offset + n):2]
+            column = pa.Array.from_buffers(pa.int64(), n, [column.buffers()[0], pa.py_buffer(np.ascontiguousarray(words))],
+                                           null_count=column.null_count, offset=offset)
+            field = pa.field(field.name, pa.int64(), field.nullable)
+        arrays.append(column)
+        fields.append(field)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def check_readable_columns(table_schema: pa.Schema, requested: StructType) -> None:

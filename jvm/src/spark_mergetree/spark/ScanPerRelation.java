@@ -5,8 +5,13 @@ import java.lang.reflect.Method;
 import java.util.ArrayList;
 import java.util.List;
 
+import org.apache.spark.sql.catalyst.expressions.Alias;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeSet;
+import org.apache.spark.sql.catalyst.expressions.AttributeSet$;
+import org.apache.spark.sql.catalyst.expressions.MakeDecimal;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression$;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
@@ -14,12 +19,15 @@ import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.MetadataBuilder;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
+import scala.Option;
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -38,6 +46,12 @@ import scala.jdk.javaapi.CollectionConverters;
  * round trip per scan. Its scans report the size of the table's files (of the columns read), so
  * Spark broadcasts small mergetree tables in joins as it does small Parquet ones.
  *
+ * <p>Decimal columns of precision 18 or less that no Filter of the chain uses are read as their
+ * unscaled longs (field metadata {@value #UNSCALED}: "precision,scale"), which Spark takes from
+ * Arrow at the cost of a long instead of building a Decimal per value, and a Project above the
+ * scan makes them decimals again with Catalyst's MakeDecimal, under the columns' own expression
+ * ids (so nothing above changes). {@value #FAST_TYPES_CONF} = false turns this off.
+ *
  * <p>Spark's internal classes are matched by name and rebuilt by reflection ({@code makeCopy}
  * with the relation's own constructor arguments), so a Spark whose classes differ gets the plan
  * unchanged: correct, unpruned.
@@ -52,6 +66,10 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
     static final String PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled";
     /** Runtime switch: "false" leaves plans as Spark made them (one shared provider, no pruning). */
     static final String ENABLED_CONF = "spark.mergetree.extension.enabled";
+    /** Field metadata key of a decimal column read as its unscaled longs: "precision,scale". */
+    public static final String UNSCALED = "spark_mergetree.unscaled";
+    /** Runtime switch: "false" reads decimals as decimals. */
+    static final String FAST_TYPES_CONF = "spark.mergetree.extension.fastTypes";
 
     @Override
     public String ruleName() {
@@ -83,10 +101,14 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
             }
             if (isOurs(node)) {
                 AttributeSet needed = plan.references();
+                AttributeSet filtered = AttributeSet$.MODULE$.empty();
                 for (LogicalPlan step : chain) {
                     needed = needed.$plus$plus(step.references());
+                    if (step != plan) {
+                        filtered = filtered.$plus$plus(step.references());
+                    }
                 }
-                LogicalPlan rebuilt = rebuild(node, needed);
+                LogicalPlan rebuilt = rebuild(node, needed, filtered);
                 for (int i = chain.size() - 1; i >= 0; i--) {
                     rebuilt = chain.get(i).withNewChildren(seq(List.of(rebuilt)));
                 }
@@ -94,7 +116,7 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
             }
         }
         if (isOurs(plan)) {
-            return rebuild(plan, null);
+            return rebuild(plan, null, null);
         }
         List<LogicalPlan> children = CollectionConverters.asJava(plan.children());
         List<LogicalPlan> rewritten = new ArrayList<>(children.size());
@@ -125,8 +147,13 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
         return table.schema();
     }
 
-    /** The relation read through a provider of its own, with the attributes in `needed` (all when null). */
-    private LogicalPlan rebuild(LogicalPlan relation, AttributeSet needed) throws ReflectiveOperationException {
+    /**
+     * The relation read through a provider of its own, with the attributes in `needed` (all when
+     * null); its decimals that no filter uses (`filtered`: null when there are no filters) read as
+     * unscaled longs under a Project that rebuilds them.
+     */
+    private LogicalPlan rebuild(LogicalPlan relation, AttributeSet needed, AttributeSet filtered)
+            throws ReflectiveOperationException {
         Table table = (Table) call(relation, "table");
         @SuppressWarnings("unchecked")
         Seq<AttributeReference> output = (Seq<AttributeReference>) call(relation, "output");
@@ -148,16 +175,35 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
             kept.add(narrowest);
         }
         String marker = conf().getConfString(PUSHDOWN_CONF, "false").trim().equalsIgnoreCase("true") ? "pushdown" : "scan";
+        boolean fastTypes = conf().getConfString(FAST_TYPES_CONF, "true").trim().equalsIgnoreCase("true");
         StructType tableSchema = schemaOf(table);
         List<StructField> fields = new ArrayList<>();
+        List<AttributeReference> scanned = new ArrayList<>();  // the scan's output
+        List<NamedExpression> above = new ArrayList<>();  // the Project over it: `kept`, under their ids
+        boolean unscaled = false;
         for (AttributeReference attribute : kept) {
             int index = tableSchema.getFieldIndex(attribute.name()).getOrElse(() -> -1);
             if (index < 0) {
                 return relation;
             }
             StructField field = tableSchema.fields()[index];
-            Metadata metadata = new MetadataBuilder().withMetadata(field.metadata()).putString(MARKER, marker).build();
-            fields.add(new StructField(field.name(), field.dataType(), field.nullable(), metadata));
+            MetadataBuilder metadata = new MetadataBuilder().withMetadata(field.metadata()).putString(MARKER, marker);
+            if (fastTypes && field.dataType() instanceof DecimalType decimal && decimal.precision() <= 18
+                    && attribute.dataType().equals(decimal) && (filtered == null || !filtered.contains(attribute))) {
+                metadata.putString(UNSCALED, decimal.precision() + "," + decimal.scale());
+                AttributeReference longs = new AttributeReference(attribute.name(), DataTypes.LongType,
+                        attribute.nullable(), attribute.metadata(), NamedExpression$.MODULE$.newExprId(),
+                        attribute.qualifier());
+                fields.add(new StructField(field.name(), DataTypes.LongType, field.nullable(), metadata.build()));
+                scanned.add(longs);
+                above.add(new Alias(new MakeDecimal(longs, decimal.precision(), decimal.scale(), true),
+                        attribute.name(), attribute.exprId(), attribute.qualifier(), Option.empty(), seq(List.of())));
+                unscaled = true;
+            } else {
+                fields.add(new StructField(field.name(), field.dataType(), field.nullable(), metadata.build()));
+                scanned.add(attribute);
+                above.add(attribute);
+            }
         }
         StructType schema = new StructType(fields.toArray(new StructField[0]));
 
@@ -182,7 +228,7 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
                 argument = ownTable;
                 replaced |= 1;
             } else if (argument == output) {
-                argument = seq(kept);
+                argument = seq(scanned);
                 replaced |= 2;
             }
             arguments[i] = argument;
@@ -190,7 +236,8 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
         if (replaced != 3) {
             return relation;
         }
-        return relation.makeCopy(arguments);
+        LogicalPlan scan = relation.makeCopy(arguments);
+        return unscaled ? new Project(seq(above), scan) : scan;
     }
 
     private static double width(List<AttributeReference> attributes) {
