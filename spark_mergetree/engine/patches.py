@@ -13,8 +13,11 @@ too, from `PatchSet.stored` (every stored row, the mask as patched) and `applied
 (engine/mutations.py, engine/patch_merge.py). Patch parts are ClickHouse's: the table takes them
 from its directory, never from our commit log.
 
-Rows are matched by identity alone: the sorting key that ClickHouse's key-ordered patches also
-compare is copied from the same row and cannot be updated, so it cannot disagree. A DELETE in
+A patch row meets a row when their identities are equal and, as ClickHouse's key-ordered patches
+compare them too, the sorting-key values the patch stores equal the row's. Keys cannot be updated, so
+they disagree only where ClickHouse wrote a patch row that names no row: an UPDATE whose WHERE it read
+through a projection stores the projection part's offsets beside the real row's key, and ClickHouse
+then changes no row; neither do we. A DELETE in
 `lightweight_update_force` mode patches the row mask `_row_exists` the same way. What this module
 cannot apply exactly (a column whose type changed since the UPDATE, a part that stores only one of
 the two identity columns) raises UnsupportedError naming the patch or the part.
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_mergetree.errors import UnsupportedError
 from spark_mergetree.format.part_info import PartInfo
@@ -52,6 +56,7 @@ class _Patch:
     reader: PartReader
     partition_id: str  # of the parts it updates
     columns: tuple[str, ...]  # updated columns
+    keys: tuple[str, ...]  # sorting-key columns stored beside them (a row must match them too)
     sources: dict[PartInfo, int]  # source part → highest version of its patch rows
     stale: dict[str, str]  # updated column → why its values cannot be applied (its type is not the table's)
     rows: pa.Table | None = None  # identities, versions and updated values, once a read needs them
@@ -87,6 +92,7 @@ class PatchSet:
                                    "cannot match its rows to the rows they update")
         # A key-ordered patch stores the rows' sorting key beside the updated values; keys cannot be updated.
         updated = tuple(c for c, _ in reader.columns if c not in PATCH_SYSTEM_COLUMNS and c not in sorting_columns)
+        keys = tuple(c for c, _ in reader.columns if c in sorting_columns and c not in PATCH_SYSTEM_COLUMNS)
         # A patch written before an ALTER changed a column's type usually applies to no part any more
         # (the ALTER's mutation gave every part a higher data version): refused only where it applies.
         stale = {}
@@ -100,7 +106,7 @@ class PatchSet:
                                  "ClickHouse converts such patches on read, which this version does not")
         info = PartInfo.parse(reader.part)
         sources = {PartInfo.parse(name): high for name, (_, high) in reader.source_parts.versions.items()}
-        return _Patch(reader.part, reader, original_partition_id(info.partition_id), updated, sources, stale)
+        return _Patch(reader.part, reader, original_partition_id(info.partition_id), updated, keys, sources, stale)
 
     def __bool__(self) -> bool:
         return bool(self._patches)
@@ -120,8 +126,8 @@ class PatchSet:
             cached = patch.rows
         if cached is None:
             # apply_mask=False: a patch's `_row_exists` is the mask it gives other parts' rows, not its own.
-            cached = patch.reader.read([*IDENTITY, DATA_VERSION, *patch.columns], None,
-                                       {c: self._types[c] for c in patch.columns
+            cached = patch.reader.read([*IDENTITY, DATA_VERSION, *patch.keys, *patch.columns], None,
+                                       {c: self._types[c] for c in (*patch.keys, *patch.columns)
                                         if c != ROW_EXISTS_COLUMN and c not in patch.stale},
                                        apply_mask=False)
             with self._lock:
@@ -162,7 +168,9 @@ class PatchSet:
         info = PartInfo.parse(reader.part)
         stored = [c for c in IDENTITY if c in reader.types]
         ranges = merge_ranges(ranges)
-        wanted = [*columns, *(c for c in stored if c not in columns)]
+        chosen = [self._patches[name] for name in patches]
+        keys = sorted({k for p in chosen for k in p.keys})
+        wanted = [*columns, *(c for c in (*stored, *keys) if c not in columns)]
         rows = reader.read(wanted, ranges, column_types, apply_mask=False, stored_json=stored_json)
         if rows.num_columns == 0:  # a count (no column): a placeholder gives the table its rows
             starts = reader.granule_starts
@@ -178,7 +186,6 @@ class PatchSet:
             rows = rows.append_column(BLOCK_NUMBER, pa.array(np.full(rows.num_rows, info.min_block, np.uint64)))
             rows = rows.append_column(BLOCK_OFFSET, pa.array(self.offsets(reader, ranges)))
         version = data_version(info)
-        chosen = [self._patches[name] for name in patches]
         mask = reader.row_mask(ranges)
         deletes = any(ROW_EXISTS_COLUMN in p.columns for p in chosen)
         if deletes:
@@ -191,9 +198,10 @@ class PatchSet:
             if stored_json and column != ROW_EXISTS_COLUMN and contains_type(parse_type(self._types[column]), Json):
                 raise UnsupportedError(f"{reader.location}: patch part(s) {', '.join(patches)} update JSON column "
                                        f"{column!r}; this version does not write such updates into a part")
-            updates = [self._patch_rows(p) for p in chosen if column in p.columns]
-            rows = rows.set_column(rows.column_names.index(column), column,
-                                   self._updated(rows, column, updates, version, (info.min_block, info.max_block)))
+            updating = [p for p in chosen if column in p.columns]
+            rows = rows.set_column(rows.column_names.index(column), column, self._updated(
+                rows, column, [self._patch_rows(p) for p in updating], [p.keys for p in updating], version,
+                (info.min_block, info.max_block)))
         if deletes:
             mask = rows.column(ROW_EXISTS_COLUMN).to_numpy() != 0
         return rows.select(list(columns)), mask
@@ -213,11 +221,12 @@ class PatchSet:
                     if high > data_version(info) and info.contains(source)), default=0)
 
     @staticmethod
-    def _updated(rows: pa.Table, column: str, patch_rows: list[pa.Table], version: int,
-                 blocks: tuple[int, int]) -> pa.Array:
+    def _updated(rows: pa.Table, column: str, patch_rows: list[pa.Table], patch_keys: list[tuple[str, ...]],
+                 version: int, blocks: tuple[int, int]) -> pa.Array:
         """`rows[column]` with each row's newest patch value above `version` (vectorised: the candidate
         patch rows — above `version`, of the part's block range `blocks` — meet the part's rows in
-        one hash join; where several meet one row, the highest version wins; one take)."""
+        one hash join on identity, those whose stored key (`patch_keys`, per patch) differs from the
+        row's dropped; where several meet one row, the highest version wins; one take)."""
         numbers = np.concatenate([t.column(BLOCK_NUMBER).to_numpy() for t in patch_rows])
         offsets = np.concatenate([t.column(BLOCK_OFFSET).to_numpy() for t in patch_rows])
         versions = np.concatenate([t.column(DATA_VERSION).to_numpy() for t in patch_rows])
@@ -243,6 +252,11 @@ class PatchSet:
             return current
         targets = matched.column("r").to_numpy()
         sources = matched.column("p").to_numpy()
+        same = _same_keys(rows, patch_rows, patch_keys, targets, sources)
+        if same is not None:
+            targets, sources = targets[same], sources[same]
+            if len(targets) == 0:
+                return current
         if np.bincount(targets).max() > 1:  # a row updated by several patch parts: the newest wins
             order = np.lexsort((versions[sources], targets))
             last = np.append(targets[order][1:] != targets[order][:-1], True)
@@ -252,3 +266,31 @@ class PatchSet:
         index = np.arange(rows.num_rows, dtype=np.int64)
         index[targets] = rows.num_rows + np.arange(len(targets), dtype=np.int64)
         return pa.concat_arrays([current, values]).take(pa.array(index))
+
+
+def _same_keys(rows: pa.Table, patch_rows: list[pa.Table], patch_keys: list[tuple[str, ...]],
+               targets: np.ndarray, sources: np.ndarray) -> np.ndarray | None:
+    """Which matched pairs (row `targets[i]`, concatenated patch row `sources[i]`) agree on every
+    sorting-key column the patch row's part stores (None: no patch stores one, every pair stands).
+    NULL keys (allow_nullable_key) agree with NULL."""
+    if not any(patch_keys):
+        return None
+    same = np.ones(len(targets), bool)
+    starts = np.cumsum([0, *(t.num_rows for t in patch_rows)])
+    owner = np.searchsorted(starts, sources, side="right") - 1  # which patch part each source row is in
+    for number, (table, keys) in enumerate(zip(patch_rows, patch_keys)):
+        pairs = np.flatnonzero(owner == number)
+        if len(pairs) == 0:
+            continue
+        for key in keys:
+            ours = _decoded(rows.column(key).take(pa.array(targets[pairs])))
+            theirs = _decoded(table.column(key).take(pa.array(sources[pairs] - starts[number]))).cast(ours.type)
+            equal = pc.or_kleene(pc.equal(ours, theirs), pc.and_(pc.is_null(ours), pc.is_null(theirs)))
+            same[pairs] &= pc.fill_null(equal, False).to_numpy(zero_copy_only=False)
+    return same
+
+
+def _decoded(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """One array of plain values (LowCardinality keys compare by value, not by dictionary index)."""
+    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array

@@ -180,6 +180,37 @@ def test_skip_index_on_an_updated_column_is_not_used(tmp_path: Path) -> None:
     assert table.to_arrow(["id"], where="v = 999").num_rows == 6
 
 
+
+def test_patch_rows_of_an_update_read_through_a_projection_change_no_row(tmp_path: Path) -> None:
+    # ClickHouse 26.9 writes the patch rows of an UPDATE whose WHERE it read through a projection with
+    # the projection part's offsets beside the real rows' keys: the identity names another row, the key
+    # no row at that identity, and ClickHouse's reads and merges change nothing. Ours must not either.
+    create = ("CREATE TABLE u (id UInt64, k UInt32, v UInt32, s LowCardinality(String), "
+              "PROJECTION by_k (SELECT * ORDER BY k)) ENGINE = MergeTree ORDER BY (s, id) " + IDS)
+    sess, directory = make_chdb_table(tmp_path, create, [
+        "INSERT INTO u SELECT number, (number * 7919) % 1000, number, ['a', 'b'][number % 2 + 1] FROM numbers(600)",
+        "INSERT INTO u SELECT number, (number * 7919) % 1000, number, ['a', 'b'][number % 2 + 1] "
+        "FROM numbers(600, 400)",
+        "UPDATE u SET v = 999999 WHERE k IN (5, 17, 600) SETTINGS force_optimize_projection = 1",
+        "UPDATE u SET v = 555 WHERE id = 20"])  # an ordinary one beside it, which applies
+    try:
+        table = MergeTreeTable.open(directory, create_statement=_statement(sess))
+        assert any(table.active_patches().for_part(p) for p in table.visible_parts()[1])
+        assert _ours(table, None, None) == _clickhouse(sess, "*", None)
+        where = "v = 999999 OR id = 20"
+        assert _ours(table, ["id", "v"], where) == _clickhouse(sess, "id, v", where) == [(20, 555)]
+        table.optimize(final=True)  # our merge materialises the patches as ClickHouse's would
+        assert not any(table.active_patches().for_part(p) for p in table.visible_parts()[1])
+        assert _ours(table, None, None) == _clickhouse(sess, "*", None)
+    finally:
+        close_session()
+    sess = open_session(tmp_path)  # ClickHouse reads the part we merged
+    try:
+        assert _ours(table, None, None) == _clickhouse(sess, "*", None)
+        _clickhouse_check(sess)
+    finally:
+        close_session()
+
 def _statement(sess) -> str:
     return sess.query("SHOW CREATE TABLE u", "TabSeparatedRaw").bytes().decode()
 
@@ -395,5 +426,14 @@ def test_rows_meet_patch_rows_by_identity_of_any_size(base: int) -> None:
                       "_part_data_version": np.array([5, 5], np.uint64), "v": pa.array([10, 30], pa.uint32())})
     newer = pa.table({"_block_number": np.full(2, number), "_block_offset": offsets[[3, 4]],
                       "_part_data_version": np.array([9, 2], np.uint64), "v": pa.array([31, 41], pa.uint32())})
-    updated = PatchSet._updated(rows, "v", [older, newer], 4, (base + 7, base + 7))
+    updated = PatchSet._updated(rows, "v", [older, newer], [(), ()], 4, (base + 7, base + 7))
     assert updated.to_pylist() == [0, 10, 2, 31, 4]  # version 2 is not above the part's 4
+    # A patch that stores the sorting key: a row whose key differs from the patch row's is not its row.
+    keyed = rows.append_column("id", pa.array([100, 101, 102, 103, 104], pa.uint64()))
+    older = older.append_column("id", pa.array([101, 999], pa.uint64()))
+    newer = newer.append_column("id", pa.array([103, 104], pa.uint64()))
+    updated = PatchSet._updated(keyed, "v", [older, newer], [("id",), ("id",)], 4, (base + 7, base + 7))
+    assert updated.to_pylist() == [0, 10, 2, 31, 4]  # (103's older patch row names id 999: no row)
+    older = older.set_column(3, "v", pa.array([10, 77], pa.uint32()))
+    updated = PatchSet._updated(keyed, "v", [older, newer.slice(0, 0)], [("id",), ("id",)], 4, (base + 7, base + 7))
+    assert updated.to_pylist() == [0, 10, 2, 3, 4]
