@@ -166,9 +166,15 @@ class ObjectStoreCoordinator(Coordinator):
         return out, now
 
     def _renew(self) -> None:
+        # One thread per coordinator while it owns transactions: it ends when the last one ends (under
+        # the mutex, so begin() starts a new one), so a process that touched many tables' coordinators
+        # keeps no idle thread for each.
         while not self._stop.wait(self.lease / 3):
             with self._mutex:
                 owned = list(self._owned)
+                if not owned:
+                    self._heartbeat = None
+                    return
             for tid in owned:
                 # Under the mutex: a transaction that ends meanwhile has its lease object deleted
                 # after it leaves _owned, so a renewal never writes one back for an ended transaction.

@@ -143,6 +143,37 @@ def test_a_lease_renewal_never_brings_back_an_ended_transaction(s3_bucket: str) 
         coordinator.close()
 
 
+
+def test_the_lease_thread_ends_with_the_last_transaction_and_comes_back_with_the_next(s3_bucket: str) -> None:
+    """A process that touched many tables' coordinators (each object-store table has its own by
+    default) keeps no idle renewal thread for each; a transaction begun later is renewed again."""
+    import threading
+    import time
+
+    from spark_mergetree.txn.object_store import ObjectStoreCoordinator
+
+    def lease_threads() -> int:
+        return sum(t.name == "coordinator-lease" and t.is_alive() for t in threading.enumerate())
+
+    coordinators = [ObjectStoreCoordinator(f"s3://{s3_bucket}/coordinator-{n}", lease=1.5) for n in range(5)]
+    try:
+        for coordinator in coordinators:
+            coordinator.commit(coordinator.begin().tid)
+        deadline = time.monotonic() + 10
+        while lease_threads() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lease_threads() == 0
+        info = coordinators[0].begin()
+        assert lease_threads() == 1
+        time.sleep(2.5)  # past the lease: only a renewal keeps it running for others
+        assert lease_threads() == 1
+        other = ObjectStoreCoordinator(f"s3://{s3_bucket}/coordinator-0", lease=1.5)
+        assert other.status(info.tid)[0].value == "running"
+        coordinators[0].commit(info.tid)
+    finally:
+        for coordinator in coordinators:
+            coordinator.close()
+
 def test_access_denied_names_url_and_cause(s3_server_with_auth) -> None:  # type: ignore[no-untyped-def]
     from spark_mergetree import MergeTreeTable
     from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY
