@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from spark_mergetree.errors import InvalidOptionError
 from spark_mergetree.jvm import (
     EXTENSION_CLASS,
     JAR_NAME,
@@ -38,8 +39,12 @@ from spark_mergetree.jvm import (
 from spark_mergetree.spark.adapter import COORDINATOR_CONF
 from spark_mergetree.txn.connect import COORDINATOR_ENV
 
-__all__ = ["ENABLED_CONF", "ENABLE_HINT", "EXTENSION_CLASS", "JAR_NAME", "JAR_PATH", "PUSHDOWN_CONF",
+__all__ = ["CATALOG_CLASS", "DEFAULT_CATALOG_NAME", "ENABLED_CONF", "ENABLE_HINT", "EXTENSION_CLASS", "JAR_NAME", "JAR_PATH", "PUSHDOWN_CONF",
            "UNIX_SOCKET_CONF", "build_extension", "configure", "extension_jar"]
+
+# The Spark SQL catalog plugin of the extension (jvm/src/.../MergeTreeCatalog.java, spark/sql_catalog.py).
+CATALOG_CLASS = "spark_mergetree.spark.MergeTreeCatalog"
+DEFAULT_CATALOG_NAME = "mergetree"
 
 # Runtime switch of the rule (a session with the extension can turn it off and on per query).
 ENABLED_CONF = "spark.mergetree.extension.enabled"
@@ -57,7 +62,8 @@ ENABLE_HINT = (
 
 
 def configure(builder: Any, *, extension: bool = True, filter_pushdown: bool = True,
-              unix_socket: bool = True, coordinator: str | None = None) -> Any:
+              unix_socket: bool = True, coordinator: str | None = None,
+              catalog: str | os.PathLike[str] | None = None, catalog_name: str = DEFAULT_CATALOG_NAME) -> Any:
     """Add mergetree's settings to a `SparkSession.builder` (classic, or a local Spark Connect
     server started by `.remote("local[...]")`) and return it:
 
@@ -76,8 +82,23 @@ def configure(builder: Any, *, extension: bool = True, filter_pushdown: bool = T
     names none: Spark's own processes see only the environment the driver JVM started with. On a
     session that already runs, `configure(SparkSession.builder, coordinator=url).getOrCreate()`
     sets it (or `spark.conf.set("spark.mergetree.coordinator", url)`).
+
+    `catalog` (an Atomic catalog root, spark_mergetree.Catalog) makes its tables Spark SQL tables
+    named `<catalog_name>.<database>.<table>` (docs/sql.md): `spark.sql.catalog.<catalog_name>` is
+    the extension's catalog plugin, `spark.sql.catalog.<catalog_name>.root` the root. It needs the
+    extension's jar.
     """
     options = _builder_options(builder)
+    if catalog is not None:
+        if not extension or extension_jar() is None:
+            raise InvalidOptionError(f"configure(catalog=...): the SQL catalog is part of the session extension, "
+                                     f"{'turned off (extension=False)' if not extension else f'not built ({JAR_PATH}: run scripts/build-jvm)'}")
+        if not catalog_name.isidentifier():
+            raise InvalidOptionError(f"configure(catalog_name={catalog_name!r}): a catalog name is one identifier")
+        from spark_mergetree.storage.location import local_path
+
+        builder = builder.config(f"spark.sql.catalog.{catalog_name}", CATALOG_CLASS)
+        builder = builder.config(f"spark.sql.catalog.{catalog_name}.root", str(local_path(os.fspath(catalog))))
     url = coordinator or os.environ.get(COORDINATOR_ENV)
     if url and (coordinator or COORDINATOR_CONF not in options):
         builder = builder.config(COORDINATOR_CONF, url)

@@ -104,6 +104,10 @@ class MergeTreeDataSource(DataSource):
         return opts, ref
 
     def schema(self) -> StructType:
+        from spark_mergetree.spark import sql_catalog
+
+        if sql_catalog.is_call(self.options):  # the SQL catalog plugin asking Python (spark/sql_catalog.py)
+            return sql_catalog.answer(self.options)
         opts, ref = self._read_options()
         arrow = adapter.table_schema(ref)
         if opts.columns is not None:

@@ -135,6 +135,9 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
             return false;
         }
         Object table = call(plan, "table");
+        if (table instanceof MergeTreeSqlTable named) {
+            table = named.inner();  // a table of the SQL catalog (MergeTreeCatalog): pruned alike
+        }
         if (!table.getClass().getName().equals(PYTHON_TABLE) || !SOURCE_NAME.equals(((Table) table).name())) {
             return false;
         }
@@ -154,7 +157,9 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
      */
     private LogicalPlan rebuild(LogicalPlan relation, AttributeSet needed, AttributeSet filtered)
             throws ReflectiveOperationException {
-        Table table = (Table) call(relation, "table");
+        Table relationTable = (Table) call(relation, "table");
+        MergeTreeSqlTable named = relationTable instanceof MergeTreeSqlTable sql ? sql : null;
+        Table table = named != null ? named.inner() : relationTable;
         @SuppressWarnings("unchecked")
         Seq<AttributeReference> output = (Seq<AttributeReference>) call(relation, "output");
         List<AttributeReference> all = CollectionConverters.asJava(output);
@@ -216,6 +221,9 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
             // Of the columns read, as Spark scales a Parquet relation's file size under a projection.
             ownTable = new SizedTable(ownTable, Math.max(1L, (long) (size * width(kept) / Math.max(1.0, width(all)))));
         }
+        if (named != null) {
+            ownTable = named.withInner(ownTable);
+        }
 
         // Rebuild with the relation's own constructor arguments (their number differs between
         // Spark versions), replacing the table and the output.
@@ -224,7 +232,7 @@ public final class ScanPerRelation extends Rule<LogicalPlan> {
         int replaced = 0;
         for (int i = 0; i < arity; i++) {
             Object argument = relation.productElement(i);
-            if (argument == table) {
+            if (argument == relationTable) {
                 argument = ownTable;
                 replaced |= 1;
             } else if (argument == output) {
