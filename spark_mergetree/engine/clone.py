@@ -26,7 +26,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +41,7 @@ from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.object_store import ObjectUrl, is_object_url, parse_object_url
 from spark_mergetree.txn import TableLog, Transaction, coordinator_from_url
+from spark_mergetree.txn.object_log import default_coordinator_url
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.object_table import ObjectStoreTable
@@ -142,11 +143,9 @@ def _copy_objects(bucket: Any, pairs: Iterable[tuple[str, str]]) -> None:
             future.result()
 
 
-def clone_object(source: ObjectStoreTable, destination: str,
-                 default_coordinator: Callable[[ObjectUrl], str]) -> ObjectUrl:
-    """`MergeTreeTable.clone` of a table in object storage (see the module docstring);
-    `default_coordinator(location)` is the URL of the coordinator a table there uses by default.
-    Returns the clone's location."""
+def clone_object(source: ObjectStoreTable, destination: str) -> ObjectUrl:
+    """`MergeTreeTable.clone` of a table in object storage (see the module docstring). Returns the
+    clone's location."""
     if not (isinstance(destination, str) and is_object_url(destination)):
         raise UnsupportedError(f"cannot clone {source.location.url} into {destination}: a table in object "
                                "storage clones into the same bucket (server-side copies)")
@@ -163,8 +162,8 @@ def clone_object(source: ObjectStoreTable, destination: str,
         raise TableExistsError(f"cannot clone into {target.url}: objects already exist under it; name a new prefix")
     coordinator = source.coordinator
     # A coordinator kept under the source's own prefix goes with the source: the clone gets its own.
-    own_default = coordinator.url == default_coordinator(source.location)
-    clone_coordinator = (coordinator_from_url(default_coordinator(target)) if own_default else coordinator)
+    own_default = coordinator.url == default_coordinator_url(source.location)
+    clone_coordinator = (coordinator_from_url(default_coordinator_url(target)) if own_default else coordinator)
     tx = Transaction(coordinator)
     try:
         parts = sorted(tx.visible_parts(source.log))

@@ -2,7 +2,8 @@
 
 Under the table's commit lock, in this order: the removal locks of the parts an overwrite
 replaces, block numbers for the new parts, the transaction's pending entry naming them, then the
-renames of the staged directories to those names. Then the transaction commits at the
+renames of the staged directories to those names (in a store that writes parts in place, object
+storage, the parts already have their final names: the entry names them, nothing is renamed). Then the transaction commits at the
 coordinator (the one commit point) when the write owns it. Like ClickHouse's REPLACE PARTITION,
 the first new part of a replaced partition covers the parts it replaces when no part another
 transaction may still commit lies in that range.
@@ -91,6 +92,13 @@ def publish(table: MergeTreeTable, staged: Sequence[StagedPart], mode: WriteMode
         tx.remove_parts(log, removed)
         if not staged:
             return []
+        if table.store.writes_in_place:
+            # Named before their upload (block numbers from the coordinator, `stage`) and never
+            # renamed: the pending entry names them where they are.
+            finals = [part.name for part in staged]
+            tx.add_parts(log, finals)
+            placed.update(finals)
+            return finals
         lost = [part.name for part in staged if not table.store.exists(part.name)]
         if lost:
             raise TransactionError(

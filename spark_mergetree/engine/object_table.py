@@ -26,7 +26,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
@@ -35,7 +35,6 @@ from spark_mergetree.engine import clone as cloning
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine import table as table_module
-from spark_mergetree.engine.commit import PartitionOverwriteMode, WriteMode
 from spark_mergetree.engine.merge import MergeCandidate
 from spark_mergetree.engine.metadata import (
     META_DIR,
@@ -44,7 +43,7 @@ from spark_mergetree.engine.metadata import (
     TableMetadata,
     validate_engine_settings,
 )
-from spark_mergetree.engine.table import MergeTreeTable, SchemaLike, _check_modes, new_definition
+from spark_mergetree.engine.table import MergeTreeTable, SchemaLike, new_definition
 from spark_mergetree.errors import (
     InvalidOptionError,
     SerializationError,
@@ -65,51 +64,11 @@ from spark_mergetree.storage.object_store import (
     PreconditionFailed,
     bucket_for,
     check_storage_options,
-    is_object_url,
     parse_object_url,
+    upload_pool,
 )
 from spark_mergetree.txn import Coordinator, Transaction, coordinator_from_url
-from spark_mergetree.txn.connect import COORDINATOR_ENV
-from spark_mergetree.txn.local import LocalCoordinator
 from spark_mergetree.txn.object_log import ObjectTableLog
-
-# Readers by part identity (its URL), for the whole process: parts never change once written.
-_READERS: dict[str, PartReader] = {}
-_READERS_LOCK = threading.Lock()
-# Upload threads by pid (a pool's threads do not survive fork()) and kind: "parts" (a part at a
-# time, waiting for its files) and "files" (the PUTs) never share a pool, so no wait can deadlock.
-_UPLOADS: dict[tuple[int, str], ThreadPoolExecutor] = {}
-
-
-def _upload_pool(kind: str) -> ThreadPoolExecutor:
-    with _READERS_LOCK:
-        pool = _UPLOADS.get((os.getpid(), kind))
-        if pool is None:
-            pool = _UPLOADS[(os.getpid(), kind)] = ThreadPoolExecutor(
-                max_workers=4 if kind == "parts" else 16, thread_name_prefix=f"mergetree-upload-{kind}")
-        return pool
-
-
-def reachable_everywhere(coordinator_url: str) -> bool:
-    """Whether every machine reaching a bucket can share this coordinator (in object storage or zk://)."""
-    return is_object_url(coordinator_url) or coordinator_url.startswith(("zk://", "zookeeper://"))
-
-
-def default_object_coordinator(location: ObjectUrl) -> str:
-    """The coordinator of an object-store table that names none: $SPARK_MERGETREE_COORDINATOR if it
-    is one every machine can reach, else one under the table's own prefix."""
-    url = os.environ.get(COORDINATOR_ENV, "")
-    if reachable_everywhere(url):
-        return url
-    return location.child("_mergetree", "coordinator").url
-
-
-def refuse_local_coordinator(coordinator: Coordinator, table: str) -> None:
-    if isinstance(coordinator, LocalCoordinator):
-        raise UnsupportedError(
-            f"table {table} is in object storage, but coordinator {coordinator.url} is a local directory that "
-            "the other machines reaching the bucket cannot share: use an object-store coordinator "
-            "(coordinator='s3://bucket/prefix', 'gs://...' or 'abfss://...') or ZooKeeper (coordinator='zk://host:port/path')")
 
 
 class ObjectStoreTable(MergeTreeTable):
@@ -126,13 +85,13 @@ class ObjectStoreTable(MergeTreeTable):
         self.metadata = metadata
         self.storage_options = check_storage_options(storage_options, location.scheme)
         self._coordinator = coordinator
-        if coordinator is not None:
-            refuse_local_coordinator(coordinator, location.url)
         self.parts_store = ObjectParts(location, self.storage_options)
         self.store = self.parts_store  # type: ignore[assignment]
         self.log = ObjectTableLog(location, self.parts_store, metadata.definition.uuid or location.url)
+        if coordinator is not None:
+            self.log.check_coordinator(coordinator)
         self.directories = self.log.directories  # type: ignore[assignment]
-        self._readers = {}
+        self._part_bytes = {}
         self._readers_lock = threading.Lock()
         self._opened_patches = {}  # (none are written here; reads look for them as for any table)
         self._external_definition = False
@@ -153,11 +112,12 @@ class ObjectStoreTable(MergeTreeTable):
     def create_at(cls, url: str, schema: SchemaLike, order_by: str | Sequence[str], partition_by: str | None = None,
                   primary_key: str | Sequence[str] | None = None, settings: Mapping[str, Any] | None = None, *,
                   if_not_exists: bool = False, coordinator: Coordinator | str | None = None,
-                  storage_options: Mapping[str, Any] | None = None, engine: str | None = None) -> ObjectStoreTable:
+                  storage_options: Mapping[str, Any] | None = None, engine: str | None = None,
+                  projections: Sequence[str] = ()) -> ObjectStoreTable:
         location = parse_object_url(url)
         bucket = cls._bucket(location, storage_options)
         definition, engine_settings = new_definition(schema, order_by, partition_by, primary_key, settings,
-                                                     coordinator, engine)
+                                                     coordinator, engine, projections)
         metadata = TableMetadata(definition, validate_engine_settings(engine_settings))
         metadata.validate_keys()
         statement_key = location.child(META_DIR, STATEMENT_FILE).key
@@ -209,50 +169,6 @@ class ObjectStoreTable(MergeTreeTable):
 
     # ------------------------------------------------------------------ coordinator, reading
 
-    @property
-    def coordinator(self) -> Coordinator:
-        """Explicit > the table's `coordinator` setting > the one its log is bound to > the default
-        for object-store tables (`default_object_coordinator`). Never a local-file coordinator."""
-        if self._coordinator is None:
-            url = self.metadata.setting("coordinator")
-            identity = self.log.identity()
-            if url is None and identity is not None:
-                url = identity["coordinator"]
-            coordinator = coordinator_from_url(url or default_object_coordinator(self.location))
-            refuse_local_coordinator(coordinator, self.location.url)
-            self._coordinator = coordinator
-        return self._coordinator
-
-    def visible_parts(self, *, snapshot: int | None = None, transaction: Transaction | None = None
-                      ) -> tuple[int | None, set[str]]:
-        if transaction is not None:
-            return transaction.snapshot, transaction.visible_parts(self.log)
-        coordinator = self.coordinator
-        csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
-        return csn, self.log.snapshot(csn, coordinator)
-
-    def patch_part_names(self) -> set[str]:
-        """None: ClickHouse writes no patch part into a table our log keeps."""
-        return set()
-
-    def directory_parts(self) -> set[str]:
-        raise UnsupportedError(f"table {self.location.url}: an object-store table's parts are those its log "
-                               "names, never a listing")
-
-    def part_location(self, part: str) -> str:
-        return self.parts_store.url(part)
-
-    def reader(self, part: str) -> PartReader:
-        """The process-wide reader of a part (its metadata read once per process)."""
-        url = self.parts_store.url(part)
-        with _READERS_LOCK:
-            cached = _READERS.get(url)
-        if cached is None:
-            cached = PartReader(self.parts_store, part, url)
-            with _READERS_LOCK:
-                cached = _READERS.setdefault(url, cached)
-        return cached
-
     # ------------------------------------------------------------------ writing
 
     def check_same_table(self) -> None:
@@ -296,17 +212,17 @@ class ObjectStoreTable(MergeTreeTable):
             block = free.pop()
             return str(PartInfo(partition_id, block, block, 0))
 
-        parts_pool, files_pool = _upload_pool("parts"), _upload_pool("files")
+        parts_pool = upload_pool("parts")
         uploads: list[Future[None]] = []
 
         uploaded: list[str] = []
 
         def upload(part: str, files: Any) -> None:
             if owner is not None:
-                self._object_log.record_staged(owner, part)  # before the upload: cleanup never sees it unowned
+                self.log.record_staged(owner, part)  # before the upload: cleanup never sees it unowned
             uploaded.append(part)
             # In the background: the next part is encoded while this one goes up.
-            uploads.append(parts_pool.submit(self.parts_store.write_part, part, files.files, files_pool))
+            uploads.append(parts_pool.submit(self.parts_store.write_part, part, files.files))
 
         try:
             try:
@@ -346,64 +262,6 @@ class ObjectStoreTable(MergeTreeTable):
         self._object_log.forget_job_parts(tag, recorded)
         return removed
 
-    def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode | str = "append",
-                      partition_overwrite_mode: PartitionOverwriteMode = "static",
-                      transaction: Transaction | None = None,
-                      app_version: tuple[str, int] | None = None) -> list[str]:
-        """Name staged parts in the log and commit (in `transaction` if given). `mode="overwrite"`
-        removes every visible part (or, `partition_overwrite_mode="dynamic"`, those of the
-        partitions the new parts are in). An object-store table's log records no application
-        versions yet: `app_version` is refused by name before anything is committed."""
-        if app_version is not None:
-            raise UnsupportedError(f"{self.path}: an object-store table's log does not record application "
-                                   "versions yet (exactly-once streaming writes need them); stream into a table "
-                                   "on a file system")
-        write_mode = _check_modes(str(mode), partition_overwrite_mode)
-        self.check_same_table()
-        own = transaction is None
-        tx = transaction if transaction is not None else Transaction(self.coordinator)
-        try:
-            if write_mode == "overwrite":
-                visible = tx.visible_parts(self.log)
-                touched = {part.partition_id for part in staged}
-                tx.remove_parts(self.log, sorted(p for p in visible if partition_overwrite_mode == "static"
-                                                 or PartInfo.parse(p).partition_id in touched))
-            names = [part.name for part in staged]
-            if names:
-                tx.add_parts(self.log, names)
-            if own:
-                tx.commit()
-        except BaseException:
-            if own:
-                tx.rollback()
-            raise
-        if own:
-            background.after_commit(self)
-        return names
-
-    def _write(self, data: Any, mode: WriteMode, partition_overwrite_mode: PartitionOverwriteMode,
-               transaction: Transaction | None, progress: bool | None = False) -> list[str]:
-        own = transaction is None
-        tx = transaction if transaction is not None else Transaction(self.coordinator)
-        try:
-            if mode == "append":
-                background.throttle(self, tx.visible_parts(self.log))
-            staged = self.stage(data, transaction=tx, progress=progress)
-            names = self.commit_staged(staged, mode=mode, partition_overwrite_mode=partition_overwrite_mode,
-                                       transaction=tx)
-            if own:
-                tx.commit()
-        except BaseException:
-            if own:
-                tx.rollback()
-                if tx.state == "aborted":
-                    for part in locals().get("staged", ()):
-                        self.parts_store.remove(part.name)
-            raise
-        if own:  # merges run in the background, as after a local table's commit
-            background.after_commit(self)
-        return names
-
     def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
         """Upload a merged part under its final key and name it in `tx`. The name is the candidate's
         result name, its level raised past any name the log or the bucket already holds (a merge
@@ -412,16 +270,13 @@ class ObjectStoreTable(MergeTreeTable):
         name = self.merged_part_name(candidate)
         named = False
         try:
-            self.parts_store.write_part(name, files.files, _upload_pool("files"))
+            self.parts_store.write_part(name, files.files)
             tx.add_parts(self.log, [name])
             named = True
         finally:
             if not named:
                 self.parts_store.remove(name)
         return name
-
-    def write_part(self, name: str, files: PartFiles) -> None:
-        self.parts_store.write_part(name, files.files, _upload_pool("files"))
 
     def merged_part_name(self, candidate: MergeCandidate) -> str:
         """The candidate's result name, its level raised past any name the log or the bucket already
@@ -432,9 +287,6 @@ class ObjectStoreTable(MergeTreeTable):
             info = replace(info, level=info.level + 1)
         return info.name
 
-    def part_bytes(self, part: str) -> int:
-        return sum(self.parts_store.files(part).values())
-
     def cleanup(self, orphan_seconds: float = 3600.0) -> list[str]:
         """Delete parts no snapshot reads any more (removed past the retention, or of aborted
         transactions) and uploads no entry names that are `orphan_seconds` old (a crash between
@@ -442,13 +294,6 @@ class ObjectStoreTable(MergeTreeTable):
         return self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")), orphan_seconds)
 
     # ------------------------------------------------------------------ mutations
-
-    def adopt_directory_parts(self) -> list[str]:
-        """Nothing: an object-store table's parts are those its log names, never a listing."""
-        return []
-
-    def put_table_file(self, name: str, data: bytes) -> None:
-        self.parts_store.bucket.put(self.location.child(name).key, data)
 
     def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:
         """ClickHouse's lightweight DELETE, as on a local table (`MergeTreeTable.delete`): every part's new
@@ -497,7 +342,6 @@ class ObjectStoreTable(MergeTreeTable):
         written: dict[str, str] = {}  # visible part → its new version, uploaded
         try:
             version = self._mutation_version(tx)
-            pool = _upload_pool("files")
 
             def version_of(part: str) -> str:
                 info = PartInfo.parse(part)
@@ -509,9 +353,9 @@ class ObjectStoreTable(MergeTreeTable):
                     continue
                 written[part] = version_of(part)
                 if mutating.beside_source(files):
-                    self.parts_store.clone_part(part, written[part], files.files, pool)
+                    self.parts_store.clone_part(part, written[part], files.files)
                 else:
-                    self.parts_store.write_part(written[part], files.files, pool)
+                    self.parts_store.write_part(written[part], files.files)
             if not parts or (only_if_changed and not written):
                 if own:
                     tx.rollback()
@@ -520,7 +364,7 @@ class ObjectStoreTable(MergeTreeTable):
             for part in parts:
                 if part not in written:
                     written[part] = version_of(part)
-                    self.parts_store.clone_part(part, written[part], None, pool)
+                    self.parts_store.clone_part(part, written[part])
             mutating.refuse_missed_parts(self, tx)
             finals = [written[part] for part in parts]
             tx.add_parts(self.log, finals)
@@ -548,11 +392,6 @@ class ObjectStoreTable(MergeTreeTable):
         return version
 
     # ------------------------------------------------------------------ schema
-
-    def add_columns(self, columns: Sequence[tuple[str, str]]) -> None:
-        """ALTER TABLE ADD COLUMN (`replace_definition`). Parts written before return the new
-        columns' defaults."""
-        self.replace_definition(self.with_columns_added(columns))
 
     def replace_definition(self, definition: Any) -> None:
         """Write the table's new statement (an ALTER of its metadata: columns, indexes): it replaces
@@ -606,34 +445,16 @@ class ObjectStoreTable(MergeTreeTable):
                                              credentials)
         return clickhouse_ddl.attach_statement(self.definition, name, self.uuid, disk)
 
-    # ------------------------------------------------------------------ not here yet
-
-    def _unsupported(self, what: str) -> UnsupportedError:
-        return UnsupportedError(f"table {self.location.url}: {what} is not implemented for tables in object storage")
-
-    def scrub(self, progress: bool = False) -> Any:
-        raise self._unsupported("scrub")
-
-    def rebuild(self, disk: str, progress: bool = True) -> Any:
-        raise self._unsupported("rebuild")
-
-    def export_part(self, part: str, destination: str | os.PathLike[str]) -> Any:
-        raise self._unsupported("export_part")
-
-    def add_projection(self, declaration: str) -> None:
-        raise self._unsupported("projections (ADD PROJECTION)")
-
     # Staged mutations (stage, then rename into place: Spark's distributed DELETE/UPDATE) cannot run
     # here; `delete` and `update` above write under final names instead.
     supports_mutations = False
-    parts_written_in_place = True
 
     def clone(self, destination: str | os.PathLike[str]) -> ObjectStoreTable:
         """A new table at `destination` (a new prefix in the same bucket) holding this table's rows as
         they are now, every object copied on the server, under a new UUID and table id
         (engine/clone.py). A prefix copied by other tools is refused writes; this is the way to copy."""
-        location = cloning.clone_object(self, str(destination), default_object_coordinator)
-        own_default = self.coordinator.url == default_object_coordinator(self.location)
+        location = cloning.clone_object(self, str(destination))
+        own_default = self.coordinator.url == self.log.default_coordinator().url
         return type(self).open_at(location.url, coordinator=None if own_default else self._coordinator,
                                   storage_options=self.storage_options)
 

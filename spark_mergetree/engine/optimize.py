@@ -27,7 +27,6 @@ from spark_mergetree.errors import SerializationError, TransactionError
 from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.txn import Transaction, TxnState
-from spark_mergetree.txn.object_log import ObjectTableLog
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
@@ -491,8 +490,7 @@ def stage_group_merge(table: MergeTreeTable, group: merging.MergeCandidate, tag:
         name = result_name
         # The job's upload, recorded first: cleanup keeps it while the job's lease runs.
         table.log.register_job(tag)
-        if isinstance(table.log, ObjectTableLog):
-            table.log.record_staged(tag, name)
+        table.log.record_staged(tag, name)
     else:
         table.log.register_job(tag)
         name = f"{inserting.STAGING_PREFIX}{tag}_{uuid.uuid4().hex[:12]}_0"

@@ -83,11 +83,12 @@ from spark_mergetree.format.part import PartFiles
 from spark_mergetree.format.part_info import PartInfo
 from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.format.types import from_arrow, parse_column_type
+from spark_mergetree.storage import transfer
 from spark_mergetree.storage.location import local_path
 from spark_mergetree.storage.object_store import OBJECT_SCHEMES, url_scheme
 from spark_mergetree.storage.part_store import PartStore, RebuildReport, ScrubReport
 from spark_mergetree.storage.policy import StoragePolicy
-from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url, default_coordinator
+from spark_mergetree.txn import Coordinator, TableLog, Transaction, coordinator_from_url
 
 SchemaLike: TypeAlias = "pa.Schema | Sequence[tuple[str, str]] | Mapping[str, str]"
 #: Table classes for locations that are URLs of remote stores, by canonical scheme (object_table.py
@@ -217,8 +218,11 @@ class MergeTreeTable:
 
     #: Whether `delete`/`update` work on this kind of table (engine/mutations.py).
     supports_mutations = True
-    #: Whether a part is written under its final name (object stores) rather than staged and renamed.
-    parts_written_in_place = False
+    @property
+    def parts_written_in_place(self) -> bool:
+        """Whether a part is written under its final name (object stores) rather than staged and
+        renamed: the part store's answer (storage/backend.py)."""
+        return self.store.writes_in_place
 
     def __init__(self, path: str | os.PathLike[str], metadata: TableMetadata,
                  coordinator: Coordinator | None = None) -> None:
@@ -228,10 +232,10 @@ class MergeTreeTable:
         policy_config = metadata.setting("storage_policy")
         self.storage_policy = (StoragePolicy.from_dict(policy_config) if policy_config
                                else StoragePolicy.single(self.path))
-        self.store = PartStore(self.storage_policy, "" if not policy_config else self._relative_table_path())
+        self.store: PartStore = PartStore(self.storage_policy, "" if not policy_config else self._relative_table_path(),
+                                          root=self.path)
         self.directories = TableDirectories(self.store)
         self.log = TableLog(self.path, self.directories)
-        self._readers: dict[str, PartReader] = {}
         self._opened_patches: dict[str, Any] = {}  # patch part name → engine/patches.py's opened patch
         self._part_bytes: dict[str, int] = {}
         self._readers_lock = threading.Lock()
@@ -268,11 +272,9 @@ class MergeTreeTable:
         """
         url_table = _url_table(path)
         if url_table is not None:
-            if projections:
-                raise UnsupportedError(f"{path}: projections on tables in object storage are not supported")
             return url_table.create_at(path, schema, order_by, partition_by, primary_key, settings,
                                        if_not_exists=if_not_exists, coordinator=coordinator,
-                                       storage_options=storage_options, engine=engine)
+                                       storage_options=storage_options, engine=engine, projections=projections)
         target = local_path(path)
         if (target / META_DIR / STATEMENT_FILE).exists():
             if if_not_exists:
@@ -363,13 +365,16 @@ class MergeTreeTable:
 
     @property
     def coordinator(self) -> Coordinator:
-        """Explicit > the table's `coordinator` setting > the one its log is bound to > the default."""
+        """Explicit > the table's `coordinator` setting > the one its log is bound to > the default
+        for the log's location (`CommitLog.default_coordinator`), which must accept it."""
         if self._coordinator is None:
             url = self.metadata.setting("coordinator")
             identity = self.log.identity()
             if url is None and identity is not None:
                 url = identity["coordinator"]
-            self._coordinator = coordinator_from_url(url) if url else default_coordinator()
+            coordinator = coordinator_from_url(url) if url else self.log.default_coordinator()
+            self.log.check_coordinator(coordinator)
+            self._coordinator = coordinator
         return self._coordinator
 
     def __repr__(self) -> str:
@@ -381,14 +386,20 @@ class MergeTreeTable:
         """Active parts by directory listing, as ClickHouse finds them on start (for tables with no
         log): a part covered by another (a merge's result, or a mutation's: `all_1_1_0_3` over
         `all_1_1_0`) is outdated. Patch parts of lightweight UPDATEs are not data parts
-        (`patch_part_names`)."""
+        (`patch_part_names`). Only where ClickHouse may write beside us: elsewhere the log alone
+        names the parts."""
+        if not self.store.shared_with_clickhouse:
+            raise UnsupportedError(f"table {self.path}: its parts are those its log names, never a listing")
         return selecting.active_parts(self.store.list_parts())
 
     def patch_part_names(self) -> set[str]:
         """The active patch parts of ClickHouse lightweight UPDATEs, which reads apply
         (engine/patches.py). They are ClickHouse's, taken from the directory whether or not our log
         keeps the table: the log never names nor deletes them (a ClickHouse UPDATE after our
-        writes adds one), and our writes leave them in place."""
+        writes adds one), and our writes leave them in place. None where ClickHouse writes nothing
+        (object storage)."""
+        if not self.store.shared_with_clickhouse:
+            return set()
         return selecting.patch_parts(self.store.list_parts())
 
     def patch_set(self, names: Iterable[str]) -> PatchSet:
@@ -449,7 +460,10 @@ class MergeTreeTable:
         this table, or that the log cannot take in (outdated, or covering parts it removed), are
         kept as they are and logged. Patch parts stay the directory's (`patch_part_names`). A table
         no part can be written into (its TTL holds a rule parts here cannot record) is refused
-        first, leaving the directory as it is."""
+        first, leaving the directory as it is. Nothing where ClickHouse writes no parts (object
+        storage)."""
+        if not self.store.shared_with_clickhouse:
+            return []
         if self.metadata.ttl_refusal is not None:
             raise UnsupportedError(f"table {self.metadata.definition.name!r}: {self.metadata.ttl_refusal}")
         self.record_patches()  # (before the adoption: a table ClickHouse wrote has its patches since csn 0)
@@ -477,33 +491,29 @@ class MergeTreeTable:
         """(snapshot csn, names of visible parts): the transaction's view, the given csn's, or now's."""
         if transaction is not None:
             return transaction.snapshot, transaction.visible_parts(self.log)
-        if self.log.identity() is None:
+        shared = self.store.shared_with_clickhouse
+        if shared and self.log.identity() is None:
             # Never written through a transaction: a ClickHouse-made table or an empty new one.
             return None, self.directory_parts()
         coordinator = self.coordinator
-        if snapshot is None:
+        if snapshot is None and shared:
             self.record_patches()  # an UPDATE not seen yet commits now, before the latest snapshot
         csn = coordinator.current_timestamp() if snapshot is None else int(snapshot)
         return csn, self.log.snapshot(csn, coordinator)
 
     def put_table_file(self, name: str, data: bytes) -> None:
         """Write a file of the table's own beside its parts (a mutation's `mutation_N.txt`), atomically."""
-        write_file_atomically(self.path / name, data)
+        self.store.put_table_file(name, data)
 
     def part_location(self, part: str) -> str:
         """Where a part lies (its directory, or its URL), as errors and reports name it."""
-        return str(self.path / part)
+        return self.store.part_url(part)
 
     def reader(self, part: str) -> PartReader:
-        """The (cached) reader of one part; parts never change once written."""
-        with self._readers_lock:
-            cached = self._readers.get(part)
-        if cached is None:
-            cached = PartReader(self.store, part, self.part_location(part),
-                                self.metadata.writer_settings.index_granularity)
-            with self._readers_lock:
-                self._readers[part] = cached
-        return cached
+        """The reader of one part, cached as its store caches readers (parts never change once
+        written: per handle on disks, per process in object storage)."""
+        return self.store.cached_reader(part, lambda: PartReader(self.store, part, self.part_location(part),
+                                                                 self.metadata.writer_settings.index_granularity))
 
     # ------------------------------------------------------------------ reading
 
@@ -1007,9 +1017,9 @@ class MergeTreeTable:
             return []
         self.adopt_directory_parts()
         removed = self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")))
+        self.store.forget(*removed)
         with self._readers_lock:
             for name in removed:
-                self._readers.pop(name, None)
                 self._part_bytes.pop(name, None)
         return removed
 
@@ -1023,18 +1033,21 @@ class MergeTreeTable:
     # ------------------------------------------------------------------ storage upkeep
 
     def scrub(self, progress: bool = False) -> ScrubReport:
-        """Verify every stripe unit and parity block of every part on the table's disks."""
+        """Verify every part the table's storage holds: every stripe unit and parity block on the
+        table's disks; every object's bytes against its part's checksums.txt in object storage."""
         return self.store.scrub(progress=progress)
 
     def rebuild(self, disk: str, progress: bool = True) -> RebuildReport:
-        """Restore a replaced (empty) disk of a raid1/raid5/raid6 volume from the other disks."""
+        """Restore a replaced (empty) disk of a raid1/raid5/raid6 volume from the other disks (a
+        table in object storage has none: UnsupportedError, from its store)."""
         return self.store.rebuild(disk, progress=progress)
 
     def export_part(self, part: str, destination: str | os.PathLike[str]) -> Path:
-        """Write a part (striped or not) as a plain ClickHouse part directory at `destination`."""
+        """Write a part (striped or not, on disks or in object storage) as a plain ClickHouse part
+        directory at `destination`, a local path."""
         if part not in self.visible_parts()[1]:
             raise InvalidOptionError(f"part {part!r} is not a visible part of {self.path}")
-        return self.store.export_plain(part, destination)
+        return transfer.export_plain(self.store, part, destination)
 
     def clickhouse_ddl(self, name: str = "default.events", *, credentials: bool = False) -> str:
         """The ATTACH TABLE statement a ClickHouse server runs to read this table where it lies: a

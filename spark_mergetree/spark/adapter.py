@@ -114,7 +114,7 @@ def session_coordinator_for_task(ref: TableRef) -> TableRef:
     url = context.getLocalProperty(COORDINATOR_CONF) if context is not None else None
     if ref.coordinator or not url or not url.strip():
         return ref
-    from spark_mergetree.engine.object_table import reachable_everywhere
+    from spark_mergetree.txn.connect import reachable_everywhere
 
     url = url.strip()
     if ref.in_object_store and not reachable_everywhere(url):

@@ -40,11 +40,15 @@ Spark job's options (`s3.endpoint`, `gcs.credentials_file`, `azure.account_key`,
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
-from spark_mergetree.errors import StorageError, UnsupportedError
+import numpy as np
+
+from spark_mergetree.errors import CorruptPartError, StorageError, UnsupportedError
 from spark_mergetree.fileops import release_mapped
 from spark_mergetree.storage.azure_store import AzureBucket
 from spark_mergetree.storage.filesystem import LOCAL, Buffer, Entry, FileSystem, RangeReader, byte_view
@@ -72,7 +76,10 @@ from spark_mergetree.storage.object_base import (  # noqa: F401 - the object-sto
     storage_options,
     url_scheme,
 )
+from spark_mergetree.storage.reports import RebuildReport, ScrubProblem, ScrubReport
 from spark_mergetree.storage.s3_store import S3Bucket
+
+T = TypeVar("T")
 
 
 def bucket_for(url: ObjectUrl | str, options: Mapping[str, Any] | None = None) -> Bucket:
@@ -185,15 +192,36 @@ def filesystem_for(disk_path: str) -> FileSystem:
 # reused: block numbers are unique), so what one LIST found stays true for the process's life.
 _PART_FILES: dict[str, dict[str, int]] = {}
 _PART_FILES_LOCK = threading.Lock()
+# Readers by part identity (its URL), for the whole process, for the same reason.
+_READERS: dict[str, Any] = {}
+# Upload threads by pid (a pool's threads do not survive fork()) and kind: "parts" (a part at a
+# time, waiting for its files) and "files" (the PUTs) never share a pool, so no wait can deadlock.
+_UPLOADS: dict[tuple[int, str], ThreadPoolExecutor] = {}
+
+
+def upload_pool(kind: str) -> ThreadPoolExecutor:
+    """This process's pool of upload threads of `kind` ("parts" or "files")."""
+    with _PART_FILES_LOCK:
+        pool = _UPLOADS.get((os.getpid(), kind))
+        if pool is None:
+            pool = _UPLOADS[(os.getpid(), kind)] = ThreadPoolExecutor(
+                max_workers=4 if kind == "parts" else 16, thread_name_prefix=f"mergetree-upload-{kind}")
+        return pool
 
 
 class ObjectParts:
     """The parts of one table under an object-store prefix: `<table>/<part>/<file>`, written once under
     their final keys. Implements the reader's `FileSource` (list_files, read_file, read_range,
-    file_size) with one LIST per part per process (sizes included) and one ranged GET per range."""
+    file_size) with one LIST per part per process (sizes included) and one ranged GET per range,
+    and storage/backend.py's `PartStorage`: parts are uploaded under their final keys by this
+    process's upload pool, never renamed."""
 
     #: Every range is a request with latency: readers fetch a read's columns in parallel.
     parallel_reads = True
+    #: No rename in a bucket: a part is uploaded once under its final name.
+    writes_in_place = True
+    #: ClickHouse reads a bucket's table in place, read-only: only our log names parts here.
+    shared_with_clickhouse = False
 
     def __init__(self, location: ObjectUrl, options: Mapping[str, Any] | None = None) -> None:
         self.location = location
@@ -204,6 +232,23 @@ class ObjectParts:
 
     def url(self, part: str, name: str = "") -> str:
         return self.bucket.url(self._key(part, name))
+
+    def part_url(self, part: str) -> str:
+        return self.url(part)
+
+    def cached_reader(self, part: str, open_reader: Callable[[], T]) -> T:
+        """The process-wide reader of a part (its metadata read once per process)."""
+        url = self.url(part)
+        with _PART_FILES_LOCK:
+            cached = _READERS.get(url)
+        if cached is None:
+            cached = open_reader()
+            with _PART_FILES_LOCK:
+                cached = _READERS.setdefault(url, cached)
+        return cached
+
+    def forget(self, *parts: str) -> None:
+        """Nothing: a part's name is never reused, so what is cached about it stays true."""
 
     def files(self, part: str) -> dict[str, int]:
         """{file name: size} of a part (cached by part identity); FileNotFoundError if it has none."""
@@ -240,43 +285,39 @@ class ObjectParts:
         """Bytes [start, end) of a part's file: one ranged GET (blocks carry their own checksums)."""
         return self.bucket.get(self._key(part, name), start, end)
 
-    def write_part(self, part: str, files: Mapping[str, Buffer], pool: Any = None) -> None:
-        """Upload every file of a new part under its final keys (in parallel with `pool`). Nothing
-        reads them before a committed log entry names the part."""
+    def write_part(self, part: str, files: Mapping[str, Buffer], boundaries: Mapping[str, np.ndarray] | None = None,
+                   ) -> None:
+        """Upload every file of a new part under its final keys, in parallel (this process's upload
+        pool). Nothing reads them before a committed log entry names the part. (`boundaries` are for
+        striped layouts: an object is stored whole.)"""
         items = sorted(files.items())
+        pool = upload_pool("files")
 
         def put(name: str, data: Buffer) -> None:
             self.bucket.put(self._key(part, name), data)
             if isinstance(data, memoryview):
                 release_mapped(data)  # a merge's spilled stream: its pages leave memory once sent
 
-        if pool is None:
-            for name, data in items:
-                put(name, data)
-        else:
-            for future in [pool.submit(put, name, data) for name, data in items]:
-                future.result()
+        for future in [pool.submit(put, name, data) for name, data in items]:
+            future.result()
         with _PART_FILES_LOCK:
             _PART_FILES[self.url(part)] = {name: len(byte_view(data)) for name, data in items}
 
     def clone_part(self, source: str, target: str, replaced: Mapping[str, Buffer] | None = None,
-                   pool: Any = None) -> None:
+                   boundaries: Mapping[str, np.ndarray] | None = None) -> None:
         """Write `source`'s files as the new part `target`: copied on the server (no bytes through
         this machine), except the files of `replaced`, uploaded instead of or beside them."""
         replaced = dict(replaced or {})
         files = self.files(source)
         copied = sorted(name for name in files if name not in replaced)
+        pool = upload_pool("files")
 
         def copy(name: str) -> None:
             self.bucket.copy(self._key(source, name), self._key(target, name))
 
-        if pool is None:
-            for name in copied:
-                copy(name)
-        else:
-            for future in [pool.submit(copy, name) for name in copied]:
-                future.result()
-        self.write_part(target, replaced, pool)
+        for future in [pool.submit(copy, name) for name in copied]:
+            future.result()
+        self.write_part(target, replaced)
         with _PART_FILES_LOCK:
             _PART_FILES[self.url(target)] = {**{name: files[name] for name in copied},
                                              **{name: len(byte_view(data)) for name, data in replaced.items()}}
@@ -297,6 +338,42 @@ class ObjectParts:
     def remove_part(self, part: str, *, missing_ok: bool = False) -> None:
         """`remove`, under the name the local part stores give it."""
         self.remove(part)
+
+    def put_table_file(self, name: str, data: bytes) -> None:
+        """One PUT under the table's prefix."""
+        self.bucket.put(self.location.child(name).key, data)
+
+    def part_bytes(self, part: str) -> int:
+        return sum(self.files(part).values())
+
+    def list_parts(self) -> list[str]:
+        """Every part name under the table's prefix (one listing), whether a log names it or not."""
+        return sorted(name for name in self.part_names() if name)
+
+    def scrub(self, progress: bool = False) -> ScrubReport:
+        """Re-hash every object of every part under the prefix against its checksums.txt (the store
+        keeps its own redundancy: there are no stripe units or parity here to verify)."""
+        from tqdm import tqdm  # only here: every process that opens a table imports this module
+
+        from spark_mergetree.format.part_reader import verify_part
+
+        report = ScrubReport()
+        for part in tqdm(self.list_parts(), desc="scrub", unit="part", disable=not progress):
+            report.parts_checked += 1
+            try:
+                found = verify_part(self, part, self.url(part))
+                report.units_checked += len(self.files(part))
+            except (CorruptPartError, StorageError, OSError) as error:
+                found = [str(error)]
+            report.problems += [ScrubProblem(part, self.location.bucket, "checksum", detail=what) for what in found]
+        return report
+
+    def rebuild(self, disk_name: str, progress: bool = True) -> RebuildReport:
+        raise UnsupportedError(f"{self.location.url}: a table in object storage has no disks to rebuild "
+                               f"({disk_name!r}); the store keeps its objects' redundancy itself")
+
+    def close(self) -> None:
+        """Nothing: the caches are the process's, the pools shared."""
 
     def part_names(self) -> dict[str, float]:
         """{part directory name: newest object time} of everything under the table's prefix that

@@ -11,9 +11,13 @@ format_spec/storage.md.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
+from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.storage import maintenance, transfer
+from spark_mergetree.storage.policy import StoragePolicy
 from spark_mergetree.storage.reports import (
     DegradedReadWarning,
     PartLocation,
@@ -24,13 +28,52 @@ from spark_mergetree.storage.reports import (
 from spark_mergetree.storage.table_parts import TableParts
 from spark_mergetree.storage.transfer import compressed_block_starts
 
+T = TypeVar("T")
+
 __all__ = ["DegradedReadWarning", "PartLocation", "PartStore", "RebuildReport", "ScrubProblem", "ScrubReport",
            "compressed_block_starts"]
 
 
 class PartStore(TableParts):
     """The parts of one table on a StoragePolicy: `PartStore(policy, table_path)`; the table's
-    directory is `<disk path>/<table_path>` on every disk."""
+    directory is `<disk path>/<table_path>` on every disk. `root`: the table's own directory, as
+    `part_url` names parts (default: the table's directory on the policy's first disk). Satisfies
+    storage/backend.py's `PartStorage`."""
+
+    #: Parts are staged under temporary names and published by a rename.
+    writes_in_place = False
+    #: A ClickHouse server on the same directory may add parts and patch parts.
+    shared_with_clickhouse = True
+
+    def __init__(self, policy: StoragePolicy, table_path: str = "", *, root: str | os.PathLike[str] | None = None
+                 ) -> None:
+        super().__init__(policy, table_path)
+        self.root = str(root) if root is not None else str(self.table_dir(policy.volumes[0].disks[0]))
+        self._readers: dict[str, Any] = {}
+
+    def part_url(self, part: str) -> str:
+        return f"{self.root}/{part}"
+
+    def cached_reader(self, part: str, open_reader: Callable[[], T]) -> T:
+        """A reader per part for this store's life (parts never change once written; `forget` drops
+        it when the part is renamed or removed)."""
+        with self._lock:
+            cached = self._readers.get(part)
+        if cached is None:
+            cached = open_reader()
+            with self._lock:
+                cached = self._readers.setdefault(part, cached)
+        return cached
+
+    def put_table_file(self, name: str, data: bytes) -> None:
+        """Atomically (a temporary file renamed), in the table's own directory."""
+        write_file_atomically(Path(self.root) / name, data)
+
+    def forget(self, *parts: str) -> None:
+        super().forget(*parts)
+        with self._lock:
+            for part in parts:
+                self._readers.pop(part, None)
 
     def scrub(self, progress: bool = False) -> ScrubReport:
         """Read every copy of every unit and every parity unit; report what does not verify."""

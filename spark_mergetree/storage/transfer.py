@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from spark_mergetree.storage.filesystem import Buffer, byte_view
 from spark_mergetree.storage.stripe_map import SUBPART_SUFFIX
 from spark_mergetree.storage.table_dirs import TMP_PREFIX
 from spark_mergetree.storage.table_parts import TableParts
+
+if TYPE_CHECKING:
+    from spark_mergetree.format.part_reader import FileSource
 
 #: A compressed block starts with a 16-byte checksum and a 9-byte header (method, sizes).
 _BLOCK_HEADER = 25
@@ -111,7 +115,7 @@ def import_plain(parts: TableParts, source_dir: str | os.PathLike[str], part_nam
     return part
 
 
-def export_plain(parts: TableParts, part: str, dest_dir: str | os.PathLike[str]) -> Path:
+def export_plain(parts: FileSource, part: str, dest_dir: str | os.PathLike[str]) -> Path:
     """Write the part as a plain ClickHouse part directory at `dest_dir` (which must not exist)."""
     destination = Path(dest_dir)
     if destination.exists():

@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from spark_mergetree.errors import InvalidOptionError
-from spark_mergetree.storage.object_store import OBJECT_SCHEMES
+from spark_mergetree.storage.object_store import OBJECT_SCHEMES, is_object_url
 from spark_mergetree.txn.coordinator import Coordinator
 
 COORDINATOR_ENV = "SPARK_MERGETREE_COORDINATOR"
@@ -67,6 +67,11 @@ def coordinator_from_url(url: str) -> Coordinator:
             instance = factory()
             _instances[key] = instance
         return instance
+
+
+def reachable_everywhere(coordinator_url: str) -> bool:
+    """Whether every machine reaching a bucket can share this coordinator (in object storage or zk://)."""
+    return is_object_url(coordinator_url) or coordinator_url.startswith(("zk://", "zookeeper://"))
 
 
 def default_coordinator() -> Coordinator:

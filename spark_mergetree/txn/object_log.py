@@ -42,7 +42,7 @@ from typing import Any
 
 from spark_mergetree.errors import InvalidOptionError, TransactionError, UnsupportedError
 from spark_mergetree.storage.object_store import Bucket, ObjectParts, ObjectUrl, PreconditionFailed
-from spark_mergetree.txn.connect import coordinator_from_url
+from spark_mergetree.txn.connect import COORDINATOR_ENV, coordinator_from_url, reachable_everywhere
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 from spark_mergetree.txn.table_log import (
     _JOB_TAG,
@@ -108,6 +108,13 @@ class _PartObjects:
         self.parts.remove(name)
 
 
+def default_coordinator_url(location: ObjectUrl) -> str:
+    """The coordinator of an object-store table that names none: $SPARK_MERGETREE_COORDINATOR if it
+    is one every machine reaching the bucket can share, else one under the table's own prefix."""
+    url = os.environ.get(COORDINATOR_ENV, "")
+    return url if reachable_everywhere(url) else location.child("_mergetree", "coordinator").url
+
+
 class ObjectTableLog(TableLog):
     """The write-once commit log of one object-store table."""
 
@@ -139,6 +146,19 @@ class ObjectTableLog(TableLog):
         yield
 
     # ---- identity
+
+    def default_coordinator(self) -> Coordinator:
+        """The coordinator of a table that names none (`default_coordinator_url`)."""
+        return coordinator_from_url(default_coordinator_url(self.location))
+
+    def check_coordinator(self, coordinator: Coordinator) -> None:
+        """Refuse a local-directory coordinator: the other machines reaching the bucket cannot share it."""
+        if not reachable_everywhere(coordinator.url):
+            raise UnsupportedError(
+                f"table {self.location.url} is in object storage, but coordinator {coordinator.url} is a local "
+                "directory that the other machines reaching the bucket cannot share: use an object-store "
+                "coordinator (coordinator='s3://bucket/prefix', 'gs://...' or 'abfss://...') or ZooKeeper "
+                "(coordinator='zk://host:port/path')")
 
     def identity(self) -> dict[str, str] | None:
         if self._identity is None:
@@ -305,13 +325,20 @@ class ObjectTableLog(TableLog):
         watermark = coordinator.allocate_blocks(self.bind(coordinator.url), 1)
         return watermark, bool(coordinator.running())
 
+    def _refuse_apps(self) -> UnsupportedError:
+        return UnsupportedError(f"table {self.table_key()}: an object-store table's log does not record "
+                                "application versions yet (exactly-once streaming writes need them); "
+                                "stream into a table on a file system")
+
+    def app_version(self, app_id: str, coordinator: Coordinator | None) -> int | None:
+        """Refused: this log records no application versions yet (asked before a commit records one)."""
+        raise self._refuse_apps()
+
     def write_pending(self, tid: int, coordinator_url: str, added: Iterable[str], removed: Iterable[str],
                       apps: Iterable[tuple[str, int]] = ()) -> None:
         """Append an entry naming what `tid` adds and removes (before the coordinator commits it)."""
         if tuple(apps):
-            raise UnsupportedError(f"table {self.table_key()}: an object-store table's log does not record "
-                                   "application versions yet (exactly-once streaming writes need them); "
-                                   "stream into a table on a file system")
+            raise self._refuse_apps()
         self.bind(coordinator_url)
         body = self._change_body(tid, coordinator_url, added, removed)
         state = self._state(recheck=True)  # never a seq behind a checkpoint: its entry may be deleted

@@ -56,7 +56,7 @@ from spark_mergetree.fileops import Subdirectories, fsync_dir, write_file_atomic
 from spark_mergetree.format.part_info import PartInfo, uncovered_parts
 from spark_mergetree.format.patch_part import PATCH_PART_PREFIX
 from spark_mergetree.recovery import RecoveryReport
-from spark_mergetree.txn.connect import coordinator_from_url
+from spark_mergetree.txn.connect import coordinator_from_url, default_coordinator
 from spark_mergetree.txn.coordinator import Coordinator, TxnState
 
 LOG_DIRECTORY = Path("_mergetree") / "log"
@@ -200,6 +200,14 @@ class TableLog:
             return json.loads(path.read_bytes())
         except ValueError as error:
             raise TransactionError(f"{path}: corrupt log file: {error}") from error
+
+    def default_coordinator(self) -> Coordinator:
+        """The coordinator of a table that names none: the process default ($SPARK_MERGETREE_COORDINATOR,
+        else a local directory in ~/.spark_mergetree)."""
+        return default_coordinator()
+
+    def check_coordinator(self, coordinator: Coordinator) -> None:
+        """Refuse a coordinator this log cannot commit through (any will do for a local directory)."""
 
     def identity(self) -> dict[str, str] | None:
         """{"table_id", "coordinator"} once the table has been written through a transaction."""
@@ -816,6 +824,9 @@ class TableLog:
             path = path.with_suffix(".lease")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomically(path, json.dumps(record).encode(), sync_directory=False)
+
+    def record_staged(self, tag: str, part: str) -> None:
+        """Nothing: a part staged in a directory carries its job's tag in its name (`staged_<tag>_*`)."""
 
     def end_job(self, tag: str) -> None:
         """The job committed or gave up: whatever it staged and did not publish is garbage. A mark
