@@ -255,6 +255,82 @@ def _add_columns(root: str, name: str | None, args: Mapping[str, Any]) -> bool:
     return True
 
 
+def _no_open_transaction(args: Mapping[str, Any], statement: str, function: str) -> None:
+    """SQL DML runs in one of Spark's Python processes, which cannot work in a transaction the
+    user's process owns: inside `with transaction(spark)` it is refused before anything changes."""
+    from spark_mergetree.spark import adapter
+
+    if args.get("transaction") and adapter.session_txn_owned_here(str(args["transaction"])) is not None:
+        raise UnsupportedError(
+            f"{statement} in SQL cannot join the open spark_mergetree.transaction(spark) block: call "
+            f"spark_mergetree.{function} inside the block instead (it joins the transaction), or run the "
+            "statement outside it")
+
+
+def _mutate(root: str, name: str | None, assignments: dict[str, Any] | None, where: str) -> list[str]:
+    """DELETE / UPDATE: the engine steps of spark_mergetree.delete/update (spark/mutations.py), with
+    each part's new version staged here instead of in a Spark task."""
+    from spark_mergetree.spark import adapter
+
+    ref = _ref(root, name)
+    job = adapter.plan_mutation(ref, assignments, where, None)
+    try:
+        staged = {part: adapter.stage_mutation(ref, assignments, where, part, part in job.candidates, job.tag)
+                  for part in job.parts}
+        if not any(rewritten for _, rewritten in staged.values()):
+            return []
+        return adapter.commit_mutation(ref, job, assignments, where,
+                                       {part: new for part, (new, _) in staged.items()})
+    finally:
+        adapter.end_mutation(ref, job)
+
+
+def _delete(root: str, name: str | None, args: Mapping[str, Any]) -> list[str]:
+    _no_open_transaction(args, "DELETE FROM", "delete(spark, table, where, catalog=root)")
+    if args.get("where") is None:  # every row: as TRUNCATE, one overwrite with no rows
+        import pyarrow as pa
+
+        from spark_mergetree.spark import adapter
+
+        table = adapter.open_table(_ref(root, name))
+        return list(table.overwrite(pa.Table.from_batches([], schema=table.schema)) or [])
+    return _mutate(root, name, None, str(args["where"]))
+
+
+def _update(root: str, name: str | None, args: Mapping[str, Any]) -> list[str]:
+    _no_open_transaction(args, "UPDATE", "update(spark, table, set, where, catalog=root)")
+    if args.get("where") is None:
+        raise InvalidOptionError("UPDATE of a mergetree table needs a WHERE condition, as ClickHouse's ALTER TABLE "
+                                 "... UPDATE does")
+    return _mutate(root, name, dict(args["set"]), str(args["where"]))
+
+
+def _optimize(root: str, name: str | None, args: Mapping[str, Any]) -> list[str]:
+    """OPTIMIZE [WHERE] [FINAL]: the engine steps of spark_mergetree.optimize (spark/optimize.py),
+    each group merged here instead of in a Spark task."""
+    from spark_mergetree.spark import adapter
+
+    _no_open_transaction(args, "OPTIMIZE", "optimize(spark, table, catalog=root)")
+    ref = _ref(root, name)
+    where = args.get("where")
+    if where is not None:
+        adapter.check_where(ref, where)
+
+    def run_job(job: adapter.MergeJob) -> list[tuple[str, str, int, int]]:
+        merged = [adapter.stage_merge(ref, group, job.tag, job.names[number]) for number, group in enumerate(job.groups)]
+        return [(part.name, part.partition_id, part.rows, part.bytes) for part in merged]
+
+    if args.get("final"):
+        return adapter.optimize_final(ref, where, None, run_job)
+    job = adapter.plan_merges(ref, where, False)
+    if not job.groups:
+        return []
+    try:
+        return adapter.commit_merges(ref, job, run_job(job))
+    finally:
+        adapter.end_merges(ref, job)
+
+
 _CALLS = {"load": _load, "namespaces": _namespaces, "tables": _tables, "create_namespace": _create_namespace,
           "drop_namespace": _drop_namespace, "create": _create, "stage_create": _stage_create, "drop": _drop, "rename": _rename,
-          "add_columns": _add_columns}
+          "add_columns": _add_columns, "delete": _delete, "update": _update, "optimize": _optimize}
