@@ -279,8 +279,9 @@ def _mutate(root: str, name: str | None, assignments: dict[str, Any] | None, whe
                   for part in job.parts}
         if not any(rewritten for _, rewritten in staged.values()):
             return []
-        return adapter.commit_mutation(ref, job, assignments, where,
-                                       {part: new for part, (new, _) in staged.items()})
+        # As the distributed path hands them over: a part's staged version's name, as its task returned it.
+        versions: dict[str, Any] = {part: new for part, (new, _) in staged.items()}
+        return adapter.commit_mutation(ref, job, assignments, where, versions)
     finally:
         adapter.end_mutation(ref, job)
 

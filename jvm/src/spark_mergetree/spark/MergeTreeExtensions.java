@@ -14,6 +14,9 @@ public final class MergeTreeExtensions implements Function1<SparkSessionExtensio
     @Override
     public BoxedUnit apply(SparkSessionExtensions extensions) {
         extensions.injectPreCBORule(session -> new ScanPerRelation());
+        // SQL DML on catalog tables (MergeTreeDml) and the OPTIMIZE statement (MergeTreeSqlParser).
+        extensions.injectPostHocResolutionRule(session -> new MergeTreeDml());
+        extensions.injectParser((session, delegate) -> new MergeTreeSqlParser(delegate));
         return BoxedUnit.UNIT;
     }
 }
