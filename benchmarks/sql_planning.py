@@ -33,13 +33,15 @@ def main() -> None:
     table = catalog.create_table("db.events", [("id", "UInt64"), ("v", "Float64"), ("s", "String")], "id")
     table.insert(pa.table({"id": pa.array(range(args.rows), pa.uint64()), "v": [1.0] * args.rows,
                            "s": ["x"] * args.rows}))
+    # The same table by path: a catalog table's directory has no statement of its own, so give it.
+    statement = catalog.table_info("db.events").statement
     path = str(catalog.data_path("db.events"))
     spark = spark_mergetree.configure(SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false"),
                                       catalog=root, catalog_name="lake").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     where = "id BETWEEN 1000 AND 2000"
     shapes = {
-        "by path: load(path)": lambda: spark.read.format("mergetree").load(path).where(where).select("v"),
+        "by path: load(path)": lambda: spark.read.format("mergetree").option("create_statement", statement).load(path).where(where).select("v"),
         "by name: spark.sql": lambda: spark.sql(f"SELECT v FROM lake.db.events WHERE {where}"),
         "by name: spark.table": lambda: spark.table("lake.db.events").where(where).select("v"),
     }
