@@ -244,24 +244,6 @@ class ObjectStoreTable(MergeTreeTable):
             raise
         return staged
 
-    @property
-    def _object_log(self) -> ObjectTableLog:
-        assert isinstance(self.log, ObjectTableLog)
-        return self.log
-
-    def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
-        """End the write job `tag` (it committed, publishing `keep`, or gave up): delete the parts
-        it recorded except `keep` and those an entry names, and its records; return the deleted
-        names. A task of it still uploading removes what it uploads (see `stage`)."""
-        self.log.end_job(tag)  # first: a task finishing after the listing below sees it
-        recorded = self._object_log.job_parts(tag)
-        named = {name for entry in self.log.entries() for name in entry.added} | set(self.log.versions(None)[1])
-        removed = sorted(recorded - set(keep) - named)
-        for name in removed:
-            self.parts_store.remove(name)
-        self._object_log.forget_job_parts(tag, recorded)
-        return removed
-
     def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
         """Upload a merged part under its final key and name it in `tx`. The name is the candidate's
         result name, its level raised past any name the log or the bucket already holds (a merge
@@ -286,14 +268,6 @@ class ObjectStoreTable(MergeTreeTable):
         while info.name in taken or self.parts_store.exists(info.name):
             info = replace(info, level=info.level + 1)
         return info.name
-
-    def cleanup(self, orphan_seconds: float = 3600.0) -> list[str]:
-        """Delete parts no snapshot reads any more (removed past the retention, or of aborted
-        transactions) and uploads no entry names that are `orphan_seconds` old (a crash between
-        upload and commit). Returns the part names deleted."""
-        return self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")), orphan_seconds)
-
-    # ------------------------------------------------------------------ mutations
 
     def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:
         """ClickHouse's lightweight DELETE, as on a local table (`MergeTreeTable.delete`): every part's new
@@ -444,10 +418,6 @@ class ObjectStoreTable(MergeTreeTable):
             disk = clickhouse_ddl.azure_disk(location.url, options, location.account, location.bucket, location.key,
                                              credentials)
         return clickhouse_ddl.attach_statement(self.definition, name, self.uuid, disk)
-
-    # Staged mutations (stage, then rename into place: Spark's distributed DELETE/UPDATE) cannot run
-    # here; `delete` and `update` above write under final names instead.
-    supports_mutations = False
 
     def clone(self, destination: str | os.PathLike[str]) -> ObjectStoreTable:
         """A new table at `destination` (a new prefix in the same bucket) holding this table's rows as

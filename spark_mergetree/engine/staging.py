@@ -9,12 +9,10 @@ its parts are garbage once it ends or its driver's lease does: txn/table_log.py 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_mergetree.engine import insert as inserting
 from spark_mergetree.errors import TransactionError
-from spark_mergetree.storage.table_dirs import TMP_PREFIX
 
 if TYPE_CHECKING:
     from spark_mergetree.engine.table import MergeTreeTable
@@ -52,22 +50,3 @@ def stage(table: MergeTreeTable, data: Any, tag: str | None = None, *,
         for name in written:
             table.store.remove_part(name, missing_ok=True)
         raise
-
-
-def discard_staged(table: MergeTreeTable, tag: str, keep: Sequence[str] = ()) -> list[str]:
-    """End the write job `tag` (it committed, publishing `keep`, or gave up): delete every staged
-    part of it except `keep`, and the directories of its task attempts that died while writing
-    (`tmp_staged_<tag>_*`); return the deleted names. A task of it still running, or a speculative
-    attempt that starts later, stages nothing that lasts (see `stage`)."""
-    prefixes = (f"{inserting.STAGING_PREFIX}{tag}_", f"{TMP_PREFIX}{inserting.STAGING_PREFIX}{tag}_")
-    table.log.end_job(tag)  # first: a task staging after the listing below sees it and removes its parts
-    removed = []
-    for name in sorted(n for n in table.directories.names() if n.startswith(prefixes)):
-        if name in keep:
-            continue
-        if name.startswith(TMP_PREFIX):
-            table.directories.remove(name)  # a part write that never finished (what cleanup removes)
-        else:
-            table.store.remove_part(name, missing_ok=True)
-        removed.append(name)
-    return removed

@@ -216,8 +216,12 @@ class MergeTreeTable:
     ```
     """
 
-    #: Whether `delete`/`update` work on this kind of table (engine/mutations.py).
-    supports_mutations = True
+    @property
+    def supports_mutations(self) -> bool:
+        """Whether DELETE/UPDATE can run as Spark jobs (new part versions staged, then renamed into
+        place: engine/mutations.py): not where parts are written in place (the table's own
+        `delete`/`update` run there)."""
+        return not self.store.writes_in_place
     @property
     def parts_written_in_place(self) -> bool:
         """Whether a part is written under its final name (object stores) rather than staged and
@@ -763,7 +767,7 @@ class MergeTreeTable:
     def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
         """End the write job `tag`: delete its staged parts except `keep` (leftovers of failed or
         duplicate task attempts, or of the whole job when it gave up)."""
-        return staging.discard_staged(self, tag, keep)
+        return self.log.discard_job(tag, keep)
 
     def commit_staged(self, staged: Sequence[inserting.StagedPart], *, mode: WriteMode | str = "append",
                       partition_overwrite_mode: PartitionOverwriteMode = "static",
@@ -1008,15 +1012,19 @@ class MergeTreeTable:
                 self._part_bytes[part] = cached
         return cached
 
-    def cleanup(self) -> list[str]:
+    def cleanup(self, orphan_seconds: float = 3600.0) -> list[str]:
         """Delete parts no snapshot can see and that are older than `old_parts_lifetime` seconds;
         finish or roll back transactions interrupted by crashes. Returns deleted part names. Parts
         the log does not name (a ClickHouse server's inserts into the same directory) are never
-        deleted: they are adopted first (`adopt_directory_parts`)."""
-        if self.log.identity() is None:
+        deleted: they are adopted first (`adopt_directory_parts`). In object storage, where parts
+        are uploaded under their final names before an entry names them, uploads no entry and no
+        live write job names are deleted once `orphan_seconds` old (a crash between upload and
+        commit); on disks every such part is staged under its owner's name and goes with it."""
+        if self.store.shared_with_clickhouse and self.log.identity() is None:
             return []
         self.adopt_directory_parts()
-        removed = self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")))
+        removed = self.log.cleanup(self.coordinator, float(self.metadata.setting("old_parts_lifetime")),
+                                   orphan_seconds=orphan_seconds)
         self.store.forget(*removed)
         with self._readers_lock:
             for name in removed:

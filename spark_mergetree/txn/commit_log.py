@@ -79,9 +79,17 @@ class CommitLog(Protocol):
     def end_job(self, tag: str) -> None: ...
     def job_ended(self, tag: str) -> bool: ...
 
+    def discard_job(self, tag: str, keep: Iterable[str] = ()) -> list[str]:
+        """End the write job `tag` (it committed, publishing `keep`, or gave up) and delete what it
+        wrote that neither `keep` nor an entry names; return the names deleted."""
+        ...
+
     # ---- upkeep
-    def cleanup(self, coordinator: Coordinator, retention_seconds: float = 0.0) -> list[str]:
-        """Delete what no snapshot reads any more; return the part names deleted."""
+    def cleanup(self, coordinator: Coordinator, retention_seconds: float = 0.0, *,
+                orphan_seconds: float = 3600.0) -> list[str]:
+        """Delete what no snapshot reads any more; return the part names deleted. `orphan_seconds`:
+        the age past which a part no entry and no live job names is a crash's leftover (where
+        parts are written under final names before an entry names them)."""
         ...
 
 

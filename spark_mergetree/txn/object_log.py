@@ -534,6 +534,19 @@ class ObjectTableLog(TableLog):
         self._bucket.put(self._job_key(f"{tag}.ended"), b"")
         self._bucket.delete([self._job_key(f"{tag}.json"), self._job_key(f"{tag}.lease")])
 
+    def discard_job(self, tag: str, keep: Iterable[str] = ()) -> list[str]:
+        """End the write job `tag`: delete the parts it recorded except `keep` and those an entry
+        names, and its records. A task of it still uploading removes what it uploads (it sees the
+        job ended)."""
+        self.end_job(tag)  # first: a task finishing after the listing below sees it
+        recorded = self.job_parts(tag)
+        named = {name for entry in self.entries() for name in entry.added} | set(self.versions(None)[1])
+        removed = sorted(recorded - set(keep) - named)
+        for name in removed:
+            self.parts.remove(name)
+        self.forget_job_parts(tag, recorded)
+        return removed
+
     def job_ended(self, tag: str) -> bool:
         return self._exists(self._job_key(f"{tag}.ended"))
 
@@ -631,14 +644,15 @@ class ObjectTableLog(TableLog):
     # ---- maintenance
 
     def cleanup(self, coordinator: Coordinator, retention_seconds: float = 0.0,
-                orphan_seconds: float = 3600.0) -> list[str]:
+                job_lifetime: float = STAGED_LIFETIME, *, orphan_seconds: float = 3600.0) -> list[str]:
         """Delete what no snapshot can read any more; return the part names deleted:
         * parts removed by a committed transaction before every running snapshot, `retention_seconds` ago;
         * parts of aborted transactions;
         * objects no entry names, last written `orphan_seconds` ago (uploads a crash interrupted:
           parts are uploaded before their entry is written, so a younger one may still be named),
           except those a live write job recorded (kept however old), and at once those a dead or
-          ended job recorded; `orphan_seconds` is also the lifetime of a job without a lease;
+          ended job recorded; `orphan_seconds` is also the lifetime of a job without a lease
+          (`job_lifetime`, the files' log's, does not apply);
         * proposals of transactions that ended (the parts they alone named go as such objects)."""
         if self.identity() is not None:
             self.bind(coordinator.url)  # a copy's cleanup is refused before it deletes anything

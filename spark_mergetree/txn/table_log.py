@@ -839,6 +839,20 @@ class TableLog:
         self._job_path(tag).unlink(missing_ok=True)
         self._job_path(tag).with_suffix(".lease").unlink(missing_ok=True)
 
+    def discard_job(self, tag: str, keep: Iterable[str] = ()) -> list[str]:
+        """End the write job `tag` and delete its staged parts (`staged_<tag>_*`) except `keep`, and
+        the directories of its task attempts that died while writing (`tmp_staged_<tag>_*`). A task
+        of it still running, or a speculative attempt that starts later, stages nothing that lasts
+        (it sees the job ended and removes its own)."""
+        self.end_job(tag)  # first: a task staging after the listing below sees it and removes its parts
+        kept, removed = set(keep), []
+        for name in sorted(self.directories.names()):
+            match = _JOB_STAGED.match(name)
+            if match is not None and match.group(1) == tag and name not in kept:
+                self.directories.remove(name)
+                removed.append(name)
+        return removed
+
     def job_ended(self, tag: str) -> bool:
         """Whether job `tag` ended (`end_job`) within the job lifetime."""
         return self._job_path(tag).with_suffix(".ended").exists()
@@ -963,12 +977,13 @@ class TableLog:
             return self._recover_locked(coordinator, job_lifetime)
 
     def cleanup(self, coordinator: Coordinator, retention_seconds: float = 0.0,
-                job_lifetime: float = STAGED_LIFETIME) -> list[str]:
+                job_lifetime: float = STAGED_LIFETIME, *, orphan_seconds: float = 3600.0) -> list[str]:
         """Delete parts no snapshot can see any more; return their names.
 
         A part removed at csn R goes when R ≤ every running snapshot and the removal is older than
         `retention_seconds` (time travel to snapshots before R works until then). Recovery runs
-        first and every finalized entry is folded into the checkpoint.
+        first and every finalized entry is folded into the checkpoint. (`orphan_seconds` does not
+        apply: a directory here is staged under its owner's name, and goes with its owner.)
         """
         if retention_seconds < 0:
             raise InvalidOptionError(f"retention_seconds must be ≥ 0, got {retention_seconds}")

@@ -26,9 +26,10 @@ def rows(start: int, count: int) -> pa.Table:
                      "name": pc.cast(pa.array(ids), pa.string())})
 
 
-def pair(tmp_path: Path, s3_bucket: str, name: str, **kwargs: object) -> tuple[MergeTreeTable, MergeTreeTable]:
+def pair(tmp_path: Path, s3_bucket: str, name: str, extra_settings: dict[str, object] | None = None,
+         **kwargs: object) -> tuple[MergeTreeTable, MergeTreeTable]:
     """The same table on local disk and in the bucket, merging only when the test merges it."""
-    settings = {"index_granularity": 256, "auto_merge": False}
+    settings = {"index_granularity": 256, "auto_merge": False, **(extra_settings or {})}
     local = MergeTreeTable.create(tmp_path / name, SCHEMA, order_by="id", partition_by="toYYYYMM(d)",
                                   settings=settings, **kwargs)  # type: ignore[arg-type]
     remote = MergeTreeTable.create(f"s3://{s3_bucket}/warehouse/{name}", SCHEMA, order_by="id",
@@ -193,3 +194,23 @@ def test_writes_mutations_and_merges_give_the_same_rows_everywhere(tmp_path: Pat
         remote.commit_staged(staged, app_version=("query", 0))
     assert remote.visible_parts()[1] == before
     assert not any(remote.store.exists(part.name) for part in staged)
+
+
+def test_write_jobs_end_and_cleanup_the_same_everywhere(tmp_path: Path, s3_bucket: str) -> None:
+    """A write job that stages two parts and commits one: ending it deletes the other (the log's
+    `discard_job`); an overwrite's replaced parts go at the next cleanup once no snapshot reads them
+    (`old_parts_lifetime = 0`), on disk and in the bucket alike."""
+    tables = pair(tmp_path, s3_bucket, "jobs", {"old_parts_lifetime": 0})
+    for table in tables:
+        first, second = table.stage(rows(0, 100), tag="job7"), table.stage(rows(100, 100), tag="job7")
+        committed = table.commit_staged(first)
+        removed = table.discard_staged("job7", keep=[part.name for part in first])
+        assert removed == [part.name for part in second]
+        assert not table.store.exists(second[0].name) and table.store.exists(committed[0])
+        assert table.count() == 100
+        before = table.visible_parts()[1]
+        table.overwrite(rows(1000, 10))
+        assert sorted(table.cleanup()) == sorted(before)
+        assert not any(table.store.exists(name) for name in before)
+    local, remote = read_both(tables)
+    assert local.equals(remote) and local.num_rows == 10
