@@ -196,7 +196,8 @@ def clone(table_dir: str, create_statement: str | None, destination: str) -> Non
 @main.command()
 @_table_argument
 def scrub(table_dir: str) -> None:
-    """Verify every stripe unit and parity block of the table's parts (storage policies)."""
+    """Verify every part of the table where it lies: every stripe unit and parity block on its
+    disks, every object against its part's checksums.txt in object storage."""
     report = MergeTreeTable.open(table_dir).scrub(progress=True)
     click.echo(str(report))
     sys.exit(0 if report.ok else 1)
