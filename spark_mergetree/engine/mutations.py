@@ -190,7 +190,8 @@ def rewrite_part(reader: PartReader, table: MergeTreeTable, mutation: Mutation |
     condition = mutation.predicate if mutation is not None else None
     wanted = sorted(set(columns_of(condition) if condition is not None else ()).union(
         *(columns_of(e) for e in assignments.values()), assignments))
-    stored = read(wanted)
+    # A condition of no column (`WHERE 1`) still needs the part's rows: a placeholder column gives them.
+    stored = read(wanted) if wanted else pa.table({"": pa.nulls(rows)})
     exists = patches.stored(reader, ranges, [], meta.column_types, touching)[1] if touching else reader.row_mask(ranges)
     hits = (np.array(evaluate(condition, stored).to_numpy(zero_copy_only=False), dtype=bool) if condition is not None
             else np.zeros(rows, dtype=bool))

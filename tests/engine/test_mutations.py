@@ -135,6 +135,20 @@ def test_no_matching_row_changes_nothing(tmp_path: Path) -> None:
     assert not list(table.path.glob("mutation_*.txt"))
 
 
+
+def test_a_condition_of_no_column_applies_to_every_row_or_none(tmp_path: Path) -> None:
+    # ClickHouse's `DELETE FROM t WHERE 1` deletes every row and `UPDATE ... WHERE 1 = 1` sets every
+    # row; a constant false or NULL condition matches none.
+    _, table = _catalog_table(tmp_path)
+    table.insert(_data(0, 10))
+    table.insert(_data(10, 10))
+    for nothing in ("0", "NULL", "1 = 2"):
+        assert table.delete(nothing) == [] and table.update({"w": 5}, nothing) == []
+    assert table.update({"w": 99}, "1 = 1")
+    assert set(table.to_arrow(["w"]).column("w").to_pylist()) == {99}
+    assert table.delete("1")
+    assert table.count() == 0 and table.to_arrow().num_rows == 0
+
 def test_delete_in_a_rolled_back_multi_table_transaction_leaves_nothing(tmp_path: Path) -> None:
     root, table = _catalog_table(tmp_path)
     other = Catalog(root).create_table("db.u", SCHEMA, "k", settings={"auto_merge": False})
