@@ -96,6 +96,7 @@ class ObjectStoreTable(MergeTreeTable):
         self._opened_patches = {}  # (none are written here; reads look for them as for any table)
         self._external_definition = False
         self._statement_text: str | None = None
+        self._checked_statement: str | None = None
 
     def __repr__(self) -> str:
         return f"ObjectStoreTable({self.location.url!r})"
@@ -171,17 +172,6 @@ class ObjectStoreTable(MergeTreeTable):
 
     # ------------------------------------------------------------------ writing
 
-    def check_same_table(self) -> None:
-        """Refuse to write if the table was dropped or re-created since this handle opened it."""
-        key = self.location.child(META_DIR, STATEMENT_FILE)
-        try:
-            current = parse_create(self.parts_store.bucket.get(key.key).decode()).uuid
-        except FileNotFoundError:
-            raise TableNotFoundError(f"the table at {self.location.url} was dropped ({key.url} is gone)") from None
-        if current != self.uuid:
-            raise TableNotFoundError(f"the table at {self.location.url} was re-created (UUID {self.uuid} → "
-                                     f"{current}) after this handle opened it; open it again")
-
     def stage(self, data: Any, tag: str | None = None, *, transaction: Transaction | None = None,
               progress: bool | None = False) -> list[inserting.StagedPart]:
         """Write rows as parts under their final keys (one per partition), invisible until a
@@ -192,6 +182,7 @@ class ObjectStoreTable(MergeTreeTable):
         registered in the table's `_mergetree/jobs/` and each part is recorded there before its
         upload, so `cleanup()` keeps them while the job lives (its driver's lease runs:
         txn/job_lease.py), however long it takes, and deletes them once it is dead or ended."""
+        self.check_same_table()
         rows = inserting.conform(inserting.to_arrow_table(data), self.metadata)
         if rows.num_rows == 0:
             return []
@@ -364,32 +355,6 @@ class ObjectStoreTable(MergeTreeTable):
                 f"{self.location.url}: transaction {others[0]} is running and may write parts with block numbers "
                 f"below this mutation's version {version}; ClickHouse would apply the mutation to them. Run it again")
         return version
-
-    # ------------------------------------------------------------------ schema
-
-    def replace_definition(self, definition: Any) -> None:
-        """Write the table's new statement (an ALTER of its metadata: columns, indexes): it replaces
-        `table.sql` by a conditional put (only over the version this handle read), so of two
-        concurrent ALTERs one wins and the other gets SerializationError."""
-        key = self.location.child(META_DIR, STATEMENT_FILE)
-        bucket = self.parts_store.bucket
-        try:
-            current, token = bucket.get_versioned(key.key)
-        except FileNotFoundError:
-            raise TableNotFoundError(f"the table at {self.location.url} was dropped ({key.url} is gone)") from None
-        if parse_create(current.decode()).uuid != self.uuid:
-            self.check_same_table()  # names the re-creation
-        changed = SerializationError(f"table {self.location.url}: its statement ({key.url}) changed since this "
-                                     "handle read it (another ALTER); open the table again and retry")
-        if current.decode() != self._statement_text:
-            raise changed
-        statement = format_attach(definition)
-        try:
-            bucket.put(key.key, statement.encode(), if_match=token)
-        except PreconditionFailed:
-            raise changed from None
-        self.metadata = self.metadata.with_definition(definition)
-        self._statement_text = statement
 
     # ------------------------------------------------------------------ ClickHouse
 

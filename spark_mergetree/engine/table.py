@@ -60,6 +60,7 @@ from spark_mergetree.errors import (
     FormatError,
     InvalidOptionError,
     SchemaMismatchError,
+    SerializationError,
     TableExistsError,
     TableNotFoundError,
     UnsupportedError,
@@ -76,7 +77,6 @@ from spark_mergetree.expressions.ddl import (
 )
 from spark_mergetree.expressions.predicate import Expr, columns_of, filter_table, parse_expression
 from spark_mergetree.expressions.sort_key import sort_indices
-from spark_mergetree.fileops import write_file_atomically
 from spark_mergetree.format.aggregate_states import require_known_states
 from spark_mergetree.format.compression_codecs import split_codec_clause
 from spark_mergetree.format.part import PartFiles
@@ -95,6 +95,8 @@ SchemaLike: TypeAlias = "pa.Schema | Sequence[tuple[str, str]] | Mapping[str, st
 #: registers ObjectStoreTable for "s3", "gs" and "abfss").
 URL_TABLES: dict[str, Any] = {}
 _log = logging.getLogger(__name__)
+#: The table's statement, as a table file of its part storage.
+STATEMENT_PATH = f"{META_DIR}/{STATEMENT_FILE}"
 
 
 def _url_table(path: str | os.PathLike[str]) -> Any:
@@ -244,7 +246,8 @@ class MergeTreeTable:
         self._part_bytes: dict[str, int] = {}
         self._readers_lock = threading.Lock()
         self._external_definition = False
-        self._statement_text: str | None = None  # table.sql as this handle last saw it
+        self._statement_text: str | None = None  # table.sql as this handle's definition was read from it
+        self._checked_statement: str | None = None  # table.sql as check_same_table last found it
 
     def _relative_table_path(self) -> str:
         uuid = self.definition.uuid or "table"
@@ -735,23 +738,26 @@ class MergeTreeTable:
 
     def check_same_table(self) -> None:
         """Refuse to write through this handle if its table was dropped, or dropped and re-created
-        at the same path: `_mergetree/table.sql` must still name the UUID the handle opened."""
+        at the same location: `_mergetree/table.sql` must still name the UUID the handle opened.
+        (An ALTER by another handle is not refused here: `replace_definition` refuses this handle's
+        ALTER over it.)"""
         if self._external_definition:
             return  # a catalog's or ClickHouse's table: a new table gets a new directory
-        statement_path = self.path / META_DIR / STATEMENT_FILE
         try:
-            text = statement_path.read_text()
+            text = self.store.read_table_file(STATEMENT_PATH).decode()
         except FileNotFoundError:
-            raise TableNotFoundError(f"the table at {self.path} was dropped ({statement_path} is gone) after "
-                                     "this handle opened it") from None
-        if text == self._statement_text:
+            raise TableNotFoundError(f"the table at {self.path} was dropped ({self.path}/{STATEMENT_PATH} is gone) "
+                                     "after this handle opened it") from None
+        if text in (self._statement_text, self._checked_statement):
             return
         current = parse_create(text).uuid
         if current != self.uuid:
             raise TableNotFoundError(
                 f"the table at {self.path} was re-created (UUID {self.uuid} → {current}) after this handle "
                 "opened it, possibly with another schema; reopen it with MergeTreeTable.open")
-        self._statement_text = text
+        # Remembered apart from _statement_text (what this handle's definition was read from), so
+        # an ALTER through this handle still compares against that.
+        self._checked_statement = text
 
     def stage(self, data: Any, tag: str | None = None, *, transaction: Transaction | None = None,
               progress: bool | None = False) -> list[inserting.StagedPart]:
@@ -891,14 +897,25 @@ class MergeTreeTable:
         return replace(self.definition, columns=self.definition.columns + added)
 
     def replace_definition(self, definition: TableDefinition) -> None:
-        """Write the table's new statement (an ALTER of its metadata: columns, indexes)."""
+        """Write the table's new statement (an ALTER of its metadata: columns, indexes), only over
+        the statement this handle read (`PartStorage.replace_table_file`): of two concurrent
+        ALTERs, or a stale handle's after another's, one wins and the other gets
+        SerializationError."""
         if self._external_definition:
             raise UnsupportedError(
                 f"{self.path}: the table's definition lives outside the table directory (a catalog or a "
                 "ClickHouse metadata file); alter it there")
         self.check_same_table()
         statement = format_attach(definition)
-        write_file_atomically(self.path / META_DIR / STATEMENT_FILE, statement.encode())
+        try:
+            replaced = self.store.replace_table_file(STATEMENT_PATH, statement.encode(),
+                                                     (self._statement_text or "").encode())
+        except FileNotFoundError:
+            replaced = False
+        if not replaced:
+            self.check_same_table()  # names a drop or re-creation since the first check
+            raise SerializationError(f"table {self.path}: its statement ({self.path}/{STATEMENT_PATH}) changed "
+                                     "since this handle read it (another ALTER); open the table again and retry")
         self.metadata = self.metadata.with_definition(definition)
         self._statement_text = statement
 

@@ -77,6 +77,18 @@ class PartStorage(Protocol):
         """Write, whole and at once, a file of the table's own beside its parts (`mutation_N.txt`)."""
         ...
 
+    def read_table_file(self, name: str) -> bytes:
+        """A file of the table's own (`_mergetree/table.sql`); FileNotFoundError if it is gone."""
+        ...
+
+    def replace_table_file(self, name: str, data: bytes, expected: bytes) -> bool:
+        """Write `data` over the table file `name` only if it still holds `expected`; False (nothing
+        written) if it holds anything else, FileNotFoundError if it is gone. So of two handles that
+        read the same statement and ALTER it, one wins and the other learns it lost. In a bucket the
+        comparison and the write are one conditional put; on disks the file is compared, then
+        replaced by a rename (a concurrent writer in between is not caught there)."""
+        ...
+
     def forget(self, *parts: str) -> None:
         """Drop what is cached about `parts` (they were removed)."""
         ...

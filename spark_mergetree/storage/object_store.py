@@ -343,6 +343,21 @@ class ObjectParts:
         """One PUT under the table's prefix."""
         self.bucket.put(self.location.child(name).key, data)
 
+    def read_table_file(self, name: str) -> bytes:
+        return self.bucket.get(self.location.child(name).key)
+
+    def replace_table_file(self, name: str, data: bytes, expected: bytes) -> bool:
+        """Compared and written by one conditional put (over the version read)."""
+        key = self.location.child(name).key
+        current, token = self.bucket.get_versioned(key)
+        if current != expected:
+            return False
+        try:
+            self.bucket.put(key, data, if_match=token)
+        except PreconditionFailed:
+            return False
+        return True
+
     def part_bytes(self, part: str) -> int:
         return sum(self.files(part).values())
 

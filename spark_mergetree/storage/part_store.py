@@ -69,6 +69,15 @@ class PartStore(TableParts):
         """Atomically (a temporary file renamed), in the table's own directory."""
         write_file_atomically(Path(self.root) / name, data)
 
+    def read_table_file(self, name: str) -> bytes:
+        return (Path(self.root) / name).read_bytes()
+
+    def replace_table_file(self, name: str, data: bytes, expected: bytes) -> bool:
+        if self.read_table_file(name) != expected:
+            return False
+        self.put_table_file(name, data)
+        return True
+
     def forget(self, *parts: str) -> None:
         super().forget(*parts)
         with self._lock:

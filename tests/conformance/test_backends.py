@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from spark_mergetree import MergeTreeTable
+from spark_mergetree.errors import SerializationError, TableNotFoundError
 from spark_mergetree.storage.backend import PartStorage
 from spark_mergetree.txn.commit_log import CommitLog
 
@@ -214,3 +216,25 @@ def test_write_jobs_end_and_cleanup_the_same_everywhere(tmp_path: Path, s3_bucke
         assert not any(table.store.exists(name) for name in before)
     local, remote = read_both(tables)
     assert local.equals(remote) and local.num_rows == 10
+
+
+def test_a_stale_handles_alter_loses_and_a_recreated_table_is_refused_everywhere(tmp_path: Path,
+                                                                                  s3_bucket: str) -> None:
+    """`replace_definition` writes table.sql only over the statement the handle read, on disk as in a
+    bucket: after another handle's ADD COLUMN, a stale handle's ALTER gets SerializationError, while
+    its writes go on (same UUID); once the table is dropped and re-created, writes are refused."""
+    for table in pair(tmp_path, s3_bucket, "altered"):
+        table.insert(rows(0, 100))
+        stale = MergeTreeTable.open(str(table.path))
+        table.add_columns([("extra", "UInt8")])
+        stale.insert(rows(100, 100))  # another handle's ALTER is no reason to refuse a write
+        with pytest.raises(SerializationError, match="changed since this handle read it"):
+            stale.add_columns([("other", "UInt8")])
+        reopened = MergeTreeTable.open(str(table.path))
+        assert [c.name for c in reopened.definition.columns][-1] == "extra"
+        assert reopened.count() == 200
+        reopened.add_columns([("other", "UInt8")])
+        reopened.drop_data()
+        MergeTreeTable.create(str(table.path), SCHEMA, order_by="id")
+        with pytest.raises(TableNotFoundError, match="re-created"):
+            stale.insert(rows(0, 10))
