@@ -81,9 +81,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = selected
 
 
+# A low descriptor number kept for py4j's callback server (foreachBatch on classic sessions), which
+# watches its socket with select(): a descriptor numbered 1024 or more makes its thread die at once,
+# and the JVM's micro-batch then fails, or waits for ever on a connection nobody serves. chdb leaks
+# about ten descriptors per session opened and closed, so a test process that ran a few hundred
+# chdb tests is past 1024 when its Spark session starts. Taken at start-up, freed just before the
+# server's socket is made, so the socket gets this number.
+_CALLBACK_FD: int | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A temporary HOME and a session coordinator, before any test module is imported."""
-    global _SESSION_DIR
+    global _SESSION_DIR, _CALLBACK_FD
+    _CALLBACK_FD = os.open(os.devnull, os.O_RDONLY)
     _SESSION_DIR = Path(tempfile.mkdtemp(prefix="mergetree-tests-")).resolve()
     (_SESSION_DIR / "home").mkdir()
     settings = [("HOME", str(_SESSION_DIR / "home")), (COORDINATOR_ENV, (_SESSION_DIR / "coordinator").as_uri())]
@@ -165,10 +175,23 @@ def spark(request: pytest.FixtureRequest) -> Iterator[object]:
         SparkContext._active_spark_context.setLogLevel("ERROR")  # type: ignore[union-attr]
     else:
         session.sparkContext.setLogLevel("ERROR")
+        _start_callback_server(session)
     try:
         yield session
     finally:
         session.stop()
+
+
+def _start_callback_server(session: object) -> None:
+    """py4j's callback server on the low descriptor kept for it (see _CALLBACK_FD)."""
+    global _CALLBACK_FD
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gateway = session.sparkContext._gateway  # type: ignore[attr-defined]
+    if _CALLBACK_FD is not None:
+        os.close(_CALLBACK_FD)
+        _CALLBACK_FD = None
+    ensure_callback_server_started(gateway)
 
 
 @pytest.fixture(scope="session")

@@ -86,6 +86,42 @@ def test_complete_mode_is_refused_by_name(spark, tmp_path: Path) -> None:
     assert not (tmp_path / "t").exists()  # refused before a table was created
 
 
+def test_foreach_batch_transaction_on_the_outer_session_holds_the_batch_writes(spark, tmp_path: Path) -> None:
+    """`with transaction(spark)` in a foreachBatch function, `spark` being the session the query started
+    from: both tables' writes of a batch commit together, or neither (the batch runs in a copy of
+    the session, which the transaction joins too)."""
+    from spark_mergetree import transaction
+
+    source, checkpoint = tmp_path / "in", tmp_path / "ck"
+    source.mkdir()
+    _input(source, batches=2, rows=20)
+    paths = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for path in paths:
+        MergeTreeTable.create(path, [("id", "Int64"), ("batch", "Int32")], "id")
+
+    def each(batch_df, batch_id):  # noqa: ANN001 - Spark's callback
+        with transaction(spark):
+            batch_df.write.format("mergetree").mode("append").save(paths[0])
+            if batch_id == 1:
+                raise RuntimeError("batch 1 fails between its two writes")
+            batch_df.write.format("mergetree").mode("append").save(paths[1])
+
+    stream = spark.readStream.schema("id long, batch int").option("maxFilesPerTrigger", 1).parquet(str(source))
+    query = (stream.writeStream.foreachBatch(each).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(WAIT_SECONDS)
+    except Exception:  # noqa: BLE001 - batch 1 fails by design; query.exception() says why
+        pass
+    finally:
+        if query.isActive:
+            query.stop()
+    assert "batch 1 fails between its two writes" in str(query.exception())
+    # Batch 0 is in both tables; batch 1's first write was rolled back with the transaction.
+    for path in paths:
+        assert sorted(MergeTreeTable.open(path).to_arrow().column("batch").to_pylist()) == [0] * 20, path
+
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("streaming_driver.py")  # a driver of its own, killed with SIGKILL
 KILL_BATCHES, KILL_ROWS = 3, 25
