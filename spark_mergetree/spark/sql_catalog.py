@@ -14,7 +14,9 @@ instance Spark pickles after `schema()` has the call option removed, so Spark re
 through `option("catalog", root).load("db.table")`.
 
 The calls (CALL_OPTION value → arguments in ARGS_OPTION, JSON):
-  load            → {"schema": Spark schema JSON (ClickHouse types as column comments), "properties"}
+  load            → {"schema": Spark schema JSON (ClickHouse types as column comments), "properties"};
+                    args {"snapshot"} (VERSION AS OF) checks that the commit has happened
+  history         → the table's commits, oldest first (spark/table_history.py)
   namespaces      → database names
   tables          → {"database"} → table names
   create_namespace / drop_namespace → {"database"}
@@ -62,6 +64,9 @@ def answer(options: Any) -> Any:
     if handler is None:
         raise InvalidOptionError(f"unknown mergetree catalog call {call!r}")
     result = handler(str(root), options.get("path"), args)
+    if call == "load" and args.get("snapshot") is not None:
+        # VERSION AS OF: the source instance Spark keeps for the scan reads at that snapshot
+        options["snapshot"] = str(int(args["snapshot"]))
     return StructType([StructField(json.dumps(result), StringType())])
 
 
@@ -91,6 +96,8 @@ def _load(root: str, name: str | None, args: Mapping[str, Any]) -> dict[str, Any
 
     ref = _ref(root, name)
     table = adapter.open_table(ref)
+    if args.get("snapshot") is not None:  # VERSION AS OF: a commit that has happened
+        adapter.check_snapshot(ref, int(args["snapshot"]))
     schema = spark_schema(adapter.table_schema(ref))
     types = {column.name: column.type for column in table.definition.columns}
     # ClickHouse's type of each column is its comment: DESCRIBE shows it next to Spark's type.
@@ -121,6 +128,13 @@ def properties(table: Any) -> dict[str, str]:
     if table.uuid:
         found["uuid"] = str(table.uuid)
     return found
+
+
+def _history(root: str, name: str | None, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    from spark_mergetree.spark import adapter
+    from spark_mergetree.spark.table_history import history
+
+    return history(adapter.open_table(_ref(root, name)))
 
 
 def _namespaces(root: str, name: str | None, args: Mapping[str, Any]) -> list[str]:
@@ -334,4 +348,4 @@ def _optimize(root: str, name: str | None, args: Mapping[str, Any]) -> list[str]
 
 _CALLS = {"load": _load, "namespaces": _namespaces, "tables": _tables, "create_namespace": _create_namespace,
           "drop_namespace": _drop_namespace, "create": _create, "stage_create": _stage_create, "drop": _drop, "rename": _rename,
-          "add_columns": _add_columns, "delete": _delete, "update": _update, "optimize": _optimize}
+          "add_columns": _add_columns, "history": _history, "delete": _delete, "update": _update, "optimize": _optimize}

@@ -253,10 +253,38 @@ public final class MergeTreeCatalog implements StagingTableCatalog, SupportsName
 
     @Override
     public Table loadTable(Identifier ident) throws NoSuchTableException {
+        if (ident.namespace().length == 2 && ident.name().equalsIgnoreCase(MergeTreeHistoryTable.NAME)) {
+            // <db>.<table>.history: the table's commits (a metadata table, as Iceberg names them)
+            Identifier of = Identifier.of(new String[] {ident.namespace()[0]}, ident.namespace()[1]);
+            return new MergeTreeHistoryTable(this, of, tableName(of));
+        }
+        return load(ident, null);
+    }
+
+    /** VERSION AS OF: the table as of a commit sequence number (a `version` of its history table). */
+    @Override
+    public Table loadTable(Identifier ident, String version) throws NoSuchTableException {
+        long snapshot;
+        try {
+            snapshot = Long.parseLong(version.trim());
+        } catch (NumberFormatException notANumber) {
+            throw new IllegalArgumentException("mergetree: VERSION AS OF takes a commit sequence number (a version "
+                    + "that SELECT * FROM <table>.history lists), got '" + version + "'");
+        }
+        return load(ident, snapshot);
+    }
+
+    @Override
+    public Table loadTable(Identifier ident, long timestamp) {
+        throw new UnsupportedOperationException("mergetree: TIMESTAMP AS OF is not supported: read VERSION AS OF "
+                + "<version>, taking the version from SELECT version, timestamp FROM <table>.history");
+    }
+
+    private Table load(Identifier ident, Long snapshot) throws NoSuchTableException {
         String table = tableName(ident);
         Answer answer;
         try {
-            answer = call("load", table, null);
+            answer = call("load", table, snapshot == null ? null : Map.<String, Object>of("snapshot", snapshot));
         } catch (RuntimeException error) {
             if (notFound(error)) {
                 throw new NoSuchTableException(ident);
@@ -267,8 +295,11 @@ public final class MergeTreeCatalog implements StagingTableCatalog, SupportsName
         Map<String, String> properties = new HashMap<>();
         answer.result().get("properties").fields().forEachRemaining(e -> properties.put(e.getKey(), e.getValue().asText()));
         Table inner = ((TableProvider) answer.provider()).getTable(schema, new Transform[0], properties);
-        return new MergeTreeSqlTable(inner, name + "." + table, properties,
-                Map.of("catalog", root, "path", table));
+        Map<String, String> location = new HashMap<>(Map.of("catalog", root, "path", table));
+        if (snapshot != null) {
+            location.put("snapshot", Long.toString(snapshot));
+        }
+        return new MergeTreeSqlTable(inner, name + "." + table, properties, location);
     }
 
     @Override

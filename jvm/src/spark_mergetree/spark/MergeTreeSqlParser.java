@@ -17,7 +17,9 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * Spark's parser plus one statement of ours, {@code OPTIMIZE [TABLE] t [WHERE cond] [FINAL]} (as
+ * Spark's parser plus two statements of ours. {@code DESCRIBE HISTORY <catalog>.<db>.<table>} (as
+ * Delta spells it) is {@code SELECT * FROM <catalog>.<db>.<table>.history ORDER BY version} (the
+ * metadata table {@link MergeTreeHistoryTable}). {@code OPTIMIZE [TABLE] t [WHERE cond] [FINAL]} (as
  * Delta and ClickHouse spell it). It is parsed as Spark's {@code DELETE FROM t [WHERE cond]} whose
  * table reference carries the option {@value MergeTreeCatalog#CALL} = optimize (and final), which
  * {@link MergeTreeDml} turns into the table's OPTIMIZE when the table is a mergetree catalog table
@@ -27,6 +29,9 @@ public final class MergeTreeSqlParser implements ParserInterface {
     private static final Pattern OPTIMIZE = Pattern.compile(
             "(?is)^\\s*OPTIMIZE\\s+(?:TABLE\\s+)?((?:`[^`]+`|[\\w$]+)(?:\\s*\\.\\s*(?:`[^`]+`|[\\w$]+))*)"
                     + "(?:\\s+WHERE\\s+(.+?))?(\\s+FINAL)?\\s*;?\\s*$");
+    // DESCRIBE HISTORY t (Delta's spelling): the rows of the metadata table t.history, oldest first
+    private static final Pattern HISTORY = Pattern.compile(
+            "(?is)^\\s*DESC(?:RIBE)?\\s+HISTORY\\s+((?:`[^`]+`|[\\w$]+)(?:\\s*\\.\\s*(?:`[^`]+`|[\\w$]+))*)\\s*;?\\s*$");
     static final String FINAL_OPTION = "mergetree_sql_final";
     private final ParserInterface delegate;
 
@@ -36,6 +41,11 @@ public final class MergeTreeSqlParser implements ParserInterface {
 
     @Override
     public LogicalPlan parsePlan(String sqlText) throws ParseException {
+        Matcher history = HISTORY.matcher(sqlText);
+        if (history.matches()) {
+            return delegate.parsePlan("SELECT * FROM " + history.group(1) + "." + MergeTreeHistoryTable.NAME
+                    + " ORDER BY version");
+        }
         Matcher matcher = OPTIMIZE.matcher(sqlText);
         if (!matcher.matches()) {
             return delegate.parsePlan(sqlText);
