@@ -26,13 +26,11 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
 from spark_mergetree.engine import background, clickhouse_ddl
 from spark_mergetree.engine import clone as cloning
-from spark_mergetree.engine import insert as inserting
 from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine import table as table_module
 from spark_mergetree.engine.merge import MergeCandidate
@@ -49,7 +47,6 @@ from spark_mergetree.errors import (
     SerializationError,
     TableExistsError,
     TableNotFoundError,
-    TransactionError,
     UnsupportedError,
 )
 from spark_mergetree.expressions.ddl import format_attach, parse_create
@@ -65,7 +62,6 @@ from spark_mergetree.storage.object_store import (
     bucket_for,
     check_storage_options,
     parse_object_url,
-    upload_pool,
 )
 from spark_mergetree.txn import Coordinator, Transaction, coordinator_from_url
 from spark_mergetree.txn.object_log import ObjectTableLog
@@ -171,69 +167,6 @@ class ObjectStoreTable(MergeTreeTable):
     # ------------------------------------------------------------------ coordinator, reading
 
     # ------------------------------------------------------------------ writing
-
-    def stage(self, data: Any, tag: str | None = None, *, transaction: Transaction | None = None,
-              progress: bool | None = False) -> list[inserting.StagedPart]:
-        """Write rows as parts under their final keys (one per partition), invisible until a
-        committed entry names them (`commit_staged`). Block numbers come from the coordinator.
-        `progress`: as `insert`'s (a part counts once encoded; its upload may still run).
-
-        Without `transaction` the parts belong to the write job `tag` (a new one if None): it is
-        registered in the table's `_mergetree/jobs/` and each part is recorded there before its
-        upload, so `cleanup()` keeps them while the job lives (its driver's lease runs:
-        txn/job_lease.py), however long it takes, and deletes them once it is dead or ended."""
-        self.check_same_table()
-        rows = inserting.conform(inserting.to_arrow_table(data), self.metadata)
-        if rows.num_rows == 0:
-            return []
-        table_id = self.log.bind(self.coordinator.url)
-        owner = None if transaction is not None else (tag or inserting.new_tag())
-        if owner is not None:
-            self.log.register_job(owner)
-        free: list[int] = []
-
-        def name(partition_id: str) -> str:
-            # Block numbers in batches (one coordinator round trip for up to 16 parts); numbers a
-            # batch leaves unused are gaps, which ClickHouse's part names allow.
-            if not free:
-                count = 16 if self.metadata.partition_key.is_partitioned else 1
-                first = (transaction.allocate_blocks(self.log, count) if transaction is not None
-                         else self.coordinator.allocate_blocks(table_id, count))
-                free.extend(range(first + count - 1, first - 1, -1))
-            block = free.pop()
-            return str(PartInfo(partition_id, block, block, 0))
-
-        parts_pool = upload_pool("parts")
-        uploads: list[Future[None]] = []
-
-        uploaded: list[str] = []
-
-        def upload(part: str, files: Any) -> None:
-            if owner is not None:
-                self.log.record_staged(owner, part)  # before the upload: cleanup never sees it unowned
-            uploaded.append(part)
-            # In the background: the next part is encoded while this one goes up.
-            uploads.append(parts_pool.submit(self.parts_store.write_part, part, files.files))
-
-        try:
-            try:
-                staged = inserting.write_partition_parts(self.metadata, rows, upload, owner or tag or inserting.new_tag(),
-                                                         name, progress=progress)
-            finally:
-                for future in uploads:
-                    future.exception()  # wait for every upload, also when encoding failed
-            for future in uploads:
-                future.result()
-            if owner is not None and self.log.job_ended(owner):
-                # The job ended (or was judged dead) while this task uploaded: whichever came
-                # second removes these parts.
-                raise TransactionError(f"write job {owner!r} ended while a task of it staged parts; they are removed")
-        except BaseException:
-            if owner is not None:
-                for part in uploaded:
-                    self.parts_store.remove(part)
-            raise
-        return staged
 
     def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
         """Upload a merged part under its final key and name it in `tx`. The name is the candidate's

@@ -766,8 +766,11 @@ class MergeTreeTable:
         A staged part has an owner that keeps cleanup away from it: `transaction` (its parts are
         garbage once it ends), or else the write job `tag` (letters and digits, one per Spark
         job; registered in the table's log each time it stages, and ended by `discard_staged`).
-        `progress`: as `insert`'s.
+        `progress`: as `insert`'s. Where parts are written in place (object storage) they get their
+        final names first (`staging.stage_in_place`).
         """
+        if self.store.writes_in_place:
+            return staging.stage_in_place(self, data, tag, transaction=transaction, progress=progress)
         return staging.stage(self, data, tag, transaction=transaction, progress=progress)
 
     def discard_staged(self, tag: str, keep: Sequence[str] = ()) -> list[str]:
