@@ -26,14 +26,12 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from spark_mergetree.engine import background, clickhouse_ddl
 from spark_mergetree.engine import clone as cloning
 from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine import table as table_module
-from spark_mergetree.engine.merge import MergeCandidate
 from spark_mergetree.engine.metadata import (
     META_DIR,
     SETTINGS_FILE,
@@ -167,31 +165,6 @@ class ObjectStoreTable(MergeTreeTable):
     # ------------------------------------------------------------------ coordinator, reading
 
     # ------------------------------------------------------------------ writing
-
-    def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
-        """Upload a merged part under its final key and name it in `tx`. The name is the candidate's
-        result name, its level raised past any name the log or the bucket already holds (a merge
-        that failed after its upload): a name is never reused, so no cleanup of a failed merge can
-        delete a later one's part. A failure before the entry names it deletes the upload."""
-        name = self.merged_part_name(candidate)
-        named = False
-        try:
-            self.parts_store.write_part(name, files.files)
-            tx.add_parts(self.log, [name])
-            named = True
-        finally:
-            if not named:
-                self.parts_store.remove(name)
-        return name
-
-    def merged_part_name(self, candidate: MergeCandidate) -> str:
-        """The candidate's result name, its level raised past any name the log or the bucket already
-        holds (see `publish_merged`)."""
-        info = PartInfo.parse(candidate.result_name)
-        taken = set(self.log.versions(None)[1]) | {name for entry in self.log.entries() for name in entry.added}
-        while info.name in taken or self.parts_store.exists(info.name):
-            info = replace(info, level=info.level + 1)
-        return info.name
 
     def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:
         """ClickHouse's lightweight DELETE, as on a local table (`MergeTreeTable.delete`): every part's new

@@ -10,6 +10,7 @@ under the commit lock (`TableLog.claim_name` rolls back a dead merge's leftover 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -410,9 +411,37 @@ def merge_locked(table: MergeTreeTable, candidate: merging.MergeCandidate, tx: T
 
 def publish_merged(table: MergeTreeTable, candidate: merging.MergeCandidate, files: PartFiles,
                    tx: Transaction) -> str:
-    """A local table's merged part: written under a staged name, then named in `tx` and renamed to
-    the candidate's result name under the commit lock; nothing is left if that fails."""
-    return publish_part(table, candidate.result_name, files, tx)
+    """A merged part, named in `tx` (which removes its sources); nothing unnamed is left behind if
+    that fails. Where parts are renamed into place (disks): written under a staged name, then
+    renamed to the candidate's result name under the commit lock. Where they are written in place
+    (object storage): written under `merged_part_name`, then named; a failure before the entry
+    names it deletes the upload."""
+    if not table.store.writes_in_place:
+        return publish_part(table, candidate.result_name, files, tx)
+    name = merged_part_name(table, candidate)
+    named = False
+    try:
+        table.store.write_part(name, files.files)
+        tx.add_parts(table.log, [name])
+        named = True
+    finally:
+        if not named:
+            table.store.remove_part(name, missing_ok=True)
+    return name
+
+
+def merged_part_name(table: MergeTreeTable, candidate: merging.MergeCandidate) -> str:
+    """The name a merge of `candidate` publishes its result under: the candidate's result name;
+    where parts are written in place, its level raised past any name the log or the store already
+    holds (a merge that failed after its upload), so a name is never reused and no cleanup of a
+    failed merge can delete a later one's part."""
+    if not table.store.writes_in_place:
+        return candidate.result_name
+    info = PartInfo.parse(candidate.result_name)
+    taken = set(table.log.versions(None)[1]) | {name for entry in table.log.entries() for name in entry.added}
+    while info.name in taken or table.store.exists(info.name):
+        info = dataclasses.replace(info, level=info.level + 1)
+    return info.name
 
 
 def publish_part(table: MergeTreeTable, result: str, files: PartFiles, tx: Transaction) -> str:

@@ -1009,8 +1009,8 @@ class MergeTreeTable:
         self.store.write_part(name, files.files, files.boundaries)
 
     def merged_part_name(self, candidate: MergeCandidate) -> str:
-        """The name a merge of `candidate` publishes its result under."""
-        return candidate.result_name
+        """The name a merge of `candidate` publishes its result under (`optimize.merged_part_name`)."""
+        return optimizing.merged_part_name(self, candidate)
 
     def publish_merged(self, candidate: MergeCandidate, files: PartFiles, tx: Transaction) -> str:
         """Write a merged part and name it in `tx` (which removes its sources); return its name.
