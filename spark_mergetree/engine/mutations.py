@@ -26,7 +26,7 @@ import datetime as dt
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +34,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_mergetree.engine import background, projections
 from spark_mergetree.engine import commit as committing
 from spark_mergetree.engine import insert as inserting
-from spark_mergetree.engine import projections
 from spark_mergetree.engine import select as selecting
 from spark_mergetree.engine.part_rewrite import rewrite_in_granules
 from spark_mergetree.errors import ExpressionError, InvalidOptionError, SerializationError, UnsupportedError
@@ -279,8 +279,9 @@ def run(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | No
     """Apply `mutation` to every visible part in one transaction (`transaction`, or one of its own
     that commits here, run again on a new snapshot when it loses a race: SerializationError after
     `RETRIES` more attempts); return the new parts' names (empty when no existing row matches).
-    `once` is one attempt (default `run_once`; object-store tables bring their own)."""
-    attempt_once = once or run_once
+    `once` is one attempt (default `run_once`, or `run_once_in_place` where the part store writes
+    parts in place)."""
+    attempt_once = once or (run_once_in_place if table.store.writes_in_place else run_once)
     if transaction is not None:
         return attempt_once(table, mutation, transaction)
     for attempt in range(RETRIES + 1):
@@ -448,3 +449,94 @@ _ESCAPES = {"\\": "\\\\", "'": "\\'", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r
 
 def _escape(text: str) -> str:
     return "".join(_ESCAPES.get(ch, ch) for ch in text)
+
+
+# ------------------------------------------------------------------ where parts are written in place
+#
+# Object storage renames nothing: a mutation's new versions are written under their final names
+# (`<part>_N`, N allocated first), untouched parts copied on the server, and one transaction
+# removes the old versions and adds the new. `run` and `rewrite_every_part_in_place` pick this
+# path by the part store's `writes_in_place`.
+
+
+def run_once_in_place(table: MergeTreeTable, mutation: Mutation, transaction: Transaction | None) -> list[str]:
+    """One attempt of a DELETE or UPDATE where parts are written in place."""
+    tx, parts, candidates = begin(table, mutation, transaction, staged=False)
+
+    def rewrite(part: str) -> PartFiles | None:
+        return rewrite_part(table.reader(part), table, mutation) if part in candidates else None
+
+    return _new_versions(table, tx, transaction is None, parts, rewrite, mutation.command, only_if_changed=True)
+
+
+def rewrite_every_part_in_place(table: MergeTreeTable, command: str,
+                                rewrite: Callable[[PartReader], PartFiles | None]) -> list[str]:
+    """`MergeTreeTable.rewrite_every_part` (index and projection ALTERs) where parts are written in
+    place, run again on a new snapshot when it loses a race (as `run` is)."""
+    def once(_table: MergeTreeTable, _mutation: Any, _transaction: Any) -> list[str]:
+        table.check_same_table()
+        tx = Transaction(table.coordinator)
+        return _new_versions(table, tx, True, sorted(tx.visible_parts(table.log)),
+                             lambda part: rewrite(table.reader(part)), command, only_if_changed=False)
+
+    return run(table, None, None, once)  # type: ignore[arg-type]
+
+
+def _new_versions(table: MergeTreeTable, tx: Transaction, own: bool, parts: Sequence[str],
+                  rewrite: Callable[[str], PartFiles | None], command: str, *, only_if_changed: bool) -> list[str]:
+    """Give every part of `parts` its new version under the mutation's version N, allocated first
+    so each is written once under its final, never reused name `<part>_N`: `rewrite(part)`'s
+    files, or a copy made by the store; `mutation_N.txt` records `command` once the transaction
+    has committed. With `only_if_changed`, nothing happens unless some part was rewritten."""
+    written: dict[str, str] = {}  # visible part → its new version, written
+    try:
+        version = _mutation_version(table, tx)
+
+        def version_of(part: str) -> str:
+            info = PartInfo.parse(part)
+            return PartInfo(info.partition_id, info.min_block, info.max_block, info.level, version).name
+
+        for part in parts:
+            files = rewrite(part)
+            if files is None:
+                continue
+            written[part] = version_of(part)
+            if beside_source(files):
+                table.store.clone_part(part, written[part], files.files)
+            else:
+                table.store.write_part(written[part], files.files)
+        if not parts or (only_if_changed and not written):
+            if own:
+                tx.rollback()
+            return []
+        tx.remove_parts(table.log, list(parts))  # a concurrent merge or overwrite of them conflicts here
+        for part in parts:
+            if part not in written:
+                written[part] = version_of(part)
+                table.store.clone_part(part, written[part])
+        refuse_missed_parts(table, tx)
+        finals = [written[part] for part in parts]
+        tx.add_parts(table.log, finals)
+        tx.on_commit(lambda _csn: write_mutation_file(table, version, command))
+        if own:
+            tx.commit()
+    except BaseException:
+        abort(table, tx, written, own=own)
+        raise
+    if own:
+        background.after_commit(table)
+    return finals
+
+
+def _mutation_version(table: MergeTreeTable, tx: Transaction) -> int:
+    """A mutation's version: a block number above every part's. Nothing orders block allocation
+    against this log (an insert's entry follows its upload), so a transaction running now may
+    hold a block below it for a part the mutation would miss and ClickHouse would mutate: then
+    SerializationError (run it again; `run` does, a few times)."""
+    version = tx.allocate_blocks(table.log, 1)
+    others = sorted(info.tid for info in tx.coordinator.running() if info.tid != tx.tid)
+    if others:
+        raise SerializationError(
+            f"{table.path}: transaction {others[0]} is running and may write parts with block numbers "
+            f"below this mutation's version {version}; ClickHouse would apply the mutation to them. Run it again")
+    return version

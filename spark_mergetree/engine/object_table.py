@@ -25,12 +25,11 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spark_mergetree.engine import background, clickhouse_ddl
+from spark_mergetree.engine import clickhouse_ddl
 from spark_mergetree.engine import clone as cloning
-from spark_mergetree.engine import mutations as mutating
 from spark_mergetree.engine import table as table_module
 from spark_mergetree.engine.metadata import (
     META_DIR,
@@ -42,15 +41,11 @@ from spark_mergetree.engine.metadata import (
 from spark_mergetree.engine.table import MergeTreeTable, SchemaLike, new_definition
 from spark_mergetree.errors import (
     InvalidOptionError,
-    SerializationError,
     TableExistsError,
     TableNotFoundError,
     UnsupportedError,
 )
 from spark_mergetree.expressions.ddl import format_attach, parse_create
-from spark_mergetree.format.part import PartFiles
-from spark_mergetree.format.part_info import PartInfo
-from spark_mergetree.format.part_reader import PartReader
 from spark_mergetree.storage.object_store import (
     OBJECT_SCHEMES,
     Bucket,
@@ -61,7 +56,7 @@ from spark_mergetree.storage.object_store import (
     check_storage_options,
     parse_object_url,
 )
-from spark_mergetree.txn import Coordinator, Transaction, coordinator_from_url
+from spark_mergetree.txn import Coordinator, coordinator_from_url
 from spark_mergetree.txn.object_log import ObjectTableLog
 
 
@@ -166,101 +161,10 @@ class ObjectStoreTable(MergeTreeTable):
 
     # ------------------------------------------------------------------ writing
 
-    def delete(self, where: Any, *, transaction: Transaction | None = None) -> list[str]:
-        """ClickHouse's lightweight DELETE, as on a local table (`MergeTreeTable.delete`): every part's new
-        version is written under its final key (rewritten parts uploaded, untouched ones copied on
-        the server), then one transaction removes the old versions and adds the new."""
-        return mutating.run(self, mutating.delete_mutation(self, where), transaction,
-                            lambda _table, mutation, tx: self._mutate_once(mutation, tx))
-
-    def update(self, set: Mapping[str, Any], where: Any, *,  # noqa: A002 - ClickHouse's word
-               transaction: Transaction | None = None) -> list[str]:
-        """ALTER TABLE ... UPDATE, as on a local table (`MergeTreeTable.update`), published as `delete`."""
-        return mutating.run(self, mutating.update_mutation(self, set, where), transaction,
-                            lambda _table, mutation, tx: self._mutate_once(mutation, tx))
-
-    def _mutate_once(self, mutation: mutating.Mutation, transaction: Transaction | None) -> list[str]:
-        """One attempt of a DELETE or UPDATE (engine/mutations.py's planning and rewriting)."""
-        tx, parts, candidates = mutating.begin(self, mutation, transaction, staged=False)
-
-        def rewrite(part: str) -> PartFiles | None:
-            return mutating.rewrite_part(self.reader(part), self, mutation) if part in candidates else None
-
-        return self._new_versions(tx, transaction is None, parts, rewrite, mutation.command, only_if_changed=True)
-
     def merge_worker_description(self) -> dict[str, Any] | None:
         """None: an object-store table merges in a thread of its process (engine/merge_worker.py
         says why)."""
         return None
-
-    def rewrite_every_part(self, command: str, rewrite: Callable[[PartReader], PartFiles | None]) -> list[str]:
-        """`MergeTreeTable.rewrite_every_part` (index ALTERs), published as `delete` publishes, run
-        again on a new snapshot when it loses a race (as `delete` is)."""
-        def once(_table: MergeTreeTable, _mutation: Any, _transaction: Any) -> list[str]:
-            self.check_same_table()
-            tx = Transaction(self.coordinator)
-            return self._new_versions(tx, True, sorted(tx.visible_parts(self.log)),
-                                      lambda part: rewrite(self.reader(part)), command, only_if_changed=False)
-
-        return mutating.run(self, None, None, once)  # type: ignore[arg-type]
-
-    def _new_versions(self, tx: Transaction, own: bool, parts: Sequence[str],
-                      rewrite: Callable[[str], PartFiles | None], command: str, *, only_if_changed: bool) -> list[str]:
-        """Give every part of `parts` its new version under the mutation's version N, allocated first
-        so each is uploaded once under its final, never reused name `<part>_N`: `rewrite(part)`'s
-        files, or a copy made on the server; `mutation_N.txt` records `command` once the transaction
-        has committed. With `only_if_changed`, nothing happens unless some part was rewritten."""
-        written: dict[str, str] = {}  # visible part → its new version, uploaded
-        try:
-            version = self._mutation_version(tx)
-
-            def version_of(part: str) -> str:
-                info = PartInfo.parse(part)
-                return PartInfo(info.partition_id, info.min_block, info.max_block, info.level, version).name
-
-            for part in parts:
-                files = rewrite(part)
-                if files is None:
-                    continue
-                written[part] = version_of(part)
-                if mutating.beside_source(files):
-                    self.parts_store.clone_part(part, written[part], files.files)
-                else:
-                    self.parts_store.write_part(written[part], files.files)
-            if not parts or (only_if_changed and not written):
-                if own:
-                    tx.rollback()
-                return []
-            tx.remove_parts(self.log, list(parts))  # a concurrent merge or overwrite of them conflicts here
-            for part in parts:
-                if part not in written:
-                    written[part] = version_of(part)
-                    self.parts_store.clone_part(part, written[part])
-            mutating.refuse_missed_parts(self, tx)
-            finals = [written[part] for part in parts]
-            tx.add_parts(self.log, finals)
-            tx.on_commit(lambda _csn: mutating.write_mutation_file(self, version, command))
-            if own:
-                tx.commit()
-        except BaseException:
-            mutating.abort(self, tx, written, own=own)
-            raise
-        if own:
-            background.after_commit(self)
-        return finals
-
-    def _mutation_version(self, tx: Transaction) -> int:
-        """A mutation's version: a block number above every part's. Nothing orders block allocation
-        against this log (an insert's entry follows its upload), so a transaction running now may
-        hold a block below it for a part the mutation would miss and ClickHouse would mutate: then
-        SerializationError (run it again; `delete` and `update` do, a few times)."""
-        version = tx.allocate_blocks(self.log, 1)
-        others = sorted(info.tid for info in tx.coordinator.running() if info.tid != tx.tid)
-        if others:
-            raise SerializationError(
-                f"{self.location.url}: transaction {others[0]} is running and may write parts with block numbers "
-                f"below this mutation's version {version}; ClickHouse would apply the mutation to them. Run it again")
-        return version
 
     # ------------------------------------------------------------------ ClickHouse
 

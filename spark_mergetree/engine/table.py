@@ -935,7 +935,11 @@ class MergeTreeTable:
     def rewrite_every_part(self, command: str, rewrite: Callable[[PartReader], PartFiles | None]) -> list[str]:
         """A mutation of every visible part, in one transaction (ALTER ... MATERIALIZE/DROP INDEX, the
         projection ALTERs): each gets a new version, `rewrite(reader)`'s files or (None) a copy;
-        `mutation_N.txt` records `command` after the commit. Returns the new parts' names."""
+        `mutation_N.txt` records `command` after the commit. Returns the new parts' names. Where
+        parts are written in place each new version is written under its final name first
+        (`mutations.rewrite_every_part_in_place`)."""
+        if self.store.writes_in_place:
+            return mutating.rewrite_every_part_in_place(self, command, rewrite)
         return indexing.rewrite_every_part_staged(self, command, rewrite)
 
     def add_index(self, declaration: str) -> None:
