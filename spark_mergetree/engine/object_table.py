@@ -11,13 +11,11 @@ rename, no lock and no listing to decide anything:
    removes (txn/object_log.py);
 3. the coordinator commits the transaction (the one commit point); readers see the parts from then.
 
-A crash before 3 leaves parts no committed entry names: `cleanup()` deletes them. Reading is the
-local table's code over `ObjectParts` (one LIST per part per process, ranged GETs). Merges
-(`optimize`, `merge`) are the local table's selector and merger: the merged part is uploaded under
-its final key, then one transaction adds it and removes its sources. CHECK TABLE re-hashes every
-object of the visible parts (engine/check.py over `ObjectParts`); ADD COLUMN replaces the statement
-by a conditional put. Scrub, rebuild and index changes are not implemented for object-store tables
-and say so.
+A crash before 3 leaves parts no committed entry names: `cleanup()` deletes them. All of this is
+`MergeTreeTable`'s code over `ObjectParts` and `ObjectTableLog` (staging, merges, mutations and
+ALTERs pick their in-place variants by `PartStorage.writes_in_place`: ARCHITECTURE.md "One table,
+every location"); what this class still keeps is creating and opening a table whose statement is
+an object, the ClickHouse disk over its prefix, clone and drop.
 """
 
 from __future__ import annotations
