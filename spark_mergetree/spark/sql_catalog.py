@@ -64,6 +64,8 @@ def answer(options: Any) -> Any:
     if handler is None:
         raise InvalidOptionError(f"unknown mergetree catalog call {call!r}")
     result = handler(str(root), options.get("path"), args)
+    if call == "load" and is_path(options.get("path")):
+        options.pop("catalog")  # the source instance Spark keeps reads by path, as load(path) does
     if call == "load" and args.get("snapshot") is not None:
         # VERSION AS OF: the source instance Spark keeps for the scan reads at that snapshot
         options["snapshot"] = str(int(args["snapshot"]))
@@ -77,11 +79,20 @@ def _catalog(root: str) -> Any:
     return Catalog(local_path(root))
 
 
+def is_path(name: str | None) -> bool:
+    """A path table's name (Delta's ``mergetree.`/data/events` ``): a directory or an object URL."""
+    return bool(name) and (str(name).startswith("/") or "://" in str(name))
+
+
 def _ref(root: str, name: str | None) -> Any:
     from spark_mergetree.spark import adapter
 
     if not name:
         raise InvalidOptionError("a mergetree catalog call on a table needs its name")
+    if is_path(name):  # a table by its directory, outside the root: as format("mergetree").load(path)
+        ref = adapter.resolve(str(name), None, None, None)
+        adapter.open_table(ref)  # TableNotFoundError when there is none
+        return ref
     ref = adapter.resolve(name, str(_catalog(root).root), None, None)
     if not ref.path:
         raise TableNotFoundError(f"table {name} does not exist in the catalog at {root}")
@@ -205,6 +216,7 @@ def _create(root: str, name: str | None, args: Mapping[str, Any]) -> bool:
 
     if not name:
         raise InvalidOptionError("CREATE TABLE needs a <database>.<table> name")
+    _no_path(name, "CREATE TABLE", "write the directory with df.write.format('mergetree').save(path)")
     schema = StructType.fromJson(json.loads(args["schema"]))
     structure, settings = table_options(args.get("properties") or {})
     order, partition, primary, engine = (structure.get(key) for key in ("order_by", "partition_by", "primary_key",
@@ -234,6 +246,7 @@ def _stage_create(root: str, name: str | None, args: Mapping[str, Any]) -> dict[
 
     if not name:
         raise InvalidOptionError("CREATE TABLE needs a <database>.<table> name")
+    _no_path(name, "CREATE TABLE", "write the directory with df.write.format('mergetree').save(path)")
     database = name.partition(".")[0]
     if database not in _catalog(root).databases():
         raise TableNotFoundError(f"database {database} does not exist in the catalog at {root}: CREATE NAMESPACE first")
@@ -248,11 +261,19 @@ def _stage_create(root: str, name: str | None, args: Mapping[str, Any]) -> dict[
     return {**structure, **{SETTING_PREFIX + key: value for key, value in settings.items()}}
 
 
+def _no_path(name: str | None, statement: str, instead: str) -> None:
+    """DDL names catalog tables: on a path table it is refused before anything is written."""
+    if is_path(name):
+        raise UnsupportedError(f"{statement} on a path table ({name}) is not supported: {instead}")
+
+
 def _drop(root: str, name: str | None, args: Mapping[str, Any]) -> bool:
+    _no_path(name, "DROP TABLE", "delete the directory, or use a catalog table")
     return _catalog(root).drop_table(str(name), if_exists=True) is not None
 
 
 def _rename(root: str, name: str | None, args: Mapping[str, Any]) -> bool:
+    _no_path(name, "ALTER TABLE ... RENAME TO", "move the directory")
     _catalog(root).rename_table(str(name), str(args["to"]))
     return True
 
@@ -263,6 +284,7 @@ def _add_columns(root: str, name: str | None, args: Mapping[str, Any]) -> bool:
     from spark_mergetree.catalog.alter import add_columns
     from spark_mergetree.spark.types import clickhouse_columns
 
+    _no_path(name, "ALTER TABLE ... ADD COLUMNS", "write with option merge_schema=true")
     schema = StructType.fromJson(json.loads(args["schema"]))
     _ref(root, name)
     add_columns(_catalog(root).layout, str(name), clickhouse_columns(schema, set()))

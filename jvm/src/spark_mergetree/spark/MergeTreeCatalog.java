@@ -158,7 +158,15 @@ public final class MergeTreeCatalog implements StagingTableCatalog, SupportsName
         return namespace[0];
     }
 
+    /** A path table's name, as Delta reads ``delta.`/path` ``: a directory or an object URL. */
+    static boolean isPath(String name) {
+        return name.startsWith("/") || name.contains("://");
+    }
+
     static String tableName(Identifier ident) throws NoSuchTableException {
+        if (ident.namespace().length == 0 && isPath(ident.name())) {
+            return ident.name();  // <catalog>.`/data/events`: the table in that directory
+        }
         if (ident.namespace().length != 1) {
             throw new NoSuchTableException(ident);
         }
@@ -253,9 +261,12 @@ public final class MergeTreeCatalog implements StagingTableCatalog, SupportsName
 
     @Override
     public Table loadTable(Identifier ident) throws NoSuchTableException {
-        if (ident.namespace().length == 2 && ident.name().equalsIgnoreCase(MergeTreeHistoryTable.NAME)) {
-            // <db>.<table>.history: the table's commits (a metadata table, as Iceberg names them)
-            Identifier of = Identifier.of(new String[] {ident.namespace()[0]}, ident.namespace()[1]);
+        String[] namespace = ident.namespace();
+        if (ident.name().equalsIgnoreCase(MergeTreeHistoryTable.NAME)
+                && (namespace.length == 2 || namespace.length == 1 && isPath(namespace[0]))) {
+            // <db>.<table>.history or `<path>`.history: the table's commits (a metadata table, as Iceberg names them)
+            Identifier of = namespace.length == 2 ? Identifier.of(new String[] {namespace[0]}, namespace[1])
+                    : Identifier.of(new String[0], namespace[0]);
             return new MergeTreeHistoryTable(this, of, tableName(of));
         }
         return load(ident, null);
@@ -295,7 +306,10 @@ public final class MergeTreeCatalog implements StagingTableCatalog, SupportsName
         Map<String, String> properties = new HashMap<>();
         answer.result().get("properties").fields().forEachRemaining(e -> properties.put(e.getKey(), e.getValue().asText()));
         Table inner = ((TableProvider) answer.provider()).getTable(schema, new Transform[0], properties);
-        Map<String, String> location = new HashMap<>(Map.of("catalog", root, "path", table));
+        Map<String, String> location = new HashMap<>(Map.of("path", table));
+        if (!isPath(table)) {
+            location.put("catalog", root);
+        }
         if (snapshot != null) {
             location.put("snapshot", Long.toString(snapshot));
         }

@@ -211,7 +211,9 @@ public final class MergeTreeDml extends Rule<LogicalPlan> {
         private void run() {
             Map<String, String> location = table.location();
             MergeTreeCatalog catalog = new MergeTreeCatalog();
-            catalog.initialize(table.name(), new CaseInsensitiveStringMap(Map.of("root", location.get("catalog"))));
+            // a path table (<catalog>.`/dir`) has no root in its location; Python's call on a path ignores it
+            String root = location.getOrDefault("catalog", location.get("path"));
+            catalog.initialize(table.name(), new CaseInsensitiveStringMap(Map.of("root", root)));
             try {
                 catalog.call(what, location.get("path"), args);
             } catch (RuntimeException error) {
