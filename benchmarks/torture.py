@@ -6,8 +6,8 @@ target is reached; every round's history (tests/history.py) is checked for the a
 isolation forbids and kept with --keep.
 
     # >= 100,000 history transactions over the three coordinators, one process each (README, Tests)
-    for spec in "local 70000" "zookeeper 60000" "objstore 30000"; do set -- $spec
-      python benchmarks/torture.py --backend $1 --clients 2 --log-clients 4 --minutes 60 \\
+    for spec in "local 65000" "zookeeper 45000" "objstore 4000"; do set -- $spec
+      python benchmarks/torture.py --backend $1 --clients 2 --log-clients 4 --minutes 110 \\
           --transactions $2 --data-dir /dev/shm --keep runs/$1 > runs/$1.log 2>&1 &
     done
     python benchmarks/torture.py --minutes 5 --backend local --round-seconds 120    # the old mix
