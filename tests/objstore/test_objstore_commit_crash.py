@@ -70,7 +70,9 @@ def test_writer_death_at_every_commit_step(s3_bucket: str, tmp_path: Path) -> No
                 process.join(60)
                 assert process.exitcode in (0, 17), process.exitcode
                 tid = before + 1  # nothing else begins on this coordinator meanwhile
-                time.sleep(LEASE + 0.5)  # the dead writer's lease lapses
+                # The dead writer's lease lapses by the server's clock, which liveness reads from the
+                # HTTP Date header: whole seconds, so up to one second behind its LastModified times.
+                time.sleep(LEASE + 1.5)
                 for table in tables:
                     TableLog(table).recover(checker)
                 state, csn = checker.status(tid)
