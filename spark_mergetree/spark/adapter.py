@@ -859,6 +859,22 @@ def optimize_final(ref: TableRef, where: str | None, timeout: float | None,
                                 where=where, run_round=run_round)
 
 
+
+def optimize(ref: TableRef, where: str | None, final: bool, timeout: float | None,
+             run_job: Callable[[MergeJob], list[tuple[str, str, int, int]]]) -> list[str]:
+    """OPTIMIZE [FINAL] of the table `ref` names, its merges run by `run_job` (on executors, or in
+    this process): FINAL in rounds (`optimize_final`), else one job committed in one transaction.
+    Returns the new parts' names."""
+    if final:
+        return optimize_final(ref, where, timeout, run_job)
+    job = plan_merges(ref, where, False)
+    if not job.groups:
+        return []
+    try:
+        return commit_merges(ref, job, run_job(job))
+    finally:
+        end_merges(ref, job)
+
 def stage_merge(ref: TableRef, group: Any, tag: str, result_name: str | None = None) -> Any:
     from spark_mergetree.engine import optimize as optimizing
 

@@ -61,15 +61,7 @@ def optimize(spark: Any, path_or_name: str, where: str | None = None, final: boo
     def run_job(job: adapter.MergeJob) -> list[tuple[str, str, int, int]]:
         return _merge_on_executors(spark, ref, job, task_hook)
 
-    if final:
-        return adapter.optimize_final(ref, where, timeout, run_job)
-    job = adapter.plan_merges(ref, where, final)
-    if not job.groups:
-        return []
-    try:
-        return adapter.commit_merges(ref, job, run_job(job))
-    finally:
-        adapter.end_merges(ref, job)
+    return adapter.optimize(ref, where, final, timeout, run_job)
 
 
 def _merge_on_executors(spark: Any, ref: adapter.TableRef, job: adapter.MergeJob,

@@ -357,15 +357,7 @@ def _optimize(root: str, name: str | None, args: Mapping[str, Any]) -> list[str]
         merged = [adapter.stage_merge(ref, group, job.tag, job.names[number]) for number, group in enumerate(job.groups)]
         return [(part.name, part.partition_id, part.rows, part.bytes) for part in merged]
 
-    if args.get("final"):
-        return adapter.optimize_final(ref, where, None, run_job)
-    job = adapter.plan_merges(ref, where, False)
-    if not job.groups:
-        return []
-    try:
-        return adapter.commit_merges(ref, job, run_job(job))
-    finally:
-        adapter.end_merges(ref, job)
+    return adapter.optimize(ref, where, bool(args.get("final")), None, run_job)
 
 
 _CALLS = {"load": _load, "namespaces": _namespaces, "tables": _tables, "create_namespace": _create_namespace,
